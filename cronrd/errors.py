@@ -1,0 +1,52 @@
+"""One exception tree for cronrd.
+
+Every error says what was wrong, where, and what to do next. The CLI maps
+``UsageError`` to exit code 2 and every other ``CronrdError`` to exit code 1.
+"""
+
+from __future__ import annotations
+
+
+class CronrdError(Exception):
+    """Base of every error cronrd raises on purpose."""
+
+
+class UsageError(CronrdError):
+    """The operator asked for something malformed (exit code 2)."""
+
+
+class ConfigError(CronrdError):
+    """The daemon configuration file is missing or invalid."""
+
+
+class ScheduleError(CronrdError):
+    """A schedule expression, duration or time zone is invalid.
+
+    ``column`` is the 0-based character offset inside the expression where
+    the problem starts, when known, so callers can point at it.
+    """
+
+    def __init__(self, message: str, column: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.column = column
+
+
+class JobFileError(CronrdError):
+    """A job file could not be used (the message carries FILE:LINE:COL)."""
+
+
+class DaemonUnavailable(CronrdError):
+    """No daemon answers on the control socket."""
+
+
+class RequestError(CronrdError):
+    """The daemon refused a control request (bad input, unknown job...)."""
+
+
+class StateError(CronrdError):
+    """The replicated state refused a command (duplicate key, unknown run)."""
+
+
+class StorageError(CronrdError):
+    """Durable storage is damaged or unusable."""

@@ -1,0 +1,15 @@
+"""The one place runtime code reads time. Tests inject their own."""
+
+from __future__ import annotations
+
+import time
+
+
+class Clock:
+    """Wall clock (UTC epoch seconds) for decisions, monotonic for timers."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()

@@ -1,0 +1,347 @@
+"""The daemon: wires storage, log, scheduler, executor, watcher and the
+control socket onto one asyncio loop; handles signals and systemd."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+
+import psutil
+
+from .. import __version__
+from ..config import Config
+from ..errors import CronrdError, RequestError, UsageError
+from ..schedule import iso_utc
+from ..state import commands as C
+from ..state import queries as Q
+from ..state.machine import Effect, StateMachine
+from .clock import Clock
+from .control import ControlServer, Stream, arg
+from .executor import Executor
+from .local_log import LocalLog
+from .scheduler import Scheduler
+from .sdnotify import Notifier
+from .storage import DataDirLock, open_db
+from .watcher import Watcher
+
+log = logging.getLogger("cronrd.daemon")
+
+HOUSEKEEPING_INTERVAL = 600.0
+RUN_STATES = ("assigned", "running", "succeeded", "failed", "timed_out", "lost",
+              "cancelled", "skipped")
+
+
+class JournalFormatter(logging.Formatter):
+    """``<prio>message`` for journald (it adds its own timestamps)."""
+
+    PRIO = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
+            logging.CRITICAL: 2}
+
+    def format(self, record):
+        return f"<{self.PRIO.get(record.levelno, 6)}>{super().format(record)}"
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(JournalFormatter("%(name)s %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger("cronrd")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+class Daemon:
+    def __init__(self, config: Config, clock: Clock | None = None):
+        self.config = config
+        self.clock = clock or Clock()
+        self.started_at = self.clock.now()
+        self.notifier = Notifier()
+        self.stop_event: asyncio.Event | None = None
+        self.waiters: dict[int, list[asyncio.Future]] = {}
+        self.tasks: list[asyncio.Task] = []
+
+    # -- lifecycle -----------------------------------------------------------------
+    def _prepare_dirs(self) -> None:
+        cfg = self.config
+        os.makedirs(cfg.data_dir, mode=0o700, exist_ok=True)
+        os.makedirs(cfg.log_dir, mode=0o750, exist_ok=True)
+
+    async def run(self) -> int:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self.stop_event = asyncio.Event()
+        self._prepare_dirs()
+        self.lock = DataDirLock(cfg.data_dir)
+        self.lock.acquire()
+        self.conn = open_db(cfg.state_db)
+        self.machine = StateMachine(self.conn)
+        self.log = LocalLog(self.machine)
+        self.executor = Executor(cfg, self.log, self.conn, self.clock)
+        self.scheduler = Scheduler(cfg, self.log, self.conn, self.clock)
+        self.watcher = Watcher(cfg.jobs_dir, self.log, self.conn, self.clock,
+                               interval=cfg.watch_interval)
+        self.log.subscribe(self._on_effects)
+        self.control = ControlServer(cfg.socket, self._handlers(), cfg.socket_group)
+        await self.control.start()
+        for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
+                        (signal.SIGHUP, self.watcher.kick)):
+            loop.add_signal_handler(sig, fn)
+        log.info("event=starting version=%s node=%s pid=%d socket=%s data_dir=%s log_dir=%s "
+                 "jobs_dir=%s timezone=%s", __version__, cfg.node_id, os.getpid(), cfg.socket,
+                 cfg.data_dir, cfg.log_dir, cfg.jobs_dir, cfg.timezone)
+        settled = await self.executor.reconcile()
+        if settled["lost"] or settled["resumed"]:
+            log.info("event=reconciled lost=%d resumed=%d", settled["lost"], settled["resumed"])
+        await self.watcher.reload()
+        self.scheduler.start(boot_time=int(psutil.boot_time()))
+        self.tasks = [loop.create_task(self.scheduler.run()),
+                      loop.create_task(self.watcher.run()),
+                      loop.create_task(self._housekeeping())]
+        if self.notifier.watchdog_interval:
+            self.tasks.append(loop.create_task(self._watchdog()))
+        jobs = len(self.scheduler.entries)
+        self.notifier.ready(f"{jobs} jobs")
+        log.info("event=ready jobs=%d applied_index=%d", jobs, self.machine.applied_index)
+        await self.stop_event.wait()
+        await self._shutdown()
+        return 0
+
+    def request_stop(self) -> None:
+        if self.stop_event is not None:
+            self.stop_event.set()
+
+    async def _shutdown(self) -> None:
+        cfg = self.config
+        log.info("event=stopping mode=%s grace_s=%g", cfg.shutdown_mode, cfg.shutdown_grace)
+        self.notifier.stopping()
+        self.scheduler.stop()
+        self.watcher.stop()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.executor.shutdown(cfg.shutdown_mode, cfg.shutdown_grace)
+        await self.log.drain()
+        await self.control.close()
+        self.conn.close()
+        self.lock.release()
+        log.info("event=stopped")
+
+    async def _housekeeping(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                removed = await loop.run_in_executor(None, self.executor.prune_logs)
+                now = self.clock.now()
+                res = await self.log.propose(C.Prune(before=now - self.config.history_retention,
+                                                     at=now))
+                if removed or res.get("runs_deleted"):
+                    log.info("event=pruned logs=%d runs=%d", removed, res["runs_deleted"])
+            except CronrdError as exc:
+                log.warning("event=housekeeping_failed error=\"%s\"", exc)
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL)
+
+    async def _watchdog(self) -> None:
+        while True:
+            self.notifier.watchdog()
+            await asyncio.sleep(self.notifier.watchdog_interval / 2)
+
+    # -- effects -----------------------------------------------------------------------
+    def _on_effects(self, effects: list[Effect]) -> None:
+        self.executor.on_effects(effects)
+        self.scheduler.on_effects(effects)
+        for eff in effects:
+            if eff.kind == "run_done" and eff.run is not None:
+                for fut in self.waiters.pop(eff.run["run_id"], []):
+                    if not fut.done():
+                        fut.set_result(eff.run)
+
+    async def _wait_run(self, run_id: int) -> dict:
+        run = Q.get_run(self.conn, run_id)
+        if run is not None and run["state"] not in ("assigned", "running"):
+            return run
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault(run_id, []).append(fut)
+        return await fut
+
+    # -- control handlers ------------------------------------------------------------------
+    def _handlers(self) -> dict:
+        return {"status": self.h_status, "jobs": self.h_jobs, "job": self.h_job,
+                "runs": self.h_runs, "run": self.h_run, "logs": self.h_logs,
+                "run_now": self.h_run_now, "pause": self.h_pause, "resume": self.h_resume,
+                "reload": self.h_reload}
+
+    def _job_or_error(self, name: str) -> dict:
+        for job in Q.jobs(self.conn):
+            if job["name"] == name:
+                return job
+        raise RequestError(f"no job named {name!r}; `cronrd jobs` lists the known jobs "
+                           f"(job files live in {self.config.jobs_dir})")
+
+    async def h_status(self, args: dict) -> dict:
+        counts = Q.count_by_state(self.conn)
+        return {
+            "node_id": self.config.node_id, "role": "leader", "leader": self.config.node_id,
+            "version": __version__, "pid": os.getpid(),
+            "started_at": iso_utc(round(self.started_at, 3)),
+            "uptime_s": round(self.clock.now() - self.started_at, 3),
+            "jobs": len(self.scheduler.entries),
+            "paused": sum(1 for e in self.scheduler.entries.values() if e.paused),
+            "running": counts.get("running", 0),
+            "runs_by_state": {s: counts.get(s, 0) for s in RUN_STATES},
+            "term": 0, "commit_index": self.machine.applied_index,
+            "applied_index": self.machine.applied_index,
+            "state_digest": self.machine.digest(),
+            "problems": [str(p) for p in self.watcher.problems],
+            "socket": self.config.socket, "data_dir": self.config.data_dir,
+            "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,
+            "timezone": self.config.timezone,
+        }
+
+    def _job_view(self, job: dict, last: dict | None) -> dict:
+        spec = job["spec"]
+        return {
+            "name": job["name"], "schedule": spec["schedule"],
+            "timezone": spec.get("timezone") or self.config.timezone,
+            "command": spec["command"], "enabled": spec.get("enabled", True),
+            "paused": job["paused"], "description": spec.get("description", ""),
+            "source": job["source"], "next_fire": iso_utc(self.scheduler.next_fire(job["name"])),
+            "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
+            "last_run": Q.run_view(last) if last else None,
+            "concurrency": spec.get("concurrency"), "catchup": spec.get("catchup"),
+            "run_on": spec.get("run_on"), "digest": job["digest"],
+        }
+
+    async def h_jobs(self, args: dict) -> list:
+        last = Q.last_runs(self.conn)
+        return [self._job_view(j, last.get(j["name"])) for j in Q.jobs(self.conn)]
+
+    async def h_job(self, args: dict) -> dict:
+        job = self._job_or_error(arg(args, "name", str, required=True))
+        view = self._job_view(job, Q.last_runs(self.conn).get(job["name"]))
+        view["spec"] = job["spec"]
+        return view
+
+    async def h_runs(self, args: dict) -> dict:
+        job = arg(args, "job", str)
+        state = arg(args, "state", str)
+        limit = arg(args, "limit", int, 50)
+        if state is not None and state not in RUN_STATES:
+            raise UsageError(f"unknown state {state!r}; use one of {', '.join(RUN_STATES)}")
+        if not 1 <= limit <= 100000:
+            raise UsageError("limit must be between 1 and 100000")
+        runs = [Q.run_view(r) for r in Q.list_runs(self.conn, job, state, limit)]
+        gaps = Q.list_gaps(self.conn, job, limit) if state in (None, "skipped") else []
+        return {"runs": runs, "gaps": gaps, "applied_index": self.machine.applied_index}
+
+    async def h_run(self, args: dict) -> dict:
+        run_id = arg(args, "run_id", int, required=True)
+        run = Q.get_run(self.conn, run_id)
+        if run is None:
+            raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
+        return Q.run_view(run)
+
+    def _find_log_run(self, job: str, run_id: int | None) -> dict:
+        if run_id is not None:
+            run = Q.get_run(self.conn, run_id)
+            if run is None or run["job"] != job:
+                raise RequestError(f"job {job!r} has no run {run_id}; `cronrd runs {job}` "
+                                   "lists its runs")
+            return run
+        for run in Q.list_runs(self.conn, job, None, 200):
+            if run["log_path"] or run["state"] in ("assigned", "running"):
+                return run
+        self._job_or_error(job)
+        raise RequestError(f"job {job!r} has no run with a log yet; `cronrd run-now {job}` "
+                           "starts one")
+
+    async def h_logs(self, args: dict):
+        job = arg(args, "job", str, required=True)
+        run = self._find_log_run(job, arg(args, "run_id", int))
+        follow = bool(arg(args, "follow", bool, False))
+        return Stream(self._stream_log(run, follow))
+
+    async def _stream_log(self, run: dict, follow: bool):
+        run_id = run["run_id"]
+        offset = 0
+        while True:
+            run = Q.get_run(self.conn, run_id) or run
+            active = run["state"] in ("assigned", "running")
+            path = run["log_path"]
+            if path is None and run_id in self.executor.active:
+                path = self.executor.active[run_id].log_path
+            if path:
+                try:
+                    with open(path, "rb") as f:
+                        f.seek(offset)
+                        while chunk := f.read(65536):
+                            offset += len(chunk)
+                            yield {"data": chunk.decode("utf-8", "replace")}
+                except FileNotFoundError:
+                    if not active:
+                        raise RequestError(f"log file {path} of run {run_id} is gone "
+                                           "(removed by log retention?)") from None
+            if not follow or not active:
+                yield {"result": Q.run_view(run)}
+                return
+            await asyncio.sleep(0.2)
+
+    async def h_run_now(self, args: dict):
+        name = arg(args, "job", str, required=True)
+        self._job_or_error(name)
+        wait = bool(arg(args, "wait", bool, False))
+        res = await self.log.propose(C.ManualRun(job=name, node=self.config.node_id,
+                                                 at=self.clock.now()))
+        run_id = res["run_id"]
+        if not wait:
+            return {"run_id": run_id, "state": res["state"]}
+        return Stream(self._follow_attempts(run_id))
+
+    async def _follow_attempts(self, run_id: int):
+        """Wait for the run and any retries; yield each attempt's end."""
+        while True:
+            run = await self._wait_run(run_id)
+            yield {"event": Q.run_view(run)}
+            nxt = None
+            for (rid,) in self.conn.execute(
+                    "SELECT run_id FROM runs WHERE job=? AND origin=? AND fire_time=? AND "
+                    "target=? AND attempt=? ORDER BY run_id LIMIT 1",
+                    (run["job"], run["origin"], run["fire_time"], run["target"],
+                     run["attempt"] + 1)):
+                nxt = rid
+            if nxt is None:
+                yield {"result": Q.run_view(run)}
+                return
+            run_id = nxt
+
+    async def _set_paused(self, args: dict, paused: bool) -> dict:
+        name = arg(args, "job", str, required=True)
+        self._job_or_error(name)
+        return await self.log.propose(C.SetPaused(name=name, paused=paused,
+                                                  at=self.clock.now()))
+
+    async def h_pause(self, args: dict) -> dict:
+        return await self._set_paused(args, True)
+
+    async def h_resume(self, args: dict) -> dict:
+        return await self._set_paused(args, False)
+
+    async def h_reload(self, args: dict) -> dict:
+        return await self.watcher.reload()
+
+
+def run_daemon(config: Config) -> int:
+    setup_logging(config.log_level)
+    daemon = Daemon(config)
+    try:
+        return asyncio.run(daemon.run())
+    except CronrdError as exc:
+        log.error("event=fatal error=\"%s\"", exc)
+        return 1

@@ -1,0 +1,530 @@
+"""The executor: starts the runs assigned to this node and reports results.
+
+Each run is forked in its own session and process group, with stdout and
+stderr into one size-capped log file. Exits are noticed through a pidfd on
+the event loop (no SIGCHLD handler, no polling). Timeouts and cancels signal
+the whole tree: the process group plus every descendant found by psutil, so
+grandchildren that left the group are stopped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import grp
+import logging
+import os
+import pwd
+import re
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable
+
+import psutil
+
+from ..config import Config
+from ..errors import CronrdError
+from ..jobspec import JobSpec
+from ..schedule import iso_utc
+from ..state import commands as C
+from ..state import queries as Q
+from ..state.machine import Effect, Refused
+from .clock import Clock
+from .processes import alive, process_matches, signal_tree, snapshot_tree
+
+log = logging.getLogger("cronrd.executor")
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+READ_CHUNK = 65536
+REPORT_RETRY_DELAY = 0.5
+
+
+@dataclass
+class ActiveRun:
+    run: dict
+    popen: subprocess.Popen
+    pid: int
+    pidfd: int
+    out_fd: int | None
+    logf: object
+    log_path: str
+    started_at: float
+    cap: int
+    kill_grace: float
+    written: int = 0
+    truncated: bool = False
+    stop_reason: str | None = None   # why we signalled it (timeout/cancel/shutdown)
+    stop_state: str | None = None    # timed_out | cancelled | lost
+    exited: bool = False
+    tree: list = field(default_factory=list)
+    timers: list = field(default_factory=list)
+
+
+def log_file_name(run: dict) -> str:
+    stamp = iso_utc(run["fire_time"]).replace("-", "").replace(":", "")
+    return f"{stamp}-a{run['attempt']}-r{run['run_id']}.log"
+
+
+def safe_dir_name(job: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", job) or "_"
+
+
+class Executor:
+    def __init__(self, config: Config, proposer, conn, clock: Clock):
+        self.config = config
+        self.node_id = config.node_id
+        self.proposer = proposer
+        self.conn = conn
+        self.clock = clock
+        self.is_root = os.geteuid() == 0
+        self.timers: dict[int, asyncio.TimerHandle] = {}
+        self.active: dict[int, ActiveRun] = {}
+        self.reports: set[asyncio.Task] = set()
+        self.accepting = True
+        self.started_count = 0
+        self._warned_user: set[str] = set()
+        self.on_output: Callable[[int], None] | None = None
+
+    # -- effects from the state machine -------------------------------------
+    def on_effects(self, effects: list[Effect]) -> None:
+        for eff in effects:
+            run = eff.run
+            if run is None or run.get("node") != self.node_id:
+                continue
+            if eff.kind == "assign":
+                self.schedule(run)
+            elif eff.kind == "cancel":
+                self.cancel(run["run_id"], run.get("reason") or "cancelled")
+            elif eff.kind == "run_done":
+                handle = self.timers.pop(run["run_id"], None)
+                if handle is not None:
+                    handle.cancel()
+
+    def schedule(self, run: dict) -> None:
+        run_id = run["run_id"]
+        if not self.accepting or run_id in self.timers or run_id in self.active:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (run["due_at"] or 0) - self.clock.now())
+        self.timers[run_id] = loop.call_later(delay, self._due, run_id)
+
+    def _due(self, run_id: int) -> None:
+        self.timers.pop(run_id, None)
+        if not self.accepting:
+            return
+        run = Q.get_run(self.conn, run_id)
+        if run is None or run["state"] != "assigned" or run["node"] != self.node_id:
+            return
+        early = (run["due_at"] or 0) - self.clock.now()
+        if early > 0.0005:  # timers may fire a hair early: re-arm
+            loop = asyncio.get_running_loop()
+            self.timers[run_id] = loop.call_later(early, self._due, run_id)
+            return
+        self.start(run)
+
+    # -- starting -------------------------------------------------------------
+    def _job_spec(self, name: str) -> JobSpec | None:
+        for spec, source in self.conn.execute(
+                "SELECT spec, source FROM jobs WHERE name=?", (name,)):
+            import json
+            return JobSpec.from_dict(json.loads(spec), source=source)
+        return None
+
+    def _identity(self, spec: JobSpec) -> dict:
+        """uid/gid/home for the job, applied only when the daemon is root."""
+        if not self.is_root:
+            if spec.user and spec.name not in self._warned_user:
+                self._warned_user.add(spec.name)
+                log.warning("event=user_ignored job=%s user=%s reason=\"daemon is not root; "
+                            "the job runs as %s\"", spec.name, spec.user,
+                            pwd.getpwuid(os.geteuid()).pw_name)
+            ent = pwd.getpwuid(os.geteuid())
+            return {"kwargs": {}, "home": ent.pw_dir, "user": ent.pw_name}
+        name = spec.user or "root"
+        try:
+            ent = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+        except KeyError:
+            raise CronrdError(f"user {name!r} does not exist on node {self.node_id}; create "
+                              f"it or fix user: in {spec.source}") from None
+        gid = ent.pw_gid
+        if spec.group:
+            try:
+                gid = (int(spec.group) if spec.group.isdigit()
+                       else grp.getgrnam(spec.group).gr_gid)
+            except KeyError:
+                raise CronrdError(f"group {spec.group!r} does not exist on node "
+                                  f"{self.node_id}; fix group: in {spec.source}") from None
+        groups = os.getgrouplist(ent.pw_name, gid)
+        return {"kwargs": {"user": ent.pw_uid, "group": gid, "extra_groups": groups},
+                "home": ent.pw_dir, "user": ent.pw_name}
+
+    def start(self, run: dict) -> None:
+        spec = self._job_spec(run["job"])
+        now = self.clock.now()
+        job_dir = os.path.join(self.config.log_dir, safe_dir_name(run["job"]))
+        log_path = os.path.join(job_dir, log_file_name(run))
+        if spec is None:
+            self._report_now(run, "cancelled", now, reason="job no longer defined")
+            return
+        try:
+            os.makedirs(job_dir, mode=0o750, exist_ok=True)
+            logf = open(log_path, "ab", buffering=0)
+        except OSError as exc:
+            self._report_now(run, "failed", now, reason=f"cannot open log file {log_path}: "
+                             f"{exc.strerror}; check log_dir permissions")
+            return
+        fire_iso = iso_utc(run["fire_time"])
+        try:
+            ident = self._identity(spec)
+            env = {"PATH": DEFAULT_PATH, "SHELL": "/bin/sh", "HOME": ident["home"],
+                   "USER": ident["user"], "LOGNAME": ident["user"]}
+            if "LANG" in os.environ:
+                env["LANG"] = os.environ["LANG"]
+            env.update(dict(spec.env))
+            env.update({
+                "CRONRD_JOB": run["job"], "CRONRD_RUN_ID": str(run["run_id"]),
+                "CRONRD_FIRE_TIME": fire_iso, "CRONRD_ATTEMPT": str(run["attempt"]),
+                "CRONRD_RUN_KEY": f"{run['job']}/{fire_iso}/{run['attempt']}",
+                "CRONRD_NODE": self.node_id, "CRONRD_LOG_PATH": log_path,
+            })
+            argv = (["/bin/sh", "-c", spec.command] if isinstance(spec.command, str)
+                    else list(spec.command))
+            cwd = spec.working_dir or ident["home"]
+            if not os.path.isdir(cwd):
+                cwd_hint = "fix working_dir" if spec.working_dir else "create it"
+                raise CronrdError(f"working directory {cwd} does not exist on node "
+                                  f"{self.node_id}; {cwd_hint} in {spec.source}")
+        except CronrdError as exc:
+            logf.write(f"cronrd: run not started: {exc}\n".encode())
+            logf.close()
+            self._report_now(run, "failed", now, reason=str(exc), log_path=log_path)
+            return
+        rfd, wfd = os.pipe2(os.O_CLOEXEC)
+        try:
+            popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=wfd, stderr=wfd, env=env, cwd=cwd,
+                start_new_session=True, close_fds=True, **ident["kwargs"])
+        except OSError as exc:
+            os.close(rfd)
+            os.close(wfd)
+            msg = f"cannot execute {argv[0]!r}: {exc.strerror or exc}"
+            logf.write(f"cronrd: {msg}\n".encode())
+            logf.close()
+            self._report_now(run, "failed", now, reason=msg, log_path=log_path,
+                             exit_code=127)
+            return
+        started = self.clock.now()
+        os.close(wfd)
+        os.set_blocking(rfd, False)
+        pidfd = os.pidfd_open(popen.pid)
+        act = ActiveRun(run=run, popen=popen, pid=popen.pid, pidfd=pidfd, out_fd=rfd,
+                        logf=logf, log_path=log_path, started_at=started,
+                        cap=spec.max_log_bytes, kill_grace=spec.kill_grace)
+        self.active[run["run_id"]] = act
+        self.started_count += 1
+        loop = asyncio.get_running_loop()
+        loop.add_reader(rfd, self._read_output, act)
+        loop.add_reader(pidfd, self._exited, act)
+        if spec.timeout:
+            act.timers.append(loop.call_later(
+                spec.timeout, self._stop, act, "timed_out",
+                f"timed out after {spec.timeout:g}s (timeout)"))
+        log.info("event=run_started job=%s run=%d fire=%s attempt=%d pid=%d lateness_ms=%.1f",
+                 run["job"], run["run_id"], fire_iso, run["attempt"], popen.pid,
+                 (started - (run["due_at"] or started)) * 1000)
+        self._propose(C.RunStarted(run_id=run["run_id"], token=run["token"],
+                                   node=self.node_id, pid=popen.pid, started_at=started,
+                                   log_path=log_path), act)
+
+    # -- output ----------------------------------------------------------------
+    def _read_output(self, act: ActiveRun) -> None:
+        try:
+            data = os.read(act.out_fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close_output(act)
+            return
+        self._write_log(act, data)
+
+    def _write_log(self, act: ActiveRun, data: bytes) -> None:
+        room = act.cap - act.written
+        if room > 0:
+            chunk = data[:room]
+            try:
+                act.logf.write(chunk)
+            except OSError as exc:
+                log.error("event=log_write_failed path=%s error=%s", act.log_path, exc)
+            act.written += len(chunk)
+        if len(data) > max(room, 0) and not act.truncated:
+            act.truncated = True
+            try:
+                act.logf.write(f"\ncronrd: output truncated at {act.cap} bytes "
+                               "(max_log_bytes)\n".encode())
+            except OSError:
+                pass
+        if self.on_output is not None:
+            self.on_output(act.run["run_id"])
+
+    def _drain_output(self, act: ActiveRun) -> None:
+        while act.out_fd is not None:
+            try:
+                data = os.read(act.out_fd, READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close_output(act)
+                return
+            self._write_log(act, data)
+
+    def _close_output(self, act: ActiveRun) -> None:
+        if act.out_fd is None:
+            return
+        asyncio.get_running_loop().remove_reader(act.out_fd)
+        os.close(act.out_fd)
+        act.out_fd = None
+        act.logf.close()
+        if act.exited:
+            self.active.pop(act.run["run_id"], None)
+
+    # -- exit ------------------------------------------------------------------
+    def _exited(self, act: ActiveRun) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(act.pidfd)
+        os.close(act.pidfd)
+        rc = act.popen.wait()
+        act.exited = True
+        finished = self.clock.now()
+        self._drain_output(act)
+        for timer in act.timers:
+            # A pending hard kill still runs: grandchildren may outlive the parent.
+            if not getattr(timer, "_cronrd_hard_kill", False):
+                timer.cancel()
+        if act.out_fd is None:
+            self.active.pop(act.run["run_id"], None)
+        exit_code = rc if rc >= 0 else None
+        sig = -rc if rc < 0 else None
+        if act.stop_state is not None:
+            state, reason = act.stop_state, act.stop_reason
+        else:
+            state = "succeeded" if rc == 0 else "failed"
+            reason = None if rc == 0 else (
+                f"exit code {rc}" if rc > 0 else f"killed by signal {signal.Signals(-rc).name}")
+        log.info("event=run_finished job=%s run=%d state=%s exit_code=%s signal=%s "
+                 "duration_s=%.3f", act.run["job"], act.run["run_id"], state, exit_code, sig,
+                 finished - act.started_at)
+        self._propose(C.RunFinished(
+            run_id=act.run["run_id"], token=act.run["token"], node=self.node_id, state=state,
+            exit_code=exit_code, signal=sig, started_at=act.started_at, finished_at=finished,
+            log_path=act.log_path, reason=reason, pid=act.pid))
+
+    # -- stopping --------------------------------------------------------------
+    def _stop(self, act: ActiveRun, state: str, reason: str) -> None:
+        """SIGTERM the whole tree now, SIGKILL whatever is left after kill_grace."""
+        if act.stop_state is None:
+            act.stop_state, act.stop_reason = state, reason
+        if act.exited:
+            return
+        act.tree = snapshot_tree(act.pid) or act.tree
+        log.info("event=run_stopping job=%s run=%d reason=\"%s\" processes=%d",
+                 act.run["job"], act.run["run_id"], reason, len(act.tree))
+        signal_tree(act.pid, act.tree, signal.SIGTERM)
+        hard = asyncio.get_running_loop().call_later(act.kill_grace, self._kill_hard, act)
+        hard._cronrd_hard_kill = True
+        act.timers.append(hard)
+
+    def _kill_hard(self, act: ActiveRun) -> None:
+        procs = alive(act.tree + ([] if act.exited else snapshot_tree(act.pid)))
+        if procs or not act.exited:
+            log.info("event=run_killed job=%s run=%d processes=%d", act.run["job"],
+                     act.run["run_id"], len(procs))
+            signal_tree(act.pid, procs, signal.SIGKILL)
+
+    def cancel(self, run_id: int, reason: str) -> None:
+        handle = self.timers.pop(run_id, None)
+        if handle is not None:
+            handle.cancel()
+        act = self.active.get(run_id)
+        if act is not None and not act.exited:
+            self._stop(act, "cancelled", reason)
+
+    # -- reporting ---------------------------------------------------------------
+    def _report_now(self, run: dict, state: str, at: float, *, reason: str,
+                    log_path: str | None = None, exit_code: int | None = None) -> None:
+        log.warning("event=run_not_started job=%s run=%d state=%s reason=\"%s\"",
+                    run["job"], run["run_id"], state, reason)
+        self._propose(C.RunFinished(
+            run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
+            exit_code=exit_code, signal=None, started_at=None, finished_at=at,
+            log_path=log_path, reason=reason))
+
+    def _propose(self, cmd: C.Command, act: ActiveRun | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(self._report(cmd, act))
+        self.reports.add(task)
+        task.add_done_callback(self.reports.discard)
+
+    async def _report(self, cmd: C.Command, act: ActiveRun | None) -> None:
+        """Propose until committed: a result is never dropped (guarantee 4)."""
+        while True:
+            try:
+                result = await self.proposer.propose(cmd)
+            except Refused as exc:
+                log.info("event=report_refused op=%s reason=\"%s\"", cmd.op, exc)
+                return
+            except CronrdError as exc:
+                log.warning("event=report_retry op=%s error=\"%s\"", cmd.op, exc)
+                await asyncio.sleep(REPORT_RETRY_DELAY)
+                continue
+            if act is not None and isinstance(result, dict) and result.get("cancel"):
+                self._stop(act, "cancelled", "cancelled while starting")
+            return
+
+    # -- restart reconciliation ---------------------------------------------------
+    def _orphans(self) -> dict[str, list[psutil.Process]]:
+        """Live processes of our runs, found by the CRONRD_LOG_PATH we gave them."""
+        prefix = os.path.join(self.config.log_dir, "")
+        found: dict[str, list[psutil.Process]] = {}
+        for proc in psutil.process_iter():
+            try:
+                env = proc.environ()
+            except (psutil.Error, OSError):
+                continue
+            path = env.get("CRONRD_LOG_PATH")
+            if path and path.startswith(prefix) and env.get("CRONRD_NODE") == self.node_id:
+                found.setdefault(path, []).append(proc)
+        return found
+
+    async def reconcile(self) -> dict:
+        """Settle runs this node had in flight when the daemon last stopped.
+
+        Policy: kill and retry. A process of ours that is still alive is
+        stopped (its whole tree), the run is marked ``lost``, and the state
+        machine retries it by the job's on_node_loss policy. Runs that were
+        assigned but never started are started now.
+        """
+        orphans = self._orphans()
+        lost = started = 0
+        waits = []
+        for run in Q.runs_for_node(self.conn, self.node_id, ("running", "assigned")):
+            path = os.path.join(self.config.log_dir, safe_dir_name(run["job"]),
+                                log_file_name(run))
+            procs = list(orphans.get(path, []))
+            proc = process_matches(run["pid"], run["started_at"])
+            if proc is not None and proc not in procs:
+                procs.append(proc)
+            if run["state"] == "assigned" and not procs:
+                self.schedule(run)
+                started += 1
+                continue
+            lost += 1
+            waits.append(self._settle_lost(run, procs, path))
+        if waits:
+            await asyncio.gather(*waits)
+        return {"lost": lost, "resumed": started}
+
+    async def _settle_lost(self, run: dict, procs: list, path: str) -> None:
+        spec = self._job_spec(run["job"])
+        grace = spec.kill_grace if spec else 10.0
+        if procs:
+            tree = list(procs)
+            for p in procs:
+                try:
+                    tree.extend(p.children(recursive=True))
+                except psutil.Error:
+                    pass
+            reason = (f"cronrd restarted during the run; its processes "
+                      f"({', '.join(str(p.pid) for p in procs)}) were stopped (kill and retry)")
+            for p in procs:
+                try:
+                    if os.getpgid(p.pid) == p.pid:  # a run's session leader
+                        os.killpg(p.pid, signal.SIGTERM)
+                except OSError:
+                    pass
+            for p in tree:
+                try:
+                    p.terminate()
+                except psutil.Error:
+                    pass
+            deadline = self.clock.monotonic() + grace
+            while alive(tree) and self.clock.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            for p in alive(tree):
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+        else:
+            reason = "cronrd was not running when the run ended; its result is unknown"
+        log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"], run["run_id"],
+                    reason)
+        self._propose(C.RunFinished(
+            run_id=run["run_id"], token=run["token"], node=self.node_id, state="lost",
+            exit_code=None, signal=None, started_at=run["started_at"],
+            finished_at=self.clock.now(), log_path=run["log_path"] or path, reason=reason))
+
+    # -- shutdown -----------------------------------------------------------------
+    async def shutdown(self, mode: str, grace: float) -> None:
+        """Stop starting runs; let running ones finish (``wait``) or stop them."""
+        self.accepting = False
+        for handle in self.timers.values():
+            handle.cancel()
+        self.timers.clear()
+        live = [a for a in self.active.values() if not a.exited]
+        if live:
+            log.info("event=shutdown_runs mode=%s running=%d grace_s=%g", mode, len(live), grace)
+        if mode == "stop":
+            for act in live:
+                self._stop(act, "lost", "stopped by daemon shutdown (shutdown.mode: stop)")
+        deadline = self.clock.monotonic() + grace
+        while any(not a.exited for a in self.active.values()) and \
+                self.clock.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for act in list(self.active.values()):
+            if not act.exited:
+                self._stop(act, "lost", f"stopped by daemon shutdown after the {grace:g}s "
+                                        "grace period")
+        deadline = self.clock.monotonic() + max(
+            [a.kill_grace for a in self.active.values()] + [0]) + 1
+        while any(not a.exited for a in self.active.values()) and \
+                self.clock.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        while self.reports:
+            await asyncio.gather(*list(self.reports), return_exceptions=True)
+
+    # -- log retention ----------------------------------------------------------------
+    def prune_logs(self) -> int:
+        """Delete run logs older than log_retention.max_age or beyond the count cap."""
+        removed = 0
+        cutoff = self.clock.now() - self.config.log_max_age
+        active = {a.log_path for a in self.active.values()}
+        try:
+            dirs = os.scandir(self.config.log_dir)
+        except FileNotFoundError:
+            return 0
+        with dirs:
+            for d in dirs:
+                if not d.is_dir(follow_symlinks=False):
+                    continue
+                files = []
+                with os.scandir(d.path) as it:
+                    for f in it:
+                        if f.name.endswith(".log") and f.is_file(follow_symlinks=False):
+                            files.append((f.stat().st_mtime, f.path))
+                files.sort(reverse=True)
+                for i, (mtime, path) in enumerate(files):
+                    if path in active:
+                        continue
+                    if mtime < cutoff or i >= self.config.log_max_files_per_job:
+                        try:
+                            os.unlink(path)
+                            removed += 1
+                        except OSError as exc:
+                            if exc.errno != errno.ENOENT:
+                                log.warning("event=log_prune_failed path=%s error=%s",
+                                            path, exc.strerror)
+        return removed

@@ -1,0 +1,233 @@
+"""The leader's scheduler: turns job schedules into committed fires.
+
+It keeps one heap entry per active job (its next fire time) and sleeps until
+the earliest one is due; it never polls every job. Each fire is proposed a
+little ahead of its time (``LEAD``) so the assignment is committed before the
+fire time and the executor starts the process on its own timer: precision is
+bounded by the local timer and fork, not by the commit.
+
+The replicated per-job cursor (last fire handled) is the scheduler's only
+memory: on start (or on becoming leader) it resumes from the cursors and
+applies each job's catch-up policy to the gap, so nothing fires twice and
+nothing is dropped without a record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import logging
+from dataclasses import dataclass
+
+from ..config import Config
+from ..errors import CronrdError
+from ..jobspec import JobSpec
+from ..schedule import Trigger, jitter_for, make_trigger, parse_schedule, plan_catchup
+from ..state import commands as C
+from ..state.machine import Effect, Refused
+from .clock import Clock
+
+log = logging.getLogger("cronrd.scheduler")
+
+LEAD = 0.1             # seconds a fire is committed ahead of its time
+MAX_SLEEP = 5.0        # re-read the wall clock at least this often (clock steps)
+MAX_SKIP_RECORDS = 100  # beyond this many missed fires, one gap record sums them up
+
+
+@dataclass
+class Entry:
+    spec: JobSpec
+    trigger: Trigger
+    paused: bool
+    cursor: int
+    next_fire: int | None = None
+    seq: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.spec.enabled and not self.paused
+
+
+class Scheduler:
+    def __init__(self, config: Config, proposer, conn, clock: Clock):
+        self.config = config
+        self.node_id = config.node_id
+        self.proposer = proposer
+        self.conn = conn
+        self.clock = clock
+        self.entries: dict[str, Entry] = {}
+        self.heap: list[tuple[int, int, str]] = []
+        self._seq = 0
+        self._wake: asyncio.Future | None = None
+        self.stopped = False
+        self.pending: set[asyncio.Future] = set()
+
+    # -- reading jobs from the state ------------------------------------------------
+    def _load(self, name: str) -> Entry | None:
+        for spec, source, paused, cursor in self.conn.execute(
+                "SELECT spec, source, paused, cursor FROM jobs WHERE name=?", (name,)):
+            job = JobSpec.from_dict(json.loads(spec), source=source)
+            trigger = make_trigger(parse_schedule(job.schedule),
+                                   job.timezone or self.config.timezone)
+            return Entry(spec=job, trigger=trigger, paused=bool(paused), cursor=cursor)
+        return None
+
+    def _push(self, name: str, entry: Entry, fire: int | None) -> None:
+        self._seq += 1
+        entry.seq = self._seq
+        entry.next_fire = fire
+        if fire is not None:
+            heapq.heappush(self.heap, (fire, entry.seq, name))
+
+    def next_fire(self, name: str) -> int | None:
+        entry = self.entries.get(name)
+        return entry.next_fire if entry and entry.active else None
+
+    # -- start / catch-up --------------------------------------------------------------
+    def start(self, boot_time: int | None = None) -> None:
+        """Resume every job from its replicated cursor (catch-up included)."""
+        names = [n for (n,) in self.conn.execute("SELECT name FROM jobs ORDER BY name")]
+        for name in names:
+            self.refresh(name, startup=True)
+        if boot_time is not None:
+            for name, entry in self.entries.items():
+                if entry.trigger.schedule.kind == "reboot" and entry.active:
+                    self._propose(C.Fire(job=name, fire_time=boot_time, kind="scheduled",
+                                         node=self.node_id, due_at=self.clock.now(),
+                                         at=self.clock.now(), boot=True))
+        self.wake()
+
+    def refresh(self, name: str, startup: bool = False) -> None:
+        old = self.entries.get(name)
+        try:
+            entry = self._load(name)
+        except CronrdError as exc:  # a spec that no longer parses (should not happen)
+            log.error("event=job_unschedulable job=%s error=\"%s\"", name, exc)
+            entry = None
+        if entry is None:
+            self.entries.pop(name, None)
+            return
+        self.entries[name] = entry
+        if entry.trigger.schedule.kind == "reboot" or not entry.active:
+            self._push(name, entry, None)
+            return
+        now = int(self.clock.now())
+        cursor = entry.cursor
+        if old is not None and not old.active and not startup:
+            # Resumed or re-enabled: the fires in between are skipped, with a record.
+            why = "paused" if old.paused else "disabled (enabled: false)"
+            self._skip_missed(name, entry, now, f"job was {why} at this fire time")
+            cursor = max(cursor, now)
+        elif startup and (old is None):
+            first = entry.trigger.next_after(cursor)
+            if first is not None and first <= now:
+                cursor = self._catch_up(name, entry, now)
+        if old is not None and old.active and old.next_fire is not None:
+            # Already scheduled up to old.next_fire - 1: continue from there.
+            cursor = max(cursor, old.next_fire - 1)
+        self._push(name, entry, entry.trigger.next_after(max(cursor, now)))
+        self.wake()
+
+    def _catch_up(self, name: str, entry: Entry, now: int) -> int:
+        spec = entry.spec
+        plan = plan_catchup(entry.trigger, entry.cursor, now, spec.catchup,
+                            spec.catchup_window, max_records=MAX_SKIP_RECORDS)
+        at = self.clock.now()
+        if plan.skipped_range is not None:
+            first, last, count, reason = plan.skipped_range
+            self._propose(C.RecordGap(job=name, first=first, last=last, count=count,
+                                      reason=reason, at=at))
+        for fire, reason in plan.skipped:
+            self._propose(C.Fire(job=name, fire_time=fire, kind="catchup", node=self.node_id,
+                                 due_at=at, at=at, skip_reason=reason))
+        for fire in plan.run:
+            self._fire(name, entry, fire, kind="catchup" if fire < now - 1 else "scheduled")
+        log.info("event=catch_up job=%s policy=%s run=%d skipped=%d gap=%s", name,
+                 spec.catchup, len(plan.run), len(plan.skipped),
+                 plan.skipped_range[2] if plan.skipped_range else 0)
+        return plan.cursor
+
+    def _skip_missed(self, name: str, entry: Entry, now: int, reason: str) -> None:
+        """Record every fire in (cursor, now] as skipped for ``reason``."""
+        plan = plan_catchup(entry.trigger, entry.cursor, now, "none", None,
+                            max_records=MAX_SKIP_RECORDS)
+        at = self.clock.now()
+        if plan.skipped_range is not None:
+            first, last, count, _ = plan.skipped_range
+            self._propose(C.RecordGap(job=name, first=first, last=last, count=count,
+                                      reason=reason, at=at))
+        for fire, _ in plan.skipped:
+            self._propose(C.Fire(job=name, fire_time=fire, kind="scheduled",
+                                 node=self.node_id, due_at=at, at=at, skip_reason=reason))
+        for fire in plan.run:
+            self._fire(name, entry, fire)
+
+    # -- effects ------------------------------------------------------------------------
+    def on_effects(self, effects: list[Effect]) -> None:
+        for eff in effects:
+            if eff.kind == "jobs_changed" and eff.job is not None:
+                self.refresh(eff.job)
+
+    # -- firing ---------------------------------------------------------------------------
+    def _eligible(self, spec: JobSpec) -> tuple[str | None, str]:
+        """(skip reason or None, target) for this one-node cluster."""
+        mode, values = spec.run_on.mode, spec.run_on.values
+        if mode == "nodes" and self.node_id not in values:
+            return (f"no eligible node: run_on {', '.join(values)} does not include "
+                    f"{self.node_id}", "")
+        if mode == "tags":
+            return (f"no eligible node: no node has tags {', '.join(values)}", "")
+        return None, (self.node_id if mode == "all" else "")
+
+    def _fire(self, name: str, entry: Entry, fire: int, kind: str = "scheduled") -> None:
+        spec = entry.spec
+        skip, target = self._eligible(spec)
+        due = fire + jitter_for(name, fire, spec.jitter)
+        self._propose(C.Fire(job=name, fire_time=fire, kind=kind, node=self.node_id,
+                             due_at=due, at=self.clock.now(), skip_reason=skip,
+                             target=target))
+
+    def _propose(self, cmd: C.Command) -> None:
+        fut = self.proposer.propose(cmd)
+        self.pending.add(fut)
+        fut.add_done_callback(self._proposed)
+
+    def _proposed(self, fut: asyncio.Future) -> None:
+        self.pending.discard(fut)
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if isinstance(exc, Refused):
+            log.debug("event=fire_refused reason=\"%s\"", exc)
+        elif exc is not None:
+            log.error("event=propose_failed error=\"%s\"", exc)
+
+    def wake(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.stopped:
+            now = self.clock.now()
+            while self.heap and self.heap[0][0] - LEAD <= now:
+                fire, seq, name = heapq.heappop(self.heap)
+                entry = self.entries.get(name)
+                if entry is None or entry.seq != seq:
+                    continue  # superseded by a refresh
+                self._fire(name, entry, fire)
+                self._push(name, entry, entry.trigger.next_after(fire))
+            delay = MAX_SLEEP
+            if self.heap:
+                delay = min(delay, max(0.0, self.heap[0][0] - LEAD - self.clock.now()))
+            self._wake = loop.create_future()
+            handle = loop.call_later(delay, self.wake)
+            try:
+                await self._wake
+            finally:
+                handle.cancel()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.wake()

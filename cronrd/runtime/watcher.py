@@ -1,0 +1,127 @@
+"""The job-file watcher: keeps the replicated job set equal to jobs_dir.
+
+It fingerprints the directory (names, sizes, mtimes, inodes, modes, owners)
+every ``watch_interval`` and reloads when anything changed, or at once on
+SIGHUP. Only differences are proposed. A file with problems never removes
+the jobs it defined before: they keep their last good version until the
+file is fixed or deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from ..jobspec import Problem, load_jobs_dir
+from ..state import commands as C
+from ..state import queries as Q
+from .clock import Clock
+
+log = logging.getLogger("cronrd.watcher")
+
+
+def fingerprint(path: str) -> tuple:
+    try:
+        st = os.stat(path)
+        entries = []
+        with os.scandir(path) as it:
+            for e in it:
+                try:
+                    s = e.stat()
+                except OSError:
+                    continue
+                entries.append((e.name, s.st_size, s.st_mtime_ns, s.st_ino, s.st_mode,
+                                s.st_uid))
+        return (st.st_mtime_ns, st.st_mode, st.st_uid, tuple(sorted(entries)))
+    except OSError as exc:
+        return ("error", exc.errno)
+
+
+class Watcher:
+    def __init__(self, jobs_dir: str, proposer, conn, clock: Clock, interval: float = 1.0,
+                 allowed_uids: set[int] | None = None):
+        self.jobs_dir = jobs_dir
+        self.proposer = proposer
+        self.conn = conn
+        self.clock = clock
+        self.interval = interval
+        self.allowed_uids = allowed_uids
+        self.problems: list[Problem] = []
+        self.conflicts: dict[str, str] = {}
+        self._fingerprint: tuple | None = None
+        self._kick = asyncio.Event()
+        self.reloads = 0
+        self.stopped = False
+
+    def kick(self) -> None:
+        """Reload at once (SIGHUP)."""
+        self._fingerprint = None
+        self._kick.set()
+
+    async def reload(self) -> dict:
+        fp = fingerprint(self.jobs_dir)
+        result = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: load_jobs_dir(self.jobs_dir, allowed_uids=self.allowed_uids))
+        self._fingerprint = fp
+        self.reloads += 1
+        problems = result.problems
+        if [str(p) for p in problems] != [str(p) for p in self.problems]:
+            for p in problems:
+                log.error("event=job_file_problem problem=\"%s\"", p)
+        self.problems = list(problems)
+        broken = {f.path for f in result.files if f.problems}
+        desired = result.jobs
+        current = {j["name"]: j for j in Q.jobs(self.conn)}
+        at = self.clock.now()
+        futures = []
+        for name, spec in desired.items():
+            have = current.get(name)
+            if have is None or have["digest"] != spec.digest() or have["source"] != spec.source:
+                futures.append(self.proposer.propose(C.PutJob(
+                    name=name, spec=spec.to_dict(), digest=spec.digest(), source=spec.source,
+                    at=at)))
+                log.info("event=job_%s job=%s file=%s", "added" if have is None else "updated",
+                         name, spec.source)
+        kept = []
+        for name, have in current.items():
+            if name in desired:
+                continue
+            if have["source"] in broken or self._dir_unreadable(result):
+                kept.append(name)
+                continue
+            futures.append(self.proposer.propose(C.RemoveJob(name=name, at=at)))
+            log.info("event=job_removed job=%s file=%s", name, have["source"])
+        for name in kept:
+            log.warning("event=job_kept job=%s reason=\"its file has problems; the last good "
+                        "version keeps running until the file is fixed\"", name)
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for e in errors:
+            log.error("event=job_update_failed error=\"%s\"", e)
+        return {"jobs": len(desired), "changes": len(futures), "kept": kept,
+                "problems": [str(p) for p in problems]}
+
+    def _dir_unreadable(self, result) -> bool:
+        # A missing or unreadable directory must not wipe every job.
+        return any(p.line == 0 and p.path.rstrip("/") == self.jobs_dir.rstrip("/")
+                   for p in result.problems)
+
+    async def run(self) -> None:
+        while not self.stopped:
+            try:
+                await asyncio.wait_for(self._kick.wait(), self.interval)
+            except asyncio.TimeoutError:
+                pass
+            self._kick.clear()
+            if self.stopped:
+                return
+            if fingerprint(self.jobs_dir) != self._fingerprint:
+                try:
+                    await self.reload()
+                except Exception:
+                    log.exception("event=reload_failed")
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._kick.set()

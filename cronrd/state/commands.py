@@ -1,0 +1,158 @@
+"""Commands: the only way the replicated state changes.
+
+Each command is a frozen dataclass that carries everything ``apply`` needs:
+times, node ids and decisions made by the proposer travel inside the
+command, so applying the same sequence of commands on any node gives the
+same state. Commands are encoded as compact JSON for the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..errors import StateError
+
+
+@dataclass(frozen=True)
+class Command:
+    op: ClassVar[str] = ""
+
+    def encode(self) -> bytes:
+        body = dataclasses.asdict(self)
+        body["op"] = self.op
+        return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class PutJob(Command):
+    """Create or update a job definition (from a job file)."""
+
+    op: ClassVar[str] = "put_job"
+    name: str
+    spec: dict
+    digest: str
+    source: str
+    at: float
+
+
+@dataclass(frozen=True)
+class RemoveJob(Command):
+    """Forget a job whose file is gone. Its run history stays."""
+
+    op: ClassVar[str] = "remove_job"
+    name: str
+    at: float
+
+
+@dataclass(frozen=True)
+class SetPaused(Command):
+    op: ClassVar[str] = "set_paused"
+    name: str
+    paused: bool
+    at: float
+
+
+@dataclass(frozen=True)
+class Fire(Command):
+    """Handle one scheduled fire time of a job: run it, or record a skip.
+
+    ``skip_reason`` set by the proposer (catch-up policy) records a skipped
+    run; otherwise ``apply`` decides from the state (paused, overlap policy).
+    The fire must lie after the job's cursor; the cursor moves to it.
+    """
+
+    op: ClassVar[str] = "fire"
+    job: str
+    fire_time: int
+    kind: str  # scheduled | catchup
+    node: str
+    due_at: float
+    at: float
+    skip_reason: str | None = None
+    target: str = ""    # the node key of a per-node run (run_on: all)
+    boot: bool = False  # an @reboot fire: keyed by boot time, no cursor
+
+
+@dataclass(frozen=True)
+class RecordGap(Command):
+    """Account for many missed fire times at once (a long outage)."""
+
+    op: ClassVar[str] = "record_gap"
+    job: str
+    first: int
+    last: int
+    count: int
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class ManualRun(Command):
+    op: ClassVar[str] = "manual_run"
+    job: str
+    node: str
+    at: float
+
+
+@dataclass(frozen=True)
+class RunStarted(Command):
+    op: ClassVar[str] = "run_started"
+    run_id: int
+    token: int
+    node: str
+    pid: int
+    started_at: float
+    log_path: str
+
+
+@dataclass(frozen=True)
+class RunFinished(Command):
+    op: ClassVar[str] = "run_finished"
+    run_id: int
+    token: int
+    node: str
+    state: str  # succeeded | failed | timed_out | cancelled | lost
+    exit_code: int | None
+    signal: int | None
+    started_at: float | None
+    finished_at: float
+    log_path: str | None
+    reason: str | None = None
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class CancelRun(Command):
+    op: ClassVar[str] = "cancel_run"
+    run_id: int
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Prune(Command):
+    """Delete finished run records older than ``before`` (retention)."""
+
+    op: ClassVar[str] = "prune"
+    before: float
+    at: float
+
+
+COMMANDS: dict[str, type[Command]] = {
+    c.op: c
+    for c in (PutJob, RemoveJob, SetPaused, Fire, RecordGap, ManualRun,
+              RunStarted, RunFinished, CancelRun, Prune)
+}
+
+
+def decode(data: bytes | str) -> Command:
+    """Decode a command from the log. Raises StateError on garbage."""
+    try:
+        body: dict[str, Any] = json.loads(data)
+        cls = COMMANDS[body.pop("op")]
+        return cls(**body)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StateError(f"undecodable command in the log: {exc}") from exc

@@ -1,0 +1,363 @@
+"""The replicated state machine: ``apply(index, command)`` over SQLite.
+
+``apply`` is deterministic: it reads only the command and the current state
+(no clock, no randomness, no node-local facts), so every node that applies
+the same committed commands holds the same database. It returns the
+command's result and a list of *effects*: facts about what changed that the
+runtime on each node reacts to (a run assigned to this node, a cancel
+request), never side effects performed here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from ..errors import StateError
+from ..schedule import retry_delay
+from . import commands as C
+from .schema import ACTIVE_STATES, SCHEMA, SCHEMA_VERSION
+
+# Which state a run may move to from which: transitions as data.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "assigned": frozenset({"running", "succeeded", "failed", "timed_out",
+                           "cancelled", "lost"}),
+    "running": frozenset({"succeeded", "failed", "timed_out", "cancelled", "lost"}),
+}
+REPORTABLE = frozenset({"succeeded", "failed", "timed_out", "cancelled", "lost"})
+
+RUN_COLUMNS = ("run_id", "job", "origin", "kind", "fire_time", "attempt", "target",
+               "state", "node", "token", "due_at", "created_at", "started_at",
+               "finished_at", "pid", "exit_code", "signal", "log_path", "reason",
+               "cancel_requested")
+
+
+@dataclass(frozen=True)
+class Effect:
+    kind: str  # assign | cancel | run_done | jobs_changed
+    run: dict | None = None
+    job: str | None = None
+
+
+class Refused(StateError):
+    """The command is valid but the state does not allow it."""
+
+
+def run_row(row: tuple) -> dict:
+    return dict(zip(RUN_COLUMNS, row))
+
+
+class StateMachine:
+    def __init__(self, conn: apsw.Connection):
+        self.conn = conn
+        with conn:
+            conn.execute(SCHEMA)
+            if self._meta("schema_version") is None:
+                self._set_meta("schema_version", SCHEMA_VERSION)
+                self._set_meta("applied_index", 0)
+
+    # -- meta ---------------------------------------------------------------
+    def _meta(self, key: str) -> Any:
+        for (value,) in self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)):
+            return value
+        return None
+
+    def _set_meta(self, key: str, value: Any) -> None:
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
+
+    @property
+    def applied_index(self) -> int:
+        return int(self._meta("applied_index") or 0)
+
+    # -- apply ----------------------------------------------------------------
+    def apply(self, index: int, cmd: C.Command) -> tuple[Any, list[Effect]]:
+        """Apply one committed command at log ``index``.
+
+        Must run inside a transaction owned by the caller. A refused command
+        changes nothing but the applied index and raises ``Refused``.
+        """
+        if index <= self.applied_index:
+            raise StateError(f"command at index {index} was already applied "
+                             f"(applied index {self.applied_index})")
+        effects: list[Effect] = []
+        handler = getattr(self, "_apply_" + cmd.op)
+        try:
+            with self.conn:  # savepoint: a refusal rolls back only this command
+                result = handler(index, cmd, effects)
+        finally:
+            self._set_meta("applied_index", index)
+        return result, effects
+
+    # -- jobs ---------------------------------------------------------------
+    def _job(self, name: str) -> dict | None:
+        for row in self.conn.execute(
+                "SELECT name, spec, digest, source, paused, cursor FROM jobs WHERE name=?",
+                (name,)):
+            return {"name": row[0], "spec": json.loads(row[1]), "digest": row[2],
+                    "source": row[3], "paused": bool(row[4]), "cursor": row[5]}
+        return None
+
+    def _need_job(self, name: str) -> dict:
+        job = self._job(name)
+        if job is None:
+            raise Refused(f"no job named {name!r}; `cronrd jobs` lists the known jobs")
+        return job
+
+    def _apply_put_job(self, index, cmd: C.PutJob, effects):
+        spec = json.dumps(cmd.spec, sort_keys=True, separators=(",", ":"))
+        existing = self._job(cmd.name)
+        if existing is None:
+            # A new job starts fresh: fire times before it existed are not missed.
+            self.conn.execute(
+                "INSERT INTO jobs(name, spec, digest, source, paused, cursor, created_at,"
+                " updated_at) VALUES(?,?,?,?,0,?,?,?)",
+                (cmd.name, spec, cmd.digest, cmd.source, int(cmd.at), cmd.at, cmd.at))
+            created = True
+        else:
+            if existing["digest"] == cmd.digest and existing["source"] == cmd.source:
+                return {"changed": False}
+            self.conn.execute(
+                "UPDATE jobs SET spec=?, digest=?, source=?, updated_at=? WHERE name=?",
+                (spec, cmd.digest, cmd.source, cmd.at, cmd.name))
+            created = False
+        effects.append(Effect("jobs_changed", job=cmd.name))
+        return {"changed": True, "created": created}
+
+    def _apply_remove_job(self, index, cmd: C.RemoveJob, effects):
+        self._need_job(cmd.name)
+        self.conn.execute("DELETE FROM jobs WHERE name=?", (cmd.name,))
+        # Runs not yet started will never start; running ones finish.
+        for row in list(self.conn.execute(
+                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state='assigned'",
+                (cmd.name,))):
+            run = run_row(row)
+            self._finish(run, "cancelled", cmd.at, reason="job removed before the run started",
+                         effects=effects)
+        effects.append(Effect("jobs_changed", job=cmd.name))
+        return {"removed": cmd.name}
+
+    def _apply_set_paused(self, index, cmd: C.SetPaused, effects):
+        job = self._need_job(cmd.name)
+        if job["paused"] == cmd.paused:
+            return {"changed": False, "paused": cmd.paused}
+        self.conn.execute("UPDATE jobs SET paused=?, updated_at=? WHERE name=?",
+                          (int(cmd.paused), cmd.at, cmd.name))
+        effects.append(Effect("jobs_changed", job=cmd.name))
+        return {"changed": True, "paused": cmd.paused}
+
+    # -- runs -----------------------------------------------------------------
+    def _get_run(self, run_id: int) -> dict:
+        for row in self.conn.execute(
+                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE run_id=?", (run_id,)):
+            return run_row(row)
+        raise Refused(f"no run with id {run_id}; `cronrd runs` lists recent runs")
+
+    def _active_runs(self, job: str) -> list[dict]:
+        return [run_row(r) for r in self.conn.execute(
+            f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state IN "
+            "('assigned','running') ORDER BY run_id", (job,))]
+
+    def _insert_run(self, index: int, *, job: str, origin: str, kind: str,
+                    fire_time: int, attempt: int, state: str, node: str | None,
+                    due_at: float | None, at: float, reason: str | None = None,
+                    target: str = "") -> dict:
+        try:
+            self.conn.execute(
+                "INSERT INTO runs(job, origin, kind, fire_time, attempt, target, state,"
+                " node, token, due_at, created_at, reason) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                (job, origin, kind, fire_time, attempt, target, state, node,
+                 index if state == "assigned" else None, due_at, at, reason))
+        except apsw.ConstraintError:
+            raise Refused(f"a run record for job {job!r} at fire time {fire_time} "
+                          f"attempt {attempt} already exists") from None
+        return self._get_run(self.conn.last_insert_rowid())
+
+    def _admit(self, index: int, job: dict, at: float, effects) -> str | None:
+        """Apply the overlap policy; return a skip reason or None to run."""
+        active = self._active_runs(job["name"])
+        if not active:
+            return None
+        policy = job["spec"].get("concurrency", "forbid")
+        ids = ", ".join(str(r["run_id"]) for r in active)
+        if policy == "forbid":
+            return f"overlap: run {ids} still active (concurrency: forbid)"
+        if policy == "replace":
+            for run in active:
+                self._request_cancel(run, f"replaced by a newer fire (concurrency: replace)",
+                                     at, effects)
+        return None
+
+    def _request_cancel(self, run: dict, reason: str, at: float, effects) -> None:
+        if run["state"] == "assigned":
+            self._finish(run, "cancelled", at, reason=reason, effects=effects)
+        else:
+            self.conn.execute("UPDATE runs SET cancel_requested=1, reason=? WHERE run_id=?",
+                              (reason, run["run_id"]))
+            effects.append(Effect("cancel", run=self._get_run(run["run_id"])))
+
+    def _apply_fire(self, index, cmd: C.Fire, effects):
+        job = self._need_job(cmd.job)
+        if not cmd.boot:
+            if cmd.fire_time <= job["cursor"] and not (
+                    cmd.target and cmd.fire_time == job["cursor"]):
+                raise Refused(f"fire time {cmd.fire_time} of job {cmd.job!r} was already "
+                              f"handled (cursor {job['cursor']})")
+            self.conn.execute("UPDATE jobs SET cursor=? WHERE name=?",
+                              (cmd.fire_time, cmd.job))
+        reason = cmd.skip_reason
+        if reason is None and job["paused"]:
+            reason = "paused: `cronrd resume` re-enables the job"
+        if reason is None and not job["spec"].get("enabled", True):
+            reason = "disabled: enabled is false in the job file"
+        if reason is None:
+            reason = self._admit(index, job, cmd.at, effects)
+        if reason is not None:
+            run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                                   fire_time=cmd.fire_time, attempt=1, state="skipped",
+                                   node=None, due_at=None, at=cmd.at, reason=reason,
+                                   target=cmd.target)
+            self.conn.execute("UPDATE runs SET finished_at=? WHERE run_id=?",
+                              (cmd.at, run["run_id"]))
+            return {"run_id": run["run_id"], "state": "skipped", "reason": reason}
+        run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                               fire_time=cmd.fire_time, attempt=1, state="assigned",
+                               node=cmd.node, due_at=cmd.due_at, at=cmd.at,
+                               target=cmd.target)
+        effects.append(Effect("assign", run=run))
+        return {"run_id": run["run_id"], "state": "assigned"}
+
+    def _apply_record_gap(self, index, cmd: C.RecordGap, effects):
+        job = self._need_job(cmd.job)
+        if cmd.first <= job["cursor"]:
+            raise Refused(f"gap starting at {cmd.first} overlaps fire times of job "
+                          f"{cmd.job!r} already handled (cursor {job['cursor']})")
+        self.conn.execute(
+            "INSERT INTO gaps(job, first, last, count, reason, created_at) VALUES(?,?,?,?,?,?)",
+            (cmd.job, cmd.first, cmd.last, cmd.count, cmd.reason, cmd.at))
+        self.conn.execute("UPDATE jobs SET cursor=? WHERE name=?", (cmd.last, cmd.job))
+        return {"gap_id": self.conn.last_insert_rowid()}
+
+    def _apply_manual_run(self, index, cmd: C.ManualRun, effects):
+        job = self._need_job(cmd.job)
+        reason = self._admit(index, job, cmd.at, effects)
+        if reason is not None:
+            raise Refused(f"job {cmd.job!r} not started: {reason}; wait for the active run "
+                          "to finish (`cronrd runs " + cmd.job + " --state running`)")
+        run = self._insert_run(index, job=cmd.job, origin="manual", kind="manual",
+                               fire_time=int(cmd.at), attempt=1, state="assigned",
+                               node=cmd.node, due_at=cmd.at, at=cmd.at)
+        effects.append(Effect("assign", run=run))
+        return {"run_id": run["run_id"], "state": "assigned"}
+
+    def _apply_run_started(self, index, cmd: C.RunStarted, effects):
+        run = self._get_run(cmd.run_id)
+        if run["token"] != cmd.token or run["node"] != cmd.node:
+            raise Refused(f"run {cmd.run_id}: start report from {cmd.node} with token "
+                          f"{cmd.token} is stale (current token {run['token']} on {run['node']})")
+        if run["state"] != "assigned":
+            # Cancelled while the process was being started: tell the node to stop it.
+            self.conn.execute("UPDATE runs SET pid=?, started_at=?, log_path=? "
+                              "WHERE run_id=?",
+                              (cmd.pid, cmd.started_at, cmd.log_path, cmd.run_id))
+            effects.append(Effect("cancel", run=self._get_run(cmd.run_id)))
+            return {"state": run["state"], "cancel": True}
+        self.conn.execute(
+            "UPDATE runs SET state='running', pid=?, started_at=?, log_path=? WHERE run_id=?",
+            (cmd.pid, cmd.started_at, cmd.log_path, cmd.run_id))
+        return {"state": "running", "cancel": bool(run["cancel_requested"])}
+
+    def _apply_run_finished(self, index, cmd: C.RunFinished, effects):
+        if cmd.state not in REPORTABLE:
+            raise Refused(f"run {cmd.run_id}: {cmd.state!r} is not a final state")
+        run = self._get_run(cmd.run_id)
+        if run["token"] != cmd.token or run["state"] not in TRANSITIONS:
+            # Stale attempt or already final: keep as history, do not overwrite.
+            self.conn.execute(
+                "INSERT INTO late_reports(run_id, node, token, state, exit_code, signal,"
+                " finished_at, log_path, received_index) VALUES(?,?,?,?,?,?,?,?,?)",
+                (cmd.run_id, cmd.node, cmd.token, cmd.state, cmd.exit_code, cmd.signal,
+                 cmd.finished_at, cmd.log_path, index))
+            return {"state": run["state"], "late": True}
+        if cmd.started_at is not None:
+            self.conn.execute("UPDATE runs SET started_at=COALESCE(started_at, ?) "
+                              "WHERE run_id=?", (cmd.started_at, cmd.run_id))
+        if cmd.pid is not None:
+            self.conn.execute("UPDATE runs SET pid=COALESCE(pid, ?) WHERE run_id=?",
+                              (cmd.pid, cmd.run_id))
+        retry = self._finish(run, cmd.state, cmd.finished_at, reason=cmd.reason,
+                             exit_code=cmd.exit_code, signal=cmd.signal,
+                             log_path=cmd.log_path, effects=effects, index=index)
+        return {"state": cmd.state, "retry_run_id": retry}
+
+    def _finish(self, run: dict, state: str, at: float, *, reason: str | None = None,
+                exit_code: int | None = None, signal: int | None = None,
+                log_path: str | None = None, effects, index: int | None = None) -> int | None:
+        """Move ``run`` to a final state and schedule a retry if policy says so."""
+        if state not in TRANSITIONS.get(run["state"], ()):
+            raise Refused(f"run {run['run_id']} cannot go from {run['state']} to {state}")
+        self.conn.execute(
+            "UPDATE runs SET state=?, finished_at=?, exit_code=?, signal=?,"
+            " log_path=COALESCE(?, log_path), reason=COALESCE(?, reason) WHERE run_id=?",
+            (state, at, exit_code, signal, log_path, reason, run["run_id"]))
+        effects.append(Effect("run_done", run=self._get_run(run["run_id"])))
+        if index is None or run["cancel_requested"]:
+            return None
+        job = self._job(run["job"])
+        if job is None:
+            return None
+        spec = job["spec"]
+        policy = spec.get("retries") or {}
+        allowed = 1 + int(policy.get("max", 0))
+        if state == "lost":
+            if spec.get("on_node_loss", "retry") != "retry":
+                return None
+            allowed = max(allowed, 2)  # at-least-once: a lost run is retried
+        elif state not in ("failed", "timed_out"):
+            return None
+        attempt = run["attempt"] + 1
+        if attempt > allowed:
+            return None
+        key = f"{run['job']}/{run['fire_time']}/{attempt}"
+        delay = 0.0 if state == "lost" else retry_delay(
+            attempt, float(policy.get("delay", 10.0)), float(policy.get("backoff", 2.0)),
+            float(policy.get("max_delay", 3600.0)), float(policy.get("jitter", 0.0)), key)
+        new = self._insert_run(index, job=run["job"], origin=run["origin"], kind="retry",
+                               fire_time=run["fire_time"], attempt=attempt, state="assigned",
+                               node=run["node"], due_at=at + delay, at=at,
+                               target=run["target"])
+        effects.append(Effect("assign", run=new))
+        return new["run_id"]
+
+    def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
+        run = self._get_run(cmd.run_id)
+        if run["state"] not in ACTIVE_STATES:
+            raise Refused(f"run {cmd.run_id} is already {run['state']}")
+        self._request_cancel(run, cmd.reason, cmd.at, effects)
+        return {"run_id": cmd.run_id}
+
+    def _apply_prune(self, index, cmd: C.Prune, effects):
+        self.conn.execute(
+            "DELETE FROM runs WHERE state NOT IN ('assigned','running') AND "
+            "COALESCE(finished_at, created_at) < ?", (cmd.before,))
+        runs = self.conn.changes()
+        self.conn.execute("DELETE FROM gaps WHERE created_at < ?", (cmd.before,))
+        self.conn.execute("DELETE FROM late_reports WHERE finished_at < ?", (cmd.before,))
+        return {"runs_deleted": runs}
+
+    # -- digest ---------------------------------------------------------------
+    def digest(self) -> str:
+        """Hash of the replicated state; equal on nodes at the same index."""
+        h = hashlib.sha256()
+        h.update(str(self.applied_index).encode())
+        for table, order in (("jobs", "name"), ("runs", "run_id"), ("gaps", "gap_id"),
+                             ("late_reports", "report_id")):
+            h.update(table.encode())
+            for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
+                h.update(json.dumps(row, separators=(",", ":")).encode())
+        return h.hexdigest()

@@ -1,0 +1,105 @@
+"""Read-only queries over the replicated state, shaped for the CLI's JSON."""
+
+from __future__ import annotations
+
+import json
+
+import apsw
+
+from ..schedule import iso_utc
+from .machine import RUN_COLUMNS, run_row
+
+TIME_FIELDS = ("due_at", "created_at", "started_at", "finished_at")
+
+
+def run_view(run: dict) -> dict:
+    """A run as the CLI shows it: stable field names, ISO 8601 UTC times."""
+    out = {
+        "run_id": run["run_id"],
+        "job": run["job"],
+        "kind": run["kind"],
+        "fire_time": iso_utc(run["fire_time"]),
+        "attempt": run["attempt"],
+        "state": run["state"],
+        "node": run["node"],
+        "pid": run["pid"],
+        "exit_code": run["exit_code"],
+        "signal": run["signal"],
+        "started_at": iso_utc(run["started_at"]),
+        "finished_at": iso_utc(run["finished_at"]),
+        "log_path": run["log_path"],
+        "reason": run["reason"],
+        "due_at": iso_utc(run["due_at"]),
+        "run_key": f"{run['job']}/{iso_utc(run['fire_time'])}/{run['attempt']}",
+    }
+    return out
+
+
+def get_run(conn: apsw.Connection, run_id: int) -> dict | None:
+    for row in conn.execute(f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE run_id=?",
+                            (run_id,)):
+        return run_row(row)
+    return None
+
+
+def list_runs(conn: apsw.Connection, job: str | None = None, state: str | None = None,
+              limit: int = 50) -> list[dict]:
+    where, args = [], []
+    if job is not None:
+        where.append("job=?")
+        args.append(job)
+    if state is not None:
+        where.append("state=?")
+        args.append(state)
+    sql = f"SELECT {','.join(RUN_COLUMNS)} FROM runs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY run_id DESC LIMIT ?"
+    args.append(limit)
+    return [run_row(r) for r in conn.execute(sql, args)]
+
+
+def runs_for_node(conn: apsw.Connection, node: str, states: tuple[str, ...]) -> list[dict]:
+    marks = ",".join("?" * len(states))
+    return [run_row(r) for r in conn.execute(
+        f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE node=? AND state IN ({marks}) "
+        "ORDER BY run_id", (node, *states))]
+
+
+def list_gaps(conn: apsw.Connection, job: str | None = None, limit: int = 50) -> list[dict]:
+    sql = "SELECT gap_id, job, first, last, count, reason, created_at FROM gaps"
+    args: list = []
+    if job is not None:
+        sql += " WHERE job=?"
+        args.append(job)
+    sql += " ORDER BY gap_id DESC LIMIT ?"
+    args.append(limit)
+    return [{"gap_id": r[0], "job": r[1], "first": iso_utc(r[2]), "last": iso_utc(r[3]),
+             "count": r[4], "reason": r[5], "recorded_at": iso_utc(r[6])}
+            for r in conn.execute(sql, args)]
+
+
+def jobs(conn: apsw.Connection) -> list[dict]:
+    """Every job with its spec, cursor and last run."""
+    out = []
+    for name, spec, digest, source, paused, cursor in conn.execute(
+            "SELECT name, spec, digest, source, paused, cursor FROM jobs ORDER BY name"):
+        out.append({"name": name, "spec": json.loads(spec), "digest": digest,
+                    "source": source, "paused": bool(paused), "cursor": cursor})
+    return out
+
+
+def last_runs(conn: apsw.Connection) -> dict[str, dict]:
+    """The most recent non-skipped run of each job."""
+    out = {}
+    for row in conn.execute(
+            f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE run_id IN "
+            "(SELECT MAX(run_id) FROM runs WHERE state != 'skipped' GROUP BY job)"):
+        run = run_row(row)
+        out[run["job"]] = run
+    return out
+
+
+def count_by_state(conn: apsw.Connection) -> dict[str, int]:
+    return {state: n for state, n in conn.execute(
+        "SELECT state, COUNT(*) FROM runs GROUP BY state")}

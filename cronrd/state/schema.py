@@ -1,0 +1,74 @@
+"""The replicated state's SQLite schema (one database per node)."""
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(
+    key TEXT PRIMARY KEY,
+    value
+);
+CREATE TABLE IF NOT EXISTS jobs(
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    source TEXT NOT NULL,
+    paused INTEGER NOT NULL DEFAULT 0,
+    cursor INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs(
+    run_id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    origin TEXT NOT NULL,            -- schedule | manual
+    kind TEXT NOT NULL,              -- scheduled | catchup | manual | retry
+    fire_time INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    target TEXT NOT NULL DEFAULT '', -- node key for per-node runs, '' otherwise
+    state TEXT NOT NULL,
+    node TEXT,
+    token INTEGER,                   -- log index of the assignment (fencing)
+    due_at REAL,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    pid INTEGER,
+    exit_code INTEGER,
+    signal INTEGER,
+    log_path TEXT,
+    reason TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0
+);
+-- Guarantee 1: exactly one record per scheduled (job, fire_time[, node], attempt).
+CREATE UNIQUE INDEX IF NOT EXISTS runs_key
+    ON runs(job, fire_time, target, attempt) WHERE origin = 'schedule';
+CREATE INDEX IF NOT EXISTS runs_job ON runs(job, run_id);
+CREATE INDEX IF NOT EXISTS runs_active ON runs(state)
+    WHERE state IN ('assigned', 'running');
+CREATE TABLE IF NOT EXISTS gaps(
+    gap_id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    first INTEGER NOT NULL,
+    last INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+-- Reports that arrived for an attempt that was no longer current (stale
+-- fencing token): kept as history, never allowed to overwrite the run.
+CREATE TABLE IF NOT EXISTS late_reports(
+    report_id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    exit_code INTEGER,
+    signal INTEGER,
+    finished_at REAL,
+    log_path TEXT,
+    received_index INTEGER NOT NULL
+);
+"""
+
+ACTIVE_STATES = ("assigned", "running")
+FINAL_STATES = ("succeeded", "failed", "timed_out", "lost", "cancelled", "skipped")

@@ -1,0 +1,339 @@
+"""Integration: a real daemon in a temporary directory, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import psutil
+import pytest
+
+from cronrd.schedule import parse_iso
+from harness import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def fire_seconds(runs, job):
+    return sorted(parse_iso(r["fire_time"]) for r in runs if r["job"] == job
+                  and r["kind"] in ("scheduled", "catchup"))
+
+
+def test_every_second_job_fires_once_per_second(node):
+    stamp = node.out / "stamps"
+    node.write_job("tick", {"schedule": "* * * * * *",
+                            "command": f"echo $CRONRD_FIRE_TIME >> {stamp}"})
+    node.start()
+    runs = node.wait_runs(lambda rs: sum(r["state"] == "succeeded" for r in rs) >= 5,
+                          job="tick", what="5 succeeded ticks")
+    done = [r for r in runs if r["state"] == "succeeded"]
+    fires = sorted(parse_iso(r["fire_time"]) for r in done)
+    # One record per second, consecutive, no duplicates.
+    assert len(fires) == len(set(fires))
+    assert fires == list(range(fires[0], fires[0] + len(fires)))
+    for r in done:
+        assert r["run_key"] == f"tick/{r['fire_time']}/1"
+        assert r["exit_code"] == 0 and r["node"] == "n1" and r["pid"] > 0
+        assert parse_iso(r["started_at"]) >= parse_iso(r["fire_time"])
+    # The command itself saw each fire time exactly once.
+    seen = Counter(stamp.read_text().split())
+    assert all(n == 1 for n in seen.values())
+    assert {r["fire_time"] for r in done} <= set(seen)
+
+
+def test_run_now_wait_exits_with_job_exit_code_and_logs(node):
+    node.write_job("answer", {"schedule": "@yearly",
+                              "command": "echo out-$CRONRD_JOB; echo err >&2; exit 3"})
+    node.start()
+    res = node.cli("run-now", "answer", "--wait")
+    assert res.returncode == 3, res.stderr
+    logs = node.cli("logs", "answer")
+    assert logs.returncode == 0
+    assert "out-answer" in logs.stdout and "err" in logs.stdout
+    runs = node.runs("answer")
+    assert runs[0]["kind"] == "manual" and runs[0]["state"] == "failed"
+    assert runs[0]["exit_code"] == 3
+    # --json has the documented stable fields.
+    data = json.loads(node.cli("runs", "answer", "--json").stdout)
+    for field in ("run_id", "job", "kind", "fire_time", "attempt", "state", "node", "pid",
+                  "exit_code", "signal", "started_at", "finished_at", "log_path", "reason"):
+        assert field in data[0]
+    assert data[0]["fire_time"].endswith("Z")
+
+
+def test_logs_follow_streams_until_the_run_ends(node):
+    gate = node.out / "gate"
+    node.write_job("talk", {"schedule": "@yearly", "command":
+                            f"echo first; while [ ! -e {gate} ]; do sleep 0.05; done; "
+                            "echo second"})
+    node.start()
+    run_id = node.call("run_now", {"job": "talk"})["run_id"]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "cronrd", "--config", str(node.config_path), "logs", "talk",
+         "--run", str(run_id), "--follow"], stdout=subprocess.PIPE, text=True)
+    assert follower.stdout.readline() == "first\n"
+    gate.touch()
+    rest = follower.stdout.read()
+    assert follower.wait(20) == 0
+    assert rest == "second\n"
+
+
+def test_timeout_kills_the_whole_tree_including_grandchildren(node):
+    pids = node.out / "pids"
+    node.write_job("stuck", {
+        "schedule": "@yearly", "timeout": "1s", "kill_grace": "1s",
+        # A grandchild in the group, and one that escaped into its own session.
+        "command": f"sleep 300 & echo $! >> {pids}; setsid sleep 301 & "
+                   f"sleep 0.2; pgrep -f 'sleep 301' -n >> {pids}; wait"})
+    node.start()
+    node.call("run_now", {"job": "stuck"})
+    runs = node.wait_runs(lambda rs: rs and rs[0]["state"] == "timed_out", job="stuck",
+                          what="timed_out run")
+    assert "timed out after 1s" in runs[0]["reason"]
+    victims = [int(p) for p in pids.read_text().split()]
+    assert len(victims) == 2
+
+    def dead(pid):
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+    wait_for(lambda: all(dead(p) for p in victims), 10, what="grandchildren gone")
+
+
+def test_kill9_mid_run_then_restart_loses_and_duplicates_nothing(node):
+    marker = node.out / "long.pid"
+    node.write_job("tick", {"schedule": "* * * * * *", "command": "true",
+                            "catchup": "all", "catchup_window": "1h"})
+    node.write_job("long", {"schedule": "@yearly", "command":
+                            f"echo $$ >> {marker}; exec sleep 120"})
+    node.start()
+    node.call("run_now", {"job": "long"})
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), what="long job started")
+    node.wait_runs(lambda rs: any(r["state"] == "running" for r in rs), job="long",
+                   what="long run recorded running")
+    node.wait_runs(lambda rs: len(rs) >= 2, job="tick")
+    orphan = int(marker.read_text().split()[0])
+    node.kill9()
+    assert psutil.pid_exists(orphan)  # the job outlived the daemon
+    down_since = time.time()
+    wait_for(lambda: time.time() - down_since > 2.5, what="an outage of a few fire times")
+    node.start()
+    # The orphan is killed, its run is lost and retried as attempt 2.
+    runs = node.wait_runs(lambda rs: any(r["attempt"] == 2 and r["state"] == "running"
+                                         for r in rs), job="long", what="retry running")
+    first = [r for r in runs if r["attempt"] == 1][0]
+    assert first["state"] == "lost" and "restarted" in first["reason"]
+    wait_for(lambda: not psutil.pid_exists(orphan) or
+             psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE, what="orphan killed")
+    retry = [r for r in runs if r["attempt"] == 2][0]
+    assert retry["kind"] == "retry" and retry["run_key"].endswith("/2")
+    # Every tick fire time from first to last has exactly one record: the outage
+    # was caught up (catchup: all), nothing is duplicated, nothing is missing.
+    ticks = node.wait_runs(
+        lambda rs: any(r["kind"] == "catchup" for r in rs)
+        and max(fire_seconds(rs, "tick")) > down_since + 3, job="tick", what="catch-up runs")
+    fires = fire_seconds(ticks, "tick")
+    assert fires[0] < down_since - 1  # the window spans the outage
+    assert all(r["state"] != "skipped" for r in ticks)  # catchup: all runs every one
+    assert len(fires) == len(set(fires))
+    assert fires == list(range(fires[0], fires[-1] + 1))
+
+
+def test_catchup_latest_records_skips_with_reasons(node):
+    node.write_job("tick", {"schedule": "* * * * * *", "command": "true"})
+    node.start()
+    node.wait_runs(lambda rs: len(rs) >= 2, job="tick")
+    node.kill9()
+    down = time.time()
+    wait_for(lambda: time.time() - down > 3, what="outage")
+    node.start()
+    runs = node.wait_runs(lambda rs: any(r["state"] == "skipped" for r in rs), job="tick")
+    skipped = [r for r in runs if r["state"] == "skipped"]
+    assert all("superseded" in r["reason"] for r in skipped)
+    fires = fire_seconds(node.runs("tick"), "tick")
+    assert fires == list(range(fires[0], fires[-1] + 1))
+    assert len(fires) == len(set(fires))
+
+
+def test_broken_job_file_keeps_the_others_and_the_last_good_version(node):
+    good = node.out / "good"
+    node.write_job("good", {"schedule": "* * * * * *", "command": f"echo x >> {good}"})
+    node.write_job("fragile", {"schedule": "@yearly", "command": "echo fragile"})
+    node.start()
+    assert {j["name"] for j in node.call("jobs")} == {"good", "fragile"}
+    node.write_job("fragile", "schedule: '@yearly'\ncommand: [unclosed\n")
+    st = wait_for(lambda: (s := node.call("status"))["problems"] and s, what="problem shown")
+    assert any("fragile.yaml:" in p for p in st["problems"])
+    # The broken file's job keeps its last good version; the good job keeps firing.
+    assert {j["name"] for j in node.call("jobs")} == {"good", "fragile"}
+    n = len(good.read_text().split()) if good.exists() else 0
+    wait_for(lambda: good.exists() and len(good.read_text().split()) >= n + 2,
+             what="good job still firing")
+    assert node.cli("run-now", "fragile", "--wait").returncode == 0
+    # A bad schedule is reported with file:line:col by validate.
+    res = node.cli("validate", str(node.jobs_dir))
+    assert res.returncode == 1
+    assert f"{node.jobs_dir}/fragile.yaml:" in res.stdout
+
+
+def test_job_file_changes_are_picked_up_without_restart(node):
+    node.start()
+    t0 = time.monotonic()
+    node.write_job("late", {"schedule": "@hourly", "command": "true"})
+    wait_for(lambda: any(j["name"] == "late" for j in node.call("jobs")), 5,
+             what="new job picked up")
+    assert time.monotonic() - t0 < 2.5
+    (node.jobs_dir / "late.yaml").unlink()
+    wait_for(lambda: not node.call("jobs"), 5, what="removed job dropped")
+
+
+def test_sighup_reloads_at_once(node_factory):
+    node = node_factory(watch_interval="60s")
+    node.start()
+    node.write_job("hup", {"schedule": "@hourly", "command": "true"})
+    node.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: any(j["name"] == "hup" for j in node.call("jobs")), 5,
+             what="job loaded after SIGHUP")
+
+
+def test_group_writable_job_file_is_refused(node):
+    node.write_job("loose", {"schedule": "@hourly", "command": "true"}, mode=0o664)
+    node.write_job("tight", {"schedule": "@hourly", "command": "true"})
+    node.start()
+    st = node.call("status")
+    assert [j["name"] for j in node.call("jobs")] == ["tight"]
+    assert any("loose.yaml" in p and "writable" in p for p in st["problems"])
+
+
+def test_retries_with_backoff_then_give_up(node):
+    node.write_job("flaky", {"schedule": "@yearly", "command": "exit 7",
+                             "retries": {"max": 2, "delay": "200ms", "backoff": 2}})
+    node.start()
+    res = node.cli("run-now", "flaky", "--wait")
+    assert res.returncode == 7
+    runs = sorted(node.runs("flaky"), key=lambda r: r["attempt"])
+    assert [r["attempt"] for r in runs] == [1, 2, 3]
+    assert [r["kind"] for r in runs] == ["manual", "retry", "retry"]
+    assert len({r["fire_time"] for r in runs}) == 1  # a retry is the same fire time
+    gap1 = parse_iso(runs[1]["started_at"][:19] + "Z") - parse_iso(runs[0]["finished_at"][:19] + "Z")
+    assert gap1 >= 0
+
+
+def test_concurrency_forbid_skips_overlap_with_reason(node):
+    node.write_job("slow", {"schedule": "* * * * * *", "command": "sleep 2.5"})
+    node.start()
+    runs = node.wait_runs(lambda rs: sum(r["state"] == "skipped" for r in rs) >= 2,
+                          job="slow")
+    skipped = [r for r in runs if r["state"] == "skipped"]
+    assert all("overlap" in r["reason"] for r in skipped)
+    assert sum(r["state"] == "running" for r in runs) <= 1
+
+
+def test_reboot_job_runs_once_per_boot_not_per_restart(node):
+    node.write_job("boot", {"schedule": "@reboot", "command": "true"})
+    node.start()
+    node.wait_runs(lambda rs: rs and rs[0]["state"] == "succeeded", job="boot")
+    node.terminate()
+    node.start()
+    time_boot = [r for r in node.runs("boot")]
+    assert len(time_boot) == 1
+
+
+def test_pause_records_skips_and_resume_continues(node):
+    node.write_job("tick", {"schedule": "* * * * * *", "command": "true"})
+    node.start()
+    node.wait_runs(lambda rs: len(rs) >= 1, job="tick")
+    assert node.cli("pause", "tick").returncode == 0
+    paused_at = time.time()
+    wait_for(lambda: time.time() - paused_at > 2.5, what="paused for a few fires")
+    assert node.cli("resume", "tick").returncode == 0
+    runs = node.wait_runs(lambda rs: any("paused" in (r["reason"] or "") for r in rs)
+                          and rs[0]["state"] == "succeeded"
+                          and parse_iso(rs[0]["fire_time"]) > paused_at + 3, job="tick")
+    fires = fire_seconds(runs, "tick")
+    assert fires == list(range(fires[0], fires[-1] + 1))
+    assert len(fires) == len(set(fires))
+
+
+def test_control_socket_refuses_bad_requests_and_survives(node):
+    node.start()
+    mode = stat.S_IMODE(os.stat(node.socket).st_mode)
+    assert mode == (0o660 if os.geteuid() == 0 else 0o600)
+    replies = []
+    for payload in (b"not json\n", b"[1,2]\n", b'{"cmd": 5}\n', b'{"cmd": "nope"}\n',
+                    b'{"cmd": "runs", "args": {"limit": "x"}}\n', b"\xff\xfe\n",
+                    b"x" * (2 << 20) + b"\n"):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(10)
+            s.connect(node.socket)
+            try:
+                s.sendall(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            replies.append(json.loads(data))
+    assert all(r["ok"] is False and r["error"] for r in replies)
+    assert "larger than" in replies[-1]["error"]
+    assert node.call("status")["node_id"] == "n1"
+
+
+def test_cli_without_daemon_names_the_socket(node):
+    res = node.cli("status")
+    assert res.returncode == 1
+    assert node.socket in res.stderr and "cronrd daemon" in res.stderr
+
+
+def test_systemd_notifications_ready_and_stopping(node):
+    addr = str(node.base / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(addr)
+        s.settimeout(20)
+        node.start(env={"NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "2000000"}, wait=False)
+        got = []
+        while not any("READY=1" in m for m in got):
+            got.append(s.recv(4096).decode())
+        while not any("WATCHDOG=1" in m for m in got):
+            got.append(s.recv(4096).decode())
+        node.proc.send_signal(signal.SIGTERM)
+        while not any("STOPPING=1" in m for m in got):
+            got.append(s.recv(4096).decode())
+    assert node.proc.wait(20) == 0
+
+
+def test_sigterm_stop_mode_stops_runs_and_records_them(node_factory):
+    node = node_factory(shutdown={"mode": "stop", "grace": "5s"})
+    node.write_job("long", {"schedule": "@yearly", "command": "sleep 60",
+                            "on_node_loss": "fail"})
+    node.start()
+    node.call("run_now", {"job": "long"})
+    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="long")
+    assert node.terminate(30) == 0
+    node.start()
+    runs = node.runs("long")
+    assert len(runs) == 1  # on_node_loss: fail -> no retry
+    assert runs[0]["state"] == "lost" and "shutdown" in runs[0]["reason"]
+
+
+def test_sigterm_wait_mode_lets_runs_finish(node_factory):
+    node = node_factory(shutdown={"mode": "wait", "grace": "20s"})
+    node.write_job("short", {"schedule": "@yearly", "command": "sleep 1; echo done"})
+    node.start()
+    node.call("run_now", {"job": "short"})
+    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="short")
+    assert node.terminate(30) == 0
+    node.start()
+    runs = node.runs("short")
+    assert runs[0]["state"] == "succeeded"
