@@ -22,7 +22,7 @@ from cronrd.jobspec import (
     parse_job_text,
 )
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jobs"
 BASE = 'schedule: "0 3 * * *"\ncommand: /bin/true\n'
 
 

@@ -59,6 +59,7 @@ class ActiveRun:
     exited: bool = False
     tree: list = field(default_factory=list)
     timers: list = field(default_factory=list)
+    hard_kill: asyncio.TimerHandle | None = None
 
 
 def log_file_name(run: dict) -> str:
@@ -302,9 +303,7 @@ class Executor:
         finished = self.clock.now()
         self._drain_output(act)
         for timer in act.timers:
-            # A pending hard kill still runs: grandchildren may outlive the parent.
-            if not getattr(timer, "_cronrd_hard_kill", False):
-                timer.cancel()
+            timer.cancel()
         if act.out_fd is None:
             self.active.pop(act.run["run_id"], None)
         exit_code = rc if rc >= 0 else None
@@ -334,9 +333,10 @@ class Executor:
         log.info("event=run_stopping job=%s run=%d reason=\"%s\" processes=%d",
                  act.run["job"], act.run["run_id"], reason, len(act.tree))
         signal_tree(act.pid, act.tree, signal.SIGTERM)
-        hard = asyncio.get_running_loop().call_later(act.kill_grace, self._kill_hard, act)
-        hard._cronrd_hard_kill = True
-        act.timers.append(hard)
+        # Kept apart from act.timers: it must still run after the parent exits,
+        # since grandchildren may outlive it.
+        act.hard_kill = asyncio.get_running_loop().call_later(act.kill_grace,
+                                                              self._kill_hard, act)
 
     def _kill_hard(self, act: ActiveRun) -> None:
         procs = alive(act.tree + ([] if act.exited else snapshot_tree(act.pid)))

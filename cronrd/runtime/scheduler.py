@@ -142,7 +142,9 @@ class Scheduler:
             self._propose(C.Fire(job=name, fire_time=fire, kind="catchup", node=self.node_id,
                                  due_at=at, at=at, skip_reason=reason))
         for fire in plan.run:
-            self._fire(name, entry, fire, kind="catchup" if fire < now - 1 else "scheduled")
+            # More than a second overdue: it runs because of the catch-up policy.
+            late = fire + 1 <= self.clock.now()
+            self._fire(name, entry, fire, kind="catchup" if late else "scheduled")
         log.info("event=catch_up job=%s policy=%s run=%d skipped=%d gap=%s", name,
                  spec.catchup, len(plan.run), len(plan.skipped),
                  plan.skipped_range[2] if plan.skipped_range else 0)
@@ -157,11 +159,11 @@ class Scheduler:
             first, last, count, _ = plan.skipped_range
             self._propose(C.RecordGap(job=name, first=first, last=last, count=count,
                                       reason=reason, at=at))
-        for fire, _ in plan.skipped:
+        # Unlike catch-up "none", a fire in the current second is skipped too:
+        # it came due while the job was paused.
+        for fire in sorted([f for f, _ in plan.skipped] + list(plan.run)):
             self._propose(C.Fire(job=name, fire_time=fire, kind="scheduled",
                                  node=self.node_id, due_at=at, at=at, skip_reason=reason))
-        for fire in plan.run:
-            self._fire(name, entry, fire)
 
     # -- effects ------------------------------------------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:
@@ -189,6 +191,7 @@ class Scheduler:
                              target=target))
 
     def _propose(self, cmd: C.Command) -> None:
+        log.debug("event=propose %s", cmd)
         fut = self.proposer.propose(cmd)
         self.pending.add(fut)
         fut.add_done_callback(self._proposed)
