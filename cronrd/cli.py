@@ -285,13 +285,15 @@ def _load_dir_unchecked(path):
 @click.option("--system/--user", "system", default=None,
               help="Whether FILE has a user column (/etc/crontab, /etc/cron.d). Default: "
                    "system for /etc/crontab and /etc/cron.d/*, user otherwise.")
+@click.option("--owner", metavar="USER", help="For a user crontab: the user its jobs run "
+              "as (default: from the spool path, e.g. /var/spool/cron/crontabs/USER).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the YAML here.")
-def import_crontab(file, system, output):
+def import_crontab(file, system, owner, output):
     """Convert a crontab into cronrd job YAML; name what cannot be converted."""
     from .crontab_import import convert_crontab
     with open(file, encoding="utf-8", errors="replace") as f:
         text = f.read()
-    res = convert_crontab(text, path=file, system=system)
+    res = convert_crontab(text, path=file, system=system, user=owner)
     if output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(res.yaml_text)

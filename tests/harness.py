@@ -82,6 +82,8 @@ class Node:
         logf.flush()
         full_env = dict(os.environ)
         full_env.pop("NOTIFY_SOCKET", None)
+        # The daemon must run the source under test, whatever is installed.
+        full_env["PYTHONPATH"] = str(REPO)
         full_env.update(env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cronrd", "--config", str(self.config_path), "daemon"],
@@ -130,7 +132,8 @@ class Node:
     def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "cronrd", "--config", str(self.config_path), *args],
-            capture_output=True, text=True, timeout=timeout)
+            capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, "PYTHONPATH": str(REPO)})
 
     def runs(self, job: str | None = None, state: str | None = None,
              limit: int = 10000) -> list[dict]:

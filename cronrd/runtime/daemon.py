@@ -110,6 +110,12 @@ class Daemon:
         jobs = len(self.scheduler.entries)
         self.notifier.ready(f"{jobs} jobs")
         log.info("event=ready jobs=%d applied_index=%d", jobs, self.machine.applied_index)
+        if sys.stderr.isatty():
+            conf = f" --config {cfg.path}" if cfg.path else ""
+            print(f"\ncronrd node {cfg.node_id} is running {jobs} jobs from {cfg.jobs_dir}\n"
+                  f"  socket  {cfg.socket}\n  state   {cfg.data_dir}\n  logs    {cfg.log_dir}\n"
+                  f"In another terminal: cronrd{conf} status | jobs | runs | logs JOB\n"
+                  "Stop with Ctrl-C.\n", file=sys.stderr, flush=True)
         await self.stop_event.wait()
         await self._shutdown()
         return 0

@@ -1,0 +1,352 @@
+"""The replicated state machine: apply is deterministic and keeps the
+guarantees (one record per fire time, fencing, retries) by itself."""
+
+from __future__ import annotations
+
+import random
+
+import apsw
+import pytest
+
+from cronrd.errors import StateError
+from cronrd.state import commands as C
+from cronrd.state import queries as Q
+from cronrd.state.machine import Refused, StateMachine
+
+T0 = 1_800_000_000  # 2027-01-15T08:00:00Z
+
+
+def spec(**over):
+    base = {"name": "j", "schedule": "* * * * * *", "command": "true",
+            "concurrency": "forbid", "retries": {"max": 0, "delay": 10.0, "backoff": 2.0,
+                                                  "max_delay": 3600.0, "jitter": 0.0},
+            "on_node_loss": "retry", "enabled": True}
+    base.update(over)
+    return base
+
+
+class Log:
+    """Applies commands in order, like the one-member log does."""
+
+    def __init__(self):
+        self.sm = StateMachine(apsw.Connection(":memory:"))
+        self.index = 0
+        self.effects = []
+
+    def apply(self, cmd):
+        self.index += 1
+        refused = None
+        with self.sm.conn:  # like LocalLog: a refusal still commits the index
+            try:
+                result, effects = self.sm.apply(self.index, cmd)
+            except Refused as exc:
+                refused = exc
+        if refused is not None:
+            raise refused
+        self.effects.extend(effects)
+        return result
+
+    def put(self, name="j", at=T0, **over):
+        s = spec(name=name, **over)
+        return self.apply(C.PutJob(name=name, spec=s, digest=str(sorted(s.items())),
+                                   source=f"/etc/cronrd.d/{name}.yaml", at=at))
+
+    def fire(self, t, name="j", **kw):
+        kw.setdefault("kind", "scheduled")
+        kw.setdefault("node", "n1")
+        kw.setdefault("due_at", t)
+        kw.setdefault("at", t - 0.1)
+        return self.apply(C.Fire(job=name, fire_time=t, **kw))
+
+    def run(self, run_id):
+        return Q.get_run(self.sm.conn, run_id)
+
+    def finish(self, run_id, state="succeeded", at=None, exit_code=0, token=None):
+        run = self.run(run_id)
+        return self.apply(C.RunFinished(
+            run_id=run_id, token=run["token"] if token is None else token, node="n1",
+            state=state, exit_code=exit_code, signal=None, started_at=run["due_at"],
+            finished_at=at if at is not None else run["due_at"] + 1, log_path="/l"))
+
+
+def test_a_fire_time_gets_exactly_one_record():
+    log = Log()
+    log.put()
+    first = log.fire(T0 + 1)
+    assert first["state"] == "assigned"
+    with pytest.raises(Refused, match="already handled"):
+        log.fire(T0 + 1)
+    with pytest.raises(Refused, match="already handled"):
+        log.fire(T0)  # at or before the cursor
+    assert len(Q.list_runs(log.sm.conn, "j")) == 1
+    # A refused command still advances the applied index and changes nothing else.
+    assert log.sm.applied_index == log.index
+
+
+def test_new_job_cursor_starts_at_creation():
+    log = Log()
+    log.put(at=T0 + 0.5)
+    with pytest.raises(Refused):
+        log.fire(T0)
+    assert log.fire(T0 + 1)["state"] == "assigned"
+
+
+def test_overlap_policies():
+    log = Log()
+    log.put("f", concurrency="forbid")
+    log.put("a", concurrency="allow")
+    log.put("r", concurrency="replace")
+    for name in "far":
+        log.fire(T0 + 1, name)
+    skipped = log.fire(T0 + 2, "f")
+    assert skipped["state"] == "skipped" and "overlap" in skipped["reason"]
+    assert log.fire(T0 + 2, "a")["state"] == "assigned"
+    old = Q.list_runs(log.sm.conn, "r")[0]
+    log.effects.clear()
+    assert log.fire(T0 + 2, "r")["state"] == "assigned"
+    # The replaced run had not started: it is cancelled outright.
+    assert log.run(old["run_id"])["state"] == "cancelled"
+
+
+def test_replace_of_a_running_run_requests_cancel_effect():
+    log = Log()
+    log.put("r", concurrency="replace")
+    rid = log.fire(T0 + 1, "r")["run_id"]
+    run = log.run(rid)
+    log.apply(C.RunStarted(run_id=rid, token=run["token"], node="n1", pid=42,
+                           started_at=T0 + 1, log_path="/l"))
+    log.effects.clear()
+    log.fire(T0 + 2, "r")
+    cancels = [e for e in log.effects if e.kind == "cancel"]
+    assert [e.run["run_id"] for e in cancels] == [rid]
+    assert log.run(rid)["cancel_requested"] == 1
+
+
+def test_paused_and_disabled_fires_are_skipped_with_reason():
+    log = Log()
+    log.put()
+    log.apply(C.SetPaused(name="j", paused=True, at=T0))
+    r = log.fire(T0 + 1)
+    assert r["state"] == "skipped" and r["reason"].startswith("paused")
+    log.put("d", enabled=False)
+    r = log.fire(T0 + 1, "d")
+    assert r["state"] == "skipped" and r["reason"].startswith("disabled")
+
+
+def test_failed_run_is_retried_with_backoff_as_a_new_attempt_of_the_same_fire():
+    log = Log()
+    log.put(retries={"max": 2, "delay": 10.0, "backoff": 3.0, "max_delay": 3600.0,
+                     "jitter": 0.0})
+    rid = log.fire(T0 + 1)["run_id"]
+    res = log.finish(rid, "failed", at=T0 + 5, exit_code=1)
+    second = log.run(res["retry_run_id"])
+    assert (second["attempt"], second["kind"], second["fire_time"]) == (2, "retry", T0 + 1)
+    assert second["due_at"] == T0 + 5 + 10.0          # delay * backoff**0
+    res = log.finish(second["run_id"], "timed_out", at=T0 + 100, exit_code=None)
+    third = log.run(res["retry_run_id"])
+    assert third["attempt"] == 3 and third["due_at"] == T0 + 100 + 30.0  # 10 * 3**1
+    res = log.finish(third["run_id"], "failed", at=T0 + 200, exit_code=1)
+    assert res["retry_run_id"] is None                 # max 2 retries used up
+
+
+def test_lost_run_retried_by_default_but_not_with_on_node_loss_fail():
+    log = Log()
+    log.put("r")
+    log.put("f", on_node_loss="fail")
+    r = log.finish(log.fire(T0 + 1, "r")["run_id"], "lost", exit_code=None)
+    assert log.run(r["retry_run_id"])["attempt"] == 2
+    f = log.finish(log.fire(T0 + 1, "f")["run_id"], "lost", exit_code=None)
+    assert f["retry_run_id"] is None
+
+
+def test_stale_report_is_kept_as_history_and_does_not_overwrite():
+    log = Log()
+    log.put()
+    rid = log.fire(T0 + 1)["run_id"]
+    token = log.run(rid)["token"]
+    log.finish(rid, "succeeded")
+    late = log.finish(rid, "failed", exit_code=9, token=token - 1)
+    assert late == {"state": "succeeded", "late": True}
+    assert log.run(rid)["state"] == "succeeded" and log.run(rid)["exit_code"] == 0
+    rows = list(log.sm.conn.execute("SELECT run_id, state, exit_code FROM late_reports"))
+    assert rows == [(rid, "failed", 9)]
+
+
+def test_start_report_with_wrong_token_is_refused():
+    log = Log()
+    log.put()
+    rid = log.fire(T0 + 1)["run_id"]
+    with pytest.raises(Refused, match="stale"):
+        log.apply(C.RunStarted(run_id=rid, token=999, node="n1", pid=1, started_at=T0,
+                               log_path="/l"))
+    assert log.run(rid)["state"] == "assigned"
+
+
+def test_start_after_cancel_tells_the_node_to_stop():
+    log = Log()
+    log.put()
+    rid = log.fire(T0 + 1)["run_id"]
+    token = log.run(rid)["token"]
+    log.apply(C.CancelRun(run_id=rid, reason="operator", at=T0))
+    res = log.apply(C.RunStarted(run_id=rid, token=token, node="n1", pid=7,
+                                 started_at=T0 + 1, log_path="/l"))
+    assert res["cancel"] is True and log.run(rid)["state"] == "cancelled"
+
+
+def test_remove_job_cancels_unstarted_runs_and_keeps_history():
+    log = Log()
+    log.put(concurrency="allow")
+    done = log.fire(T0 + 1)["run_id"]
+    log.finish(done)
+    pending = log.fire(T0 + 2)["run_id"]
+    log.apply(C.RemoveJob(name="j", at=T0 + 3))
+    assert log.run(pending)["state"] == "cancelled"
+    assert log.run(done)["state"] == "succeeded"
+    with pytest.raises(Refused, match="no job"):
+        log.fire(T0 + 4)
+
+
+def test_gap_record_moves_the_cursor():
+    log = Log()
+    log.put()
+    log.apply(C.RecordGap(job="j", first=T0 + 1, last=T0 + 5000, count=5000,
+                          reason="catch-up", at=T0 + 6000))
+    with pytest.raises(Refused):
+        log.fire(T0 + 4000)
+    assert log.fire(T0 + 5001)["state"] == "assigned"
+    assert Q.list_gaps(log.sm.conn, "j")[0]["count"] == 5000
+
+
+def test_manual_run_respects_forbid_and_is_keyed_apart_from_schedule():
+    log = Log()
+    log.put()
+    rid = log.fire(T0 + 1)["run_id"]
+    with pytest.raises(Refused, match="not started"):
+        log.apply(C.ManualRun(job="j", node="n1", at=T0 + 1))
+    log.finish(rid)
+    m = log.apply(C.ManualRun(job="j", node="n1", at=T0 + 1))
+    assert log.run(m["run_id"])["kind"] == "manual"
+
+
+def test_reboot_fire_is_keyed_by_boot_time_and_ignores_the_cursor():
+    log = Log()
+    log.put(at=T0 + 100)
+    assert log.fire(T0, boot=True)["state"] == "assigned"
+    with pytest.raises(Refused, match="already exists"):
+        log.fire(T0, boot=True)
+
+
+def test_prune_deletes_only_old_finished_runs():
+    log = Log()
+    log.put(concurrency="allow")
+    old = log.fire(T0 + 1)["run_id"]
+    log.finish(old, at=T0 + 2)
+    active = log.fire(T0 + 3)["run_id"]
+    res = log.apply(C.Prune(before=T0 + 1000, at=T0 + 1000))
+    assert res["runs_deleted"] == 1
+    assert log.run(old) is None and log.run(active)["state"] == "assigned"
+    # The cursor still protects the pruned fire time.
+    with pytest.raises(Refused):
+        log.fire(T0 + 1)
+
+
+def test_reapplying_an_index_is_an_error():
+    log = Log()
+    log.put()
+    with pytest.raises(StateError, match="already applied"):
+        with log.sm.conn:
+            log.sm.apply(1, C.SetPaused(name="j", paused=True, at=T0))
+
+
+def test_commands_round_trip_and_garbage_is_rejected():
+    cmds = [C.PutJob(name="j", spec=spec(), digest="d", source="/f", at=1.5),
+            C.Fire(job="j", fire_time=5, kind="scheduled", node="n", due_at=5.2, at=4.9),
+            C.RunFinished(run_id=1, token=2, node="n", state="failed", exit_code=1,
+                          signal=None, started_at=1.0, finished_at=2.0, log_path=None),
+            C.Prune(before=1.0, at=2.0)]
+    for cmd in cmds:
+        assert C.decode(cmd.encode()) == cmd
+    for junk in (b"", b"{}", b'{"op": "nope"}', b'{"op": "prune"}', b"\xff"):
+        with pytest.raises(StateError):
+            C.decode(junk)
+
+
+def random_commands(rng: random.Random, n: int) -> list[C.Command]:
+    """A plausible random history: jobs come and go, fires, starts, results."""
+    cmds: list[C.Command] = []
+    t = T0
+    for _ in range(n):
+        t += rng.choice([0, 1, 1, 2, 5])
+        name = rng.choice("abc")
+        kind = rng.random()
+        if kind < 0.15:
+            s = spec(name=name, concurrency=rng.choice(["allow", "forbid", "replace"]),
+                     retries={"max": rng.randint(0, 2), "delay": 1.0, "backoff": 2.0,
+                              "max_delay": 60.0, "jitter": rng.choice([0.0, 5.0])})
+            cmds.append(C.PutJob(name=name, spec=s, digest=str(rng.random()),
+                                 source="/x", at=t))
+        elif kind < 0.2:
+            cmds.append(C.SetPaused(name=name, paused=rng.random() < 0.5, at=t))
+        elif kind < 0.6:
+            cmds.append(C.Fire(job=name, fire_time=t + rng.randint(-2, 2), kind="scheduled",
+                               node="n1", due_at=t, at=t))
+        elif kind < 0.75:
+            cmds.append(C.RunStarted(run_id=rng.randint(1, 40), token=rng.randint(1, 80),
+                                     node="n1", pid=100, started_at=t, log_path="/l"))
+        elif kind < 0.95:
+            cmds.append(C.RunFinished(
+                run_id=rng.randint(1, 40), token=rng.randint(1, 80), node="n1",
+                state=rng.choice(["succeeded", "failed", "timed_out", "lost"]),
+                exit_code=rng.randint(0, 3), signal=None, started_at=t, finished_at=t + 1,
+                log_path="/l"))
+        else:
+            cmds.append(C.RemoveJob(name=name, at=t))
+    return cmds
+
+
+def apply_all(cmds, batch: int) -> tuple[str, list]:
+    sm = StateMachine(apsw.Connection(":memory:"))
+    results = []
+    index = 0
+    for i in range(0, len(cmds), batch):
+        with sm.conn:
+            for cmd in cmds[i:i + batch]:
+                index += 1
+                try:
+                    res, _ = sm.apply(index, C.decode(cmd.encode()))
+                    results.append(("ok", res))
+                except Refused as exc:
+                    results.append(("refused", str(exc)))
+    return sm.digest(), results
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_apply_is_deterministic(seed):
+    cmds = random_commands(random.Random(seed), 300)
+    d1, r1 = apply_all(cmds, batch=1)
+    d2, r2 = apply_all(cmds, batch=37)   # batching into transactions changes nothing
+    assert d1 == d2 and r1 == r2
+    assert any(kind == "ok" for kind, _ in r1) and any(kind == "refused" for kind, _ in r1)
+
+
+def test_digest_differs_when_state_differs():
+    cmds = random_commands(random.Random(1), 100)
+    d1, _ = apply_all(cmds, 1)
+    d2, _ = apply_all(cmds[:-5], 1)
+    assert d1 != d2
+
+
+def test_every_scheduled_key_is_unique_in_random_histories():
+    for seed in range(10):
+        cmds = random_commands(random.Random(seed), 400)
+        sm = StateMachine(apsw.Connection(":memory:"))
+        for i, cmd in enumerate(cmds, 1):
+            with sm.conn:
+                try:
+                    sm.apply(i, cmd)
+                except Refused:
+                    pass
+        rows = list(sm.conn.execute(
+            "SELECT job, fire_time, target, attempt, COUNT(*) FROM runs "
+            "WHERE origin='schedule' GROUP BY 1,2,3,4 HAVING COUNT(*) > 1"))
+        assert rows == []
