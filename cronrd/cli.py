@@ -100,9 +100,8 @@ def status(obj: Ctx, as_json):
         return
     click.echo(f"node      {st['node_id']} ({st['role']}, leader {st['leader']})")
     click.echo(f"version   {st['version']}, pid {st['pid']}, up {st['uptime_s']:.0f}s")
-    click.echo(f"jobs      {st['jobs']} ({st['paused']} paused), {st['running']} running")
-    by = st["runs_by_state"]
-    click.echo("runs      " + ", ".join(f"{k} {v}" for k, v in by.items() if v) or "none")
+    click.echo(f"jobs      {st['jobs']} ({st['paused']} paused), {st['running']} running, "
+               f"{st['assigned']} about to start")
     click.echo(f"state     applied index {st['applied_index']}, digest "
                f"{st['state_digest'][:16]}")
     click.echo(f"paths     socket {st['socket']}\n          data {st['data_dir']}\n"

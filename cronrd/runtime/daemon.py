@@ -192,7 +192,7 @@ class Daemon:
                            f"(job files live in {self.config.jobs_dir})")
 
     async def h_status(self, args: dict) -> dict:
-        counts = Q.count_by_state(self.conn)
+        active = Q.count_active(self.conn)
         return {
             "node_id": self.config.node_id, "role": "leader", "leader": self.config.node_id,
             "version": __version__, "pid": os.getpid(),
@@ -200,11 +200,11 @@ class Daemon:
             "uptime_s": round(self.clock.now() - self.started_at, 3),
             "jobs": len(self.scheduler.entries),
             "paused": sum(1 for e in self.scheduler.entries.values() if e.paused),
-            "running": counts.get("running", 0),
-            "runs_by_state": {s: counts.get(s, 0) for s in RUN_STATES},
+            "running": active.get("running", 0),
+            "assigned": active.get("assigned", 0),
             "term": 0, "commit_index": self.machine.applied_index,
             "applied_index": self.machine.applied_index,
-            "state_digest": self.machine.digest(),
+            "state_digest": self.machine.state_digest,
             "problems": [str(p) for p in self.watcher.problems],
             "socket": self.config.socket, "data_dir": self.config.data_dir,
             "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,
@@ -226,12 +226,11 @@ class Daemon:
         }
 
     async def h_jobs(self, args: dict) -> list:
-        last = Q.last_runs(self.conn)
-        return [self._job_view(j, last.get(j["name"])) for j in Q.jobs(self.conn)]
+        return [self._job_view(j, Q.last_run(self.conn, j["name"])) for j in Q.jobs(self.conn)]
 
     async def h_job(self, args: dict) -> dict:
         job = self._job_or_error(arg(args, "name", str, required=True))
-        view = self._job_view(job, Q.last_runs(self.conn).get(job["name"]))
+        view = self._job_view(job, Q.last_run(self.conn, job["name"]))
         view["spec"] = job["spec"]
         return view
 

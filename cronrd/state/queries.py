@@ -89,17 +89,16 @@ def jobs(conn: apsw.Connection) -> list[dict]:
     return out
 
 
-def last_runs(conn: apsw.Connection) -> dict[str, dict]:
-    """The most recent non-skipped run of each job."""
-    out = {}
-    for row in conn.execute(
-            f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE run_id IN "
-            "(SELECT MAX(run_id) FROM runs WHERE state != 'skipped' GROUP BY job)"):
-        run = run_row(row)
-        out[run["job"]] = run
-    return out
+def last_run(conn: apsw.Connection, job: str) -> dict | None:
+    """The job's most recent run record (index lookup, not a scan)."""
+    for row in conn.execute(f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? "
+                            "ORDER BY run_id DESC LIMIT 1", (job,)):
+        return run_row(row)
+    return None
 
 
-def count_by_state(conn: apsw.Connection) -> dict[str, int]:
+def count_active(conn: apsw.Connection) -> dict[str, int]:
+    """Runs in flight by state (served by the partial index on active runs)."""
     return {state: n for state, n in conn.execute(
-        "SELECT state, COUNT(*) FROM runs GROUP BY state")}
+        "SELECT state, COUNT(*) FROM runs WHERE state IN ('assigned','running') "
+        "GROUP BY state")}
