@@ -184,10 +184,18 @@ def run_now(obj: Ctx, job, wait):
         click.echo(f"started run {res['run_id']} of {job}; `cronrd logs {job} --run "
                    f"{res['run_id']} --follow` shows its output")
         return
-    code = res["exit_code"]
-    if code is None:
-        code = 128 + res["signal"] if res["signal"] else 1
-    sys.exit(code)
+    sys.exit(wait_exit_code(res))
+
+
+def wait_exit_code(run: dict) -> int:
+    """The exit code of `run-now --wait`: the job's own, and never 0 unless
+    the run succeeded (a job that traps SIGTERM on timeout and exits 0 still
+    timed out)."""
+    if run["state"] == "succeeded":
+        return 0
+    if run["signal"]:
+        return 128 + run["signal"]
+    return run["exit_code"] or 1
 
 
 @main.command()

@@ -343,3 +343,38 @@ def test_sigterm_wait_mode_lets_runs_finish(node_factory):
     node.start()
     runs = node.runs("short")
     assert runs[0]["state"] == "succeeded"
+
+
+def test_job_edited_while_daemon_down_still_catches_up(node):
+    node.write_job("tick", {"schedule": "* * * * * *", "command": "true",
+                            "concurrency": "allow"})
+    node.start()
+    node.wait_runs(lambda rs: len(rs) >= 2, job="tick")
+    node.kill9()
+    down = time.time()
+    node.write_job("tick", {"schedule": "* * * * * *", "command": "true",
+                            "concurrency": "allow", "description": "edited while down"})
+    wait_for(lambda: time.time() - down > 2.5, what="outage")
+    node.start()
+    runs = node.wait_runs(lambda rs: max(fire_seconds(rs, "tick")) > down + 3, job="tick")
+    fires = fire_seconds(runs, "tick")
+    # Every fire time across the outage has a record (run or skipped).
+    assert fires == list(range(fires[0], fires[-1] + 1))
+    assert any(r["state"] == "skipped" and "superseded" in r["reason"] for r in runs)
+
+
+def test_schedule_change_takes_effect_at_once(node):
+    node.write_job("slowly", {"schedule": "@yearly", "command": "true"})
+    node.start()
+    node.write_job("slowly", {"schedule": "* * * * * *", "command": "true"})
+    node.wait_runs(lambda rs: sum(r["state"] == "succeeded" for r in rs) >= 2, job="slowly",
+                   what="new every-second schedule firing")
+
+
+def test_run_now_wait_is_nonzero_for_a_timeout_even_if_the_job_exits_0(node):
+    node.write_job("stubborn", {"schedule": "@yearly", "timeout": "500ms",
+                                "command": "trap 'exit 0' TERM; sleep 30 & wait"})
+    node.start()
+    res = node.cli("run-now", "stubborn", "--wait")
+    assert res.returncode != 0
+    assert node.runs("stubborn")[0]["state"] == "timed_out"

@@ -101,7 +101,11 @@ class Daemon:
         if settled["lost"] or settled["resumed"]:
             log.info("event=reconciled lost=%d resumed=%d", settled["lost"], settled["resumed"])
         await self.watcher.reload()
-        self.scheduler.start(boot_time=int(psutil.boot_time()))
+        first_start = self._first_start_since_boot()
+        self.scheduler.start(boot_time=int(psutil.boot_time()) if first_start else None)
+        if first_start:
+            await self.log.drain()  # the @reboot fires are committed ...
+            self._mark_boot_seen()  # ... before this boot counts as seen
         self.tasks = [loop.create_task(self.scheduler.run()),
                       loop.create_task(self.watcher.run()),
                       loop.create_task(self._housekeeping())]
@@ -119,6 +123,33 @@ class Daemon:
         await self.stop_event.wait()
         await self._shutdown()
         return 0
+
+    # -- @reboot: once per host boot, as Debian's cron does it ----------------------
+    @staticmethod
+    def _boot_id() -> str:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                return f.read().strip()
+        except OSError:
+            return str(int(psutil.boot_time()))
+
+    def _boot_marker(self) -> str:
+        return os.path.join(self.config.data_dir, "last_boot_id")
+
+    def _first_start_since_boot(self) -> bool:
+        try:
+            with open(self._boot_marker()) as f:
+                return f.read().strip() != self._boot_id()
+        except FileNotFoundError:
+            return True
+
+    def _mark_boot_seen(self) -> None:
+        tmp = self._boot_marker() + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(self._boot_id() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._boot_marker())
 
     def request_stop(self) -> None:
         if self.stop_event is not None:

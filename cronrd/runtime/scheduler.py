@@ -43,6 +43,7 @@ class Entry:
     cursor: int
     next_fire: int | None = None
     seq: int = 0
+    last_proposed: int = 0   # the newest fire time proposed (maybe not committed yet)
 
     @property
     def active(self) -> bool:
@@ -61,6 +62,7 @@ class Scheduler:
         self._seq = 0
         self._wake: asyncio.Future | None = None
         self.stopped = False
+        self.started = False
         self.pending: set[asyncio.Future] = set()
 
     # -- reading jobs from the state ------------------------------------------------
@@ -86,19 +88,33 @@ class Scheduler:
 
     # -- start / catch-up --------------------------------------------------------------
     def start(self, boot_time: int | None = None) -> None:
-        """Resume every job from its replicated cursor (catch-up included)."""
+        """Resume every job from its replicated cursor (catch-up included).
+
+        Job changes seen before ``start`` (the first reload of the job files)
+        are not acted on one by one: ``start`` reads the resulting state, so
+        a job edited while the daemon was down still gets its catch-up.
+        """
+        self.started = True
         names = [n for (n,) in self.conn.execute("SELECT name FROM jobs ORDER BY name")]
         for name in names:
             self.refresh(name, startup=True)
         if boot_time is not None:
+            now = self.clock.now()
             for name, entry in self.entries.items():
-                if entry.trigger.schedule.kind == "reboot" and entry.active:
+                if entry.trigger.schedule.kind == "reboot":
+                    skip, target = self._eligible(entry.spec)
                     self._propose(C.Fire(job=name, fire_time=boot_time, kind="scheduled",
-                                         node=self.node_id, due_at=self.clock.now(),
-                                         at=self.clock.now(), boot=True))
+                                         node=self.node_id, due_at=now, at=now, boot=True,
+                                         skip_reason=skip, target=target))
         self.wake()
 
     def refresh(self, name: str, startup: bool = False) -> None:
+        """(Re)build a job's heap entry from the replicated state.
+
+        Paused and disabled jobs stay scheduled: ``apply`` records each of
+        their fire times as skipped with the reason, so "why did it not run
+        at T?" has an answer at T, not only after a resume.
+        """
         old = self.entries.get(name)
         try:
             entry = self._load(name)
@@ -108,24 +124,20 @@ class Scheduler:
         if entry is None:
             self.entries.pop(name, None)
             return
+        if old is not None:
+            entry.last_proposed = old.last_proposed
         self.entries[name] = entry
-        if entry.trigger.schedule.kind == "reboot" or not entry.active:
+        if entry.trigger.schedule.kind == "reboot":
             self._push(name, entry, None)
             return
         now = int(self.clock.now())
-        cursor = entry.cursor
-        if old is not None and not old.active and not startup:
-            # Resumed or re-enabled: the fires in between are skipped, with a record.
-            why = "paused" if old.paused else "disabled (enabled: false)"
-            self._skip_missed(name, entry, now, f"job was {why} at this fire time")
-            cursor = max(cursor, now)
-        elif startup and (old is None):
+        cursor = max(entry.cursor, entry.last_proposed)
+        if startup:
             first = entry.trigger.next_after(cursor)
             if first is not None and first <= now:
-                cursor = self._catch_up(name, entry, now)
-        if old is not None and old.active and old.next_fire is not None:
-            # Already scheduled up to old.next_fire - 1: continue from there.
-            cursor = max(cursor, old.next_fire - 1)
+                cursor = max(cursor, self._catch_up(name, entry, now))
+        # A changed schedule starts from now: fire times of the new schedule
+        # that lie before the change never existed, so they are not missed.
         self._push(name, entry, entry.trigger.next_after(max(cursor, now)))
         self.wake()
 
@@ -150,23 +162,10 @@ class Scheduler:
                  plan.skipped_range[2] if plan.skipped_range else 0)
         return plan.cursor
 
-    def _skip_missed(self, name: str, entry: Entry, now: int, reason: str) -> None:
-        """Record every fire in (cursor, now] as skipped for ``reason``."""
-        plan = plan_catchup(entry.trigger, entry.cursor, now, "none", None,
-                            max_records=MAX_SKIP_RECORDS)
-        at = self.clock.now()
-        if plan.skipped_range is not None:
-            first, last, count, _ = plan.skipped_range
-            self._propose(C.RecordGap(job=name, first=first, last=last, count=count,
-                                      reason=reason, at=at))
-        # Unlike catch-up "none", a fire in the current second is skipped too:
-        # it came due while the job was paused.
-        for fire in sorted([f for f, _ in plan.skipped] + list(plan.run)):
-            self._propose(C.Fire(job=name, fire_time=fire, kind="scheduled",
-                                 node=self.node_id, due_at=at, at=at, skip_reason=reason))
-
     # -- effects ------------------------------------------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:
+        if not self.started:
+            return  # start() reads the whole state once
         for eff in effects:
             if eff.kind == "jobs_changed" and eff.job is not None:
                 self.refresh(eff.job)
@@ -185,6 +184,7 @@ class Scheduler:
     def _fire(self, name: str, entry: Entry, fire: int, kind: str = "scheduled") -> None:
         spec = entry.spec
         skip, target = self._eligible(spec)
+        entry.last_proposed = max(entry.last_proposed, fire)
         due = fire + jitter_for(name, fire, spec.jitter)
         self._propose(C.Fire(job=name, fire_time=fire, kind=kind, node=self.node_id,
                              due_at=due, at=self.clock.now(), skip_reason=skip,
