@@ -98,7 +98,8 @@ def status(obj: Ctx, as_json):
     if as_json:
         emit_json(st)
         return
-    click.echo(f"node      {st['node_id']} ({st['role']}, leader {st['leader']})")
+    starting = "" if st.get("ready", True) else ", starting up"
+    click.echo(f"node      {st['node_id']} ({st['role']}, leader {st['leader']}{starting})")
     click.echo(f"version   {st['version']}, pid {st['pid']}, up {st['uptime_s']:.0f}s")
     click.echo(f"jobs      {st['jobs']} ({st['paused']} paused), {st['running']} running, "
                f"{st['assigned']} about to start")

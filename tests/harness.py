@@ -98,7 +98,7 @@ class Node:
             if self.proc.poll() is not None:
                 raise AssertionError(f"daemon exited with {self.proc.returncode}\n"
                                      + self.daemon_log())
-            return self.call("status")
+            return self.call("status")["ready"]
         wait_for(ready, timeout, what="daemon ready", on_fail=self.daemon_log)
 
     def kill9(self) -> None:

@@ -67,6 +67,7 @@ class Daemon:
         self.stop_event: asyncio.Event | None = None
         self.waiters: dict[int, list[asyncio.Future]] = {}
         self.tasks: list[asyncio.Task] = []
+        self.ready = False  # true once job files are loaded and the scheduler runs
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare_dirs(self) -> None:
@@ -112,6 +113,7 @@ class Daemon:
         if self.notifier.watchdog_interval:
             self.tasks.append(loop.create_task(self._watchdog()))
         jobs = len(self.scheduler.entries)
+        self.ready = True
         self.notifier.ready(f"{jobs} jobs")
         log.info("event=ready jobs=%d applied_index=%d", jobs, self.machine.applied_index)
         if sys.stderr.isatty():
@@ -226,10 +228,11 @@ class Daemon:
         active = Q.count_active(self.conn)
         return {
             "node_id": self.config.node_id, "role": "leader", "leader": self.config.node_id,
+            "ready": self.ready,
             "version": __version__, "pid": os.getpid(),
             "started_at": iso_utc(round(self.started_at, 3)),
             "uptime_s": round(self.clock.now() - self.started_at, 3),
-            "jobs": len(self.scheduler.entries),
+            "jobs": len(Q.jobs(self.conn)) if not self.ready else len(self.scheduler.entries),
             "paused": sum(1 for e in self.scheduler.entries.values() if e.paused),
             "running": active.get("running", 0),
             "assigned": active.get("assigned", 0),
