@@ -1,0 +1,784 @@
+"""The Raft consensus core: a pure state machine, in the manner of etcd's raft.
+
+Inputs: ``tick()``, ``step(message)``, ``propose(data)`` and the other
+request methods. Output: ``ready()`` returns a ``Ready`` saying what to
+persist, send and apply; the caller does it in that order and calls
+``advance(ready)``. No clocks, sockets, files or global randomness: time is
+ticks, randomness comes from the ``random.Random`` passed in.
+
+Features: leader election with randomised timeouts, PreVote, CheckQuorum;
+log replication with the consistency check and fast back-off, pipelined
+appends with flow control (messages in flight, bytes per message); commit
+only by counting entries of the current term; a no-op entry at the start of
+each term; learners; one-at-a-time membership changes (never more than one
+uncommitted, and a new leader first commits an entry of its own term);
+leadership transfer (TimeoutNow); ReadIndex; chunked InstallSnapshot and log
+compaction.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from ..errors import CronrdError
+from .log import RaftLog
+from .types import (ConfChange, ConfChangeType, ConfState, Entry, EntryType, HardState,
+                    Message, MsgType, Ready, ReadState, Snapshot, SnapshotMeta, SoftState)
+
+FOLLOWER, CANDIDATE, PRECANDIDATE, LEADER = "follower", "candidate", "precandidate", "leader"
+PROBE, REPLICATE, SNAPSHOT = "probe", "replicate", "snapshot"
+TRANSFER = b"transfer"
+
+
+class RaftError(CronrdError):
+    """An invariant of the protocol was violated (a bug or corrupted state)."""
+
+
+@dataclass(frozen=True)
+class RaftConfig:
+    id: str
+    election_tick: int = 10          # ticks without a leader before campaigning (randomised x1..x2)
+    heartbeat_tick: int = 1
+    pre_vote: bool = True
+    check_quorum: bool = True
+    max_inflight: int = 256          # APP messages in flight per follower
+    max_msg_bytes: int = 1 << 20     # entry bytes per APP message
+    snapshot_chunk_bytes: int = 1 << 20
+
+
+@dataclass
+class Progress:
+    """The leader's view of one follower."""
+    match: int = 0
+    next: int = 1
+    state: str = PROBE
+    probe_sent: bool = False         # probe: one APP outstanding, wait for its answer
+    inflight: list[int] = field(default_factory=list)  # last index of each APP in flight
+    recent_active: bool = False
+    pending_snapshot: int = 0        # snapshot index being sent
+    snap_offset: int = 0
+
+    def become_probe(self) -> None:
+        if self.state == SNAPSHOT:
+            self.next = max(self.match + 1, self.pending_snapshot + 1)
+            self.pending_snapshot = 0
+        else:
+            self.next = self.match + 1
+        self.state = PROBE
+        self.probe_sent = False
+        self.inflight.clear()
+
+    def become_replicate(self) -> None:
+        self.state = REPLICATE
+        self.next = self.match + 1
+        self.inflight.clear()
+        self.probe_sent = False
+
+    def become_snapshot(self, index: int) -> None:
+        self.state = SNAPSHOT
+        self.pending_snapshot = index
+        self.snap_offset = 0
+        self.inflight.clear()
+
+    def paused(self, max_inflight: int) -> bool:
+        if self.state == PROBE:
+            return self.probe_sent
+        if self.state == SNAPSHOT:
+            return True
+        return len(self.inflight) >= max_inflight
+
+    def maybe_update(self, index: int) -> bool:
+        updated = index > self.match
+        if updated:
+            self.match = index
+            self.probe_sent = False
+        self.next = max(self.next, index + 1)
+        self.inflight = [i for i in self.inflight if i > index]
+        return updated
+
+
+@dataclass
+class PendingRead:
+    context: bytes
+    index: int
+    requester: str                   # "" when the leader itself asked
+    acks: set[str] = field(default_factory=set)
+
+
+class Raft:
+    def __init__(self, config: RaftConfig, rng: random.Random, *, conf: ConfState,
+                 hard_state: HardState = HardState(), entries: list[Entry] | tuple = (),
+                 snapshot: Snapshot | None = None, applied: int = 0):
+        """Restart (or bootstrap) from durable state.
+
+        ``conf`` is the bootstrap membership, replaced by the snapshot's when
+        there is one; membership entries up to ``applied`` are replayed.
+        ``applied`` is the state machine's applied index.
+        """
+        self.cfg = config
+        self.id = config.id
+        self.rng = rng
+        snap_index = snapshot.meta.index if snapshot else 0
+        snap_term = snapshot.meta.term if snapshot else 0
+        self.log = RaftLog(snap_index, snap_term, list(entries))
+        self.snapshot = snapshot            # latest snapshot (with data) to send followers
+        self.conf = snapshot.meta.conf if snapshot else conf
+        self.term = hard_state.term
+        self.vote = hard_state.vote
+        if hard_state.commit > self.log.last_index():
+            raise RaftError(f"commit {hard_state.commit} beyond last index "
+                            f"{self.log.last_index()}")
+        self.log.commit = max(hard_state.commit, snap_index)
+        applied = max(applied, snap_index)
+        if applied > self.log.commit:
+            raise RaftError(f"applied {applied} beyond commit {self.log.commit}")
+        for e in self.log.slice(snap_index + 1, applied + 1):
+            if e.type == EntryType.CONF:
+                self._apply_conf(ConfChange.decode(e.data))
+        self.log.applied = applied
+        self.role = FOLLOWER
+        self.lead = ""
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_timeout = self._random_timeout()
+        self.votes: dict[str, bool] = {}
+        self.prs: dict[str, Progress] = {}
+        self.pending_conf_index = 0
+        self.lead_transferee = ""
+        self.reads: list[PendingRead] = []
+        self.read_queue: list[tuple[bytes, str]] = []  # reads waiting for a commit in term
+        self.read_states: list[ReadState] = []
+        self.msgs: list[Message] = []
+        self.dropped: list[tuple[bytes, str]] = []
+        self.snap_recv: tuple[SnapshotMeta, bytearray] | None = None
+        self.pending_install: Snapshot | None = None
+        self.prev_hs = HardState(self.term, self.vote, self.log.commit)
+        self.prev_ss = SoftState("", self.public_role)
+        self._self_match = self.log.last_index()
+
+    # -- views ------------------------------------------------------------------
+    @property
+    def public_role(self) -> str:
+        if self.role == FOLLOWER and self.id in self.conf.learners:
+            return "learner"
+        return self.role
+
+    @property
+    def commit(self) -> int:
+        return self.log.commit
+
+    @property
+    def applied(self) -> int:
+        return self.log.applied
+
+    @property
+    def last_index(self) -> int:
+        return self.log.last_index()
+
+    def is_voter(self, node: str | None = None) -> bool:
+        return (node or self.id) in self.conf.voters
+
+    def quorum(self) -> int:
+        return len(self.conf.voters) // 2 + 1
+
+    def _random_timeout(self) -> int:
+        return self.cfg.election_tick + self.rng.randrange(self.cfg.election_tick)
+
+    def _send(self, **kw) -> None:
+        kw.setdefault("term", self.term)
+        self.msgs.append(Message(frm=self.id, **kw))
+
+    # -- role changes -------------------------------------------------------------
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = ""
+        self.lead = ""
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_timeout = self._random_timeout()
+        self.votes = {}
+        self.lead_transferee = ""
+        self._fail_reads("leadership changed")
+        self.prs = {}
+
+    def _fail_reads(self, reason: str) -> None:
+        for r in self.reads:
+            if r.requester == "" or r.requester == self.id:
+                self.dropped.append((r.context, f"read index abandoned: {reason}"))
+        for ctx, requester in self.read_queue:
+            if requester in ("", self.id):
+                self.dropped.append((ctx, f"read index abandoned: {reason}"))
+        self.reads = []
+        self.read_queue = []
+
+    def become_follower(self, term: int, lead: str) -> None:
+        self._reset(term)
+        self.lead = lead
+        self.role = FOLLOWER
+
+    def _become_precandidate(self) -> None:
+        # PreVote does not change the term or the vote.
+        self.role = PRECANDIDATE
+        self.votes = {}
+        self.lead = ""
+        self.election_elapsed = 0
+        self.randomized_timeout = self._random_timeout()
+
+    def _become_candidate(self) -> None:
+        self._reset(self.term + 1)
+        self.vote = self.id
+        self.role = CANDIDATE
+
+    def _become_leader(self) -> None:
+        self._reset(self.term)
+        self.lead = self.id
+        self.role = LEADER
+        last = self.log.last_index()
+        for node in self.conf.members():
+            if node != self.id:
+                self.prs[node] = Progress(match=0, next=last + 1)
+        # Any unapplied membership change in the log counts as pending.
+        self.pending_conf_index = last
+        self.log.append([Entry(self.term, last + 1, EntryType.NOOP)])
+
+    # -- ticks --------------------------------------------------------------------------
+    def tick(self) -> None:
+        if self.role == LEADER:
+            self._tick_leader()
+        else:
+            self.election_elapsed += 1
+            if self._promotable() and self.election_elapsed >= self.randomized_timeout:
+                self.election_elapsed = 0
+                self._campaign(transfer=False)
+
+    def _promotable(self) -> bool:
+        return self.is_voter() and self.pending_install is None
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.cfg.election_tick:
+            self.election_elapsed = 0
+            if self.cfg.check_quorum:
+                active = sum(1 for v in self.conf.voters
+                             if v == self.id or (v in self.prs and self.prs[v].recent_active))
+                for pr in self.prs.values():
+                    pr.recent_active = False
+                if active < self.quorum():
+                    self.become_follower(self.term, "")
+                    return
+            if self.lead_transferee:
+                self.lead_transferee = ""  # took longer than an election timeout: abort
+        if self.role == LEADER and self.heartbeat_elapsed >= self.cfg.heartbeat_tick:
+            self.heartbeat_elapsed = 0
+            self._bcast_heartbeat(self.reads[-1].context if self.reads else b"")
+
+    # -- elections ------------------------------------------------------------------------
+    def _campaign(self, transfer: bool) -> None:
+        if self.cfg.pre_vote and not transfer and self.role != PRECANDIDATE:
+            self._become_precandidate()
+            kind, term = MsgType.PREVOTE, self.term + 1
+        else:
+            self._become_candidate()
+            kind, term = MsgType.VOTE, self.term
+        self.votes[self.id] = True
+        if self._tally() >= self.quorum():  # a single voter wins at once
+            if kind == MsgType.PREVOTE:
+                self._campaign(transfer=True)  # go straight to a real election
+            else:
+                self._become_leader()
+                self._bcast_append()
+            return
+        for node in self.conf.voters:
+            if node != self.id:
+                self._send(type=kind, to=node, term=term, index=self.log.last_index(),
+                           log_term=self.log.last_term(),
+                           context=TRANSFER if transfer else b"")
+
+    def _tally(self) -> int:
+        return sum(1 for v, granted in self.votes.items() if granted and v in self.conf.voters)
+
+    def _rejections(self) -> int:
+        return sum(1 for v, granted in self.votes.items()
+                   if not granted and v in self.conf.voters)
+
+    # -- step -----------------------------------------------------------------------------------
+    def step(self, m: Message) -> None:
+        if m.frm == self.id:
+            return
+        if m.term > self.term:
+            if m.type in (MsgType.VOTE, MsgType.PREVOTE):
+                in_lease = (self.cfg.check_quorum and self.lead != ""
+                            and self.election_elapsed < self.cfg.election_tick)
+                if in_lease and m.context != TRANSFER:
+                    return  # we heard from a leader recently: ignore the disruption
+            if m.type == MsgType.PREVOTE:
+                pass  # a pre-vote never changes our term
+            elif m.type == MsgType.PREVOTE_RESP and not m.reject:
+                pass  # granted pre-votes carry the future term
+            else:
+                lead = m.frm if m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP) else ""
+                self.become_follower(m.term, lead)
+        elif m.term < self.term:
+            if (self.cfg.check_quorum or self.cfg.pre_vote) and m.type in (
+                    MsgType.HEARTBEAT, MsgType.APP):
+                # Tell a stale leader about the newer term so it steps down.
+                self._send(type=MsgType.APP_RESP, to=m.frm)
+            elif m.type == MsgType.PREVOTE:
+                self._send(type=MsgType.PREVOTE_RESP, to=m.frm, reject=True)
+            return
+
+        if m.type in (MsgType.VOTE, MsgType.PREVOTE):
+            self._handle_vote(m)
+            return
+        if self.role == LEADER:
+            self._step_leader(m)
+        elif self.role in (CANDIDATE, PRECANDIDATE):
+            self._step_candidate(m)
+        else:
+            self._step_follower(m)
+
+    def _handle_vote(self, m: Message) -> None:
+        can_vote = (self.vote == m.frm or (self.vote == "" and self.lead == "")
+                    or (m.type == MsgType.PREVOTE and m.term > self.term))
+        resp = MsgType.VOTE_RESP if m.type == MsgType.VOTE else MsgType.PREVOTE_RESP
+        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+            # A pre-vote answer carries the candidate's future term.
+            self._send(type=resp, to=m.frm, term=m.term)
+            if m.type == MsgType.VOTE:
+                self.election_elapsed = 0
+                self.vote = m.frm
+        else:
+            self._send(type=resp, to=m.frm, reject=True)
+
+    # -- leader -----------------------------------------------------------------------------------
+    def _step_leader(self, m: Message) -> None:
+        pr = self.prs.get(m.frm)
+        if m.type == MsgType.PROPOSE:
+            self._leader_append(list(m.entries), b"")
+            return
+        if m.type == MsgType.READ_INDEX:
+            self._leader_read(m.context, m.frm)
+            return
+        if pr is None:
+            return  # not a member (any more)
+        pr.recent_active = True
+        if m.type == MsgType.APP_RESP:
+            if m.reject:
+                if self._maybe_decr(pr, m):
+                    if pr.state == REPLICATE:
+                        pr.become_probe()
+                    self._send_append(m.frm)
+                return
+            old_paused = pr.paused(self.cfg.max_inflight)
+            if pr.maybe_update(m.index):
+                if pr.state == PROBE:
+                    pr.become_replicate()
+                elif pr.state == SNAPSHOT and pr.match >= pr.pending_snapshot:
+                    pr.become_probe()
+                    pr.become_replicate()
+                if self._maybe_commit():
+                    self._bcast_append()
+                elif old_paused or pr.next <= self.log.last_index():
+                    self._send_append(m.frm)
+                while pr.state == REPLICATE and pr.next <= self.log.last_index() and \
+                        not pr.paused(self.cfg.max_inflight):
+                    if not self._send_append(m.frm):
+                        break
+                if m.frm == self.lead_transferee and pr.match == self.log.last_index():
+                    self._send(type=MsgType.TIMEOUT_NOW, to=m.frm)
+        elif m.type == MsgType.HEARTBEAT_RESP:
+            pr.probe_sent = False
+            if pr.state == SNAPSHOT:
+                self._send_snapshot_chunk(m.frm, pr)
+            elif pr.match < self.log.last_index():
+                self._send_append(m.frm)
+            if m.context:
+                self._ack_read(m.context, m.frm)
+        elif m.type == MsgType.SNAP_RESP:
+            if pr.state != SNAPSHOT:
+                return
+            if m.reject:
+                pr.become_probe()
+                self._send_append(m.frm)
+                return
+            pr.snap_offset = m.offset
+            self._send_snapshot_chunk(m.frm, pr)
+
+    def _maybe_decr(self, pr: Progress, m: Message) -> bool:
+        """A rejected append: move ``next`` back, using the follower's hint."""
+        if pr.state == REPLICATE:
+            if m.index <= pr.match:
+                return False  # stale rejection
+            pr.next = pr.match + 1
+            return True
+        if pr.next - 1 != m.index:
+            return False  # stale: not the probe we sent
+        probe = m.reject_hint
+        if m.hint_term > 0:
+            probe = self.log.find_conflict_by_term(m.reject_hint, m.hint_term)
+        pr.next = max(min(m.index, probe + 1), pr.match + 1, 1)
+        pr.probe_sent = False
+        return True
+
+    def _maybe_commit(self) -> bool:
+        matches = sorted((self._self_match if v == self.id else
+                          (self.prs[v].match if v in self.prs else 0))
+                         for v in self.conf.voters)
+        if not matches:
+            return False
+        index = matches[len(matches) - self.quorum()]
+        # Only entries of the current term are committed by counting (§5.4.2).
+        if index > self.log.commit and self.log.term(index) == self.term:
+            self.log.commit_to(index)
+            self._release_queued_reads()
+            return True
+        return False
+
+    def _send_append(self, to: str) -> bool:
+        pr = self.prs[to]
+        if pr.paused(self.cfg.max_inflight):
+            return False
+        prev = pr.next - 1
+        prev_term = self.log.term(prev)
+        if prev_term is None:
+            return self._start_snapshot(to, pr)
+        entries = self.log.slice(pr.next, self.log.last_index() + 1, self.cfg.max_msg_bytes)
+        self._send(type=MsgType.APP, to=to, index=prev, log_term=prev_term,
+                   entries=tuple(entries), commit=self.log.commit)
+        if entries:
+            last = entries[-1].index
+            if pr.state == REPLICATE:
+                pr.next = last + 1
+                pr.inflight.append(last)
+            else:
+                pr.probe_sent = True
+        elif pr.state == PROBE:
+            pr.probe_sent = True
+        return bool(entries)
+
+    def _start_snapshot(self, to: str, pr: Progress) -> bool:
+        if self.snapshot is None:
+            raise RaftError(f"follower {to} needs entries before {self.log.first_index()} "
+                            "but there is no snapshot to send")
+        pr.become_snapshot(self.snapshot.meta.index)
+        self._send_snapshot_chunk(to, pr)
+        return False
+
+    def _send_snapshot_chunk(self, to: str, pr: Progress) -> None:
+        snap = self.snapshot
+        if snap is None or snap.meta.index != pr.pending_snapshot:
+            pr.become_probe()
+            return
+        lo = pr.snap_offset
+        chunk = snap.data[lo: lo + self.cfg.snapshot_chunk_bytes]
+        self._send(type=MsgType.SNAP, to=to, snapshot_meta=snap.meta, offset=lo, data=chunk,
+                   done=lo + len(chunk) >= len(snap.data))
+
+    def _bcast_append(self) -> None:
+        for node in sorted(self.prs):
+            self._send_append(node)
+
+    def _bcast_heartbeat(self, context: bytes) -> None:
+        for node in sorted(self.prs):
+            pr = self.prs[node]
+            self._send(type=MsgType.HEARTBEAT, to=node, commit=min(pr.match, self.log.commit),
+                       context=context)
+
+    def _leader_append(self, entries: list[Entry], context: bytes) -> bool:
+        if self.lead_transferee:
+            self.dropped.append((context, f"leadership is moving to {self.lead_transferee}"))
+            return False
+        last = self.log.last_index()
+        out = []
+        for i, e in enumerate(entries):
+            if e.type == EntryType.CONF:
+                if self.pending_conf_index > self.log.applied:
+                    self.dropped.append((context, "another membership change is not yet "
+                                                  "applied; retry when it is"))
+                    continue
+                self.pending_conf_index = last + len(out) + 1
+            out.append(Entry(self.term, last + len(out) + 1, e.type, e.data))
+        if not out:
+            return False
+        self.log.append(out)
+        self._bcast_append()
+        return True
+
+    # -- candidate ------------------------------------------------------------------------------------
+    def _step_candidate(self, m: Message) -> None:
+        if m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP):
+            self.become_follower(m.term, m.frm)
+            self._step_follower(m)
+            return
+        want = MsgType.PREVOTE_RESP if self.role == PRECANDIDATE else MsgType.VOTE_RESP
+        if m.type == want:
+            self.votes.setdefault(m.frm, not m.reject)
+            if self._tally() >= self.quorum():
+                if self.role == PRECANDIDATE:
+                    self._campaign(transfer=True)
+                else:
+                    self._become_leader()
+                    self._bcast_append()
+            elif self._rejections() >= self.quorum():
+                self.become_follower(self.term, "")
+        elif m.type == MsgType.PROPOSE:
+            pass  # forwarded to a node that is not leader: the proposer times out
+
+    # -- follower --------------------------------------------------------------------------------------
+    def _step_follower(self, m: Message) -> None:
+        if m.type == MsgType.APP:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_append(m)
+        elif m.type == MsgType.HEARTBEAT:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self.log.commit_to(min(m.commit, self.log.last_index()))
+            self._send(type=MsgType.HEARTBEAT_RESP, to=m.frm, context=m.context)
+        elif m.type == MsgType.SNAP:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_snapshot(m)
+        elif m.type == MsgType.TIMEOUT_NOW:
+            if self._promotable():
+                self._campaign(transfer=True)
+        elif m.type == MsgType.READ_INDEX_RESP:
+            self.read_states.append(ReadState(m.index, m.context))
+        elif m.type == MsgType.PROPOSE:
+            if self.lead:
+                self._send(type=MsgType.PROPOSE, to=self.lead, entries=m.entries)
+
+    def _handle_append(self, m: Message) -> None:
+        if m.index < self.log.commit:
+            self._send(type=MsgType.APP_RESP, to=m.frm, index=self.log.commit)
+            return
+        last_new = self.log.maybe_append(m.index, m.log_term, m.commit, m.entries)
+        if last_new is not None:
+            self._send(type=MsgType.APP_RESP, to=m.frm, index=last_new)
+            return
+        hint = min(m.index, self.log.last_index())
+        hint = self.log.find_conflict_by_term(hint, m.log_term)
+        self._send(type=MsgType.APP_RESP, to=m.frm, index=m.index, reject=True,
+                   reject_hint=hint, hint_term=self.log.term(hint) or 0)
+
+    def _handle_snapshot(self, m: Message) -> None:
+        meta = m.snapshot_meta
+        if meta is None:
+            return
+        if meta.index <= self.log.commit:
+            # Already have it all: just tell the leader where we are.
+            self.snap_recv = None
+            self._send(type=MsgType.APP_RESP, to=m.frm, index=self.log.commit)
+            return
+        if m.offset == 0:
+            self.snap_recv = (meta, bytearray())
+        if self.snap_recv is None or self.snap_recv[0] != meta:
+            self._send(type=MsgType.SNAP_RESP, to=m.frm, reject=True)
+            return
+        buf = self.snap_recv[1]
+        if m.offset != len(buf):
+            self._send(type=MsgType.SNAP_RESP, to=m.frm, offset=len(buf))
+            return
+        buf.extend(m.data)
+        if not m.done:
+            self._send(type=MsgType.SNAP_RESP, to=m.frm, offset=len(buf))
+            return
+        self.snap_recv = None
+        snap = Snapshot(meta, bytes(buf))
+        if self.log.match_term(meta.index, meta.term):
+            # Our log already has the snapshot's last entry: keep the suffix.
+            self.log.commit_to(meta.index)
+        else:
+            self.log.restore(meta.index, meta.term)
+            self.conf = meta.conf
+            self.snapshot = snap
+            self.pending_install = snap
+        self._send(type=MsgType.APP_RESP, to=m.frm, index=self.log.last_index())
+
+    # -- requests from the application ----------------------------------------------------------------
+    def propose(self, data: bytes, context: bytes = b"") -> None:
+        self._propose([Entry(0, 0, EntryType.NORMAL, data)], context)
+
+    def propose_conf_change(self, cc: ConfChange, context: bytes = b"") -> None:
+        if self.role != LEADER:
+            self.dropped.append((context, f"not the leader (leader: {self.lead or 'unknown'})"))
+            return
+        if self.log.term(self.log.commit) != self.term:
+            self.dropped.append((context, "the new leader has not committed an entry of its "
+                                          "term yet; retry shortly"))
+            return
+        if cc.type == ConfChangeType.ADD_LEARNER and cc.node in self.conf.members():
+            self.dropped.append((context, f"{cc.node} is already a member"))
+            return
+        if cc.type == ConfChangeType.PROMOTE and cc.node not in self.conf.learners:
+            self.dropped.append((context, f"{cc.node} is not a learner"))
+            return
+        if cc.type == ConfChangeType.REMOVE and cc.node not in self.conf.members():
+            self.dropped.append((context, f"{cc.node} is not a member"))
+            return
+        if cc.type == ConfChangeType.REMOVE and self.conf.voters == (cc.node,):
+            self.dropped.append((context, "cannot remove the last voter"))
+            return
+        self._leader_append([Entry(0, 0, EntryType.CONF, cc.encode())], context)
+
+    def _propose(self, entries: list[Entry], context: bytes) -> None:
+        if self.role == LEADER:
+            self._leader_append(entries, context)
+        elif self.lead and self.role == FOLLOWER:
+            self._send(type=MsgType.PROPOSE, to=self.lead, entries=tuple(entries))
+        else:
+            self.dropped.append((context, "no leader is known; retry shortly"))
+
+    def transfer_leadership(self, to: str) -> None:
+        if self.role != LEADER or to == self.id or to not in self.conf.voters:
+            return
+        self.lead_transferee = to
+        self.election_elapsed = 0
+        pr = self.prs[to]
+        if pr.match == self.log.last_index():
+            self._send(type=MsgType.TIMEOUT_NOW, to=to)
+        else:
+            self._send_append(to)
+
+    def read_index(self, context: bytes) -> None:
+        """Ask for a linearizable read point; answered as a ReadState."""
+        if self.role == LEADER:
+            self._leader_read(context, "")
+        elif self.lead and self.role == FOLLOWER:
+            self._send(type=MsgType.READ_INDEX, to=self.lead, context=context)
+        else:
+            self.dropped.append((context, "no leader is known; retry shortly"))
+
+    def _leader_read(self, context: bytes, requester: str) -> None:
+        if self.log.term(self.log.commit) != self.term:
+            self.read_queue.append((context, requester))  # wait for a commit in this term
+            return
+        if len(self.conf.voters) == 1:
+            self._answer_read(PendingRead(context, self.log.commit, requester))
+            return
+        read = PendingRead(context, self.log.commit, requester, {self.id})
+        self.reads.append(read)
+        self._bcast_heartbeat(context)
+
+    def _release_queued_reads(self) -> None:
+        queued, self.read_queue = self.read_queue, []
+        for ctx, requester in queued:
+            self._leader_read(ctx, requester)
+
+    def _ack_read(self, context: bytes, frm: str) -> None:
+        for i, read in enumerate(self.reads):
+            if read.context != context:
+                continue
+            if frm in self.conf.voters:
+                read.acks.add(frm)
+            if len(read.acks & set(self.conf.voters)) >= self.quorum():
+                done, self.reads = self.reads[:i + 1], self.reads[i + 1:]
+                for r in done:
+                    self._answer_read(r)
+            return
+
+    def _answer_read(self, read: PendingRead) -> None:
+        if read.requester in ("", self.id):
+            self.read_states.append(ReadState(read.index, read.context))
+        else:
+            self._send(type=MsgType.READ_INDEX_RESP, to=read.requester, index=read.index,
+                       context=read.context)
+
+    def compact(self, index: int, data: bytes) -> Snapshot:
+        """The application saved a snapshot of its state at ``index`` (== applied)."""
+        if index != self.log.applied:
+            raise RaftError(f"snapshot index {index} must equal the applied index "
+                            f"{self.log.applied}")
+        term = self.log.term(index)
+        if term is None:
+            raise RaftError(f"cannot snapshot at {index}: entry already compacted")
+        snap = Snapshot(SnapshotMeta(index, term, self.conf), data)
+        self.snapshot = snap
+        self.log.compact(index)
+        return snap
+
+    # -- membership ----------------------------------------------------------------------------------------
+    def _apply_conf(self, cc: ConfChange) -> None:
+        voters, learners = list(self.conf.voters), list(self.conf.learners)
+        if cc.type == ConfChangeType.ADD_LEARNER:
+            if cc.node not in voters and cc.node not in learners:
+                learners.append(cc.node)
+        elif cc.type == ConfChangeType.PROMOTE:
+            if cc.node in learners:
+                learners.remove(cc.node)
+                voters.append(cc.node)
+        elif cc.type == ConfChangeType.REMOVE:
+            if cc.node in voters:
+                voters.remove(cc.node)
+            if cc.node in learners:
+                learners.remove(cc.node)
+        self.conf = ConfState(tuple(sorted(voters)), tuple(sorted(learners)))
+
+    def _conf_applied(self, cc: ConfChange) -> None:
+        self._apply_conf(cc)
+        if self.role != LEADER:
+            return
+        if cc.node != self.id and cc.node in self.conf.members() and cc.node not in self.prs:
+            self.prs[cc.node] = Progress(match=0, next=self.log.last_index() + 1)
+        if cc.type == ConfChangeType.REMOVE:
+            self.prs.pop(cc.node, None)
+            if cc.node == self.id:
+                self.become_follower(self.term, "")
+                return
+            if self.lead_transferee == cc.node:
+                self.lead_transferee = ""
+        if self._maybe_commit():
+            self._bcast_append()
+
+    # -- Ready --------------------------------------------------------------------------------------------
+    def has_ready(self) -> bool:
+        hs = HardState(self.term, self.vote, self.log.commit)
+        return bool(self.msgs or self.log.unstable() or self.log.next_committed()
+                    or self.read_states or self.dropped or self.pending_install
+                    or hs != self.prev_hs
+                    or SoftState(self.lead, self.public_role) != self.prev_ss)
+
+    def ready(self) -> Ready:
+        hs = HardState(self.term, self.vote, self.log.commit)
+        ss = SoftState(self.lead, self.public_role)
+        rd = Ready(
+            hard_state=hs if hs != self.prev_hs else None,
+            entries=self.log.unstable(),
+            snapshot=self.pending_install,
+            committed=self.log.next_committed(),
+            messages=self.msgs,
+            read_states=self.read_states,
+            soft_state=ss if ss != self.prev_ss else None,
+            dropped=self.dropped,
+        )
+        self.msgs, self.read_states, self.dropped = [], [], []
+        return rd
+
+    def advance(self, rd: Ready) -> None:
+        """The Ready was persisted, sent and applied."""
+        if rd.hard_state is not None:
+            self.prev_hs = rd.hard_state
+        if rd.soft_state is not None:
+            self.prev_ss = rd.soft_state
+        if rd.snapshot is not None:
+            if self.pending_install is rd.snapshot:
+                self.pending_install = None
+            self.log.applied = max(self.log.applied, rd.snapshot.meta.index)
+        if rd.entries:
+            last = rd.entries[-1]
+            # Only if the log still holds what was persisted (no truncation since).
+            if self.log.term(last.index) == last.term:
+                self.log.stable_to(last.index)
+        # The leader counts its own copy only once it is on disk.
+        self._self_match = self.log.unstable_from - 1
+        for e in rd.committed:
+            if e.index <= self.log.applied:
+                continue
+            self.log.applied = e.index
+            if e.type == EntryType.CONF:
+                self._conf_applied(ConfChange.decode(e.data))
+        if self.role == LEADER and self._maybe_commit():
+            self._bcast_append()

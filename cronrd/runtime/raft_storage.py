@@ -1,0 +1,378 @@
+"""Durable, checksummed storage of the Raft log, hard state and snapshot.
+
+One apsw (SQLite) database file per node, in WAL mode. Every ``save`` is one
+transaction and therefore one fsync of the WAL (``synchronous=FULL``), however
+many entries it carries: the caller batches (group commit).
+
+Every record carries a checksum over a canonical encoding of its fields
+(blake2b, 8 bytes), verified on every read, so a torn or flipped record is
+detected and reported instead of being applied. The entry checksum covers the
+index too, so a record that lands under the wrong index is also detected.
+
+Invariants kept by this module (and verified by ``load``):
+
+* stored entries are exactly ``snapshot_index + 1 .. last_index``, contiguous;
+* no entry at or below the snapshot index is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import threading
+from dataclasses import dataclass
+
+import apsw
+
+from ..errors import StorageError
+from ..raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
+from .storage import open_db
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS raft_entry (
+    idx      INTEGER PRIMARY KEY,
+    term     INTEGER NOT NULL,
+    type     INTEGER NOT NULL,
+    data     BLOB    NOT NULL,
+    checksum BLOB    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS raft_hard_state (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    term     INTEGER NOT NULL,
+    vote     TEXT    NOT NULL,
+    commit_  INTEGER NOT NULL,
+    checksum BLOB    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS raft_snapshot (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    idx           INTEGER NOT NULL,
+    term          INTEGER NOT NULL,
+    voters        TEXT    NOT NULL,
+    learners      TEXT    NOT NULL,
+    data          BLOB    NOT NULL,
+    data_checksum BLOB    NOT NULL,
+    checksum      BLOB    NOT NULL
+);
+"""
+
+_RESTORE = "the node stops rather than apply it: restore this node from a peer (see cronrd(8))"
+
+_ENTRY_HEAD = struct.Struct(">QQBQ")   # term, index, type, len(data)
+
+
+def _digest(*parts: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=8)
+    for p in parts:
+        h.update(p)
+    return h.digest()
+
+
+def entry_checksum(term: int, index: int, type_: int, data: bytes) -> bytes:
+    """Checksum over the canonical encoding term|index|type|len|data."""
+    return _digest(_ENTRY_HEAD.pack(term, index, type_, len(data)), data)
+
+
+def _hard_state_checksum(term: int, vote: str, commit: int) -> bytes:
+    v = vote.encode()
+    return _digest(b"hs1", struct.pack(">QQQ", term, commit, len(v)), v)
+
+
+def _conf_json(names: tuple[str, ...]) -> str:
+    return json.dumps(list(names), separators=(",", ":"))
+
+
+def _snapshot_checksum(index: int, term: int, voters: str, learners: str,
+                       data_checksum: bytes) -> bytes:
+    v, lr = voters.encode(), learners.encode()
+    return _digest(b"snap1", struct.pack(">QQQQ", index, term, len(v), len(lr)), v, lr,
+                   data_checksum)
+
+
+@dataclass(frozen=True)
+class LoadedState:
+    hard_state: HardState
+    snapshot_meta: SnapshotMeta | None
+    entries: list[Entry]   # every stored entry after the snapshot index, ascending, contiguous
+
+
+class RaftStorage:
+    """The Raft log, hard state and latest snapshot of one node."""
+
+    def __init__(self, path: str, *, fsync: bool = True):
+        self.path = path
+        self.fsync = fsync
+        self._lock = threading.RLock()
+        self._conn: apsw.Connection | None = open_db(path)
+        try:
+            self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'OFF'}")
+            version = self._conn.execute("PRAGMA user_version").fetchall()[0][0]
+            if version not in (0, SCHEMA_VERSION):
+                raise StorageError(
+                    f"raft log {path} has schema version {version}, this cronrd knows "
+                    f"version {SCHEMA_VERSION}; run the cronrd version that wrote it")
+            with self._conn:
+                self._conn.execute(_SCHEMA)
+                self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._refresh_bounds()
+        except apsw.Error as exc:
+            self._conn.close()
+            self._conn = None
+            raise self._db_error("open", exc) from exc
+        except StorageError:
+            self._conn.close()
+            self._conn = None
+            raise
+
+    # -- helpers ---------------------------------------------------------
+
+    def _db_error(self, what: str, exc: Exception) -> StorageError:
+        return StorageError(
+            f"raft log {self.path}: cannot {what}: {exc}; check the disk and the file "
+            f"(if the file is damaged, {_RESTORE})")
+
+    def _db(self) -> apsw.Connection:
+        if self._conn is None:
+            raise StorageError(f"raft log {self.path} is closed")
+        return self._conn
+
+    def _damaged(self, index: int, why: str) -> StorageError:
+        return StorageError(f"raft log entry {index} in {self.path} is damaged ({why}); {_RESTORE}")
+
+    def _refresh_bounds(self) -> None:
+        db = self._db()
+        rows = db.execute("SELECT idx, term FROM raft_snapshot WHERE id = 1").fetchall()
+        self._snap_index, self._snap_term = (rows[0][0], rows[0][1]) if rows else (0, 0)
+        last = db.execute("SELECT max(idx) FROM raft_entry").fetchall()[0][0]
+        self._last = last if last is not None else self._snap_index
+
+    def _try_refresh_bounds(self) -> None:
+        try:
+            self._refresh_bounds()
+        except apsw.Error:
+            pass
+
+    def _verify_entry(self, row: tuple) -> Entry:
+        idx, term, type_, data, checksum = row
+        if (not isinstance(term, int) or not isinstance(type_, int)
+                or not isinstance(data, bytes) or not isinstance(checksum, bytes)):
+            raise self._damaged(idx, "field of the wrong type")
+        if term < 0 or not 0 <= type_ < 256 or entry_checksum(term, idx, type_, data) != checksum:
+            raise self._damaged(idx, "checksum mismatch")
+        try:
+            etype = EntryType(type_)
+        except ValueError:
+            raise self._damaged(idx, f"unknown entry type {type_}") from None
+        return Entry(term=term, index=idx, type=etype, data=data)
+
+    def _read_entries(self, lo: int, hi: int) -> list[Entry]:
+        """Entries [lo, hi), verified; a gap raises naming the missing index."""
+        out: list[Entry] = []
+        expect = lo
+        for row in self._db().execute(
+                "SELECT idx, term, type, data, checksum FROM raft_entry "
+                "WHERE idx >= ? AND idx < ? ORDER BY idx", (lo, hi)):
+            if row[0] != expect:
+                raise self._damaged(expect, "missing: the log has a gap")
+            out.append(self._verify_entry(row))
+            expect += 1
+        if expect != hi:
+            raise self._damaged(expect, "missing: the log ends early")
+        return out
+
+    def _read_hard_state(self) -> HardState:
+        rows = self._db().execute(
+            "SELECT term, vote, commit_, checksum FROM raft_hard_state WHERE id = 1").fetchall()
+        if not rows:
+            return HardState()
+        term, vote, commit, checksum = rows[0]
+        if (not isinstance(term, int) or not isinstance(vote, str) or not isinstance(commit, int)
+                or not isinstance(checksum, bytes) or term < 0 or commit < 0
+                or _hard_state_checksum(term, vote, commit) != checksum):
+            raise StorageError(
+                f"raft hard state (term, vote, commit) in {self.path} is damaged "
+                f"(checksum mismatch); {_RESTORE}")
+        return HardState(term=term, vote=vote, commit=commit)
+
+    def _read_snapshot(self, with_data: bool) -> tuple[SnapshotMeta, bytes | None] | None:
+        rows = self._db().execute(
+            "SELECT idx, term, voters, learners, data_checksum, checksum"
+            + (", data" if with_data else "") + " FROM raft_snapshot WHERE id = 1").fetchall()
+        if not rows:
+            return None
+        idx, term, voters, learners, data_checksum, checksum = rows[0][:6]
+        bad = StorageError(
+            f"raft snapshot in {self.path} is damaged (checksum mismatch); {_RESTORE}")
+        try:
+            if (not isinstance(data_checksum, bytes) or not isinstance(checksum, bytes)
+                    or _snapshot_checksum(idx, term, voters, learners, data_checksum) != checksum):
+                raise bad
+            conf = ConfState(voters=tuple(json.loads(voters)), learners=tuple(json.loads(learners)))
+        except (TypeError, ValueError, struct.error):
+            raise bad from None
+        data = None
+        if with_data:
+            data = rows[0][6]
+            if not isinstance(data, bytes) or _digest(b"snapdata1", data) != data_checksum:
+                raise bad
+        return SnapshotMeta(index=idx, term=term, conf=conf), data
+
+    # -- API ---------------------------------------------------------------
+
+    def load(self) -> LoadedState:
+        """Everything stored, verified: checksums, contiguity, no gaps."""
+        with self._lock:
+            try:
+                with self._db():   # one read transaction: a consistent view
+                    hs = self._read_hard_state()
+                    snap = self._read_snapshot(with_data=False)
+                    meta = snap[0] if snap else None
+                    snap_index = meta.index if meta else 0
+                    below = self._db().execute(
+                        "SELECT max(idx) FROM raft_entry WHERE idx <= ?",
+                        (snap_index,)).fetchall()[0][0]
+                    if below is not None:
+                        raise self._damaged(
+                            below, f"stored at or below the snapshot index {snap_index}")
+                    last = self._db().execute("SELECT max(idx) FROM raft_entry").fetchall()[0][0]
+                    entries = self._read_entries(snap_index + 1, (last or snap_index) + 1)
+            except apsw.Error as exc:
+                raise self._db_error("read", exc) from exc
+            self._snap_index = snap_index
+            self._snap_term = meta.term if meta else 0
+            self._last = entries[-1].index if entries else snap_index
+            return LoadedState(hard_state=hs, snapshot_meta=meta, entries=entries)
+
+    def save(self, hard_state: HardState | None, entries: list[Entry]) -> None:
+        """Persist a hard state and/or entries in one transaction (one fsync).
+
+        Stored entries with index >= entries[0].index are replaced (conflict
+        truncation). The entries must be ascending and contiguous, start after
+        the snapshot and at most one past the last stored entry.
+        """
+        if hard_state is None and not entries:
+            return
+        with self._lock:
+            db = self._db()
+            rows = []
+            if entries:
+                first = entries[0].index
+                if first > self._last + 1:
+                    raise StorageError(
+                        f"raft log {self.path}: cannot append entry {first}: the log ends at "
+                        f"{self._last}, so the next entry must be at most {self._last + 1} "
+                        "(entries must be contiguous; this is a bug in the caller)")
+                if first <= self._snap_index:
+                    raise StorageError(
+                        f"raft log {self.path}: cannot write entry {first}: entries up to "
+                        f"{self._snap_index} are covered by the snapshot (this is a bug in the caller)")
+                for k, e in enumerate(entries):
+                    if e.index != first + k:
+                        raise StorageError(
+                            f"raft log {self.path}: entries to save are not contiguous: "
+                            f"{entries[k - 1].index} is followed by {e.index} (this is a bug in the caller)")
+                    t = int(e.type)
+                    rows.append((e.index, e.term, t, e.data, entry_checksum(e.term, e.index, t, e.data)))
+            try:
+                with db:
+                    if rows:
+                        if first <= self._last:
+                            db.execute("DELETE FROM raft_entry WHERE idx >= ?", (first,))
+                        db.executemany(
+                            "INSERT INTO raft_entry (idx, term, type, data, checksum) "
+                            "VALUES (?, ?, ?, ?, ?)", rows)
+                    if hard_state is not None:
+                        hs = hard_state
+                        db.execute(
+                            "INSERT OR REPLACE INTO raft_hard_state (id, term, vote, commit_, checksum) "
+                            "VALUES (1, ?, ?, ?, ?)",
+                            (hs.term, hs.vote, hs.commit, _hard_state_checksum(hs.term, hs.vote, hs.commit)))
+            except apsw.Error as exc:
+                self._try_refresh_bounds()
+                raise self._db_error("save entries", exc) from exc
+            if rows:
+                self._last = rows[-1][0]
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Store a snapshot (replacing the previous one) and drop the entries it covers."""
+        meta = snapshot.meta
+        voters, learners = _conf_json(meta.conf.voters), _conf_json(meta.conf.learners)
+        data_checksum = _digest(b"snapdata1", snapshot.data)
+        checksum = _snapshot_checksum(meta.index, meta.term, voters, learners, data_checksum)
+        with self._lock:
+            db = self._db()
+            if meta.index < self._snap_index:
+                raise StorageError(
+                    f"raft log {self.path}: snapshot at {meta.index} is older than the stored "
+                    f"snapshot at {self._snap_index} (this is a bug in the caller)")
+            try:
+                with db:
+                    db.execute(
+                        "INSERT OR REPLACE INTO raft_snapshot (id, idx, term, voters, learners, data, "
+                        "data_checksum, checksum) VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+                        (meta.index, meta.term, voters, learners, snapshot.data, data_checksum, checksum))
+                    db.execute("DELETE FROM raft_entry WHERE idx <= ?", (meta.index,))
+                    last = db.execute("SELECT max(idx) FROM raft_entry").fetchall()[0][0]
+            except apsw.Error as exc:
+                self._try_refresh_bounds()
+                raise self._db_error("save the snapshot", exc) from exc
+            self._snap_index, self._snap_term = meta.index, meta.term
+            self._last = last if last is not None else meta.index
+
+    def load_snapshot(self) -> Snapshot | None:
+        with self._lock:
+            try:
+                snap = self._read_snapshot(with_data=True)
+            except apsw.Error as exc:
+                raise self._db_error("read the snapshot", exc) from exc
+        if snap is None:
+            return None
+        return Snapshot(meta=snap[0], data=snap[1])
+
+    def compact(self, index: int) -> None:
+        """Delete entries <= index; a snapshot at >= index must be stored."""
+        with self._lock:
+            if index > self._snap_index:
+                raise StorageError(
+                    f"raft log {self.path}: cannot compact through {index}: the stored snapshot "
+                    f"is at {self._snap_index}; save a snapshot at or after {index} first")
+            try:
+                with self._db() as db:
+                    db.execute("DELETE FROM raft_entry WHERE idx <= ?", (index,))
+            except apsw.Error as exc:
+                raise self._db_error("compact", exc) from exc
+
+    def first_index(self) -> int:
+        return self._snap_index + 1
+
+    def last_index(self) -> int:
+        return self._last
+
+    def snapshot_index(self) -> int:
+        return self._snap_index
+
+    def entries(self, lo: int, hi: int) -> list[Entry]:
+        """Entries [lo, hi), verified."""
+        with self._lock:
+            if lo >= hi:
+                return []
+            if lo <= self._snap_index:
+                raise StorageError(
+                    f"raft log {self.path}: entry {lo} is compacted (covered by the snapshot "
+                    f"at {self._snap_index}); send the snapshot instead")
+            if hi > self._last + 1:
+                raise StorageError(
+                    f"raft log {self.path}: entries up to {hi - 1} requested, the log ends at {self._last}")
+            try:
+                with self._db():
+                    return self._read_entries(lo, hi)
+            except apsw.Error as exc:
+                raise self._db_error("read entries", exc) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
