@@ -50,3 +50,17 @@ class StateError(CronrdError):
 
 class StorageError(CronrdError):
     """Durable storage is damaged or unusable."""
+
+
+class NotLeader(CronrdError):
+    """This node is not the leader; ``leader`` names the one it knows, if any."""
+
+    def __init__(self, leader: str | None):
+        hint = f"the leader is {leader}" if leader else "no leader is known yet"
+        super().__init__(f"this node is not the leader; {hint}: send the request there "
+                         "or retry shortly")
+        self.leader = leader
+
+
+class ProposalDropped(CronrdError):
+    """A proposal was not committed (leadership changed, or it was refused)."""

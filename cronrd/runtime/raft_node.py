@@ -1,0 +1,283 @@
+"""The Raft node driver: runs the pure core on the asyncio loop with real
+ticks, durable storage and the peer transport.
+
+One loop turns the core's Ready values into actions, in the order the core
+demands: persist (in a worker thread, so proposals keep arriving and the
+next fsync covers all of them: group commit), send, apply, advance.
+
+``propose(data)`` resolves with ``(index, result)`` once the entry is
+applied here, or fails with ``NotLeader`` / ``ProposalDropped``; it never
+hangs: a proposal whose outcome is unknown after ``proposal_timeout`` fails
+with ProposalDropped saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import NotLeader, ProposalDropped
+from ..raft.core import LEADER, Raft, RaftConfig
+from ..raft.types import (ConfChange, ConfChangeType, ConfState, EntryType, Message, Ready,
+                          Snapshot)
+from .raft_storage import RaftStorage
+
+log = logging.getLogger("cronrd.raft")
+
+
+class StateMachine(Protocol):
+    def apply(self, index: int, data: bytes) -> Any: ...
+    def snapshot(self) -> bytes: ...
+    def restore(self, data: bytes, index: int) -> None: ...
+    @property
+    def applied_index(self) -> int: ...
+
+
+@dataclass
+class _Pending:
+    index: int
+    term: int
+    future: asyncio.Future
+
+
+class RaftNode:
+    def __init__(self, node_id: str, bootstrap: ConfState, storage: RaftStorage, transport,
+                 sm: StateMachine, *, tick_interval: float = 0.05, election_tick: int = 10,
+                 snapshot_every: int = 10000, proposal_timeout: float = 10.0,
+                 rng: random.Random | None = None, max_inflight: int = 256,
+                 max_msg_bytes: int = 1 << 20):
+        self.id = node_id
+        self.storage = storage
+        self.transport = transport
+        self.sm = sm
+        self.tick_interval = tick_interval
+        self.snapshot_every = snapshot_every
+        self.proposal_timeout = proposal_timeout
+        state = storage.load()
+        snap = storage.load_snapshot()
+        if snap is not None and sm.applied_index < snap.meta.index:
+            sm.restore(snap.data, snap.meta.index)
+        cfg = RaftConfig(node_id, election_tick=election_tick, max_inflight=max_inflight,
+                         max_msg_bytes=max_msg_bytes)
+        self.raft = Raft(cfg, rng or random.Random(int.from_bytes(os.urandom(8), "big")),
+                         conf=bootstrap, hard_state=state.hard_state, entries=state.entries,
+                         snapshot=snap, applied=sm.applied_index)
+        self.pending: dict[int, _Pending] = {}
+        self.conf_waiters: dict[int, _Pending] = {}
+        self.reads: dict[bytes, asyncio.Future] = {}
+        self.read_points: list[tuple[int, asyncio.Future]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._ticker: asyncio.TimerHandle | None = None
+        self._stopped = False
+        self._read_seq = 0
+        self.leader_changes = 0
+
+    # -- views --------------------------------------------------------------------
+    @property
+    def role(self) -> str:
+        return self.raft.public_role
+
+    @property
+    def leader(self) -> str:
+        return self.raft.lead
+
+    @property
+    def is_leader(self) -> bool:
+        return self.raft.role == LEADER
+
+    def status(self) -> dict:
+        r = self.raft
+        return {"id": self.id, "role": r.public_role, "leader": r.lead, "term": r.term,
+                "commit_index": r.commit, "applied_index": r.applied,
+                "last_index": r.last_index, "voters": list(r.conf.voters),
+                "learners": list(r.conf.learners)}
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run())
+        self._ticker = loop.call_later(self.tick_interval, self._tick)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self._wake.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._fail_all(ProposalDropped("the node is stopping"))
+
+    def _tick(self) -> None:
+        if self._stopped:
+            return
+        self.raft.tick()
+        self._wake.set()
+        self._ticker = asyncio.get_running_loop().call_later(self.tick_interval, self._tick)
+
+    def step(self, msg: Message) -> None:
+        """Feed a message from the transport."""
+        if self._stopped:
+            return
+        try:
+            self.raft.step(msg)
+        except Exception:  # a bad message must not kill the node
+            log.exception("event=step_failed type=%s from=%s", msg.type.name, msg.frm)
+            return
+        self._wake.set()
+
+    # -- requests ----------------------------------------------------------------------
+    async def propose(self, data: bytes) -> tuple[int, Any]:
+        if not self.is_leader:
+            raise NotLeader(self.leader or None)
+        before = self.raft.last_index
+        self.raft.propose(data, context=b"")
+        if self.raft.last_index == before:
+            raise ProposalDropped("the leader refused the proposal (leadership is being "
+                                  "transferred); retry shortly")
+        return await self._wait_index(self.pending)
+
+    async def _wait_index(self, table: dict[int, _Pending]) -> tuple[int, Any]:
+        index, term = self.raft.last_index, self.raft.term
+        fut = asyncio.get_running_loop().create_future()
+        table[index] = _Pending(index, term, fut)
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.proposal_timeout)
+        except asyncio.TimeoutError:
+            table.pop(index, None)
+            raise ProposalDropped(
+                f"entry {index} was not applied within {self.proposal_timeout:g}s; "
+                "its outcome is unknown (it may still commit)") from None
+
+    async def change_membership(self, kind: ConfChangeType, node: str) -> int:
+        if not self.is_leader:
+            raise NotLeader(self.leader or None)
+        before = self.raft.last_index
+        self.raft.propose_conf_change(ConfChange(kind, node), context=b"conf")
+        if self.raft.last_index == before:
+            reason = "refused"
+            for ctx, why in self.raft.dropped:
+                if ctx == b"conf":
+                    reason = why
+            raise ProposalDropped(f"membership change refused: {reason}")
+        index, _ = await self._wait_index(self.conf_waiters)
+        return index
+
+    def transfer_leadership(self, to: str) -> None:
+        if not self.is_leader:
+            raise NotLeader(self.leader or None)
+        self.raft.transfer_leadership(to)
+        self._wake.set()
+
+    async def read_barrier(self) -> int:
+        """Linearizable read point: returns once the state reflects every write
+        committed before the call (ReadIndex)."""
+        self._read_seq += 1
+        ctx = f"{self.id}:{self._read_seq}".encode()
+        fut = asyncio.get_running_loop().create_future()
+        self.reads[ctx] = fut
+        self.raft.read_index(ctx)
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(fut, self.proposal_timeout)
+        except asyncio.TimeoutError:
+            raise ProposalDropped("read index not confirmed in time (no leader?)") from None
+        finally:
+            self.reads.pop(ctx, None)
+
+    # -- the Ready loop --------------------------------------------------------------------
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopped:
+            await self._wake.wait()
+            self._wake.clear()
+            while self.raft.has_ready() and not self._stopped:
+                rd = self.raft.ready()
+                try:
+                    await self._handle(rd, loop)
+                except Exception:
+                    log.exception("event=ready_failed: stopping the node")
+                    self._stopped = True
+                    self._fail_all(ProposalDropped("the node stopped after a storage error"))
+                    raise
+
+    async def _handle(self, rd: Ready, loop) -> None:
+        if rd.snapshot is not None:
+            await loop.run_in_executor(None, self.storage.save_snapshot, rd.snapshot)
+        if rd.entries or rd.hard_state is not None:
+            await loop.run_in_executor(None, self.storage.save, rd.hard_state, rd.entries)
+        for msg in rd.messages:
+            self.transport.send(msg)
+        if rd.soft_state is not None:
+            self.leader_changes += 1
+            log.info("event=raft_state role=%s leader=%s term=%d", rd.soft_state.role,
+                     rd.soft_state.leader or "-", self.raft.term)
+        if rd.snapshot is not None:
+            self.sm.restore(rd.snapshot.data, rd.snapshot.meta.index)
+        for entry in rd.committed:
+            result = None
+            if entry.type == EntryType.NORMAL and entry.index > self.sm.applied_index:
+                result = self.sm.apply(entry.index, entry.data)
+            self._resolve(self.pending, entry.index, entry.term, result)
+            self._resolve(self.conf_waiters, entry.index, entry.term, None)
+        for ctx, reason in rd.dropped:
+            log.debug("event=proposal_dropped reason=\"%s\"", reason)
+            fut = self.reads.get(ctx)
+            if fut is not None and not fut.done():
+                fut.set_exception(ProposalDropped(reason))
+        for rs in rd.read_states:
+            fut = self.reads.get(rs.context)
+            if fut is not None and not fut.done():
+                self.read_points.append((rs.index, fut))
+        self.raft.advance(rd)
+        self._release_reads()
+        self._maybe_snapshot(loop)
+
+    def _resolve(self, table: dict[int, _Pending], index: int, term: int, result) -> None:
+        # Anything pending at or below this index has its answer now.
+        for idx in [i for i in table if i <= index]:
+            p = table.pop(idx)
+            if p.future.done():
+                continue
+            if idx == index and p.term == term:
+                p.future.set_result((index, result))
+            else:
+                p.future.set_exception(ProposalDropped(
+                    f"entry {idx} of term {p.term} was replaced after a leader change; "
+                    "it was not applied"))
+
+    def _release_reads(self) -> None:
+        applied = self.raft.applied
+        keep = []
+        for index, fut in self.read_points:
+            if fut.done():
+                continue
+            if index <= applied:
+                fut.set_result(index)
+            else:
+                keep.append((index, fut))
+        self.read_points = keep
+
+    def _maybe_snapshot(self, loop) -> None:
+        applied = self.raft.applied
+        if applied - self.raft.log.snap_index < self.snapshot_every:
+            return
+        data = self.sm.snapshot()
+        snap = self.raft.compact(applied, data)
+        self.storage.save_snapshot(snap)
+        self.storage.compact(applied)
+
+    def _fail_all(self, exc: Exception) -> None:
+        for table in (self.pending, self.conf_waiters):
+            for p in table.values():
+                if not p.future.done():
+                    p.future.set_exception(exc)
+            table.clear()
+        for fut in self.reads.values():
+            if not fut.done():
+                fut.set_exception(exc)
