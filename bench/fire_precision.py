@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
@@ -206,10 +205,12 @@ class Result:
     window: tuple[int, int]
     expected: int
     lateness: list[float] = field(default_factory=list)  # seconds, one per distinct fire
+    fires: list[float] = field(default_factory=list)     # the matching fire times
     duplicates: int = 0
     bad_lines: int = 0
     cpu_s: float = 0.0
     peak_rss: int = 0
+    rss_start: int = 0   # RSS when the window opened (jobs loaded, warmed up)
     ready_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -272,24 +273,53 @@ def collect(res: Result, outfile: Path) -> None:
             res.duplicates += 1
             continue
         seen[key] = start - fire
+    res.fires = [k[1] for k in seen]
     res.lateness = list(seen.values())
 
 
-def wait_quiet(outfile: Path, until: float, quiet: float = 2.0, cap: float = 30.0) -> None:
-    """Sleep to `until`, then until the output file has not grown for `quiet` s (max `cap`)."""
-    time.sleep(max(0.0, until - time.time()))
+def drift(res: Result, first: bool, span: int = 10) -> float:
+    """p50 lateness (ms) of fires in the first / last `span` s of the window: a
+    growing figure means the scheduler is falling behind (a backlog)."""
+    t0, t1 = res.window
+    lo, hi = (t0, t0 + span) if first else (t1 - span, t1)
+    xs = sorted(l for f, l in zip(res.fires, res.lateness) if lo <= f < hi)
+    return xs[len(xs) // 2] * 1000.0 if xs else float("nan")
+
+
+def count_in_window(outfile: Path, t0: int, t1: int) -> int:
+    n = 0
+    try:
+        with open(outfile) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3:
+                    try:
+                        if t0 <= parse_fire(parts[1]) < t1:
+                            n += 1
+                    except ValueError:
+                        pass
+    except FileNotFoundError:
+        pass
+    return n
+
+
+def wait_settled(outfile: Path, res: "Result", quiet: float = 3.0, cap: float = 30.0) -> None:
+    """After the window: wait until every expected fire of the window is recorded,
+    or the count of the window's fires has not grown for `quiet` s (max `cap` s).
+    Fires of later seconds keep arriving and are not waited for."""
+    t0, t1 = res.window
+    time.sleep(max(0.0, t1 + 0.5 - time.time()))
     deadline = time.time() + cap
-    size, since = -1, time.time()
+    count, since = -1, time.time()
     while time.time() < deadline:
-        try:
-            now_size = outfile.stat().st_size
-        except FileNotFoundError:
-            now_size = 0
-        if now_size != size:
-            size, since = now_size, time.time()
+        now_count = count_in_window(outfile, t0, t1)
+        if now_count >= res.expected:
+            return
+        if now_count != count:
+            count, since = now_count, time.time()
         elif time.time() - since >= quiet:
             return
-        time.sleep(0.25)
+        time.sleep(0.5)
 
 
 def window_after(warmup: float, duration: int) -> tuple[int, int]:
@@ -373,13 +403,8 @@ def run_cronrd(args, plan: Plan, argv: list[str], base: Path) -> Result:
         print(f"  cronrd: measuring {args.duration} s ...", flush=True)
         time.sleep(max(0.0, t1 - time.time()))
         cpu = sampler.cpu_at(t1) - sampler.cpu_at(t0)
-        wait_quiet(outfile, t1 + 1.0)
-        try:
-            final = client.call("status")
-            res.notes.append("runs_by_state " + json.dumps(
-                {k: v for k, v in final["runs_by_state"].items() if v}))
-        except Exception as exc:
-            res.notes.append(f"status after the window failed: {exc}")
+        wait_settled(outfile, res)
+        res.notes.append(run_state_note(client))
         if prof is not None:
             finish_profile(prof, res)
     finally:
@@ -394,11 +419,30 @@ def run_cronrd(args, plan: Plan, argv: list[str], base: Path) -> Result:
         sampler.stop()
     res.cpu_s = cpu
     res.peak_rss = sampler.peak_rss
+    res.rss_start = sampler.rss_at(res.window[0])
     collect(res, outfile)
     if proc.returncode not in (0, None):
         res.notes.append(f"daemon exit code {proc.returncode}")
     res.notes.extend(daemon_log_notes(log_path))
     return res
+
+
+def run_state_note(client) -> str:
+    """Runs that did not succeed, over the whole daemon run (not only the window)."""
+    counts = {}
+    try:
+        for state in ("failed", "skipped", "lost", "timed_out", "cancelled"):
+            runs = client.call("runs", {"state": state, "limit": 100000}).get("runs", [])
+            if runs:
+                counts[state] = len(runs)
+        st = client.call("status")
+        for key in ("running", "assigned"):
+            if st.get(key):
+                counts[f"{key}_now"] = st[key]
+    except Exception as exc:
+        return f"querying run states failed: {exc}"
+    return ("runs not succeeded (whole run): " + json.dumps(counts)) if counts else \
+        "runs not succeeded (whole run): none"
 
 
 def daemon_log_notes(log_path: Path) -> list[str]:
@@ -427,7 +471,7 @@ def start_profile(pid: int, root: Path, duration: int):
         return None
     out = root / "profile.txt"
     cmd = [exe, "record", "--pid", str(pid), "--duration", str(duration), "--rate", "200",
-           "--format", "raw", "--output", str(out), "--nonblocking"]
+           "--format", "raw", "--output", str(out), "--nonblocking", "--idle"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     return proc, out
 
@@ -446,8 +490,15 @@ def finish_profile(prof, res: Result) -> None:
     res.notes.extend(summarize_profile(out))
 
 
-def summarize_profile(path: Path, top: int = 25) -> list[str]:
-    """Inclusive share of samples per function (each counted once per stack)."""
+def summarize_profile(path: Path, top: int = 30) -> list[str]:
+    """Where the event-loop thread's time goes, from py-spy's collapsed stacks.
+
+    Only the main (event-loop) thread is counted; worker threads of
+    run_in_executor idle most of the time and would dilute the figures.
+    Percentages are of wall time of that thread (py-spy ran with --idle, so a
+    thread blocked in epoll counts as "idle in select"). Inclusive: the
+    function is anywhere on the stack; self: it is the innermost frame.
+    """
     total = 0
     inclusive: dict[str, int] = {}
     leaf: dict[str, int] = {}
@@ -457,24 +508,29 @@ def summarize_profile(path: Path, top: int = 25) -> list[str]:
             n = int(count)
         except ValueError:
             continue
+        if "Thread._bootstrap" in stack:
+            continue
         total += n
-        frames = stack.split(";")
         names = []
-        for fr in frames:
-            # "func (path/to/file.py:123)" -> "func (file.py)"
+        for fr in stack.split(";"):
             fn, _, loc = fr.partition(" (")
             loc = os.path.basename(loc.rstrip(")").rsplit(":", 1)[0])
             names.append(f"{fn} ({loc})")
-        for name in set(names[1:] if names and names[0].startswith("process") else names):
+        for name in set(names):
             inclusive[name] = inclusive.get(name, 0) + n
         if names:
             leaf[names[-1]] = leaf.get(names[-1], 0) + n
     if not total:
-        return ["profile: no samples"]
-    lines = [f"profile: {total} samples; inclusive % (function appears in the stack):"]
-    for name, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]:
+        return ["profile: no samples of the event-loop thread"]
+    lines = [f"profile: {total} samples of the event-loop thread; inclusive % of its "
+             "wall time (frames on every stack left out):"]
+    for name, n in sorted(inclusive.items(), key=lambda kv: -kv[1]):
+        if n >= 0.97 * total:
+            continue
+        if len(lines) > top:
+            break
         lines.append(f"  {100.0 * n / total:5.1f}%  {name}")
-    lines.append("profile: self % (leaf frame):")
+    lines.append("profile: self % (innermost frame):")
     for name, n in sorted(leaf.items(), key=lambda kv: -kv[1])[:15]:
         lines.append(f"  {100.0 * n / total:5.1f}%  {name}")
     return lines
@@ -606,7 +662,7 @@ def run_apscheduler(args, plan: Plan, argv: list[str], base: Path) -> Result:
         print(f"  APScheduler: measuring {args.duration} s ...", flush=True)
         time.sleep(max(0.0, t1 - time.time()))
         cpu = sampler.cpu_at(t1) - sampler.cpu_at(t0)
-        wait_quiet(outfile, t1 + 1.0)
+        wait_settled(outfile, res)
     finally:
         tail = ""
         if proc.poll() is None:
@@ -619,6 +675,7 @@ def run_apscheduler(args, plan: Plan, argv: list[str], base: Path) -> Result:
         sampler.stop()
     res.cpu_s = cpu
     res.peak_rss = sampler.peak_rss
+    res.rss_start = sampler.rss_at(res.window[0])
     collect(res, outfile)
     try:
         mismatch = json.loads(tail.strip().splitlines()[-1])["mismatch"]
@@ -646,15 +703,18 @@ def print_table(results: list[Result]) -> None:
         ("window s", lambda r: str(r.window[1] - r.window[0])),
         ("fires expected", lambda r: str(r.expected)),
         ("fires recorded", lambda r: str(r.recorded)),
-        ("missed fires", lambda r: str(r.missed)),
+        ("missed (not started by end)", lambda r: str(r.missed)),
         ("duplicate fires", lambda r: str(r.duplicates)),
         ("fires/s", lambda r: fmt(r.fires_per_s)),
         ("lateness p50 ms", lambda r: fmt(r.pct(50), 2)),
         ("lateness p90 ms", lambda r: fmt(r.pct(90), 2)),
         ("lateness p99 ms", lambda r: fmt(r.pct(99), 2)),
         ("lateness max ms", lambda r: fmt(r.max_ms, 2)),
+        ("p50 first 10 s of window ms", lambda r: fmt(drift(r, True), 2)),
+        ("p50 last 10 s of window ms", lambda r: fmt(drift(r, False), 2)),
         ("CPU s in window", lambda r: fmt(r.cpu_s, 2)),
         ("CPU % of one core", lambda r: fmt(100 * r.cpu_s / max(1, r.window[1] - r.window[0]))),
+        ("RSS at window start MB", lambda r: fmt(r.rss_start / 2**20)),
         ("peak RSS MB", lambda r: fmt(r.peak_rss / 2**20)),
     ]
     w0 = max(len(r[0]) for r in rows)

@@ -126,7 +126,8 @@ def test_kill9_mid_run_then_restart_loses_and_duplicates_nothing(node):
     node.kill9()
     assert psutil.pid_exists(orphan)  # the job outlived the daemon
     down_since = time.time()
-    wait_for(lambda: time.time() - down_since > 2.5, what="an outage of a few fire times")
+    # Fires are committed a second ahead: the outage must be longer than that.
+    wait_for(lambda: time.time() - down_since > 4.5, what="an outage of a few fire times")
     node.start()
     # The orphan is killed, its run is lost and retried as attempt 2.
     runs = node.wait_runs(lambda rs: any(r["attempt"] == 2 and r["state"] == "running"
@@ -141,7 +142,7 @@ def test_kill9_mid_run_then_restart_loses_and_duplicates_nothing(node):
     # was caught up (catchup: all), nothing is duplicated, nothing is missing.
     ticks = node.wait_runs(
         lambda rs: any(r["kind"] == "catchup" for r in rs)
-        and max(fire_seconds(rs, "tick")) > down_since + 3, job="tick", what="catch-up runs")
+        and max(fire_seconds(rs, "tick")) > down_since + 5, job="tick", what="catch-up runs")
     fires = fire_seconds(ticks, "tick")
     assert fires[0] < down_since  # the window spans the outage
     assert all(r["state"] != "skipped" for r in ticks)  # catchup: all runs every one
@@ -155,7 +156,7 @@ def test_catchup_latest_records_skips_with_reasons(node):
     node.wait_runs(lambda rs: len(rs) >= 2, job="tick")
     node.kill9()
     down = time.time()
-    wait_for(lambda: time.time() - down > 3, what="outage")
+    wait_for(lambda: time.time() - down > 4.5, what="outage")
     node.start()
     runs = node.wait_runs(lambda rs: any(r["state"] == "skipped" for r in rs), job="tick")
     skipped = [r for r in runs if r["state"] == "skipped"]
@@ -262,8 +263,9 @@ def test_pause_records_skips_and_resume_continues(node):
     wait_for(lambda: time.time() - paused_at > 2.5, what="paused for a few fires")
     assert node.cli("resume", "tick").returncode == 0
     runs = node.wait_runs(lambda rs: any("paused" in (r["reason"] or "") for r in rs)
-                          and rs[0]["state"] == "succeeded"
-                          and parse_iso(rs[0]["fire_time"]) > paused_at + 3, job="tick")
+                          and any(r["state"] == "succeeded"
+                                  and parse_iso(r["fire_time"]) > paused_at + 3 for r in rs),
+                          job="tick")
     fires = fire_seconds(runs, "tick")
     assert fires == list(range(fires[0], fires[-1] + 1))
     assert len(fires) == len(set(fires))
@@ -354,9 +356,9 @@ def test_job_edited_while_daemon_down_still_catches_up(node):
     down = time.time()
     node.write_job("tick", {"schedule": "* * * * * *", "command": "true",
                             "concurrency": "allow", "description": "edited while down"})
-    wait_for(lambda: time.time() - down > 2.5, what="outage")
+    wait_for(lambda: time.time() - down > 4.5, what="outage")
     node.start()
-    runs = node.wait_runs(lambda rs: max(fire_seconds(rs, "tick")) > down + 3, job="tick")
+    runs = node.wait_runs(lambda rs: max(fire_seconds(rs, "tick")) > down + 5, job="tick")
     fires = fire_seconds(runs, "tick")
     # Every fire time across the outage has a record (run or skipped).
     assert fires == list(range(fires[0], fires[-1] + 1))

@@ -91,24 +91,23 @@ def test_new_job_cursor_starts_at_creation():
     assert log.fire(T0 + 1)["state"] == "assigned"
 
 
-def test_overlap_policies():
+def test_fires_are_assigned_and_the_executor_applies_the_overlap_policy():
+    # A fire is committed ahead of its time, so apply cannot know what will
+    # still run at the fire time: it assigns, the executor decides at the gate.
     log = Log()
     log.put("f", concurrency="forbid")
-    log.put("a", concurrency="allow")
-    log.put("r", concurrency="replace")
-    for name in "far":
-        log.fire(T0 + 1, name)
-    skipped = log.fire(T0 + 2, "f")
-    assert skipped["state"] == "skipped" and "overlap" in skipped["reason"]
-    assert log.fire(T0 + 2, "a")["state"] == "assigned"
-    old = Q.list_runs(log.sm.conn, "r")[0]
-    log.effects.clear()
-    assert log.fire(T0 + 2, "r")["state"] == "assigned"
-    # The replaced run had not started: it is cancelled outright.
-    assert log.run(old["run_id"])["state"] == "cancelled"
+    log.fire(T0 + 1, "f")
+    assert log.fire(T0 + 2, "f")["state"] == "assigned"
+    rid = Q.list_runs(log.sm.conn, "f")[0]["run_id"]
+    res = log.apply(C.RunFinished(
+        run_id=rid, token=log.run(rid)["token"], node="n1", state="skipped",
+        exit_code=None, signal=None, started_at=None, finished_at=T0 + 2,
+        log_path=None, reason="overlap: run 1 still running at the fire time"))
+    assert res["retry_run_id"] is None
+    assert log.run(rid)["state"] == "skipped" and "overlap" in log.run(rid)["reason"]
 
 
-def test_replace_of_a_running_run_requests_cancel_effect():
+def test_manual_run_with_replace_cancels_the_running_run():
     log = Log()
     log.put("r", concurrency="replace")
     rid = log.fire(T0 + 1, "r")["run_id"]
@@ -116,7 +115,7 @@ def test_replace_of_a_running_run_requests_cancel_effect():
     log.apply(C.RunStarted(run_id=rid, token=run["token"], node="n1", pid=42,
                            started_at=T0 + 1, log_path="/l"))
     log.effects.clear()
-    log.fire(T0 + 2, "r")
+    log.apply(C.ManualRun(job="r", node="n1", at=T0 + 2))
     cancels = [e for e in log.effects if e.kind == "cancel"]
     assert [e.run["run_id"] for e in cancels] == [rid]
     assert log.run(rid)["cancel_requested"] == 1

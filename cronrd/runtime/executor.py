@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import grp
 import logging
 import os
@@ -40,26 +41,54 @@ READ_CHUNK = 65536
 REPORT_RETRY_DELAY = 0.5
 
 
+# The run's process is spawned ahead of its fire time and waits at a gate
+# (its stdin, a pipe shared by every run due at the same instant); at the
+# fire time the daemon writes one byte per admitted run and closes the pipe,
+# and each waiting shell execs the job's command at once. Spawning is the
+# slow part (fork/exec and our bookkeeping, ~1 ms per run in Python); doing
+# it early means 300 runs due in the same second all start within the time
+# the kernel needs to exec them, not one after the other. If the daemon dies
+# before the gate opens, the pipe closes without bytes and the shells exit
+# (status 75) without running anything: the run is still "assigned" and
+# starts when the daemon is back.
+GATE_SCRIPT = 'read _ || exit 75; exec </dev/null; exec "$@"'
+PRESPAWN = 1.0  # seconds before the fire time a run's process is spawned
+
+
+@dataclass
+class Gate:
+    due: float
+    rfd: int
+    wfd: int
+    runs: list = field(default_factory=list)
+    handle: asyncio.TimerHandle | None = None
+
+
 @dataclass
 class ActiveRun:
     run: dict
+    spec: JobSpec
     popen: subprocess.Popen
     pid: int
     pidfd: int
     out_fd: int | None
     logf: object
     log_path: str
-    started_at: float
     cap: int
     kill_grace: float
+    started_at: float | None = None  # None while waiting at the gate
     written: int = 0
     truncated: bool = False
-    stop_reason: str | None = None   # why we signalled it (timeout/cancel/shutdown)
-    stop_state: str | None = None    # timed_out | cancelled | lost
+    stop_reason: str | None = None   # why we signalled it (timeout/cancel/shutdown/skip)
+    stop_state: str | None = None    # timed_out | cancelled | lost | skipped
     exited: bool = False
     tree: list = field(default_factory=list)
     timers: list = field(default_factory=list)
     hard_kill: asyncio.TimerHandle | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.started_at is not None
 
 
 def log_file_name(run: dict) -> str:
@@ -81,15 +110,26 @@ class Executor:
         self.is_root = os.geteuid() == 0
         self.timers: dict[int, asyncio.TimerHandle] = {}
         self.active: dict[int, ActiveRun] = {}
+        self.gates: dict[float, Gate] = {}
         self.reports: set[asyncio.Task] = set()
         self.accepting = True
         self.started_count = 0
         self._warned_user: set[str] = set()
+        self._specs: dict[str, JobSpec | None] = {}
+        self._identities: dict[tuple, dict] = {}
+        self._dirs: set[str] = set()
         self.on_output: Callable[[int], None] | None = None
+        me = pwd.getpwuid(os.geteuid())
+        self._me = {"uid": me.pw_uid, "gid": os.getegid(), "home": me.pw_dir,
+                    "user": me.pw_name,
+                    "groups": frozenset(os.getgroups()) | {os.getegid()}}
 
     # -- effects from the state machine -------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:
         for eff in effects:
+            if eff.kind == "jobs_changed":
+                self._specs.pop(eff.job, None)
+                continue
             run = eff.run
             if run is None or run.get("node") != self.node_id:
                 continue
@@ -103,45 +143,51 @@ class Executor:
                     handle.cancel()
 
     def schedule(self, run: dict) -> None:
+        """Prepare ``run`` PRESPAWN seconds before it is due (at once if sooner)."""
         run_id = run["run_id"]
         if not self.accepting or run_id in self.timers or run_id in self.active:
             return
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, (run["due_at"] or 0) - self.clock.now())
-        self.timers[run_id] = loop.call_later(delay, self._due, run_id)
+        delay = (run["due_at"] or 0) - PRESPAWN - self.clock.now()
+        if delay <= 0:
+            self.prepare(run)
+        else:
+            self.timers[run_id] = asyncio.get_running_loop().call_later(
+                delay, self._prepare_timer, run)
 
-    def _due(self, run_id: int) -> None:
-        self.timers.pop(run_id, None)
-        if not self.accepting:
-            return
-        run = Q.get_run(self.conn, run_id)
-        if run is None or run["state"] != "assigned" or run["node"] != self.node_id:
-            return
-        early = (run["due_at"] or 0) - self.clock.now()
-        if early > 0.0005:  # timers may fire a hair early: re-arm
-            loop = asyncio.get_running_loop()
-            self.timers[run_id] = loop.call_later(early, self._due, run_id)
-            return
-        self.start(run)
+    def _prepare_timer(self, run: dict) -> None:
+        self.timers.pop(run["run_id"], None)
+        if self.accepting:
+            self.prepare(run)
 
     # -- starting -------------------------------------------------------------
     def _job_spec(self, name: str) -> JobSpec | None:
-        for spec, source in self.conn.execute(
-                "SELECT spec, source FROM jobs WHERE name=?", (name,)):
-            import json
-            return JobSpec.from_dict(json.loads(spec), source=source)
-        return None
+        if name not in self._specs:
+            spec = None
+            for text, source in self.conn.execute(
+                    "SELECT spec, source FROM jobs WHERE name=?", (name,)):
+                spec = JobSpec.from_dict(json.loads(text), source=source)
+            self._specs[name] = spec
+        return self._specs[name]
 
     def _identity(self, spec: JobSpec) -> dict:
-        """uid/gid/home for the job, applied only when the daemon is root."""
+        """Who the run runs as. Popen gets user/group arguments only when they
+        differ from the daemon's own: with them CPython cannot use vfork and
+        copies the whole daemon for every run."""
+        key = (spec.user, spec.group)
+        ident = self._identities.get(key)
+        if ident is None:
+            ident = self._resolve_identity(spec)
+            self._identities[key] = ident
+        return ident
+
+    def _resolve_identity(self, spec: JobSpec) -> dict:
+        me = self._me
         if not self.is_root:
             if spec.user and spec.name not in self._warned_user:
                 self._warned_user.add(spec.name)
                 log.warning("event=user_ignored job=%s user=%s reason=\"daemon is not root; "
-                            "the job runs as %s\"", spec.name, spec.user,
-                            pwd.getpwuid(os.geteuid()).pw_name)
-            ent = pwd.getpwuid(os.geteuid())
-            return {"kwargs": {}, "home": ent.pw_dir, "user": ent.pw_name}
+                            "the job runs as %s\"", spec.name, spec.user, me["user"])
+            return {"kwargs": {}, "home": me["home"], "user": me["user"]}
         name = spec.user or "root"
         try:
             ent = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
@@ -157,10 +203,25 @@ class Executor:
                 raise CronrdError(f"group {spec.group!r} does not exist on node "
                                   f"{self.node_id}; fix group: in {spec.source}") from None
         groups = os.getgrouplist(ent.pw_name, gid)
-        return {"kwargs": {"user": ent.pw_uid, "group": gid, "extra_groups": groups},
-                "home": ent.pw_dir, "user": ent.pw_name}
+        kwargs: dict = {}
+        # The primary group counts as a member group on both sides.
+        if (ent.pw_uid, gid, frozenset(groups) | {gid}) != \
+                (me["uid"], me["gid"], me["groups"]):
+            kwargs = {"user": ent.pw_uid, "group": gid, "extra_groups": groups}
+        return {"kwargs": kwargs, "home": ent.pw_dir, "user": ent.pw_name}
 
-    def start(self, run: dict) -> None:
+    def _gate(self, due: float) -> Gate:
+        gate = self.gates.get(due)
+        if gate is None:
+            rfd, wfd = os.pipe2(os.O_CLOEXEC)
+            gate = Gate(due, rfd, wfd)
+            delay = max(0.0, due - self.clock.now())
+            gate.handle = asyncio.get_running_loop().call_later(delay, self._open_gate, gate)
+            self.gates[due] = gate
+        return gate
+
+    def prepare(self, run: dict) -> None:
+        """Spawn the run's process, waiting at the gate of its due time."""
         spec = self._job_spec(run["job"])
         now = self.clock.now()
         job_dir = os.path.join(self.config.log_dir, safe_dir_name(run["job"]))
@@ -169,9 +230,12 @@ class Executor:
             self._report_now(run, "cancelled", now, reason="job no longer defined")
             return
         try:
-            os.makedirs(job_dir, mode=0o750, exist_ok=True)
+            if job_dir not in self._dirs:
+                os.makedirs(job_dir, mode=0o750, exist_ok=True)
+                self._dirs.add(job_dir)
             logf = open(log_path, "ab", buffering=0)
         except OSError as exc:
+            self._dirs.discard(job_dir)
             self._report_now(run, "failed", now, reason=f"cannot open log file {log_path}: "
                              f"{exc.strerror}; check log_dir permissions")
             return
@@ -189,8 +253,9 @@ class Executor:
                 "CRONRD_RUN_KEY": f"{run['job']}/{fire_iso}/{run['attempt']}",
                 "CRONRD_NODE": self.node_id, "CRONRD_LOG_PATH": log_path,
             })
-            argv = (["/bin/sh", "-c", spec.command] if isinstance(spec.command, str)
-                    else list(spec.command))
+            command = (["/bin/sh", "-c", spec.command] if isinstance(spec.command, str)
+                       else list(spec.command))
+            argv = ["/bin/sh", "-c", GATE_SCRIPT, "cronrd-run", *command]
             cwd = spec.working_dir or ident["home"]
             if not os.path.isdir(cwd):
                 cwd_hint = "fix working_dir" if spec.working_dir else "create it"
@@ -201,42 +266,91 @@ class Executor:
             logf.close()
             self._report_now(run, "failed", now, reason=str(exc), log_path=log_path)
             return
+        gate = self._gate(run["due_at"] or now)
         rfd, wfd = os.pipe2(os.O_CLOEXEC)
         try:
             popen = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=wfd, stderr=wfd, env=env, cwd=cwd,
+                argv, stdin=gate.rfd, stdout=wfd, stderr=wfd, env=env, cwd=cwd,
                 start_new_session=True, close_fds=True, **ident["kwargs"])
         except OSError as exc:
             os.close(rfd)
             os.close(wfd)
-            msg = f"cannot execute {argv[0]!r}: {exc.strerror or exc}"
+            msg = f"cannot start /bin/sh for the run: {exc.strerror or exc}"
             logf.write(f"cronrd: {msg}\n".encode())
             logf.close()
             self._report_now(run, "failed", now, reason=msg, log_path=log_path,
                              exit_code=127)
             return
-        started = self.clock.now()
         os.close(wfd)
         os.set_blocking(rfd, False)
         pidfd = os.pidfd_open(popen.pid)
-        act = ActiveRun(run=run, popen=popen, pid=popen.pid, pidfd=pidfd, out_fd=rfd,
-                        logf=logf, log_path=log_path, started_at=started,
-                        cap=spec.max_log_bytes, kill_grace=spec.kill_grace)
+        act = ActiveRun(run=run, spec=spec, popen=popen, pid=popen.pid, pidfd=pidfd,
+                        out_fd=rfd, logf=logf, log_path=log_path, cap=spec.max_log_bytes,
+                        kill_grace=spec.kill_grace)
         self.active[run["run_id"]] = act
-        self.started_count += 1
+        gate.runs.append(act)
         loop = asyncio.get_running_loop()
         loop.add_reader(rfd, self._read_output, act)
         loop.add_reader(pidfd, self._exited, act)
-        if spec.timeout:
-            act.timers.append(loop.call_later(
-                spec.timeout, self._stop, act, "timed_out",
-                f"timed out after {spec.timeout:g}s (timeout)"))
-        log.info("event=run_started job=%s run=%d fire=%s attempt=%d pid=%d lateness_ms=%.1f",
-                 run["job"], run["run_id"], fire_iso, run["attempt"], popen.pid,
-                 (started - (run["due_at"] or started)) * 1000)
-        self._propose(C.RunStarted(run_id=run["run_id"], token=run["token"],
-                                   node=self.node_id, pid=popen.pid, started_at=started,
-                                   log_path=log_path), act)
+
+    def _admit(self, act: ActiveRun) -> str | None:
+        """The overlap policy, decided at the fire time against the runs of the
+        same job that are running on this node."""
+        others = [a for a in self.active.values()
+                  if a is not act and a.run["job"] == act.run["job"] and a.started
+                  and not a.exited]
+        if not others:
+            return None
+        policy = act.spec.concurrency
+        ids = ", ".join(str(a.run["run_id"]) for a in others)
+        if policy == "forbid" and act.run["kind"] != "manual":
+            return f"overlap: run {ids} still running at the fire time (concurrency: forbid)"
+        if policy == "replace":
+            for other in others:
+                self._stop(other, "cancelled", f"replaced by run {act.run['run_id']} "
+                                               "(concurrency: replace)")
+        return None
+
+    def _open_gate(self, gate: Gate) -> None:
+        early = gate.due - self.clock.now()
+        if early > 0.0005:  # timers may fire a hair early: re-arm
+            gate.handle = asyncio.get_running_loop().call_later(early, self._open_gate, gate)
+            return
+        self.gates.pop(gate.due, None)
+        go = []
+        for act in gate.runs:
+            if act.exited or act.stop_state is not None:
+                continue
+            reason = self._admit(act)
+            if reason is not None:
+                act.stop_state, act.stop_reason = "skipped", reason
+                signal_tree(act.pid, [], signal.SIGKILL)  # still waiting: nothing ran
+                continue
+            go.append(act)
+        try:
+            # Two bytes per run: a run killed a moment ago cannot starve another.
+            os.write(gate.wfd, b"\n" * (2 * len(go)))
+        except OSError as exc:
+            log.error("event=gate_write_failed error=%s", exc)
+        os.close(gate.wfd)
+        os.close(gate.rfd)
+        started = self.clock.now()
+        loop = asyncio.get_running_loop()
+        for act in go:
+            act.started_at = started
+            self.started_count += 1
+            run = act.run
+            if act.spec.timeout:
+                act.timers.append(loop.call_later(
+                    act.spec.timeout, self._stop, act, "timed_out",
+                    f"timed out after {act.spec.timeout:g}s (timeout)"))
+            self._propose(C.RunStarted(run_id=run["run_id"], token=run["token"],
+                                       node=self.node_id, pid=act.pid, started_at=started,
+                                       log_path=act.log_path), act)
+        if go:
+            log.info("event=runs_started count=%d due=%s lateness_ms=%.1f jobs=%s",
+                     len(go), iso_utc(round(gate.due, 3)), (started - gate.due) * 1000,
+                     ",".join(a.run["job"] for a in go[:5]) + ("..." if len(go) > 5 else ""))
 
     # -- output ----------------------------------------------------------------
     def _read_output(self, act: ActiveRun) -> None:
@@ -306,6 +420,25 @@ class Executor:
             timer.cancel()
         if act.out_fd is None:
             self.active.pop(act.run["run_id"], None)
+        run = act.run
+        if not act.started:
+            # It never passed its gate: nothing of the job ran.
+            if act.stop_state in ("skipped", "cancelled"):
+                state, reason = act.stop_state, act.stop_reason
+            elif not self.accepting:
+                log.info("event=run_deferred job=%s run=%d reason=\"daemon stopping before "
+                         "the fire time; it starts when the daemon is back\"",
+                         run["job"], run["run_id"])
+                return
+            else:
+                state = "failed"
+                reason = (f"the run's waiting process ended before the fire time "
+                          f"(status {rc}); was it killed?")
+            self._propose(C.RunFinished(
+                run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
+                exit_code=None, signal=None, started_at=None, finished_at=finished,
+                log_path=None, reason=reason))
+            return
         exit_code = rc if rc >= 0 else None
         sig = -rc if rc < 0 else None
         if act.stop_state is not None:
@@ -315,10 +448,10 @@ class Executor:
             reason = None if rc == 0 else (
                 f"exit code {rc}" if rc > 0 else f"killed by signal {signal.Signals(-rc).name}")
         log.info("event=run_finished job=%s run=%d state=%s exit_code=%s signal=%s "
-                 "duration_s=%.3f", act.run["job"], act.run["run_id"], state, exit_code, sig,
+                 "duration_s=%.3f", run["job"], run["run_id"], state, exit_code, sig,
                  finished - act.started_at)
         self._propose(C.RunFinished(
-            run_id=act.run["run_id"], token=act.run["token"], node=self.node_id, state=state,
+            run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
             exit_code=exit_code, signal=sig, started_at=act.started_at, finished_at=finished,
             log_path=act.log_path, reason=reason, pid=act.pid))
 
@@ -328,6 +461,9 @@ class Executor:
         if act.stop_state is None:
             act.stop_state, act.stop_reason = state, reason
         if act.exited:
+            return
+        if not act.started:
+            signal_tree(act.pid, [], signal.SIGKILL)  # still at its gate: nothing ran
             return
         act.tree = snapshot_tree(act.pid) or act.tree
         log.info("event=run_stopping job=%s run=%d reason=\"%s\" processes=%d",
@@ -474,7 +610,14 @@ class Executor:
         for handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
-        live = [a for a in self.active.values() if not a.exited]
+        for gate in list(self.gates.values()):
+            # Closing the gate without a byte makes the waiting shells exit
+            # unrun; their runs stay assigned and start when the daemon is back.
+            gate.handle.cancel()
+            os.close(gate.wfd)
+            os.close(gate.rfd)
+        self.gates.clear()
+        live = [a for a in self.active.values() if a.started and not a.exited]
         if live:
             log.info("event=shutdown_runs mode=%s running=%d grace_s=%g", mode, len(live), grace)
         if mode == "stop":

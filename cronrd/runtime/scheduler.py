@@ -30,7 +30,8 @@ from .clock import Clock
 
 log = logging.getLogger("cronrd.scheduler")
 
-LEAD = 0.1             # seconds a fire is committed ahead of its time
+LEAD = 0.7             # seconds a fire is committed ahead (< executor PRESPAWN; off the
+                       # whole second, so spawning never competes with the gates opening)
 MAX_SLEEP = 5.0        # re-read the wall clock at least this often (clock steps)
 MAX_SKIP_RECORDS = 100  # beyond this many missed fires, one gap record sums them up
 

@@ -25,10 +25,10 @@ from .schema import ACTIVE_STATES, SCHEMA, SCHEMA_VERSION
 # Which state a run may move to from which: transitions as data.
 TRANSITIONS: dict[str, frozenset[str]] = {
     "assigned": frozenset({"running", "succeeded", "failed", "timed_out",
-                           "cancelled", "lost"}),
+                           "cancelled", "lost", "skipped"}),
     "running": frozenset({"succeeded", "failed", "timed_out", "cancelled", "lost"}),
 }
-REPORTABLE = frozenset({"succeeded", "failed", "timed_out", "cancelled", "lost"})
+REPORTABLE = frozenset({"succeeded", "failed", "timed_out", "cancelled", "lost", "skipped"})
 
 RUN_COLUMNS = ("run_id", "job", "origin", "kind", "fire_time", "attempt", "target",
                "state", "node", "token", "due_at", "created_at", "started_at",
@@ -237,8 +237,8 @@ class StateMachine:
             reason = "paused: `cronrd resume` re-enables the job"
         if reason is None and not job["spec"].get("enabled", True):
             reason = "disabled: enabled is false in the job file"
-        if reason is None:
-            reason = self._admit(index, job, cmd.at, effects)
+        # The overlap policy is applied by the executor at the fire time (a fire
+        # is committed ahead of it), against the runs then running.
         if reason is not None:
             run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                                    fire_time=cmd.fire_time, attempt=1, state="skipped",

@@ -1,0 +1,126 @@
+"""Certificates for the peer transport: one private CA per cluster, one
+certificate per node (CN = node id, subjectAltName DNS:node id and
+IP:127.0.0.1).
+
+The certificates are made with the ``openssl`` command-line tool rather than a
+Python library: the standard library's ``ssl`` module can use certificates but
+not create them, and the ``cryptography`` package would add a large compiled
+dependency to the self-contained binary for something an operator does once
+per cluster (``cronrd cluster init-tls``) and that every host already has a
+tool for. The price is a subprocess and a check that node ids are safe to put
+in a subject and a DNS name (``NODE_ID_RE``).
+
+Layout of ``dir``::
+
+    ca.crt  ca.key              the cluster CA (keep ca.key off the nodes)
+    <node>.crt  <node>.key      one pair per node; keys are mode 0600
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cronrd.errors import ConfigError
+
+NODE_ID_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+CA_CERT = "ca.crt"
+CA_KEY = "ca.key"
+
+
+@dataclass(frozen=True)
+class TLSPaths:
+    """Files a node needs for mutual TLS (same fields as transport.TLSConfig)."""
+    ca: str
+    cert: str
+    key: str
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    exe = shutil.which("openssl")
+    if exe is None:
+        raise ConfigError("the openssl command is not installed; install it (e.g. apt-get install "
+                          "openssl) to create cluster certificates")
+    proc = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ConfigError(f"openssl {args[0]} failed in {cwd}: {proc.stderr.strip()[-500:]}")
+
+
+def _check_id(node_id: str) -> None:
+    if not NODE_ID_RE.match(node_id):
+        raise ConfigError(f"node id {node_id!r} cannot be used in a certificate: use letters, "
+                          f"digits, '.', '_' and '-' (at most 63 characters, starting and "
+                          f"ending with a letter or digit)")
+
+
+def _newkey_args() -> list[str]:
+    return ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def _serial() -> str:
+    return "0x" + secrets.token_hex(16)
+
+
+def init_ca(dir: str | os.PathLike, days: int = 3650) -> tuple[str, str]:
+    """Create ``ca.crt``/``ca.key`` in ``dir`` unless they exist; return their paths."""
+    d = Path(dir)
+    d.mkdir(parents=True, exist_ok=True)
+    crt, key = d / CA_CERT, d / CA_KEY
+    if crt.exists() and key.exists():
+        return str(crt), str(key)
+    old = os.umask(0o077)
+    try:
+        _openssl("req", "-x509", *_newkey_args(), "-keyout", CA_KEY, "-out", CA_CERT,
+                 "-days", str(days), "-set_serial", _serial(), "-subj", "/CN=cronrd cluster CA",
+                 "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    finally:
+        os.umask(old)
+    os.chmod(crt, 0o644)
+    return str(crt), str(key)
+
+
+def issue_node_cert(dir: str | os.PathLike, node_id: str, days: int = 3650) -> TLSPaths:
+    """Issue (or re-issue) ``<node_id>.crt``/``.key`` signed by the CA in ``dir``."""
+    _check_id(node_id)
+    d = Path(dir)
+    ca_crt, ca_key = d / CA_CERT, d / CA_KEY
+    if not (ca_crt.exists() and ca_key.exists()):
+        raise ConfigError(f"no cluster CA in {d} (expected {CA_CERT} and {CA_KEY}); "
+                          f"run init_tls first")
+    old = os.umask(0o077)
+    try:
+        with tempfile.TemporaryDirectory(dir=d, prefix=".issue-") as tmp:
+            t = Path(tmp)
+            (t / "ext.cnf").write_text(
+                f"subjectAltName=DNS:{node_id},IP:127.0.0.1\n"
+                "basicConstraints=critical,CA:FALSE\n"
+                "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth,clientAuth\n")
+            _openssl("req", "-new", *_newkey_args(), "-keyout", "node.key", "-out", "node.csr",
+                     "-subj", f"/CN={node_id}", cwd=t)
+            _openssl("x509", "-req", "-in", "node.csr", "-CA", str(ca_crt.resolve()),
+                     "-CAkey", str(ca_key.resolve()), "-set_serial", _serial(),
+                     "-days", str(days), "-extfile", "ext.cnf", "-out", "node.crt", cwd=t)
+            os.chmod(t / "node.crt", 0o644)
+            os.replace(t / "node.key", d / f"{node_id}.key")
+            os.replace(t / "node.crt", d / f"{node_id}.crt")
+    finally:
+        os.umask(old)
+    return TLSPaths(ca=str(ca_crt), cert=str(d / f"{node_id}.crt"), key=str(d / f"{node_id}.key"))
+
+
+def init_tls(dir: str | os.PathLike, node_ids, days: int = 3650) -> dict[str, TLSPaths]:
+    """Create the cluster CA in ``dir`` (kept if it already exists) and one
+    certificate and key per node id. Returns node id -> paths."""
+    ids = list(node_ids)
+    for n in ids:
+        _check_id(n)
+    init_ca(dir, days)
+    return {n: issue_node_cert(dir, n, days) for n in ids}
