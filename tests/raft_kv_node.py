@@ -89,6 +89,8 @@ async def main() -> None:
     await transport.start()
     await node.start()
 
+    pending_out: dict[asyncio.StreamWriter, list[str]] = {}
+
     async def handle(line: str, writer: asyncio.StreamWriter) -> None:
         parts = line.split(" ", 3)
         rid, cmd = parts[0], parts[1] if len(parts) > 1 else ""
@@ -109,7 +111,15 @@ async def main() -> None:
             reply = f"err notleader {exc.leader or '-'}"
         except ProposalDropped as exc:
             reply = f"err dropped {exc}"
-        writer.write(f"{rid} {reply}\n".encode())
+        out = pending_out.setdefault(writer, [])
+        out.append(f"{rid} {reply}\n")
+        if len(out) == 1:  # flush every reply of this loop turn in one write
+            asyncio.get_running_loop().call_soon(flush, writer)
+
+    def flush(writer: asyncio.StreamWriter) -> None:
+        out = pending_out.pop(writer, None)
+        if out and not writer.is_closing():
+            writer.write("".join(out).encode())
 
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         tasks = set()

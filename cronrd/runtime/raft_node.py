@@ -44,6 +44,7 @@ class _Pending:
     index: int
     term: int
     future: asyncio.Future
+    deadline: float
 
 
 class RaftNode:
@@ -68,6 +69,7 @@ class RaftNode:
         self.raft = Raft(cfg, rng or random.Random(int.from_bytes(os.urandom(8), "big")),
                          conf=bootstrap, hard_state=state.hard_state, entries=state.entries,
                          snapshot=snap, applied=sm.applied_index)
+        self._synced_vote = (state.hard_state.term, state.hard_state.vote)
         self.pending: dict[int, _Pending] = {}
         self.conf_waiters: dict[int, _Pending] = {}
         self.reads: dict[bytes, asyncio.Future] = {}
@@ -77,6 +79,7 @@ class RaftNode:
         self._ticker: asyncio.TimerHandle | None = None
         self._stopped = False
         self._read_seq = 0
+        self._ticks = 0
         self.leader_changes = 0
 
     # -- views --------------------------------------------------------------------
@@ -118,6 +121,9 @@ class RaftNode:
         if self._stopped:
             return
         self.raft.tick()
+        self._ticks += 1
+        if self._ticks % 10 == 0 and (self.pending or self.conf_waiters):
+            self._expire(asyncio.get_running_loop().time())
         self._wake.set()
         self._ticker = asyncio.get_running_loop().call_later(self.tick_interval, self._tick)
 
@@ -144,17 +150,23 @@ class RaftNode:
         return await self._wait_index(self.pending)
 
     async def _wait_index(self, table: dict[int, _Pending]) -> tuple[int, Any]:
+        loop = asyncio.get_running_loop()
         index, term = self.raft.last_index, self.raft.term
-        fut = asyncio.get_running_loop().create_future()
-        table[index] = _Pending(index, term, fut)
+        fut = loop.create_future()
+        table[index] = _Pending(index, term, fut, loop.time() + self.proposal_timeout)
         self._wake.set()
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.proposal_timeout)
-        except asyncio.TimeoutError:
-            table.pop(index, None)
-            raise ProposalDropped(
-                f"entry {index} was not applied within {self.proposal_timeout:g}s; "
-                "its outcome is unknown (it may still commit)") from None
+        return await fut
+
+    def _expire(self, now: float) -> None:
+        """Fail proposals that waited longer than proposal_timeout (checked
+        once per tick rather than with a timer per proposal)."""
+        for table in (self.pending, self.conf_waiters):
+            for index in [i for i, p in table.items() if p.deadline <= now]:
+                p = table.pop(index)
+                if not p.future.done():
+                    p.future.set_exception(ProposalDropped(
+                        f"entry {index} was not applied within {self.proposal_timeout:g}s; "
+                        "its outcome is unknown (it may still commit)"))
 
     async def change_membership(self, kind: ConfChangeType, node: str) -> int:
         if not self.is_leader:
@@ -227,8 +239,16 @@ class RaftNode:
         # and rides the next Ready's single fsync (group commit).
         if rd.snapshot is not None:
             self.storage.save_snapshot(rd.snapshot)
-        if rd.entries or rd.hard_state is not None:
+        hs = rd.hard_state
+        if hs is not None and (hs.term, hs.vote) == self._synced_vote and not rd.entries:
+            # Only the commit index moved: it need not be durable (a restarted
+            # node learns it again from the leader), so no fsync for it; the
+            # next save of entries carries it.
+            hs = None
+        if rd.entries or hs is not None:
             self.storage.save(rd.hard_state, rd.entries)
+            if rd.hard_state is not None:
+                self._synced_vote = (rd.hard_state.term, rd.hard_state.vote)
         for msg in later:
             self.transport.send(msg)
         if rd.soft_state is not None:

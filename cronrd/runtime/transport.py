@@ -153,13 +153,16 @@ def cert_names(peercert: dict | None) -> set[str]:
     return names
 
 
+_DIRECT_WRITE_LIMIT = 1 << 20  # bytes buffered in a connection before send() queues
+
+
 class _Refused(Exception):
     """An incoming or outgoing connection failed authentication."""
 
 
 class _Peer:
     __slots__ = ("id", "addr", "queue", "qbytes", "wake", "task", "connected",
-                 "ever_connected", "failures", "flaps", "full_logged")
+                 "ever_connected", "failures", "flaps", "full_logged", "writer")
 
     def __init__(self, peer_id: str, addr: tuple[str, int]):
         self.id = peer_id
@@ -173,6 +176,7 @@ class _Peer:
         self.failures = 0
         self.flaps = 0
         self.full_logged = False
+        self.writer: asyncio.StreamWriter | None = None
 
 
 class _Incoming:
@@ -274,6 +278,17 @@ class Transport:
                       self.node_id, msg.type.name, msg.to, len(payload), self.max_frame)
             return False
         data = frame(payload)
+        w = p.writer
+        if (w is not None and not p.queue
+                and w.transport.get_write_buffer_size() < _DIRECT_WRITE_LIMIT):
+            # Fast path: connected and idle, so write now (one syscall, no task
+            # switch); the queue and pump only take over under backpressure.
+            try:
+                w.write(data)
+                self.stats["sent"] += 1
+                return True
+            except (RuntimeError, OSError):
+                pass  # closing: fall back to the queue, the pump reconnects
         if p.qbytes + len(data) > self.queue_bytes_limit:
             return self._full(p)
         p.queue.append(data)
@@ -288,6 +303,7 @@ class Transport:
         for pid in list(self._peers):
             if pid not in peers or pid == self.node_id:
                 p = self._peers.pop(pid)
+                p.writer = None
                 if p.task is not None:
                     p.task.cancel()
                 p.queue.clear()
@@ -309,6 +325,7 @@ class Transport:
                     p.task.cancel()
                     p.task = None
                 p.connected = False
+                p.writer = None
                 if self._started and not self._closed:
                     self._start_peer(p)
 
@@ -410,6 +427,7 @@ class Transport:
             p.ever_connected = True
             p.failures = 0
             p.connected = True
+            p.writer = writer
             since = self._monotonic()
             try:
                 await self._pump(p, reader, writer)
@@ -429,6 +447,8 @@ class Transport:
                         _describe(exc))
             finally:
                 p.connected = False
+                if p.writer is writer:
+                    p.writer = None
                 writer.transport.abort()
             await asyncio.sleep(self._backoff(delay))
             delay = min(delay * 2, self.backoff_max)
