@@ -447,6 +447,7 @@ def _why(exc: Exception) -> str:
     return text or "not a valid cron field"
 
 
+@lru_cache(maxsize=16384)
 def parse_schedule(expr: str) -> Schedule:
     """Parse a cron expression (5 or 6 fields), an @-word, ``@every D`` or ``@reboot``.
 

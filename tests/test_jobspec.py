@@ -286,7 +286,13 @@ def test_bad_field_reports_exact_position_and_message(line, expected):
     result = parse_job_text(BASE + line + "\n", "/etc/cronrd.d/job.yaml")
     assert result.jobs == ()  # a job with any problem is not used
     assert len(result.problems) == 1, [str(p) for p in result.problems]
-    assert str(result.problems[0]).startswith("/etc/cronrd.d/job.yaml:" + expected)
+    got = str(result.problems[0])
+    if line == "env: {A: }":
+        # An empty value in a flow mapping has no text of its own: libyaml
+        # (used when PyYAML has it) marks it one column later than PyYAML's
+        # pure-Python parser. Either column points at the right place.
+        got = got.replace("job.yaml:3:10:", "job.yaml:3:9:")
+    assert got.startswith("/etc/cronrd.d/job.yaml:" + expected)
 
 
 def test_every_job_key_has_a_bad_value_case():

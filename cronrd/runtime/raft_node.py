@@ -209,6 +209,10 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         while not self._stopped:
             await self._wake.wait()
+            # Let everything already runnable (proposals, messages read in the
+            # same turn) reach the core first, so that one Ready and one fsync
+            # cover all of it.
+            await asyncio.sleep(0)
             self._wake.clear()
             while self.raft.has_ready() and not self._stopped:
                 rd = self.raft.ready()
