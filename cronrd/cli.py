@@ -7,14 +7,19 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
-from .client import Client
-from .config import DEFAULT_CONFIG_PATH, config_path, load_config
-from .errors import ConfigError, CronrdError, RequestError, UsageError
+from .errors import CronrdError, UsageError
+
+if TYPE_CHECKING:
+    from .client import Client
+
+# The CLI is interactive: modules a command does not need are imported lazily
+# (`cronrd --version` must not load YAML, SQLite or croniter).
+DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"  # = config.DEFAULT_CONFIG_PATH
 
 DEFAULT_SOCKET = "/run/cronrd/cronrd.sock"
 
@@ -25,10 +30,12 @@ class Ctx:
         self.socket_arg = socket
 
     def config(self):
+        from .config import config_path, load_config
         return load_config(config_path(self.config_arg))
 
     def try_config(self):
         """The config if one is there; None when the default path is absent."""
+        from .config import config_path, load_config
         path = config_path(self.config_arg)
         if path == DEFAULT_CONFIG_PATH and not os.path.exists(path):
             return None
@@ -40,7 +47,8 @@ class Ctx:
         cfg = self.try_config()
         return cfg.socket if cfg is not None else DEFAULT_SOCKET
 
-    def client(self, timeout: float | None = 30.0) -> Client:
+    def client(self, timeout: float | None = 30.0) -> "Client":
+        from .client import Client
         return Client(self.socket(), timeout=timeout)
 
 

@@ -74,3 +74,9 @@ def test_notifier_sends_datagrams_and_is_a_noop_without_socket(tmp_path):
 
 def test_notifier_abstract_socket_address():
     assert Notifier({"NOTIFY_SOCKET": "@sd/notify"}).address == "\0sd/notify"
+
+
+def test_cli_default_config_path_matches_config_module():
+    # cli.py keeps its own copy so that `cronrd --version` need not import YAML.
+    from cronrd import cli, config
+    assert cli.DEFAULT_CONFIG_PATH == config.DEFAULT_CONFIG_PATH
