@@ -276,8 +276,12 @@ class Raft:
             self._bcast_heartbeat(self.reads[-1].context if self.reads else b"")
 
     # -- elections ------------------------------------------------------------------------
-    def _campaign(self, transfer: bool) -> None:
-        if self.cfg.pre_vote and not transfer and self.role != PRECANDIDATE:
+    def _campaign(self, transfer: bool, prevoted: bool = False) -> None:
+        # A pre-vote that timed out starts another pre-vote (never a real
+        # election: a partitioned node must not keep bumping its term). Only a
+        # won pre-vote (``prevoted``) or a transfer (TimeoutNow) starts a real one,
+        # and only a transfer's votes carry the context that bypasses leases.
+        if self.cfg.pre_vote and not transfer and not prevoted:
             self._become_precandidate()
             kind, term = MsgType.PREVOTE, self.term + 1
         else:
@@ -286,7 +290,7 @@ class Raft:
         self.votes[self.id] = True
         if self._tally() >= self.quorum():  # a single voter wins at once
             if kind == MsgType.PREVOTE:
-                self._campaign(transfer=True)  # go straight to a real election
+                self._campaign(transfer=False, prevoted=True)  # straight to a real one
             else:
                 self._become_leader()
                 self._bcast_append()
@@ -320,7 +324,13 @@ class Raft:
                 pass  # granted pre-votes carry the future term
             else:
                 lead = m.frm if m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP) else ""
+                elapsed = self.election_elapsed
                 self.become_follower(m.term, lead)
+                if m.type == MsgType.VOTE:
+                    # Only granting the vote restarts the election timer (_handle_vote).
+                    # Otherwise a candidate with a stale log and a fast clock keeps
+                    # resetting the timers of the nodes that could win, forever.
+                    self.election_elapsed = elapsed
         elif m.term < self.term:
             if (self.cfg.check_quorum or self.cfg.pre_vote) and m.type in (
                     MsgType.HEARTBEAT, MsgType.APP):
@@ -328,6 +338,12 @@ class Raft:
                 self._send(type=MsgType.APP_RESP, to=m.frm)
             elif m.type == MsgType.PREVOTE:
                 self._send(type=MsgType.PREVOTE_RESP, to=m.frm, reject=True)
+            elif m.type == MsgType.VOTE:
+                # Tell a candidate of an older term about ours (§5.1) so that its
+                # next campaign can win: a voter that does not consider it a voter
+                # (it has not applied the promotion yet) will never ask it to vote,
+                # and both would otherwise go on bumping their terms side by side.
+                self._send(type=MsgType.VOTE_RESP, to=m.frm, reject=True)
             return
 
         if m.type in (MsgType.VOTE, MsgType.PREVOTE):
@@ -351,7 +367,14 @@ class Raft:
                 self.election_elapsed = 0
                 self.vote = m.frm
         else:
-            self._send(type=resp, to=m.frm, reject=True)
+            # Tell the candidate how far we know the log is committed: a candidate
+            # that holds that entry may commit up to it (log matching makes its
+            # prefix identical). Without this, a voter that missed the commit of
+            # a membership change removing this node (say the removed leader
+            # stepped down before telling anyone) waits forever for a vote this
+            # node must refuse, because this node's log is longer.
+            self._send(type=resp, to=m.frm, reject=True, commit=self.log.commit,
+                       log_term=self.log.term(self.log.commit) or 0)
 
     # -- leader -----------------------------------------------------------------------------------
     def _step_leader(self, m: Message) -> None:
@@ -391,6 +414,11 @@ class Raft:
                     self._send(type=MsgType.TIMEOUT_NOW, to=m.frm)
         elif m.type == MsgType.HEARTBEAT_RESP:
             pr.probe_sent = False
+            if pr.state == REPLICATE and pr.paused(self.cfg.max_inflight):
+                # The window is full and may stay full forever if those appends were
+                # lost: free one slot so the next append (rejected if there is a gap)
+                # brings the follower back to probing.
+                pr.inflight.pop(0)
             if pr.state == SNAPSHOT:
                 self._send_snapshot_chunk(m.frm, pr)
             elif pr.match < self.log.last_index():
@@ -515,10 +543,13 @@ class Raft:
             return
         want = MsgType.PREVOTE_RESP if self.role == PRECANDIDATE else MsgType.VOTE_RESP
         if m.type == want:
+            if m.reject and m.commit > self.log.commit and \
+                    self.log.term(m.commit) == m.log_term:
+                self.log.commit_to(m.commit)  # see _handle_vote
             self.votes.setdefault(m.frm, not m.reject)
             if self._tally() >= self.quorum():
                 if self.role == PRECANDIDATE:
-                    self._campaign(transfer=True)
+                    self._campaign(transfer=False, prevoted=True)
                 else:
                     self._become_leader()
                     self._bcast_append()
@@ -778,7 +809,8 @@ class Raft:
             if e.index <= self.log.applied:
                 continue
             self.log.applied = e.index
-            if e.type == EntryType.CONF:
+            # A conf entry at or below an installed snapshot is already in its conf.
+            if e.type == EntryType.CONF and e.index > self.log.snap_index:
                 self._conf_applied(ConfChange.decode(e.data))
         if self.role == LEADER and self._maybe_commit():
             self._bcast_append()

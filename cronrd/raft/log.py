@@ -126,12 +126,17 @@ class RaftLog:
             self.unstable_from = index + 1
 
     def restore(self, index: int, term: int) -> None:
-        """Reset to a snapshot at (index, term): drop every entry."""
+        """Reset to a snapshot at (index, term): drop every entry.
+
+        ``applied`` is left alone: it is the state machine's applied index and
+        only moves when the runtime has restored the snapshot (``advance``).
+        Moving it here would let the runtime, between this step and the Ready
+        that carries the snapshot, label its old state with the snapshot's index
+        (``compact``) or answer reads from a state that is behind."""
         self.snap_index, self.snap_term = index, term
         self.entries = []
         self.unstable_from = index + 1
         self.commit = max(self.commit, index)
-        self.applied = max(self.applied, index)
 
     def compact(self, index: int) -> None:
         """Drop entries up to ``index`` (a snapshot covers them)."""

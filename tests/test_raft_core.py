@@ -1,0 +1,492 @@
+"""Focused unit tests of the Raft core (``cronrd.raft.core``), one behaviour each.
+
+The ``Net`` helper drives a few ``Raft`` instances by hand: it runs every
+node's Ready cycle (persist = nothing to do, apply = record the entries) and
+delivers messages, optionally dropping some, so that each test can set up the
+exact interleaving it is about.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cronrd.raft.core import (CANDIDATE, FOLLOWER, LEADER, PRECANDIDATE, PROBE, REPLICATE,
+                              Raft, RaftConfig, RaftError)
+from cronrd.raft.log import RaftLog
+from cronrd.raft.types import (ConfChange, ConfChangeType, ConfState, Entry, EntryType,
+                               HardState, Message, MsgType, Snapshot)
+
+
+class Net:
+    def __init__(self, ids, learners=(), logs=None, terms=None, **cfg):
+        conf = ConfState(tuple(ids), tuple(learners))
+        self.nodes: dict[str, Raft] = {}
+        self.applied: dict[str, list[Entry]] = {}
+        self.snapshots: dict[str, Snapshot] = {}
+        self.sent: list[Message] = []
+        self.drop = lambda m: False
+        self.queue: list[Message] = []
+        self.readies: dict[str, list] = {}
+        for i in list(ids) + list(learners):
+            entries = (logs or {}).get(i, [])
+            hs = HardState(term=(terms or {}).get(i, entries[-1].term if entries else 0))
+            self.nodes[i] = Raft(RaftConfig(i, **cfg), random.Random(i), conf=conf,
+                                 hard_state=hs, entries=entries)
+            self.applied[i] = []
+
+    def __getitem__(self, i) -> Raft:
+        return self.nodes[i]
+
+    def cycle(self, i) -> list[Message]:
+        """One Ready cycle of node ``i``; its messages are queued (not delivered)."""
+        r = self.nodes[i]
+        out = []
+        while r.has_ready():
+            rd = r.ready()
+            if rd.snapshot is not None:
+                self.snapshots[i] = rd.snapshot
+            self.applied[i].extend(rd.committed)
+            out.extend(rd.messages)
+            self.readies.setdefault(i, []).append(rd)
+            r.advance(rd)
+        self.sent.extend(out)
+        self.queue.extend(out)
+        return out
+
+    def settle(self, rounds: int = 200) -> None:
+        for _ in range(rounds):
+            for i in self.nodes:
+                self.cycle(i)
+            if not self.queue:
+                return
+            queue, self.queue = self.queue, []
+            for m in queue:
+                if m.to in self.nodes and not self.drop(m):
+                    self.nodes[m.to].step(m)
+        raise AssertionError("the cluster did not settle")
+
+    def campaign(self, i) -> None:
+        r = self.nodes[i]
+        for _ in range(r.randomized_timeout):
+            r.tick()
+        self.settle()
+
+    def elect(self, i) -> Raft:
+        self.campaign(i)
+        assert self.nodes[i].role == LEADER
+        return self.nodes[i]
+
+
+def log(*terms):
+    return [Entry(t, i + 1) for i, t in enumerate(terms)]
+
+
+# -- elections ------------------------------------------------------------------------------------------
+def test_election_with_prevote_does_not_bump_terms_until_won():
+    net = Net(["a", "b", "c"])
+    a = net["a"]
+    for _ in range(a.randomized_timeout):
+        a.tick()
+    assert a.role == PRECANDIDATE and a.term == 0
+    msgs = net.cycle("a")
+    assert {(m.type, m.to, m.term) for m in msgs} == {(MsgType.PREVOTE, "b", 1),
+                                                      (MsgType.PREVOTE, "c", 1)}
+    net.settle()
+    assert a.role == LEADER and a.term == 1
+    assert all(net[i].lead == "a" and net[i].term == 1 for i in "bc")
+    # the no-op of the new term is committed and applied everywhere
+    assert all(net.applied[i][-1].type == EntryType.NOOP for i in "abc")
+
+
+def test_prevote_of_a_partitioned_node_does_not_disrupt_the_leader():
+    net = Net(["a", "b", "c"])
+    net.elect("a")
+    net.drop = lambda m: "c" in (m.to, m.frm)
+    c = net["c"]
+    for _ in range(5 * c.randomized_timeout):
+        c.tick()
+        net.settle()
+    assert c.term == 1 and c.role == PRECANDIDATE  # never got a pre-vote, never bumped
+    net.drop = lambda m: False
+    c.tick()
+    net.settle()
+    for _ in range(3):
+        net["a"].tick()
+        net.settle()
+    assert net["a"].role == LEADER and net["a"].term == 1 and c.lead == "a"
+
+
+def test_check_quorum_leader_steps_down_when_isolated():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    net.drop = lambda m: "a" in (m.to, m.frm)
+    for _ in range(2 * a.cfg.election_tick):
+        a.tick()
+        net.settle()
+    assert a.role == FOLLOWER and a.lead == ""
+
+
+def test_vote_refused_to_a_candidate_with_a_stale_log():
+    net = Net(["a", "b"], logs={"a": log(1, 1, 2), "b": log(1, 1)}, pre_vote=False,
+              check_quorum=False)
+    a, b = net["a"], net["b"]
+    b.step(Message(MsgType.VOTE, to="b", frm="a", term=3, index=3, log_term=2))
+    grant = b.ready().messages[-1]
+    assert grant.type == MsgType.VOTE_RESP and not grant.reject and b.vote == "a"
+    a.step(Message(MsgType.VOTE, to="a", frm="b", term=4, index=2, log_term=1))
+    (resp,) = a.ready().messages
+    assert resp.type == MsgType.VOTE_RESP and resp.reject and a.vote == ""
+    # same last term but shorter: refused as well
+    a.step(Message(MsgType.VOTE, to="a", frm="b", term=5, index=2, log_term=2))
+    assert a.ready().messages[0].reject
+
+
+def test_vote_rejection_tells_the_candidate_the_commit_index():
+    # Regression (simulation seeds 273, 607): a leader applied its own removal and
+    # stepped down before the remaining voter learned that the removal committed.
+    # The remaining voter still counts the removed node, whose longer log makes it
+    # refuse the vote: without learning the commit from the refusal, no leader
+    # could ever be elected again.
+    cc = ConfChange(ConfChangeType.REMOVE, "b").encode()
+    entries = [Entry(1, 1, EntryType.NOOP), Entry(1, 2, EntryType.CONF, cc)]
+    net = Net(["a", "b"], logs={"a": entries, "b": entries + [Entry(1, 3)]})
+    a, b = net["a"], net["b"]
+    b.log.commit_to(2)
+    b.applied_entries = b.log.next_committed()
+    net.drop = lambda m: m.to == "b" and m.type != MsgType.PREVOTE and m.type != MsgType.VOTE
+    net.campaign("a")
+    assert a.commit == 2                      # learned from b's refusal
+    assert a.conf.voters == ("a",)            # applied the removal
+    net.campaign("a")                         # and can now win alone
+    assert a.role == LEADER
+
+
+def test_commit_learned_from_a_refusal_needs_a_matching_entry():
+    net = Net(["a", "b"], logs={"a": log(1, 2), "b": log(1, 3, 3)})
+    a = net["a"]
+    a._become_candidate()
+    a.step(Message(MsgType.VOTE_RESP, to="a", frm="b", term=a.term, reject=True,
+                   commit=2, log_term=3))
+    assert a.commit == 0  # b's entry 2 has another term: not the same entry
+
+
+# -- replication --------------------------------------------------------------------------------------------
+def test_fast_backoff_skips_a_whole_conflicting_term():
+    leader_log = log(1, 1, 3, 3, 3, 3)
+    follower_log = log(1, 2, 2, 2, 2, 2)
+    net = Net(["a", "b"], logs={"a": leader_log, "b": follower_log})
+    net.elect("a")
+    rejects = [m for m in net.sent if m.type == MsgType.APP_RESP and m.reject]
+    # one rejection of the probe at 6 (hint: index 6 has term 2), one of the probe at 2
+    assert len(rejects) <= 2
+    assert rejects[0].reject_hint == 6 and rejects[0].hint_term == 2
+    apps = [m for m in net.sent if m.type == MsgType.APP and m.to == "b"]
+    assert apps[1].index == 2  # jumped from 6 straight to the last index of term <= 2
+    assert [e.term for e in net["b"].log.entries] == [e.term for e in net["a"].log.entries]
+
+
+def test_leader_commits_old_term_entries_only_through_an_entry_of_its_term():
+    # Figure 8: entry 2 (term 2) on a majority must not be committed by counting.
+    net = Net(["a", "b", "c"], logs={"a": log(1, 2), "b": log(1, 2), "c": log(1)},
+              terms={"a": 3, "b": 3, "c": 3})
+    a = net["a"]
+    net.drop = lambda m: m.type == MsgType.APP  # keep the no-op from the followers
+    net.campaign("a")
+    assert a.role == LEADER and a.term == 4 and a.last_index == 3
+    a.step(Message(MsgType.APP_RESP, to="a", frm="b", term=4, index=2))
+    net.cycle("a")
+    assert a.commit == 0
+    a.step(Message(MsgType.APP_RESP, to="a", frm="b", term=4, index=3))
+    net.cycle("a")
+    assert a.commit == 3
+
+
+def test_leader_counts_its_own_entries_only_once_persisted():
+    net = Net(["a"])
+    a = net.elect("a")
+    a.propose(b"x")
+    assert a.commit == 2 - 1  # the no-op; the new entry is not on disk yet
+    rd = a.ready()
+    assert [e.data for e in rd.entries] == [b"x"] and not rd.committed
+    a.advance(rd)
+    assert a.commit == 3 - 1 and a.ready().committed[-1].data == b"x"
+
+
+def test_full_inflight_window_with_lost_appends_recovers_on_heartbeat():
+    # Regression (simulation seeds 18, 26): in replicate state with a full window
+    # (max_inflight) whose appends were all lost, nothing was ever sent again.
+    net = Net(["a", "b", "c"], max_inflight=1, max_msg_bytes=1)
+    a = net.elect("a")
+    assert a.prs["b"].state == REPLICATE
+    net.drop = lambda m: m.type == MsgType.APP and m.to == "b"
+    a.propose(b"x")
+    net.settle()
+    a.propose(b"y")
+    net.settle()
+    assert a.prs["b"].paused(1)
+    net.drop = lambda m: False
+    for _ in range(3):
+        a.tick()
+        net.settle()
+    assert net["b"].last_index == a.last_index and a.prs["b"].match == a.last_index
+
+
+# -- learners and membership -------------------------------------------------------------------------------------------------
+def test_learner_does_not_campaign_is_not_asked_and_not_counted():
+    net = Net(["a", "b"], learners=["c"])
+    c = net["c"]
+    for _ in range(5 * c.cfg.election_tick):
+        c.tick()
+    assert c.role == FOLLOWER and c.public_role == "learner" and not c.ready().messages
+    a = net.elect("a")
+    assert not [m for m in net.sent if m.type in (MsgType.VOTE, MsgType.PREVOTE)
+                and m.to == "c"]
+    net.drop = lambda m: m.to == "b" or m.frm == "b"
+    a.propose(b"x")
+    net.settle()
+    assert net["c"].last_index == a.last_index  # replicated to the learner
+    assert a.commit == a.last_index - 1         # but the learner's copy does not commit it
+    # a granted vote from a learner is not counted
+    b = net["b"]
+    b._become_candidate()
+    b.step(Message(MsgType.VOTE_RESP, to="b", frm="c", term=b.term))
+    assert b.role == CANDIDATE
+
+
+def test_one_membership_change_at_a_time():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"), b"one")
+    a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "e"), b"two")
+    rd = a.ready()
+    assert [ctx for ctx, _ in rd.dropped] == [b"two"]
+    net.queue.extend(rd.messages)
+    a.advance(rd)
+    net.settle()
+    assert a.conf.learners == ("d",)
+    a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "e"), b"three")
+    assert not a.ready().dropped
+
+
+def test_new_leader_commits_its_own_entry_before_a_membership_change():
+    net = Net(["a", "b", "c"])
+    a = net["a"]
+    net.drop = lambda m: m.type == MsgType.APP
+    net.campaign("a")
+    assert a.role == LEADER and a.commit < a.last_index
+    a.propose_conf_change(ConfChange(ConfChangeType.REMOVE, "c"), b"cc")
+    (dropped,) = a.ready().dropped
+    assert dropped[0] == b"cc" and "not committed an entry of its term" in dropped[1]
+
+
+def test_removed_leader_steps_down_and_conf_below_installed_snapshot_is_not_reapplied():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    a.propose_conf_change(ConfChange(ConfChangeType.REMOVE, "a"))
+    net.settle()
+    assert a.role == FOLLOWER and a.conf.voters == ("b", "c")
+    for _ in range(net["c"].cfg.election_tick):
+        net["c"].tick()  # c's lease on the old leader runs out
+    net.campaign("b")
+    assert net["b"].role == LEADER
+
+
+# -- leadership transfer -----------------------------------------------------------------------------------------
+def test_transfer_leadership_with_timeout_now():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    a.transfer_leadership("b")
+    a.propose(b"refused", b"ctx")
+    msgs = net.cycle("a")
+    assert any(m.type == MsgType.TIMEOUT_NOW and m.to == "b" for m in msgs)
+    assert net.readies["a"][-1].dropped[0][0] == b"ctx"
+    net.settle()
+    assert net["b"].role == LEADER and net["b"].term == 2 and a.lead == "b"
+    # the transfer's vote ignores the lease the followers hold
+    assert any(m.type == MsgType.VOTE and m.context == b"transfer" for m in net.sent)
+
+
+def test_transfer_to_a_lagging_follower_catches_it_up_first():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    net.drop = lambda m: m.to == "b"
+    a.propose(b"x")
+    net.settle()
+    net.drop = lambda m: False
+    a.transfer_leadership("b")
+    assert not any(m.type == MsgType.TIMEOUT_NOW for m in net.cycle("a"))
+    net.settle()
+    assert net["b"].role == LEADER and net["b"].log.term(a.last_index - 1) is not None
+
+
+# -- ReadIndex ---------------------------------------------------------------------------------------------------------
+def test_read_index_on_the_leader_needs_a_quorum_heartbeat():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    net.drop = lambda m: m.type == MsgType.HEARTBEAT_RESP
+    a.read_index(b"r1")
+    net.settle()
+    assert not any(rd.read_states for rd in net.readies.get("a", []))
+    net.drop = lambda m: False
+    a.read_index(b"r2")
+    net.settle()
+    states = [rs for rd in net.readies["a"] for rs in rd.read_states]
+    assert [rs.context for rs in states] == [b"r1", b"r2"]  # r2's quorum answers r1 too
+    assert all(rs.index == a.commit for rs in states)
+
+
+def test_read_index_from_a_follower_goes_through_the_leader():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    net["b"].read_index(b"rb")
+    net.settle()
+    assert any(m.type == MsgType.READ_INDEX and m.to == "a" for m in net.sent)
+    (rs,) = [rs for rd in net.readies["b"] for rs in rd.read_states]
+    assert rs.context == b"rb" and rs.index == a.commit
+
+
+def test_read_index_waits_for_a_commit_in_the_leaders_term():
+    net = Net(["a", "b", "c"])
+    a = net["a"]
+    net.drop = lambda m: m.type == MsgType.APP
+    net.campaign("a")
+    a.read_index(b"early")
+    net.settle()
+    assert not any(rd.read_states for rd in net.readies.get("a", []))
+    net.drop = lambda m: False
+    a.tick()
+    net.settle()
+    for _ in range(2):
+        a.tick()
+        net.settle()
+    states = [rs for rd in net.readies.get("a", []) for rs in rd.read_states]
+    assert [rs.context for rs in states] == [b"early"] and states[0].index == a.commit
+
+
+# -- snapshots and compaction -------------------------------------------------------------------------------------------------
+def test_compact_requires_the_applied_index():
+    net = Net(["a"])
+    a = net.elect("a")
+    for k in range(5):
+        a.propose(b"%d" % k)
+    net.settle()
+    assert a.applied == 6
+    with pytest.raises(RaftError):
+        a.compact(4, b"state")
+    snap = a.compact(6, b"state")
+    assert (snap.meta.index, snap.meta.term, snap.meta.conf) == (6, 1, a.conf)
+    assert a.log.first_index() == 7 and a.log.term(6) == 1 and a.log.term(5) is None
+    with pytest.raises(RaftError):
+        a.compact(7, b"ahead")  # beyond the applied index
+    assert a.compact(6, b"again").meta.index == 6  # re-snapshot at the same index
+
+
+def test_snapshot_is_sent_in_chunks_and_installed():
+    net = Net(["a", "b"], learners=[], snapshot_chunk_bytes=8)
+    a = net.elect("a")
+    for k in range(4):
+        a.propose(b"%d" % k)
+    net.settle()
+    data = b"0123456789abcdefghijklmnopqrstuvwxyz"
+    a.compact(a.applied, data)
+    a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "n"))
+    net.settle()
+    n = Raft(RaftConfig("n", snapshot_chunk_bytes=8), random.Random(1),
+             conf=ConfState(("a", "b")))
+    net.nodes["n"] = n
+    net.applied["n"] = []
+    for _ in range(3):
+        a.tick()
+        net.settle()
+    chunks = [m for m in net.sent if m.type == MsgType.SNAP and m.to == "n"]
+    assert [m.offset for m in chunks][:5] == [0, 8, 16, 24, 32]
+    assert chunks[4].done and not chunks[3].done
+    assert net.snapshots["n"].data == data
+    assert n.log.snap_index == 5 and n.last_index == a.last_index and n.applied == a.applied
+    assert n.conf == a.conf and n.public_role == "learner"
+
+
+def test_installing_a_snapshot_does_not_move_applied_before_the_ready():
+    # Regression (simulation seeds 441, 776, 878, 1010): the runtime steps messages
+    # while a Ready is being persisted. A snapshot received then used to move
+    # ``applied`` at once, so after advancing the *older* Ready the runtime saw an
+    # applied index its state machine had not reached (and could compact its old
+    # state under the snapshot's index, or serve reads from it).
+    net = Net(["a", "b"])
+    a = net.elect("a")
+    for k in range(3):
+        a.propose(b"%d" % k)
+    net.settle()
+    assert a.applied == 4
+    snap = a.compact(a.applied, b"state-at-4")
+    b = Raft(RaftConfig("b"), random.Random(2), conf=ConfState(("a", "b")))
+    b.step(Message(MsgType.HEARTBEAT, to="b", frm="a", term=1, commit=0))
+    old = b.ready()
+    b.step(Message(MsgType.SNAP, to="b", frm="a", term=1, snapshot_meta=snap.meta,
+                   data=snap.data, done=True))
+    b.advance(old)
+    assert b.applied == 0
+    rd = b.ready()
+    assert rd.snapshot is not None and rd.snapshot.meta.index == 4 and not rd.committed
+    b.advance(rd)
+    assert b.applied == 4
+
+
+def test_conf_entries_below_an_installed_snapshot_are_not_applied_over_its_conf():
+    add = Entry(1, 2, EntryType.CONF, ConfChange(ConfChangeType.ADD_LEARNER, "x").encode())
+    b = Raft(RaftConfig("b"), random.Random(2), conf=ConfState(("a", "b")),
+             hard_state=HardState(1, "", 2), entries=[Entry(1, 1, EntryType.NOOP), add])
+    rd = b.ready()
+    assert [e.index for e in rd.committed] == [1, 2]
+    meta_conf = ConfState(("a", "b"), ())  # x was added and removed again by index 9
+    from cronrd.raft.types import SnapshotMeta
+    b.step(Message(MsgType.SNAP, to="b", frm="a", term=2,
+                   snapshot_meta=SnapshotMeta(9, 2, meta_conf), data=b"s", done=True))
+    b.advance(rd)
+    assert b.conf == meta_conf
+
+
+def test_raftlog_restore_and_compact_bounds():
+    lg = RaftLog(0, 0, log(1, 1, 2))
+    lg.commit_to(3)
+    lg.applied = 2
+    lg.compact(2)
+    assert (lg.snap_index, lg.snap_term, lg.first_index(), lg.last_index()) == (2, 1, 3, 3)
+    lg.restore(10, 4)
+    assert (lg.last_index(), lg.commit, lg.applied, lg.term(10)) == (10, 10, 2, 4)
+
+
+def test_refusing_a_vote_does_not_restart_the_election_timer():
+    # Regression (simulation seed 944, pre_vote off): a candidate with a stale log
+    # and a faster clock campaigned every timeout; the up-to-date node stepped down
+    # to each new term *and restarted its timer*, so it never campaigned itself.
+    net = Net(["a", "b"], logs={"a": log(1), "b": log(1, 1)}, pre_vote=False)
+    b = net["b"]
+    for _ in range(b.randomized_timeout - 1):
+        b.tick()
+    before = b.election_elapsed
+    assert before > 0
+    b.step(Message(MsgType.VOTE, to="b", frm="a", term=5, index=1, log_term=1))
+    assert b.term == 5 and b.ready().messages[-1].reject
+    assert b.election_elapsed == before
+    # a granted vote does restart it
+    b.step(Message(MsgType.VOTE, to="b", frm="a", term=6, index=2, log_term=1))
+    assert b.vote == "a" and b.election_elapsed == 0
+
+
+def test_vote_request_of_an_older_term_is_answered_with_our_term():
+    # Regression (simulation seed 3220, pre_vote off): the only other voter did not
+    # know the candidate had been promoted, so never sent it anything, and silently
+    # dropped its vote requests of older terms; both kept bumping their own terms
+    # and the candidate never caught up.
+    net = Net(["a", "b"], logs={"a": log(1, 1), "b": log(1)}, terms={"a": 3, "b": 9},
+              pre_vote=False)
+    a, b = net["a"], net["b"]
+    a._campaign(transfer=False)
+    assert a.role == CANDIDATE and a.term == 4
+    net.settle()
+    assert a.term == 9  # learned b's term from the refusal
+    net.campaign("a")
+    assert a.role == LEADER and a.term == 10
