@@ -502,3 +502,27 @@ def test_crash_safety_sigkill(tmp_path):
             assert not committed
     assert model.last() > 0
     print(outcome)
+
+
+def test_received_snapshot_replaces_a_divergent_log(tmp_path):
+    """A snapshot whose last entry is not in our log replaces the whole log:
+    entries after it belonged to another history and must not survive."""
+    from cronrd.raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
+    from cronrd.runtime.raft_storage import RaftStorage
+    st = RaftStorage(str(tmp_path / "r.db"), fsync=False)
+    st.save(HardState(1, "a", 0), [Entry(1, i, data=b"x") for i in range(1, 11)])
+    st.save_snapshot(Snapshot(SnapshotMeta(5, 2, ConfState(("a",))), b"s"))
+    assert st.load().entries == []          # term 2 at 5 differs from ours (1)
+    st.save(None, [Entry(2, 6, data=b"y")])
+    st.close()
+    again = RaftStorage(str(tmp_path / "r.db"), fsync=False).load()
+    assert [(e.index, e.term) for e in again.entries] == [(6, 2)]
+
+
+def test_local_snapshot_keeps_the_suffix(tmp_path):
+    from cronrd.raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
+    from cronrd.runtime.raft_storage import RaftStorage
+    st = RaftStorage(str(tmp_path / "r.db"), fsync=False)
+    st.save(HardState(1, "a", 0), [Entry(1, i, data=b"x") for i in range(1, 11)])
+    st.save_snapshot(Snapshot(SnapshotMeta(5, 1, ConfState(("a",))), b"s"))
+    assert [e.index for e in st.load().entries] == list(range(6, 11))

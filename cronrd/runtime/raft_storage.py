@@ -296,7 +296,13 @@ class RaftStorage:
                 self._last = rows[-1][0]
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Store a snapshot (replacing the previous one) and drop the entries it covers."""
+        """Store a snapshot (replacing the previous one) and drop the entries it covers.
+
+        Entries after the snapshot are kept only if the stored entry at the
+        snapshot's index has the snapshot's term (log matching then makes the
+        rest consistent with it); otherwise the whole log is replaced, so a
+        crash before the next append cannot resurrect a divergent suffix.
+        """
         meta = snapshot.meta
         voters, learners = _conf_json(meta.conf.voters), _conf_json(meta.conf.learners)
         data_checksum = _digest(b"snapdata1", snapshot.data)
@@ -313,7 +319,13 @@ class RaftStorage:
                         "INSERT OR REPLACE INTO raft_snapshot (id, idx, term, voters, learners, data, "
                         "data_checksum, checksum) VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
                         (meta.index, meta.term, voters, learners, snapshot.data, data_checksum, checksum))
-                    db.execute("DELETE FROM raft_entry WHERE idx <= ?", (meta.index,))
+                    same = db.execute("SELECT term FROM raft_entry WHERE idx = ?",
+                                      (meta.index,)).fetchall()
+                    keep_suffix = bool(same) and same[0][0] == meta.term
+                    if keep_suffix:
+                        db.execute("DELETE FROM raft_entry WHERE idx <= ?", (meta.index,))
+                    else:
+                        db.execute("DELETE FROM raft_entry")
                     last = db.execute("SELECT max(idx) FROM raft_entry").fetchall()[0][0]
             except apsw.Error as exc:
                 self._try_refresh_bounds()
