@@ -132,7 +132,13 @@ class Raft:
         self.log.commit = max(hard_state.commit, snap_index)
         applied = max(applied, snap_index)
         if applied > self.log.commit:
-            raise RaftError(f"applied {applied} beyond commit {self.log.commit}")
+            # Only committed entries are applied, and they were durable in the
+            # log before that; the durable commit index may just lag (a
+            # commit-only change of the hard state is not fsynced).
+            if applied > self.log.last_index():
+                raise RaftError(f"applied {applied} beyond the last log index "
+                                f"{self.log.last_index()}")
+            self.log.commit = applied
         for e in self.log.slice(snap_index + 1, applied + 1):
             if e.type == EntryType.CONF:
                 self._apply_conf(ConfChange.decode(e.data))

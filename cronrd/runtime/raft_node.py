@@ -2,8 +2,8 @@
 ticks, durable storage and the peer transport.
 
 One loop turns the core's Ready values into actions, in the order the core
-demands: persist (in a worker thread, so proposals keep arriving and the
-next fsync covers all of them: group commit), send, apply, advance.
+demands: persist (one fsync for everything that arrived since the last
+Ready: group commit), send, apply, advance.
 
 ``propose(data)`` resolves with ``(index, result)`` once the entry is
 applied here, or fails with ``NotLeader`` / ``ProposalDropped``; it never
@@ -70,6 +70,7 @@ class RaftNode:
                          conf=bootstrap, hard_state=state.hard_state, entries=state.entries,
                          snapshot=snap, applied=sm.applied_index)
         self._synced_vote = (state.hard_state.term, state.hard_state.vote)
+        self._unsynced_hs = None
         self.pending: dict[int, _Pending] = {}
         self.conf_waiters: dict[int, _Pending] = {}
         self.reads: dict[bytes, asyncio.Future] = {}
@@ -140,6 +141,8 @@ class RaftNode:
 
     # -- requests ----------------------------------------------------------------------
     async def propose(self, data: bytes) -> tuple[int, Any]:
+        if self._stopped:
+            raise ProposalDropped("the node is stopped")
         if not self.is_leader:
             raise NotLeader(self.leader or None)
         before = self.raft.last_index
@@ -153,6 +156,13 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         index, term = self.raft.last_index, self.raft.term
         fut = loop.create_future()
+        old = table.get(index)
+        if old is not None and not old.future.done():
+            # This leader's log now holds another entry at that index, so by
+            # leader completeness the old one was never committed.
+            old.future.set_exception(ProposalDropped(
+                f"entry {index} of term {old.term} was replaced after a leader change; "
+                "it was not applied"))
         table[index] = _Pending(index, term, fut, loop.time() + self.proposal_timeout)
         self._wake.set()
         return await fut
@@ -169,6 +179,8 @@ class RaftNode:
                         "its outcome is unknown (it may still commit)"))
 
     async def change_membership(self, kind: ConfChangeType, node: str) -> int:
+        if self._stopped:
+            raise ProposalDropped("the node is stopped")
         if not self.is_leader:
             raise NotLeader(self.leader or None)
         before = self.raft.last_index
@@ -237,22 +249,27 @@ class RaftNode:
                     self.transport.send(msg)
                 else:
                     later.append(msg)
+            flush = getattr(self.transport, "flush", None)
+            if flush is not None:
+                flush()  # onto the wire now, not after the fsync below
         # Persisting runs on the loop thread: an fsync costs a fraction of a
         # millisecond, less than a hand-off to a worker thread and back (GIL
         # switch interval), and whatever arrives meanwhile waits in the kernel
         # and rides the next Ready's single fsync (group commit).
         if rd.snapshot is not None:
             self.storage.save_snapshot(rd.snapshot)
-        hs = rd.hard_state
+        hs = rd.hard_state or self._unsynced_hs
         if hs is not None and (hs.term, hs.vote) == self._synced_vote and not rd.entries:
             # Only the commit index moved: it need not be durable (a restarted
-            # node learns it again from the leader), so no fsync for it; the
-            # next save of entries carries it.
-            hs = None
-        if rd.entries or hs is not None:
-            self.storage.save(rd.hard_state, rd.entries)
-            if rd.hard_state is not None:
-                self._synced_vote = (rd.hard_state.term, rd.hard_state.vote)
+            # node learns it again from the leader, and Raft takes the state
+            # machine's applied index as committed), so no fsync for it; the
+            # next save carries it.
+            self._unsynced_hs = hs
+        elif rd.entries or hs is not None:
+            self.storage.save(hs, rd.entries)
+            self._unsynced_hs = None
+            if hs is not None:
+                self._synced_vote = (hs.term, hs.vote)
         for msg in later:
             self.transport.send(msg)
         if rd.soft_state is not None:
@@ -261,12 +278,14 @@ class RaftNode:
                      rd.soft_state.leader or "-", self.raft.term)
         if rd.snapshot is not None:
             self.sm.restore(rd.snapshot.data, rd.snapshot.meta.index)
-        for entry in rd.committed:
-            result = None
-            if entry.type == EntryType.NORMAL and entry.index > self.sm.applied_index:
-                result = self.sm.apply(entry.index, entry.data)
-            self._resolve(self.pending, entry.index, entry.term, result)
-            self._resolve(self.conf_waiters, entry.index, entry.term, None)
+            self._covered(rd.snapshot.meta.index)
+        if rd.committed:
+            results = {}
+            for entry in rd.committed:
+                if entry.type == EntryType.NORMAL and entry.index > self.sm.applied_index:
+                    results[entry.index] = self.sm.apply(entry.index, entry.data)
+            self._resolve(self.pending, rd.committed, results)
+            self._resolve(self.conf_waiters, rd.committed, {})
         for ctx, reason in rd.dropped:
             log.debug("event=proposal_dropped reason=\"%s\"", reason)
             fut = self.reads.get(ctx)
@@ -280,18 +299,37 @@ class RaftNode:
         self._release_reads()
         self._maybe_snapshot(loop)
 
-    def _resolve(self, table: dict[int, _Pending], index: int, term: int, result) -> None:
-        # Anything pending at or below this index has its answer now.
-        for idx in [i for i in table if i <= index]:
+    def _resolve(self, table: dict[int, _Pending], committed: list, results: dict) -> None:
+        """Answer every waiter whose index this batch of applied entries reaches."""
+        if not table:
+            return
+        last = committed[-1].index
+        terms = {e.index: e.term for e in committed}
+        for idx in [i for i in table if i <= last]:
             p = table.pop(idx)
             if p.future.done():
                 continue
-            if idx == index and p.term == term:
-                p.future.set_result((index, result))
-            else:
+            if terms.get(idx) == p.term:
+                p.future.set_result((idx, results.get(idx)))
+            elif idx in terms:
                 p.future.set_exception(ProposalDropped(
                     f"entry {idx} of term {p.term} was replaced after a leader change; "
                     "it was not applied"))
+            else:
+                p.future.set_exception(ProposalDropped(
+                    f"entry {idx}: outcome unknown (applied through a snapshot or before "
+                    "this batch); check the state before retrying"))
+
+    def _covered(self, index: int) -> None:
+        """A snapshot up to ``index`` was installed: waiters at or below it may or
+        may not be in it; say so rather than guess."""
+        for table in (self.pending, self.conf_waiters):
+            for idx in [i for i in table if i <= index]:
+                p = table.pop(idx)
+                if not p.future.done():
+                    p.future.set_exception(ProposalDropped(
+                        f"entry {idx}: outcome unknown (the node installed a snapshot "
+                        f"up to {index}); check the state before retrying"))
 
     def _release_reads(self) -> None:
         applied = self.raft.applied

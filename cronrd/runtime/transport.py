@@ -162,7 +162,8 @@ class _Refused(Exception):
 
 class _Peer:
     __slots__ = ("id", "addr", "queue", "qbytes", "wake", "task", "connected",
-                 "ever_connected", "failures", "flaps", "full_logged", "writer", "out")
+                 "ever_connected", "failures", "flaps", "full_logged", "writer", "out",
+                 "out_bytes")
 
     def __init__(self, peer_id: str, addr: tuple[str, int]):
         self.id = peer_id
@@ -178,6 +179,7 @@ class _Peer:
         self.full_logged = False
         self.writer: asyncio.StreamWriter | None = None
         self.out: list[bytes] = []  # frames to write directly at the end of this loop turn
+        self.out_bytes = 0
 
 
 class _Incoming:
@@ -280,8 +282,8 @@ class Transport:
             return False
         data = frame(payload)
         w = p.writer
-        if (w is not None and not p.queue
-                and w.transport.get_write_buffer_size() < _DIRECT_WRITE_LIMIT):
+        if (w is not None and not p.queue and w.transport.get_write_buffer_size()
+                + p.out_bytes + len(data) < _DIRECT_WRITE_LIMIT):
             # Fast path: connected and idle, so no task switch: every frame sent
             # to this peer in this loop turn goes out in one write (one TLS
             # record, one syscall); the queue and pump only take over under
@@ -289,7 +291,15 @@ class Transport:
             if not p.out:
                 asyncio.get_running_loop().call_soon(self._flush_direct, p)
             p.out.append(data)
+            p.out_bytes += len(data)
             return True
+        if p.out:
+            # Over the direct-write budget: what is buffered goes first, through
+            # the bounded queue like everything after it.
+            for frame_ in p.out:
+                p.queue.append(frame_)
+                p.qbytes += len(frame_)
+            p.out, p.out_bytes = [], 0
         if p.qbytes + len(data) > self.queue_bytes_limit:
             return self._full(p)
         p.queue.append(data)
@@ -298,8 +308,16 @@ class Transport:
         p.wake.set()
         return True
 
+    def flush(self) -> None:
+        """Write every directly-buffered frame now (the Raft driver calls this
+        before an fsync so that a leader's appends overlap it)."""
+        for p in self._peers.values():
+            if p.out:
+                self._flush_direct(p)
+
     def _flush_direct(self, p: _Peer) -> None:
         out, p.out = p.out, []
+        p.out_bytes = 0
         if not out:
             return
         w = p.writer
@@ -383,6 +401,7 @@ class Transport:
                 tasks.append(p.task)
             p.queue.clear()
             p.qbytes = 0
+            p.out, p.out_bytes = [], 0
             p.wake.set()
         for conn in list(self._incoming):
             if conn.task is not None:
