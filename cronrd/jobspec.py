@@ -728,6 +728,16 @@ def _unknown_key(ctx: _Ctx, knode: Node, key: str, valid: tuple[str, ...], where
 # --------------------------------------------------------------------------
 
 
+def _has_nul(node: Node) -> bool:
+    if isinstance(node, ScalarNode):
+        return "\0" in node.value
+    if isinstance(node, SequenceNode):
+        return any(_has_nul(n) for n in node.value)
+    if isinstance(node, MappingNode):
+        return any(_has_nul(k) or _has_nul(v) for k, v in node.value)
+    return False
+
+
 def _parse_job(ctx: _Ctx, node: MappingNode, default_name: str | None,
                ) -> tuple[JobSpec | None, str | None, tuple[int, int]]:
     """Validate one job mapping.
@@ -745,6 +755,11 @@ def _parse_job(ctx: _Ctx, node: MappingNode, default_name: str | None,
                 ctx.err(knode, "jobs: belongs at the top level of a file, not inside a job")
             else:
                 suggested.add(_unknown_key(ctx, knode, key, JOB_KEYS))
+            continue
+        if _has_nul(vnode):
+            ctx.err(vnode, f"{key} contains a NUL character (\\0), which no command, "
+                           "environment variable or path can hold; remove it")
+            values[key] = _INVALID
             continue
         values[key] = validator(ctx, key, vnode)
 

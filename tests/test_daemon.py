@@ -278,6 +278,8 @@ def test_control_socket_refuses_bad_requests_and_survives(node):
     replies = []
     for payload in (b"not json\n", b"[1,2]\n", b'{"cmd": 5}\n', b'{"cmd": "nope"}\n',
                     b'{"cmd": "runs", "args": {"limit": "x"}}\n', b"\xff\xfe\n",
+                    b'{"cmd": "run", "args": {"run_id": 99999999999999999999999}}\n',
+                    b"[" * 100000 + b"\n",
                     b"x" * (2 << 20) + b"\n"):
         with socket.socket(socket.AF_UNIX) as s:
             s.settimeout(10)
@@ -380,3 +382,20 @@ def test_run_now_wait_is_nonzero_for_a_timeout_even_if_the_job_exits_0(node):
     res = node.cli("run-now", "stubborn", "--wait")
     assert res.returncode != 0
     assert node.runs("stubborn")[0]["state"] == "timed_out"
+
+
+def test_a_run_waiting_at_its_gate_never_starts_once_its_job_is_removed(node):
+    out = node.out
+    node.write_job("gone", {"schedule": "@every 3s", "command": f"touch {out}/ran-$CRONRD_RUN_ID"})
+    node.start()
+    # Wait until a run is assigned ahead of its fire time (its process is waiting).
+    runs = node.wait_runs(lambda rs: any(r["state"] == "assigned" for r in rs), job="gone",
+                          timeout=10)
+    waiting = [r for r in runs if r["state"] == "assigned"][0]
+    (node.jobs_dir / "gone.yaml").unlink()
+    node.call("reload")
+    run = node.wait_runs(lambda rs: any(r["run_id"] == waiting["run_id"]
+                                        and r["state"] == "cancelled" for r in rs),
+                         job="gone")
+    wait_for(lambda: time.time() > parse_iso(waiting["fire_time"]) + 1.5, what="fire time passed")
+    assert not (out / f"ran-{waiting['run_id']}").exists()

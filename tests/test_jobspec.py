@@ -718,3 +718,16 @@ def test_permission_checks_can_be_skipped_but_not_the_regular_file_check(tmp_pat
     assert [str(p) for p in result.problems] == [
         f"{tmp_path}/p.yaml:0:0: refusing job file: it is not a regular file (it is a named pipe); "
         "job files must be regular files"]
+
+
+def test_nul_character_anywhere_in_a_job_is_refused():
+    # A NUL can reach neither argv, the environment nor a path: refuse it here
+    # rather than fail at every fire.
+    result = parse_job_text('schedule: "@hourly"\ncommand: "echo a\\0b"\n'
+                            'env: {A: "x\\0"}\n', "/etc/cronrd.d/nul.yaml")
+    assert result.jobs == ()
+    assert [str(p) for p in result.problems] == [
+        "/etc/cronrd.d/nul.yaml:2:10: command contains a NUL character (\\0), which no "
+        "command, environment variable or path can hold; remove it",
+        "/etc/cronrd.d/nul.yaml:3:6: env contains a NUL character (\\0), which no command, "
+        "environment variable or path can hold; remove it"]

@@ -220,6 +220,12 @@ def test_manual_run_respects_forbid_and_is_keyed_apart_from_schedule():
     log = Log()
     log.put()
     rid = log.fire(T0 + 1)["run_id"]
+    # Assigned ahead of its fire time is not "running": the gate decides later.
+    m0 = log.apply(C.ManualRun(job="j", node="n1", at=T0 + 0.5))
+    log.finish(m0["run_id"])
+    run = log.run(rid)
+    log.apply(C.RunStarted(run_id=rid, token=run["token"], node="n1", pid=9,
+                           started_at=T0 + 1, log_path="/l"))
     with pytest.raises(Refused, match="not started"):
         log.apply(C.ManualRun(job="j", node="n1", at=T0 + 1))
     log.finish(rid)

@@ -158,6 +158,13 @@ class ControlServer:
                                       "error": f"bad request arguments: {exc}"})
         except CronrdError as exc:
             await self._send(writer, {"ok": False, "code": 1, "error": str(exc)})
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # a bug must cost one request, not the daemon
+            log.exception("event=control_request_failed")
+            await self._send(writer, {"ok": False, "code": 1, "error":
+                                      f"internal error handling the request ({exc!r}); "
+                                      "see the daemon log"})
 
 
 def arg(args: dict, name: str, kind: type | tuple, default: Any = ..., *,
@@ -170,6 +177,8 @@ def arg(args: dict, name: str, kind: type | tuple, default: Any = ..., *,
     value = args[name]
     if isinstance(value, bool) and kind is int:
         raise UsageError(f"argument {name!r} must be an integer")
+    if kind is int and isinstance(value, int) and not -(1 << 62) < value < (1 << 62):
+        raise UsageError(f"argument {name!r} is out of range")
     if not isinstance(value, kind):
         raise UsageError(f"argument {name!r} has the wrong type")
     return value

@@ -98,10 +98,12 @@ class Daemon:
         log.info("event=starting version=%s node=%s pid=%d socket=%s data_dir=%s log_dir=%s "
                  "jobs_dir=%s timezone=%s", __version__, cfg.node_id, os.getpid(), cfg.socket,
                  cfg.data_dir, cfg.log_dir, cfg.jobs_dir, cfg.timezone)
+        # Job files first: runs left from before the restart are settled
+        # against the current definitions (a fixed or deleted file counts).
+        await self.watcher.reload()
         settled = await self.executor.reconcile()
         if settled["lost"] or settled["resumed"]:
             log.info("event=reconciled lost=%d resumed=%d", settled["lost"], settled["resumed"])
-        await self.watcher.reload()
         first_start = self._first_start_since_boot()
         self.scheduler.start(boot_time=int(psutil.boot_time()) if first_start else None)
         if first_start:
@@ -177,13 +179,14 @@ class Daemon:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                removed = await loop.run_in_executor(None, self.executor.prune_logs)
+                active = {a.log_path for a in self.executor.active.values()}
+                removed = await loop.run_in_executor(None, self.executor.prune_logs, active)
                 now = self.clock.now()
                 res = await self.log.propose(C.Prune(before=now - self.config.history_retention,
                                                      at=now))
                 if removed or res.get("runs_deleted"):
                     log.info("event=pruned logs=%d runs=%d", removed, res["runs_deleted"])
-            except CronrdError as exc:
+            except Exception as exc:  # never let housekeeping die for good
                 log.warning("event=housekeeping_failed error=\"%s\"", exc)
             await asyncio.sleep(HOUSEKEEPING_INTERVAL)
 
@@ -194,8 +197,11 @@ class Daemon:
 
     # -- effects -----------------------------------------------------------------------
     def _on_effects(self, effects: list[Effect]) -> None:
-        self.executor.on_effects(effects)
-        self.scheduler.on_effects(effects)
+        for listener in (self.executor.on_effects, self.scheduler.on_effects):
+            try:
+                listener(effects)
+            except Exception:
+                log.exception("event=effect_listener_failed")
         for eff in effects:
             if eff.kind == "run_done" and eff.run is not None:
                 for fut in self.waiters.pop(eff.run["run_id"], []):

@@ -91,6 +91,14 @@ class ActiveRun:
         return self.started_at is not None
 
 
+def _at_gate(proc: psutil.Process) -> bool:
+    """Is this one of our shells still waiting at its gate (nothing ran)?"""
+    try:
+        return proc.cmdline()[:3] == ["/bin/sh", "-c", GATE_SCRIPT]
+    except psutil.Error:
+        return True  # gone: nothing to stop
+
+
 def log_file_name(run: dict) -> str:
     stamp = iso_utc(run["fire_time"]).replace("-", "").replace(":", "")
     return f"{stamp}-a{run['attempt']}-r{run['run_id']}.log"
@@ -127,20 +135,32 @@ class Executor:
     # -- effects from the state machine -------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:
         for eff in effects:
-            if eff.kind == "jobs_changed":
-                self._specs.pop(eff.job, None)
-                continue
-            run = eff.run
-            if run is None or run.get("node") != self.node_id:
-                continue
-            if eff.kind == "assign":
-                self.schedule(run)
-            elif eff.kind == "cancel":
-                self.cancel(run["run_id"], run.get("reason") or "cancelled")
-            elif eff.kind == "run_done":
-                handle = self.timers.pop(run["run_id"], None)
-                if handle is not None:
-                    handle.cancel()
+            try:
+                self._on_effect(eff)
+            except Exception:  # one bad run must not cost the others their effects
+                log.exception("event=effect_failed kind=%s", eff.kind)
+
+    def _on_effect(self, eff: Effect) -> None:
+        if eff.kind == "jobs_changed":
+            self._specs.pop(eff.job, None)
+            return
+        run = eff.run
+        if run is None or run.get("node") != self.node_id:
+            return
+        if eff.kind == "assign":
+            self.schedule(run)
+        elif eff.kind == "cancel":
+            self.cancel(run["run_id"], run.get("reason") or "cancelled")
+        elif eff.kind == "run_done":
+            handle = self.timers.pop(run["run_id"], None)
+            if handle is not None:
+                handle.cancel()
+            act = self.active.get(run["run_id"])
+            if act is not None and not act.started and not act.exited:
+                # Final already (cancelled, job removed...) while it waited
+                # at its gate: it must not start, and it is not reported again.
+                act.stop_state, act.stop_reason = "final", run.get("reason")
+                signal_tree(act.pid, [], signal.SIGKILL)
 
     def schedule(self, run: dict) -> None:
         """Prepare ``run`` PRESPAWN seconds before it is due (at once if sooner)."""
@@ -266,16 +286,23 @@ class Executor:
             logf.close()
             self._report_now(run, "failed", now, reason=str(exc), log_path=log_path)
             return
-        gate = self._gate(run["due_at"] or now)
-        rfd, wfd = os.pipe2(os.O_CLOEXEC)
+        rfd = wfd = -1
+        popen = None
         try:
+            gate = self._gate(run["due_at"] or now)
+            rfd, wfd = os.pipe2(os.O_CLOEXEC)
             popen = subprocess.Popen(
                 argv, stdin=gate.rfd, stdout=wfd, stderr=wfd, env=env, cwd=cwd,
                 start_new_session=True, close_fds=True, **ident["kwargs"])
-        except OSError as exc:
-            os.close(rfd)
-            os.close(wfd)
-            msg = f"cannot start /bin/sh for the run: {exc.strerror or exc}"
+            pidfd = os.pidfd_open(popen.pid)
+        except (OSError, ValueError) as exc:  # EMFILE, ENOMEM, "embedded null byte"...
+            if popen is not None:  # spawned but untrackable: it must not run
+                signal_tree(popen.pid, [], signal.SIGKILL)
+                popen.wait()
+            for fd in (rfd, wfd):
+                if fd >= 0:
+                    os.close(fd)
+            msg = f"cannot start the run: {getattr(exc, 'strerror', None) or exc}"
             logf.write(f"cronrd: {msg}\n".encode())
             logf.close()
             self._report_now(run, "failed", now, reason=msg, log_path=log_path,
@@ -283,7 +310,6 @@ class Executor:
             return
         os.close(wfd)
         os.set_blocking(rfd, False)
-        pidfd = os.pidfd_open(popen.pid)
         act = ActiveRun(run=run, spec=spec, popen=popen, pid=popen.pid, pidfd=pidfd,
                         out_fd=rfd, logf=logf, log_path=log_path, cap=spec.max_log_bytes,
                         kill_grace=spec.kill_grace)
@@ -326,6 +352,7 @@ class Executor:
                 act.stop_state, act.stop_reason = "skipped", reason
                 signal_tree(act.pid, [], signal.SIGKILL)  # still waiting: nothing ran
                 continue
+            act.started_at = self.clock.now()  # seen by _admit for the runs after it
             go.append(act)
         try:
             # Two bytes per run: a run killed a moment ago cannot starve another.
@@ -422,7 +449,14 @@ class Executor:
             self.active.pop(act.run["run_id"], None)
         run = act.run
         if not act.started:
-            # It never passed its gate: nothing of the job ran.
+            # It never passed its gate: nothing of the job ran, and its log is empty.
+            try:
+                if act.written == 0:
+                    os.unlink(act.log_path)
+            except OSError:
+                pass
+            if act.stop_state == "final":
+                return
             if act.stop_state in ("skipped", "cancelled"):
                 state, reason = act.stop_state, act.stop_reason
             elif not self.accepting:
@@ -553,15 +587,46 @@ class Executor:
             proc = process_matches(run["pid"], run["started_at"])
             if proc is not None and proc not in procs:
                 procs.append(proc)
-            if run["state"] == "assigned" and not procs:
-                self.schedule(run)
-                started += 1
-                continue
+            if run["state"] == "assigned":
+                waiting = [p for p in procs if _at_gate(p)]
+                if len(waiting) == len(procs):
+                    # Never passed its gate (a shell of the old daemon may still
+                    # be exiting): nothing ran, so it is not lost.
+                    for p in waiting:
+                        try:
+                            p.kill()
+                        except psutil.Error:
+                            pass
+                    late = self._stale_reason(run)
+                    if late is not None:
+                        self._propose(C.RunFinished(
+                            run_id=run["run_id"], token=run["token"], node=self.node_id,
+                            state="skipped", exit_code=None, signal=None, started_at=None,
+                            finished_at=self.clock.now(), log_path=None, reason=late))
+                    else:
+                        self.schedule(run)
+                        started += 1
+                    continue
             lost += 1
             waits.append(self._settle_lost(run, procs, path))
         if waits:
             await asyncio.gather(*waits)
         return {"lost": lost, "resumed": started}
+
+    def _stale_reason(self, run: dict) -> str | None:
+        """A run assigned before the daemon stopped and never started: does the
+        job's catch-up policy still want it?"""
+        if run["kind"] == "manual" or run["kind"] == "retry":
+            return None
+        spec = self._job_spec(run["job"])
+        if spec is None:
+            return "job no longer defined"
+        late = self.clock.now() - (run["due_at"] or 0)
+        if spec.catchup == "none" and late > 1.0:
+            return "catch-up: missed while cronrd was not running (catchup: none)"
+        if late > spec.catchup_window:
+            return "catch-up: missed while cronrd was not running, older than catchup_window"
+        return None
 
     async def _settle_lost(self, run: dict, procs: list, path: str) -> None:
         spec = self._job_spec(run["job"])
@@ -640,11 +705,14 @@ class Executor:
             await asyncio.gather(*list(self.reports), return_exceptions=True)
 
     # -- log retention ----------------------------------------------------------------
-    def prune_logs(self) -> int:
-        """Delete run logs older than log_retention.max_age or beyond the count cap."""
+    def prune_logs(self, active: set[str] | None = None) -> int:
+        """Delete run logs older than log_retention.max_age or beyond the count cap.
+
+        Runs in a worker thread: ``active`` (the logs in use) is taken on the
+        event loop by the caller."""
         removed = 0
         cutoff = self.clock.now() - self.config.log_max_age
-        active = {a.log_path for a in self.active.values()}
+        active = active or set()
         try:
             dirs = os.scandir(self.config.log_dir)
         except FileNotFoundError:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from ..errors import CronrdError
+from ..errors import CronrdError, StorageError
 from ..state.commands import Command
 from ..state.machine import Effect, StateMachine
 
@@ -63,9 +63,11 @@ class LocalLog:
                         effects.extend(eff)
         except Exception as exc:  # the batch did not commit: nothing applied
             log.error("event=commit_failed error=%r batch=%d", exc, len(batch))
+            err = StorageError(f"the state database did not commit ({exc}); the "
+                               "proposal is retried by its proposer")
             for _, fut in batch:
                 if not fut.done():
-                    fut.set_exception(exc)
+                    fut.set_exception(err)
             return
         for fut, result, exc in outcomes:
             if fut.done():

@@ -33,6 +33,8 @@ log = logging.getLogger("cronrd.scheduler")
 LEAD = 0.7             # seconds a fire is committed ahead (< executor PRESPAWN; off the
                        # whole second, so spawning never competes with the gates opening)
 MAX_SLEEP = 5.0        # re-read the wall clock at least this often (clock steps)
+JUMP = 5.0             # a fire this far behind the clock is caught up, not fired
+RETRY_DELAY = 0.5      # seconds before a fire that failed to commit is proposed again
 MAX_SKIP_RECORDS = 100  # beyond this many missed fires, one gap record sums them up
 
 
@@ -195,17 +197,34 @@ class Scheduler:
         log.debug("event=propose %s", cmd)
         fut = self.proposer.propose(cmd)
         self.pending.add(fut)
-        fut.add_done_callback(self._proposed)
+        fut.add_done_callback(lambda f: self._proposed(f, cmd))
 
-    def _proposed(self, fut: asyncio.Future) -> None:
+    def _proposed(self, fut: asyncio.Future, cmd: C.Command) -> None:
         self.pending.discard(fut)
         if fut.cancelled():
             return
         exc = fut.exception()
         if isinstance(exc, Refused):
             log.debug("event=fire_refused reason=\"%s\"", exc)
-        elif exc is not None:
-            log.error("event=propose_failed error=\"%s\"", exc)
+        elif exc is not None and not self.stopped:
+            # Not committed (storage trouble, no leader): the fire time is
+            # neither run nor recorded yet. A job's fires must commit in order
+            # (the cursor refuses an older one after a newer), so the job is
+            # rescheduled from its earliest failed fire; other commands are
+            # proposed again as they were.
+            log.error("event=propose_failed error=\"%s\" retry_s=%g", exc, RETRY_DELAY)
+            entry = self.entries.get(cmd.job) if isinstance(cmd, C.Fire) else None
+            if entry is not None and not cmd.boot:
+                if entry.next_fire is None or cmd.fire_time < entry.next_fire:
+                    entry.last_proposed = min(entry.last_proposed, cmd.fire_time - 1)
+                    self._push(cmd.job, entry, cmd.fire_time)
+                    asyncio.get_running_loop().call_later(RETRY_DELAY, self.wake)
+            else:
+                asyncio.get_running_loop().call_later(RETRY_DELAY, self._repropose, cmd)
+
+    def _repropose(self, cmd: C.Command) -> None:
+        if not self.stopped:
+            self._propose(cmd)
 
     def wake(self) -> None:
         if self._wake is not None and not self._wake.done():
@@ -220,6 +239,15 @@ class Scheduler:
                 entry = self.entries.get(name)
                 if entry is None or entry.seq != seq:
                     continue  # superseded by a refresh
+                if fire < now - JUMP:
+                    # Far behind: the wall clock jumped or the host was
+                    # suspended. The missed fires follow the catch-up policy,
+                    # as after a restart, rather than all starting at once.
+                    log.warning("event=clock_jump job=%s behind_s=%.1f", name, now - fire)
+                    entry.cursor = max(entry.cursor, fire - 1)
+                    cursor = self._catch_up(name, entry, int(now))
+                    self._push(name, entry, entry.trigger.next_after(max(cursor, int(now))))
+                    continue
                 self._fire(name, entry, fire)
                 self._push(name, entry, entry.trigger.next_after(fire))
             delay = MAX_SLEEP

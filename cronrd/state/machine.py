@@ -201,8 +201,9 @@ class StateMachine:
         return self._get_run(self.conn.last_insert_rowid())
 
     def _admit(self, index: int, job: dict, at: float, effects) -> str | None:
-        """Apply the overlap policy; return a skip reason or None to run."""
-        active = self._active_runs(job["name"])
+        """The overlap policy for a manual run: against runs already running
+        (one assigned ahead of its fire time is decided at its own gate)."""
+        active = [r for r in self._active_runs(job["name"]) if r["state"] == "running"]
         if not active:
             return None
         policy = job["spec"].get("concurrency", "forbid")

@@ -1,0 +1,103 @@
+"""The scheduler with an injected clock: clock jumps and failed commits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import apsw
+
+from cronrd.config import Config
+from cronrd.jobspec import JobSpec
+from cronrd.runtime.local_log import LocalLog
+from cronrd.runtime.scheduler import Scheduler
+from cronrd.state import commands as C
+from cronrd.state.machine import StateMachine
+
+T0 = 1_800_000_000.2
+
+
+class FakeClock:
+    def __init__(self, t):
+        self.t = t
+
+    def now(self):
+        return self.t
+
+    def monotonic(self):
+        return self.t
+
+
+async def setup(schedule: str, catchup: str):
+    conn = apsw.Connection(":memory:")
+    log = LocalLog(StateMachine(conn))
+    clock = FakeClock(T0)
+    cfg = Config(node_id="n1", data_dir="/tmp", jobs_dir="/tmp", socket="/tmp/x",
+                 log_dir="/tmp", timezone="UTC")
+    spec = JobSpec(name="j", schedule=schedule, command="true", catchup=catchup)
+    await log.propose(C.PutJob(name="j", spec=spec.to_dict(), digest="d", source="s",
+                               at=clock.now()))
+    sch = Scheduler(cfg, log, conn, clock)
+    sch.start()
+    return conn, log, clock, sch
+
+
+def counts(conn):
+    return {(k, s): n for k, s, n in conn.execute(
+        "SELECT kind, state, count(*) FROM runs GROUP BY kind, state")}
+
+
+def test_a_clock_jump_follows_the_catchup_policy_instead_of_firing_everything():
+    async def main():
+        conn, log, clock, sch = await setup("* * * * *", "none")
+        task = asyncio.create_task(sch.run())
+        await asyncio.sleep(0.05)
+        clock.t += 7200  # the host was suspended for two hours
+        sch.wake()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        await log.drain()
+        c = counts(conn)
+        # 120 missed minutes: none of them runs; every one is accounted for.
+        assert c.get(("scheduled", "assigned"), 0) + c.get(("catchup", "assigned"), 0) <= 1
+        skipped = sum(n for (k, s), n in c.items() if s == "skipped")
+        gaps = sum(n for (n,) in conn.execute("SELECT count FROM gaps"))
+        assert skipped + gaps >= 119
+        sch.stop()
+        await task
+    asyncio.run(main())
+
+
+class FlakyLog:
+    """A log whose first N commits fail, as a full disk or a locked file would."""
+
+    def __init__(self, inner: LocalLog, failures: int):
+        self.inner, self.failures = inner, failures
+
+    def propose(self, cmd):
+        if self.failures > 0 and isinstance(cmd, C.Fire):
+            self.failures -= 1
+            fut = asyncio.get_running_loop().create_future()
+            from cronrd.errors import StorageError
+            fut.set_exception(StorageError("disk full"))
+            return fut
+        return self.inner.propose(cmd)
+
+
+def test_fires_that_fail_to_commit_are_proposed_again_in_order():
+    async def main():
+        conn, log, clock, sch = await setup("* * * * * *", "all")
+        sch.proposer = FlakyLog(log, failures=3)
+        task = asyncio.create_task(sch.run())
+        for step in range(8):
+            clock.t = T0 + step
+            sch.wake()
+            for _ in range(80):  # the retry waits RETRY_DELAY of loop time
+                await asyncio.sleep(0.01)
+        await log.drain()
+        fires = [f for (f,) in conn.execute("SELECT fire_time FROM runs ORDER BY fire_time")]
+        # No fire time is lost to the failed commits: consecutive, no duplicates.
+        assert fires == list(range(fires[0], fires[0] + len(fires)))
+        assert fires[0] == int(T0) + 1 and len(fires) >= 6
+        sch.stop()
+        await task
+    asyncio.run(main())
