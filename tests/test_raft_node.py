@@ -82,6 +82,21 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 60))
 
 
+def with_net(ids: str, body, start: str | None = None, **node_kw) -> None:
+    """Start nodes ``start`` (default: all of ``ids``) in a temporary
+    directory, run ``await body(net)``, and always shut every node down."""
+    async def main():
+        with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+            net = Net(ids, tmp)
+            try:
+                for i in (start if start is not None else ids):
+                    await net.start(i, **node_kw)
+                await body(net)
+            finally:
+                await net.close()
+    run(main())
+
+
 async def until(pred, timeout=10.0):
     deadline = asyncio.get_running_loop().time() + timeout
     while not pred():
@@ -90,98 +105,70 @@ async def until(pred, timeout=10.0):
 
 
 def test_propose_read_and_not_leader():
-    async def main():
-        with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-            net = Net("abc", tmp)
-            try:
-                for i in "abc":
-                    await net.start(i)
-                leader = await net.leader()
-                index, total = await leader.propose(b"5")
-                assert total == 5 and index >= 2
-                index2, total = await leader.propose(b"7")
-                assert (index2, total) == (index + 1, 12)
-                follower = next(n for n in net.nodes.values() if not n.is_leader)
-                with pytest.raises(NotLeader) as exc:
-                    await follower.propose(b"1")
-                assert exc.value.leader == leader.id
-                # Linearizable read on a follower: after the barrier it has the write.
-                await follower.read_barrier()
-                assert follower.sm.total == 12
-                results = await asyncio.gather(*(leader.propose(b"1") for _ in range(50)))
-                assert sorted(r[1] for r in results) == list(range(13, 63))
-            finally:
-                await net.close()
-    run(main())
+    async def body(net):
+        leader = await net.leader()
+        index, total = await leader.propose(b"5")
+        assert total == 5 and index >= 2
+        index2, total = await leader.propose(b"7")
+        assert (index2, total) == (index + 1, 12)
+        follower = next(n for n in net.nodes.values() if not n.is_leader)
+        with pytest.raises(NotLeader) as exc:
+            await follower.propose(b"1")
+        assert exc.value.leader == leader.id
+        # Linearizable read on a follower: after the barrier it has the write.
+        await follower.read_barrier()
+        assert follower.sm.total == 12
+        results = await asyncio.gather(*(leader.propose(b"1") for _ in range(50)))
+        assert sorted(r[1] for r in results) == list(range(13, 63))
+    with_net("abc", body)
 
 
 def test_leader_transfer_and_failover_and_restart_from_disk():
-    async def main():
-        with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-            net = Net("abc", tmp)
-            try:
-                for i in "abc":
-                    await net.start(i)
-                leader = await net.leader()
-                await leader.propose(b"1")
-                target = next(i for i in "abc" if i != leader.id)
-                leader.transfer_leadership(target)
-                await until(lambda: net.nodes[target].is_leader)
-                await net.nodes[target].propose(b"2")
-                # Stop the leader: the other two elect a new one and keep going.
-                await net.stop(target)
-                new = await net.leader()
-                assert new.id != target
-                assert (await new.propose(b"3"))[1] == 6
-                # The stopped node restarts from its own log and catches up.
-                back = await net.start(target)
-                await until(lambda: back.sm.total == 6)
-            finally:
-                await net.close()
-    run(main())
+    async def body(net):
+        leader = await net.leader()
+        await leader.propose(b"1")
+        target = next(i for i in "abc" if i != leader.id)
+        leader.transfer_leadership(target)
+        await until(lambda: net.nodes[target].is_leader)
+        await net.nodes[target].propose(b"2")
+        # Stop the leader: the other two elect a new one and keep going.
+        await net.stop(target)
+        new = await net.leader()
+        assert new.id != target
+        assert (await new.propose(b"3"))[1] == 6
+        # The stopped node restarts from its own log and catches up.
+        back = await net.start(target)
+        await until(lambda: back.sm.total == 6)
+    with_net("abc", body)
 
 
 def test_proposal_on_an_isolated_leader_never_hangs():
-    async def main():
-        with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-            net = Net("abc", tmp)
-            try:
-                for i in "abc":
-                    await net.start(i)
-                leader = await net.leader()
-                for other in [i for i in "abc" if i != leader.id]:
-                    await net.stop(other)
-                # The entry can never commit: the proposal fails in bounded time
-                # (check-quorum makes the leader step down, or the timeout hits).
-                with pytest.raises((ProposalDropped, NotLeader)):
-                    await leader.propose(b"1")
-            finally:
-                await net.close()
-    run(main())
+    async def body(net):
+        leader = await net.leader()
+        for other in [i for i in "abc" if i != leader.id]:
+            await net.stop(other)
+        # The entry can never commit: the proposal fails in bounded time
+        # (check-quorum makes the leader step down, or the timeout hits).
+        with pytest.raises((ProposalDropped, NotLeader)):
+            await leader.propose(b"1")
+    with_net("abc", body)
 
 
 def test_membership_add_learner_promote_remove_and_snapshot_catch_up():
-    async def main():
-        with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-            net = Net("abcd", tmp)
-            try:
-                for i in "abc":
-                    await net.start(i, voters="abc", snapshot_every=20)
-                leader = await net.leader()
-                for _ in range(60):  # enough to compact the log into snapshots
-                    await leader.propose(b"1")
-                assert leader.raft.log.snap_index > 0
-                d = await net.start("d", voters="abc", snapshot_every=20)
-                await leader.change_membership(ConfChangeType.ADD_LEARNER, "d")
-                await until(lambda: d.sm.total == 60)  # caught up via InstallSnapshot
-                assert d.role == "learner"
-                await leader.change_membership(ConfChangeType.PROMOTE, "d")
-                await until(lambda: "d" in d.raft.conf.voters)
-                leader = await net.leader()
-                await leader.change_membership(ConfChangeType.REMOVE,
-                                               next(i for i in "abc" if i != leader.id))
-                assert len(leader.raft.conf.voters) == 3
-                assert (await leader.propose(b"1"))[1] == 61
-            finally:
-                await net.close()
-    run(main())
+    async def body(net):
+        leader = await net.leader()
+        for _ in range(60):  # enough to compact the log into snapshots
+            await leader.propose(b"1")
+        assert leader.raft.log.snap_index > 0
+        d = await net.start("d", voters="abc", snapshot_every=20)
+        await leader.change_membership(ConfChangeType.ADD_LEARNER, "d")
+        await until(lambda: d.sm.total == 60)  # caught up via InstallSnapshot
+        assert d.role == "learner"
+        await leader.change_membership(ConfChangeType.PROMOTE, "d")
+        await until(lambda: "d" in d.raft.conf.voters)
+        leader = await net.leader()
+        await leader.change_membership(ConfChangeType.REMOVE,
+                                       next(i for i in "abc" if i != leader.id))
+        assert len(leader.raft.conf.voters) == 3
+        assert (await leader.propose(b"1"))[1] == 61
+    with_net("abcd", body, start="abc", voters="abc", snapshot_every=20)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import tempfile
 
 import pytest
 
@@ -14,7 +13,7 @@ from cronrd.raft.core import Raft, RaftConfig
 from cronrd.raft.types import ConfState, Entry, HardState
 from cronrd.runtime.transport import Transport
 from cronrd.raft.types import Message, MsgType
-from test_raft_node import Net, run
+from test_raft_node import run, with_net
 
 
 def test_restart_with_applied_ahead_of_the_durable_commit():
@@ -30,18 +29,13 @@ def test_restart_with_applied_ahead_of_the_durable_commit():
 
 
 def test_propose_after_stop_fails_at_once():
-    async def main():
-        with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-            net = Net("a", tmp)
-            node = await net.start("a")
-            leader = await net.leader()
-            assert (await leader.propose(b"1"))[1] == 1
-            await node.stop()
-            with pytest.raises(ProposalDropped, match="stopped"):
-                await asyncio.wait_for(node.propose(b"1"), 2)
-            await net.transports.pop("a").close()
-            net.nodes.clear()
-    run(main())
+    async def body(net):
+        node = await net.leader()
+        assert (await node.propose(b"1"))[1] == 1
+        await node.stop()
+        with pytest.raises(ProposalDropped, match="stopped"):
+            await asyncio.wait_for(node.propose(b"1"), 2)
+    with_net("a", body)
 
 
 def test_direct_write_path_respects_the_byte_budget():
