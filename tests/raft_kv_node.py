@@ -91,47 +91,64 @@ async def main() -> None:
 
     pending_out: dict[asyncio.StreamWriter, list[str]] = {}
 
+    def put_done(fut: asyncio.Future, rid: str, writer: asyncio.StreamWriter) -> None:
+        exc = fut.exception()
+        if exc is None:
+            reply(writer, rid, f"ok {fut.result()[0]}")
+        elif isinstance(exc, NotLeader):
+            reply(writer, rid, f"err notleader {exc.leader or '-'}")
+        else:
+            reply(writer, rid, f"err dropped {exc}")
+
+    def dispatch(line: str, writer: asyncio.StreamWriter) -> None:
+        parts = line.split(" ", 3)
+        if len(parts) == 4 and parts[1] == "put":  # the hot path: no task per request
+            fut = node.submit(f"{parts[2]}={parts[3]}".encode())
+            fut.add_done_callback(lambda f, rid=parts[0]: put_done(f, rid, writer))
+            return
+        t = asyncio.ensure_future(handle(line, writer))
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+
+    def reply(writer: asyncio.StreamWriter, rid: str, text: str) -> None:
+        out = pending_out.setdefault(writer, [])
+        out.append(f"{rid} {text}\n")
+        if len(out) == 1:  # flush every reply of this loop turn in one write
+            asyncio.get_running_loop().call_soon(flush, writer)
+
     async def handle(line: str, writer: asyncio.StreamWriter) -> None:
         parts = line.split(" ", 3)
         rid, cmd = parts[0], parts[1] if len(parts) > 1 else ""
         try:
-            if cmd == "put":
-                index, _ = await node.propose(f"{parts[2]}={parts[3]}".encode())
-                reply = f"ok {index}"
-            elif cmd == "get":
+            if cmd == "get":
                 await node.read_barrier()
-                reply = "ok " + node.sm.data.get(parts[2], "-")
+                text = "ok " + node.sm.data.get(parts[2], "-")
             elif cmd == "status":
                 s = node.status()
-                reply = (f"ok {s['role']} {s['leader'] or '-'} {s['term']} "
-                         f"{s['commit_index']} {s['applied_index']}")
+                text = (f"ok {s['role']} {s['leader'] or '-'} {s['term']} "
+                        f"{s['commit_index']} {s['applied_index']}")
             else:
-                reply = "err usage"
+                text = "err usage"
         except NotLeader as exc:
-            reply = f"err notleader {exc.leader or '-'}"
+            text = f"err notleader {exc.leader or '-'}"
         except ProposalDropped as exc:
-            reply = f"err dropped {exc}"
-        out = pending_out.setdefault(writer, [])
-        out.append(f"{rid} {reply}\n")
-        if len(out) == 1:  # flush every reply of this loop turn in one write
-            asyncio.get_running_loop().call_soon(flush, writer)
+            text = f"err dropped {exc}"
+        reply(writer, rid, text)
 
     def flush(writer: asyncio.StreamWriter) -> None:
         out = pending_out.pop(writer, None)
         if out and not writer.is_closing():
             writer.write("".join(out).encode())
 
+    tasks: set[asyncio.Task] = set()
+
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        tasks = set()
         try:
             while line := await reader.readline():
-                t = asyncio.ensure_future(handle(line.decode().strip(), writer))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
+                dispatch(line.decode().strip(), writer)
         except ConnectionError:
             pass
         finally:
-            await asyncio.gather(*tasks, return_exceptions=True)
             writer.close()
 
     host, port = addr(args.client)

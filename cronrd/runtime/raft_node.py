@@ -141,21 +141,36 @@ class RaftNode:
 
     # -- requests ----------------------------------------------------------------------
     async def propose(self, data: bytes) -> tuple[int, Any]:
+        return await self.submit(data)
+
+    def submit(self, data: bytes) -> asyncio.Future:
+        """``propose`` without a coroutine: a future for ``(index, result)``, in
+        the shape the daemon's log interface uses (no task per proposal)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         if self._stopped:
-            raise ProposalDropped("the node is stopped")
-        if not self.is_leader:
-            raise NotLeader(self.leader or None)
-        before = self.raft.last_index
-        self.raft.propose(data, context=b"")
-        if self.raft.last_index == before:
-            raise ProposalDropped("the leader refused the proposal (leadership is being "
-                                  "transferred); retry shortly")
-        return await self._wait_index(self.pending)
+            fut.set_exception(ProposalDropped("the node is stopped"))
+        elif not self.is_leader:
+            fut.set_exception(NotLeader(self.leader or None))
+        else:
+            before = self.raft.last_index
+            self.raft.propose(data, context=b"")
+            if self.raft.last_index == before:
+                fut.set_exception(ProposalDropped(
+                    "the leader refused the proposal (leadership is being transferred); "
+                    "retry shortly"))
+            else:
+                self._register(self.pending, fut)
+        return fut
 
     async def _wait_index(self, table: dict[int, _Pending]) -> tuple[int, Any]:
-        loop = asyncio.get_running_loop()
+        fut = asyncio.get_running_loop().create_future()
+        self._register(table, fut)
+        return await fut
+
+    def _register(self, table: dict[int, _Pending], fut: asyncio.Future) -> None:
+        """Wait for the entry just appended at the last index."""
         index, term = self.raft.last_index, self.raft.term
-        fut = loop.create_future()
         old = table.get(index)
         if old is not None and not old.future.done():
             # This leader's log now holds another entry at that index, so by
@@ -163,9 +178,9 @@ class RaftNode:
             old.future.set_exception(ProposalDropped(
                 f"entry {index} of term {old.term} was replaced after a leader change; "
                 "it was not applied"))
-        table[index] = _Pending(index, term, fut, loop.time() + self.proposal_timeout)
+        table[index] = _Pending(index, term, fut,
+                                asyncio.get_running_loop().time() + self.proposal_timeout)
         self._wake.set()
-        return await fut
 
     def _expire(self, now: float) -> None:
         """Fail proposals that waited longer than proposal_timeout (checked
