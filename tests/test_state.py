@@ -355,3 +355,25 @@ def test_every_scheduled_key_is_unique_in_random_histories():
             "SELECT job, fire_time, target, attempt, COUNT(*) FROM runs "
             "WHERE origin='schedule' GROUP BY 1,2,3,4 HAVING COUNT(*) > 1"))
         assert rows == []
+
+
+def test_pause_skips_fires_committed_ahead_but_not_retries_or_due_runs():
+    log = Log()
+    log.put(concurrency="allow")
+    due = log.fire(T0 + 1)["run_id"]             # due before the pause
+    ahead = log.fire(T0 + 5)["run_id"]           # committed ahead, due after it
+    log.effects.clear()
+    log.apply(C.SetPaused(name="j", paused=True, at=T0 + 2))
+    assert log.run(due)["state"] == "assigned"
+    assert log.run(ahead)["state"] == "skipped"
+    assert log.run(ahead)["reason"].startswith("paused")
+    assert [e.run["run_id"] for e in log.effects if e.kind == "run_done"] == [ahead]
+
+
+def test_disabling_a_job_skips_fires_committed_ahead():
+    log = Log()
+    log.put(concurrency="allow")
+    ahead = log.fire(T0 + 5)["run_id"]
+    log.put(concurrency="allow", enabled=False, at=T0 + 2)
+    assert log.run(ahead)["state"] == "skipped"
+    assert log.run(ahead)["reason"].startswith("disabled")

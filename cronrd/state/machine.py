@@ -148,6 +148,10 @@ class StateMachine:
                 "UPDATE jobs SET spec=?, digest=?, source=?, updated_at=? WHERE name=?",
                 (spec, cmd.digest, cmd.source, cmd.at, cmd.name))
             created = False
+            if not cmd.spec.get("enabled", True):
+                self._skip_committed_ahead(cmd.name, cmd.at,
+                                           "disabled: enabled is false in the job file",
+                                           effects)
         effects.append(Effect("jobs_changed", job=cmd.name))
         return {"changed": True, "created": created}
 
@@ -170,8 +174,19 @@ class StateMachine:
             return {"changed": False, "paused": cmd.paused}
         self.conn.execute("UPDATE jobs SET paused=?, updated_at=? WHERE name=?",
                           (int(cmd.paused), cmd.at, cmd.name))
+        if cmd.paused:
+            self._skip_committed_ahead(cmd.name, cmd.at, "paused: `cronrd resume` "
+                                       "re-enables the job", effects)
         effects.append(Effect("jobs_changed", job=cmd.name))
         return {"changed": True, "paused": cmd.paused}
+
+    def _skip_committed_ahead(self, job: str, at: float, reason: str, effects) -> None:
+        """Scheduled fires committed ahead whose time has not come yet follow a
+        pause or a disable at once (their waiting process is stopped)."""
+        for row in list(self.conn.execute(
+                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state='assigned'"
+                " AND kind IN ('scheduled','catchup') AND due_at > ?", (job, at))):
+            self._finish(run_row(row), "skipped", at, reason=reason, effects=effects)
 
     # -- runs -----------------------------------------------------------------
     def _get_run(self, run_id: int) -> dict:
