@@ -120,9 +120,13 @@ class Daemon:
         log.info("event=ready jobs=%d applied_index=%d", jobs, self.machine.applied_index)
         if sys.stderr.isatty():
             conf = f" --config {cfg.path}" if cfg.path else ""
+            # The command as it was typed here (e.g. .venv/bin/cronrd), so that
+            # the hint works without an activated virtualenv.
+            prog = sys.argv[0] if os.path.basename(sys.argv[0]) == "cronrd" else \
+                f"{sys.executable} -m cronrd"
             print(f"\ncronrd node {cfg.node_id} is running {jobs} jobs from {cfg.jobs_dir}\n"
                   f"  socket  {cfg.socket}\n  state   {cfg.data_dir}\n  logs    {cfg.log_dir}\n"
-                  f"In another terminal: cronrd{conf} status | jobs | runs | logs JOB\n"
+                  f"In another terminal: {prog}{conf} status | jobs | runs | logs JOB\n"
                   "Stop with Ctrl-C.\n", file=sys.stderr, flush=True)
         await self.stop_event.wait()
         await self._shutdown()
