@@ -399,3 +399,23 @@ def test_a_run_waiting_at_its_gate_never_starts_once_its_job_is_removed(node):
                          job="gone")
     wait_for(lambda: time.time() > parse_iso(waiting["fire_time"]) + 1.5, what="fire time passed")
     assert not (out / f"ran-{waiting['run_id']}").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_job_runs_as_its_user_with_that_users_groups_and_home(node):
+    import pwd
+    out = node.out
+    os.chmod(node.base, 0o755)  # mkdtemp makes it 0700: nobody could not reach out/
+    os.chmod(out, 0o777)
+    nobody = pwd.getpwnam("nobody")
+    node.write_job("whoami", {"schedule": "@yearly", "user": "nobody",
+                              "working_dir": "/",
+                              "command": f"echo $(id -u) $(id -g) $(id -G) $USER >> {out}/id"})
+    node.start()
+    res = node.cli("run-now", "whoami", "--wait")
+    assert res.returncode == 0, res.stderr
+    uid, gid, *rest = (out / "id").read_text().split()
+    assert int(uid) == nobody.pw_uid and int(gid) == nobody.pw_gid
+    assert rest[-1] == "nobody"
+    groups = {int(g) for g in rest[:-1]}
+    assert groups == set(os.getgrouplist("nobody", nobody.pw_gid))

@@ -17,6 +17,7 @@ import logging
 import os
 import pwd
 import re
+import shutil
 import signal
 import subprocess
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ REPORT_RETRY_DELAY = 0.5
 # starts when the daemon is back.
 GATE_SCRIPT = 'read _ || exit 75; exec </dev/null; exec "$@"'
 PRESPAWN = 1.0  # seconds before the fire time a run's process is spawned
+SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
 
 
 @dataclass
@@ -207,7 +209,7 @@ class Executor:
                 self._warned_user.add(spec.name)
                 log.warning("event=user_ignored job=%s user=%s reason=\"daemon is not root; "
                             "the job runs as %s\"", spec.name, spec.user, me["user"])
-            return {"kwargs": {}, "home": me["home"], "user": me["user"]}
+            return {"kwargs": {}, "prefix": [], "home": me["home"], "user": me["user"]}
         name = spec.user or "root"
         try:
             ent = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
@@ -224,11 +226,20 @@ class Executor:
                                   f"{self.node_id}; fix group: in {spec.source}") from None
         groups = os.getgrouplist(ent.pw_name, gid)
         kwargs: dict = {}
+        prefix: list[str] = []
         # The primary group counts as a member group on both sides.
         if (ent.pw_uid, gid, frozenset(groups) | {gid}) != \
                 (me["uid"], me["gid"], me["groups"]):
-            kwargs = {"user": ent.pw_uid, "group": gid, "extra_groups": groups}
-        return {"kwargs": kwargs, "home": ent.pw_dir, "user": ent.pw_name}
+            if SETPRIV:
+                # util-linux's setpriv switches identity after the exec, so the
+                # daemon still spawns with vfork; Popen's own user/group
+                # arguments would copy the whole daemon for every run.
+                prefix = [SETPRIV, f"--reuid={ent.pw_uid}", f"--regid={gid}",
+                          f"--groups={','.join(str(g) for g in groups)}" if groups
+                          else "--clear-groups", "--"]
+            else:
+                kwargs = {"user": ent.pw_uid, "group": gid, "extra_groups": groups}
+        return {"kwargs": kwargs, "prefix": prefix, "home": ent.pw_dir, "user": ent.pw_name}
 
     def _gate(self, due: float) -> Gate:
         gate = self.gates.get(due)
@@ -275,7 +286,7 @@ class Executor:
             })
             command = (["/bin/sh", "-c", spec.command] if isinstance(spec.command, str)
                        else list(spec.command))
-            argv = ["/bin/sh", "-c", GATE_SCRIPT, "cronrd-run", *command]
+            argv = [*ident["prefix"], "/bin/sh", "-c", GATE_SCRIPT, "cronrd-run", *command]
             cwd = spec.working_dir or ident["home"]
             if not os.path.isdir(cwd):
                 cwd_hint = "fix working_dir" if spec.working_dir else "create it"
