@@ -492,9 +492,12 @@ class Executor:
             state = "succeeded" if rc == 0 else "failed"
             reason = None if rc == 0 else (
                 f"exit code {rc}" if rc > 0 else f"killed by signal {signal.Signals(-rc).name}")
-        log.info("event=run_finished job=%s run=%d state=%s exit_code=%s signal=%s "
-                 "duration_s=%.3f", run["job"], run["run_id"], state, exit_code, sig,
-                 finished - act.started_at)
+        # Successes at debug level: at hundreds of runs a second an info line
+        # each would run into journald's rate limit and crowd out what matters.
+        log.log(logging.DEBUG if state == "succeeded" else logging.INFO,
+                "event=run_finished job=%s run=%d state=%s exit_code=%s signal=%s "
+                "duration_s=%.3f", run["job"], run["run_id"], state, exit_code, sig,
+                finished - act.started_at)
         self._propose(C.RunFinished(
             run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
             exit_code=exit_code, signal=sig, started_at=act.started_at, finished_at=finished,
