@@ -177,23 +177,21 @@ class Sampler(threading.Thread):
         self.join(5)
         self.sample()
 
+    def _nearest(self, t: float):
+        """The (wall, cpu, rss) sample taken closest to wall time ``t``."""
+        return min(self.samples, key=lambda s: abs(s[0] - t), default=None)
+
     def cpu_at(self, t: float) -> float:
-        best = None
-        for wall, cpu, _ in self.samples:
-            if best is None or abs(wall - t) < abs(best[0] - t):
-                best = (wall, cpu)
-        return best[1] if best else 0.0
+        s = self._nearest(t)
+        return s[1] if s else 0.0
 
     @property
     def peak_rss(self) -> int:
         return max((s[2] for s in self.samples), default=0)
 
     def rss_at(self, t: float) -> int:
-        best = None
-        for wall, _, rss in self.samples:
-            if best is None or abs(wall - t) < abs(best[0] - t):
-                best = (wall, rss)
-        return best[1] if best else 0
+        s = self._nearest(t)
+        return s[2] if s else 0
 
 
 # ----------------------------------------------------------------------------- results

@@ -47,6 +47,20 @@ def raw(db: str, sql: str, args=()) -> None:
     conn.close()
 
 
+def assert_load_refuses(db: str, match: str, hard_state=None, entries=None,
+                        damage: tuple[str, ...] = ()) -> None:
+    """Write a log, damage it with raw SQL, and expect load() to refuse it."""
+    s = RaftStorage(db)
+    s.save(hard_state, entries if entries is not None else ents(1, 10))
+    s.close()
+    for sql in damage:
+        raw(db, sql)
+    s = RaftStorage(db)
+    with pytest.raises(StorageError, match=match):
+        s.load()
+    s.close()
+
+
 def snap(index: int, term: int, data: bytes = b"state") -> Snapshot:
     return Snapshot(SnapshotMeta(index, term, ConfState(("a", "b"), ("c",))), data)
 
@@ -253,49 +267,26 @@ def test_flipped_byte_detected(db):
     ("UPDATE raft_entry SET idx = 1007 WHERE idx = ?", (7,)),                    # moved
 ])
 def test_damaged_fields_detected(db, sql, args):
-    s = RaftStorage(db)
-    s.save(None, ents(1, 10))
-    s.close()
-    raw(db, sql, args)
-    s = RaftStorage(db)
-    with pytest.raises(StorageError, match=r"raft log entry (7|1007) .*damaged"):
-        s.load()
-    s.close()
+    assert_load_refuses(db, r"raft log entry (7|1007) .*damaged",
+                        damage=(sql.replace("?", str(args[0])),))
 
 
 def test_missing_entry_detected(db):
-    s = RaftStorage(db)
-    s.save(None, ents(1, 10))
-    s.close()
-    raw(db, "DELETE FROM raft_entry WHERE idx = 4")
-    s = RaftStorage(db)
-    with pytest.raises(StorageError, match="raft log entry 4 .*missing"):
-        s.load()
-    s.close()
+    assert_load_refuses(db, "raft log entry 4 .*missing",
+                        damage=("DELETE FROM raft_entry WHERE idx = 4",))
 
 
 def test_swapped_entries_detected(db):
-    s = RaftStorage(db)
-    s.save(None, ents(1, 10))
-    s.close()
-    raw(db, "UPDATE raft_entry SET idx = -1 WHERE idx = 3")
-    raw(db, "UPDATE raft_entry SET idx = 3 WHERE idx = 4")
-    raw(db, "UPDATE raft_entry SET idx = 4 WHERE idx = -1")
-    s = RaftStorage(db)
-    with pytest.raises(StorageError, match="raft log entry 3 .*checksum"):
-        s.load()
-    s.close()
+    assert_load_refuses(db, "raft log entry 3 .*checksum", damage=(
+        "UPDATE raft_entry SET idx = -1 WHERE idx = 3",
+        "UPDATE raft_entry SET idx = 3 WHERE idx = 4",
+        "UPDATE raft_entry SET idx = 4 WHERE idx = -1"))
 
 
 def test_damaged_hard_state_detected(db):
-    s = RaftStorage(db)
-    s.save(HardState(5, "n1", 3), ents(1, 3))
-    s.close()
-    raw(db, "UPDATE raft_hard_state SET vote = 'n2'")
-    s = RaftStorage(db)
-    with pytest.raises(StorageError, match="hard state .*damaged"):
-        s.load()
-    s.close()
+    assert_load_refuses(db, "hard state .*damaged", hard_state=HardState(5, "n1", 3),
+                        entries=ents(1, 3),
+                        damage=("UPDATE raft_hard_state SET vote = 'n2'",))
 
 
 def test_damaged_snapshot_detected(db):
