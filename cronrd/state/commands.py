@@ -28,7 +28,11 @@ class Command:
 
 @dataclass(frozen=True)
 class PutJob(Command):
-    """Create or update a job definition (from a job file)."""
+    """Create or update one node's definition of a job (its job file).
+
+    Every node proposes the jobs of its own jobs_dir (``node``); the job's
+    effective definition is the one all its source nodes agree on.
+    """
 
     op: ClassVar[str] = "put_job"
     name: str
@@ -36,15 +40,18 @@ class PutJob(Command):
     digest: str
     source: str
     at: float
+    node: str = ""
 
 
 @dataclass(frozen=True)
 class RemoveJob(Command):
-    """Forget a job whose file is gone. Its run history stays."""
+    """Forget ``node``'s file of a job; the job itself goes when no node has
+    a file for it any more. Its run history stays."""
 
     op: ClassVar[str] = "remove_job"
     name: str
     at: float
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -141,10 +148,56 @@ class Prune(Command):
     at: float
 
 
+@dataclass(frozen=True)
+class NodeInfo(Command):
+    """A node announces itself: its state (up | draining), address and tags."""
+
+    op: ClassVar[str] = "node_info"
+    node: str
+    state: str
+    addr: str
+    tags: tuple[str, ...]
+    at: float
+
+    def __post_init__(self):
+        # JSON decodes a tuple as a list: normalise so equality survives the log.
+        object.__setattr__(self, "tags", tuple(self.tags))
+
+
+@dataclass(frozen=True)
+class NodeLost(Command):
+    """The leader declares a node's assigned and running runs lost."""
+
+    op: ClassVar[str] = "node_lost"
+    node: str
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class RemoveNode(Command):
+    """Take a node out of the cluster: its runs are lost, its job files forgotten."""
+
+    op: ClassVar[str] = "remove_node"
+    node: str
+    at: float
+
+
+@dataclass(frozen=True)
+class AssignRun(Command):
+    """The leader places a pending run on a node."""
+
+    op: ClassVar[str] = "assign_run"
+    run_id: int
+    node: str
+    at: float
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SetPaused, Fire, RecordGap, ManualRun,
-              RunStarted, RunFinished, CancelRun, Prune)
+              RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
+              AssignRun)
 }
 
 

@@ -20,10 +20,11 @@ import apsw
 from ..errors import StateError
 from ..schedule import retry_delay
 from . import commands as C
-from .schema import ACTIVE_STATES, SCHEMA, SCHEMA_VERSION
+from .schema import ACTIVE_STATES, NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1
 
 # Which state a run may move to from which: transitions as data.
 TRANSITIONS: dict[str, frozenset[str]] = {
+    "pending": frozenset({"assigned", "cancelled", "skipped"}),
     "assigned": frozenset({"running", "succeeded", "failed", "timed_out",
                            "cancelled", "lost", "skipped"}),
     "running": frozenset({"succeeded", "failed", "timed_out", "cancelled", "lost"}),
@@ -38,7 +39,7 @@ RUN_COLUMNS = ("run_id", "job", "origin", "kind", "fire_time", "attempt", "targe
 
 @dataclass(frozen=True)
 class Effect:
-    kind: str  # assign | cancel | run_done | jobs_changed
+    kind: str  # assign | pending | cancel | run_done | jobs_changed
     run: dict | None = None
     job: str | None = None
 
@@ -51,14 +52,33 @@ def run_row(row: tuple) -> dict:
     return dict(zip(RUN_COLUMNS, row))
 
 
+def canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 class StateMachine:
-    def __init__(self, conn: apsw.Connection):
+    def __init__(self, conn: apsw.Connection, node_id: str = ""):
+        """``node_id`` is used only to upgrade a version 1 database, whose jobs
+        all came from this node's jobs_dir."""
         self.conn = conn
         with conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value)")
+            version = self._meta("schema_version")
+            version = None if version is None else int(version)
+            if version is not None and version > SCHEMA_VERSION:
+                raise StateError(f"the state database has schema version {version}, newer "
+                                 f"than this cronrd knows ({SCHEMA_VERSION}); upgrade cronrd")
+            if version == 1:
+                conn.execute(UPGRADE_FROM_V1)
             conn.execute(SCHEMA)
-            if self._meta("schema_version") is None:
+            if version is None:
                 self._set_meta("schema_version", SCHEMA_VERSION)
                 self._set_meta("applied_index", 0)
+            elif version == 1:  # each job gets a source row: this node's file
+                conn.execute("INSERT INTO job_sources(name, node, spec, digest, source, "
+                             "updated_at) SELECT name, ?, spec, digest, source, updated_at "
+                             "FROM jobs", (node_id,))
+                self._set_meta("schema_version", SCHEMA_VERSION)
 
     # -- meta ---------------------------------------------------------------
     def _meta(self, key: str) -> Any:
@@ -119,10 +139,11 @@ class StateMachine:
     # -- jobs ---------------------------------------------------------------
     def _job(self, name: str) -> dict | None:
         for row in self.conn.execute(
-                "SELECT name, spec, digest, source, paused, cursor FROM jobs WHERE name=?",
-                (name,)):
+                "SELECT name, spec, digest, source, paused, cursor, conflict FROM jobs "
+                "WHERE name=?", (name,)):
             return {"name": row[0], "spec": json.loads(row[1]), "digest": row[2],
-                    "source": row[3], "paused": bool(row[4]), "cursor": row[5]}
+                    "source": row[3], "paused": bool(row[4]), "cursor": row[5],
+                    "conflict": row[6]}
         return None
 
     def _need_job(self, name: str) -> dict:
@@ -131,42 +152,83 @@ class StateMachine:
             raise Refused(f"no job named {name!r}; `cronrd jobs` lists the known jobs")
         return job
 
+    def _sources(self, name: str) -> list[dict]:
+        """The job's definitions by node, most recently changed first."""
+        return [{"node": r[0], "spec": r[1], "digest": r[2], "source": r[3], "updated_at": r[4]}
+                for r in self.conn.execute(
+                    "SELECT node, spec, digest, source, updated_at FROM job_sources "
+                    "WHERE name=? ORDER BY updated_at DESC, node", (name,))]
+
     def _apply_put_job(self, index, cmd: C.PutJob, effects):
-        spec = json.dumps(cmd.spec, sort_keys=True, separators=(",", ":"))
-        existing = self._job(cmd.name)
-        if existing is None:
+        same = any(r == (cmd.digest, cmd.source) for r in self.conn.execute(
+            "SELECT digest, source FROM job_sources WHERE name=? AND node=?",
+            (cmd.name, cmd.node)))
+        if not same:
+            self.conn.execute(
+                "INSERT INTO job_sources(name, node, spec, digest, source, updated_at) "
+                "VALUES(?,?,?,?,?,?) ON CONFLICT(name, node) DO UPDATE SET spec=excluded.spec,"
+                " digest=excluded.digest, source=excluded.source, updated_at=excluded.updated_at",
+                (cmd.name, cmd.node, canon(cmd.spec), cmd.digest, cmd.source, cmd.at))
+        changed, created = self._reconcile(cmd.name, cmd.at, effects)
+        if same and not changed:
+            return {"changed": False}
+        return {"changed": True, "created": created, "conflict": self._job(cmd.name)["conflict"]}
+
+    def _apply_remove_job(self, index, cmd: C.RemoveJob, effects):
+        self.conn.execute("DELETE FROM job_sources WHERE name=? AND node=?",
+                          (cmd.name, cmd.node))
+        if not self.conn.changes():
+            self._need_job(cmd.name)
+        self._reconcile(cmd.name, cmd.at, effects)
+        return {"removed": cmd.name, "sources_left": len(self._sources(cmd.name))}
+
+    def _reconcile(self, name: str, at: float, effects) -> tuple[bool, bool]:
+        """Derive the job's effective row from its sources: the definition they
+        all agree on, or, while they disagree, the last agreed one with the
+        conflict spelled out. No source left: the job goes. (changed, created)"""
+        rows, job = self._sources(name), self._job(name)
+        if not rows:
+            if job is not None:
+                self._delete_job(name, at, effects)
+            return job is not None, False
+        agreed = rows[0] if len({r["digest"] for r in rows}) == 1 else None
+        created = job is None
+        if created:
             # A new job starts fresh: fire times before it existed are not missed.
+            first = agreed or min(rows, key=lambda r: (r["updated_at"], r["node"]))
             self.conn.execute(
                 "INSERT INTO jobs(name, spec, digest, source, paused, cursor, created_at,"
                 " updated_at) VALUES(?,?,?,?,0,?,?,?)",
-                (cmd.name, spec, cmd.digest, cmd.source, int(cmd.at), cmd.at, cmd.at))
-            created = True
-        else:
-            if existing["digest"] == cmd.digest and existing["source"] == cmd.source:
-                return {"changed": False}
+                (name, first["spec"], first["digest"], first["source"], int(at), at, at))
+            job = self._job(name)
+        changed = created
+        if agreed is not None and (agreed["digest"], agreed["source"]) != (job["digest"],
+                                                                         job["source"]):
             self.conn.execute(
                 "UPDATE jobs SET spec=?, digest=?, source=?, updated_at=? WHERE name=?",
-                (spec, cmd.digest, cmd.source, cmd.at, cmd.name))
-            created = False
-            if not cmd.spec.get("enabled", True):
-                self._skip_committed_ahead(cmd.name, cmd.at,
-                                           "disabled: enabled is false in the job file",
-                                           effects)
-        effects.append(Effect("jobs_changed", job=cmd.name))
-        return {"changed": True, "created": created}
+                (agreed["spec"], agreed["digest"], agreed["source"], at, name))
+            changed = True
+            if (agreed["digest"] != job["digest"]
+                    and not json.loads(agreed["spec"]).get("enabled", True)):
+                self._skip_committed_ahead(name, at, "disabled: enabled is false in the "
+                                           "job file", effects)
+        conflict = None if agreed is not None else conflict_text(name, rows, job["digest"])
+        if conflict != job["conflict"]:
+            self.conn.execute("UPDATE jobs SET conflict=? WHERE name=?", (conflict, name))
+            changed = True
+        if changed:
+            effects.append(Effect("jobs_changed", job=name))
+        return changed, created
 
-    def _apply_remove_job(self, index, cmd: C.RemoveJob, effects):
-        self._need_job(cmd.name)
-        self.conn.execute("DELETE FROM jobs WHERE name=?", (cmd.name,))
+    def _delete_job(self, name: str, at: float, effects) -> None:
+        self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
         # Runs not yet started will never start; running ones finish.
         for row in list(self.conn.execute(
-                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state='assigned'",
-                (cmd.name,))):
-            run = run_row(row)
-            self._finish(run, "cancelled", cmd.at, reason="job removed before the run started",
-                         effects=effects)
-        effects.append(Effect("jobs_changed", job=cmd.name))
-        return {"removed": cmd.name}
+                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state IN "
+                "('pending','assigned') ORDER BY run_id", (name,))):
+            self._finish(run_row(row), "cancelled", at,
+                         reason="job removed before the run started", effects=effects)
+        effects.append(Effect("jobs_changed", job=name))
 
     def _apply_set_paused(self, index, cmd: C.SetPaused, effects):
         job = self._need_job(cmd.name)
@@ -198,7 +260,7 @@ class StateMachine:
     def _active_runs(self, job: str) -> list[dict]:
         return [run_row(r) for r in self.conn.execute(
             f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state IN "
-            "('assigned','running') ORDER BY run_id", (job,))]
+            "('pending','assigned','running') ORDER BY run_id", (job,))]
 
     def _insert_run(self, index: int, *, job: str, origin: str, kind: str,
                     fire_time: int, attempt: int, state: str, node: str | None,
@@ -232,7 +294,7 @@ class StateMachine:
         return None
 
     def _request_cancel(self, run: dict, reason: str, at: float, effects) -> None:
-        if run["state"] == "assigned":
+        if run["state"] in ("pending", "assigned"):
             self._finish(run, "cancelled", at, reason=reason, effects=effects)
         else:
             self.conn.execute("UPDATE runs SET cancel_requested=1, reason=? WHERE run_id=?",
@@ -287,11 +349,13 @@ class StateMachine:
         if reason is not None:
             raise Refused(f"job {cmd.job!r} not started: {reason}; wait for the active run "
                           "to finish (`cronrd runs " + cmd.job + " --state running`)")
+        # No node given (a cluster): the run waits, pending, for the leader to place it.
+        state = "assigned" if cmd.node else "pending"
         run = self._insert_run(index, job=cmd.job, origin="manual", kind="manual",
-                               fire_time=int(cmd.at), attempt=1, state="assigned",
-                               node=cmd.node, due_at=cmd.at, at=cmd.at)
-        effects.append(Effect("assign", run=run))
-        return {"run_id": run["run_id"], "state": "assigned"}
+                               fire_time=int(cmd.at), attempt=1, state=state,
+                               node=cmd.node or None, due_at=cmd.at, at=cmd.at)
+        effects.append(Effect("assign" if cmd.node else "pending", run=run))
+        return {"run_id": run["run_id"], "state": state}
 
     def _apply_run_started(self, index, cmd: C.RunStarted, effects):
         run = self._get_run(cmd.run_id)
@@ -314,6 +378,10 @@ class StateMachine:
         if cmd.state not in REPORTABLE:
             raise Refused(f"run {cmd.run_id}: {cmd.state!r} is not a final state")
         run = self._get_run(cmd.run_id)
+        if run["state"] == cmd.state and run["state"] not in TRANSITIONS and (
+                run["token"], run["node"]) == (cmd.token, cmd.node):
+            # The same report again (a forwarded proposal retried after a timeout).
+            return {"state": run["state"], "duplicate": True}
         if run["token"] != cmd.token or run["state"] not in TRANSITIONS:
             # Stale attempt or already final: keep as history, do not overwrite.
             self.conn.execute(
@@ -339,22 +407,23 @@ class StateMachine:
         """Move ``run`` to a final state and schedule a retry if policy says so."""
         if state not in TRANSITIONS.get(run["state"], ()):
             raise Refused(f"run {run['run_id']} cannot go from {run['state']} to {state}")
+        job = None if index is None or run["cancel_requested"] else self._job(run["job"])
+        spec = job["spec"] if job is not None else {}
+        no_retry = state == "lost" and spec.get("on_node_loss", "retry") != "retry"
+        if job is not None and no_retry:
+            note = f"not retried (on_node_loss: {spec['on_node_loss']})"
+            base = reason if reason is not None else run["reason"]
+            reason = f"{base}; {note}" if base else note
         self.conn.execute(
             "UPDATE runs SET state=?, finished_at=?, exit_code=?, signal=?,"
             " log_path=COALESCE(?, log_path), reason=COALESCE(?, reason) WHERE run_id=?",
             (state, at, exit_code, signal, log_path, reason, run["run_id"]))
         effects.append(Effect("run_done", run=self._get_run(run["run_id"])))
-        if index is None or run["cancel_requested"]:
+        if job is None or no_retry:
             return None
-        job = self._job(run["job"])
-        if job is None:
-            return None
-        spec = job["spec"]
         policy = spec.get("retries") or {}
         allowed = 1 + int(policy.get("max", 0))
         if state == "lost":
-            if spec.get("on_node_loss", "retry") != "retry":
-                return None
             allowed = max(allowed, 2)  # at-least-once: a lost run is retried
         elif state not in ("failed", "timed_out"):
             return None
@@ -365,11 +434,15 @@ class StateMachine:
         delay = 0.0 if state == "lost" else retry_delay(
             attempt, float(policy.get("delay", 10.0)), float(policy.get("backoff", 2.0)),
             float(policy.get("max_delay", 3600.0)), float(policy.get("jitter", 0.0)), key)
+        # A lost run must run elsewhere: it waits, pending, for the leader to place
+        # it; a failed one is retried where it ran.
+        lost = state == "lost"
         new = self._insert_run(index, job=run["job"], origin=run["origin"], kind="retry",
-                               fire_time=run["fire_time"], attempt=attempt, state="assigned",
-                               node=run["node"], due_at=at + delay, at=at,
+                               fire_time=run["fire_time"], attempt=attempt,
+                               state="pending" if lost else "assigned",
+                               node=None if lost else run["node"], due_at=at + delay, at=at,
                                target=run["target"])
-        effects.append(Effect("assign", run=new))
+        effects.append(Effect("pending" if lost else "assign", run=new))
         return new["run_id"]
 
     def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
@@ -379,9 +452,71 @@ class StateMachine:
         self._request_cancel(run, cmd.reason, cmd.at, effects)
         return {"run_id": cmd.run_id}
 
+    def _apply_assign_run(self, index, cmd: C.AssignRun, effects):
+        run = self._get_run(cmd.run_id)
+        if run["state"] != "pending":
+            raise Refused(f"run {cmd.run_id} is {run['state']}, not pending; only pending "
+                          "runs are placed")
+        self.conn.execute("UPDATE runs SET state='assigned', node=?, token=? WHERE run_id=?",
+                          (cmd.node, index, cmd.run_id))
+        run = self._get_run(cmd.run_id)
+        effects.append(Effect("assign", run=run))
+        return {"run_id": cmd.run_id, "state": "assigned", "node": cmd.node, "token": index}
+
+    # -- nodes ----------------------------------------------------------------
+    def _apply_node_info(self, index, cmd: C.NodeInfo, effects):
+        if cmd.state not in NODE_STATES:
+            raise Refused(f"node {cmd.node}: state {cmd.state!r} is not one of "
+                          f"{', '.join(NODE_STATES)}")
+        tags = canon(sorted({str(t) for t in cmd.tags}))
+        old = None
+        for old in self.conn.execute("SELECT state, addr, tags, since FROM nodes WHERE node=?",
+                                     (cmd.node,)):
+            pass
+        if old is not None and old[:3] == (cmd.state, cmd.addr, tags):
+            return {"changed": False}
+        since = old[3] if old is not None and old[0] == cmd.state else cmd.at
+        self.conn.execute(
+            "INSERT INTO nodes(node, state, addr, tags, since) VALUES(?,?,?,?,?) "
+            "ON CONFLICT(node) DO UPDATE SET state=excluded.state, addr=excluded.addr,"
+            " tags=excluded.tags, since=excluded.since",
+            (cmd.node, cmd.state, cmd.addr, tags, since))
+        return {"changed": True}
+
+    def _lose_runs(self, index: int, node: str, at: float, reason: str, effects) -> dict:
+        lost, retries = [], []
+        for row in list(self.conn.execute(
+                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE state IN ('pending',"
+                "'assigned','running') AND state != 'pending' AND node=? ORDER BY run_id",
+                (node,))):
+            run = run_row(row)
+            retry = self._finish(run, "lost", at, reason=reason, effects=effects, index=index)
+            lost.append(run["run_id"])
+            if retry is not None:
+                retries.append(retry)
+        return {"lost": lost, "retries": retries}
+
+    def _apply_node_lost(self, index, cmd: C.NodeLost, effects):
+        return self._lose_runs(index, cmd.node, cmd.at, cmd.reason, effects)
+
+    def _apply_remove_node(self, index, cmd: C.RemoveNode, effects):
+        self.conn.execute("DELETE FROM nodes WHERE node=?", (cmd.node,))
+        removed = bool(self.conn.changes())
+        names = [n for (n,) in self.conn.execute(
+            "SELECT name FROM job_sources WHERE node=? ORDER BY name", (cmd.node,))]
+        self.conn.execute("DELETE FROM job_sources WHERE node=?", (cmd.node,))
+        deleted = []
+        for name in names:  # first, so runs of a job that goes are not retried
+            self._reconcile(name, cmd.at, effects)
+            if self._job(name) is None:
+                deleted.append(name)
+        result = self._lose_runs(index, cmd.node, cmd.at,
+                                 f"node {cmd.node} was removed from the cluster", effects)
+        return {"removed": removed, "jobs_removed": deleted, **result}
+
     def _apply_prune(self, index, cmd: C.Prune, effects):
         self.conn.execute(
-            "DELETE FROM runs WHERE state NOT IN ('assigned','running') AND "
+            "DELETE FROM runs WHERE state NOT IN ('pending','assigned','running') AND "
             "COALESCE(finished_at, created_at) < ?", (cmd.before,))
         runs = self.conn.changes()
         self.conn.execute("DELETE FROM gaps WHERE created_at < ?", (cmd.before,))
@@ -393,9 +528,27 @@ class StateMachine:
         """Hash of every replicated table (O(rows): for tests and audits)."""
         h = hashlib.sha256()
         h.update(str(self.applied_index).encode())
-        for table, order in (("jobs", "name"), ("runs", "run_id"), ("gaps", "gap_id"),
+        for table, order in (("jobs", "name"), ("job_sources", "name, node"),
+                             ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
                              ("late_reports", "report_id")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())
         return h.hexdigest()
+
+
+def conflict_text(name: str, rows: list[dict], in_force: str) -> str:
+    """Which nodes disagree on a job, for `cronrd jobs` and the logs."""
+    groups: dict[str, list[str]] = {}
+    for r in sorted(rows, key=lambda r: r["node"]):
+        groups.setdefault(r["digest"], []).append(r["node"] or "''")
+    order = sorted(groups, key=lambda d: (d != in_force, groups[d]))
+
+    def who(nodes: list[str]) -> str:
+        return ("node " if len(nodes) == 1 else "nodes ") + ", ".join(nodes)
+
+    first = groups[order[0]]
+    return (f"{who(first)} define{'s' if len(first) == 1 else ''} job {name!r} differently "
+            f"from {' and '.join(who(groups[d]) for d in order[1:])} (digests "
+            f"{', '.join(d[:8] for d in order)}); make the job files identical on every "
+            f"node (until then the version with digest {in_force[:8]} stays in force)")

@@ -8,6 +8,10 @@ import apsw
 
 from ..schedule import iso_utc
 from .machine import RUN_COLUMNS, run_row
+from .schema import ACTIVE_STATES
+
+# The runs_active partial index's predicate: a query must repeat it to use the index.
+ACTIVE_SQL = "state IN (%s)" % ",".join(f"'{s}'" for s in ACTIVE_STATES)
 
 TIME_FIELDS = ("due_at", "created_at", "started_at", "finished_at")
 
@@ -80,13 +84,47 @@ def list_gaps(conn: apsw.Connection, job: str | None = None, limit: int = 50) ->
 
 
 def jobs(conn: apsw.Connection) -> list[dict]:
-    """Every job with its spec, cursor and last run."""
+    """Every job with its effective spec, cursor, conflict and per-node sources."""
+    sources: dict[str, list[dict]] = {}
+    for name, node, digest, source in conn.execute(
+            "SELECT name, node, digest, source FROM job_sources ORDER BY name, node"):
+        sources.setdefault(name, []).append({"node": node, "digest": digest, "source": source})
     out = []
-    for name, spec, digest, source, paused, cursor in conn.execute(
-            "SELECT name, spec, digest, source, paused, cursor FROM jobs ORDER BY name"):
+    for name, spec, digest, source, paused, cursor, conflict in conn.execute(
+            "SELECT name, spec, digest, source, paused, cursor, conflict FROM jobs "
+            "ORDER BY name"):
         out.append({"name": name, "spec": json.loads(spec), "digest": digest,
-                    "source": source, "paused": bool(paused), "cursor": cursor})
+                    "source": source, "paused": bool(paused), "cursor": cursor,
+                    "conflict": conflict, "sources": sources.get(name, [])})
     return out
+
+
+def job_sources(conn: apsw.Connection, node: str) -> dict[str, dict]:
+    """The job definitions one node has proposed: {name: {digest, source}}."""
+    return {name: {"digest": digest, "source": source} for name, digest, source in
+            conn.execute("SELECT name, digest, source FROM job_sources WHERE node=? "
+                         "ORDER BY name", (node,))}
+
+
+def nodes(conn: apsw.Connection) -> list[dict]:
+    """Known nodes: {node, state, addr, tags (list), since (epoch seconds)}."""
+    return [{"node": node, "state": state, "addr": addr, "tags": json.loads(tags),
+             "since": since} for node, state, addr, tags, since in conn.execute(
+                "SELECT node, state, addr, tags, since FROM nodes ORDER BY node")]
+
+
+def active_by_node(conn: apsw.Connection) -> dict[str, int]:
+    """Assigned plus running runs per node (the leader's placement load)."""
+    return {node: n for node, n in conn.execute(
+        f"SELECT node, COUNT(*) FROM runs WHERE {ACTIVE_SQL} AND state != 'pending' "
+        "GROUP BY node ORDER BY node")}
+
+
+def pending_runs(conn: apsw.Connection) -> list[dict]:
+    """Runs waiting for the leader to place them, oldest first."""
+    return [run_row(r) for r in conn.execute(
+        f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE {ACTIVE_SQL} AND state = 'pending' "
+        "ORDER BY run_id")]
 
 
 def last_run(conn: apsw.Connection, job: str) -> dict | None:
@@ -100,5 +138,4 @@ def last_run(conn: apsw.Connection, job: str) -> dict | None:
 def count_active(conn: apsw.Connection) -> dict[str, int]:
     """Runs in flight by state (served by the partial index on active runs)."""
     return {state: n for state, n in conn.execute(
-        "SELECT state, COUNT(*) FROM runs WHERE state IN ('assigned','running') "
-        "GROUP BY state")}
+        f"SELECT state, COUNT(*) FROM runs WHERE {ACTIVE_SQL} GROUP BY state")}

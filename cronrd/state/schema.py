@@ -1,6 +1,6 @@
 """The replicated state's SQLite schema (one database per node)."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
@@ -15,7 +15,27 @@ CREATE TABLE IF NOT EXISTS jobs(
     paused INTEGER NOT NULL DEFAULT 0,
     cursor INTEGER NOT NULL,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    conflict TEXT                    -- NULL while every source node agrees
+);
+-- Each node's own definition of a job (the file in its jobs_dir); the row in
+-- jobs is the version they all agree on.
+CREATE TABLE IF NOT EXISTS job_sources(
+    name TEXT NOT NULL,
+    node TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    source TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY(name, node)
+);
+CREATE INDEX IF NOT EXISTS job_sources_node ON job_sources(node);
+CREATE TABLE IF NOT EXISTS nodes(
+    node TEXT PRIMARY KEY,
+    state TEXT NOT NULL,             -- joining | up | draining
+    addr TEXT NOT NULL,
+    tags TEXT NOT NULL,              -- JSON list, sorted
+    since REAL NOT NULL              -- when it entered this state
 );
 CREATE TABLE IF NOT EXISTS runs(
     run_id INTEGER PRIMARY KEY,
@@ -26,7 +46,7 @@ CREATE TABLE IF NOT EXISTS runs(
     attempt INTEGER NOT NULL,
     target TEXT NOT NULL DEFAULT '', -- node key for per-node runs, '' otherwise
     state TEXT NOT NULL,
-    node TEXT,
+    node TEXT,                       -- NULL while pending (the leader places it)
     token INTEGER,                   -- log index of the assignment (fencing)
     due_at REAL,
     created_at REAL NOT NULL,
@@ -44,7 +64,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS runs_key
     ON runs(job, fire_time, target, attempt) WHERE origin = 'schedule';
 CREATE INDEX IF NOT EXISTS runs_job ON runs(job, run_id);
 CREATE INDEX IF NOT EXISTS runs_active ON runs(state)
-    WHERE state IN ('assigned', 'running');
+    WHERE state IN ('pending', 'assigned', 'running');
 CREATE TABLE IF NOT EXISTS gaps(
     gap_id INTEGER PRIMARY KEY,
     job TEXT NOT NULL,
@@ -70,5 +90,12 @@ CREATE TABLE IF NOT EXISTS late_reports(
 );
 """
 
-ACTIVE_STATES = ("assigned", "running")
+# Migrations from older versions, run before SCHEMA (which then adds new tables).
+UPGRADE_FROM_V1 = """
+ALTER TABLE jobs ADD COLUMN conflict TEXT;
+DROP INDEX IF EXISTS runs_active;
+"""
+
+ACTIVE_STATES = ("pending", "assigned", "running")
+NODE_STATES = ("joining", "up", "draining")  # joining: added, not yet announced
 FINAL_STATES = ("succeeded", "failed", "timed_out", "lost", "cancelled", "skipped")
