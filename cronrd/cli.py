@@ -97,57 +97,123 @@ def daemon(obj: Ctx):
 
 
 # -- status / jobs / runs -----------------------------------------------------------------
+CONSISTENT_HELP = ("Answer only after this node has applied everything the leader had "
+                   "committed when the request arrived (a ReadIndex round trip to the "
+                   "leader); fails while no leader is known.")
+
+
+def consistent_option(f):
+    return click.option("--consistent", is_flag=True, help=CONSISTENT_HELP)(f)
+
+
+def read_args(consistent: bool, args: dict | None = None) -> dict:
+    """The args of a read request; {"consistent": true} asks for a ReadIndex first."""
+    args = dict(args or {})
+    if consistent:
+        args["consistent"] = True
+    return args
+
+
+def _conflict_text(value: Any) -> str:
+    """One line for a job's conflict entry (a string, or a structure the daemon sends)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        for key in ("message", "text", "reason"):
+            if isinstance(value.get(key), str):
+                return value[key]
+    return json.dumps(value, sort_keys=True)
+
+
 @main.command()
+@consistent_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def status(obj: Ctx, as_json):
-    """Show this node's role, jobs and running runs."""
-    st = obj.client().call("status")
+def status(obj: Ctx, consistent, as_json):
+    """Show this node's role, the leader, jobs, running runs and conflicts."""
+    st = obj.client().call("status", read_args(consistent))
     if as_json:
         emit_json(st)
         return
-    starting = "" if st.get("ready", True) else ", starting up"
-    click.echo(f"node      {st['node_id']} ({st['role']}, leader {st['leader']}{starting})")
-    click.echo(f"version   {st['version']}, pid {st['pid']}, up {st['uptime_s']:.0f}s")
-    click.echo(f"jobs      {st['jobs']} ({st['paused']} paused), {st['running']} running, "
-               f"{st['assigned']} about to start")
-    click.echo(f"state     applied index {st['applied_index']}, digest "
-               f"{st['state_digest'][:16]}")
-    click.echo(f"paths     socket {st['socket']}\n          data {st['data_dir']}\n"
-               f"          logs {st['log_dir']}\n          jobs {st['jobs_dir']}")
-    if st["problems"]:
-        click.echo(f"problems  {len(st['problems'])} in job files (`cronrd validate`):")
-        for p in st["problems"]:
+    starting = "" if st.get("ready", True) else " (starting up)"
+    click.echo(f"node      {st.get('node_id', '?')}{starting}")
+    role = st.get("role") or "unknown"
+    term = st.get("term")
+    leader = st.get("leader")
+    click.echo(f"role      {role}" + (f", term {term}" if term is not None else ""))
+    click.echo(f"leader    {leader}" if leader else
+               "leader    none known (an election is running, or no majority of the "
+               "members can reach each other)")
+    if "version" in st:
+        up = st.get("uptime_s")
+        click.echo(f"version   {st['version']}, pid {st.get('pid', '?')}"
+                   + (f", up {up:.0f}s" if isinstance(up, (int, float)) else ""))
+    if "jobs" in st:
+        click.echo(f"jobs      {st['jobs']} ({st.get('paused', 0)} paused), "
+                   f"{st.get('running', 0)} running, {st.get('assigned', 0)} about to start")
+    idx = []
+    if st.get("commit_index") is not None:
+        idx.append(f"commit index {st['commit_index']}")
+    if st.get("applied_index") is not None:
+        idx.append(f"applied index {st['applied_index']}")
+    digest = st.get("state_digest")
+    if idx or digest:
+        click.echo("state     " + ", ".join(idx + ([f"digest {digest[:16]}"] if digest else [])))
+    if "socket" in st:
+        click.echo(f"paths     socket {st['socket']}\n          data {st.get('data_dir')}\n"
+                   f"          logs {st.get('log_dir')}\n          jobs {st.get('jobs_dir')}")
+    conflicts = st.get("conflicts") or []
+    if conflicts:
+        click.echo(f"conflicts {len(conflicts)} job(s) defined differently on different "
+                   "nodes:")
+        for c in conflicts:
+            click.echo(f"  {_conflict_text(c)}")
+    problems = st.get("problems") or []
+    if problems:
+        click.echo(f"problems  {len(problems)} in job files (`cronrd validate`):")
+        for p in problems:
             click.echo(f"  {p}")
 
 
 @main.command()
+@consistent_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def jobs(obj: Ctx, as_json):
+def jobs(obj: Ctx, consistent, as_json):
     """List jobs with their next fire time and last run."""
-    rows = obj.client().call("jobs")
+    rows = obj.client().call("jobs", read_args(consistent))
     if as_json:
         emit_json(rows)
         return
-    out = []
+    out, conflicts = [], []
     for j in rows:
         state = "paused" if j["paused"] else ("disabled" if not j["enabled"] else "active")
+        if j.get("conflict") is not None:
+            state += " CONFLICT"
+            text = _conflict_text(j["conflict"])
+            conflicts.append(text if j["name"] in text else f"{j['name']}: {text}")
         last = j["last_run"]
         out.append([j["name"], j["schedule"], state, j["next_fire"],
                     f"{last['state']} {last['fire_time']}" if last else None])
     table(out, ["job", "schedule", "state", "next fire", "last run"])
+    if conflicts:
+        click.echo("\nCONFLICT: defined differently on different nodes; the job keeps its "
+                   "last agreed version until the job files agree:")
+        for c in conflicts:
+            click.echo(f"  {c}")
 
 
 @main.command()
 @click.argument("job", required=False)
 @click.option("--state", "state", metavar="STATE", help="Only runs in this state.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
+@consistent_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def runs(obj: Ctx, job, state, limit, as_json):
+def runs(obj: Ctx, job, state, limit, consistent, as_json):
     """List recent runs (newest first), with skip and failure reasons."""
-    res = obj.client().call("runs", {"job": job, "state": state, "limit": limit})
+    res = obj.client().call("runs", read_args(consistent,
+                                              {"job": job, "state": state, "limit": limit}))
     if as_json:
         emit_json(res["runs"])
         return
@@ -235,6 +301,183 @@ def reload(obj: Ctx):
         click.echo(p, err=True)
     if res["problems"]:
         sys.exit(1)
+
+
+# -- cluster ------------------------------------------------------------------------------
+@main.group()
+def cluster():
+    """Certificates and membership of a cluster of cronrd nodes."""
+
+
+def _node_id_arg(value: str, what: str = "node id") -> str:
+    from .runtime.tls import NODE_ID_RE
+    if not NODE_ID_RE.match(value):
+        raise UsageError(f"{value!r} is not a valid {what}: use letters, digits, '.', '_' and "
+                         "'-' (at most 63 characters, starting and ending with a letter or "
+                         "digit)")
+    return value
+
+
+@cluster.command("init-tls")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--nodes", required=True, metavar="ID,ID,...",
+              help="Node ids to issue a certificate and key for, comma-separated.")
+@click.option("--days", default=3650, show_default=True, type=click.IntRange(1, 36500),
+              help="Validity of new certificates.")
+@click.option("--force", is_flag=True,
+              help="Re-issue certificates of nodes that already have one in DIR.")
+def cluster_init_tls(directory, nodes, days, force):
+    """Create the cluster CA and node certificates in DIR.
+
+    The CA (ca.crt, ca.key) is created unless DIR already has one, which is then
+    used to sign the new certificates; each node id gets ID.crt and ID.key. The
+    openssl command does the cryptography."""
+    from .runtime import tls
+    ids: list[str] = []
+    for n in nodes.split(","):
+        n = n.strip()
+        if not n:
+            continue
+        _node_id_arg(n)
+        if n in ids:
+            raise UsageError(f"--nodes lists {n!r} twice")
+        ids.append(n)
+    if not ids:
+        raise UsageError("--nodes needs at least one node id, e.g. --nodes a,b,c")
+    d = os.path.abspath(directory)
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise UsageError(f"{d} exists and is not a directory")
+    ca_crt, ca_key = os.path.join(d, tls.CA_CERT), os.path.join(d, tls.CA_KEY)
+    have_crt, have_key = os.path.exists(ca_crt), os.path.exists(ca_key)
+    if have_crt and not have_key:
+        raise CronrdError(
+            f"{ca_crt} exists but {ca_key} does not: new node certificates must be signed "
+            f"by the cluster's CA key; copy ca.key back into {d} from where you keep it "
+            "offline (a new CA would not be trusted by the existing nodes), or pass a new, "
+            "empty DIR to start a new cluster")
+    if have_key and not have_crt:
+        raise CronrdError(f"{ca_key} exists but {ca_crt} does not; restore ca.crt (every node "
+                          f"has a copy) or move {ca_key} away to create a new CA")
+    existing = [n for n in ids
+                if os.path.exists(os.path.join(d, f"{n}.crt"))
+                or os.path.exists(os.path.join(d, f"{n}.key"))]
+    if existing and not force:
+        raise CronrdError(
+            f"{d} already has a certificate or key for {', '.join(existing)}; leave "
+            f"{'it' if len(existing) == 1 else 'them'} out of --nodes, or pass --force to "
+            "issue new ones (then copy them to those hosts again)")
+    paths = tls.init_tls(d, ids, days=days)
+    click.echo(f"{'kept the existing' if have_crt else 'created the'} cluster CA: {ca_crt}"
+               f"{'' if have_crt else ' and ' + ca_key}")
+    for n, p in paths.items():
+        click.echo(f"node {n}: {p.cert} {p.key}")
+    click.echo(
+        "\nnext steps:\n"
+        f"  1. copy ca.crt, NODE.crt and NODE.key to each node, e.g. to /etc/cronrd/tls/\n"
+        "     (keys mode 0600, owned by root)\n"
+        "  2. in each node's config (relative paths are relative to the config file):\n"
+        "       cluster:\n"
+        "         tls: {ca: tls/ca.crt, cert: tls/NODE.crt, key: tls/NODE.key}\n"
+        f"  3. keep {tls.CA_KEY} offline, not on the nodes: it is needed only to issue\n"
+        f"     certificates for new nodes (`cronrd cluster init-tls {directory} --nodes NEW`)")
+
+
+def _ago(seconds: Any) -> str | None:
+    if not isinstance(seconds, (int, float)):
+        return None
+    if seconds < 60:
+        return f"{seconds:.1f}s ago"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s ago"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m ago"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h ago"
+
+
+@cluster.command("members")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def cluster_members(obj: Ctx, as_json):
+    """List members: role, reachability, last contact, leader."""
+    res = obj.client().call("cluster_members")
+    if as_json:
+        emit_json(res)
+        return
+    rows = []
+    for m in res.get("members", []):
+        role = m.get("role") or "-"
+        if m.get("state") and m["state"] != "up":
+            role += f" ({m['state']})"
+        reach = m.get("reachable")
+        rows.append([f"{m['id']}{' *' if m.get('self') else ''}", m.get("address"), role,
+                     None if reach is None else ("yes" if reach else "NO"),
+                     "-" if m.get("self") else _ago(m.get("last_contact_s")),
+                     "yes" if m.get("leader") else "no",
+                     ",".join(m.get("tags") or []) or None])
+    table(rows, ["id", "address", "role", "reachable", "last-contact", "leader", "tags"])
+    leader = res.get("leader")
+    click.echo(f"\n* this node; leader: {leader}" if leader else
+               "\n* this node; no leader known (an election is running, or no majority of "
+               "the voters can reach each other)")
+
+
+@cluster.command("add")
+@click.argument("node")
+@click.argument("address", metavar="ADDR")
+@click.pass_obj
+def cluster_add(obj: Ctx, node, address):
+    """Add NODE at ADDR (HOST:PORT) as a learner.
+
+    ADDR is where the other members dial NODE. The leader promotes it to voter
+    once it has caught up, while that keeps the number of voters odd and at most 5."""
+    from .config import format_address, parse_address
+    _node_id_arg(node)
+    try:
+        address = format_address(parse_address(address))
+    except ValueError as exc:
+        raise UsageError(f"ADDR {exc}") from None
+    res = obj.client().call("cluster_add", {"node": node, "address": address}) or {}
+    role = res.get("role", "learner") if isinstance(res, dict) else "learner"
+    click.echo(f"added {node} at {address} as {role}")
+    hint = _hint(res)
+    click.echo(hint or "it becomes a voter once it has caught up with the log, as long as "
+               "the cluster has fewer than 5 voters and the voter count stays odd")
+    click.echo(f"next: start cronrd on {node} with cluster.join: true and "
+               "cluster.initial_members listing the current members")
+
+
+def _hint(res: Any) -> str | None:
+    if isinstance(res, dict):
+        for key in ("hint", "message", "note"):
+            if isinstance(res.get(key), str) and res[key]:
+                return res[key]
+    return None
+
+
+@cluster.command("remove")
+@click.argument("node")
+@click.pass_obj
+def cluster_remove(obj: Ctx, node):
+    """Remove NODE; its job definitions go with it.
+
+    Jobs that no other node defines disappear. Stop cronrd on NODE afterwards."""
+    res = obj.client().call("cluster_remove", {"node": node})
+    click.echo(f"removed {node}; jobs only {node} defined are gone; stop cronrd on it now")
+    hint = _hint(res)
+    if hint:
+        click.echo(hint)
+
+
+@cluster.command("transfer-leader")
+@click.argument("node", required=False)
+@click.pass_obj
+def cluster_transfer_leader(obj: Ctx, node):
+    """Make NODE (default: any other voter) the leader."""
+    res = obj.client().call("cluster_transfer_leader", {"node": node}) or {}
+    leader = res.get("leader") if isinstance(res, dict) else None
+    click.echo(f"the leader is now {leader}" if leader else
+               "leadership transfer started; `cronrd cluster members` shows the new leader")
 
 
 # -- offline commands ---------------------------------------------------------------------

@@ -3,20 +3,66 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import socket as _socket
-from dataclasses import dataclass
+import stat
+import types
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
 
 import yaml
 
 from .errors import ConfigError, ScheduleError
 from .schedule import host_timezone, parse_duration, parse_size, resolve_timezone
 
+if TYPE_CHECKING:
+    from .runtime.tls import TLSPaths  # imported when a cluster: section is parsed
+
 DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"
 
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
               "log_dir", "log_retention", "history_retention", "shutdown", "log_level",
               "watch_interval", "cluster")
+
+CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
+                "node_timeout", "election_timeout")
+TLS_KEYS = ("ca", "cert", "key")
+
+MIN_NODE_TIMEOUT = 2.0
+MIN_ELECTION_TIMEOUT, MAX_ELECTION_TIMEOUT = 0.2, 60.0
+
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The ``cluster:`` section: how this node finds and authenticates its peers.
+
+    ``initial_members`` is a read-only mapping node id -> (host, port), sorted
+    by node id; ``members_dict()`` returns a plain copy.
+    """
+    listen: Address
+    initial_members: Mapping[str, Address] = field(
+        default_factory=lambda: types.MappingProxyType({}))
+    join: bool = False
+    tls: TLSPaths | None = None
+    insecure: bool = False
+    tags: tuple[str, ...] = ()
+    node_timeout: float = 10.0       # leader declares a silent node's runs lost after this
+    election_timeout: float = 1.0    # base Raft election timeout, seconds
+
+    def __post_init__(self):  # a private sorted copy: nobody can change it afterwards
+        object.__setattr__(self, "initial_members", types.MappingProxyType(
+            dict(sorted(dict(self.initial_members).items()))))
+        object.__setattr__(self, "tags", tuple(self.tags))
+
+    def members_dict(self) -> dict[str, Address]:
+        return dict(self.initial_members)
+
+    def __hash__(self) -> int:  # MappingProxyType is not hashable; its items are
+        return hash((self.listen, tuple(self.initial_members.items()), self.join, self.tls,
+                     self.insecure, self.tags, self.node_timeout, self.election_timeout))
 
 
 @dataclass(frozen=True)
@@ -36,10 +82,19 @@ class Config:
     log_level: str = "info"
     watch_interval: float = 1.0
     path: str = ""
+    cluster: ClusterConfig | None = None    # None: a one-node cluster without a network
 
     @property
     def state_db(self) -> str:
         return os.path.join(self.data_dir, "state.db")
+
+    @property
+    def raft_db(self) -> str:
+        return os.path.join(self.data_dir, "raft.db")
+
+    @property
+    def local_db(self) -> str:
+        return os.path.join(self.data_dir, "local.db")
 
 
 def config_path(explicit: str | None) -> str:
@@ -122,11 +177,221 @@ def parse_config(raw: object, path: str = "<config>") -> Config:
     level = raw.get("log_level", "info")
     if level not in ("debug", "info", "warning", "error"):
         raise _err(path, f"log_level must be debug, info, warning or error (got {level!r})")
+    cluster = None
     if raw.get("cluster") is not None:
-        raise _err(path, "the cluster: section is not supported by this version yet; "
-                         "remove it to run a one-node cluster")
+        cluster = parse_cluster(raw["cluster"], path, base, node_id)
     return Config(node_id=node_id, data_dir=data_dir, jobs_dir=jobs_dir, socket=sock,
                   log_dir=log_dir, timezone=tz, socket_group=text("socket_group", None),
                   log_max_age=max_age, log_max_files_per_job=max_files,
                   history_retention=history, shutdown_mode=mode, shutdown_grace=grace,
-                  log_level=level, watch_interval=min(max(watch, 0.1), 60.0), path=path)
+                  log_level=level, watch_interval=min(max(watch, 0.1), 60.0), path=path,
+                  cluster=cluster)
+
+
+# -- cluster: ---------------------------------------------------------------------------
+def parse_address(value: object) -> Address:
+    """``"host:port"`` or ``"[v6addr]:port"`` -> (host, port); ValueError says why."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be a string \"HOST:PORT\" such as \"10.0.0.1:7000\" "
+                         f"(got {value!r})")
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"{value!r} is not \"[IPV6]:PORT\", e.g. \"[::1]:7000\"")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{host!r} in {value!r} is not an IPv6 address") from None
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ValueError(f"{value!r} has no port; write \"HOST:PORT\", e.g. "
+                             f"\"{text}:7000\"")
+        if ":" in host:
+            raise ValueError(f"{value!r}: write an IPv6 address in brackets, e.g. "
+                             f"\"[{host}]:{port_text}\"")
+        if not host:
+            raise ValueError(f"{value!r} has no host; write \"HOST:PORT\" (use 0.0.0.0 "
+                             "or [::] to listen on every interface)")
+        if any(c.isspace() or c in "/@[]" for c in host):
+            raise ValueError(f"{host!r} in {value!r} is not a host name or IP address")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"port {port_text!r} in {value!r} must be a number from 1 to 65535")
+    return host, int(port_text)
+
+
+def format_address(addr: Address) -> str:
+    host, port = addr
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _unknown(path: str, where: str, key: object, known: tuple[str, ...]) -> ConfigError:
+    near = difflib.get_close_matches(str(key), known, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return _err(path, f"unknown key {where}.{key}{hint}; known keys: {', '.join(known)}")
+
+
+def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterConfig:
+    """Validate the ``cluster:`` section; ``base`` is the config file's directory."""
+    from .runtime.tls import NODE_ID_RE  # subprocess & co.: only when there is a cluster
+    if not isinstance(raw, dict):
+        raise _err(path, "cluster must be a mapping with at least listen, initial_members "
+                         "and tls (or insecure); see `man cronrd`")
+    for key in raw:
+        if key not in CLUSTER_KEYS:
+            raise _unknown(path, "cluster", key, CLUSTER_KEYS)
+    if not NODE_ID_RE.match(node_id):
+        raise _err(path, f"node_id {node_id!r} cannot name a cluster node: it goes into "
+                         "certificates and host names, so use letters, digits, '.', '_' and "
+                         "'-' (at most 63 characters, starting and ending with a letter or "
+                         "digit); set node_id explicitly")
+
+    # listen
+    if raw.get("listen") is None:
+        raise _err(path, "cluster.listen is required: the \"HOST:PORT\" this node accepts "
+                         "peer connections on, e.g. listen: \"0.0.0.0:7000\"")
+    try:
+        listen = parse_address(raw["listen"])
+    except ValueError as exc:
+        raise _err(path, f"cluster.listen {exc}") from None
+
+    # join
+    join = raw.get("join", False)
+    if not isinstance(join, bool):
+        raise _err(path, f"cluster.join must be true or false (got {join!r}); true means this "
+                         "node joins an existing cluster instead of bootstrapping one")
+
+    # initial_members
+    members_raw = raw.get("initial_members")
+    if members_raw is None or members_raw == {}:
+        raise _err(path, "cluster.initial_members is required: a mapping of node id to the "
+                         "\"HOST:PORT\" this node dials for it, including this node "
+                         f"({node_id}: ...) unless join: true")
+    if not isinstance(members_raw, dict):
+        raise _err(path, "cluster.initial_members must be a mapping of node id to "
+                         "\"HOST:PORT\", e.g. {a: \"10.0.0.1:7000\", b: \"10.0.0.2:7000\"}")
+    members: dict[str, Address] = {}
+    seen: dict[Address, str] = {}
+    for member, addr in members_raw.items():
+        if not isinstance(member, str):
+            raise _err(path, f"cluster.initial_members: node id {member!r} must be a string; "
+                             "quote it")
+        if not NODE_ID_RE.match(member):
+            raise _err(path, f"cluster.initial_members: {member!r} is not a valid node id: use "
+                             "letters, digits, '.', '_' and '-' (at most 63 characters, "
+                             "starting and ending with a letter or digit)")
+        try:
+            members[member] = parse_address(addr)
+        except ValueError as exc:
+            raise _err(path, f"cluster.initial_members.{member}: address {exc}") from None
+        if members[member] in seen:
+            raise _err(path, f"cluster.initial_members: {seen[members[member]]} and {member} "
+                             f"have the same address {format_address(members[member])}; "
+                             "give each node its own")
+        seen[members[member]] = member
+    if not join and node_id not in members:
+        raise _err(path, f"cluster.initial_members must list this node ({node_id!r}) with its "
+                         "address; or, if this node joins a running cluster, set join: true "
+                         "and run `cronrd cluster add "
+                         f"{node_id} HOST:PORT` on one of its members")
+    if join and not set(members) - {node_id}:
+        raise _err(path, "with cluster.join: true, cluster.initial_members must list the "
+                         "members of the running cluster this node should contact")
+
+    # tls / insecure
+    insecure = raw.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise _err(path, f"cluster.insecure must be true or false (got {insecure!r})")
+    tls_raw = raw.get("tls")
+    tls = None
+    if tls_raw is not None and insecure:
+        raise _err(path, "cluster has both tls and insecure: true; remove insecure to use "
+                         "mutual TLS (or remove tls for an unauthenticated test cluster)")
+    if tls_raw is None and not insecure:
+        raise _err(path, "cluster needs tls: {ca: FILE, cert: FILE, key: FILE} (create the "
+                         "files with `cronrd cluster init-tls DIR --nodes ...`), or "
+                         "insecure: true, which lets anyone who can reach the listen port "
+                         "impersonate a node and run commands on every host: use it only on "
+                         "a loopback or isolated test network")
+    if tls_raw is not None:
+        tls = _parse_tls(tls_raw, path, base)
+
+    # tags
+    tags_raw = raw.get("tags", [])
+    if tags_raw is None:
+        tags_raw = []
+    if not isinstance(tags_raw, list):
+        raise _err(path, f"cluster.tags must be a list of strings, e.g. tags: [ssd, eu-west] "
+                         f"(got {tags_raw!r})")
+    tags: list[str] = []
+    for tag in tags_raw:
+        if not isinstance(tag, str) or not tag.strip():
+            raise _err(path, f"each entry of cluster.tags must be a non-empty string (got "
+                             f"{tag!r}); quote it")
+        if tag in tags:
+            raise _err(path, f"cluster.tags lists {tag!r} twice; remove one")
+        tags.append(tag)
+
+    # timeouts
+    def duration(key: str, default: str) -> float:
+        try:
+            return parse_duration(raw.get(key, default))
+        except ScheduleError as exc:
+            raise _err(path, f"cluster.{key}: {exc.message}") from None
+
+    election = duration("election_timeout", "1s")
+    if not MIN_ELECTION_TIMEOUT <= election <= MAX_ELECTION_TIMEOUT:
+        raise _err(path, f"cluster.election_timeout must be between {MIN_ELECTION_TIMEOUT:g}s "
+                         f"and {MAX_ELECTION_TIMEOUT:g}s (got {election:g}s); the default 1s "
+                         "suits a LAN, raise it for slow or distant links")
+    node_timeout = duration("node_timeout", "10s")
+    # A node stops starting runs once it has not heard from the leader for one
+    # lease (election_timeout, at least 1s); the leader may declare its runs lost
+    # only well after that, or a run could be retried while it still starts.
+    lease = max(election, MIN_NODE_TIMEOUT / 2)
+    if node_timeout < 2 * lease:
+        raise _err(path, f"cluster.node_timeout must be at least {2 * lease:g}s (got "
+                         f"{node_timeout:g}s): it must exceed the lease a node holds on its "
+                         f"runs (election_timeout, at least 1s) twice over, or the leader "
+                         "could declare the runs of a node lost and retry them elsewhere "
+                         "while that node still starts them; raise node_timeout"
+                         + (" or lower election_timeout" if election > 1 else ""))
+    return ClusterConfig(listen=listen, initial_members=members, join=join, tls=tls,
+                         insecure=insecure, tags=tuple(tags), node_timeout=node_timeout,
+                         election_timeout=election)
+
+
+def _parse_tls(raw: object, path: str, base: str) -> TLSPaths:
+    from .runtime.tls import TLSPaths
+    if not isinstance(raw, dict):
+        raise _err(path, "cluster.tls must be a mapping {ca: FILE, cert: FILE, key: FILE}")
+    for key in raw:
+        if key not in TLS_KEYS:
+            raise _unknown(path, "cluster.tls", key, TLS_KEYS)
+    what = {"ca": "the cluster CA certificate (ca.crt)",
+            "cert": "this node's certificate (NODE.crt)",
+            "key": "this node's private key (NODE.key)"}
+    for key in TLS_KEYS:
+        value = raw.get(key)
+        if not isinstance(value, str) or not value:
+            raise _err(path, f"cluster.tls.{key} is required: the path of {what[key]}; "
+                             "`cronrd cluster init-tls DIR --nodes ...` creates them")
+    files: dict[str, str] = {}
+    for key in TLS_KEYS:
+        full = os.path.normpath(os.path.join(base, os.path.expanduser(raw[key])))
+        try:
+            st = os.stat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            raise _err(path, f"cluster.tls.{key}: {full} does not exist; create the cluster "
+                             "certificates with `cronrd cluster init-tls DIR --nodes a,b,c` "
+                             "and copy ca.crt, NODE.crt and NODE.key to this host (relative "
+                             "paths are relative to the config file's directory)") from None
+        except PermissionError:
+            st = None  # e.g. a CLI user outside the key's directory; the daemon checks it
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise _err(path, f"cluster.tls.{key}: {full} is not a regular file; point "
+                             f"{key} at {what[key]}")
+        files[key] = full
+    return TLSPaths(ca=files["ca"], cert=files["cert"], key=files["key"])
