@@ -4,26 +4,27 @@ control socket onto one asyncio loop; handles signals and systemd."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import codecs
 import logging
 import os
 import signal
 import sys
-import time
 
 import psutil
 
 from .. import __version__
-from ..config import Config
+from ..config import Config, format_address
 from ..errors import CronrdError, RequestError, UsageError
-from ..schedule import iso_utc
+from ..schedule import iso_utc, make_trigger, parse_schedule
 from ..state import commands as C
 from ..state import queries as Q
-from ..state.machine import Effect, StateMachine
+from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .control import ControlServer, Stream, arg
 from .executor import Executor
 from .local_log import LocalLog
-from .scheduler import Scheduler
+from .scheduler import Scheduler, local_node, reboot_fires
 from .sdnotify import Notifier
 from .storage import DataDirLock, open_db
 from .watcher import Watcher
@@ -31,7 +32,8 @@ from .watcher import Watcher
 log = logging.getLogger("cronrd.daemon")
 
 HOUSEKEEPING_INTERVAL = 600.0
-RUN_STATES = ("assigned", "running", "succeeded", "failed", "timed_out", "lost",
+LOG_CHUNK = 256 * 1024  # bytes per read of a run's log (local or from another node)
+RUN_STATES = ("pending", "assigned", "running", "succeeded", "failed", "timed_out", "lost",
               "cancelled", "skipped")
 
 
@@ -83,13 +85,28 @@ class Daemon:
         self.lock = DataDirLock(cfg.data_dir)
         self.lock.acquire()
         self.conn = open_db(cfg.state_db)
-        self.machine = StateMachine(self.conn)
-        self.log = LocalLog(self.machine)
-        self.executor = Executor(cfg, self.log, self.conn, self.clock)
-        self.scheduler = Scheduler(cfg, self.log, self.conn, self.clock)
+        self.machine = StateMachine(self.conn, node_id=cfg.node_id)
+        self.cluster = self.outbox = self.scheduler = None
+        if cfg.cluster is not None:
+            from .cluster import Cluster
+            from .outbox import Outbox
+            # Raft's log is the durable record: the state database need not
+            # fsync each batch (after a crash it is caught up from the log or
+            # a snapshot).
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.cluster = Cluster(cfg, self.machine, self.clock, self._on_effects)
+            self.cluster.read_log = self._read_log_chunk
+            self.log = self.cluster.log
+            self.outbox = Outbox(cfg.local_db)
+        else:
+            self.log = LocalLog(self.machine)
+            self.log.subscribe(self._on_effects)
+            self.scheduler = Scheduler(cfg, self.log, self.conn, self.clock)
+        self.executor = Executor(cfg, self.log, self.conn, self.clock,
+                                 lease=self.cluster.lease_fresh if self.cluster else None,
+                                 outbox=self.outbox)
         self.watcher = Watcher(cfg.jobs_dir, self.log, self.conn, self.clock,
-                               interval=cfg.watch_interval)
-        self.log.subscribe(self._on_effects)
+                               interval=cfg.watch_interval, node=cfg.node_id)
         self.control = ControlServer(cfg.socket, self._handlers(), cfg.socket_group)
         await self.control.start()
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
@@ -98,23 +115,38 @@ class Daemon:
         log.info("event=starting version=%s node=%s pid=%d socket=%s data_dir=%s log_dir=%s "
                  "jobs_dir=%s timezone=%s", __version__, cfg.node_id, os.getpid(), cfg.socket,
                  cfg.data_dir, cfg.log_dir, cfg.jobs_dir, cfg.timezone)
+        if self.cluster is not None:
+            await self.cluster.start()
+            # Caught up with the cluster before acting on the state.
+            await self.cluster.wait_caught_up()
         # Job files first: runs left from before the restart are settled
         # against the current definitions (a fixed or deleted file counts).
         await self.watcher.reload()
+        replayed = self.executor.replay_outbox()
         settled = await self.executor.reconcile()
-        if settled["lost"] or settled["resumed"]:
-            log.info("event=reconciled lost=%d resumed=%d", settled["lost"], settled["resumed"])
-        first_start = self._first_start_since_boot()
-        self.scheduler.start(boot_time=int(psutil.boot_time()) if first_start else None)
-        if first_start:
-            await self.log.drain()  # the @reboot fires are committed ...
-            self._mark_boot_seen()  # ... before this boot counts as seen
-        self.tasks = [loop.create_task(self.scheduler.run()),
-                      loop.create_task(self.watcher.run()),
-                      loop.create_task(self._housekeeping())]
+        if settled["lost"] or settled["resumed"] or replayed:
+            log.info("event=reconciled lost=%d resumed=%d outbox=%d", settled["lost"],
+                     settled["resumed"], replayed)
+        if self._first_start_since_boot():
+            now = self.clock.now()
+            fires = reboot_fires(self.conn, self._node_view(), int(psutil.boot_time()), now)
+            results = await asyncio.gather(*(self.log.propose(f) for f in fires),
+                                           return_exceptions=True)
+            for res in results:
+                if isinstance(res, Exception) and not isinstance(res, Refused):
+                    log.error("event=reboot_fire_failed error=\"%s\"", res)
+            self._mark_boot_seen()  # the @reboot fires are committed: this boot is seen
+        if self.scheduler is not None:
+            self.scheduler.start()
+            self.tasks.append(loop.create_task(self.scheduler.run()))
+        else:
+            await self._announce("up")
+            self.tasks.append(loop.create_task(self._watch_removal()))
+        self.tasks += [loop.create_task(self.watcher.run()),
+                       loop.create_task(self._housekeeping())]
         if self.notifier.watchdog_interval:
             self.tasks.append(loop.create_task(self._watchdog()))
-        jobs = len(self.scheduler.entries)
+        jobs = len(Q.jobs(self.conn))
         self.ready = True
         self.notifier.ready(f"{jobs} jobs")
         log.info("event=ready jobs=%d applied_index=%d", jobs, self.machine.applied_index)
@@ -159,6 +191,30 @@ class Daemon:
             os.fsync(f.fileno())
         os.replace(tmp, self._boot_marker())
 
+    def _node_view(self):
+        return local_node(self.config)
+
+    async def _announce(self, state: str) -> None:
+        """Tell the cluster this node takes runs (up) or is stopping (draining)."""
+        cfg = self.config
+        addr = None
+        for row in Q.nodes(self.conn):
+            if row["node"] == cfg.node_id:
+                addr = row.get("addr")
+        if not addr:
+            addr = format_address(cfg.cluster.members_dict().get(cfg.node_id,
+                                                                  cfg.cluster.listen))
+        try:
+            await asyncio.wait_for(self.log.propose(C.NodeInfo(
+                node=cfg.node_id, state=state, addr=addr, tags=tuple(cfg.cluster.tags),
+                at=self.clock.now())), 5.0)
+        except (CronrdError, asyncio.TimeoutError) as exc:
+            log.warning("event=announce_failed state=%s error=\"%s\"", state, exc)
+
+    async def _watch_removal(self) -> None:
+        await self.cluster.removed.wait()
+        self.request_stop()
+
     def request_stop(self) -> None:
         if self.stop_event is not None:
             self.stop_event.set()
@@ -167,17 +223,39 @@ class Daemon:
         cfg = self.config
         log.info("event=stopping mode=%s grace_s=%g", cfg.shutdown_mode, cfg.shutdown_grace)
         self.notifier.stopping()
-        self.scheduler.stop()
+        if self.cluster is not None and not self.cluster.removed.is_set():
+            await self._hand_over()
+        if self.scheduler is not None:
+            self.scheduler.stop()
         self.watcher.stop()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.executor.shutdown(cfg.shutdown_mode, cfg.shutdown_grace)
         await self.log.drain()
+        if self.cluster is not None:
+            await self.cluster.stop()
+            self.outbox.close()
         await self.control.close()
         self.conn.close()
         self.lock.release()
         log.info("event=stopped")
+
+    async def _hand_over(self) -> None:
+        """A graceful stop in a cluster: no new runs come here (draining), the
+        leader hands over before it goes, and runs already committed to this
+        node for the next moments start here on time rather than being
+        declared lost later."""
+        await self._announce("draining")
+        await self.cluster.transfer_before_stop()
+        deadline = self.clock.monotonic() + 3.0
+        while self.clock.monotonic() < deadline:
+            now = self.clock.now()
+            due_soon = any(now < (r["due_at"] or 0) <= now + 2.0 for r in Q.runs_for_node(
+                self.conn, self.config.node_id, ("assigned",)))
+            if not due_soon and not self.executor.gates:
+                break
+            await asyncio.sleep(0.05)
 
     async def _housekeeping(self) -> None:
         loop = asyncio.get_running_loop()
@@ -186,10 +264,12 @@ class Daemon:
                 active = {a.log_path for a in self.executor.active.values()}
                 removed = await loop.run_in_executor(None, self.executor.prune_logs, active)
                 now = self.clock.now()
-                res = await self.log.propose(C.Prune(before=now - self.config.history_retention,
-                                                     at=now))
+                res = {}
+                if self.log.is_leader:  # history is pruned once, for every node
+                    res = await self.log.propose(C.Prune(
+                        before=now - self.config.history_retention, at=now))
                 if removed or res.get("runs_deleted"):
-                    log.info("event=pruned logs=%d runs=%d", removed, res["runs_deleted"])
+                    log.info("event=pruned logs=%d runs=%d", removed, res.get("runs_deleted", 0))
             except Exception as exc:  # never let housekeeping die for good
                 log.warning("event=housekeeping_failed error=\"%s\"", exc)
             await asyncio.sleep(HOUSEKEEPING_INTERVAL)
@@ -201,20 +281,31 @@ class Daemon:
 
     # -- effects -----------------------------------------------------------------------
     def _on_effects(self, effects: list[Effect]) -> None:
-        for listener in (self.executor.on_effects, self.scheduler.on_effects):
+        for listener in (self.executor.on_effects,
+                         (self.cluster or self.scheduler).on_effects):
             try:
                 listener(effects)
             except Exception:
                 log.exception("event=effect_listener_failed")
         for eff in effects:
+            if eff.kind == "pending" and self.cluster is None and eff.run is not None:
+                # One node: a retry of a lost run can only go here.
+                self._spawn(self.log.propose(C.AssignRun(
+                    run_id=eff.run["run_id"], node=self.config.node_id, at=self.clock.now())))
             if eff.kind == "run_done" and eff.run is not None:
                 for fut in self.waiters.pop(eff.run["run_id"], []):
                     if not fut.done():
                         fut.set_result(eff.run)
 
+    def _spawn(self, fut) -> None:
+        def done(f):
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("event=proposal_failed error=\"%s\"", f.exception())
+        fut.add_done_callback(done)
+
     async def _wait_run(self, run_id: int) -> dict:
         run = Q.get_run(self.conn, run_id)
-        if run is not None and run["state"] not in ("assigned", "running"):
+        if run is not None and run["state"] not in ("pending", "assigned", "running"):
             return run
         fut = asyncio.get_running_loop().create_future()
         self.waiters.setdefault(run_id, []).append(fut)
@@ -225,7 +316,9 @@ class Daemon:
         return {"status": self.h_status, "jobs": self.h_jobs, "job": self.h_job,
                 "runs": self.h_runs, "run": self.h_run, "logs": self.h_logs,
                 "run_now": self.h_run_now, "pause": self.h_pause, "resume": self.h_resume,
-                "reload": self.h_reload}
+                "reload": self.h_reload, "cluster_members": self.h_cluster_members,
+                "cluster_add": self.h_cluster_add, "cluster_remove": self.h_cluster_remove,
+                "cluster_transfer_leader": self.h_cluster_transfer_leader}
 
     def _job_or_error(self, name: str) -> dict:
         for job in Q.jobs(self.conn):
@@ -234,19 +327,31 @@ class Daemon:
         raise RequestError(f"no job named {name!r}; `cronrd jobs` lists the known jobs "
                            f"(job files live in {self.config.jobs_dir})")
 
+    async def _consistent(self, args: dict) -> None:
+        """``--consistent``: wait until this node has applied every write the
+        cluster committed before the request (ReadIndex through the leader)."""
+        if arg(args, "consistent", bool, False) and self.cluster is not None:
+            await self.cluster.read_barrier()
+
     async def h_status(self, args: dict) -> dict:
+        await self._consistent(args)
         active = Q.count_active(self.conn)
+        jobs = Q.jobs(self.conn)
+        cluster = self.cluster.status() if self.cluster is not None else {
+            "role": "leader", "leader": self.config.node_id, "term": 0,
+            "commit_index": self.machine.applied_index}
         return {
-            "node_id": self.config.node_id, "role": "leader", "leader": self.config.node_id,
+            "node_id": self.config.node_id, **cluster,
             "ready": self.ready,
             "version": __version__, "pid": os.getpid(),
             "started_at": iso_utc(round(self.started_at, 3)),
             "uptime_s": round(self.clock.now() - self.started_at, 3),
-            "jobs": len(Q.jobs(self.conn)) if not self.ready else len(self.scheduler.entries),
-            "paused": sum(1 for e in self.scheduler.entries.values() if e.paused),
+            "jobs": len(jobs), "paused": sum(1 for j in jobs if j["paused"]),
             "running": active.get("running", 0),
-            "assigned": active.get("assigned", 0),
-            "term": 0, "commit_index": self.machine.applied_index,
+            "assigned": active.get("assigned", 0), "pending": active.get("pending", 0),
+            "running_here": sum(1 for a in self.executor.active.values()
+                                if a.started and not a.exited),
+            "conflicts": [j["conflict"] for j in jobs if j.get("conflict")],
             "applied_index": self.machine.applied_index,
             "state_digest": self.machine.state_digest,
             "problems": [str(p) for p in self.watcher.problems],
@@ -262,23 +367,41 @@ class Daemon:
             "timezone": spec.get("timezone") or self.config.timezone,
             "command": spec["command"], "enabled": spec.get("enabled", True),
             "paused": job["paused"], "description": spec.get("description", ""),
-            "source": job["source"], "next_fire": iso_utc(self.scheduler.next_fire(job["name"])),
+            "source": job["source"], "next_fire": iso_utc(self._next_fire(job)),
+            "conflict": job.get("conflict"), "sources": job.get("sources", []),
             "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
             "last_run": Q.run_view(last) if last else None,
             "concurrency": spec.get("concurrency"), "catchup": spec.get("catchup"),
             "run_on": spec.get("run_on"), "digest": job["digest"],
         }
 
+    def _next_fire(self, job: dict) -> int | None:
+        sched = self.scheduler or (self.cluster.scheduler if self.cluster else None)
+        if sched is not None and job["name"] in sched.entries:
+            return sched.next_fire(job["name"])
+        spec = job["spec"]  # a follower works it out from the replicated cursor
+        if job["paused"] or not spec.get("enabled", True):
+            return None
+        try:
+            trig = make_trigger(parse_schedule(spec["schedule"]),
+                                spec.get("timezone") or self.config.timezone)
+            return trig.next_after(max(job["cursor"], int(self.clock.now())))
+        except CronrdError:
+            return None
+
     async def h_jobs(self, args: dict) -> list:
+        await self._consistent(args)
         return [self._job_view(j, Q.last_run(self.conn, j["name"])) for j in Q.jobs(self.conn)]
 
     async def h_job(self, args: dict) -> dict:
+        await self._consistent(args)
         job = self._job_or_error(arg(args, "name", str, required=True))
         view = self._job_view(job, Q.last_run(self.conn, job["name"]))
         view["spec"] = job["spec"]
         return view
 
     async def h_runs(self, args: dict) -> dict:
+        await self._consistent(args)
         job = arg(args, "job", str)
         state = arg(args, "state", str)
         limit = arg(args, "limit", int, 50)
@@ -291,6 +414,7 @@ class Daemon:
         return {"runs": runs, "gaps": gaps, "applied_index": self.machine.applied_index}
 
     async def h_run(self, args: dict) -> dict:
+        await self._consistent(args)
         run_id = arg(args, "run_id", int, required=True)
         run = Q.get_run(self.conn, run_id)
         if run is None:
@@ -305,7 +429,7 @@ class Daemon:
                                    "lists its runs")
             return run
         for run in Q.list_runs(self.conn, job, None, 200):
-            if run["log_path"] or run["state"] in ("assigned", "running"):
+            if run["log_path"] or run["state"] in ("pending", "assigned", "running"):
                 return run
         self._job_or_error(job)
         raise RequestError(f"job {job!r} has no run with a log yet; `cronrd run-now {job}` "
@@ -317,27 +441,64 @@ class Daemon:
         follow = bool(arg(args, "follow", bool, False))
         return Stream(self._stream_log(run, follow))
 
+    def _log_path(self, run: dict) -> str | None:
+        path = run["log_path"]
+        if path is None and run["run_id"] in self.executor.active:
+            path = self.executor.active[run["run_id"]].log_path
+        return path
+
+    def _read_log_chunk(self, run_id: int, offset: int) -> dict:
+        """Up to LOG_CHUNK bytes of a run's log on this node, from ``offset``
+        (also served to other nodes: ``cronrd logs`` on any node)."""
+        run = Q.get_run(self.conn, run_id)
+        if run is None:
+            raise RequestError(f"no run with id {run_id} on node {self.config.node_id}")
+        path = self._log_path(run)
+        data = b""
+        if path:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read(LOG_CHUNK)
+            except FileNotFoundError:
+                if run["state"] not in ("pending", "assigned", "running"):
+                    raise RequestError(f"log file {path} of run {run_id} is gone from node "
+                                       f"{self.config.node_id} (removed by log "
+                                       "retention?)") from None
+        return {"data": base64.b64encode(data).decode(), "offset": offset + len(data),
+                "more": len(data) == LOG_CHUNK}
+
     async def _stream_log(self, run: dict, follow: bool):
         run_id = run["run_id"]
         offset = 0
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        me = self.config.node_id
         while True:
             run = Q.get_run(self.conn, run_id) or run
-            active = run["state"] in ("assigned", "running")
-            path = run["log_path"]
-            if path is None and run_id in self.executor.active:
-                path = self.executor.active[run_id].log_path
-            if path:
-                try:
-                    with open(path, "rb") as f:
-                        f.seek(offset)
-                        while chunk := f.read(65536):
-                            offset += len(chunk)
-                            yield {"data": chunk.decode("utf-8", "replace")}
-                except FileNotFoundError:
-                    if not active:
-                        raise RequestError(f"log file {path} of run {run_id} is gone "
-                                           "(removed by log retention?)") from None
+            active = run["state"] in ("pending", "assigned", "running")
+            node = run["node"]
+            while True:
+                if self.cluster is None or node in (None, me):
+                    chunk = self._read_log_chunk(run_id, offset)
+                else:
+                    try:
+                        chunk = await self.cluster.call(node, "read_log", {
+                            "run_id": run_id, "offset": offset})
+                    except CronrdError as exc:
+                        raise RequestError(
+                            f"run {run_id} ran on node {node}, whose log could not be read: "
+                            f"{exc}; the file is {run['log_path'] or 'in its log_dir'} on "
+                            f"that host") from None
+                data = base64.b64decode(chunk["data"])
+                offset = chunk["offset"]
+                if data:
+                    yield {"data": decoder.decode(data)}
+                if not chunk["more"]:
+                    break
             if not follow or not active:
+                tail = decoder.decode(b"", final=True)
+                if tail:
+                    yield {"data": tail}
                 yield {"result": Q.run_view(run)}
                 return
             await asyncio.sleep(0.2)
@@ -346,8 +507,9 @@ class Daemon:
         name = arg(args, "job", str, required=True)
         self._job_or_error(name)
         wait = bool(arg(args, "wait", bool, False))
-        res = await self.log.propose(C.ManualRun(job=name, node=self.config.node_id,
-                                                 at=self.clock.now()))
+        # In a cluster the leader places it (node ""), honouring run_on.
+        node = "" if self.cluster is not None else self.config.node_id
+        res = await self.log.propose(C.ManualRun(job=name, node=node, at=self.clock.now()))
         run_id = res["run_id"]
         if not wait:
             return {"run_id": run_id, "state": res["state"]}
@@ -384,6 +546,28 @@ class Daemon:
 
     async def h_reload(self, args: dict) -> dict:
         return await self.watcher.reload()
+
+    def _need_cluster(self):
+        if self.cluster is None:
+            raise RequestError("this node runs without a cluster: section (a one-node "
+                               "cluster); add one to its config to use `cronrd cluster`")
+        return self.cluster
+
+    async def h_cluster_members(self, args: dict) -> dict:
+        return self._need_cluster().members()
+
+    async def h_cluster_add(self, args: dict) -> dict:
+        return await self._need_cluster().admin("cluster_add", {
+            "node": arg(args, "node", str, required=True),
+            "address": arg(args, "address", str, required=True)})
+
+    async def h_cluster_remove(self, args: dict) -> dict:
+        return await self._need_cluster().admin("cluster_remove", {
+            "node": arg(args, "node", str, required=True)})
+
+    async def h_cluster_transfer_leader(self, args: dict) -> dict:
+        return await self._need_cluster().admin("cluster_transfer_leader", {
+            "node": arg(args, "node", str)})
 
 
 def run_daemon(config: Config) -> int:

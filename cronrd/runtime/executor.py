@@ -111,10 +111,15 @@ def safe_dir_name(job: str) -> str:
 
 
 class Executor:
-    def __init__(self, config: Config, proposer, conn, clock: Clock):
+    def __init__(self, config: Config, proposer, conn, clock: Clock, *,
+                 lease: Callable[[], bool] | None = None, outbox=None):
         self.config = config
         self.node_id = config.node_id
         self.proposer = proposer
+        # In a cluster: may this node start a run now (its lease from the
+        # leader is fresh)? And the durable outbox that results go to first.
+        self.lease = lease
+        self.outbox = outbox
         self.conn = conn
         self.clock = clock
         self.is_root = os.geteuid() == 0
@@ -145,6 +150,11 @@ class Executor:
     def _on_effect(self, eff: Effect) -> None:
         if eff.kind == "jobs_changed":
             self._specs.pop(eff.job, None)
+            return
+        if eff.kind == "restored":  # a snapshot replaced the state
+            self._specs.clear()
+            for run in Q.runs_for_node(self.conn, self.node_id, ("assigned",)):
+                self.schedule(run)
             return
         run = eff.run
         if run is None or run.get("node") != self.node_id:
@@ -332,14 +342,21 @@ class Executor:
 
     def _admit(self, act: ActiveRun) -> str | None:
         """The overlap policy, decided at the fire time against the runs of the
-        same job that are running on this node."""
+        same job that are running here, and (in a cluster) those the
+        replicated state shows running on other nodes."""
         others = [a for a in self.active.values()
                   if a is not act and a.run["job"] == act.run["job"] and a.started
                   and not a.exited]
-        if not others:
+        remote = []
+        if self.lease is not None:
+            remote = [(rid, node) for rid, node in self.conn.execute(
+                "SELECT run_id, node FROM runs WHERE state='running' AND job=? AND node!=?",
+                (act.run["job"], self.node_id))]
+        if not others and not remote:
             return None
         policy = act.spec.concurrency
-        ids = ", ".join(str(a.run["run_id"]) for a in others)
+        ids = ", ".join([str(a.run["run_id"]) for a in others] +
+                        [f"{rid} on {node}" for rid, node in remote])
         if policy == "forbid" and act.run["kind"] != "manual":
             return f"overlap: run {ids} still running at the fire time (concurrency: forbid)"
         if policy == "replace":
@@ -355,8 +372,20 @@ class Executor:
             return
         self.gates.pop(gate.due, None)
         go = []
+        fenced = self.lease is not None and not self.lease()
+        if fenced:
+            log.warning("event=runs_fenced count=%d reason=\"no fresh lease from the leader "
+                        "(cut off from the cluster?)\"", len(gate.runs))
         for act in gate.runs:
             if act.exited or act.stop_state is not None:
+                continue
+            if fenced:
+                # Not heard from the leader within the lease: the leader may
+                # already have given this run to another node. Nothing ran.
+                act.stop_state, act.stop_reason = "lost", (
+                    f"node {self.node_id} had no fresh lease from the leader at the fire "
+                    "time (cut off from the cluster?); not started here")
+                signal_tree(act.pid, [], signal.SIGKILL)
                 continue
             reason = self._admit(act)
             if reason is not None:
@@ -468,7 +497,7 @@ class Executor:
                 pass
             if act.stop_state == "final":
                 return
-            if act.stop_state in ("skipped", "cancelled"):
+            if act.stop_state in ("skipped", "cancelled", "lost"):
                 state, reason = act.stop_state, act.stop_reason
             elif not self.accepting:
                 log.info("event=run_deferred job=%s run=%d reason=\"daemon stopping before "
@@ -547,26 +576,44 @@ class Executor:
             exit_code=exit_code, signal=None, started_at=None, finished_at=at,
             log_path=log_path, reason=reason))
 
-    def _propose(self, cmd: C.Command, act: ActiveRun | None = None) -> None:
-        task = asyncio.get_running_loop().create_task(self._report(cmd, act))
+    def _propose(self, cmd: C.Command, act: ActiveRun | None = None,
+                 item: int | None = None) -> None:
+        if self.outbox is not None and item is None:
+            try:
+                item = self.outbox.add(cmd)
+            except Exception as exc:  # still proposed; only the crash safety is lost
+                log.error("event=outbox_write_failed op=%s error=\"%s\"", cmd.op, exc)
+        task = asyncio.get_running_loop().create_task(self._report(cmd, act, item))
         self.reports.add(task)
         task.add_done_callback(self.reports.discard)
 
-    async def _report(self, cmd: C.Command, act: ActiveRun | None) -> None:
+    def replay_outbox(self) -> int:
+        """Propose the reports a previous run of the daemon left unconfirmed."""
+        if self.outbox is None:
+            return 0
+        items = self.outbox.pending()
+        for item, cmd in items:
+            self._propose(cmd, None, item)
+        return len(items)
+
+    async def _report(self, cmd: C.Command, act: ActiveRun | None,
+                      item: int | None = None) -> None:
         """Propose until committed: a result is never dropped (guarantee 4)."""
         while True:
             try:
                 result = await self.proposer.propose(cmd)
             except Refused as exc:
                 log.info("event=report_refused op=%s reason=\"%s\"", cmd.op, exc)
-                return
+                break
             except CronrdError as exc:
                 log.warning("event=report_retry op=%s error=\"%s\"", cmd.op, exc)
                 await asyncio.sleep(REPORT_RETRY_DELAY)
                 continue
             if act is not None and isinstance(result, dict) and result.get("cancel"):
                 self._stop(act, "cancelled", "cancelled while starting")
-            return
+            break
+        if item is not None:
+            self.outbox.done(item)
 
     # -- restart reconciliation ---------------------------------------------------
     def _orphans(self) -> dict[str, list[psutil.Process]]:
@@ -715,8 +762,15 @@ class Executor:
         while any(not a.exited for a in self.active.values()) and \
                 self.clock.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        while self.reports:
-            await asyncio.gather(*list(self.reports), return_exceptions=True)
+        if self.outbox is None:
+            while self.reports:
+                await asyncio.gather(*list(self.reports), return_exceptions=True)
+        elif self.reports:
+            # They are in the durable outbox: give them a moment to commit,
+            # and the next start proposes whatever is left.
+            await asyncio.wait(list(self.reports), timeout=5.0)
+            for task in list(self.reports):
+                task.cancel()
 
     # -- log retention ----------------------------------------------------------------
     def prune_logs(self, active: set[str] | None = None) -> int:

@@ -33,6 +33,7 @@ EARLY = frozenset({MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP})
 
 class StateMachine(Protocol):
     def apply(self, index: int, data: bytes) -> Any: ...
+    # Optional: ``apply_batch([(index, data), ...]) -> {index: result}``.
     def snapshot(self) -> bytes: ...
     def restore(self, data: bytes, index: int) -> None: ...
     @property
@@ -295,10 +296,15 @@ class RaftNode:
             self.sm.restore(rd.snapshot.data, rd.snapshot.meta.index)
             self._covered(rd.snapshot.meta.index)
         if rd.committed:
-            results = {}
-            for entry in rd.committed:
-                if entry.type == EntryType.NORMAL and entry.index > self.sm.applied_index:
-                    results[entry.index] = self.sm.apply(entry.index, entry.data)
+            applied = self.sm.applied_index
+            batch = [(e.index, e.data) for e in rd.committed
+                     if e.type == EntryType.NORMAL and e.index > applied]
+            apply_batch = getattr(self.sm, "apply_batch", None)
+            if apply_batch is not None:
+                # One state transaction (and one commit) for the whole batch.
+                results = apply_batch(batch) if batch else {}
+            else:
+                results = {index: self.sm.apply(index, data) for index, data in batch}
             self._resolve(self.pending, rd.committed, results)
             self._resolve(self.conf_waiters, rd.committed, {})
         for ctx, reason in rd.dropped:
@@ -359,8 +365,17 @@ class RaftNode:
         self.read_points = keep
 
     def _maybe_snapshot(self, loop) -> None:
+        if self.raft.applied - self.raft.log.snap_index >= self.snapshot_every:
+            self.snapshot_now()
+
+    def snapshot_now(self) -> None:
+        """Snapshot the state at the applied index and compact the log.
+
+        Also used when a node joins: the log does not hold the bootstrap
+        membership (it is configuration, not an entry), so a new member must
+        start from a snapshot, which carries the membership."""
         applied = self.raft.applied
-        if applied - self.raft.log.snap_index < self.snapshot_every:
+        if applied <= self.raft.log.snap_index:
             return
         data = self.sm.snapshot()
         snap = self.raft.compact(applied, data)

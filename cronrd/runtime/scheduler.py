@@ -27,6 +27,7 @@ from ..schedule import Trigger, jitter_for, make_trigger, parse_schedule, plan_c
 from ..state import commands as C
 from ..state.machine import Effect, Refused
 from .clock import Clock
+from .placement import NodeView, Placement
 
 log = logging.getLogger("cronrd.scheduler")
 
@@ -36,6 +37,31 @@ MAX_SLEEP = 5.0        # re-read the wall clock at least this often (clock steps
 JUMP = 5.0             # a fire this far behind the clock is caught up, not fired
 RETRY_DELAY = 0.5      # seconds before a fire that failed to commit is proposed again
 MAX_SKIP_RECORDS = 100  # beyond this many missed fires, one gap record sums them up
+
+
+def local_node(config: Config) -> NodeView:
+    """This node, as placement sees it when it is the only member."""
+    tags = config.cluster.tags if getattr(config, "cluster", None) else ()
+    return NodeView(config.node_id, True, "up", frozenset(tags))
+
+
+def reboot_fires(conn, node: NodeView, boot_time: int, now: float) -> list[C.Fire]:
+    """The @reboot fires of one node's boot (each node proposes its own)."""
+    fires = []
+    for name, text, source in conn.execute("SELECT name, spec, source FROM jobs ORDER BY name"):
+        spec = JobSpec.from_dict(json.loads(text), source=source)
+        if parse_schedule(spec.schedule).kind != "reboot":
+            continue
+        mode, values = spec.run_on.mode, spec.run_on.values
+        skip = None
+        if mode == "nodes" and node.id not in values:
+            skip = f"no eligible node: run_on {', '.join(values)} does not include {node.id}"
+        elif mode == "tags" and not set(values) <= node.tags:
+            skip = f"no eligible node: {node.id} does not have tags {', '.join(values)}"
+        fires.append(C.Fire(job=name, fire_time=boot_time, kind="scheduled", node=node.id,
+                            due_at=now, at=now, boot=True, skip_reason=skip,
+                            target=node.id))  # one per node and boot
+    return fires
 
 
 @dataclass
@@ -54,9 +80,11 @@ class Entry:
 
 
 class Scheduler:
-    def __init__(self, config: Config, proposer, conn, clock: Clock):
+    def __init__(self, config: Config, proposer, conn, clock: Clock,
+                 placement: Placement | None = None):
         self.config = config
         self.node_id = config.node_id
+        self.placement = placement or Placement(conn, lambda: [local_node(config)])
         self.proposer = proposer
         self.conn = conn
         self.clock = clock
@@ -90,25 +118,19 @@ class Scheduler:
         return entry.next_fire if entry and entry.active else None
 
     # -- start / catch-up --------------------------------------------------------------
-    def start(self, boot_time: int | None = None) -> None:
+    def start(self) -> None:
         """Resume every job from its replicated cursor (catch-up included).
 
         Job changes seen before ``start`` (the first reload of the job files)
         are not acted on one by one: ``start`` reads the resulting state, so
-        a job edited while the daemon was down still gets its catch-up.
+        a job edited while the daemon was down still gets its catch-up. A new
+        leader calls it too: it resumes where the old leader stopped.
         """
         self.started = True
+        self.placement.begin()
         names = [n for (n,) in self.conn.execute("SELECT name FROM jobs ORDER BY name")]
         for name in names:
             self.refresh(name, startup=True)
-        if boot_time is not None:
-            now = self.clock.now()
-            for name, entry in self.entries.items():
-                if entry.trigger.schedule.kind == "reboot":
-                    skip, target = self._eligible(entry.spec)
-                    self._propose(C.Fire(job=name, fire_time=boot_time, kind="scheduled",
-                                         node=self.node_id, due_at=now, at=now, boot=True,
-                                         skip_reason=skip, target=target))
         self.wake()
 
     def refresh(self, name: str, startup: bool = False) -> None:
@@ -174,24 +196,15 @@ class Scheduler:
                 self.refresh(eff.job)
 
     # -- firing ---------------------------------------------------------------------------
-    def _eligible(self, spec: JobSpec) -> tuple[str | None, str]:
-        """(skip reason or None, target) for this one-node cluster."""
-        mode, values = spec.run_on.mode, spec.run_on.values
-        if mode == "nodes" and self.node_id not in values:
-            return (f"no eligible node: run_on {', '.join(values)} does not include "
-                    f"{self.node_id}", "")
-        if mode == "tags":
-            return (f"no eligible node: no node has tags {', '.join(values)}", "")
-        return None, (self.node_id if mode == "all" else "")
-
     def _fire(self, name: str, entry: Entry, fire: int, kind: str = "scheduled") -> None:
         spec = entry.spec
-        skip, target = self._eligible(spec)
         entry.last_proposed = max(entry.last_proposed, fire)
         due = fire + jitter_for(name, fire, spec.jitter)
-        self._propose(C.Fire(job=name, fire_time=fire, kind=kind, node=self.node_id,
-                             due_at=due, at=self.clock.now(), skip_reason=skip,
-                             target=target))
+        at = self.clock.now()
+        for choice in self.placement.choose(spec, fire):
+            self._propose(C.Fire(job=name, fire_time=fire, kind=kind,
+                                 node=choice.node or self.node_id, due_at=due, at=at,
+                                 skip_reason=choice.skip, target=choice.target))
 
     def _propose(self, cmd: C.Command) -> None:
         log.debug("event=propose %s", cmd)
@@ -250,6 +263,7 @@ class Scheduler:
                     continue
                 self._fire(name, entry, fire)
                 self._push(name, entry, entry.trigger.next_after(fire))
+            self.placement.begin()
             delay = MAX_SLEEP
             if self.heap:
                 delay = min(delay, max(0.0, self.heap[0][0] - LEAD - self.clock.now()))

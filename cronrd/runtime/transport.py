@@ -502,6 +502,12 @@ class Transport:
             # server_hostname "" = no SNI and no host-name check; the node id is checked below.
             kwargs = dict(ssl=self._client_ctx, server_hostname="",
                           ssl_handshake_timeout=self.connect_timeout)
+        if self.listen[0] not in ("", "0.0.0.0", "::") and _family(self.listen[0]) == \
+                _family(host):
+            # Dial from the address we listen on: on a multi-homed host the
+            # cluster traffic stays on the cluster network, and a firewall
+            # rule on that address covers both directions.
+            kwargs["local_addr"] = (self.listen[0], 0)
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, **kwargs), self.connect_timeout * 2)
         try:

@@ -40,8 +40,9 @@ def fingerprint(path: str) -> tuple:
 
 class Watcher:
     def __init__(self, jobs_dir: str, proposer, conn, clock: Clock, interval: float = 1.0,
-                 allowed_uids: set[int] | None = None):
+                 allowed_uids: set[int] | None = None, node: str = ""):
         self.jobs_dir = jobs_dir
+        self.node = node  # whose jobs_dir this is: the state keeps one source per node
         self.proposer = proposer
         self.conn = conn
         self.clock = clock
@@ -72,7 +73,9 @@ class Watcher:
         self.problems = list(problems)
         broken = {f.path for f in result.files if f.problems}
         desired = result.jobs
-        current = {j["name"]: j for j in Q.jobs(self.conn)}
+        # This node's own definitions: other nodes propose theirs, and the
+        # state merges them (identical = one job, different = a conflict).
+        current = Q.job_sources(self.conn, self.node)
         at = self.clock.now()
         futures = []
         for name, spec in desired.items():
@@ -80,7 +83,7 @@ class Watcher:
             if have is None or have["digest"] != spec.digest() or have["source"] != spec.source:
                 futures.append(self.proposer.propose(C.PutJob(
                     name=name, spec=spec.to_dict(), digest=spec.digest(), source=spec.source,
-                    at=at)))
+                    at=at, node=self.node)))
                 log.info("event=job_%s job=%s file=%s", "added" if have is None else "updated",
                          name, spec.source)
         kept = []
@@ -90,7 +93,7 @@ class Watcher:
             if have["source"] in broken or self._dir_unreadable(result):
                 kept.append(name)
                 continue
-            futures.append(self.proposer.propose(C.RemoveJob(name=name, at=at)))
+            futures.append(self.proposer.propose(C.RemoveJob(name=name, at=at, node=self.node)))
             log.info("event=job_removed job=%s file=%s", name, have["source"])
         for name in kept:
             log.warning("event=job_kept job=%s reason=\"its file has problems; the last good "

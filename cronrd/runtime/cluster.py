@@ -1,0 +1,686 @@
+"""cronrd as a cluster: the replicated state on Raft, and the leader's duties.
+
+Pieces, each small:
+
+* ``ReplicatedState`` is the Raft state machine: it applies each batch of
+  committed entries with ``StateMachine.apply`` in one SQLite transaction on
+  every node and hands the effects to the daemon (the executor acts on runs
+  assigned to this node). Snapshots are copies of the database.
+* ``RaftLog`` is the daemon's log seam (``propose``/``subscribe``, the same
+  as the one-host ``LocalLog``): on the leader a proposal goes into Raft; on
+  any other node it is forwarded to the leader over the peer connection and
+  the result comes back.
+* ``Cluster`` owns the Raft node, the transport and the peer requests, and
+  does what only the leader does: run the scheduler (a new leader resumes
+  from the replicated cursors), place pending runs, declare unreachable
+  nodes' runs lost after ``node_timeout``, promote caught-up learners.
+  It also answers "may this node start a run now?" (the lease).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+import time
+from typing import Any, Callable
+
+import apsw
+
+from ..config import Config, format_address, parse_address
+from ..errors import (CronrdError, NotLeader, ProposalDropped, RequestError, StateError,
+                      UsageError)
+from ..jobspec import JobSpec
+from ..raft.types import ConfChangeType, ConfState, Message, MsgType
+from ..schedule import iso_utc
+from ..state import commands as C
+from ..state import queries as Q
+from ..state.machine import Effect, Refused, StateMachine
+from .clock import Clock
+from .peer_rpc import PeerError, PeerRPC, PeerUnavailable
+from .placement import NodeView, Placement
+from .raft_node import RaftNode
+from .raft_storage import RaftStorage
+from .scheduler import Scheduler
+from .tls import NODE_ID_RE
+from .transport import TLSConfig, Transport
+
+log = logging.getLogger("cronrd.cluster")
+
+TICK = 0.05              # seconds per Raft tick (heartbeats go out every tick)
+DUTY_INTERVAL = 0.25     # the leader's housekeeping: node loss, placement, promotion
+FORWARD_TIMEOUT = 5.0    # a forwarded proposal without an answer: outcome unknown
+PROPOSE_DEADLINE = 10.0  # how long a proposal waits for a leader to exist
+MAX_VOTERS = 5
+ERRORS = {"Refused": Refused, "StateError": StateError, "UsageError": UsageError,
+          "RequestError": RequestError, "ProposalDropped": ProposalDropped}
+
+
+class _Raw:
+    """An undecodable entry, folded into the digest like any command."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def encode(self) -> bytes:
+        return self.data
+
+
+class ReplicatedState:
+    """The Raft state machine over the daemon's SQLite state."""
+
+    def __init__(self, machine: StateMachine, scratch_dir: str):
+        self.machine = machine
+        self.conn = machine.conn
+        self.scratch_dir = scratch_dir
+        self.listeners: list[Callable[[list[Effect]], None]] = []
+
+    @property
+    def applied_index(self) -> int:
+        return self.machine.applied_index
+
+    def apply(self, index: int, data: bytes) -> Any:
+        return self.apply_batch([(index, data)])[index]
+
+    def apply_batch(self, entries: list[tuple[int, bytes]]) -> dict[int, Any]:
+        """Apply committed entries in one transaction. A refused command's
+        result is its exception (it still advances the applied index, on
+        every node alike); a failed commit raises and stops the node."""
+        results: dict[int, Any] = {}
+        effects: list[Effect] = []
+        machine = self.machine
+        with self.conn:
+            for index, data in entries:
+                try:
+                    cmd = C.decode(data)
+                except StateError as exc:
+                    log.error("event=undecodable_entry index=%d error=\"%s\"", index, exc)
+                    machine._set_meta("applied_index", index)
+                    machine._chain(index, _Raw(data), "undecodable")
+                    results[index] = exc
+                    continue
+                try:
+                    result, eff = machine.apply(index, cmd)
+                except CronrdError as exc:
+                    results[index] = exc
+                else:
+                    results[index] = result
+                    effects.extend(eff)
+        if effects:
+            self._deliver(effects)
+        return results
+
+    def _deliver(self, effects: list[Effect]) -> None:
+        for listener in self.listeners:
+            try:
+                listener(effects)
+            except Exception:
+                log.exception("event=effect_listener_failed")
+
+    def snapshot(self) -> bytes:
+        return self.conn.serialize("main")
+
+    def restore(self, data: bytes, index: int) -> None:
+        """Replace the whole state with a snapshot from the leader."""
+        fd, path = tempfile.mkstemp(prefix="snapshot-", suffix=".db", dir=self.scratch_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            src = apsw.Connection(path)
+            try:
+                with self.conn.backup("main", src, "main") as backup:
+                    backup.step(-1)
+            finally:
+                src.close()
+        finally:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                try:
+                    os.unlink(path + suffix)
+                except FileNotFoundError:
+                    pass
+        log.info("event=snapshot_installed index=%d applied_index=%d", index,
+                 self.machine.applied_index)
+        self._deliver([Effect("restored")])
+
+
+class RaftLog:
+    """``propose(cmd) -> Future`` on Raft, from any node."""
+
+    def __init__(self, cluster: "Cluster"):
+        self.cluster = cluster
+        self._inflight: set[asyncio.Future] = set()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.cluster.node.is_leader
+
+    def subscribe(self, listener) -> None:
+        self.cluster.state.listeners.append(listener)
+
+    def propose(self, cmd: C.Command) -> asyncio.Future:
+        task = asyncio.get_running_loop().create_task(self._propose(cmd))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
+
+    async def _propose(self, cmd: C.Command) -> Any:
+        cl = self.cluster
+        node = cl.node
+        data = cmd.encode()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PROPOSE_DEADLINE
+        delay = 0.02
+        while True:
+            leader = node.leader
+            if node.is_leader:
+                try:
+                    _, result = await node.submit(data)
+                except NotLeader:
+                    pass
+                else:
+                    if isinstance(result, BaseException):
+                        raise result
+                    return result
+            elif leader and leader != cl.node_id:
+                try:
+                    return await cl.rpc.call(leader, "propose", {"cmd": data.decode()},
+                                             timeout=FORWARD_TIMEOUT)
+                except PeerError as exc:
+                    if exc.kind != "NotLeader":
+                        raise ERRORS.get(exc.kind, StateError)(str(exc)) from None
+                except PeerUnavailable as exc:
+                    raise ProposalDropped(f"forwarded to the leader {leader}: {exc}; its "
+                                          "outcome is unknown") from None
+            if cl.stopping or loop.time() >= deadline:
+                raise NotLeader(node.leader or None)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    async def drain(self) -> None:
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=PROPOSE_DEADLINE)
+
+
+class Cluster:
+    def __init__(self, config: Config, machine: StateMachine, clock: Clock,
+                 effects: Callable[[list[Effect]], None]):
+        cc = config.cluster
+        self.config = config
+        self.cc = cc
+        self.node_id = config.node_id
+        self.clock = clock
+        self.conn = machine.conn
+        self.machine = machine
+        self.lease = cc.election_timeout
+        self.stopping = False
+        self.state = ReplicatedState(machine, config.data_dir)
+        self.storage = RaftStorage(config.raft_db)
+        tls = TLSConfig(cc.tls.ca, cc.tls.cert, cc.tls.key) if cc.tls else None
+        self.transport = Transport(self.node_id, cc.listen, {}, self._on_message, tls=tls,
+                                   insecure=cc.insecure)
+        bootstrap = self._bootstrap(config)
+        self.node = RaftNode(self.node_id, bootstrap, self.storage, self.transport, self.state,
+                             tick_interval=TICK,
+                             election_tick=max(3, round(cc.election_timeout / TICK)),
+                             snapshot_every=20000, proposal_timeout=PROPOSE_DEADLINE)
+        self.log = RaftLog(self)
+        self.rpc = PeerRPC(self.node_id, self.transport, {
+            "propose": self._rpc_propose, "read_log": self._rpc_read_log,
+            "cluster_add": self._rpc_admin, "cluster_remove": self._rpc_admin,
+            "cluster_transfer_leader": self._rpc_admin, "read_index": self._rpc_read_index,
+        })
+        self.state.listeners.append(effects)
+        self.placement = Placement(self.conn, self.node_views)
+        self.scheduler: Scheduler | None = None
+        self.leader_contact = 0.0      # monotonic: last message from the current leader
+        self.lead_since = 0.0
+        self.was_member = self.node_id in self._members()
+        self.removed = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._lead_task: asyncio.Task | None = None
+        self._sched_task: asyncio.Task | None = None
+        self._lost_proposed: dict[str, float] = {}
+        self._assigning: set[int] = set()
+        self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
+
+    @staticmethod
+    def _bootstrap(config: Config) -> ConfState:
+        """The membership this node started the cluster with, fixed at its first
+        start (data_dir/bootstrap): editing initial_members later cannot change
+        what the log means. Later changes are log entries (`cronrd cluster`)."""
+        path = os.path.join(config.data_dir, "bootstrap")
+        try:
+            with open(path) as f:
+                voters = tuple(v for v in f.read().split() if v)
+            return ConfState(voters)
+        except FileNotFoundError:
+            pass
+        cc = config.cluster
+        voters = () if cc.join else tuple(sorted(cc.members_dict()))
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("\n".join(voters) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return ConfState(voters)
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def start(self) -> None:
+        self._refresh_peers()
+        await self.transport.start()
+        await self.node.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._watch_role())]
+
+    async def stop(self) -> None:
+        self.stopping = True
+        self._stop_leading()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.node.stop()
+        self.rpc.close()
+        await self.transport.close()
+        self.storage.close()
+
+    async def wait_caught_up(self) -> None:
+        """Return once this node has applied everything the cluster had
+        committed when it asked (a ReadIndex through the leader)."""
+        warned = False
+        start = time.monotonic()
+        while not self.stopping:
+            try:
+                await self.read_barrier()
+                return
+            except CronrdError as exc:
+                if not warned and time.monotonic() - start > 10:
+                    warned = True
+                    log.warning("event=waiting_for_cluster reason=\"%s\" hint=\"are a "
+                                "majority of initial_members running and reachable?\"", exc)
+                await asyncio.sleep(0.2)
+
+    async def read_barrier(self) -> int:
+        return await self.node.read_barrier()
+
+    # -- messages -------------------------------------------------------------------
+    def _on_message(self, msg: Message) -> None:
+        if msg.type in (MsgType.RPC_REQ, MsgType.RPC_RESP):
+            self.rpc.on_message(msg)
+            return
+        self.node.step(msg)
+        if msg.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP) and \
+                msg.frm == self.node.leader:
+            self.leader_contact = time.monotonic()
+
+    # -- membership views -----------------------------------------------------------
+    def _members(self) -> list[str]:
+        conf = self.node.raft.conf
+        return sorted(set(conf.voters) | set(conf.learners))
+
+    def _addresses(self) -> dict[str, tuple[str, int]]:
+        addrs = dict(self.cc.members_dict())
+        for row in Q.nodes(self.conn):
+            if row.get("addr"):
+                try:
+                    addrs[row["node"]] = parse_address(row["addr"])
+                except ValueError:
+                    pass
+        return addrs
+
+    def _refresh_peers(self) -> None:
+        addrs = self._addresses()
+        members = set(self._members())
+        if self.node_id not in members:
+            members |= set(self.cc.members_dict())  # joining: talk to the known members
+        peers = {n: a for n, a in addrs.items() if n in members and n != self.node_id}
+        self.transport.set_peers(peers)
+
+    def contact_age(self, node: str) -> float | None:
+        if node == self.node_id:
+            return 0.0
+        last = self.transport.last_contact(node)
+        return None if last is None else time.monotonic() - last
+
+    def healthy(self, node: str) -> bool:
+        age = self.contact_age(node)
+        return age is not None and age < max(self.lease, 1.0)
+
+    def node_views(self) -> list[NodeView]:
+        rows = {r["node"]: r for r in Q.nodes(self.conn)}
+        views = []
+        for node in self._members():
+            row = rows.get(node) or {}
+            state = row.get("state") or "unknown"
+            healthy = self.healthy(node)
+            why = ""
+            if not healthy:
+                age = self.contact_age(node)
+                why = "never reached" if age is None else f"no contact for {age:.1f}s"
+            elif state != "up":
+                why = {"draining": "draining (stopping)",
+                       "unknown": "has not announced itself yet (starting?)"}.get(
+                           state, f"state {state}")
+            views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why))
+        return views
+
+    # -- the lease ------------------------------------------------------------------
+    def lease_fresh(self) -> bool:
+        """May this node start a run now? Only while the leader it follows has
+        been heard within the lease (for the leader: while a quorum of voters
+        has been heard within it). A node cut off from the cluster stops
+        starting runs within one lease; the leader declares its runs lost
+        only after node_timeout, which config keeps at least twice as long."""
+        now = time.monotonic()
+        if self.node.is_leader:
+            voters = self.node.raft.conf.voters
+            heard = sum(1 for v in voters if v == self.node_id or (
+                (lc := self.transport.last_contact(v)) is not None and now - lc < self.lease))
+            return heard >= len(voters) // 2 + 1
+        return bool(self.node.leader) and now - self.leader_contact < self.lease
+
+    # -- leadership -----------------------------------------------------------------
+    async def _watch_role(self) -> None:
+        last_peers = 0.0
+        while not self.stopping:
+            leading = self._lead_task is not None
+            if self.node.is_leader and not leading:
+                self.lead_since = time.monotonic()
+                self._lead_task = asyncio.get_running_loop().create_task(self._lead())
+            elif not self.node.is_leader and leading:
+                self._stop_leading()
+            members = self._members()
+            if self.node_id in members:
+                self.was_member = True
+            elif self.was_member and not self.removed.is_set():
+                log.warning("event=removed_from_cluster node=%s hint=\"this node is no longer "
+                            "a member; to add it back, wipe its data_dir and run `cronrd "
+                            "cluster add %s ADDR` on a member, with cluster.join: true here\"",
+                            self.node_id, self.node_id)
+                self.removed.set()
+            now = time.monotonic()
+            if now - last_peers > 1.0:
+                last_peers = now
+                self._refresh_peers()
+            await asyncio.sleep(0.05)
+
+    def _stop_leading(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.scheduler = None
+        for task in (self._lead_task, self._sched_task):
+            if task is not None:
+                task.cancel()
+        self._lead_task = self._sched_task = None
+        if not self.stopping:
+            log.info("event=leadership_lost node=%s leader=%s", self.node_id,
+                     self.node.leader or "-")
+
+    async def _lead(self) -> None:
+        try:
+            # Everything committed by earlier leaders is applied before this
+            # one schedules: the cursors it resumes from are then current.
+            await self.node.read_barrier()
+        except CronrdError as exc:
+            log.warning("event=lead_start_failed error=\"%s\"", exc)
+            self._lead_task = None
+            return
+        self._refresh_peers()
+        sched = Scheduler(self.config, self.log, self.conn, self.clock, self.placement)
+        self.scheduler = sched
+        sched.start()
+        self._sched_task = asyncio.get_running_loop().create_task(sched.run())
+        log.info("event=leading node=%s term=%d jobs=%d", self.node_id, self.node.raft.term,
+                 len(sched.entries))
+        while not self.stopping and self.node.is_leader:
+            for duty in (self._declare_lost, self._place_pending, self._promote):
+                try:
+                    await duty()
+                except CronrdError as exc:
+                    log.info("event=leader_duty_failed duty=%s error=\"%s\"",
+                             duty.__name__, exc)
+                except Exception:
+                    log.exception("event=leader_duty_failed duty=%s", duty.__name__)
+            await asyncio.sleep(DUTY_INTERVAL)
+
+    def on_effects(self, effects: list[Effect]) -> None:
+        if self.scheduler is not None:
+            self.scheduler.on_effects(effects)
+        for eff in effects:
+            if eff.kind == "restored" and self.scheduler is not None:
+                self.scheduler.started = False
+                self.scheduler.entries.clear()
+                self.scheduler.start()
+            elif eff.kind == "pending" and self.node.is_leader:
+                asyncio.get_running_loop().call_soon(self._place_soon)
+
+    def _place_soon(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._place_pending())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _declare_lost(self) -> None:
+        now = time.monotonic()
+        timeout = self.cc.node_timeout
+        members = set(self._members())
+        for node, count in Q.active_by_node(self.conn).items():
+            if node == self.node_id or not count or node is None:
+                continue
+            age = self.contact_age(node)
+            since = min(age if age is not None else float("inf"), now - self.lead_since)
+            if node in members and since < timeout:
+                continue
+            if now - self._lost_proposed.get(node, 0.0) < timeout:
+                continue  # proposed recently; its result is on its way
+            self._lost_proposed[node] = now
+            reason = (f"node {node} was not heard from for {timeout:g}s (node_timeout)"
+                      if node in members else f"node {node} is no longer a member")
+            log.warning("event=node_lost node=%s runs=%d reason=\"%s\"", node, count, reason)
+            await self.log.propose(C.NodeLost(node=node, at=self.clock.now(), reason=reason))
+
+    async def _place_pending(self) -> None:
+        if not self.node.is_leader:
+            return
+        runs = [r for r in Q.pending_runs(self.conn) if r["run_id"] not in self._assigning]
+        if not runs:
+            return
+        self.placement.begin()
+        proposals = []
+        specs: dict[str, list[str]] = {}
+        for run in runs:
+            if run["job"] not in specs:
+                job = self.machine._job(run["job"])
+                specs[run["job"]] = [] if job is None else self.placement.eligible(
+                    JobSpec.from_dict(job["spec"], source=job["source"]))
+            ready = specs[run["job"]]
+            if run["target"]:
+                if run["target"] not in ready:
+                    continue  # a per-node run waits for its node
+                node = run["target"]
+            elif not ready:
+                continue  # waits until an eligible node is up
+            else:
+                node = self.placement.pick(ready, f"{run['job']}/{run['fire_time']}/"
+                                                  f"{run['attempt']}")
+            self._assigning.add(run["run_id"])
+            proposals.append((run["run_id"], self.log.propose(C.AssignRun(
+                run_id=run["run_id"], node=node, at=self.clock.now()))))
+        for run_id, fut in proposals:
+            try:
+                await fut
+            except CronrdError as exc:
+                log.info("event=assign_failed run=%d error=\"%s\"", run_id, exc)
+            finally:
+                self._assigning.discard(run_id)
+
+    async def _promote(self) -> None:
+        raft = self.node.raft
+        conf = raft.conf
+        members = self._members()
+        n = len(members)
+        target = min(MAX_VOTERS, n if n % 2 else n - 1)
+        if len(conf.voters) >= target or not conf.learners:
+            return
+        for learner in sorted(conf.learners):
+            pr = raft.prs.get(learner)
+            if pr is None or not self.healthy(learner) or pr.match + 64 < raft.commit:
+                continue
+            log.info("event=promoting node=%s voters=%d target=%d", learner,
+                     len(conf.voters), target)
+            await self.node.change_membership(ConfChangeType.PROMOTE, learner)
+            return
+
+    # -- status ---------------------------------------------------------------------
+    def role(self) -> str:
+        role = self.node.role
+        return "candidate" if role == "precandidate" else role
+
+    def status(self) -> dict:
+        st = self.node.status()
+        return {"role": self.role(), "leader": st["leader"] or None, "term": st["term"],
+                "commit_index": st["commit_index"], "lease_fresh": self.lease_fresh(),
+                "voters": st["voters"], "learners": st["learners"]}
+
+    def members(self) -> dict:
+        conf = self.node.raft.conf
+        rows = {r["node"]: r for r in Q.nodes(self.conn)}
+        addrs = self._addresses()
+        now_wall = self.clock.now()
+        out = []
+        for node in self._members():
+            age = self.contact_age(node)
+            row = rows.get(node) or {}
+            addr = addrs.get(node)
+            out.append({
+                "id": node, "address": format_address(addr) if addr else None,
+                "role": "voter" if node in conf.voters else "learner",
+                "reachable": node == self.node_id or self.transport.reachable(node),
+                "last_contact": None if age is None else iso_utc(round(now_wall - age, 3)),
+                "last_contact_s": None if age is None else round(age, 3),
+                "leader": node == self.node.leader, "self": node == self.node_id,
+                "state": row.get("state"), "tags": list(row.get("tags") or ()),
+            })
+        return {"leader": self.node.leader or None, "members": out}
+
+    # -- requests that only the leader can carry out ------------------------------------
+    async def admin(self, method: str, args: dict) -> dict:
+        """``cluster add|remove|transfer-leader`` from any node."""
+        if not self.node.is_leader:
+            leader = self.node.leader
+            if not leader:
+                raise NotLeader(None)
+            try:
+                return await self.rpc.call(leader, method, {**args, "_method": method},
+                                           timeout=30.0)
+            except PeerError as exc:
+                raise ERRORS.get(exc.kind, RequestError)(str(exc)) from None
+        return await getattr(self, "_" + method)(args)
+
+    async def _rpc_admin(self, frm: str, args: dict) -> dict:
+        method = args.pop("_method", None)
+        if method not in ("cluster_add", "cluster_remove", "cluster_transfer_leader"):
+            raise RequestError("unknown membership request")
+        if not self.node.is_leader:
+            raise NotLeader(self.node.leader or None)
+        return await getattr(self, "_" + method)(args)
+
+    async def _cluster_add(self, args: dict) -> dict:
+        node, address = args.get("node"), args.get("address")
+        if not isinstance(node, str) or not NODE_ID_RE.match(node):
+            raise UsageError(f"invalid node id {node!r}: use letters, digits, '.', '_', '-'")
+        try:
+            address = format_address(parse_address(str(address)))
+        except ValueError as exc:
+            raise UsageError(f"invalid address {address!r}: {exc}; use HOST:PORT") from None
+        conf = self.node.raft.conf
+        if node in conf.voters or node in conf.learners:
+            raise RequestError(f"node {node} is already a member; `cronrd cluster members` "
+                               "lists them")
+        await self.log.propose(C.NodeInfo(node=node, state="joining", addr=address, tags=(),
+                                          at=self.clock.now()))
+        self._refresh_peers()
+        await self.node.change_membership(ConfChangeType.ADD_LEARNER, node)
+        # The new member must start from a snapshot (it carries the
+        # membership, which the log alone does not: see snapshot_now).
+        self.node.snapshot_now()
+        self._refresh_peers()
+        return {"node": node, "address": address, "role": "learner",
+                "hint": "it runs jobs once it has caught up and announced itself; it is "
+                        "promoted to voter when that keeps the voters odd and at most 5"}
+
+    async def _cluster_remove(self, args: dict) -> dict:
+        node = args.get("node")
+        conf = self.node.raft.conf
+        if node not in conf.voters and node not in conf.learners:
+            raise RequestError(f"node {node!r} is not a member; `cronrd cluster members` "
+                               "lists them")
+        if node == self.node_id:
+            new = await self._cluster_transfer_leader({"node": None})
+            return await self.rpc.call(new["leader"], "cluster_remove",
+                                       {"_method": "cluster_remove", "node": node},
+                                       timeout=30.0)
+        if node in conf.voters and len(conf.voters) == 1:
+            raise RequestError(f"node {node} is the only voter; add another node first")
+        await self.node.change_membership(ConfChangeType.REMOVE, node)
+        await self.log.propose(C.RemoveNode(node=node, at=self.clock.now()))
+        self._refresh_peers()
+        return {"removed": node}
+
+    async def _cluster_transfer_leader(self, args: dict) -> dict:
+        raft = self.node.raft
+        to = args.get("node")
+        voters = [v for v in raft.conf.voters if v != self.node_id]
+        if to is None:
+            if not voters:
+                raise RequestError("there is no other voter to hand leadership to")
+            to = max(voters, key=lambda v: (self.healthy(v), raft.prs[v].match
+                                            if v in raft.prs else 0, v))
+        elif to == self.node_id:
+            return {"leader": self.node_id}
+        elif to not in voters:
+            raise RequestError(f"node {to!r} is not a voter; `cronrd cluster members` "
+                               "lists the voters")
+        self.node.transfer_leadership(to)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            if not self.node.is_leader and self.node.leader:
+                return {"leader": self.node.leader}
+            await asyncio.sleep(0.02)
+        raise ProposalDropped(f"leadership did not move to {to} within 5s (is it caught "
+                              "up and reachable?); the leader is still "
+                              f"{self.node.leader or 'unknown'}")
+
+    async def transfer_before_stop(self) -> None:
+        """SIGTERM on the leader: hand leadership over before exiting."""
+        if not self.node.is_leader or not any(
+                self.healthy(v) for v in self.node.raft.conf.voters if v != self.node_id):
+            return  # nobody to hand over to
+        try:
+            res = await self._cluster_transfer_leader({"node": None})
+            log.info("event=leadership_transferred to=%s", res["leader"])
+        except CronrdError as exc:
+            log.warning("event=leadership_transfer_failed error=\"%s\"", exc)
+
+    # -- peer requests ------------------------------------------------------------------
+    async def _rpc_propose(self, frm: str, args: dict) -> Any:
+        if not self.node.is_leader:
+            raise NotLeader(self.node.leader or None)
+        cmd = C.decode(str(args.get("cmd", "")))
+        _, result = await self.node.submit(cmd.encode())
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def _rpc_read_index(self, frm: str, args: dict) -> dict:
+        return {"index": await self.node.read_barrier()}
+
+    async def _rpc_read_log(self, frm: str, args: dict) -> dict:
+        if self.read_log is None:
+            raise RequestError("this node is still starting")
+        return self.read_log(int(args["run_id"]), int(args.get("offset", 0)))
+
+    async def call(self, node: str, method: str, args: dict, timeout: float = 5.0) -> Any:
+        try:
+            return await self.rpc.call(node, method, args, timeout=timeout)
+        except PeerError as exc:
+            raise ERRORS.get(exc.kind, RequestError)(str(exc)) from None

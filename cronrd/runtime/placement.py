@@ -1,0 +1,100 @@
+"""Where a fire runs: the leader's choice of node, made before proposing.
+
+``apply`` must stay deterministic, so the choice is made here, on the
+leader, from what it knows now (which members answer, their tags, whether a
+node is draining, how many runs each one has) and travels inside the
+command. Rules, for a job's ``run_on``:
+
+* ``any``: one healthy, eligible node, least loaded first (load = runs
+  assigned or running there, plus the ones this leader has placed since it
+  last counted); ties go to a per-(job, fire time) rotation so that equal
+  nodes share the work evenly.
+* ``all``: one run per member, keyed by node (``target``); a member that is
+  down or draining gets a ``skipped`` record for that fire time instead.
+* node ids / ``{tags: [...]}``: only those members; tags must all match.
+
+No eligible node means a ``skipped`` record that says why (guarantee 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable
+
+from ..jobspec import JobSpec
+from ..state import queries as Q
+
+
+@dataclass(frozen=True)
+class Choice:
+    node: str          # where it runs ("" for a skip)
+    target: str        # the per-node key of a run_on: all run, "" otherwise
+    skip: str | None   # the reason it does not run, or None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    id: str
+    healthy: bool
+    state: str               # up | draining | unknown
+    tags: frozenset[str]
+    why_not: str = ""        # why it cannot take runs now
+
+
+class Placement:
+    def __init__(self, conn, nodes: Callable[[], list[NodeView]]):
+        self.conn = conn
+        self.nodes = nodes
+        self._load: dict[str, int] | None = None
+
+    def begin(self) -> None:
+        """Count each node's runs afresh (call once per batch of fires)."""
+        self._load = None
+
+    def _loads(self) -> dict[str, int]:
+        if self._load is None:
+            self._load = dict(Q.active_by_node(self.conn))
+        return self._load
+
+    def choose(self, spec: JobSpec, fire_time: int) -> list[Choice]:
+        mode, values = spec.run_on.mode, spec.run_on.values
+        members = self.nodes()
+        if mode == "nodes":
+            members = [n for n in members if n.id in values]
+            if not members:
+                return [Choice("", "", f"no eligible node: run_on {', '.join(values)} names "
+                                       "no member of the cluster")]
+        elif mode == "tags":
+            need = set(values)
+            members = [n for n in members if need <= n.tags]
+            if not members:
+                return [Choice("", "", f"no eligible node: no member has tags "
+                                       f"{', '.join(values)}")]
+        if mode == "all":
+            return [Choice(n.id, n.id, None) if n.healthy and n.state == "up"
+                    else Choice("", n.id, f"node {n.id} cannot run it: {n.why_not}")
+                    for n in members]
+        ready = [n for n in members if n.healthy and n.state == "up"]
+        if not ready:
+            why = "; ".join(f"{n.id}: {n.why_not}" for n in members)
+            return [Choice("", "", f"no eligible node is up ({why})")]
+        node = self.pick([n.id for n in ready], f"{spec.name}/{fire_time}")
+        return [Choice(node, "", None)]
+
+    def eligible(self, spec: JobSpec) -> list[str]:
+        """The members that may take a run of ``spec`` now (for a retry)."""
+        mode, values = spec.run_on.mode, spec.run_on.values
+        return [n.id for n in self.nodes() if n.healthy and n.state == "up" and (
+            (mode == "nodes" and n.id in values) or (mode == "tags" and set(values) <= n.tags)
+            or mode in ("any", "all"))]
+
+    def pick(self, candidates: list[str], key: str) -> str:
+        load = self._loads()
+        spin = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big")
+        order = sorted(candidates)
+        start = spin % len(order)
+        order = order[start:] + order[:start]
+        best = min(order, key=lambda n: load.get(n, 0))  # min keeps the first of equals
+        load[best] = load.get(best, 0) + 1
+        return best

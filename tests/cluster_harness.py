@@ -1,0 +1,136 @@
+"""Three (or more) real daemons on loopback, each on its own 127.0.0.x address
+so that one node's peer traffic can be cut with a firewall rule."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from typing import Any
+
+from harness import Node, wait_for
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, ids=("a", "b", "c"), node_timeout: str = "3s",
+                 election_timeout: str = "0.5s", first_ip: int = 21):
+        self.hosts = {nid: f"127.0.0.{first_ip + i}" for i, nid in enumerate(ids)}
+        self.addrs = {nid: f"{h}:{free_port(h)}" for nid, h in self.hosts.items()}
+        self.node_timeout = node_timeout
+        self.election_timeout = election_timeout
+        self.nodes: dict[str, Node] = {nid: self._node(nid, self.addrs) for nid in ids}
+
+    def _node(self, nid: str, members: dict, join: bool = False) -> Node:
+        cluster: dict[str, Any] = {
+            "listen": self.addrs[nid], "initial_members": dict(members), "insecure": True,
+            "node_timeout": self.node_timeout, "election_timeout": self.election_timeout,
+            "tags": [f"tag-{nid}"]}
+        if join:
+            cluster["join"] = True
+        return Node(nid, cluster=cluster, shutdown={"mode": "wait", "grace": "5s"})
+
+    def __getitem__(self, nid: str) -> Node:
+        return self.nodes[nid]
+
+    def __iter__(self):
+        return iter(self.nodes.values())
+
+    def running(self) -> list[Node]:
+        return [n for n in self if n.proc is not None and n.proc.poll() is None]
+
+    def write_job(self, name: str, body: dict) -> None:
+        for n in self:
+            n.write_job(name, body)
+
+    def start(self) -> "Cluster":
+        for n in self:
+            n.start(wait=False)
+        for n in self:
+            n.wait_ready(timeout=40)
+        self.leader()
+        return self
+
+    def leader(self, timeout: float = 20.0) -> Node:
+        def find():
+            seen = []
+            for n in self.running():
+                st = n.call("status", timeout=2)
+                if st["role"] == "leader":
+                    seen.append(n)
+            return seen[0] if len(seen) == 1 else None
+        return wait_for(find, timeout, what="one leader", on_fail=self.logs)
+
+    def followers(self) -> list[Node]:
+        lead = self.leader()
+        return [n for n in self.running() if n is not lead]
+
+    def converged(self, timeout: float = 20.0) -> str:
+        """Wait until every running node has applied the same index with the
+        same state digest; returns the digest."""
+        def same():
+            sts = [n.call("status", timeout=2) for n in self.running()]
+            keys = {(s["applied_index"], s["state_digest"]) for s in sts}
+            return sts[0]["state_digest"] if len(keys) == 1 else None
+        return wait_for(same, timeout, what="equal state digests", on_fail=self.logs)
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {n.config['node_id']} =====\n{n.daemon_log()[-4000:]}"
+                         for n in self)
+
+    def cleanup(self) -> None:
+        heal_all()
+        for n in self:
+            n.cleanup()
+
+    # -- membership helpers -------------------------------------------------------
+    def replace_with_joiner(self, nid: str) -> Node:
+        """A fresh node with this id that joins the running cluster."""
+        old = self.nodes[nid]
+        old.cleanup()
+        others = {k: v for k, v in self.addrs.items() if k != nid}
+        node = self._node(nid, others, join=True)
+        for f in old.jobs_dir.glob("*.yaml") if old.jobs_dir.exists() else []:
+            shutil.copy(f, node.jobs_dir / f.name)
+        self.nodes[nid] = node
+        return node
+
+
+_RULES: list[list[str]] = []
+
+
+def iptables_usable() -> bool:
+    if shutil.which("iptables") is None:
+        return False
+    probe = ["-s", "127.0.0.254", "-j", "DROP"]
+    ok = subprocess.run(["iptables", "-A", "INPUT", *probe], capture_output=True).returncode == 0
+    if ok:
+        subprocess.run(["iptables", "-D", "INPUT", *probe], capture_output=True)
+    return ok
+
+
+def cut_off(host: str) -> None:
+    """Drop every packet from or to ``host`` (its peer traffic both ways)."""
+    for rule in (["-s", host, "-j", "DROP"], ["-d", host, "-j", "DROP"]):
+        subprocess.run(["iptables", "-I", "INPUT", *rule], check=True)
+        _RULES.append(rule)
+
+
+def heal_all() -> None:
+    while _RULES:
+        subprocess.run(["iptables", "-D", "INPUT", *_RULES.pop()], capture_output=True)
+
+
+def fire_records(runs: list[dict], job: str) -> list[dict]:
+    return [r for r in runs if r["job"] == job and r["kind"] in ("scheduled", "catchup")
+            and r["attempt"] == 1]
+
+
+def now() -> float:
+    return time.time()
