@@ -11,6 +11,7 @@ import time
 from collections import Counter
 
 import pytest
+import yaml
 
 from cluster_harness import Cluster, cut_off, fire_records, heal_all, iptables_usable
 from cronrd.schedule import parse_iso
@@ -232,3 +233,19 @@ def test_rolling_restart_keeps_fires_on_time(cluster):
                 if r["started_at"] is None
                 or parse_iso(r["started_at"]) - parse_iso(r["fire_time"]) > 1.0]
         assert not late, f"fires started more than 1s late or not at all: {late}"
+
+
+def test_one_node_data_dir_is_not_switched_to_a_cluster_in_place(node):
+    node.write_job("tick", {"schedule": "@hourly", "command": "true"})
+    node.start()
+    assert node.terminate() == 0
+    c = Cluster(ids=("n1",), first_ip=31)
+    try:
+        node.config["cluster"] = c["n1"].config["cluster"]
+        node.config_path.write_text(yaml.safe_dump(node.config))
+        node.start(wait=False)
+        assert node.proc.wait(30) == 1
+        assert "cannot join a cluster in place" in node.daemon_log()
+        assert "fresh data_dir" in node.daemon_log()
+    finally:
+        c.cleanup()

@@ -484,3 +484,16 @@ def test_full_digest_covers_sources_and_nodes():
     with sm.conn:
         sm.conn.execute("UPDATE job_sources SET source='/g'")
     assert sm.full_digest() != before
+
+
+def test_run_started_reported_twice_is_a_duplicate_not_a_cancel():
+    c = Cluster()
+    c.put_on("a")
+    run_id = c.apply(C.ManualRun(job="j", node="a", at=T0 + 1))["run_id"]
+    first = c.start(run_id, node="a")
+    c.effects.clear()
+    again = c.start(run_id, node="a")
+    assert first == {"state": "running", "cancel": False}
+    assert again["duplicate"] is True and again["cancel"] is False
+    assert not c.kinds("cancel")
+    assert c.run(run_id)["state"] == "running"

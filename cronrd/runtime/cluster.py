@@ -215,6 +215,12 @@ class Cluster:
         self.lease = cc.election_timeout
         self.stopping = False
         self.state = ReplicatedState(machine, config.data_dir)
+        if machine.applied_index > 0 and not os.path.exists(config.raft_db):
+            raise StateError(
+                f"{config.data_dir} holds the state of a one-node cronrd (applied index "
+                f"{machine.applied_index}) and no Raft log, so it cannot join a cluster in "
+                "place; give this node a fresh data_dir (the job files are read again; the "
+                "old run history stays in the old directory)")
         self.storage = RaftStorage(config.raft_db)
         tls = TLSConfig(cc.tls.ca, cc.tls.cert, cc.tls.key) if cc.tls else None
         self.transport = Transport(self.node_id, cc.listen, {}, self._on_message, tls=tls,

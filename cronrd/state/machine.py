@@ -362,6 +362,10 @@ class StateMachine:
         if run["token"] != cmd.token or run["node"] != cmd.node:
             raise Refused(f"run {cmd.run_id}: start report from {cmd.node} with token "
                           f"{cmd.token} is stale (current token {run['token']} on {run['node']})")
+        if run["pid"] == cmd.pid and run["started_at"] == cmd.started_at:
+            # The same report again (a forwarded proposal retried after a timeout).
+            return {"state": run["state"], "duplicate": True,
+                    "cancel": run["state"] == "running" and bool(run["cancel_requested"])}
         if run["state"] != "assigned":
             # Cancelled while the process was being started: tell the node to stop it.
             self.conn.execute("UPDATE runs SET pid=?, started_at=?, log_path=? "
