@@ -74,6 +74,16 @@ def test_cluster_forms_replicates_and_answers_on_every_node(cluster):
         logs = n.cli("logs", "once", "--run", str(run["run_id"]))
         assert logs.returncode == 0, logs.stderr
         assert f"hello-from-{run['node']}" in logs.stdout
+    # --follow streams a running log from another node until the run ends.
+    c.write_job("slow", {"schedule": "@yearly", "run_on": [followers[0].config["node_id"]],
+                         "command": "echo one; sleep 1; echo two"})
+    wait_for(lambda: [j for j in lead.call("jobs") if j["name"] == "slow"], what="slow job")
+    slow_id = followers[1].call("run_now", {"job": "slow"})["run_id"]
+    followers[1].wait_runs(lambda rs: any(r["run_id"] == slow_id and r["state"] == "running"
+                                          for r in rs), job="slow", what="slow running")
+    follow = followers[1].cli("logs", "slow", "--run", str(slow_id), "--follow")
+    assert follow.returncode == 0, follow.stderr
+    assert follow.stdout.split() == ["one", "two"]
     # A write from a follower; a consistent read sees it at once elsewhere.
     assert followers[0].cli("pause", "tick").returncode == 0
     jobs = {j["name"]: j for j in followers[1].call("jobs", {"consistent": True})}
@@ -208,6 +218,10 @@ def test_remove_and_add_back_a_node(cluster):
     lead.wait_runs(lambda rs: any(r["node"] == gid and r["state"] == "succeeded"
                                   and parse_iso(r["started_at"]) > since for r in rs),
                    job="tick", what="runs on the re-added node", timeout=30)
+    # Leadership moves where the operator asks.
+    res = node.cli("cluster", "transfer-leader", gid)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert c.leader() is node
 
 
 def test_rolling_restart_keeps_fires_on_time(cluster):
@@ -218,7 +232,10 @@ def test_rolling_restart_keeps_fires_on_time(cluster):
     first = int(time.time()) + 2
     order = [n for n in c if n is not c.leader()] + [c.leader()]
     for n in order:
+        was_leader = n.call("status")["role"] == "leader"
         assert n.terminate(timeout=60) == 0
+        if was_leader:  # SIGTERM on the leader hands leadership over first
+            assert "event=leadership_transferred" in n.daemon_log()
         n.start(wait=False)
         n.wait_ready(timeout=40)
         c.leader()
