@@ -347,17 +347,18 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterCon
                          f"and {MAX_ELECTION_TIMEOUT:g}s (got {election:g}s); the default 1s "
                          "suits a LAN, raise it for slow or distant links")
     node_timeout = duration("node_timeout", "10s")
-    # A node stops starting runs once it has not heard from the leader for one
-    # lease (election_timeout, at least 1s); the leader may declare its runs lost
-    # only well after that, or a run could be retried while it still starts.
-    lease = max(election, MIN_NODE_TIMEOUT / 2)
-    if node_timeout < 2 * lease:
-        raise _err(path, f"cluster.node_timeout must be at least {2 * lease:g}s (got "
-                         f"{node_timeout:g}s): it must exceed the lease a node holds on its "
-                         f"runs (election_timeout, at least 1s) twice over, or the leader "
-                         "could declare the runs of a node lost and retry them elsewhere "
-                         "while that node still starts them; raise node_timeout"
-                         + (" or lower election_timeout" if election > 1 else ""))
+    # A node stops starting runs once it has not heard from a leader for one
+    # lease (election_timeout). A follower cut off together with the old
+    # leader still hears it until CheckQuorum deposes it (up to two election
+    # timeouts), then one lease more: the leader may declare a node's runs
+    # lost only after all that, or a run could be retried while it starts.
+    need = max(MIN_NODE_TIMEOUT, 3 * election + 1.0)
+    if node_timeout < need:
+        raise _err(path, f"cluster.node_timeout must be at least {need:g}s (got "
+                         f"{node_timeout:g}s): three election timeouts and a margin must pass "
+                         "before the leader declares a silent node's runs lost, or it could "
+                         "retry them elsewhere while that node still starts them; raise "
+                         "node_timeout" + (" or lower election_timeout" if election > 1 else ""))
     return ClusterConfig(listen=listen, initial_members=members, join=join, tls=tls,
                          insecure=insecure, tags=tuple(tags), node_timeout=node_timeout,
                          election_timeout=election)

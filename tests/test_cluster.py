@@ -141,7 +141,7 @@ def test_leader_killed_repeatedly_every_fire_time_exactly_once(cluster):
 
 
 def test_follower_killed_mid_run_is_lost_and_retried_elsewhere(cluster):
-    c = cluster(node_timeout="2s")
+    c = cluster(node_timeout="3s")
     c.start()
     lead = c.leader()
     fids = sorted(n.config["node_id"] for n in c.followers())

@@ -206,10 +206,12 @@ def test_tls_file_missing_names_it_and_suggests_init_tls(tmp_path):
     ({"tags": "ssd"}, "cluster.tags must be a list of strings"),
     ({"tags": ["ssd", 3]}, "each entry of cluster.tags must be a non-empty string"),
     ({"tags": ["ssd", "ssd"]}, "cluster.tags lists 'ssd' twice"),
-    ({"node_timeout": "1s"}, "cluster.node_timeout must be at least 2s (got 1s): it must "
-                             "exceed the lease"),
+    ({"node_timeout": "1s"}, "cluster.node_timeout must be at least 4s (got 1s): three "
+                             "election timeouts"),
     ({"election_timeout": "5s", "node_timeout": "9s"}, "cluster.node_timeout must be at "
-                                                        "least 10s (got 9s)"),
+                                                        "least 16s (got 9s)"),
+    ({"election_timeout": "0.2s", "node_timeout": "1.5s"}, "cluster.node_timeout must be at "
+                                                           "least 2s (got 1.5s)"),
     ({"node_timeout": "soon"}, "cluster.node_timeout: bad duration 'soon'"),
     ({"election_timeout": "100ms"}, "cluster.election_timeout must be between 0.2s and 60s"),
     ({"election_timeout": "2m"}, "cluster.election_timeout must be between 0.2s and 60s"),

@@ -104,6 +104,14 @@ class ReplicatedState:
                     result, eff = machine.apply(index, cmd)
                 except CronrdError as exc:
                     results[index] = exc
+                except Exception as exc:
+                    # A command apply cannot handle (wrong field types from a
+                    # buggy or hostile proposer): refused alike on every node
+                    # (apply has advanced the index and digest), never fatal.
+                    log.error("event=command_failed index=%d op=%s error=%r", index,
+                              cmd.op, exc)
+                    results[index] = StateError(f"command {cmd.op} at index {index} "
+                                                f"could not be applied: {exc}")
                 else:
                     results[index] = result
                     effects.extend(eff)
@@ -178,6 +186,9 @@ class RaftLog:
                     _, result = await node.submit(data)
                 except NotLeader:
                     pass
+                except ProposalDropped as exc:
+                    if "transferred" not in str(exc):
+                        raise
                 else:
                     if isinstance(result, BaseException):
                         raise result
@@ -194,12 +205,46 @@ class RaftLog:
                                           "outcome is unknown") from None
             if cl.stopping or loop.time() >= deadline:
                 raise NotLeader(node.leader or None)
+            # No leader yet, a leader change, or a transfer in progress:
+            # nothing was appended, so asking again is safe.
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.2)
+
+    def propose_as_leader(self, cmd: C.Command) -> asyncio.Future:
+        """Propose only while this node leads, never forwarded: a decision
+        made from this leader's view (a fire's placement, "node X is lost")
+        must not reach the next leader after this one was deposed."""
+        loop = asyncio.get_running_loop()
+        out = loop.create_future()
+        inner = self.cluster.node.submit(cmd.encode())
+
+        def done(f: asyncio.Future) -> None:
+            if out.done():
+                return
+            if f.cancelled():
+                out.cancel()
+            elif f.exception() is not None:
+                out.set_exception(f.exception())
+            else:
+                result = f.result()[1]
+                if isinstance(result, BaseException):
+                    out.set_exception(result)
+                else:
+                    out.set_result(result)
+        inner.add_done_callback(done)
+        return out
 
     async def drain(self) -> None:
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=PROPOSE_DEADLINE)
+
+
+class _LeaderOnly:
+    """The scheduler's proposer on a cluster: leader-only, never forwarded."""
+
+    def __init__(self, log: RaftLog):
+        self.propose = log.propose_as_leader
+        self.log = log
 
 
 class Cluster:
@@ -384,7 +429,9 @@ class Cluster:
             heard = sum(1 for v in voters if v == self.node_id or (
                 (lc := self.transport.last_contact(v)) is not None and now - lc < self.lease))
             return heard >= len(voters) // 2 + 1
-        return bool(self.node.leader) and now - self.leader_contact < self.lease
+        # During an election the leader is unknown, but what it committed
+        # stands: the lease runs from the last message of a leader.
+        return now - self.leader_contact < self.lease
 
     # -- leadership -----------------------------------------------------------------
     async def _watch_role(self) -> None:
@@ -433,14 +480,16 @@ class Cluster:
             self._lead_task = None
             return
         self._refresh_peers()
-        sched = Scheduler(self.config, self.log, self.conn, self.clock, self.placement)
+        sched = Scheduler(self.config, _LeaderOnly(self.log), self.conn, self.clock,
+                          self.placement)
         self.scheduler = sched
         sched.start()
         self._sched_task = asyncio.get_running_loop().create_task(sched.run())
         log.info("event=leading node=%s term=%d jobs=%d", self.node_id, self.node.raft.term,
                  len(sched.entries))
         while not self.stopping and self.node.is_leader:
-            for duty in (self._declare_lost, self._place_pending, self._promote):
+            for duty in (self._declare_lost, self._place_pending, self._promote,
+                         self._forget_removed):
                 try:
                     await duty()
                 except CronrdError as exc:
@@ -463,7 +512,11 @@ class Cluster:
 
     def _place_soon(self) -> None:
         task = asyncio.get_running_loop().create_task(self._place_pending())
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+        def done(t: asyncio.Task) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                log.info("event=placement_failed error=\"%s\"", t.exception())
+        task.add_done_callback(done)
 
     async def _declare_lost(self) -> None:
         now = time.monotonic()
@@ -482,7 +535,8 @@ class Cluster:
             reason = (f"node {node} was not heard from for {timeout:g}s (node_timeout)"
                       if node in members else f"node {node} is no longer a member")
             log.warning("event=node_lost node=%s runs=%d reason=\"%s\"", node, count, reason)
-            await self.log.propose(C.NodeLost(node=node, at=self.clock.now(), reason=reason))
+            await self.log.propose_as_leader(C.NodeLost(node=node, at=self.clock.now(),
+                                                        reason=reason))
 
     async def _place_pending(self) -> None:
         if not self.node.is_leader:
@@ -509,7 +563,7 @@ class Cluster:
                 node = self.placement.pick(ready, f"{run['job']}/{run['fire_time']}/"
                                                   f"{run['attempt']}")
             self._assigning.add(run["run_id"])
-            proposals.append((run["run_id"], self.log.propose(C.AssignRun(
+            proposals.append((run["run_id"], self.log.propose_as_leader(C.AssignRun(
                 run_id=run["run_id"], node=node, at=self.clock.now()))))
         for run_id, fut in proposals:
             try:
@@ -518,6 +572,17 @@ class Cluster:
                 log.info("event=assign_failed run=%d error=\"%s\"", run_id, exc)
             finally:
                 self._assigning.discard(run_id)
+
+    async def _forget_removed(self) -> None:
+        """Finish a `cluster remove` whose second step (RemoveNode) did not
+        commit: a node record without membership, older than a minute (a
+        node being added has its record written just before it joins)."""
+        members = set(self._members())
+        now = self.clock.now()
+        for row in Q.nodes(self.conn):
+            if row["node"] not in members and now - (row.get("since") or now) > 60:
+                log.info("event=forget_removed node=%s", row["node"])
+                await self.log.propose_as_leader(C.RemoveNode(node=row["node"], at=now))
 
     async def _promote(self) -> None:
         raft = self.node.raft

@@ -70,6 +70,7 @@ class Daemon:
         self.waiters: dict[int, list[asyncio.Future]] = {}
         self.tasks: list[asyncio.Task] = []
         self.ready = False  # true once job files are loaded and the scheduler runs
+        self.announced = "up"
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare_dirs(self) -> None:
@@ -141,7 +142,8 @@ class Daemon:
             self.tasks.append(loop.create_task(self.scheduler.run()))
         else:
             await self._announce("up")
-            self.tasks.append(loop.create_task(self._watch_removal()))
+            self.tasks += [loop.create_task(self._watch_removal()),
+                           loop.create_task(self._keep_announced())]
         self.tasks += [loop.create_task(self.watcher.run()),
                        loop.create_task(self._housekeeping())]
         if self.notifier.watchdog_interval:
@@ -194,13 +196,17 @@ class Daemon:
     def _node_view(self):
         return local_node(self.config)
 
+    def _own_record(self) -> dict:
+        for row in Q.nodes(self.conn):
+            if row["node"] == self.config.node_id:
+                return row
+        return {}
+
     async def _announce(self, state: str) -> None:
         """Tell the cluster this node takes runs (up) or is stopping (draining)."""
         cfg = self.config
-        addr = None
-        for row in Q.nodes(self.conn):
-            if row["node"] == cfg.node_id:
-                addr = row.get("addr")
+        self.announced = state
+        addr = self._own_record().get("addr")
         if not addr:
             addr = format_address(cfg.cluster.members_dict().get(cfg.node_id,
                                                                   cfg.cluster.listen))
@@ -209,7 +215,17 @@ class Daemon:
                 node=cfg.node_id, state=state, addr=addr, tags=tuple(cfg.cluster.tags),
                 at=self.clock.now())), 5.0)
         except (CronrdError, asyncio.TimeoutError) as exc:
-            log.warning("event=announce_failed state=%s error=\"%s\"", state, exc)
+            log.warning("event=announce_failed state=%s error=\"%s\" retry=true", state, exc)
+
+    async def _keep_announced(self) -> None:
+        """The replicated record of this node says what it wants (an announce
+        lost in a leader change is made again)."""
+        while True:
+            await asyncio.sleep(1.0)
+            row = self._own_record()
+            if row.get("state") != self.announced or \
+                    sorted(row.get("tags") or ()) != sorted(self.config.cluster.tags):
+                await self._announce(self.announced)
 
     async def _watch_removal(self) -> None:
         await self.cluster.removed.wait()

@@ -127,12 +127,16 @@ class Executor:
         self.active: dict[int, ActiveRun] = {}
         self.gates: dict[float, Gate] = {}
         self.reports: set[asyncio.Task] = set()
-        self.accepting = True
+        # False until reconcile(): runs assigned meanwhile (a cluster applies
+        # entries while the daemon starts) are settled there, once, rather
+        # than started and then mistaken for leftovers of the last run.
+        self.accepting = False
         self.started_count = 0
         self._warned_user: set[str] = set()
         self._specs: dict[str, JobSpec | None] = {}
         self._identities: dict[tuple, dict] = {}
         self._dirs: set[str] = set()
+        self._reported: set[int] = set()  # results found in the outbox at start
         self.on_output: Callable[[int], None] | None = None
         me = pwd.getpwuid(os.geteuid())
         self._me = {"uid": me.pw_uid, "gid": os.getegid(), "home": me.pw_dir,
@@ -349,9 +353,14 @@ class Executor:
                   and not a.exited]
         remote = []
         if self.lease is not None:
+            run = act.run
+            # Runs of other fire times (or attempts) of the same job and target
+            # running elsewhere; a sibling of the same fire is no overlap.
             remote = [(rid, node) for rid, node in self.conn.execute(
-                "SELECT run_id, node FROM runs WHERE state='running' AND job=? AND node!=?",
-                (act.run["job"], self.node_id))]
+                "SELECT run_id, node FROM runs WHERE state IN ('pending','assigned','running')"
+                " AND state='running' AND job=? AND node!=? AND target=?"
+                " AND NOT (fire_time=? AND origin=?)",
+                (run["job"], self.node_id, run["target"], run["fire_time"], run["origin"]))]
         if not others and not remote:
             return None
         policy = act.spec.concurrency
@@ -363,6 +372,10 @@ class Executor:
             for other in others:
                 self._stop(other, "cancelled", f"replaced by run {act.run['run_id']} "
                                                "(concurrency: replace)")
+            for rid, _ in remote:
+                self._propose(C.CancelRun(run_id=rid, at=self.clock.now(),
+                                          reason=f"replaced by run {act.run['run_id']} "
+                                                 "(concurrency: replace)"))
         return None
 
     def _open_gate(self, gate: Gate) -> None:
@@ -593,6 +606,8 @@ class Executor:
             return 0
         items = self.outbox.pending()
         for item, cmd in items:
+            if isinstance(cmd, C.RunFinished):
+                self._reported.add(cmd.run_id)  # reconcile must not call it lost
             self._propose(cmd, None, item)
         return len(items)
 
@@ -641,7 +656,10 @@ class Executor:
         orphans = self._orphans()
         lost = started = 0
         waits = []
-        for run in Q.runs_for_node(self.conn, self.node_id, ("running", "assigned")):
+        runs = [r for r in Q.runs_for_node(self.conn, self.node_id, ("running", "assigned"))
+                if r["run_id"] not in self._reported]
+        self.accepting = True  # from here on, new assignments start as they come
+        for run in runs:
             path = os.path.join(self.config.log_dir, safe_dir_name(run["job"]),
                                 log_file_name(run))
             procs = list(orphans.get(path, []))

@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 from typing import Any, Awaitable, Callable
 
 from ..errors import CronrdError, RequestError
@@ -48,15 +49,17 @@ class PeerRPC:
         self.node_id = node_id
         self.transport = transport
         self.handlers = handlers
-        self._ids = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future] = {}
+        # Ids start at a random point: an answer meant for an earlier run of
+        # this daemon must not resolve a new request that reuses its id.
+        self._ids = itertools.count(int.from_bytes(os.urandom(7), "big"))
+        self._waiting: dict[tuple[str, int], asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
         self.stats = {"served": 0, "refused": 0, "calls": 0, "timeouts": 0}
 
     async def call(self, peer: str, method: str, args: dict, timeout: float = 5.0) -> Any:
         req = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
-        self._waiting[req] = fut
+        self._waiting[(peer, req)] = fut
         self.stats["calls"] += 1
         try:
             sent = self.transport.send(Message(
@@ -71,11 +74,11 @@ class PeerRPC:
             raise PeerUnavailable(f"node {peer} did not answer {method} within {timeout:g}s "
                                   "(down or cut off?)") from None
         finally:
-            self._waiting.pop(req, None)
+            self._waiting.pop((peer, req), None)
 
     def on_message(self, msg: Message) -> None:
         if msg.type == MsgType.RPC_RESP:
-            fut = self._waiting.get(msg.index)
+            fut = self._waiting.get((msg.frm, msg.index))  # only the peer asked
             if fut is None or fut.done():
                 return  # answered after its caller gave up
             try:

@@ -83,6 +83,7 @@ class RaftNode:
         self._read_seq = 0
         self._ticks = 0
         self.leader_changes = 0
+        self._snapshot_wanted = False
 
     # -- views --------------------------------------------------------------------
     @property
@@ -132,6 +133,12 @@ class RaftNode:
     def step(self, msg: Message) -> None:
         """Feed a message from the transport."""
         if self._stopped:
+            return
+        if msg.type == MsgType.APP and msg.index == 0 and not self.raft.conf.voters \
+                and self.raft.log.snap_index == 0:
+            # A joining node knows no membership yet, and the log from index 1
+            # does not carry the bootstrap one: it must start from a snapshot
+            # (leaders compact after adding a learner, see _handle).
             return
         try:
             self.raft.step(msg)
@@ -295,6 +302,12 @@ class RaftNode:
         if rd.snapshot is not None:
             self.sm.restore(rd.snapshot.data, rd.snapshot.meta.index)
             self._covered(rd.snapshot.meta.index)
+        if any(e.type == EntryType.CONF and e.data and
+               ConfChange.decode(e.data).type == ConfChangeType.ADD_LEARNER
+               for e in rd.committed):
+            # Whoever leads later must bring the new member up from a
+            # snapshot (it carries the membership; the log alone does not).
+            self._snapshot_wanted = True
         if rd.committed:
             applied = self.sm.applied_index
             batch = [(e.index, e.data) for e in rd.committed
@@ -365,7 +378,9 @@ class RaftNode:
         self.read_points = keep
 
     def _maybe_snapshot(self, loop) -> None:
-        if self.raft.applied - self.raft.log.snap_index >= self.snapshot_every:
+        if self._snapshot_wanted or \
+                self.raft.applied - self.raft.log.snap_index >= self.snapshot_every:
+            self._snapshot_wanted = False
             self.snapshot_now()
 
     def snapshot_now(self) -> None:
