@@ -5,8 +5,8 @@ leader may be away for a while. So every start and finish report is first
 written here (``data_dir/local.db``, not part of the replicated state), then
 proposed until the cluster has committed or refused it, then deleted. After
 a crash or restart the daemon proposes whatever is still here (guarantee 4:
-no result is lost). Writes of one loop turn share one transaction and one
-fsync, like the log's.
+no result is lost). Each report is one small transaction (fsynced) before it
+is proposed; deletions of committed reports are batched per loop turn.
 """
 
 from __future__ import annotations
