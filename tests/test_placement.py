@@ -29,9 +29,13 @@ def draining(node, *tags) -> NodeView:
     return NodeView(node, True, "draining", frozenset(tags), "draining (stopping)")
 
 
+def joining(node, *tags) -> NodeView:
+    return NodeView(node, True, "joining", frozenset(tags), "still joining")
+
+
 def unknown(node, *tags) -> NodeView:
-    return NodeView(node, True, "unknown", frozenset(tags),
-                    "has not announced itself yet (starting?)")
+    """An initial member that answers but has not announced itself yet."""
+    return NodeView(node, True, "unknown", frozenset(tags), "")
 
 
 class World:
@@ -98,9 +102,9 @@ def test_ties_rotate_by_fire_time_across_batches():
 @pytest.mark.parametrize("bad, why", [
     (down("b"), "b: no contact for 4.2s"),
     (draining("b"), "b: draining (stopping)"),
-    (unknown("b"), "b: has not announced itself yet (starting?)"),
+    (joining("b"), "b: still joining"),
 ])
-def test_unhealthy_draining_and_unannounced_nodes_are_never_chosen(bad, why):
+def test_unhealthy_draining_and_joining_nodes_are_never_chosen(bad, why):
     w = World([up("a"), bad])
     w.load("a", 5)  # a is busier, yet the only choice
     w.placement.begin()
@@ -113,11 +117,17 @@ def test_unhealthy_draining_and_unannounced_nodes_are_never_chosen(bad, why):
 
 
 def test_no_node_up_names_every_member_and_its_reason():
-    w = World([down("a", why="never reached"), draining("b"), unknown("c")])
+    w = World([down("a", why="never reached"), draining("b"), joining("c")])
     (skip,) = w.placement.choose(job(), T0)
     assert skip.node == ""
     assert skip.skip == ("no eligible node is up (a: never reached; b: draining (stopping); "
-                         "c: has not announced itself yet (starting?))")
+                         "c: still joining)")
+
+
+def test_an_initial_member_that_answers_takes_runs_before_it_announces_itself():
+    w = World([unknown("a"), draining("b")])
+    assert w.placement.choose(job(), T0) == [Choice("a", "", None)]
+    assert w.placement.eligible(job()) == ["a"]
 
 
 # -- run_on: node ids / tags ----------------------------------------------------------------
@@ -156,7 +166,7 @@ def test_run_on_tags_requires_every_tag():
 
 # -- run_on: all -----------------------------------------------------------------------------
 def test_run_on_all_is_one_choice_per_member_keyed_by_node():
-    w = World([up("a"), down("b"), draining("c"), up("d"), unknown("e")])
+    w = World([up("a"), down("b"), draining("c"), up("d"), joining("e")])
     w.load("a", 4)  # load does not matter: everyone runs it
     choices = w.placement.choose(job("all"), T0)
     assert [c.target for c in choices] == ["a", "b", "c", "d", "e"]
@@ -164,14 +174,13 @@ def test_run_on_all_is_one_choice_per_member_keyed_by_node():
     assert choices[3] == Choice("d", "d", None)
     assert choices[1] == Choice("", "b", "node b cannot run it: no contact for 4.2s")
     assert choices[2] == Choice("", "c", "node c cannot run it: draining (stopping)")
-    assert choices[4] == Choice("", "e", "node e cannot run it: has not announced itself "
-                                         "yet (starting?)")
+    assert choices[4] == Choice("", "e", "node e cannot run it: still joining")
 
 
 # -- eligible (retries of lost runs) -------------------------------------------------------------
 def test_eligible_lists_the_members_that_may_take_a_run_now():
     w = World([up("a", "ssd"), up("b"), down("c", "ssd"), draining("d", "ssd"),
-               unknown("e", "ssd")])
+               joining("e", "ssd")])
     assert w.placement.eligible(job()) == ["a", "b"]
     assert w.placement.eligible(job("all")) == ["a", "b"]
     assert w.placement.eligible(job("nodes", ["b", "c", "x"])) == ["b"]

@@ -497,3 +497,28 @@ def test_run_started_reported_twice_is_a_duplicate_not_a_cancel():
     assert again["duplicate"] is True and again["cancel"] is False
     assert not c.kinds("cancel")
     assert c.run(run_id)["state"] == "running"
+
+
+@pytest.mark.parametrize("policy", ["retry", "fail"])
+def test_a_lost_run_that_never_started_is_always_retried(policy):
+    """Fenced at its gate (the node vouches nothing ran): another attempt,
+    whatever on_node_loss and however many attempts were lost this way."""
+    c = Cluster()
+    c.put_on("a", on_node_loss=policy)
+    run_id = c.apply(C.ManualRun(job="j", node="a", at=T0 + 1))["run_id"]
+    for attempt in range(1, 5):
+        run = c.run(run_id)
+        assert run["attempt"] == attempt
+        res = c.apply(C.RunFinished(run_id=run_id, token=run["token"], node=run["node"],
+                                    state="lost", exit_code=None, signal=None,
+                                    started_at=None, finished_at=T0 + 2, log_path=None,
+                                    reason="fenced", not_started=True))
+        run_id = res["retry_run_id"]
+        assert run_id is not None and c.run(run_id)["state"] == "pending"
+        c.apply(C.AssignRun(run_id=run_id, node="b", at=T0 + 3))
+    # Without the node's word that nothing ran, the policy decides as before.
+    run = c.run(run_id)
+    res = c.apply(C.RunFinished(run_id=run_id, token=run["token"], node="b", state="lost",
+                                exit_code=None, signal=None, started_at=None,
+                                finished_at=T0 + 4, log_path=None, reason="gone"))
+    assert res["retry_run_id"] is None

@@ -257,7 +257,13 @@ class Cluster:
         self.clock = clock
         self.conn = machine.conn
         self.machine = machine
-        self.lease = cc.election_timeout
+        # How long a node keeps starting its committed runs without word from
+        # a leader. The leader declares a silent node's runs lost only after
+        # node_timeout; a node cut off with a deposed leader may hear that
+        # leader for two election timeouts more; a second covers delays and
+        # clock rates. Config keeps this at least one election timeout.
+        self.lease = max(cc.election_timeout,
+                         cc.node_timeout - 2 * cc.election_timeout - 1.0)
         self.stopping = False
         self.state = ReplicatedState(machine, config.data_dir)
         if machine.applied_index > 0 and not os.path.exists(config.raft_db):
@@ -409,8 +415,8 @@ class Cluster:
             if not healthy:
                 age = self.contact_age(node)
                 why = "never reached" if age is None else f"no contact for {age:.1f}s"
-            elif state != "up":
-                why = {"draining": "draining (stopping)",
+            elif state not in ("up", "unknown"):
+                why = {"draining": "draining (stopping)", "joining": "still joining",
                        "unknown": "has not announced itself yet (starting?)"}.get(
                            state, f"state {state}")
             views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why))
@@ -418,11 +424,10 @@ class Cluster:
 
     # -- the lease ------------------------------------------------------------------
     def lease_fresh(self) -> bool:
-        """May this node start a run now? Only while the leader it follows has
-        been heard within the lease (for the leader: while a quorum of voters
-        has been heard within it). A node cut off from the cluster stops
-        starting runs within one lease; the leader declares its runs lost
-        only after node_timeout, which config keeps at least twice as long."""
+        """May this node start a run now? Only while a leader has been heard
+        within the lease (for the leader: while a quorum of voters has been
+        heard within it). A node cut off from the cluster stops starting runs
+        within one lease, before the leader can have declared them lost."""
         now = time.monotonic()
         if self.node.is_leader:
             voters = self.node.raft.conf.voters

@@ -524,7 +524,7 @@ class Executor:
             self._propose(C.RunFinished(
                 run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
                 exit_code=None, signal=None, started_at=None, finished_at=finished,
-                log_path=None, reason=reason))
+                log_path=None, reason=reason, not_started=state == "lost"))
             return
         exit_code = rc if rc >= 0 else None
         sig = -rc if rc < 0 else None

@@ -26,6 +26,13 @@ from ..jobspec import JobSpec
 from ..state import queries as Q
 
 
+# A member takes runs when it answers and is up, or has no record yet (an
+# initial member still starting: its executor holds what it is given until
+# it has settled its state, so nothing is lost by assigning early). Joining
+# (still catching up) and draining (stopping) members get none.
+TAKES_RUNS = frozenset({"up", "unknown"})
+
+
 @dataclass(frozen=True)
 class Choice:
     node: str          # where it runs ("" for a skip)
@@ -72,10 +79,10 @@ class Placement:
                 return [Choice("", "", f"no eligible node: no member has tags "
                                        f"{', '.join(values)}")]
         if mode == "all":
-            return [Choice(n.id, n.id, None) if n.healthy and n.state == "up"
+            return [Choice(n.id, n.id, None) if n.healthy and n.state in TAKES_RUNS
                     else Choice("", n.id, f"node {n.id} cannot run it: {n.why_not}")
                     for n in members]
-        ready = [n for n in members if n.healthy and n.state == "up"]
+        ready = [n for n in members if n.healthy and n.state in TAKES_RUNS]
         if not ready:
             why = "; ".join(f"{n.id}: {n.why_not}" for n in members)
             return [Choice("", "", f"no eligible node is up ({why})")]
@@ -85,7 +92,7 @@ class Placement:
     def eligible(self, spec: JobSpec) -> list[str]:
         """The members that may take a run of ``spec`` now (for a retry)."""
         mode, values = spec.run_on.mode, spec.run_on.values
-        return [n.id for n in self.nodes() if n.healthy and n.state == "up" and (
+        return [n.id for n in self.nodes() if n.healthy and n.state in TAKES_RUNS and (
             (mode == "nodes" and n.id in values) or (mode == "tags" and set(values) <= n.tags)
             or mode in ("any", "all"))]
 

@@ -129,6 +129,9 @@ class RunFinished(Command):
     log_path: str | None
     reason: str | None = None
     pid: int | None = None
+    # The node vouches that nothing of the run started (fenced at its gate):
+    # a lost run that never ran is always given another attempt.
+    not_started: bool = False
 
 
 @dataclass(frozen=True)

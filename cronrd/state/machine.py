@@ -402,18 +402,25 @@ class StateMachine:
                               (cmd.pid, cmd.run_id))
         retry = self._finish(run, cmd.state, cmd.finished_at, reason=cmd.reason,
                              exit_code=cmd.exit_code, signal=cmd.signal,
-                             log_path=cmd.log_path, effects=effects, index=index)
+                             log_path=cmd.log_path, effects=effects, index=index,
+                             not_started=cmd.not_started and cmd.state == "lost")
         return {"state": cmd.state, "retry_run_id": retry}
 
     def _finish(self, run: dict, state: str, at: float, *, reason: str | None = None,
                 exit_code: int | None = None, signal: int | None = None,
-                log_path: str | None = None, effects, index: int | None = None) -> int | None:
-        """Move ``run`` to a final state and schedule a retry if policy says so."""
+                log_path: str | None = None, effects, index: int | None = None,
+                not_started: bool = False) -> int | None:
+        """Move ``run`` to a final state and schedule a retry if policy says so.
+
+        A lost run its node says never started is retried whatever the
+        policy: running it once is then neither a second run (at-most-once
+        holds) nor optional (at-least-once needs it)."""
         if state not in TRANSITIONS.get(run["state"], ()):
             raise Refused(f"run {run['run_id']} cannot go from {run['state']} to {state}")
         job = None if index is None or run["cancel_requested"] else self._job(run["job"])
         spec = job["spec"] if job is not None else {}
-        no_retry = state == "lost" and spec.get("on_node_loss", "retry") != "retry"
+        no_retry = state == "lost" and spec.get("on_node_loss", "retry") != "retry" \
+            and not not_started
         if job is not None and no_retry:
             note = f"not retried (on_node_loss: {spec['on_node_loss']})"
             base = reason if reason is not None else run["reason"]
@@ -432,7 +439,7 @@ class StateMachine:
         elif state not in ("failed", "timed_out"):
             return None
         attempt = run["attempt"] + 1
-        if attempt > allowed:
+        if attempt > allowed and not not_started:
             return None
         key = f"{run['job']}/{run['fire_time']}/{attempt}"
         delay = 0.0 if state == "lost" else retry_delay(
