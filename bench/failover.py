@@ -33,6 +33,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import time
 from collections import Counter, defaultdict
@@ -152,6 +153,17 @@ def log_problems(text: str) -> Counter:
     return counts
 
 
+def source_digest() -> str:
+    """A digest of the cronrd sources the daemons run (PYTHONPATH is the repo): the
+    figures belong to this code, and a change during the run is reported."""
+    import hashlib
+    h = hashlib.sha256()
+    for path in sorted((ROOT / "cronrd").rglob("*.py")):
+        h.update(str(path.relative_to(ROOT)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
 # ----------------------------------------------------------------------------- analysis
 
 class Analysis:
@@ -181,17 +193,21 @@ class Analysis:
         # Lateness: the first start of each fire (any attempt) minus its fire time.
         self.lateness_ms: list[float] = []
         self.lateness_failover_ms: list[float] = []
+        self.latest: list[tuple] = []   # the latest fires outside failovers
         for (job, t), recs in any_record.items():
             if not first <= t <= last:
                 continue
-            starts = [ts(r["started_at"]) for r in recs if r["started_at"]]
+            starts = [(ts(r["started_at"]), r["node"]) for r in recs if r["started_at"]]
             if not starts:
                 continue
-            late = (min(starts) - t) * 1000.0
+            start, node = min(starts)
+            late = (start - t) * 1000.0
             if any(k <= t <= k + EXCLUDE_AFTER_KILL for k in self.kills):
                 self.lateness_failover_ms.append(late)
             else:
                 self.lateness_ms.append(late)
+                self.latest.append((late, job, t, node))
+        self.latest = sorted(self.latest, reverse=True)[:5]
         self.states = Counter(r["state"] for r in runs)
         self.kinds = Counter(r["kind"] for r in runs)
         self.lost = [r for r in runs if r["state"] == "lost"]
@@ -440,6 +456,9 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true",
                     help="keep the daemons' temporary directories (logs, state)")
     args = ap.parse_args()
+    # SIGTERM (e.g. from `timeout`) unwinds like an error, so the daemons are stopped
+    # and their directories removed by the finally blocks.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     args.kills = args.kills or (3 if args.quick else 10)
     args.jobs = args.jobs or (30 if args.quick else 100)
     args.onehost_duration = args.onehost_duration or (30 if args.quick else 60)
@@ -450,7 +469,8 @@ def main() -> int:
           f"catchup all, concurrency allow); node_timeout {NODE_TIMEOUT}, election_timeout "
           f"{ELECTION_TIMEOUT}; LEAD {LEAD} s; {os.cpu_count()} CPUs; load "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; python "
-          f"{sys.version.split()[0]}", flush=True)
+          f"{sys.version.split()[0]}; cronrd sources {source_digest()}", flush=True)
+    src_start = source_digest()
     notes: list[str] = []
     solo = solo_info = None
     try:
@@ -539,6 +559,15 @@ def main() -> int:
         print(f"lateness p99 cluster (outside failovers) / one-host: {fmt(an.p(99), 2)} / "
               f"{fmt(solo.p(99), 2)} ms = {fmt(ratio, 2)}x {check(ratio <= TARGET_RATIO)} "
               f"(target <= {TARGET_RATIO:g}x)")
+    def since_kill(t: int) -> str:
+        before = [(t - k["kill_t"], k["n"]) for k in kills if k["kill_t"] <= t]
+        return f"{min(before)[0]:.1f} s after kill {min(before)[1]}" if before else "before kill 1"
+    for name, a in cols:
+        if a.latest:
+            print(f"latest fires outside failovers ({name}): " + ", ".join(
+                f"{late:.0f} ms {job}@{iso_utc(t)[11:]} on {node}"
+                + (f" ({since_kill(t)})" if a.kills else "")
+                for late, job, t, node in a.latest))
     if an.duplicates:
         print("duplicated: " + ", ".join(f"{j}@{iso_utc(t)}" for j, t in an.duplicates[:20]))
     if an.missed:
@@ -576,9 +605,14 @@ def main() -> int:
     for note in notes:
         print(note)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    src_end = source_digest()
+    if src_end != src_start:
+        print(f"WARNING: the cronrd sources changed during the run ({src_start} -> {src_end}): "
+              "daemons started before and after the change ran different code")
 
     result = {
-        "kills": args.kills, "jobs": args.jobs,
+        "kills": args.kills, "jobs": args.jobs, "source": src_end,
+        "source_changed": src_end != src_start,
         "gap_a_p50_s": round(a50, 3), "gap_a_max_s": round(amax, 3),
         "gap_b_p50_s": round(b50, 3), "gap_b_max_s": round(bmax, 3),
         "gap_b_floor_p50_s": round(pct([k["gap_b_floor"] for k in kills], 50), 3),
