@@ -335,7 +335,7 @@ def other_daemons(own: set[int]) -> list[str]:
 
 
 def run_cluster(args, base_note: list[str]):
-    c = Cluster(node_timeout=NODE_TIMEOUT, election_timeout=ELECTION_TIMEOUT,
+    c = Cluster(node_timeout=args.node_timeout, election_timeout=args.election_timeout,
                 first_ip=args.first_ip)
     names = [j["name"] for j in jobs_body(args.jobs)["jobs"]]
     kills: list[dict] = []
@@ -448,6 +448,11 @@ def main() -> int:
     ap.add_argument("--onehost-duration", type=int,
                     help="one-host measurement window s (default 60; --quick 30)")
     ap.add_argument("--skip-onehost", action="store_true")
+    ap.add_argument("--election-timeout", default=ELECTION_TIMEOUT,
+                    help=f"cluster.election_timeout (default {ELECTION_TIMEOUT}; cronrd's own "
+                         "default is 1s)")
+    ap.add_argument("--node-timeout", default=NODE_TIMEOUT,
+                    help=f"cluster.node_timeout (default {NODE_TIMEOUT})")
     ap.add_argument("--first-ip", type=int, default=121,
                     help="the nodes listen on 127.0.0.N, N+1, N+2 (default 121: away from "
                          "the addresses tests/ uses and cuts off with iptables)")
@@ -466,8 +471,8 @@ def main() -> int:
         raise SystemExit("--kills and --jobs must be positive")
 
     print(f"failover: {args.kills} leader kills, {args.jobs} jobs every second (true, "
-          f"catchup all, concurrency allow); node_timeout {NODE_TIMEOUT}, election_timeout "
-          f"{ELECTION_TIMEOUT}; LEAD {LEAD} s; {os.cpu_count()} CPUs; load "
+          f"catchup all, concurrency allow); node_timeout {args.node_timeout}, "
+          f"election_timeout {args.election_timeout}; LEAD {LEAD} s; {os.cpu_count()} CPUs; load "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; python "
           f"{sys.version.split()[0]}; cronrd sources {source_digest()}", flush=True)
     src_start = source_digest()

@@ -338,3 +338,32 @@ def test_unprivileged_user_without_a_home():
         assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_binary_makes_certificates_and_runs_a_tls_cluster_node(tmp_path):
+    # The cluster path (TLS transport, Raft, peer requests) from the binary:
+    # init-tls writes the certificates, and a one-member cluster elects
+    # itself over mutual TLS and runs a job.
+    tls = tmp_path / "tls"
+    res = run_bin("cluster", "init-tls", str(tls), "--nodes", "b1,b2", cache=tmp_path / "c")
+    assert res.returncode == 0, res.stdout + res.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    n = BinaryNode(node_id="b1", cluster={
+        "listen": f"127.0.0.1:{port}", "initial_members": {"b1": f"127.0.0.1:{port}"},
+        "tls": {"ca": str(tls / "ca.crt"), "cert": str(tls / "b1.crt"),
+                "key": str(tls / "b1.key")}})
+    try:
+        n.write_job("tick", {"schedule": "* * * * * *", "command": "true"})
+        n.start()
+        st = json.loads(n.cli("status", "--json").stdout)
+        assert st["role"] == "leader" and st["leader"] == "b1" and st["term"] >= 1
+        members = n.cli("cluster", "members", "--json")
+        assert members.returncode == 0, members.stderr
+        assert [m["id"] for m in json.loads(members.stdout)["members"]] == ["b1"]
+        n.wait_runs(lambda rs: any(r["state"] == "succeeded" for r in rs), job="tick",
+                    what="a run in the TLS cluster")
+        assert n.terminate() == 0
+    finally:
+        n.cleanup()
