@@ -50,7 +50,7 @@ class ClusterConfig:
     insecure: bool = False
     tags: tuple[str, ...] = ()
     node_timeout: float = 10.0       # leader declares a silent node's runs lost after this
-    election_timeout: float = 1.0    # base Raft election timeout, seconds
+    election_timeout: float = 0.5    # base Raft election timeout, seconds
 
     def __post_init__(self):  # a private sorted copy: nobody can change it afterwards
         object.__setattr__(self, "initial_members", types.MappingProxyType(
@@ -341,10 +341,10 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterCon
         except ScheduleError as exc:
             raise _err(path, f"cluster.{key}: {exc.message}") from None
 
-    election = duration("election_timeout", "1s")
+    election = duration("election_timeout", "500ms")
     if not MIN_ELECTION_TIMEOUT <= election <= MAX_ELECTION_TIMEOUT:
         raise _err(path, f"cluster.election_timeout must be between {MIN_ELECTION_TIMEOUT:g}s "
-                         f"and {MAX_ELECTION_TIMEOUT:g}s (got {election:g}s); the default 1s "
+                         f"and {MAX_ELECTION_TIMEOUT:g}s (got {election:g}s); the default 500ms "
                          "suits a LAN, raise it for slow or distant links")
     node_timeout = duration("node_timeout", "10s")
     # A node stops starting runs once it has not heard from a leader for one

@@ -114,7 +114,7 @@ def test_cluster_defaults():
                                 "c": ("10.0.0.3", 7000)}
     assert type(c.members_dict()) is dict and c.initial_members["b"] == ("10.0.0.2", 7000)
     assert c.join is False and c.tls is None and c.insecure is True
-    assert c.tags == () and c.node_timeout == 10.0 and c.election_timeout == 1.0
+    assert c.tags == () and c.node_timeout == 10.0 and c.election_timeout == 0.5
 
 
 def test_cluster_every_key_set(tmp_path):
@@ -206,7 +206,7 @@ def test_tls_file_missing_names_it_and_suggests_init_tls(tmp_path):
     ({"tags": "ssd"}, "cluster.tags must be a list of strings"),
     ({"tags": ["ssd", 3]}, "each entry of cluster.tags must be a non-empty string"),
     ({"tags": ["ssd", "ssd"]}, "cluster.tags lists 'ssd' twice"),
-    ({"node_timeout": "1s"}, "cluster.node_timeout must be at least 4s (got 1s): three "
+    ({"node_timeout": "1s"}, "cluster.node_timeout must be at least 2.5s (got 1s): three "
                              "election timeouts"),
     ({"election_timeout": "5s", "node_timeout": "9s"}, "cluster.node_timeout must be at "
                                                         "least 16s (got 9s)"),
