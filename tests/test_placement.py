@@ -111,6 +111,7 @@ def test_unhealthy_draining_and_joining_nodes_are_never_chosen(bad, why):
     assert {w.placement.choose(job(), T0 + i)[0].node for i in range(20)} == {"a"}
     # Alone, it is a skip that says why.
     w.views = [bad]
+    w.placement.begin()  # members are looked at once per batch
     (skip,) = w.placement.choose(job(), T0 + 50)
     assert skip.node == "" and skip.target == ""
     assert skip.skip == f"no eligible node is up ({why})"
@@ -160,6 +161,7 @@ def test_run_on_tags_requires_every_tag():
     assert skip == Choice("", "", "no eligible node: no member has tags ssd, gpu")
     # A tagged node that is down is not chosen; the reason names it.
     w.views = [up("a", "ssd"), draining("b", "ssd", "eu")]
+    w.placement.begin()  # members are looked at once per batch
     (skip,) = w.placement.choose(job("tags", ["eu"]), T0)
     assert skip.node == "" and "b: draining (stopping)" in skip.skip
 

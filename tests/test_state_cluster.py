@@ -522,3 +522,27 @@ def test_a_lost_run_that_never_started_is_always_retried(policy):
                                 exit_code=None, signal=None, started_at=None,
                                 finished_at=T0 + 4, log_path=None, reason="gone"))
     assert res["retry_run_id"] is None
+
+
+def test_node_lost_first_then_the_node_says_it_never_started_gives_a_retry():
+    """In a partition the leader's NodeLost commits before the cut-off node's
+    own report; with on_node_loss: fail NodeLost retries nothing, but the
+    node's word that nothing ran does."""
+    c = Cluster()
+    c.put_on("a", on_node_loss="fail")
+    run_id = c.apply(C.ManualRun(job="j", node="a", at=T0 + 1))["run_id"]
+    run = c.run(run_id)
+    assert c.apply(C.NodeLost(node="a", at=T0 + 5, reason="silent"))["retries"] == []
+    res = c.apply(C.RunFinished(run_id=run_id, token=run["token"], node="a", state="lost",
+                                exit_code=None, signal=None, started_at=None,
+                                finished_at=T0 + 6, log_path=None, reason="fenced",
+                                not_started=True))
+    assert res["duplicate"] is True
+    retry = c.run(res["retry_run_id"])
+    assert (retry["state"], retry["attempt"], retry["node"]) == ("pending", 2, None)
+    # Said again: still one retry.
+    again = c.apply(C.RunFinished(run_id=run_id, token=run["token"], node="a", state="lost",
+                                  exit_code=None, signal=None, started_at=None,
+                                  finished_at=T0 + 6, log_path=None, reason="fenced",
+                                  not_started=True))
+    assert again["retry_run_id"] is None

@@ -98,20 +98,23 @@ class ReplicatedState:
                     log.error("event=undecodable_entry index=%d error=\"%s\"", index, exc)
                     machine._set_meta("applied_index", index)
                     machine._chain(index, _Raw(data), "undecodable")
-                    results[index] = exc
+                    results[index] = Refused(str(exc))
                     continue
                 try:
                     result, eff = machine.apply(index, cmd)
                 except CronrdError as exc:
                     results[index] = exc
+                except apsw.Error:
+                    raise  # this node's disk, not the command: stop, do not diverge
                 except Exception as exc:
                     # A command apply cannot handle (wrong field types from a
                     # buggy or hostile proposer): refused alike on every node
                     # (apply has advanced the index and digest), never fatal.
                     log.error("event=command_failed index=%d op=%s error=%r", index,
                               cmd.op, exc)
-                    results[index] = StateError(f"command {cmd.op} at index {index} "
-                                                f"could not be applied: {exc}")
+                    results[index] = Refused(f"command {cmd.op} at index {index} could not "
+                                             f"be applied: {exc}; run the same cronrd "
+                                             "version on every node")
                 else:
                     results[index] = result
                     effects.extend(eff)
@@ -202,7 +205,8 @@ class RaftLog:
                         raise ERRORS.get(exc.kind, StateError)(str(exc)) from None
                 except PeerUnavailable as exc:
                     raise ProposalDropped(f"forwarded to the leader {leader}: {exc}; its "
-                                          "outcome is unknown") from None
+                                          "outcome is unknown: check `cronrd runs` before "
+                                          "trying again") from None
             if cl.stopping or loop.time() >= deadline:
                 raise NotLeader(node.leader or None)
             # No leader yet, a leader change, or a transfer in progress:
@@ -244,7 +248,6 @@ class _LeaderOnly:
 
     def __init__(self, log: RaftLog):
         self.propose = log.propose_as_leader
-        self.log = log
 
 
 class Cluster:
@@ -265,6 +268,7 @@ class Cluster:
         self.lease = max(cc.election_timeout,
                          cc.node_timeout - 2 * cc.election_timeout - 1.0)
         self.stopping = False
+        self.give_up_waiting = False
         self.state = ReplicatedState(machine, config.data_dir)
         if machine.applied_index > 0 and not os.path.exists(config.raft_db):
             raise StateError(
@@ -294,11 +298,13 @@ class Cluster:
         self.lead_since = 0.0
         self.was_member = self.node_id in self._members()
         self.removed = asyncio.Event()
+        self.fatal = asyncio.Event()  # the Raft node stopped on an error
         self._tasks: list[asyncio.Task] = []
         self._lead_task: asyncio.Task | None = None
         self._sched_task: asyncio.Task | None = None
         self._lost_proposed: dict[str, float] = {}
         self._assigning: set[int] = set()
+        self._placing = False
         self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
 
     @staticmethod
@@ -328,6 +334,7 @@ class Cluster:
         self._refresh_peers()
         await self.transport.start()
         await self.node.start()
+        self.node._task.add_done_callback(self._node_ended)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._watch_role())]
 
@@ -342,20 +349,29 @@ class Cluster:
         await self.transport.close()
         self.storage.close()
 
+    def _node_ended(self, task: asyncio.Task) -> None:
+        if not self.stopping and not task.cancelled():
+            log.error("event=raft_stopped error=%r hint=\"see the error above (storage?); the "
+                      "daemon exits so that systemd restarts it\"", task.exception())
+            self.fatal.set()
+
     async def wait_caught_up(self) -> None:
         """Return once this node has applied everything the cluster had
         committed when it asked (a ReadIndex through the leader)."""
         warned = False
         start = time.monotonic()
-        while not self.stopping:
+        while not self.stopping and not self.give_up_waiting:
             try:
                 await self.read_barrier()
                 return
             except CronrdError as exc:
                 if not warned and time.monotonic() - start > 10:
                     warned = True
-                    log.warning("event=waiting_for_cluster reason=\"%s\" hint=\"are a "
-                                "majority of initial_members running and reachable?\"", exc)
+                    hint = ("has `cronrd cluster add` been run for this node on a member?"
+                            if self.cc.join else "are a majority of initial_members running "
+                            "and reachable?")
+                    log.warning("event=waiting_for_cluster reason=\"%s\" hint=\"%s\"",
+                                exc, hint)
                 await asyncio.sleep(0.2)
 
     async def read_barrier(self) -> int:
@@ -446,6 +462,7 @@ class Cluster:
             if self.node.is_leader and not leading:
                 self.lead_since = time.monotonic()
                 self._lead_task = asyncio.get_running_loop().create_task(self._lead())
+                self._lead_task.add_done_callback(self._lead_ended)
             elif not self.node.is_leader and leading:
                 self._stop_leading()
             members = self._members()
@@ -463,7 +480,25 @@ class Cluster:
                 self._refresh_peers()
             await asyncio.sleep(0.05)
 
+    def _lead_ended(self, task: asyncio.Task) -> None:
+        """A leader's duties must not die quietly: log it, and let the role
+        watcher start them again (while this node still leads)."""
+        if task.cancelled() or task is not self._lead_task:
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("event=leader_duties_failed error=%r (restarting them)", exc)
+        self._stop_leading()
+
+    def _sched_ended(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None and \
+                task is self._sched_task:
+            log.error("event=scheduler_failed error=%r (restarting it)", task.exception())
+            self._stop_leading()
+
     def _stop_leading(self) -> None:
+        self._assigning.clear()
+        self._placing = False
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
@@ -490,6 +525,7 @@ class Cluster:
         self.scheduler = sched
         sched.start()
         self._sched_task = asyncio.get_running_loop().create_task(sched.run())
+        self._sched_task.add_done_callback(self._sched_ended)
         log.info("event=leading node=%s term=%d jobs=%d", self.node_id, self.node.raft.term,
                  len(sched.entries))
         while not self.stopping and self.node.is_leader:
@@ -512,10 +548,12 @@ class Cluster:
                 self.scheduler.started = False
                 self.scheduler.entries.clear()
                 self.scheduler.start()
-            elif eff.kind == "pending" and self.node.is_leader:
+            elif eff.kind == "pending" and self.node.is_leader and not self._placing:
+                self._placing = True  # one placement pass for a burst of pending runs
                 asyncio.get_running_loop().call_soon(self._place_soon)
 
     def _place_soon(self) -> None:
+        self._placing = False
         task = asyncio.get_running_loop().create_task(self._place_pending())
 
         def done(t: asyncio.Task) -> None:
@@ -552,12 +590,25 @@ class Cluster:
         self.placement.begin()
         proposals = []
         specs: dict[str, list[str]] = {}
+        members = set(self._members())
         for run in runs:
             if run["job"] not in specs:
                 job = self.machine._job(run["job"])
-                specs[run["job"]] = [] if job is None else self.placement.eligible(
-                    JobSpec.from_dict(job["spec"], source=job["source"]))
+                spec = None if job is None else JobSpec.from_dict(job["spec"],
+                                                                  source=job["source"])
+                specs[run["job"]] = [] if spec is None else self.placement.eligible(spec)
+                if spec is not None and spec.run_on.mode == "nodes" and \
+                        not members & set(spec.run_on.values):
+                    specs[run["job"]] = None  # no listed node is a member any more
             ready = specs[run["job"]]
+            gone = (run["target"] and run["target"] not in members) or ready is None
+            if gone:
+                # It can never be placed: say so rather than wait for ever.
+                self._assigning.add(run["run_id"])
+                proposals.append((run["run_id"], self.log.propose_as_leader(C.CancelRun(
+                    run_id=run["run_id"], at=self.clock.now(),
+                    reason="no member can run it any more (its node was removed)"))))
+                continue
             if run["target"]:
                 if run["target"] not in ready:
                     continue  # a per-node run waits for its node
@@ -655,7 +706,8 @@ class Cluster:
     async def _rpc_admin(self, frm: str, args: dict) -> dict:
         method = args.pop("_method", None)
         if method not in ("cluster_add", "cluster_remove", "cluster_transfer_leader"):
-            raise RequestError("unknown membership request")
+            raise RequestError(f"unknown membership request {method!r}; run the same cronrd "
+                               "version on every node")
         if not self.node.is_leader:
             raise NotLeader(self.node.leader or None)
         return await getattr(self, "_" + method)(args)
@@ -675,10 +727,9 @@ class Cluster:
         await self.log.propose(C.NodeInfo(node=node, state="joining", addr=address, tags=(),
                                           at=self.clock.now()))
         self._refresh_peers()
+        # Applying it makes every node snapshot (see RaftNode._handle): the new
+        # member starts from a snapshot, which carries the membership.
         await self.node.change_membership(ConfChangeType.ADD_LEARNER, node)
-        # The new member must start from a snapshot (it carries the
-        # membership, which the log alone does not: see snapshot_now).
-        self.node.snapshot_now()
         self._refresh_peers()
         return {"node": node, "address": address, "role": "learner",
                 "hint": "it runs jobs once it has caught up and announced itself; it is "
@@ -752,7 +803,7 @@ class Cluster:
 
     async def _rpc_read_log(self, frm: str, args: dict) -> dict:
         if self.read_log is None:
-            raise RequestError("this node is still starting")
+            raise RequestError("this node is still starting; retry in a few seconds")
         return self.read_log(int(args["run_id"]), int(args.get("offset", 0)))
 
     async def call(self, node: str, method: str, args: dict, timeout: float = 5.0) -> Any:

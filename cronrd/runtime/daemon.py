@@ -71,6 +71,7 @@ class Daemon:
         self.tasks: list[asyncio.Task] = []
         self.ready = False  # true once job files are loaded and the scheduler runs
         self.announced = "up"
+        self.exit_code = 0
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare_dirs(self) -> None:
@@ -120,6 +121,9 @@ class Daemon:
             await self.cluster.start()
             # Caught up with the cluster before acting on the state.
             await self.cluster.wait_caught_up()
+            if self.stop_event.is_set():  # SIGTERM while waiting for the cluster
+                await self._shutdown()
+                return self.exit_code
         # Job files first: runs left from before the restart are settled
         # against the current definitions (a fixed or deleted file counts).
         await self.watcher.reload()
@@ -164,7 +168,7 @@ class Daemon:
                   "Stop with Ctrl-C.\n", file=sys.stderr, flush=True)
         await self.stop_event.wait()
         await self._shutdown()
-        return 0
+        return self.exit_code
 
     # -- @reboot: once per host boot, as Debian's cron does it ----------------------
     @staticmethod
@@ -228,18 +232,29 @@ class Daemon:
                 await self._announce(self.announced)
 
     async def _watch_removal(self) -> None:
-        await self.cluster.removed.wait()
+        removed = asyncio.ensure_future(self.cluster.removed.wait())
+        fatal = asyncio.ensure_future(self.cluster.fatal.wait())
+        try:
+            await asyncio.wait([removed, fatal], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            removed.cancel()
+            fatal.cancel()
+        if self.cluster.fatal.is_set():
+            self.exit_code = 1
         self.request_stop()
 
     def request_stop(self) -> None:
         if self.stop_event is not None:
             self.stop_event.set()
+        if getattr(self, "cluster", None) is not None:
+            self.cluster.give_up_waiting = True  # SIGTERM while waiting for a quorum
 
     async def _shutdown(self) -> None:
         cfg = self.config
         log.info("event=stopping mode=%s grace_s=%g", cfg.shutdown_mode, cfg.shutdown_grace)
         self.notifier.stopping()
-        if self.cluster is not None and not self.cluster.removed.is_set():
+        if self.cluster is not None and self.ready and not self.cluster.removed.is_set() \
+                and not self.cluster.fatal.is_set():
             await self._hand_over()
         if self.scheduler is not None:
             self.scheduler.stop()

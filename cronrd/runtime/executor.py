@@ -192,8 +192,21 @@ class Executor:
 
     def _prepare_timer(self, run: dict) -> None:
         self.timers.pop(run["run_id"], None)
-        if self.accepting:
+        if self.accepting and self._still_mine([run]).get(run["run_id"], True):
             self.prepare(run)
+
+    def _still_mine(self, runs: list[dict]) -> dict[int, bool]:
+        """In a cluster: is each run still assigned here, with the same token?
+        (A snapshot from the leader may have replaced the state meanwhile,
+        without the effects that would have told us.)"""
+        if self.lease is None or not runs:
+            return {}
+        ids = [r["run_id"] for r in runs]
+        now = {rid: (state, node, token) for rid, state, node, token in self.conn.execute(
+            f"SELECT run_id, state, node, token FROM runs WHERE run_id IN "
+            f"({','.join('?' * len(ids))})", ids)}
+        return {r["run_id"]: now.get(r["run_id"]) == ("assigned", self.node_id, r["token"])
+                for r in runs}
 
     # -- starting -------------------------------------------------------------
     def _job_spec(self, name: str) -> JobSpec | None:
@@ -389,8 +402,13 @@ class Executor:
         if fenced:
             log.warning("event=runs_fenced count=%d reason=\"no fresh lease from the leader "
                         "(cut off from the cluster?)\"", len(gate.runs))
+        mine = self._still_mine([a.run for a in gate.runs])
         for act in gate.runs:
             if act.exited or act.stop_state is not None:
+                continue
+            if not mine.get(act.run["run_id"], True):
+                act.stop_state, act.stop_reason = "final", "no longer assigned here"
+                signal_tree(act.pid, [], signal.SIGKILL)  # still waiting: nothing ran
                 continue
             if fenced:
                 # Not heard from the leader within the lease: the leader may
@@ -591,7 +609,8 @@ class Executor:
 
     def _propose(self, cmd: C.Command, act: ActiveRun | None = None,
                  item: int | None = None) -> None:
-        if self.outbox is not None and item is None:
+        if self.outbox is not None and item is None and isinstance(cmd, C.RunFinished):
+            # Results only: a lost start report is settled by reconcile.
             try:
                 item = self.outbox.add(cmd)
             except Exception as exc:  # still proposed; only the crash safety is lost
@@ -761,6 +780,19 @@ class Executor:
             os.close(gate.wfd)
             os.close(gate.rfd)
         self.gates.clear()
+        if self.lease is not None:
+            # In a cluster, runs not started yet go back to the leader (they
+            # never ran here), to be placed on a node that is up.
+            now = self.clock.now()
+            for run in Q.runs_for_node(self.conn, self.node_id, ("assigned",)):
+                act = self.active.get(run["run_id"])
+                if act is None or not act.started:
+                    self._propose(C.RunFinished(
+                        run_id=run["run_id"], token=run["token"], node=self.node_id,
+                        state="lost", exit_code=None, signal=None, started_at=None,
+                        finished_at=now, log_path=None, not_started=True,
+                        reason=f"node {self.node_id} stopped before the run was due; "
+                               "placed on another node"))
         live = [a for a in self.active.values() if a.started and not a.exited]
         if live:
             log.info("event=shutdown_runs mode=%s running=%d grace_s=%g", mode, len(live), grace)

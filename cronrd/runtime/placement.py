@@ -54,10 +54,18 @@ class Placement:
         self.conn = conn
         self.nodes = nodes
         self._load: dict[str, int] | None = None
+        self._members: list[NodeView] | None = None
 
     def begin(self) -> None:
-        """Count each node's runs afresh (call once per batch of fires)."""
+        """Look at the members and count their runs afresh (call once per
+        batch of fires, not once per fire)."""
         self._load = None
+        self._members = None
+
+    def _views(self) -> list[NodeView]:
+        if self._members is None:
+            self._members = self.nodes()
+        return self._members
 
     def _loads(self) -> dict[str, int]:
         if self._load is None:
@@ -66,7 +74,7 @@ class Placement:
 
     def choose(self, spec: JobSpec, fire_time: int) -> list[Choice]:
         mode, values = spec.run_on.mode, spec.run_on.values
-        members = self.nodes()
+        members = self._views()
         if mode == "nodes":
             members = [n for n in members if n.id in values]
             if not members:
@@ -92,7 +100,7 @@ class Placement:
     def eligible(self, spec: JobSpec) -> list[str]:
         """The members that may take a run of ``spec`` now (for a retry)."""
         mode, values = spec.run_on.mode, spec.run_on.values
-        return [n.id for n in self.nodes() if n.healthy and n.state in TAKES_RUNS and (
+        return [n.id for n in self._views() if n.healthy and n.state in TAKES_RUNS and (
             (mode == "nodes" and n.id in values) or (mode == "tags" and set(values) <= n.tags)
             or mode in ("any", "all"))]
 

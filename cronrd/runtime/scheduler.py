@@ -21,7 +21,6 @@ import logging
 from dataclasses import dataclass
 
 from ..config import Config
-from ..errors import CronrdError
 from ..jobspec import JobSpec
 from ..schedule import Trigger, jitter_for, make_trigger, parse_schedule, plan_catchup
 from ..state import commands as C
@@ -37,6 +36,7 @@ MAX_SLEEP = 5.0        # re-read the wall clock at least this often (clock steps
 JUMP = 5.0             # a fire this far behind the clock is caught up, not fired
 RETRY_DELAY = 0.5      # seconds before a fire that failed to commit is proposed again
 MAX_SKIP_RECORDS = 100  # beyond this many missed fires, one gap record sums them up
+RECENT_CURSOR = 60.0   # seconds: a new leader completes a run_on: all fire this recent
 
 
 def local_node(config: Config) -> NodeView:
@@ -131,7 +131,20 @@ class Scheduler:
         names = [n for (n,) in self.conn.execute("SELECT name FROM jobs ORDER BY name")]
         for name in names:
             self.refresh(name, startup=True)
+        self._complete_last_fires()
         self.wake()
+
+    def _complete_last_fires(self) -> None:
+        """``run_on: all`` makes one Fire per node: a leader that died between
+        them left the cursor at that fire time with some nodes' runs missing.
+        A new leader proposes the cursor's fire again; the ones that exist are
+        refused by the run key. Only for a recent cursor: records of an old
+        one may have been pruned, and it must not run again."""
+        now = self.clock.now()
+        for name, entry in self.entries.items():
+            if entry.spec.run_on.mode == "all" and entry.trigger.schedule.kind != "reboot" \
+                    and entry.active and 0 < now - entry.cursor <= RECENT_CURSOR:
+                self._fire(name, entry, entry.cursor)
 
     def refresh(self, name: str, startup: bool = False) -> None:
         """(Re)build a job's heap entry from the replicated state.
@@ -143,8 +156,9 @@ class Scheduler:
         old = self.entries.get(name)
         try:
             entry = self._load(name)
-        except CronrdError as exc:  # a spec that no longer parses (should not happen)
-            log.error("event=job_unschedulable job=%s error=\"%s\"", name, exc)
+        except Exception as exc:  # a spec this version cannot use (newer node, bug)
+            log.error("event=job_unschedulable job=%s error=\"%s\" hint=\"run the same "
+                      "cronrd version on every node\"", name, exc)
             entry = None
         if entry is None:
             self.entries.pop(name, None)

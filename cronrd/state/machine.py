@@ -384,8 +384,13 @@ class StateMachine:
         run = self._get_run(cmd.run_id)
         if run["state"] == cmd.state and run["state"] not in TRANSITIONS and (
                 run["token"], run["node"]) == (cmd.token, cmd.node):
-            # The same report again (a forwarded proposal retried after a timeout).
-            return {"state": run["state"], "duplicate": True}
+            # The same report again (a forwarded proposal retried after a timeout),
+            # or the node's own word after the leader declared the run lost.
+            out = {"state": run["state"], "duplicate": True}
+            if cmd.state == "lost" and cmd.not_started:
+                out["retry_run_id"] = self._retry_never_started(index, run, cmd.finished_at,
+                                                                effects)
+            return out
         if run["token"] != cmd.token or run["state"] not in TRANSITIONS:
             # Stale attempt or already final: keep as history, do not overwrite.
             self.conn.execute(
@@ -405,6 +410,24 @@ class StateMachine:
                              log_path=cmd.log_path, effects=effects, index=index,
                              not_started=cmd.not_started and cmd.state == "lost")
         return {"state": cmd.state, "retry_run_id": retry}
+
+    def _retry_never_started(self, index: int, run: dict, at: float, effects) -> int | None:
+        """A run declared lost (node silent) whose node now says it never
+        started: give it its next attempt if nothing else did (the policy may
+        have kept a lost run from being retried; one that never ran is)."""
+        if self._job(run["job"]) is None:
+            return None
+        for _ in self.conn.execute(
+                "SELECT 1 FROM runs WHERE job=? AND origin=? AND fire_time=? AND target=? "
+                "AND attempt=?", (run["job"], run["origin"], run["fire_time"], run["target"],
+                                  run["attempt"] + 1)):
+            return None
+        new = self._insert_run(index, job=run["job"], origin=run["origin"], kind="retry",
+                               fire_time=run["fire_time"], attempt=run["attempt"] + 1,
+                               state="pending", node=None, due_at=at, at=at,
+                               target=run["target"])
+        effects.append(Effect("pending", run=new))
+        return new["run_id"]
 
     def _finish(self, run: dict, state: str, at: float, *, reason: str | None = None,
                 exit_code: int | None = None, signal: int | None = None,
