@@ -266,3 +266,14 @@ def test_one_node_data_dir_is_not_switched_to_a_cluster_in_place(node):
         assert "fresh data_dir" in node.daemon_log()
     finally:
         c.cleanup()
+
+
+def test_sigterm_while_waiting_for_a_quorum_stops_the_daemon(cluster):
+    c = cluster()
+    a = c["a"]
+    a.start(wait=False)  # b and c never start: no quorum, no leader
+    wait_for(lambda: a.call("status", timeout=2)["ready"] is False, 20,
+             what="socket answering while waiting", on_fail=a.daemon_log)
+    assert a.call("status")["role"] in ("follower", "candidate")
+    assert a.terminate(timeout=30) == 0
+    assert "event=stopped" in a.daemon_log()
