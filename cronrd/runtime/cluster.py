@@ -57,6 +57,12 @@ ERRORS = {"Refused": Refused, "StateError": StateError, "UsageError": UsageError
           "RequestError": RequestError, "ProposalDropped": ProposalDropped}
 
 
+def local_error(exc: PeerError, default: type = RequestError) -> CronrdError:
+    """A peer's error, as the same kind of error here (a refusal stays a
+    refusal, so callers treat forwarded and local proposals alike)."""
+    return ERRORS.get(exc.kind, default)(str(exc))
+
+
 class _Raw:
     """An undecodable entry, folded into the digest like any command."""
 
@@ -202,7 +208,7 @@ class RaftLog:
                                              timeout=FORWARD_TIMEOUT)
                 except PeerError as exc:
                     if exc.kind != "NotLeader":
-                        raise ERRORS.get(exc.kind, StateError)(str(exc)) from None
+                        raise local_error(exc, StateError) from None
                 except PeerUnavailable as exc:
                     raise ProposalDropped(f"forwarded to the leader {leader}: {exc}; its "
                                           "outcome is unknown: check `cronrd runs` before "
@@ -700,7 +706,7 @@ class Cluster:
                 return await self.rpc.call(leader, method, {**args, "_method": method},
                                            timeout=30.0)
             except PeerError as exc:
-                raise ERRORS.get(exc.kind, RequestError)(str(exc)) from None
+                raise local_error(exc) from None
         return await getattr(self, "_" + method)(args)
 
     async def _rpc_admin(self, frm: str, args: dict) -> dict:
@@ -810,4 +816,4 @@ class Cluster:
         try:
             return await self.rpc.call(node, method, args, timeout=timeout)
         except PeerError as exc:
-            raise ERRORS.get(exc.kind, RequestError)(str(exc)) from None
+            raise local_error(exc) from None

@@ -22,7 +22,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
-from ..jobspec import JobSpec
+from ..jobspec import JobSpec, RunOn
 from ..state import queries as Q
 
 
@@ -31,6 +31,15 @@ from ..state import queries as Q
 # it has settled its state, so nothing is lost by assigning early). Joining
 # (still catching up) and draining (stopping) members get none.
 TAKES_RUNS = frozenset({"up", "unknown"})
+
+
+def fits(run_on: RunOn, node: NodeView) -> bool:
+    """Does ``run_on`` allow this node at all (up or not)?"""
+    if run_on.mode == "nodes":
+        return node.id in run_on.values
+    if run_on.mode == "tags":
+        return set(run_on.values) <= node.tags
+    return True
 
 
 @dataclass(frozen=True)
@@ -74,18 +83,13 @@ class Placement:
 
     def choose(self, spec: JobSpec, fire_time: int) -> list[Choice]:
         mode, values = spec.run_on.mode, spec.run_on.values
-        members = self._views()
-        if mode == "nodes":
-            members = [n for n in members if n.id in values]
-            if not members:
-                return [Choice("", "", f"no eligible node: run_on {', '.join(values)} names "
-                                       "no member of the cluster")]
-        elif mode == "tags":
-            need = set(values)
-            members = [n for n in members if need <= n.tags]
-            if not members:
-                return [Choice("", "", f"no eligible node: no member has tags "
-                                       f"{', '.join(values)}")]
+        members = [n for n in self._views() if fits(spec.run_on, n)]
+        if not members and mode == "nodes":
+            return [Choice("", "", f"no eligible node: run_on {', '.join(values)} names "
+                                   "no member of the cluster")]
+        if not members and mode == "tags":
+            return [Choice("", "", f"no eligible node: no member has tags "
+                                   f"{', '.join(values)}")]
         if mode == "all":
             return [Choice(n.id, n.id, None) if n.healthy and n.state in TAKES_RUNS
                     else Choice("", n.id, f"node {n.id} cannot run it: {n.why_not}")
@@ -99,10 +103,8 @@ class Placement:
 
     def eligible(self, spec: JobSpec) -> list[str]:
         """The members that may take a run of ``spec`` now (for a retry)."""
-        mode, values = spec.run_on.mode, spec.run_on.values
-        return [n.id for n in self._views() if n.healthy and n.state in TAKES_RUNS and (
-            (mode == "nodes" and n.id in values) or (mode == "tags" and set(values) <= n.tags)
-            or mode in ("any", "all"))]
+        return [n.id for n in self._views()
+                if n.healthy and n.state in TAKES_RUNS and fits(spec.run_on, n)]
 
     def pick(self, candidates: list[str], key: str) -> str:
         load = self._loads()

@@ -26,7 +26,7 @@ from ..schedule import Trigger, jitter_for, make_trigger, parse_schedule, plan_c
 from ..state import commands as C
 from ..state.machine import Effect, Refused
 from .clock import Clock
-from .placement import NodeView, Placement
+from .placement import NodeView, Placement, fits
 
 log = logging.getLogger("cronrd.scheduler")
 
@@ -52,12 +52,9 @@ def reboot_fires(conn, node: NodeView, boot_time: int, now: float) -> list[C.Fir
         spec = JobSpec.from_dict(json.loads(text), source=source)
         if parse_schedule(spec.schedule).kind != "reboot":
             continue
-        mode, values = spec.run_on.mode, spec.run_on.values
-        skip = None
-        if mode == "nodes" and node.id not in values:
-            skip = f"no eligible node: run_on {', '.join(values)} does not include {node.id}"
-        elif mode == "tags" and not set(values) <= node.tags:
-            skip = f"no eligible node: {node.id} does not have tags {', '.join(values)}"
+        skip = None if fits(spec.run_on, node) else (
+            f"no eligible node: {node.id} does not match run_on ({spec.run_on.mode}: "
+            f"{', '.join(spec.run_on.values)})")
         fires.append(C.Fire(job=name, fire_time=boot_time, kind="scheduled", node=node.id,
                             due_at=now, at=now, boot=True, skip_reason=skip,
                             target=node.id))  # one per node and boot
