@@ -50,6 +50,7 @@ log = logging.getLogger("cronrd.cluster")
 
 TICK = 0.05              # seconds per Raft tick (heartbeats go out every tick)
 DUTY_INTERVAL = 0.25     # the leader's housekeeping: node loss, placement, promotion
+ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
 FORWARD_TIMEOUT = 5.0    # a forwarded proposal without an answer: outcome unknown
 PROPOSE_DEADLINE = 10.0  # how long a proposal waits for a leader to exist
 MAX_VOTERS = 5
@@ -266,11 +267,12 @@ class Cluster:
         self.clock = clock
         self.conn = machine.conn
         self.machine = machine
-        # How long a node keeps starting its committed runs without word from
-        # a leader. The leader declares a silent node's runs lost only after
-        # node_timeout; a node cut off with a deposed leader may hear that
-        # leader for two election timeouts more; a second covers delays and
-        # clock rates. Config keeps this at least one election timeout.
+        # How long a node keeps starting its committed runs after its last
+        # round trip with a leader. The leader declares a node's runs lost
+        # only after it has not answered for node_timeout. Two election
+        # timeouts and a second are kept in hand for message delays, clock
+        # rates and a leader change in between. Config keeps this at least
+        # one election timeout.
         self.lease = max(cc.election_timeout,
                          cc.node_timeout - 2 * cc.election_timeout - 1.0)
         self.stopping = False
@@ -300,7 +302,11 @@ class Cluster:
         self.state.listeners.append(effects)
         self.placement = Placement(self.conn, self.node_views)
         self.scheduler: Scheduler | None = None
-        self.leader_contact = 0.0      # monotonic: last message from the current leader
+        # Both directions proven (monotonic times): a follower's last ReadIndex
+        # round trip through a leader (its lease), and, on the leader, each
+        # peer's last answer to what the leader sent (health, node loss).
+        self.leader_contact = 0.0
+        self.acked: dict[str, float] = {}
         self.lead_since = 0.0
         self.was_member = self.node_id in self._members()
         self.removed = asyncio.Event()
@@ -342,7 +348,8 @@ class Cluster:
         await self.node.start()
         self.node._task.add_done_callback(self._node_ended)
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._watch_role())]
+        self._tasks = [loop.create_task(self._watch_role()),
+                       loop.create_task(self._renew_lease())]
 
     async def stop(self) -> None:
         self.stopping = True
@@ -389,9 +396,8 @@ class Cluster:
             self.rpc.on_message(msg)
             return
         self.node.step(msg)
-        if msg.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP) and \
-                msg.frm == self.node.leader:
-            self.leader_contact = time.monotonic()
+        if msg.type in ACKS:
+            self.acked[msg.frm] = time.monotonic()
 
     # -- membership views -----------------------------------------------------------
     def _members(self) -> list[str]:
@@ -417,14 +423,23 @@ class Cluster:
         self.transport.set_peers(peers)
 
     def contact_age(self, node: str) -> float | None:
+        """Seconds since any frame came from ``node`` (for display)."""
         if node == self.node_id:
             return 0.0
         last = self.transport.last_contact(node)
         return None if last is None else time.monotonic() - last
 
+    def ack_age(self, node: str) -> float | None:
+        """Seconds since ``node`` last answered this leader: proof that traffic
+        flows both ways (a node that can send but not receive does not count)."""
+        if node == self.node_id:
+            return 0.0
+        last = self.acked.get(node)
+        return None if last is None else time.monotonic() - last
+
     def healthy(self, node: str) -> bool:
-        age = self.contact_age(node)
-        return age is not None and age < max(self.lease, 1.0)
+        age = self.ack_age(node)
+        return age is not None and age < max(self.cc.election_timeout, 1.0)
 
     def node_views(self) -> list[NodeView]:
         rows = {r["node"]: r for r in Q.nodes(self.conn)}
@@ -435,8 +450,8 @@ class Cluster:
             healthy = self.healthy(node)
             why = ""
             if not healthy:
-                age = self.contact_age(node)
-                why = "never reached" if age is None else f"no contact for {age:.1f}s"
+                age = self.ack_age(node)
+                why = "never reached" if age is None else f"no answer for {age:.1f}s"
             elif state not in ("up", "unknown"):
                 why = {"draining": "draining (stopping)", "joining": "still joining",
                        "unknown": "has not announced itself yet (starting?)"}.get(
@@ -446,19 +461,35 @@ class Cluster:
 
     # -- the lease ------------------------------------------------------------------
     def lease_fresh(self) -> bool:
-        """May this node start a run now? Only while a leader has been heard
-        within the lease (for the leader: while a quorum of voters has been
-        heard within it). A node cut off from the cluster stops starting runs
-        within one lease, before the leader can have declared them lost."""
+        """May this node start a run now? Only within one lease of its last
+        ReadIndex round trip through a leader (for the leader: while a quorum
+        of voters has answered it within the lease). Round trips, not any
+        message: a node the leader cannot hear from must not keep a lease.
+        A node cut off stops starting runs before the leader can have
+        declared them lost (see the lease's definition above)."""
         now = time.monotonic()
         if self.node.is_leader:
             voters = self.node.raft.conf.voters
-            heard = sum(1 for v in voters if v == self.node_id or (
-                (lc := self.transport.last_contact(v)) is not None and now - lc < self.lease))
+            heard = sum(1 for v in voters if (a := self.ack_age(v)) is not None
+                        and a < self.lease)
             return heard >= len(voters) // 2 + 1
         # During an election the leader is unknown, but what it committed
-        # stands: the lease runs from the last message of a leader.
+        # stands: the lease runs from the last round trip with a leader.
         return now - self.leader_contact < self.lease
+
+    async def _renew_lease(self) -> None:
+        """On a follower: a ReadIndex round trip through the leader every
+        quarter lease; the lease counts from when the request was sent."""
+        interval = min(0.25, self.lease / 4)
+        while not self.stopping:
+            if not self.node.is_leader and self.node.leader:
+                sent = time.monotonic()
+                try:
+                    await asyncio.wait_for(self.node.read_barrier(), self.lease)
+                    self.leader_contact = max(self.leader_contact, sent)
+                except (CronrdError, asyncio.TimeoutError):
+                    pass
+            await asyncio.sleep(interval)
 
     # -- leadership -----------------------------------------------------------------
     async def _watch_role(self) -> None:
@@ -574,14 +605,14 @@ class Cluster:
         for node, count in Q.active_by_node(self.conn).items():
             if node == self.node_id or not count or node is None:
                 continue
-            age = self.contact_age(node)
+            age = self.ack_age(node)
             since = min(age if age is not None else float("inf"), now - self.lead_since)
             if node in members and since < timeout:
                 continue
             if now - self._lost_proposed.get(node, 0.0) < timeout:
                 continue  # proposed recently; its result is on its way
             self._lost_proposed[node] = now
-            reason = (f"node {node} was not heard from for {timeout:g}s (node_timeout)"
+            reason = (f"node {node} did not answer the leader for {timeout:g}s (node_timeout)"
                       if node in members else f"node {node} is no longer a member")
             log.warning("event=node_lost node=%s runs=%d reason=\"%s\"", node, count, reason)
             await self.log.propose_as_leader(C.NodeLost(node=node, at=self.clock.now(),
