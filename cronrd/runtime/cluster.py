@@ -375,7 +375,9 @@ class Cluster:
         start = time.monotonic()
         while not self.stopping and not self.give_up_waiting:
             try:
+                sent = time.monotonic()
                 await self.read_barrier()
+                self.leader_contact = max(self.leader_contact, sent)  # a round trip
                 return
             except CronrdError as exc:
                 if not warned and time.monotonic() - start > 10:
@@ -472,7 +474,8 @@ class Cluster:
             voters = self.node.raft.conf.voters
             heard = sum(1 for v in voters if (a := self.ack_age(v)) is not None
                         and a < self.lease)
-            return heard >= len(voters) // 2 + 1
+            # Winning the election was a round trip with a quorum (its votes).
+            return heard >= len(voters) // 2 + 1 or now - self.lead_since < self.lease
         # During an election the leader is unknown, but what it committed
         # stands: the lease runs from the last round trip with a leader.
         return now - self.leader_contact < self.lease
@@ -481,14 +484,18 @@ class Cluster:
         """On a follower: a ReadIndex round trip through the leader every
         quarter lease; the lease counts from when the request was sent."""
         interval = min(0.25, self.lease / 4)
+        # A request sent to a leader that just died is never answered: give
+        # up on it soon and ask the next leader, rather than wait out the lease.
+        patience = min(self.lease / 2, 2 * self.cc.election_timeout)
         while not self.stopping:
             if not self.node.is_leader and self.node.leader:
                 sent = time.monotonic()
                 try:
-                    await asyncio.wait_for(self.node.read_barrier(), self.lease)
+                    await asyncio.wait_for(self.node.read_barrier(), patience)
                     self.leader_contact = max(self.leader_contact, sent)
-                except (CronrdError, asyncio.TimeoutError):
-                    pass
+                except (CronrdError, asyncio.TimeoutError) as exc:
+                    log.debug("event=lease_renewal_failed error=%r after_s=%.2f", exc,
+                              time.monotonic() - sent)
             await asyncio.sleep(interval)
 
     # -- leadership -----------------------------------------------------------------
