@@ -297,7 +297,7 @@ class Cluster:
         self.rpc = PeerRPC(self.node_id, self.transport, {
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
             "cluster_add": self._rpc_admin, "cluster_remove": self._rpc_admin,
-            "cluster_transfer_leader": self._rpc_admin, "read_index": self._rpc_read_index,
+            "cluster_transfer_leader": self._rpc_admin,
         })
         self.state.listeners.append(effects)
         self.placement = Placement(self.conn, self.node_views)
@@ -842,13 +842,13 @@ class Cluster:
             raise result
         return result
 
-    async def _rpc_read_index(self, frm: str, args: dict) -> dict:
-        return {"index": await self.node.read_barrier()}
-
     async def _rpc_read_log(self, frm: str, args: dict) -> dict:
         if self.read_log is None:
             raise RequestError("this node is still starting; retry in a few seconds")
-        return self.read_log(int(args["run_id"]), int(args.get("offset", 0)))
+        run_id, offset = args.get("run_id"), args.get("offset", 0)
+        if not isinstance(run_id, int) or not isinstance(offset, int) or offset < 0:
+            raise RequestError("read_log needs an integer run_id and a non-negative offset")
+        return self.read_log(run_id, offset)
 
     async def call(self, node: str, method: str, args: dict, timeout: float = 5.0) -> Any:
         try:
