@@ -20,19 +20,6 @@ from harness import wait_for
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cluster():
-    made = []
-
-    def make(**kw) -> Cluster:
-        c = Cluster(**kw)
-        made.append(c)
-        return c
-    yield make
-    for c in made:
-        c.cleanup()
-
-
 def check_exactly_once(runs: list[dict], job: str, first: int, last: int) -> None:
     """Each fire time in [first, last] has exactly one attempt-1 record."""
     fires = Counter(parse_iso(r["fire_time"]) for r in fire_records(runs, job))
