@@ -890,6 +890,46 @@ class Sim:
                 raise Violation(f"{nid} lost acknowledged proposals {sorted(missing)[:5]}")
 
 
+def replay_line(seed: int) -> str:
+    return (f"CRONRD_SIM_SEEDS=1 CRONRD_SIM_SEED_START={seed} "
+            f"python -m pytest tests/test_raft_sim.py::test_simulation_seeds")
+
+
+def report(r: dict, events: int = 30) -> str:
+    """A failed seed: what broke, the line that replays it, its scenario, its trace."""
+    trace = "\n".join(r["trace"].splitlines()[-events:])
+    return (f"\nseed {r['seed']}: {r['failed']}\n"
+            f"  replay: {replay_line(r['seed'])}\n"
+            f"  scenario: {r['scenario']}\n{r['tb']}  last events (tick, kind, node, what):\n"
+            f"{trace}\n")
+
+
+def run_many(seeds, workers: int | None = None, chunksize: int = 8):
+    """Yield each seed's result (in completion order), on ``workers`` processes."""
+    seeds = list(seeds)
+    workers = min(workers or os.cpu_count() or 1, len(seeds)) or 1
+    if workers == 1:
+        yield from map(run_seed, seeds)
+        return
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers) as pool:
+        yield from pool.imap_unordered(run_seed, seeds, chunksize=chunksize)
+
+
+def summary(results: list[dict], start: int, elapsed: float) -> str:
+    failed = [r for r in results if "failed" in r]
+    ok = [r for r in results if "failed" not in r]
+    totals: collections.Counter = collections.Counter()
+    for r in ok:
+        totals.update(r["stats"])
+    return (f"raft simulation: {len(results)} seeds from {start} in {elapsed:.1f}s "
+            f"({len(results) / max(elapsed, 1e-9):.1f} seeds/s), {len(failed)} failed; "
+            f"{sum(r['commit'] for r in ok)} entries committed, "
+            f"{sum(r['ticks'] for r in ok)} ticks, {sum(r['terms'] for r in ok)} leader terms; "
+            + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))
+
+
 def run_seed(seed: int) -> dict:
     sim = Sim(seed)
     try:

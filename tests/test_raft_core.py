@@ -490,3 +490,59 @@ def test_vote_request_of_an_older_term_is_answered_with_our_term():
     assert a.term == 9  # learned b's term from the refusal
     net.campaign("a")
     assert a.role == LEADER and a.term == 10
+
+
+# -- proposals at a node outside the configuration (issue 17) ------------------------------------------------
+def _removed_node_with_a_stale_leader():
+    """c is removed from {a, b, c} and applies its removal while it still
+    believes ``a`` leads; nobody sends c anything again, and as a non-voter it
+    never campaigns, so its ``lead`` stays stale forever."""
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    a.propose_conf_change(ConfChange(ConfChangeType.REMOVE, "c"))
+    net.settle()
+    c = net["c"]
+    assert c.conf.voters == ("a", "b") and c.lead == "a" and c.role == FOLLOWER
+    return net, a, c
+
+
+def test_removed_node_refuses_a_proposal_instead_of_forwarding_it_to_its_stale_leader():
+    # seed 83889309: the stale leader had been removed too and dropped the
+    # forwarded proposal silently; the proposal never resolved.
+    net, a, c = _removed_node_with_a_stale_leader()
+    a.propose_conf_change(ConfChange(ConfChangeType.REMOVE, "a"))
+    net.settle()
+    assert a.role == FOLLOWER and a.conf.voters == ("b",)
+    net.sent.clear()
+    c.propose(b"x", b"op1")
+    net.settle()
+    assert not [m for m in net.sent if m.type == MsgType.PROPOSE]
+    (dropped,) = [d for rd in net.readies["c"] for d in rd.dropped]
+    assert dropped[0] == b"op1" and "not a member" in dropped[1]
+
+
+def test_removed_node_refuses_a_proposal_its_leader_of_a_newer_term_would_ignore():
+    # seed 500005356: the stale leader leads again in a newer term and ignores a
+    # PROPOSE of the removed node's older term; the proposal never resolved.
+    net, a, c = _removed_node_with_a_stale_leader()
+    a.transfer_leadership("b")
+    net.settle()
+    net["b"].transfer_leadership("a")
+    net.settle()
+    assert a.role == LEADER and a.term > c.term and c.lead == "a"
+    net.sent.clear()
+    c.propose(b"x", b"op1")
+    c.read_index(b"r1")
+    net.settle()
+    assert not [m for m in net.sent if m.frm == "c"]
+    dropped = [d for rd in net.readies["c"] for d in rd.dropped]
+    assert [ctx for ctx, _ in dropped] == [b"op1", b"r1"]
+    assert all("not a member" in why for _, why in dropped)
+
+
+def test_a_learner_still_forwards_its_proposals():
+    net = Net(["a", "b"], learners=["l"])
+    a = net.elect("a")
+    net["l"].propose(b"from-learner", b"op")
+    net.settle()
+    assert b"from-learner" in [e.data for e in net.applied["a"]]

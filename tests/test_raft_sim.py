@@ -1,67 +1,86 @@
 """Deterministic simulation of the Raft core over a faulty network and disk.
 
-``CRONRD_SIM_SEEDS`` (default 2000) and ``CRONRD_SIM_SEED_START`` (default 0)
-choose the seeds. Seeds run in parallel on every CPU. A failing seed is
-reported with the one command line that replays it alone, the violated
-invariant, the scenario the seed drew and the last events of its trace.
+Two campaigns run on every test run, both on every CPU:
+
+* the fixed seeds: ``CRONRD_SIM_SEEDS`` (default 2000) from
+  ``CRONRD_SIM_SEED_START`` (default 0), the same on every run;
+* fresh seeds: ``CRONRD_SIM_FRESH`` (default 300) from a start derived from
+  the commit being tested (``CRONRD_SIM_FRESH_START`` overrides it), so every
+  commit explores seeds that no earlier one ran. The start is printed.
+
+A failing seed is reported with the one command line that replays it alone,
+the violated invariant, the scenario the seed drew and the last events of its
+trace. ``bench/sim_campaign.py`` runs long campaigns (100,000 seeds and more).
 """
 
 from __future__ import annotations
 
-import collections
-import multiprocessing
+import hashlib
 import os
+import subprocess
 import time
 
 import pytest
 
 import raft_sim
 
+FRESH_BASE = 1_000_000_000  # fresh seeds lie above every fixed range ever used
 
-def _seeds() -> range:
+
+def _fixed_seeds() -> range:
     count = int(os.environ.get("CRONRD_SIM_SEEDS", "2000"))
     start = int(os.environ.get("CRONRD_SIM_SEED_START", "0"))
     return range(start, start + count)
 
 
-def _run_all(seeds: range) -> list[dict]:
-    workers = min(os.cpu_count() or 1, len(seeds)) or 1
-    if workers == 1:
-        return [raft_sim.run_seed(s) for s in seeds]
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers) as pool:
-        return list(pool.imap_unordered(raft_sim.run_seed, seeds, chunksize=8))
+def fresh_start() -> int:
+    """A start seed derived from the commit under test (or, outside a git
+    checkout, from the current hour), far above the fixed seeds."""
+    if os.environ.get("CRONRD_SIM_FRESH_START"):
+        return int(os.environ["CRONRD_SIM_FRESH_START"])
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        head = time.strftime("%Y%m%d%H")
+    digest = int.from_bytes(hashlib.sha256(head.encode()).digest()[:8], "big")
+    return FRESH_BASE + (digest % 10**12) * 1000
 
 
-def _report(r: dict) -> str:
-    trace = "\n".join(r["trace"].splitlines()[-30:])
-    return (f"\nseed {r['seed']}: {r['failed']}\n"
-            f"  replay: CRONRD_SIM_SEEDS=1 CRONRD_SIM_SEED_START={r['seed']} "
-            f"python -m pytest tests/test_raft_sim.py\n"
-            f"  scenario: {r['scenario']}\n{r['tb']}  last events (tick, kind, node, what):\n"
-            f"{trace}\n")
+def _campaign(seeds: range) -> None:
+    t0 = time.monotonic()
+    results = list(raft_sim.run_many(seeds))
+    print("\n" + raft_sim.summary(results, seeds.start, time.monotonic() - t0))
+    failed = sorted((r for r in results if "failed" in r), key=lambda r: r["seed"])
+    if failed:
+        for r in failed[:3]:
+            print(raft_sim.report(r))
+        pytest.fail(f"{len(failed)} of {len(results)} seeds violated an invariant; "
+                    f"failing seeds: {[r['seed'] for r in failed][:50]}\n"
+                    + raft_sim.report(failed[0]), pytrace=False)
 
 
 def test_simulation_seeds():
-    seeds = _seeds()
-    t0 = time.monotonic()
-    results = _run_all(seeds)
-    elapsed = time.monotonic() - t0
-    failed = sorted((r for r in results if "failed" in r), key=lambda r: r["seed"])
-    ok = [r for r in results if "failed" not in r]
-    totals = collections.Counter()
-    for r in ok:
-        totals.update(r["stats"])
-    print(f"\nraft simulation: {len(results)} seeds from {seeds.start} in {elapsed:.1f}s, "
-          f"{len(failed)} failed; {sum(r['commit'] for r in ok)} entries committed, "
-          f"{sum(r['ticks'] for r in ok)} ticks, {sum(r['terms'] for r in ok)} leader terms; "
-          + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))
-    if failed:
-        for r in failed[:3]:
-            print(_report(r))
-        pytest.fail(f"{len(failed)} of {len(results)} seeds violated an invariant; "
-                    f"failing seeds: {[r['seed'] for r in failed][:50]}\n"
-                    + _report(failed[0]), pytrace=False)
+    _campaign(_fixed_seeds())
+
+
+def test_simulation_fresh_seeds_from_the_commit():
+    count = int(os.environ.get("CRONRD_SIM_FRESH", "300"))
+    if count <= 0:
+        pytest.skip("CRONRD_SIM_FRESH=0")
+    start = fresh_start()
+    print(f"\nfresh seeds {start}..{start + count - 1}; replay one with "
+          f"{raft_sim.replay_line(start)}")
+    _campaign(range(start, start + count))
+
+
+def test_fresh_start_is_stable_for_a_commit_and_clear_of_the_fixed_seeds(monkeypatch):
+    monkeypatch.delenv("CRONRD_SIM_FRESH_START", raising=False)
+    a, b = fresh_start(), fresh_start()
+    assert a == b and a >= FRESH_BASE
+    monkeypatch.setenv("CRONRD_SIM_FRESH_START", "12345")
+    assert fresh_start() == 12345
 
 
 def test_simulation_is_deterministic():
@@ -71,6 +90,15 @@ def test_simulation_is_deterministic():
         ra, rb = a.run(), b.run()
         assert ra == rb
         assert list(a.events) == list(b.events)
+
+
+@pytest.mark.parametrize("seed", [83889309, 500005356])
+def test_seeds_that_once_broke_liveness(seed):
+    """Issue 17: a removed node forwarded proposals to a leader that would never
+    answer (removed too, or leading a newer term); see test_raft_core's
+    "outside the configuration" tests for the focused cases."""
+    r = raft_sim.run_seed(seed)
+    assert "failed" not in r, raft_sim.report(r)
 
 
 def test_simulation_catches_a_broken_core(monkeypatch):

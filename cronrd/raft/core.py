@@ -661,7 +661,22 @@ class Raft:
             return
         self._leader_append([Entry(0, 0, EntryType.CONF, cc.encode())], context)
 
+    def _outside_conf(self, context: bytes) -> bool:
+        """A node outside its own configuration refuses requests instead of
+        forwarding them. It was removed (or its addition is not applied yet):
+        nobody sends it anything any more, so the leader it remembers may be
+        gone, removed too, or leading a newer term it never learns of, and a
+        request forwarded there would wait forever with no answer."""
+        if self.id in self.conf.members():
+            return False
+        self.dropped.append((context, f"{self.id} is not a member of the cluster (removed, "
+                                      "or its addition is not applied yet); send the request "
+                                      "to a member"))
+        return True
+
     def _propose(self, entries: list[Entry], context: bytes) -> None:
+        if self._outside_conf(context):
+            return
         if self.role == LEADER:
             self._leader_append(entries, context)
         elif self.lead and self.role == FOLLOWER:
@@ -682,6 +697,8 @@ class Raft:
 
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read point; answered as a ReadState."""
+        if self._outside_conf(context):
+            return
         if self.role == LEADER:
             self._leader_read(context, "")
         elif self.lead and self.role == FOLLOWER:
