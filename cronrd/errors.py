@@ -64,3 +64,7 @@ class NotLeader(CronrdError):
 
 class ProposalDropped(CronrdError):
     """A proposal was not committed (leadership changed, or it was refused)."""
+
+
+class PermissionDenied(RequestError):
+    """The caller (a socket user, a peer node, an API token) may not do this."""
