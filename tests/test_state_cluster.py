@@ -337,7 +337,7 @@ def test_a_version_1_database_is_upgraded_with_this_node_as_the_source(tmp_path)
     conn.close()
     sm = StateMachine(apsw.Connection(path), node_id="n1")
     assert sm.applied_index == 7 and sm.state_digest == "abc"
-    assert list(sm.conn.execute("SELECT value FROM meta WHERE key='schema_version'")) == [(2,)]
+    assert list(sm.conn.execute("SELECT value FROM meta WHERE key='schema_version'")) == [(3,)]
     (job,) = Q.jobs(sm.conn)
     assert (job["paused"], job["cursor"], job["conflict"]) == (True, T0 + 60, None)
     assert job["sources"] == [{"node": "n1", "digest": "d1", "source": "/etc/cronrd.d/old.yaml"}]
@@ -374,6 +374,8 @@ NEW_COMMANDS = [
     C.NodeLost(node="a", at=3.0, reason="silent"),
     C.RemoveNode(node="a", at=4.0),
     C.AssignRun(run_id=3, node="b", at=5.0),
+    C.Audit(node="a", uid=1000, user="alice", pid=42, command="pause", target="j",
+            allowed=False, at=6.0, detail="permission denied"),
 ]
 
 
@@ -546,3 +548,36 @@ def test_node_lost_first_then_the_node_says_it_never_started_gives_a_retry():
                                   finished_at=T0 + 6, log_path=None, reason="fenced",
                                   not_started=True))
     assert again["retry_run_id"] is None
+
+
+# -- audit ------------------------------------------------------------------------------
+def test_audit_records_are_kept_in_order_paged_and_pruned_with_the_history():
+    c = Cluster()
+    for i, (uid, allowed) in enumerate([(0, True), (65534, False), (1000, True)]):
+        assert c.apply(C.Audit(node="a", uid=uid, user=f"u{uid}", pid=100 + i,
+                               command="pause", target="j", allowed=allowed, at=T0 + i,
+                               detail="" if allowed else "permission denied"))["audit_id"]
+    recs = Q.audit(c.sm.conn)
+    assert [(r["uid"], r["pid"], r["allowed"]) for r in recs] == [
+        (1000, 102, True), (65534, 101, False), (0, 100, True)]
+    assert recs[1] == {"audit_id": 2, "at": "2027-01-15T08:00:01Z", "node": "a",
+                       "uid": 65534, "user": "u65534", "pid": 101, "command": "pause",
+                       "target": "j", "allowed": False, "detail": "permission denied"}
+    assert [r["audit_id"] for r in Q.audit(c.sm.conn, limit=1, before=3)] == [2]
+    before = c.sm.full_digest()
+    c.apply(C.Prune(before=T0 + 1, at=T0 + 10))
+    assert [r["audit_id"] for r in Q.audit(c.sm.conn)] == [3, 2]
+    assert c.sm.full_digest() != before
+
+
+def test_a_version_2_database_gains_the_audit_table(tmp_path):
+    path = str(tmp_path / "state.db")
+    sm = StateMachine(apsw.Connection(path))
+    sm.conn.execute("DROP TABLE audit; UPDATE meta SET value=2 WHERE key='schema_version'")
+    sm.conn.close()
+    sm = StateMachine(apsw.Connection(path))
+    assert list(sm.conn.execute("SELECT value FROM meta WHERE key='schema_version'")) == [(3,)]
+    with sm.conn:
+        sm.apply(1, C.Audit(node="a", uid=0, user="root", pid=1, command="reload", target="",
+                            allowed=True, at=T0))
+    assert Q.audit(sm.conn)[0]["command"] == "reload"

@@ -196,11 +196,28 @@ class AssignRun(Command):
     at: float
 
 
+@dataclass(frozen=True)
+class Audit(Command):
+    """Record who asked a node for a change over its control socket, and
+    whether it was allowed (the caller as the kernel reported it)."""
+
+    op: ClassVar[str] = "audit"
+    node: str        # the node whose control socket took the request
+    uid: int
+    user: str        # the uid's name on that node ('' if it has none)
+    pid: int
+    command: str     # the request, e.g. "pause", "cluster_add"
+    target: str      # the job, run id or node it was about ('' if none)
+    allowed: bool
+    at: float
+    detail: str = ""  # why it was refused
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SetPaused, Fire, RecordGap, ManualRun,
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
-              AssignRun)
+              AssignRun, Audit)
 }
 
 

@@ -74,10 +74,11 @@ class StateMachine:
             if version is None:
                 self._set_meta("schema_version", SCHEMA_VERSION)
                 self._set_meta("applied_index", 0)
-            elif version == 1:  # each job gets a source row: this node's file
-                conn.execute("INSERT INTO job_sources(name, node, spec, digest, source, "
-                             "updated_at) SELECT name, ?, spec, digest, source, updated_at "
-                             "FROM jobs", (node_id,))
+            elif version < SCHEMA_VERSION:
+                if version == 1:  # each job gets a source row: this node's file
+                    conn.execute("INSERT INTO job_sources(name, node, spec, digest, source, "
+                                 "updated_at) SELECT name, ?, spec, digest, source, "
+                                 "updated_at FROM jobs", (node_id,))
                 self._set_meta("schema_version", SCHEMA_VERSION)
 
     # -- meta ---------------------------------------------------------------
@@ -555,7 +556,17 @@ class StateMachine:
         runs = self.conn.changes()
         self.conn.execute("DELETE FROM gaps WHERE created_at < ?", (cmd.before,))
         self.conn.execute("DELETE FROM late_reports WHERE finished_at < ?", (cmd.before,))
+        self.conn.execute("DELETE FROM audit WHERE at < ?", (cmd.before,))
         return {"runs_deleted": runs}
+
+    # -- audit ----------------------------------------------------------------
+    def _apply_audit(self, index, cmd: C.Audit, effects):
+        self.conn.execute(
+            "INSERT INTO audit(at, node, uid, user, pid, command, target, allowed, detail) "
+            "VALUES(?,?,?,?,?,?,?,?,?)",
+            (cmd.at, cmd.node, cmd.uid, cmd.user, cmd.pid, cmd.command, cmd.target,
+             int(cmd.allowed), cmd.detail))
+        return {"audit_id": self.conn.last_insert_rowid()}
 
     # -- digest ---------------------------------------------------------------
     def full_digest(self) -> str:
@@ -564,7 +575,7 @@ class StateMachine:
         h.update(str(self.applied_index).encode())
         for table, order in (("jobs", "name"), ("job_sources", "name, node"),
                              ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
-                             ("late_reports", "report_id")):
+                             ("late_reports", "report_id"), ("audit", "audit_id")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

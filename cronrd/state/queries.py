@@ -139,3 +139,25 @@ def count_active(conn: apsw.Connection) -> dict[str, int]:
     """Runs in flight by state (served by the partial index on active runs)."""
     return {state: n for state, n in conn.execute(
         f"SELECT state, COUNT(*) FROM runs WHERE {ACTIVE_SQL} GROUP BY state")}
+
+
+AUDIT_COLUMNS = ("audit_id", "at", "node", "uid", "user", "pid", "command", "target",
+                 "allowed", "detail")
+
+
+def audit(conn: apsw.Connection, limit: int = 50, before: int | None = None) -> list[dict]:
+    """Audit records, newest first; ``before`` (an audit_id) pages back."""
+    sql = f"SELECT {','.join(AUDIT_COLUMNS)} FROM audit"
+    args: list = []
+    if before is not None:
+        sql += " WHERE audit_id < ?"
+        args.append(before)
+    sql += " ORDER BY audit_id DESC LIMIT ?"
+    args.append(limit)
+    out = []
+    for row in conn.execute(sql, args):
+        rec = dict(zip(AUDIT_COLUMNS, row))
+        rec["at"] = iso_utc(rec["at"])
+        rec["allowed"] = bool(rec["allowed"])
+        out.append(rec)
+    return out

@@ -1,6 +1,6 @@
 """The replicated state's SQLite schema (one database per node)."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
@@ -88,9 +88,25 @@ CREATE TABLE IF NOT EXISTS late_reports(
     log_path TEXT,
     received_index INTEGER NOT NULL
 );
+-- Who asked for which change over a control socket, allowed or refused
+-- (`cronrd audit`). Pruned with the run history.
+CREATE TABLE IF NOT EXISTS audit(
+    audit_id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    node TEXT NOT NULL,              -- the node whose socket took the request
+    uid INTEGER NOT NULL,
+    user TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    command TEXT NOT NULL,
+    target TEXT NOT NULL,
+    allowed INTEGER NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
 """
 
-# Migrations from older versions, run before SCHEMA (which then adds new tables).
+# Migrations from older versions, run before SCHEMA (which then adds new tables:
+# version 3 only adds the audit table).
 UPGRADE_FROM_V1 = """
 ALTER TABLE jobs ADD COLUMN conflict TEXT;
 DROP INDEX IF EXISTS runs_active;
