@@ -7,7 +7,10 @@ job mappings that each carry a ``name:``.
 
 The YAML is composed into a node tree with ``yaml.SafeLoader`` and walked by
 hand, so every key and value keeps its position and every problem can point
-at it. Problems are collected, not raised: a file with one bad job still
+at it. Reading is bounded (``bounded_yaml``): a file over 1 MiB, nesting
+deeper than 64 levels, more than 1,000 aliases or a tree that expands past
+1,000,000 values is refused as a problem of that file, and any exception
+while loading one file is a problem of that file too. Problems are collected, not raised: a file with one bad job still
 yields its good jobs, and ``cronrd validate`` can show every mistake at once.
 
 Conventions:
@@ -41,6 +44,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from cronrd import bounded_yaml
 from cronrd.errors import ScheduleError
 from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
 
@@ -54,6 +58,7 @@ __all__ = [
     "NAME_RE",
     "ENV_KEY_RE",
     "DEFAULT_JOBS_DIR",
+    "MAX_FILE_BYTES",
     "JOB_KEYS",
     "is_job_file_name",
     "parse_job_text",
@@ -63,6 +68,8 @@ __all__ = [
 ]
 
 DEFAULT_JOBS_DIR = "/etc/cronrd.d"
+MAX_FILE_BYTES = bounded_yaml.MAX_FILE_BYTES  # a bigger job file is refused
+MAX_PROBLEMS_PER_FILE = 100  # more are summed up in one last problem
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_RULE = (
@@ -830,20 +837,27 @@ def _file_stem(path: str) -> str:
     return os.path.splitext(base)[0]
 
 
-_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+def _limit_error(ctx: _Ctx, e: bounded_yaml.YAMLLimitError) -> None:
+    mark = e.problem_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    ctx.at(line, col, f"refusing job file: {e.problem}")
 
 
 def _parse_text(text: str, path: str) -> tuple[FileResult, dict[str, tuple[int, int]]]:
     """parse_job_text plus the position of each valid job's name."""
     ctx = _Ctx(path)
     try:
-        # libyaml's parser when PyYAML has it (several times faster; same node
-        # tree and marks); a file it rejects is parsed again by the pure-Python
-        # parser so that the error message is always the same.
-        root = yaml.compose(text, Loader=_FAST_LOADER)
+        # libyaml's event parser when PyYAML has it (several times faster; same
+        # node tree and marks), composed with bounds on nesting, aliases and
+        # expanded size (bounded_yaml); a file it rejects is parsed again by
+        # the pure-Python parser so that the error message is always the same.
+        root = bounded_yaml.compose(text)
     except yaml.YAMLError:
         try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
+            root = bounded_yaml.compose(text, fast=False)
+        except bounded_yaml.YAMLLimitError as e:
+            _limit_error(ctx, e)
+            return FileResult(path, (), tuple(ctx.problems)), {}
         except yaml.YAMLError as e:
             _yaml_error(ctx, text, e)
             return FileResult(path, (), tuple(ctx.problems)), {}
@@ -892,6 +906,11 @@ def _parse_text(text: str, path: str) -> tuple[FileResult, dict[str, tuple[int, 
             add(root, _file_stem(path))
 
     problems = tuple(sorted(dict.fromkeys(ctx.problems), key=lambda p: (p.line, p.col)))
+    if len(problems) > MAX_PROBLEMS_PER_FILE:  # one file cannot flood the logs
+        last = problems[MAX_PROBLEMS_PER_FILE - 1]
+        problems = problems[:MAX_PROBLEMS_PER_FILE] + (Problem(
+            path, last.line, last.col, f"... and {len(problems) - MAX_PROBLEMS_PER_FILE} more "
+                                       "problems after this one; fix these first"),)
     return FileResult(path, tuple(jobs), problems), name_pos
 
 
@@ -994,7 +1013,14 @@ def _read_checked(path: str, allowed: set[int] | None) -> tuple[str | None, Prob
         msg = _refusal(os.fstat(f.fileno()), "it", path, allowed)
         if msg:
             return None, Problem(path, 0, 0, f"refusing job file: {msg}")
-        data = f.read()
+        try:
+            data = bounded_yaml.read_bounded(f.fileno(), MAX_FILE_BYTES)
+        except bounded_yaml.FileTooLarge as e:
+            return None, Problem(path, 0, 0, f"refusing job file: it is larger than "
+                                             f"{MAX_FILE_BYTES} bytes (1 MiB; it has at least "
+                                             f"{e.size}); split its jobs into several files")
+        except OSError as e:
+            return None, Problem(path, 0, 0, f"cannot read job file: {e.strerror}")
     try:
         return data.decode("utf-8-sig"), None
     except UnicodeDecodeError as e:
@@ -1022,14 +1048,31 @@ def _load_file(path: str, allowed: set[int] | None) -> tuple[FileResult, dict[st
     return _parse_text(text, path)
 
 
+def _load_file_guarded(path: str, allowed: set[int] | None,
+                       ) -> tuple[FileResult, dict[str, tuple[int, int]]]:
+    """``_load_file``, where any exception becomes a problem of this one file.
+
+    The bounds make deep recursion and huge trees impossible; this is the
+    backstop that keeps one file from stopping the watcher or the daemon's
+    start whatever it holds."""
+    try:
+        return _load_file(path, allowed)
+    except Exception as e:  # RecursionError, MemoryError, a bug: one file's problem
+        what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return FileResult(path, (), (Problem(
+            path, 0, 0, f"cannot load job file ({what}); the file is skipped and the jobs it "
+                        "defined keep their last good version: simplify or fix the file, "
+                        "and report this to the cronrd developers with the file"),)), {}
+
+
 def load_job_file(path: str, *, allowed_uids: set[int] | None = None,
                   check_permissions: bool = True) -> FileResult:
     """Check permissions, then read and parse one job file.
 
     ``check_permissions=False`` skips the owner and mode checks (for
     ``cronrd validate`` on files not installed yet); non-regular files are
-    still refused."""
-    return _load_file(path, _default_uids(allowed_uids) if check_permissions else None)[0]
+    still refused. Never raises: every failure is a problem of the file."""
+    return _load_file_guarded(path, _default_uids(allowed_uids) if check_permissions else None)[0]
 
 
 def is_job_file_name(name: str) -> bool:
@@ -1071,7 +1114,7 @@ def load_jobs_dir(path: str, *, allowed_uids: set[int] | None = None,
     first: dict[str, JobSpec] = {}
     for name in names:
         full = os.path.join(path, name)
-        result, positions = _load_file(full, allowed)
+        result, positions = _load_file_guarded(full, allowed)
         kept: list[JobSpec] = []
         extra: list[Problem] = []
         for job in result.jobs:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 
-from ..jobspec import Problem, load_jobs_dir
+from ..jobspec import DirResult, FileResult, Problem, load_jobs_dir
 from ..state import commands as C
 from ..state import queries as Q
 from .clock import Clock
@@ -62,8 +62,15 @@ class Watcher:
 
     async def reload(self) -> dict:
         fp = fingerprint(self.jobs_dir)
-        result = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: load_jobs_dir(self.jobs_dir, allowed_uids=self.allowed_uids))
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: load_jobs_dir(self.jobs_dir, allowed_uids=self.allowed_uids))
+        except Exception as exc:  # load_jobs_dir reports per file; this is the backstop
+            log.exception("event=job_files_load_failed jobs_dir=%s", self.jobs_dir)
+            result = DirResult((FileResult(self.jobs_dir, (), (Problem(
+                self.jobs_dir, 0, 0, f"cannot load the job files ({type(exc).__name__}: {exc}); "
+                                     "every job keeps its last good version: fix the file "
+                                     "named in the daemon's log, then run `cronrd reload`"),)),))
         self._fingerprint = fp
         self.reloads += 1
         problems = result.problems
