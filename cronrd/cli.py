@@ -144,6 +144,10 @@ def status(obj: Ctx, consistent, as_json):
     click.echo(f"leader    {leader}" if leader else
                "leader    none known (an election is running, or no majority of the "
                "members can reach each other)")
+    if st.get("peer_transport") == "insecure":
+        click.echo("peer transport: INSECURE (no TLS, anyone reaching the port can impersonate "
+                   "a node" + ("; allow_network: reachable beyond loopback)"
+                               if st.get("insecure_network") else "; loopback only)"))
     if "version" in st:
         up = st.get("uptime_s")
         click.echo(f"version   {st['version']}, pid {st.get('pid', '?')}"
@@ -289,6 +293,39 @@ def resume(obj: Ctx, job):
     """Schedule a paused job again (missed fires stay skipped)."""
     res = obj.client().call("resume", {"job": job})
     click.echo(f"{job} resumed" if res["changed"] else f"{job} was not paused")
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN_ID", type=int)
+@click.pass_obj
+def cancel(obj: Ctx, run_id):
+    """Cancel a run that has not finished (its process is stopped)."""
+    res = obj.client().call("cancel", {"run_id": run_id})
+    click.echo(f"run {run_id} of {res['job']}: "
+               + ("cancelled" if res["state"] == "cancelled" else
+                  f"{res['state']}, asked to stop"))
+
+
+@main.command()
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--before", type=int, metavar="ID", help="Only records older than audit id ID "
+              "(page back from the last ID shown).")
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def audit(obj: Ctx, limit, before, consistent, as_json):
+    """Who asked for which change over a control socket (newest first)."""
+    res = obj.client().call("audit", read_args(consistent, {"limit": limit,
+                                                             "before": before}))
+    if as_json:
+        emit_json(res["records"])
+        return
+    table([[r["audit_id"], r["at"], r["node"],
+            f"{r['uid']} ({r['user']})" if r["user"] else r["uid"], r["pid"],
+            r["command"].replace("cluster_", "cluster ").replace("_", "-"),
+            r["target"] or None, "yes" if r["allowed"] else "REFUSED"]
+           for r in res["records"]],
+          ["id", "time", "node", "uid", "pid", "command", "target", "allowed"])
 
 
 @main.command()

@@ -36,7 +36,10 @@ class Client:
         """Send one request; yield every reply line (the last has 'ok')."""
         s = self._connect()
         try:
-            s.sendall(json.dumps({"cmd": cmd, "args": args or {}}).encode() + b"\n")
+            try:
+                s.sendall(json.dumps({"cmd": cmd, "args": args or {}}).encode() + b"\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the daemon turned the connection away: its one line says why
             f = s.makefile("rb")
             for line in f:
                 msg = json.loads(line)
@@ -48,6 +51,9 @@ class Client:
         except socket.timeout:
             raise DaemonUnavailable(f"the daemon on {self.path} did not answer within "
                                     f"{self.timeout:g}s; check its log") from None
+        except ConnectionResetError:
+            raise DaemonUnavailable(f"the daemon on {self.path} reset the connection "
+                                    "before answering; check its log") from None
         finally:
             s.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -75,7 +76,9 @@ class Node:
         return path
 
     # -- process -------------------------------------------------------------------
-    def start(self, env: dict | None = None, wait: bool = True) -> "Node":
+    def start(self, env: dict | None = None, wait: bool = True,
+              nofile: int | None = None) -> "Node":
+        """``nofile``: the daemon's soft and hard RLIMIT_NOFILE (e.g. systemd's 1024)."""
         self.starts += 1
         logf = open(self.log_file, "ab")
         logf.write(f"--- start {self.starts} ---\n".encode())
@@ -87,7 +90,9 @@ class Node:
         full_env.update(env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cronrd", "--config", str(self.config_path), "daemon"],
-            stdout=logf, stderr=subprocess.STDOUT, env=full_env, cwd=str(self.base))
+            stdout=logf, stderr=subprocess.STDOUT, env=full_env, cwd=str(self.base),
+            preexec_fn=None if nofile is None else
+            (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))))
         logf.close()
         if wait:
             self.wait_ready()

@@ -21,6 +21,7 @@ from ..state import commands as C
 from ..state import queries as Q
 from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
+from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .control import ControlServer, Stream, arg
 from .executor import Executor
 from .local_log import LocalLog
@@ -33,6 +34,14 @@ log = logging.getLogger("cronrd.daemon")
 
 HOUSEKEEPING_INTERVAL = 600.0
 LOG_CHUNK = 256 * 1024  # bytes per read of a run's log (local or from another node)
+# Refused control requests: the first few per uid and minute are replicated
+# to the audit table, every one is counted in the daemon's log.
+REFUSALS_AUDITED = 10
+REFUSAL_WINDOW = 60.0
+# The CLI spelling of control requests, for messages and the audit table.
+CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
+             "cluster_remove": "cluster remove",
+             "cluster_transfer_leader": "cluster transfer-leader"}
 RUN_STATES = ("pending", "assigned", "running", "succeeded", "failed", "timed_out", "lost",
               "cancelled", "skipped")
 
@@ -72,6 +81,7 @@ class Daemon:
         self.ready = False  # true once job files are loaded and the scheduler runs
         self.announced = "up"
         self.exit_code = 0
+        self._refusals: dict[int, tuple[float, int]] = {}  # uid -> (window start, count)
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare_dirs(self) -> None:
@@ -343,13 +353,92 @@ class Daemon:
         return await fut
 
     # -- control handlers ------------------------------------------------------------------
+    # Who may call what (access.py): READ anyone who reaches the socket, JOB
+    # root, the daemon's uid or the job's own user (the handler checks, it
+    # knows the job), ADMIN root and the daemon's uid only.
     def _handlers(self) -> dict:
-        return {"status": self.h_status, "jobs": self.h_jobs, "job": self.h_job,
-                "runs": self.h_runs, "run": self.h_run, "logs": self.h_logs,
-                "run_now": self.h_run_now, "pause": self.h_pause, "resume": self.h_resume,
-                "reload": self.h_reload, "cluster_members": self.h_cluster_members,
-                "cluster_add": self.h_cluster_add, "cluster_remove": self.h_cluster_remove,
-                "cluster_transfer_leader": self.h_cluster_transfer_leader}
+        table = {
+            "status": (READ, self.h_status), "jobs": (READ, self.h_jobs),
+            "job": (READ, self.h_job), "runs": (READ, self.h_runs),
+            "run": (READ, self.h_run), "audit": (READ, self.h_audit),
+            "cluster_members": (READ, self.h_cluster_members),
+            "logs": (JOB, self.h_logs), "run_now": (JOB, self.h_run_now),
+            "pause": (JOB, self.h_pause), "resume": (JOB, self.h_resume),
+            "cancel": (JOB, self.h_cancel),
+            "reload": (ADMIN, self.h_reload), "cluster_add": (ADMIN, self.h_cluster_add),
+            "cluster_remove": (ADMIN, self.h_cluster_remove),
+            "cluster_transfer_leader": (ADMIN, self.h_cluster_transfer_leader)}
+        return {name: self._guard(name, access, fn) for name, (access, fn) in table.items()}
+
+    def _guard(self, name: str, access: str, fn):
+        if access == READ:
+            async def read(args: dict, caller: Caller):
+                return await fn(args)
+            return read
+        if access == JOB:
+            return fn
+
+        async def admin(args: dict, caller: Caller):
+            target = args.get("node") if isinstance(args.get("node"), str) else ""
+            what = f"cronrd {CLI_NAMES.get(name, name)}" + (f" {target}" if target else "")
+            await self._authorize(caller, name, target, what, lambda: check_admin(caller, what),
+                                  change=True)
+            return await fn(args)
+        return admin
+
+    async def _authorize(self, caller: Caller, command: str, target: str, what: str,
+                         check, *, change: bool) -> None:
+        """Run ``check``; audit a refusal, and a change before it is made (a
+        change is made only once its audit record is committed)."""
+        try:
+            check()
+        except CronrdError as exc:
+            await self._audit(caller, command, target, False, str(exc))
+            raise
+        if change:
+            await self._audit(caller, command, target, True)
+
+    async def _audit(self, caller: Caller, command: str, target: str, allowed: bool,
+                     detail: str = "") -> None:
+        rec = C.Audit(node=self.config.node_id, uid=caller.uid, user=caller.name,
+                      pid=caller.pid, command=command, target=target, allowed=allowed,
+                      at=self.clock.now(), detail=detail)
+        if allowed:
+            log.info("event=control_audit allowed=true uid=%d user=%s pid=%d command=%s "
+                     "target=%s", caller.uid, caller.name, caller.pid, command, target)
+            await self.log.propose(rec)
+            return
+        # A refusal is answered at once; its record is replicated on the side,
+        # for the first few of each uid per minute (a refusal loop must not
+        # flood the replicated log or the daemon's).
+        now = self.clock.monotonic()
+        start, n = self._refusals.get(caller.uid, (now, 0))
+        if now - start >= REFUSAL_WINDOW:
+            if n > REFUSALS_AUDITED:
+                log.warning("event=control_refused_unrecorded uid=%d user=%s count=%d "
+                            "window_s=%g", caller.uid, caller.name, n - REFUSALS_AUDITED,
+                            REFUSAL_WINDOW)
+            start, n = now, 0
+        self._refusals[caller.uid] = (start, n + 1)
+        if n < REFUSALS_AUDITED:
+            log.warning("event=control_refused uid=%d user=%s pid=%d command=%s target=%s "
+                        "reason=\"%s\"", caller.uid, caller.name, caller.pid, command,
+                        target, detail)
+            self._spawn(self.log.propose(rec))
+
+    async def _authorize_job(self, caller: Caller, command: str, target: str, job: str,
+                             *, change: bool) -> None:
+        spec = self._job_spec(job)
+        what = f"cronrd {CLI_NAMES.get(command, command)} {target}"
+        await self._authorize(caller, command, target, what,
+                              lambda: check_job(caller, what, spec), change=change)
+
+    def _job_spec(self, name: str) -> dict:
+        """A job's effective spec; {} for a job that is gone (root's, then)."""
+        for job in Q.jobs(self.conn):
+            if job["name"] == name:
+                return job["spec"]
+        return {}
 
     def _job_or_error(self, name: str) -> dict:
         for job in Q.jobs(self.conn):
@@ -466,9 +555,11 @@ class Daemon:
         raise RequestError(f"job {job!r} has no run with a log yet; `cronrd run-now {job}` "
                            "starts one")
 
-    async def h_logs(self, args: dict):
+    async def h_logs(self, args: dict, caller: Caller):
         job = arg(args, "job", str, required=True)
         run = self._find_log_run(job, arg(args, "run_id", int))
+        # Reading a run's output is for root, the daemon's uid and the job's user.
+        await self._authorize_job(caller, "logs", job, job, change=False)
         follow = bool(arg(args, "follow", bool, False))
         return Stream(self._stream_log(run, follow))
 
@@ -534,9 +625,10 @@ class Daemon:
                 return
             await asyncio.sleep(0.2)
 
-    async def h_run_now(self, args: dict):
+    async def h_run_now(self, args: dict, caller: Caller):
         name = arg(args, "job", str, required=True)
         self._job_or_error(name)
+        await self._authorize_job(caller, "run_now", name, name, change=True)
         wait = bool(arg(args, "wait", bool, False))
         # In a cluster the leader places it (node ""), honouring run_on.
         node = "" if self.cluster is not None else self.config.node_id
@@ -563,17 +655,42 @@ class Daemon:
                 return
             run_id = nxt
 
-    async def _set_paused(self, args: dict, paused: bool) -> dict:
+    async def _set_paused(self, args: dict, caller: Caller, paused: bool) -> dict:
         name = arg(args, "job", str, required=True)
         self._job_or_error(name)
+        await self._authorize_job(caller, "pause" if paused else "resume", name, name,
+                                  change=True)
         return await self.log.propose(C.SetPaused(name=name, paused=paused,
                                                   at=self.clock.now()))
 
-    async def h_pause(self, args: dict) -> dict:
-        return await self._set_paused(args, True)
+    async def h_pause(self, args: dict, caller: Caller) -> dict:
+        return await self._set_paused(args, caller, True)
 
-    async def h_resume(self, args: dict) -> dict:
-        return await self._set_paused(args, False)
+    async def h_resume(self, args: dict, caller: Caller) -> dict:
+        return await self._set_paused(args, caller, False)
+
+    async def h_cancel(self, args: dict, caller: Caller) -> dict:
+        run_id = arg(args, "run_id", int, required=True)
+        run = Q.get_run(self.conn, run_id)
+        if run is None:
+            raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
+        await self._authorize_job(caller, "cancel", str(run_id), run["job"], change=True)
+        if run["state"] not in ("pending", "assigned", "running"):
+            raise RequestError(f"run {run_id} of job {run['job']!r} is already "
+                               f"{run['state']}; there is nothing to cancel")
+        await self.log.propose(C.CancelRun(
+            run_id=run_id, reason=f"cancelled by {caller.describe()} (`cronrd cancel`)",
+            at=self.clock.now()))
+        return Q.run_view(Q.get_run(self.conn, run_id) or run)
+
+    async def h_audit(self, args: dict) -> dict:
+        await self._consistent(args)
+        limit = arg(args, "limit", int, 50)
+        before = arg(args, "before", int)
+        if not 1 <= limit <= 100000:
+            raise UsageError("limit must be between 1 and 100000")
+        return {"records": Q.audit(self.conn, limit, before),
+                "applied_index": self.machine.applied_index}
 
     async def h_reload(self, args: dict) -> dict:
         return await self.watcher.reload()

@@ -1,0 +1,94 @@
+"""Who may do what on the control socket.
+
+The kernel tells the control server who is on the other end of a connection
+(``SO_PEERCRED``: uid, gid, pid); nothing the client sends can change that.
+Root and the daemon's own uid may do everything. Anyone else who can reach
+the socket (a member of ``socket_group``) may read the views, and may act on
+a job (run-now, pause, resume, cancel, read a run's log) only if the job runs
+as their own user; a job without ``user:`` runs as root. Changes to the
+cluster and ``reload`` are for root only.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+import struct
+from dataclasses import dataclass
+
+from ..errors import PermissionDenied
+
+# How a request is checked: every request name the daemon serves has one.
+READ = "read"    # anyone who can reach the socket
+JOB = "job"      # root, the daemon's uid, or the job's own user
+ADMIN = "admin"  # root or the daemon's uid only
+
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+@dataclass(frozen=True)
+class Caller:
+    uid: int
+    gid: int
+    pid: int
+    name: str  # the uid's user name on this host ('' if it has none)
+
+    @classmethod
+    def of(cls, uid: int, gid: int, pid: int) -> "Caller":
+        return cls(uid=uid, gid=gid, pid=pid, name=user_name(uid))
+
+    @classmethod
+    def from_socket(cls, sock: socket.socket) -> "Caller":
+        """The process at the other end of a connected Unix socket."""
+        pid, uid, gid = _PEERCRED.unpack(
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+        return cls.of(uid, gid, pid)
+
+    @property
+    def privileged(self) -> bool:
+        """Root, or the user the daemon runs as."""
+        return self.uid == 0 or self.uid == os.geteuid()
+
+    def describe(self) -> str:
+        return f"uid {self.uid} ({self.name})" if self.name else f"uid {self.uid}"
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return ""
+
+
+def user_uid(user: str) -> int | None:
+    """The uid of a job's ``user:`` (a name or a numeric id) on this host."""
+    if user.isdigit():
+        return int(user)
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def job_user(spec: dict) -> str:
+    """Who a job runs as: its ``user:``, root when it has none."""
+    return str(spec.get("user") or "root")
+
+
+def check_admin(caller: Caller, what: str) -> None:
+    if not caller.privileged:
+        raise PermissionDenied(f"permission denied: `{what}` needs root; you are "
+                               f"{caller.describe()}")
+
+
+def check_job(caller: Caller, what: str, spec: dict) -> None:
+    """``what`` (e.g. ``cronrd pause backup``) acts on a job with ``spec``."""
+    if caller.privileged:
+        return
+    user = job_user(spec)
+    if user_uid(user) == caller.uid:
+        return
+    needs = "root" if user in ("root", "0") else f"root or user {user!r}"
+    raise PermissionDenied(f"permission denied: `{what}` needs {needs}; you are "
+                           f"{caller.describe()}")
