@@ -17,9 +17,12 @@ U64 = 2 ** 64 - 1
 IDS = ["n1", "node-2", "host.example.com", "ü-nöde", "x" * 255, ""]
 
 
+TOP = codec.MAX_COUNTER - 1  # the largest term/index a message may carry
+
+
 def _int(rng: random.Random) -> int:
-    return rng.choice([0, 1, rng.randrange(1000), rng.randrange(2 ** 32), U64,
-                       rng.randrange(U64)])
+    return rng.choice([0, 1, rng.randrange(1000), rng.randrange(2 ** 32), TOP,
+                       rng.randrange(TOP)])
 
 
 def _bytes(rng: random.Random, big: int = 300) -> bytes:
@@ -224,3 +227,31 @@ def test_codec_module_is_pure():
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module)
     assert imported <= {"__future__", "struct", "cronrd.errors", "cronrd.raft.types"}
+
+
+@pytest.mark.parametrize("field", ["term", "log_term", "index", "commit", "reject_hint",
+                                   "hint_term", "offset"])
+@pytest.mark.parametrize("value", [2 ** 62, 2 ** 63 - 1, 2 ** 63, U64])
+def test_counters_that_would_overflow_storage_are_refused(field, value):
+    # Issue 9: a heartbeat with term 2**63 made the receiver exit (OverflowError
+    # in storage); 2**63-1 was stored and crashed every node on term + 1.
+    fields = {"term": 1, field: value}
+    payload = encode(Message(MsgType.HEARTBEAT, to="n2", frm="n1", **fields))
+    with pytest.raises(CodecError, match="2\\*\\*62"):
+        decode(payload)
+
+
+@pytest.mark.parametrize("where", ["entry term", "entry index", "snapshot index",
+                                   "snapshot term"])
+def test_entry_and_snapshot_counters_are_bounded_too(where):
+    big = 2 ** 63 - 1
+    e = Entry(term=big if where == "entry term" else 1, index=big if where == "entry index" else 1)
+    meta = SnapshotMeta(index=big if where == "snapshot index" else 1,
+                        term=big if where == "snapshot term" else 1, conf=ConfState(("n1",)))
+    msg = (Message(MsgType.APP, to="n2", frm="n1", term=1, entries=(e,))
+           if where.startswith("entry")
+           else Message(MsgType.SNAP, to="n2", frm="n1", term=1, snapshot_meta=meta))
+    with pytest.raises(CodecError, match="2\\*\\*62"):
+        decode(encode(msg))
+    assert decode(encode(Message(MsgType.APP, to="n2", frm="n1", term=TOP, index=TOP,
+                                 entries=(Entry(TOP, TOP),)))).term == TOP

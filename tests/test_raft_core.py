@@ -546,3 +546,109 @@ def test_a_learner_still_forwards_its_proposals():
     net["l"].propose(b"from-learner", b"op")
     net.settle()
     assert b"from-learner" in [e.data for e in net.applied["a"]]
+
+
+# -- messages from outside the configuration (issue 9) --------------------------------------------------------
+@pytest.mark.parametrize("kind", list(MsgType))
+def test_messages_of_every_type_from_a_non_member_are_dropped(kind):
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    b = net["b"]
+    before = (b.term, b.lead, b.vote, b.commit, b.last_index, b.role, a.term, a.last_index)
+    for target in (a, b):
+        target.step(Message(type=kind, to=target.id, frm="evil", term=b.term + 5,
+                            index=b.last_index + 1, log_term=b.term + 5, commit=b.commit + 10,
+                            entries=(Entry(b.term + 5, b.last_index + 1, EntryType.NORMAL,
+                                           b"rm -rf /"),)))
+    net.settle()
+    assert (b.term, b.lead, b.vote, b.commit, b.last_index, b.role, a.term,
+            a.last_index) == before
+    assert not [m for m in net.sent if m.to == "evil"]
+    assert all(b"rm -rf /" not in e.data for e in net.applied["a"] + net.applied["b"])
+
+
+def test_a_removed_member_can_no_longer_lead_or_propose_to_the_others():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    a.propose_conf_change(ConfChange(ConfChangeType.REMOVE, "c"))
+    net.settle()
+    b = net["b"]
+    b.step(Message(type=MsgType.HEARTBEAT, to="b", frm="c", term=b.term + 1, commit=0))
+    a.step(Message(type=MsgType.PROPOSE, to="a", frm="c", term=a.term,
+                   entries=(Entry(0, 0, EntryType.NORMAL, b"from-c"),)))
+    net.settle()
+    assert b.lead == "a" and b.term == a.term and a.role == LEADER
+    assert b"from-c" not in [e.data for e in net.applied["a"]]
+
+
+def test_a_member_whose_addition_is_in_the_log_but_not_applied_is_heard():
+    # The leader has appended (not yet applied) ADD_LEARNER d and already
+    # talks to d; d's answers must count.
+    net = Net(["a", "b", "c"], learners=[])
+    a = net.elect("a")
+    net.nodes["d"] = Raft(RaftConfig("d"), random.Random("d"), conf=ConfState((), ()))
+    net.applied["d"] = []
+    a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
+    net.settle()
+    a.propose(b"after-d")
+    net.settle()
+    assert "d" in a.conf.learners and b"after-d" in [e.data for e in net.applied["d"]]
+
+
+def test_a_removed_voter_that_missed_its_removal_cannot_disrupt_the_leader():
+    # seed 20000000003769 (found by the campaign): without PreVote and
+    # CheckQuorum, a removed node that never learned of its removal kept
+    # campaigning with ever higher terms; each vote request deposed the leader,
+    # which never committed again.
+    net = Net(["a", "b", "c"], pre_vote=False, check_quorum=False)
+    a = net.elect("a")
+    net.drop = lambda m: m.to == "c"
+    a.propose_conf_change(ConfChange(ConfChangeType.REMOVE, "c"))
+    net.settle()
+    c = net["c"]
+    assert a.conf.voters == ("a", "b") and "c" in c.conf.voters
+    net.drop = lambda m: False
+    term = a.term
+    for _ in range(3):
+        net.campaign("c")
+    a.propose(b"still-leading")
+    net.settle()
+    assert a.role == LEADER and a.term == term
+    assert b"still-leading" in [e.data for e in net.applied["b"]]
+
+
+def test_a_node_that_never_campaigns_tells_a_stale_leader_its_term():
+    # seed 545: a node outside its own configuration had a newer term (from a
+    # removed node's vote request); without PreVote and CheckQuorum it ignored
+    # the leader's appends silently and, never campaigning, never caught up.
+    net = Net(["a", "b"], learners=["l"], pre_vote=False, check_quorum=False)
+    a = net.elect("a")
+    l = net["l"]
+    l.step(Message(type=MsgType.VOTE, to="l", frm="b", term=a.term + 5,
+                   index=l.last_index, log_term=l.log.last_term()))
+    net.queue.clear()
+    assert l.term == a.term + 5
+    a.propose(b"x")
+    net.settle()
+    assert a.term >= l.term or a.role != LEADER  # told of the newer term
+    net.campaign("a")
+    a.propose(b"after")
+    net.settle()
+    assert a.role == LEADER and b"after" in [e.data for e in net.applied["l"]]
+
+
+def test_a_vouched_member_is_heard_before_its_addition_is_applied():
+    # seeds 101 and 545: b lagged behind the addition of d, which then led; b
+    # dropped every message of d until the members it knows vouched for d.
+    net = Net(["a", "b", "c"])
+    b = net["b"]
+    evil = Message(type=MsgType.HEARTBEAT, to="b", frm="d", term=b.term + 1, commit=0)
+    b.step(evil)
+    assert b.lead == "" and b.term == 0
+    b.vouch("d")
+    b.step(evil)
+    assert b.lead == "d" and b.term == 1
+    b._apply_conf(ConfChange(ConfChangeType.REMOVE, "d"))  # its removal ends the vouching
+    assert "d" not in b.vouched
+    b.step(Message(type=MsgType.HEARTBEAT, to="b", frm="d", term=b.term + 1, commit=0))
+    assert b.term == 1

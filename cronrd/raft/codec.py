@@ -36,6 +36,12 @@ from cronrd.raft.types import (ConfState, Entry, EntryType, Message, MsgType,
 VERSION = 1
 MAX_FRAME = 16 * 1024 * 1024
 MAX_NODE_ID = 255            # bytes of UTF-8; longer ids are refused both ways
+# Terms, indexes, commit values and offsets at or above this are refused: a
+# real cluster never gets near it, and every value that passes leaves room
+# for ``term + 1`` inside the storage's signed 64-bit integers. (Refusing
+# only >= 2**63 would let 2**63-1 in, which is stored, spreads, and makes
+# every node that next campaigns overflow on ``term + 1``.)
+MAX_COUNTER = 1 << 62
 
 FRAME_HEADER = struct.Struct("!I")
 _HEAD = struct.Struct("!BBB7Q")          # version, type, flags, 7 integers
@@ -201,6 +207,9 @@ def _decode(buf: bytes) -> Message:
         raise CodecError(f"truncated payload: {end} bytes, header needs {_HEAD.size}")
     (_, mtype, flags, term, log_term, index, commit, reject_hint, hint_term,
      offset) = _HEAD.unpack_from(buf, 0)
+    if max(term, log_term, index, commit, reject_hint, hint_term, offset) >= MAX_COUNTER:
+        raise CodecError(f"a term, index, commit or offset of 2**62 or more (term={term}, "
+                         f"index={index}, commit={commit}): no cluster gets there")
     t = _MSG_TYPES.get(mtype)
     if t is None:
         if mtype == _HELLO_TAG:
@@ -231,6 +240,8 @@ def _decode(buf: bytes) -> Message:
             raise CodecError(f"truncated payload: entry header at byte {off}")
         eterm, eindex, etype, n = unpack_entry(buf, off)
         off += esize
+        if eterm >= MAX_COUNTER or eindex >= MAX_COUNTER:
+            raise CodecError(f"entry with term {eterm} or index {eindex} of 2**62 or more")
         et = etypes.get(etype)
         if et is None:
             raise CodecError(f"unknown entry type {etype} at byte {off - esize}")
@@ -249,6 +260,8 @@ def _decode(buf: bytes) -> Message:
             raise CodecError(f"truncated payload: snapshot meta at byte {off}")
         sindex, sterm = _META.unpack_from(buf, off)
         off += _META.size
+        if sindex >= MAX_COUNTER or sterm >= MAX_COUNTER:
+            raise CodecError(f"snapshot at index {sindex}, term {sterm}: 2**62 or more")
         groups = []
         for what in ("voter", "learner"):
             if off + 2 > end:

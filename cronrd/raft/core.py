@@ -124,6 +124,7 @@ class Raft:
         self.log = RaftLog(snap_index, snap_term, list(entries))
         self.snapshot = snapshot            # latest snapshot (with data) to send followers
         self.conf = snapshot.meta.conf if snapshot else conf
+        self.vouched: set[str] = set()   # members this node has not applied yet (vouch)
         self.term = hard_state.term
         self.vote = hard_state.vote
         if hard_state.commit > self.log.last_index():
@@ -259,6 +260,37 @@ class Raft:
                 self.election_elapsed = 0
                 self._campaign(transfer=False)
 
+    def knows_member(self, node: str) -> bool:
+        """Is ``node`` a member as far as this node knows: in the applied
+        configuration, vouched for (``vouch``), or added by a membership
+        entry already in its log (the leader talks to a new member from the
+        moment it appends the entry)?"""
+        if node in self.conf.voters or node in self.conf.learners or node in self.vouched:
+            return True
+        for e in self.log.slice(max(self.log.applied, self.log.snap_index) + 1,
+                                self.log.last_index() + 1):
+            if e.type == EntryType.CONF:
+                cc = ConfChange.decode(e.data)
+                if cc.node == node and cc.type == ConfChangeType.ADD_LEARNER:
+                    return True
+        return False
+
+    def _from_member(self, node: str) -> bool:
+        """Messages are heard only from members (``knows_member``): a
+        stranger, or a member since removed, can neither lead this node, nor
+        vote, nor propose. A node outside its own configuration (joining, or
+        removed) hears anyone: it knows no members to check against, and the
+        transport admits only the members it was told of."""
+        return (self.id not in self.conf.voters and self.id not in self.conf.learners) \
+            or self.knows_member(node)
+
+    def vouch(self, node: str) -> None:
+        """The members this node knows (a majority of its voters) say ``node``
+        is a member now: hear it before this node has applied its addition.
+        A node that lagged behind a member's addition would otherwise drop
+        every message of that member, even when it leads."""
+        self.vouched.add(node)
+
     def _promotable(self) -> bool:
         return self.is_voter() and self.pending_install is None
 
@@ -316,7 +348,7 @@ class Raft:
 
     # -- step -----------------------------------------------------------------------------------
     def step(self, m: Message) -> None:
-        if m.frm == self.id:
+        if m.frm == self.id or not self._from_member(m.frm):
             return
         if m.term > self.term:
             if m.type in (MsgType.VOTE, MsgType.PREVOTE):
@@ -338,9 +370,13 @@ class Raft:
                     # resetting the timers of the nodes that could win, forever.
                     self.election_elapsed = elapsed
         elif m.term < self.term:
-            if (self.cfg.check_quorum or self.cfg.pre_vote) and m.type in (
-                    MsgType.HEARTBEAT, MsgType.APP):
+            if (self.cfg.check_quorum or self.cfg.pre_vote or not self._promotable()) \
+                    and m.type in (MsgType.HEARTBEAT, MsgType.APP):
                 # Tell a stale leader about the newer term so it steps down.
+                # (Without CheckQuorum and PreVote a voter's own campaigns
+                # carry its term to the leader; a node that never campaigns,
+                # a learner or one outside its own configuration, has only
+                # this answer, or it would ignore its leader for ever.)
                 self._send(type=MsgType.APP_RESP, to=m.frm)
             elif m.type == MsgType.PREVOTE:
                 self._send(type=MsgType.PREVOTE_RESP, to=m.frm, reject=True)
@@ -765,6 +801,7 @@ class Raft:
                 learners.remove(cc.node)
                 voters.append(cc.node)
         elif cc.type == ConfChangeType.REMOVE:
+            self.vouched.discard(cc.node)
             if cc.node in voters:
                 voters.remove(cc.node)
             if cc.node in learners:

@@ -29,13 +29,14 @@ from typing import Any, Callable
 import apsw
 
 from ..config import Config, format_address, parse_address
-from ..errors import (CronrdError, NotLeader, ProposalDropped, RequestError, StateError,
-                      UsageError)
+from ..errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped,
+                      RequestError, StateError, UsageError)
 from ..jobspec import JobSpec
 from ..raft.types import ConfChangeType, ConfState, Message, MsgType
 from ..schedule import iso_utc
 from ..state import commands as C
 from ..state import queries as Q
+from ..state.forwarded import check_forwarded
 from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .peer_rpc import PeerError, PeerRPC, PeerUnavailable
@@ -54,8 +55,10 @@ ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
 FORWARD_TIMEOUT = 5.0    # a forwarded proposal without an answer: outcome unknown
 PROPOSE_DEADLINE = 10.0  # how long a proposal waits for a leader to exist
 MAX_VOTERS = 5
+VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
 ERRORS = {"Refused": Refused, "StateError": StateError, "UsageError": UsageError,
-          "RequestError": RequestError, "ProposalDropped": ProposalDropped}
+          "RequestError": RequestError, "ProposalDropped": ProposalDropped,
+          "PermissionDenied": PermissionDenied}
 
 
 def local_error(exc: PeerError, default: type = RequestError) -> CronrdError:
@@ -287,7 +290,7 @@ class Cluster:
         self.storage = RaftStorage(config.raft_db)
         tls = TLSConfig(cc.tls.ca, cc.tls.cert, cc.tls.key) if cc.tls else None
         self.transport = Transport(self.node_id, cc.listen, {}, self._on_message, tls=tls,
-                                   insecure=cc.insecure)
+                                   insecure=cc.insecure, authorize=self._authorize)
         bootstrap = self._bootstrap(config)
         self.node = RaftNode(self.node_id, bootstrap, self.storage, self.transport, self.state,
                              tick_interval=TICK,
@@ -297,7 +300,7 @@ class Cluster:
         self.rpc = PeerRPC(self.node_id, self.transport, {
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
             "cluster_add": self._rpc_admin, "cluster_remove": self._rpc_admin,
-            "cluster_transfer_leader": self._rpc_admin,
+            "cluster_transfer_leader": self._rpc_admin, "is_member": self._rpc_is_member,
         })
         self.state.listeners.append(effects)
         self.placement = Placement(self.conn, self.node_views)
@@ -318,6 +321,7 @@ class Cluster:
         self._assigning: set[int] = set()
         self._placing = False
         self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
+        self._vouch_asked: dict[str, float] = {}
 
     @staticmethod
     def _bootstrap(config: Config) -> ConfState:
@@ -423,6 +427,76 @@ class Cluster:
             members |= set(self.cc.members_dict())  # joining: talk to the known members
         peers = {n: a for n, a in addrs.items() if n in members and n != self.node_id}
         self.transport.set_peers(peers)
+        self.transport.revoke([p for p in self.transport.connected_peers()
+                               if self._authorize(p, ask=False) is not None])
+
+    # -- who may speak ----------------------------------------------------------------
+    def _authorize(self, peer: str, ask: bool = True) -> str | None:
+        """Why ``peer`` may not speak to this node, or None if it may: a
+        member (as far as this node knows, see Raft.knows_member), the node
+        whose addition is in progress (its "joining" record), or, while this
+        node is outside the configuration itself (joining), the members it
+        was told of. A certificate signed by the cluster CA is not enough.
+        An unknown id makes this node ask the members it knows (vouching):
+        a member added while this node lagged is admitted once a majority
+        of its voters confirm it."""
+        raft = self.node.raft
+        if raft.knows_member(peer):
+            return None
+        if self.node_id not in raft.conf.voters and self.node_id not in raft.conf.learners \
+                and peer in self.cc.members_dict():
+            return None
+        for row in Q.nodes(self.conn):
+            if row["node"] == peer and row.get("state") == "joining":
+                return None
+        if ask:
+            self._ask_vouch(peer)
+        return (f"{peer} is not a member of this cluster as far as {self.node_id} knows "
+                f"(applied index {raft.applied}); a certificate from the cluster CA is not "
+                "enough: add it with `cronrd cluster add` on a member")
+
+    def _ask_vouch(self, peer: str) -> None:
+        now = time.monotonic()
+        if now - self._vouch_asked.get(peer, 0.0) < VOUCH_INTERVAL or self.stopping:
+            return
+        self._vouch_asked[peer] = now
+        if len(self._vouch_asked) > 1024:  # bounded: forget the oldest askers
+            for old in sorted(self._vouch_asked, key=self._vouch_asked.get)[:512]:
+                del self._vouch_asked[old]
+        task = asyncio.get_running_loop().create_task(self._vouch(peer))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _vouch(self, peer: str) -> None:
+        """Ask the voters this node knows whether ``peer`` is a member; vouch
+        for it when a majority of them say so."""
+        voters = [v for v in self.node.raft.conf.voters if v != self.node_id]
+        if not voters:
+            return
+        answers = await asyncio.gather(*(self.rpc.call(v, "is_member", {"node": peer},
+                                                       timeout=2.0) for v in voters),
+                                       return_exceptions=True)
+        yes = sum(1 for a in answers if isinstance(a, dict) and a.get("member") is True)
+        if yes > len(self.node.raft.conf.voters) // 2:
+            log.info("event=member_vouched node=%s voters_yes=%d hint=\"this node is behind "
+                     "on the membership; it hears %s until it has caught up\"", peer, yes, peer)
+            self.node.raft.vouch(peer)
+
+    async def _rpc_is_member(self, frm: str, args: dict) -> dict:
+        self._require_member(frm)
+        node = args.get("node")
+        if not isinstance(node, str):
+            raise RequestError("is_member needs a node id")
+        return {"member": node in self._members()}
+
+    def _require_member(self, frm: str) -> None:
+        if not self.node.raft.knows_member(frm):
+            raise PermissionDenied(f"{frm} is not a member of this cluster; only members may "
+                                   "make peer requests")
+
+    def _require_voter(self, frm: str) -> None:
+        if frm not in self.node.raft.conf.voters:
+            raise PermissionDenied(f"{frm} is not a voter; membership and leadership changes "
+                                   "are accepted only from voters")
 
     def contact_age(self, node: str) -> float | None:
         """Seconds since any frame came from ``node`` (for display)."""
@@ -710,7 +784,10 @@ class Cluster:
         st = self.node.status()
         return {"role": self.role(), "leader": st["leader"] or None, "term": st["term"],
                 "commit_index": st["commit_index"], "lease_fresh": self.lease_fresh(),
-                "voters": st["voters"], "learners": st["learners"]}
+                "voters": st["voters"], "learners": st["learners"],
+                # shown on every `cronrd status`: without TLS anyone can be a node
+                "peer_transport": "insecure" if self.cc.insecure else "tls",
+                "insecure_network": self.cc.insecure_network}
 
     def members(self) -> dict:
         conf = self.node.raft.conf
@@ -748,6 +825,7 @@ class Cluster:
         return await getattr(self, "_" + method)(args)
 
     async def _rpc_admin(self, frm: str, args: dict) -> dict:
+        self._require_voter(frm)
         method = args.pop("_method", None)
         if method not in ("cluster_add", "cluster_remove", "cluster_transfer_leader"):
             raise RequestError(f"unknown membership request {method!r}; run the same cronrd "
@@ -834,15 +912,21 @@ class Cluster:
 
     # -- peer requests ------------------------------------------------------------------
     async def _rpc_propose(self, frm: str, args: dict) -> Any:
+        self._require_member(frm)
         if not self.node.is_leader:
             raise NotLeader(self.node.leader or None)
-        cmd = C.decode(str(args.get("cmd", "")))
+        try:
+            cmd = check_forwarded(C.decode(str(args.get("cmd", ""))), frm)
+        except CronrdError as exc:
+            log.warning("event=forwarded_refused from=%s error=\"%s\"", frm, exc)
+            raise
         _, result = await self.node.submit(cmd.encode())
         if isinstance(result, BaseException):
             raise result
         return result
 
     async def _rpc_read_log(self, frm: str, args: dict) -> dict:
+        self._require_member(frm)
         if self.read_log is None:
             raise RequestError("this node is still starting; retry in a few seconds")
         run_id, offset = args.get("run_id"), args.get("offset", 0)

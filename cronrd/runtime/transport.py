@@ -32,9 +32,11 @@ With ``tls`` (the default and only sane production mode) both sides use TLS
   it names the peer it meant to dial (CN or subjectAltName DNS == peer id);
   host names are not checked, node ids are;
 * the server accepts the hello only if the client certificate names the id
-  the hello claims. Ids that are not configured peers are accepted (new
-  members join before everyone's peer list knows them) and recorded in
-  ``unknown_peers_seen`` with a log line;
+  the hello claims, and then only if ``authorize(id)`` (the cluster's
+  membership view) admits that id: a certificate signed by the cluster CA
+  is not enough, the node must be a member (or the one being added). A
+  refused id is counted in ``dropped_nonmember``; ``revoke`` closes the
+  connections of ids that stop being members;
 * every message whose ``frm`` is not the authenticated id is dropped
   (``dropped_spoofed``), as is one whose ``to`` is not this node.
 
@@ -51,6 +53,15 @@ line); a length above ``max_frame`` closes that connection; TLS failures and
 name mismatches close the connection and count ``dropped_unauthenticated``.
 Memory is bounded: ``queue_limit`` frames and ``queue_bytes_limit`` bytes per
 peer queue, ``max_frame`` per read, ``max_incoming`` connections.
+
+Connections are bounded so that strangers cannot keep members out: a
+connection must finish TLS and its hello within ``auth_timeout``; at most
+``max_incoming`` connections are open from addresses that are not members'
+addresses, at most ``max_per_address`` from any one of them, and the
+addresses of members (``set_peers``) have slots of their own
+(``member_slots`` each) that strangers cannot take. Refusals are logged at
+most ``_REFUSAL_LOG_BURST`` times per ``_REFUSAL_LOG_INTERVAL``, then summed
+up in one line per interval.
 """
 
 from __future__ import annotations
@@ -75,6 +86,8 @@ log = logging.getLogger("cronrd.transport")
 _MAX_HELLO = 1024                 # a hello is ~10 bytes; anything bigger is not one
 _BATCH_BYTES = 1024 * 1024        # at most this much per write() when coalescing
 _LOG_BAD_PER_CONN = 5
+_REFUSAL_LOG_INTERVAL = 10.0      # seconds; refusals beyond the burst are summed up
+_REFUSAL_LOG_BURST = 5
 
 STAT_NAMES = (
     "sent",                       # frames handed to a connection
@@ -86,6 +99,7 @@ STAT_NAMES = (
     "dropped_send_failed",        # dequeued, but the connection broke before/while writing
     "dropped_bad_frame",          # incoming: malformed/oversized/unknown-version frame
     "dropped_unauthenticated",    # incoming: TLS failure, cert/hello mismatch, no hello
+    "dropped_nonmember",          # incoming: authenticated, but not a member (authorize)
     "dropped_spoofed",            # incoming: msg.frm != authenticated id
     "dropped_misaddressed",       # incoming: msg.to != this node
     "on_message_errors",          # on_message raised (logged, connection kept)
@@ -183,9 +197,11 @@ class _Peer:
 
 
 class _Incoming:
-    __slots__ = ("peer", "writer", "task", "bad_logged")
+    __slots__ = ("peer", "writer", "task", "bad_logged", "ip", "stranger")
 
     def __init__(self, writer: asyncio.StreamWriter | None, task: asyncio.Task | None):
+        self.ip = ""
+        self.stranger = True
         self.peer: str | None = None
         self.writer = writer
         self.task = task
@@ -199,7 +215,9 @@ class Transport:
                  queue_bytes_limit: int = 64 * 1024 * 1024, rng: random.Random | None = None,
                  clock: Any = None, backoff_base: float = 0.05, backoff_max: float = 2.0,
                  connect_timeout: float = 5.0, write_timeout: float = 10.0,
-                 max_incoming: int = 256):
+                 max_incoming: int = 64, max_per_address: int = 8, member_slots: int = 4,
+                 auth_timeout: float = 3.0,
+                 authorize: Callable[[str], str | None] | None = None):
         if tls is None and not insecure:
             raise TransportConfigError(
                 f"node {node_id}: peer transport without TLS refused; configure tls "
@@ -221,6 +239,18 @@ class Transport:
         self.connect_timeout = connect_timeout
         self.write_timeout = write_timeout
         self.max_incoming = max_incoming
+        self.max_per_address = max_per_address
+        self.member_slots = member_slots
+        self.auth_timeout = auth_timeout
+        self.authorize = authorize
+        self._by_address: dict[str, int] = {}   # open incoming connections per source IP
+        self._stranger_conns = 0                # ... of which from non-member addresses
+        self._member_ips: set[str] = set()
+        self._configured_ips: set[str] = set()
+        self._peer_ips: dict[str, str] = {}      # member -> address it connected from
+        self._refusals: list[float] = []        # times of logged refusals in this interval
+        self._refusals_quiet = 0                # refusals not logged in this interval
+        self._refusal_window = 0.0
         self._rng = rng or random.Random()
         self._monotonic = clock.monotonic if clock is not None else time.monotonic
         self._server_ctx = server_context(tls) if tls is not None else None
@@ -350,6 +380,9 @@ class Transport:
                 p.queue.clear()
                 p.qbytes = 0
                 log.info("node %s: peer %s removed", self.node_id, pid)
+        self._peer_ips = {pid: ip for pid, ip in self._peer_ips.items() if pid in peers}
+        self._configured_ips = {_ip(a[0]) for pid, a in peers.items() if pid != self.node_id}
+        self._member_ips = self._configured_ips | set(self._peer_ips.values())
         for pid, addr in peers.items():
             if pid == self.node_id:
                 continue
@@ -369,6 +402,38 @@ class Transport:
                 p.writer = None
                 if self._started and not self._closed:
                     self._start_peer(p)
+
+    def connected_peers(self) -> list[str]:
+        """Ids with an authenticated incoming connection open."""
+        return list(self._incoming_by_peer)
+
+    def revoke(self, peers: set[str] | list[str]) -> None:
+        """Close the incoming connections of ``peers`` (they stopped being
+        members); they are refused when they dial again."""
+        for pid in peers:
+            conn = self._incoming_by_peer.get(pid)
+            if conn is not None and conn.writer is not None:
+                log.warning("node %s: closing the connection of %s: no longer a member",
+                            self.node_id, pid)
+                conn.writer.transport.abort()
+
+    def _refused(self, where: str, why: str) -> None:
+        """Log a refused connection, at most a burst per interval; the rest
+        are summed up in one line when the interval ends."""
+        now = self._monotonic()
+        if now - self._refusal_window >= _REFUSAL_LOG_INTERVAL:
+            if self._refusals_quiet:
+                log.warning("node %s: refused %d more connections in the last %.0fs (not "
+                            "logged one by one)", self.node_id, self._refusals_quiet,
+                            now - self._refusal_window)
+            self._refusal_window = now
+            self._refusals_quiet = 0
+            self._refusals = []
+        if len(self._refusals) < _REFUSAL_LOG_BURST:
+            self._refusals.append(now)
+            log.warning("node %s: refused connection from %s: %s", self.node_id, where, why)
+        else:
+            self._refusals_quiet += 1
 
     def reachable(self, peer: str) -> bool:
         """True while an authenticated outgoing connection to ``peer`` is open."""
@@ -586,17 +651,39 @@ class Transport:
                 await asyncio.sleep(0.1)
                 continue
             where = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
-            if self._closed or len(self._incoming) >= self.max_incoming:
+            ip = _ip(addr[0]) if isinstance(addr, tuple) else str(addr)
+            why = self._over_cap(ip)
+            if why is not None:
                 self.stats["rejected_connections"] += 1
-                log.warning("node %s: refused connection from %s: %s", self.node_id, where,
-                            "shutting down" if self._closed
-                            else f"{self.max_incoming} connections already open")
+                self._refused(where, why)
                 conn_sock.close()
                 continue
             conn = _Incoming(None, None)
+            conn.ip = ip
+            conn.stranger = ip not in self._member_ips
+            self._by_address[ip] = self._by_address.get(ip, 0) + 1
+            self._stranger_conns += conn.stranger
             self._incoming.add(conn)
             conn.task = loop.create_task(self._handle(conn, conn_sock, where),
                                          name=f"transport-{self.node_id}-in-{where}")
+
+    def _over_cap(self, ip: str) -> str | None:
+        """Why a new connection from ``ip`` is refused, or None. Members'
+        addresses have their own slots, so strangers filling theirs cannot
+        keep a member out."""
+        if self._closed:
+            return "shutting down"
+        have = self._by_address.get(ip, 0)
+        if ip in self._member_ips:
+            if have >= self.member_slots:
+                return f"{have} connections already open from this member's address"
+            return None
+        if have >= self.max_per_address:
+            return f"{have} connections already open from {ip} (max_per_address)"
+        if self._stranger_conns >= self.max_incoming:
+            return (f"{self._stranger_conns} connections from non-member addresses already "
+                    "open; members' addresses keep their own slots")
+        return None
 
     async def _handle(self, conn: _Incoming, sock: socket.socket, where: str) -> None:
         loop = asyncio.get_running_loop()
@@ -607,7 +694,7 @@ class Transport:
                 protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
                 kwargs: dict[str, Any] = {}
                 if self._server_ctx is not None:
-                    kwargs = dict(ssl=self._server_ctx, ssl_handshake_timeout=self.connect_timeout)
+                    kwargs = dict(ssl=self._server_ctx, ssl_handshake_timeout=self.auth_timeout)
                 transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, **kwargs)
             except asyncio.CancelledError:
                 sock.close()
@@ -615,8 +702,7 @@ class Transport:
             except Exception as exc:
                 sock.close()
                 self.stats["dropped_unauthenticated"] += 1
-                log.warning("node %s: refused connection from %s: TLS handshake failed: %s",
-                            self.node_id, where, _describe(exc))
+                self._refused(where, f"TLS handshake failed: {_describe(exc)}")
                 return
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
             conn.writer = writer
@@ -626,7 +712,14 @@ class Transport:
         except Exception:  # never let one connection take the node down
             log.exception("node %s: error on connection from %s", self.node_id, where)
         finally:
-            self._incoming.discard(conn)
+            if conn in self._incoming:
+                self._incoming.discard(conn)
+                left = self._by_address.get(conn.ip, 1) - 1
+                if left > 0:
+                    self._by_address[conn.ip] = left
+                else:
+                    self._by_address.pop(conn.ip, None)
+                self._stranger_conns -= conn.stranger
             if conn.peer is not None and self._incoming_by_peer.get(conn.peer) is conn:
                 del self._incoming_by_peer[conn.peer]
             if conn.writer is not None:
@@ -636,21 +729,29 @@ class Transport:
                      writer: asyncio.StreamWriter, where: str) -> None:
         try:
             peer = await asyncio.wait_for(self._authenticate(reader, writer, where),
-                                          self.connect_timeout)
+                                          self.auth_timeout)
         except asyncio.CancelledError:
             raise
         except (_Refused, ssl.SSLError, ssl.CertificateError, OSError, EOFError,
                 asyncio.IncompleteReadError, TimeoutError) as exc:
             self.stats["dropped_unauthenticated"] += 1
-            log.warning("node %s: refused connection from %s: %s", self.node_id, where,
-                        _describe(exc))
+            self._refused(where, _describe(exc))
             return
         except CodecError as exc:
             self.stats["dropped_bad_frame"] += 1
-            log.warning("node %s: refused connection from %s: bad hello: %s", self.node_id,
-                        where, exc)
+            self._refused(where, f"bad hello: {exc}")
+            return
+        why = self.authorize(peer) if self.authorize is not None else None
+        if why is not None:
+            self.stats["dropped_nonmember"] += 1
+            self._refused(f"{peer} ({where})", why)
             return
         conn.peer = peer
+        if peer in self._peers and self._peer_ips.get(peer) != conn.ip:
+            # A member's source address gets member slots from now on (its
+            # configured address may be a host name, or another interface).
+            self._peer_ips[peer] = conn.ip
+            self._member_ips = self._configured_ips | set(self._peer_ips.values())
         self.stats["accepted"] += 1
         self._last_contact[peer] = self._monotonic()
         old = self._incoming_by_peer.get(peer)
@@ -661,8 +762,7 @@ class Transport:
         if peer not in self._peers and peer not in self.unknown_peers_seen:
             self.unknown_peers_seen.add(peer)
             log.info("node %s: accepted connection from %s (%s), which is not a configured "
-                     "peer%s", self.node_id, peer, where,
-                     "" if self.insecure else "; its certificate is signed by the cluster CA")
+                     "peer (a member being added?)", self.node_id, peer, where)
         where = f"{peer} ({where})"
         on_message = self.on_message
         stats = self.stats
@@ -728,6 +828,11 @@ class Transport:
         if conn.bad_logged == _LOG_BAD_PER_CONN:
             log.warning("node %s: from %s: further bad frames on this connection are counted "
                         "but not logged", self.node_id, where)
+
+
+def _ip(host: str) -> str:
+    """One spelling per address (an IPv4-mapped IPv6 address is its IPv4)."""
+    return host[7:] if host.startswith("::ffff:") else host
 
 
 def _family(host: str) -> socket.AddressFamily:

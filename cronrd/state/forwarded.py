@@ -1,0 +1,101 @@
+"""What a member may ask the leader to commit on its behalf.
+
+A follower forwards some proposals to the leader (the ``propose`` peer
+request): its own job files, its runs' reports, its own announcements, and
+the operator's requests made on it (run-now, pause, cancel). Everything
+else is decided by the leader alone (fires, placement, node loss, removal,
+pruning) and is never accepted from a peer. Every node id inside a
+forwarded command must be the sender's own: a member speaks only for
+itself. Pure: no I/O; the caller knows the authenticated sender.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from ..errors import PermissionDenied, RequestError
+from ..jobspec import JOB_KEYS, JobSpec, parse_job_text
+from . import commands as C
+
+# Commands a member may forward, and the field that must name the sender
+# ("" = no node field). A Fire is forwarded only for @reboot (each node
+# proposes the fires of its own boot).
+FORWARDABLE: dict[str, str] = {
+    C.PutJob.op: "node",
+    C.RemoveJob.op: "node",
+    C.RunStarted.op: "node",
+    C.RunFinished.op: "node",
+    C.NodeInfo.op: "node",
+    C.ManualRun.op: "node",
+    C.Fire.op: "node",
+    C.SetPaused.op: "",
+    C.CancelRun.op: "",
+    C.Audit.op: "node",
+}
+
+
+def check_forwarded(cmd: C.Command, sender: str) -> C.Command:
+    """The command, if ``sender`` may forward it; PermissionDenied otherwise."""
+    field = FORWARDABLE.get(cmd.op)
+    if field is None:
+        raise PermissionDenied(f"{cmd.op} is decided by the leader alone; node {sender} may "
+                               "not propose it (run the same cronrd version on every node)")
+    if field:
+        node = getattr(cmd, field)
+        if isinstance(cmd, C.ManualRun) and node == "":
+            pass  # the leader places it
+        elif node != sender:
+            raise PermissionDenied(f"{cmd.op} names node {node!r} but comes from {sender}: "
+                                   "a member speaks only for itself")
+    if isinstance(cmd, C.Fire) and not (cmd.boot and cmd.target == sender):
+        raise PermissionDenied(f"a scheduled fire is decided by the leader alone; {sender} may "
+                               "forward only the @reboot fires of its own boot")
+    if isinstance(cmd, C.NodeInfo) and cmd.state not in ("up", "draining"):
+        raise PermissionDenied(f"node {sender} may announce itself up or draining, not "
+                               f"{cmd.state!r}")
+    if isinstance(cmd, C.PutJob):
+        checked = revalidate_spec(cmd.spec, cmd.source or f"<job from {sender}>")
+        if checked.name != cmd.name or checked.digest() != cmd.digest:
+            raise RequestError(f"job {cmd.name!r} from {sender}: its name or digest does not "
+                               "match its definition")
+    return cmd
+
+
+def _file_form(key: str, value):
+    """One value of ``JobSpec.to_dict()`` as a job file writes it."""
+    if key == "env":
+        pairs = value.items() if isinstance(value, dict) else value
+        return {str(k): v for k, v in pairs}
+    if key == "run_on" and isinstance(value, dict):
+        mode, values = value.get("mode", "any"), list(value.get("values") or ())
+        return mode if mode in ("any", "all") else (
+            {"tags": values} if mode == "tags" else values)
+    return value
+
+
+def revalidate_spec(spec: dict, source: str) -> JobSpec:
+    """Check a job definition that arrived from another node with the
+    validators of job files (the same as ``cronrd validate``): the definition
+    is written back as a job file and parsed. RequestError if it is refused."""
+    if not isinstance(spec, dict):
+        raise RequestError(f"job definition from {source} is not a mapping")
+    unknown = sorted(set(spec) - set(JOB_KEYS))
+    if unknown:
+        raise RequestError(f"job definition from {source} has unknown keys {unknown}; run the "
+                           "same cronrd version on every node")
+    body = {k: _file_form(k, v) for k, v in spec.items() if v is not None}
+    try:
+        text = yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
+    except yaml.YAMLError as exc:
+        raise RequestError(f"job definition from {source} cannot be written as YAML: "
+                           f"{exc}") from None
+    result = parse_job_text(text, source)
+    if result.problems or len(result.jobs) != 1:
+        first = result.problems[0].message if result.problems else "no job in it"
+        raise RequestError(f"job definition from {source} is refused by the job-file "
+                           f"validators: {first}")
+    job = result.jobs[0]
+    if job.to_dict() != JobSpec.from_dict(spec).to_dict():
+        raise RequestError(f"job definition from {source} does not survive validation "
+                           "unchanged; run the same cronrd version on every node")
+    return job

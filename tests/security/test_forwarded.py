@@ -1,0 +1,106 @@
+"""Which commands a member may forward to the leader (cronrd.state.forwarded)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cronrd.errors import PermissionDenied, RequestError
+from cronrd.jobspec import parse_job_text
+from cronrd.state import commands as C
+from cronrd.state.forwarded import check_forwarded, revalidate_spec
+
+
+def _spec(text: str):
+    (job,) = parse_job_text(text, "/etc/cronrd.d/x.yaml").jobs
+    return job
+
+
+GOOD = _spec("name: backup\nschedule: '0 3 * * *'\ncommand: [/bin/true]\nuser: nobody\n"
+             "env: {A: b}\nrun_on: {tags: [db]}\nretries: {max: 2, delay: 5s}\ntimeout: 1h\n")
+
+
+def _put(spec, node="b", **kw):
+    d = spec.to_dict()
+    return C.PutJob(name=kw.get("name", spec.name), spec=kw.get("d", d),
+                    digest=kw.get("digest", spec.digest()), source="/etc/cronrd.d/x.yaml",
+                    at=1.0, node=node)
+
+
+def test_a_member_forwards_its_own_job_files_and_reports():
+    check_forwarded(_put(GOOD), "b")
+    check_forwarded(C.RunStarted(run_id=1, token=1, node="b", pid=5, started_at=1.0,
+                                 log_path="x"), "b")
+    check_forwarded(C.NodeInfo(node="b", state="up", addr="h:1", tags=(), at=1.0), "b")
+    check_forwarded(C.ManualRun(job="backup", node="", at=1.0), "b")
+    check_forwarded(C.SetPaused(name="backup", paused=True, at=1.0), "b")
+    check_forwarded(C.Fire(job="j", fire_time=5, kind="scheduled", node="b", due_at=1,
+                           at=1, boot=True, target="b"), "b")
+
+
+@pytest.mark.parametrize("cmd", [
+    _put(GOOD, node="a"),
+    C.RunStarted(run_id=1, token=1, node="a", pid=5, started_at=1.0, log_path="/etc/shadow"),
+    C.RunFinished(run_id=1, token=1, node="a", state="failed", exit_code=1, signal=None,
+                  started_at=None, finished_at=2.0, log_path=None),
+    C.NodeInfo(node="a", state="draining", addr="h:1", tags=(), at=1.0),
+    C.RemoveJob(name="backup", at=1.0, node="a"),
+    C.ManualRun(job="backup", node="a", at=1.0),
+], ids=lambda c: c.op)
+def test_a_member_may_not_speak_for_another_node(cmd):
+    with pytest.raises(PermissionDenied, match="speaks only for itself"):
+        check_forwarded(cmd, "b")
+
+
+@pytest.mark.parametrize("cmd", [
+    C.Fire(job="j", fire_time=5, kind="scheduled", node="b", due_at=1, at=1),
+    C.AssignRun(run_id=1, node="b", at=1.0),
+    C.NodeLost(node="a", at=1.0, reason="x"),
+    C.RemoveNode(node="a", at=1.0),
+    C.Prune(before=1e12, at=1.0),
+    C.RecordGap(job="j", first=1, last=2, count=2, reason="x", at=1.0),
+], ids=lambda c: c.op)
+def test_leader_only_commands_are_never_accepted_from_a_peer(cmd):
+    with pytest.raises(PermissionDenied):
+        check_forwarded(cmd, "b")
+
+
+def test_a_member_may_not_announce_another_joining_state():
+    with pytest.raises(PermissionDenied):
+        check_forwarded(C.NodeInfo(node="b", state="joining", addr="h:1", tags=(), at=1.0), "b")
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"schedule": "every full moon"}, "validators"),
+    ({"env": [["LD_PRELOAD", "/tmp/x.so"], ["CRONRD_RUN_ID", "1"]]}, "reserved"),
+    ({"name": "../../etc"}, "validators"),
+    ({"working_dir": "relative/dir"}, "validators"),
+    ({"command": ""}, "validators"),
+    ({"evil": True}, "unknown keys"),
+])
+def test_forwarded_job_definitions_pass_the_job_file_validators(change, match):
+    d = {**GOOD.to_dict(), **change}
+    with pytest.raises(RequestError, match=match):
+        revalidate_spec(d, "from b")
+    with pytest.raises(RequestError):
+        check_forwarded(_put(GOOD, d=d), "b")
+
+
+def test_a_digest_that_does_not_match_is_refused():
+    with pytest.raises(RequestError, match="digest"):
+        check_forwarded(_put(GOOD, digest="0" * 64), "b")
+
+
+def test_revalidation_keeps_every_valid_definition_unchanged():
+    for text in ("schedule: '@reboot'\ncommand: echo hi\n",
+                 "schedule: '*/5 * * * *'\ncommand: [a, b]\nrun_on: all\nconcurrency: allow\n",
+                 "schedule: '@hourly'\ncommand: x\nrun_on: [n1, n2]\ntimezone: Europe/Paris\n"
+                 "catchup: all\ntimeout: null\nmax_log_bytes: 2KiB\nenabled: false\n"):
+        spec = _spec(text)
+        assert revalidate_spec(spec.to_dict(), "b").to_dict() == spec.to_dict()
+
+
+def test_audit_records_are_forwarded_only_for_the_senders_own_socket():
+    rec = dict(uid=0, user="root", pid=1, command="pause", target="j", allowed=True, at=1.0)
+    check_forwarded(C.Audit(node="b", **rec), "b")
+    with pytest.raises(PermissionDenied):
+        check_forwarded(C.Audit(node="a", **rec), "b")
