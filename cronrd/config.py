@@ -49,7 +49,8 @@ class ClusterConfig:
         default_factory=lambda: types.MappingProxyType({}))
     join: bool = False
     tls: TLSPaths | None = None
-    insecure: bool = False
+    insecure: bool = False           # no TLS: anyone who reaches the port is believed
+    insecure_network: bool = False   # insecure: {allow_network: true}: on any address
     tags: tuple[str, ...] = ()
     node_timeout: float = 10.0       # leader declares a silent node's runs lost after this
     election_timeout: float = 0.5    # base Raft election timeout, seconds
@@ -64,7 +65,8 @@ class ClusterConfig:
 
     def __hash__(self) -> int:  # MappingProxyType is not hashable; its items are
         return hash((self.listen, tuple(self.initial_members.items()), self.join, self.tls,
-                     self.insecure, self.tags, self.node_timeout, self.election_timeout))
+                     self.insecure, self.insecure_network, self.tags, self.node_timeout,
+                     self.election_timeout))
 
 
 @dataclass(frozen=True)
@@ -321,9 +323,7 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterCon
                          "members of the running cluster this node should contact")
 
     # tls / insecure
-    insecure = raw.get("insecure", False)
-    if not isinstance(insecure, bool):
-        raise _err(path, f"cluster.insecure must be true or false (got {insecure!r})")
+    insecure, insecure_network = _parse_insecure(raw.get("insecure", False), path)
     tls_raw = raw.get("tls")
     tls = None
     if tls_raw is not None and insecure:
@@ -334,7 +334,10 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterCon
                          "files with `cronrd cluster init-tls DIR --nodes ...`), or "
                          "insecure: true, which lets anyone who can reach the listen port "
                          "impersonate a node and run commands on every host: use it only on "
-                         "a loopback or isolated test network")
+                         "a loopback or isolated test network (insecure: true is accepted "
+                         "only on loopback addresses)")
+    if insecure and not insecure_network:
+        _check_loopback(listen, members, path)
     if tls_raw is not None:
         tls = _parse_tls(tls_raw, path, base)
 
@@ -380,8 +383,55 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterCon
                          "retry them elsewhere while that node still starts them; raise "
                          "node_timeout" + (" or lower election_timeout" if election > 1 else ""))
     return ClusterConfig(listen=listen, initial_members=members, join=join, tls=tls,
-                         insecure=insecure, tags=tuple(tags), node_timeout=node_timeout,
+                         insecure=insecure, insecure_network=insecure_network,
+                         tags=tuple(tags), node_timeout=node_timeout,
                          election_timeout=election)
+
+
+def _parse_insecure(value: object, path: str) -> tuple[bool, bool]:
+    """``cluster.insecure`` -> (insecure, allowed on the network)."""
+    if isinstance(value, bool):
+        return value, False
+    if isinstance(value, dict):
+        for key in value:
+            if key != "allow_network":
+                raise _unknown(path, "cluster.insecure", key, ("allow_network",))
+        allow = value.get("allow_network")
+        if allow is not True:
+            raise _err(path, "cluster.insecure.allow_network must be true (got "
+                             f"{allow!r}); it is the explicit word that this insecure cluster "
+                             "may use non-loopback addresses; for loopback only, write "
+                             "insecure: true")
+        return True, True
+    raise _err(path, f"cluster.insecure must be true, false or {{allow_network: true}} "
+                     f"(got {value!r})")
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost, 127.0.0.0/8 and ::1 (also as ::ffff:127.x.y.z); no DNS."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # another host name: it may resolve to anything
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _check_loopback(listen: Address, members: Mapping[str, Address], path: str) -> None:
+    """``insecure: true`` only where nobody else can reach the port."""
+    found = [("cluster.listen", listen)] + [
+        (f"cluster.initial_members.{m}", a) for m, a in members.items()]
+    for key, addr in found:
+        if not is_loopback(addr[0]):
+            raise _err(path, f"cluster.insecure: true is refused because {key} is "
+                             f"{format_address(addr)}, which is not a loopback address "
+                             "(127.0.0.0/8, ::1, localhost): without TLS anyone who can reach "
+                             "the peer port can impersonate a node and run commands as root "
+                             "on every host. Configure tls: {ca, cert, key} (create the files "
+                             "with `cronrd cluster init-tls DIR --nodes ...`), or, only if "
+                             "this network is isolated, write insecure: {allow_network: true}")
 
 
 def _parse_tls(raw: object, path: str, base: str) -> TLSPaths:

@@ -89,11 +89,12 @@ CFG = "/etc/cronrd/cronrd.yaml"
 
 
 def cluster(**over) -> dict:
-    """A valid config with an insecure 3-node cluster section, keys overridden."""
+    """A valid config with an insecure 3-node cluster section, keys overridden
+    (network addresses, so the insecure mode needs allow_network)."""
     section = {"listen": "0.0.0.0:7000",
                "initial_members": {"a": "10.0.0.1:7000", "b": "10.0.0.2:7000",
                                    "c": "10.0.0.3:7000"},
-               "insecure": True}
+               "insecure": {"allow_network": True}}
     section.update(over)
     return {"node_id": "a", "cluster": {k: v for k, v in section.items() if v is not ...}}
 
@@ -197,7 +198,7 @@ def test_tls_file_missing_names_it_and_suggests_init_tls(tmp_path):
     ({"join": True, "initial_members": {"a": "h:1"}}, "must list the members of the running"),
     ({"insecure": ...}, "cluster needs tls: {ca: FILE, cert: FILE, key: FILE}"),
     ({"insecure": False}, "only on a loopback or isolated test network"),
-    ({"insecure": "true"}, "cluster.insecure must be true or false"),
+    ({"insecure": "true"}, "cluster.insecure must be true, false or {allow_network: true}"),
     ({"tls": {"ca": "a", "cert": "b", "key": "c"}}, "both tls and insecure: true"),
     ({"insecure": ..., "tls": "dir"}, "cluster.tls must be a mapping {ca: FILE"),
     ({"insecure": ..., "tls": {"ca": "x", "cert": "y"}}, "cluster.tls.key is required"),
