@@ -20,7 +20,11 @@ def free_port(host: str) -> int:
 
 class Cluster:
     def __init__(self, ids=("a", "b", "c"), node_timeout: str = "3s",
-                 election_timeout: str = "0.5s", first_ip: int = 21):
+                 election_timeout: str = "0.5s", first_ip: int = 21,
+                 tls_dir: str | None = None):
+        """``tls_dir``: a directory made by `cronrd cluster init-tls` holding a
+        certificate for every id (mutual TLS instead of insecure: true)."""
+        self.tls_dir = tls_dir
         self.hosts = {nid: f"127.0.0.{first_ip + i}" for i, nid in enumerate(ids)}
         self.addrs = {nid: f"{h}:{free_port(h)}" for nid, h in self.hosts.items()}
         self.node_timeout = node_timeout
@@ -29,9 +33,14 @@ class Cluster:
 
     def _node(self, nid: str, members: dict, join: bool = False) -> Node:
         cluster: dict[str, Any] = {
-            "listen": self.addrs[nid], "initial_members": dict(members), "insecure": True,
+            "listen": self.addrs[nid], "initial_members": dict(members),
             "node_timeout": self.node_timeout, "election_timeout": self.election_timeout,
             "tags": [f"tag-{nid}"]}
+        if self.tls_dir:
+            cluster["tls"] = {"ca": f"{self.tls_dir}/ca.crt", "cert": f"{self.tls_dir}/{nid}.crt",
+                              "key": f"{self.tls_dir}/{nid}.key"}
+        else:
+            cluster["insecure"] = True
         if join:
             cluster["join"] = True
         return Node(nid, cluster=cluster, shutdown={"mode": "wait", "grace": "5s"})

@@ -1,0 +1,226 @@
+"""Attacks on the peer port of a real mutual-TLS cluster (issue 9).
+
+The rogue side speaks our protocol with cronrd's own transport and peer-request
+classes, in this process, with certificates signed by the cluster CA: one made
+for a node that is not a member (``evil``), and a member's own (``b``, stopped
+first, impersonated on its address) to forge commands in its name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cluster_harness import Cluster, free_port
+from cronrd.raft.types import Message, MsgType
+from cronrd.runtime.peer_rpc import PeerError, PeerRPC, PeerUnavailable
+from cronrd.runtime.transport import TLSConfig, Transport
+from cronrd.state import commands as C
+from harness import REPO, wait_for
+
+pytestmark = pytest.mark.integration
+
+MARK = "/tmp/cronrd-rogue-was-here"
+
+
+@pytest.fixture(scope="module")
+def tls_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run([sys.executable, "-m", "cronrd", "cluster", "init-tls", str(d),
+                    "--nodes", "a,b,c,evil", "--days", "2"], check=True, capture_output=True,
+                   env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    return str(d)
+
+
+@pytest.fixture
+def tls_cluster(cluster, tls_dir):
+    c = cluster(tls_dir=tls_dir, first_ip=61)
+    return c.start()
+
+
+def _rogue(node_id: str, host: str, port: int, tls_dir: str, peers: dict):
+    tls = TLSConfig(f"{tls_dir}/ca.crt", f"{tls_dir}/{node_id}.crt", f"{tls_dir}/{node_id}.key")
+    box = {}
+
+    def on_message(m):
+        box["rpc"].on_message(m) if m.type in (MsgType.RPC_REQ, MsgType.RPC_RESP) else None
+    t = Transport(node_id, (host, port), peers, on_message, tls=tls)
+    box["rpc"] = PeerRPC(node_id, t, {})
+    return t, box["rpc"]
+
+
+def _addr(a: str) -> tuple[str, int]:
+    host, port = a.rsplit(":", 1)
+    return host, int(port)
+
+
+def _propose_as(rogue_id, host, port, tls_dir, to, addr, cmds, timeout=4.0):
+    """Send each command as a ``propose`` peer request; return each outcome."""
+    async def go():
+        t, rpc = _rogue(rogue_id, host, port, tls_dir, {to: addr})
+        await t.start()
+        out = []
+        try:
+            for cmd in cmds:
+                try:
+                    out.append(await rpc.call(to, "propose", {"cmd": cmd.encode().decode()},
+                                              timeout=timeout))
+                except (PeerError, PeerUnavailable) as exc:
+                    out.append(exc)
+        finally:
+            rpc.close()
+            await t.close()
+        return out
+    return asyncio.run(go())
+
+
+def _put_job(node: str, marker: str) -> C.PutJob:
+    from cronrd.jobspec import parse_job_text
+    (spec,) = parse_job_text(f"schedule: '* * * * * *'\ncommand: [touch, {marker}]\n"
+                             "run_on: all\n", "/etc/cronrd.d/pwn.yaml").jobs
+    return C.PutJob(name="pwn", spec=spec.to_dict(), digest=spec.digest(),
+                    source="/etc/cronrd.d/pwn.yaml", at=time.time(), node=node)
+
+
+def test_a_ca_signed_stranger_is_refused_and_runs_nothing(tls_cluster, tls_dir, tmp_path):
+    marker = tmp_path / "pwned"
+    lead = tls_cluster.leader()
+    lid = lead.config["node_id"]
+    host = "127.0.0.70"
+    res = _propose_as("evil", host, free_port(host), tls_dir, lid,
+                      _addr(tls_cluster.addrs[lid]), [_put_job("evil", str(marker))])
+    assert isinstance(res[0], PeerUnavailable)  # refused at the hello: no answer at all
+    wait_for(lambda: "evil" in lead.log_file.read_text() and "not a member" in
+             lead.log_file.read_text(), 10, what="the refusal logged")
+    assert all("pwn" not in {j["name"] for j in n.call("jobs")} for n in tls_cluster)
+    assert not marker.exists()
+    assert tls_cluster.leader().config["node_id"] == lid  # still leading, nobody crashed
+    assert all(n.proc.poll() is None for n in tls_cluster)
+
+
+def test_messages_of_every_type_from_a_stranger_change_nothing(tls_cluster, tls_dir):
+    lead = tls_cluster.leader()
+    before = {n.config["node_id"]: n.call("status")["term"] for n in tls_cluster}
+    host = "127.0.0.71"
+    target = {n: _addr(a) for n, a in tls_cluster.addrs.items()}
+
+    async def go():
+        t, rpc = _rogue("evil", host, free_port(host), tls_dir, target)
+        await t.start()
+        for _ in range(20):
+            for nid in target:
+                for kind in MsgType:
+                    t.send(Message(type=kind, to=nid, frm="evil", term=before[nid] + 100,
+                                   index=10**6, log_term=before[nid] + 100, commit=10**6))
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        rpc.close()
+        await t.close()
+    asyncio.run(go())
+    after = {n.config["node_id"]: n.call("status")["term"] for n in tls_cluster}
+    assert after == before
+    assert tls_cluster.leader() is lead
+    tls_cluster.converged()
+
+
+def test_a_member_cannot_speak_for_another_node_or_for_the_leader(tls_cluster, tls_dir,
+                                                                   tmp_path):
+    lead = tls_cluster.leader()
+    lid = lead.config["node_id"]
+    victim = "b" if lid != "b" else "c"
+    other = next(n for n in "abc" if n not in (lid, victim))
+    tls_cluster[victim].terminate()
+    host, port = _addr(tls_cluster.addrs[victim])  # impersonate it on its own address
+    forged = [
+        C.RunStarted(run_id=1, token=1, node=other, pid=1, started_at=time.time(),
+                     log_path="/etc/shadow"),
+        _put_job(other, str(tmp_path / "x")),
+        C.NodeInfo(node=other, state="draining", addr="127.0.0.1:1", tags=(), at=time.time()),
+        C.Fire(job="pwn", fire_time=int(time.time()) + 5, kind="scheduled", node=victim,
+               due_at=time.time(), at=time.time()),
+        C.NodeLost(node=other, at=time.time(), reason="forged"),
+        C.RemoveNode(node=other, at=time.time()),
+        C.Prune(before=time.time() + 1e6, at=time.time()),
+    ]
+    res = _propose_as(victim, host, port, tls_dir, lid, _addr(tls_cluster.addrs[lid]), forged)
+    for cmd, r in zip(forged, res):
+        assert isinstance(r, PeerError) and r.kind == "PermissionDenied", (cmd.op, r)
+    log_text = lead.log_file.read_text()
+    assert log_text.count("event=forwarded_refused") >= len(forged)
+    members = {m["id"]: m for m in lead.call("cluster_members")["members"]}
+    assert members[other]["state"] == "up"
+    assert tls_cluster.leader() is lead
+
+
+def test_out_of_range_terms_from_a_member_are_refused(tls_cluster, tls_dir):
+    lead = tls_cluster.leader()
+    lid = lead.config["node_id"]
+    victim = "b" if lid != "b" else "c"
+    tls_cluster[victim].terminate()
+    host, port = _addr(tls_cluster.addrs[victim])
+    term = lead.call("status")["term"]
+
+    async def go():
+        t, rpc = _rogue(victim, host, port, tls_dir, {lid: _addr(tls_cluster.addrs[lid])})
+        await t.start()
+        for big in (2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1, 2 ** 62):
+            for kind in (MsgType.HEARTBEAT, MsgType.VOTE, MsgType.APP):
+                t.send(Message(type=kind, to=lid, frm=victim, term=big, index=big, commit=big))
+        await asyncio.sleep(1.0)
+        rpc.close()
+        await t.close()
+    asyncio.run(go())
+    assert lead.proc.poll() is None
+    st = lead.call("status")
+    assert st["term"] == term and st["role"] == "leader"
+    assert "2**62" in lead.log_file.read_text()
+
+
+def test_peer_port_exhaustion_does_not_keep_a_member_out(tls_cluster):
+    lead = tls_cluster.leader()
+    lid = lead.config["node_id"]
+    victim = "b" if lid != "b" else "c"
+    vnode = tls_cluster[victim]
+    vnode.terminate()
+    lhost, lport = _addr(tls_cluster.addrs[lid])
+    socks = []
+    deadline = time.monotonic() + 60
+    size_before = lead.log_file.stat().st_size
+    try:
+        for _ in range(300):  # idle, never authenticate
+            s = socket.create_connection((lhost, lport), timeout=2)
+            socks.append(s)
+        vnode.start(wait=False)
+
+        def rejoined():
+            # keep the flood going: replace what the node closed
+            for i, s in enumerate(socks):
+                try:
+                    s.setblocking(False)
+                    if s.recv(1) == b"":
+                        raise OSError
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    s.close()
+                    try:
+                        socks[i] = socket.create_connection((lhost, lport), timeout=1)
+                    except OSError:
+                        pass
+            st = vnode.call("status", timeout=2)
+            return st["ready"] and st.get("leader") == lid
+        wait_for(rejoined, max(5, deadline - time.monotonic()), interval=0.2,
+                 what=f"{victim} back in the cluster during the flood",
+                 on_fail=tls_cluster.logs)
+    finally:
+        for s in socks:
+            s.close()
+    grown = lead.log_file.stat().st_size - size_before
+    refusals = lead.log_file.read_text()[size_before:].count("refused connection")
+    assert refusals <= 40, f"{refusals} refusal lines logged one by one"
+    assert grown < 200_000
