@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import apsw
 
-from ..config import Config, format_address, parse_address
+from ..config import Config, format_address, is_loopback, parse_address
 from ..errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped,
                       RequestError, StateError, UsageError)
 from ..jobspec import JobSpec
@@ -842,6 +842,12 @@ class Cluster:
             address = format_address(parse_address(str(address)))
         except ValueError as exc:
             raise UsageError(f"invalid address {address!r}: {exc}; use HOST:PORT") from None
+        if self.cc.insecure and not self.cc.insecure_network \
+                and not is_loopback(parse_address(address)[0]):
+            raise UsageError(f"refusing to add {node} at {address}: this cluster runs with "
+                             "insecure: true (no TLS), which is allowed only on loopback "
+                             "addresses; configure tls (`cronrd cluster init-tls`) or "
+                             "insecure: {allow_network: true} on every member")
         conf = self.node.raft.conf
         if node in conf.voters or node in conf.learners:
             raise RequestError(f"node {node} is already a member; `cronrd cluster members` "

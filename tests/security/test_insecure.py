@@ -128,6 +128,12 @@ def test_status_shows_the_insecure_mode_on_every_call(node_factory):
         assert human.returncode == 0 and line in human.stdout.splitlines(), human.stdout
     st = json.loads(node.cli("status", "--json").stdout)
     assert st["peer_transport"] == "insecure" and st["insecure_network"] is False
+    # a member added at run time must be on loopback too
+    res = node.cli("cluster", "add", "d", "10.0.0.4:7000")
+    assert res.returncode == 2, res
+    assert "refusing to add d at 10.0.0.4:7000: this cluster runs with insecure: true" \
+        in res.stderr, res.stderr
+    assert [m["id"] for m in node.call("cluster_members")["members"]] == ["a"]
     assert node.terminate(timeout=30) == 0
 
     # The same node, allowed on the network (still on loopback here).
