@@ -30,7 +30,7 @@ import apsw
 
 from ..config import Config, format_address, is_loopback, parse_address
 from ..errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped,
-                      RequestError, StateError, UsageError)
+                      RequestError, StateError, StorageError, UsageError)
 from ..jobspec import JobSpec
 from ..raft.types import ConfChangeType, ConfState, Message, MsgType
 from ..schedule import iso_utc
@@ -378,6 +378,10 @@ class Cluster:
         warned = False
         start = time.monotonic()
         while not self.stopping and not self.give_up_waiting:
+            if self.fatal.is_set():
+                raise StorageError("the Raft node stopped while this daemon was starting (see "
+                                   "the error above: storage?); exiting so that systemd "
+                                   "restarts it")
             try:
                 sent = time.monotonic()
                 await self.read_barrier()
