@@ -279,3 +279,17 @@ def test_megabyte_requests_without_newline_do_not_grow_the_daemon(node):
         reply = json.loads(s.makefile("rb").readline())
     assert reply["ok"] is False and "larger than 65536 bytes" in reply["error"]
     assert node.log_file.read_text().count("Traceback") == 0
+
+
+def test_a_change_made_on_a_follower_is_audited_on_every_node(cluster):
+    c = cluster()
+    c.write_job("tick", {"schedule": "@yearly", "command": "true"})
+    c.start()
+    follower = c.followers()[0]
+    fid = follower.config["node_id"]
+    assert follower.cli("pause", "tick").returncode == 0
+    for n in c:
+        recs = wait_for(lambda: [r for r in audit(n) if r["command"] == "pause"], 10,
+                        what=f"the pause in node {n.config['node_id']}'s audit table")
+        assert [(r["node"], r["uid"], r["target"], r["allowed"]) for r in recs] == [
+            (fid, 0, "tick", True)]
