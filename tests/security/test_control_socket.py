@@ -293,3 +293,20 @@ def test_a_change_made_on_a_follower_is_audited_on_every_node(cluster):
                         what=f"the pause in node {n.config['node_id']}'s audit table")
         assert [(r["node"], r["uid"], r["target"], r["allowed"]) for r in recs] == [
             (fid, 0, "tick", True)]
+
+
+def test_cancel_stops_a_running_run_and_records_who_asked(node):
+    node.write_job("long", {"schedule": "@yearly", "command": "sleep 60"})
+    node.start()
+    run_id = node.call("run_now", {"job": "long"})["run_id"]
+    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="long")
+    res = node.cli("cancel", str(run_id))
+    assert res.returncode == 0, res.stderr
+    runs = node.wait_runs(lambda rs: rs[0]["state"] == "cancelled", job="long",
+                          what="the run cancelled")
+    assert "cancelled by uid 0 (root)" in runs[0]["reason"]
+    again = node.cli("cancel", str(run_id))
+    assert again.returncode == 1 and "already cancelled" in again.stderr
+    assert node.cli("cancel", "99999").returncode == 1
+    recs = [r for r in audit(node) if r["command"] == "cancel"]
+    assert {(r["target"], r["uid"], r["allowed"]) for r in recs} == {(str(run_id), 0, True)}
