@@ -14,6 +14,7 @@ from cronrd.errors import StateError
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused, StateMachine
+from cronrd.state.schema import SCHEMA_VERSION
 from test_state import T0, Log, spec
 
 
@@ -337,7 +338,8 @@ def test_a_version_1_database_is_upgraded_with_this_node_as_the_source(tmp_path)
     conn.close()
     sm = StateMachine(apsw.Connection(path), node_id="n1")
     assert sm.applied_index == 7 and sm.state_digest == "abc"
-    assert list(sm.conn.execute("SELECT value FROM meta WHERE key='schema_version'")) == [(3,)]
+    assert list(sm.conn.execute("SELECT value FROM meta WHERE key='schema_version'")) == [
+        (SCHEMA_VERSION,)]
     (job,) = Q.jobs(sm.conn)
     assert (job["paused"], job["cursor"], job["conflict"]) == (True, T0 + 60, None)
     assert job["sources"] == [{"node": "n1", "digest": "d1", "source": "/etc/cronrd.d/old.yaml"}]
@@ -576,8 +578,39 @@ def test_a_version_2_database_gains_the_audit_table(tmp_path):
     sm.conn.execute("DROP TABLE audit; UPDATE meta SET value=2 WHERE key='schema_version'")
     sm.conn.close()
     sm = StateMachine(apsw.Connection(path))
-    assert list(sm.conn.execute("SELECT value FROM meta WHERE key='schema_version'")) == [(3,)]
+    assert list(sm.conn.execute("SELECT value FROM meta WHERE key='schema_version'")) == [
+        (SCHEMA_VERSION,)]
     with sm.conn:
         sm.apply(1, C.Audit(node="a", uid=0, user="root", pid=1, command="reload", target="",
                             allowed=True, at=T0))
     assert Q.audit(sm.conn)[0]["command"] == "reload"
+
+
+def test_removing_a_node_denies_its_id_and_certificate_and_adding_it_lifts_the_id(tmp_path):
+    sm = StateMachine(apsw.Connection(str(tmp_path / "s.db")))
+    with sm.conn:
+        sm.apply(1, C.JoinToken(node="d", token_hash="ab" * 32, addr="h:1", at=T0))
+        assert Q.join_token(sm.conn, "d")["hash"] == "ab" * 32
+        sm.apply(2, C.RemoveNode(node="d", at=T0, serial="0x1234"))
+    assert Q.denied(sm.conn) == {"node": {"d": "node d was removed from the cluster"},
+                                 "serial": {"0x1234": "node d was removed from the cluster"}}
+    assert Q.join_token(sm.conn, "d") is None
+    before = sm.full_digest()
+    with sm.conn:
+        sm.apply(3, C.Deny(kind="node", value="d", reason="added again", at=T0, lift=True))
+    assert Q.denied(sm.conn)["node"] == {} and "0x1234" in Q.denied(sm.conn)["serial"]
+    assert sm.full_digest() != before
+    with sm.conn, pytest.raises(Refused):
+        sm.apply(4, C.Deny(kind="host", value="x", reason="?", at=T0))
+
+
+def test_a_version_3_database_gains_the_deny_and_join_token_tables(tmp_path):
+    path = str(tmp_path / "state.db")
+    sm = StateMachine(apsw.Connection(path))
+    sm.conn.execute("DROP TABLE denied; DROP TABLE join_tokens; "
+                    "UPDATE meta SET value=3 WHERE key='schema_version'")
+    sm.conn.close()
+    sm = StateMachine(apsw.Connection(path))
+    with sm.conn:
+        sm.apply(1, C.Deny(kind="serial", value="0xff", reason="rotated", at=T0))
+    assert Q.denied(sm.conn)["serial"] == {"0xff": "rotated"}

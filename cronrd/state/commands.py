@@ -179,10 +179,38 @@ class NodeLost(Command):
 
 @dataclass(frozen=True)
 class RemoveNode(Command):
-    """Take a node out of the cluster: its runs are lost, its job files forgotten."""
+    """Take a node out of the cluster: its runs are lost, its job files
+    forgotten, its id (and ``serial``, the certificate it used, if the leader
+    knew it) denied on the peer port."""
 
     op: ClassVar[str] = "remove_node"
     node: str
+    at: float
+    serial: str = ""
+
+
+@dataclass(frozen=True)
+class Deny(Command):
+    """Refuse (or, with ``lift``, admit again) a node id or a certificate
+    serial on every node's peer port."""
+
+    op: ClassVar[str] = "deny"
+    kind: str      # node | serial
+    value: str
+    reason: str
+    at: float
+    lift: bool = False
+
+
+@dataclass(frozen=True)
+class JoinToken(Command):
+    """Expect ``node`` to join with the token whose sha256 is ``token_hash``
+    (`cluster add --token`); an empty hash withdraws it (used, or cancelled)."""
+
+    op: ClassVar[str] = "join_token"
+    node: str
+    token_hash: str
+    addr: str
     at: float
 
 
@@ -217,7 +245,7 @@ COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SetPaused, Fire, RecordGap, ManualRun,
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
-              AssignRun, Audit)
+              AssignRun, Deny, JoinToken, Audit)
 }
 
 

@@ -537,6 +537,11 @@ class StateMachine:
     def _apply_remove_node(self, index, cmd: C.RemoveNode, effects):
         self.conn.execute("DELETE FROM nodes WHERE node=?", (cmd.node,))
         removed = bool(self.conn.changes())
+        self.conn.execute("DELETE FROM join_tokens WHERE node=?", (cmd.node,))
+        why = f"node {cmd.node} was removed from the cluster"
+        self._deny("node", cmd.node, why, cmd.at)
+        if cmd.serial:
+            self._deny("serial", cmd.serial, why, cmd.at)
         names = [n for (n,) in self.conn.execute(
             "SELECT name FROM job_sources WHERE node=? ORDER BY name", (cmd.node,))]
         self.conn.execute("DELETE FROM job_sources WHERE node=?", (cmd.node,))
@@ -560,6 +565,32 @@ class StateMachine:
         return {"runs_deleted": runs}
 
     # -- audit ----------------------------------------------------------------
+    def _deny(self, kind: str, value: str, reason: str, at: float) -> None:
+        self.conn.execute("INSERT INTO denied(kind, value, at, reason) VALUES(?,?,?,?) "
+                          "ON CONFLICT(kind, value) DO UPDATE SET at=excluded.at, "
+                          "reason=excluded.reason", (kind, value, at, reason))
+
+    def _apply_deny(self, index, cmd: C.Deny, effects):
+        if cmd.kind not in ("node", "serial") or not cmd.value:
+            raise Refused(f"deny: kind must be node or serial with a value (got "
+                          f"{cmd.kind!r}, {cmd.value!r})")
+        if cmd.lift:
+            self.conn.execute("DELETE FROM denied WHERE kind=? AND value=?",
+                              (cmd.kind, cmd.value))
+            return {"lifted": bool(self.conn.changes())}
+        self._deny(cmd.kind, cmd.value, cmd.reason, cmd.at)
+        return {"denied": cmd.value}
+
+    def _apply_join_token(self, index, cmd: C.JoinToken, effects):
+        if not cmd.token_hash:
+            self.conn.execute("DELETE FROM join_tokens WHERE node=?", (cmd.node,))
+            return {"withdrawn": bool(self.conn.changes())}
+        self.conn.execute("INSERT INTO join_tokens(node, hash, addr, at) VALUES(?,?,?,?) "
+                          "ON CONFLICT(node) DO UPDATE SET hash=excluded.hash, "
+                          "addr=excluded.addr, at=excluded.at",
+                          (cmd.node, cmd.token_hash, cmd.addr, cmd.at))
+        return {"node": cmd.node}
+
     def _apply_audit(self, index, cmd: C.Audit, effects):
         self.conn.execute(
             "INSERT INTO audit(at, node, uid, user, pid, command, target, allowed, detail) "
@@ -575,7 +606,8 @@ class StateMachine:
         h.update(str(self.applied_index).encode())
         for table, order in (("jobs", "name"), ("job_sources", "name, node"),
                              ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
-                             ("late_reports", "report_id"), ("audit", "audit_id")):
+                             ("late_reports", "report_id"), ("audit", "audit_id"),
+                             ("denied", "kind, value"), ("join_tokens", "node")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

@@ -161,3 +161,18 @@ def audit(conn: apsw.Connection, limit: int = 50, before: int | None = None) -> 
         rec["allowed"] = bool(rec["allowed"])
         out.append(rec)
     return out
+
+
+def denied(conn: apsw.Connection) -> dict[str, dict[str, str]]:
+    """{"node": {id: reason}, "serial": {serial: reason}}: refused on the peer port."""
+    out: dict[str, dict[str, str]] = {"node": {}, "serial": {}}
+    for kind, value, reason in conn.execute("SELECT kind, value, reason FROM denied"):
+        out.setdefault(kind, {})[value] = reason
+    return out
+
+
+def join_token(conn: apsw.Connection, node: str) -> dict | None:
+    for h, addr, at in conn.execute("SELECT hash, addr, at FROM join_tokens WHERE node=?",
+                                    (node,)):
+        return {"hash": h, "addr": addr, "at": at}
+    return None

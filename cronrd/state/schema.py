@@ -1,6 +1,6 @@
 """The replicated state's SQLite schema (one database per node)."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
@@ -103,10 +103,28 @@ CREATE TABLE IF NOT EXISTS audit(
     detail TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
+-- What the peer port refuses whatever the certificate's signature says: node
+-- ids taken out with `cluster remove` (until added again) and certificate
+-- serials (a removed node's, or one replaced by `cluster rotate-cert`).
+CREATE TABLE IF NOT EXISTS denied(
+    kind TEXT NOT NULL,              -- node | serial
+    value TEXT NOT NULL,
+    at REAL NOT NULL,
+    reason TEXT NOT NULL,
+    PRIMARY KEY(kind, value)
+);
+-- One-time join tokens (`cluster add NODE ADDR --token`): only the token's
+-- sha256 is replicated; the token is shown once, to the operator.
+CREATE TABLE IF NOT EXISTS join_tokens(
+    node TEXT PRIMARY KEY,
+    hash TEXT NOT NULL,
+    addr TEXT NOT NULL,
+    at REAL NOT NULL
+);
 """
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:
-# version 3 only adds the audit table).
+# version 3 only adds the audit table, version 4 the denied and join_tokens tables).
 UPGRADE_FROM_V1 = """
 ALTER TABLE jobs ADD COLUMN conflict TEXT;
 DROP INDEX IF EXISTS runs_active;
