@@ -144,6 +144,12 @@ def status(obj: Ctx, consistent, as_json):
     click.echo(f"leader    {leader}" if leader else
                "leader    none known (an election is running, or no majority of the "
                "members can reach each other)")
+    cert = st.get("certificate")
+    if isinstance(cert, dict):
+        click.echo(f"cert      serial {cert.get('serial')}, valid until {cert.get('not_after')}"
+                   f" ({cert.get('days_left')} days)")
+        if cert.get("warning"):
+            click.echo(f"WARNING   {cert['warning']}")
     if st.get("peer_transport") == "insecure":
         click.echo("peer transport: INSECURE (no TLS, anyone reaching the port can impersonate "
                    "a node" + ("; allow_network: reachable beyond loopback)"
@@ -359,8 +365,9 @@ def _node_id_arg(value: str, what: str = "node id") -> str:
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--nodes", required=True, metavar="ID,ID,...",
               help="Node ids to issue a certificate and key for, comma-separated.")
-@click.option("--days", default=3650, show_default=True, type=click.IntRange(1, 36500),
-              help="Validity of new certificates.")
+@click.option("--days", default=365, show_default=True, type=click.IntRange(1, 36500),
+              help="Validity of new node certificates (renew with `cluster rotate-cert`; "
+                   "status warns 30 days ahead).")
 @click.option("--force", is_flag=True,
               help="Re-issue certificates of nodes that already have one in DIR.")
 def cluster_init_tls(directory, nodes, days, force):
@@ -462,19 +469,33 @@ def cluster_members(obj: Ctx, as_json):
 @cluster.command("add")
 @click.argument("node")
 @click.argument("address", metavar="ADDR")
+@click.option("--token", is_flag=True,
+              help="Admit NODE only when it presents a one-time join token (printed here).")
 @click.pass_obj
-def cluster_add(obj: Ctx, node, address):
+def cluster_add(obj: Ctx, node, address, token):
     """Add NODE at ADDR (HOST:PORT) as a learner.
 
     ADDR is where the other members dial NODE. The leader promotes it to voter
-    once it has caught up, while that keeps the number of voters odd and at most 5."""
+    once it has caught up, while that keeps the number of voters odd and at most 5.
+    With --token, NODE is admitted only when it connects with the one-time token
+    printed here (cluster: {join: {token: ...}} in its config): a certificate from
+    the cluster CA alone does not make a member."""
     from .config import format_address, parse_address
     _node_id_arg(node)
     try:
         address = format_address(parse_address(address))
     except ValueError as exc:
         raise UsageError(f"ADDR {exc}") from None
-    res = obj.client().call("cluster_add", {"node": node, "address": address}) or {}
+    res = obj.client().call("cluster_add", {"node": node, "address": address,
+                                            "token": token}) or {}
+    if isinstance(res, dict) and res.get("token"):
+        click.echo(f"expecting {node} at {address}; its one-time join token:\n\n"
+                   f"  {res['token']}\n")
+        click.echo(f"next: on {node}, set in the config\n  cluster:\n    join: {{token: "
+                   f"{res['token']}}}\n    initial_members: {{...the current members...}}\n"
+                   "and start cronrd; it becomes a learner when it connects (the token works "
+                   "once and only for this node)")
+        return
     role = res.get("role", "learner") if isinstance(res, dict) else "learner"
     click.echo(f"added {node} at {address} as {role}")
     hint = _hint(res)
@@ -482,6 +503,48 @@ def cluster_add(obj: Ctx, node, address):
                "the cluster has fewer than 5 voters and the voter count stays odd")
     click.echo(f"next: start cronrd on {node} with cluster.join: true and "
                "cluster.initial_members listing the current members")
+
+
+@cluster.command("revoke-cert")
+@click.argument("serial")
+@click.option("--reason", default="revoked by the operator", show_default=True)
+@click.pass_obj
+def cluster_revoke_cert(obj: Ctx, serial, reason):
+    """Refuse the certificate with SERIAL on every node's peer port.
+
+    SERIAL is hex, as `openssl x509 -noout -serial -in NODE.crt` prints it.
+    Connections using it are closed; the node needs a new certificate
+    (`cronrd cluster rotate-cert`)."""
+    res = obj.client().call("cluster_revoke_cert", {"serial": serial, "reason": reason}) or {}
+    click.echo(f"revoked certificate serial {res.get('revoked', serial)} on every node")
+
+
+@cluster.command("rotate-cert")
+@click.argument("node")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, exists=True))
+@click.option("--days", default=365, show_default=True, type=click.IntRange(1, 36500),
+              help="Validity of the new certificate.")
+def cluster_rotate_cert(node, directory, days):
+    """Issue NODE a new key and certificate, signed by the CA in DIR.
+
+    Run it where the CA key is kept. It prints the old and the new serial:
+    copy the new NODE.crt and NODE.key to NODE, restart cronrd there, then
+    revoke the old serial with `cronrd cluster revoke-cert OLD` on a member."""
+    from .runtime import tls
+    _node_id_arg(node)
+    d = os.path.abspath(directory)
+    old = tls.cert_info(os.path.join(d, f"{node}.crt"))
+    paths = tls.issue_node_cert(d, node, days=days)
+    new = tls.cert_info(paths.cert)
+    click.echo(f"node {node}: new certificate {paths.cert} and key {paths.key}")
+    click.echo(f"  new serial {new['serial']}, valid until {new['not_after']}")
+    if old:
+        click.echo(f"  old serial {old['serial']} (valid until {old['not_after']})")
+    click.echo("next steps:\n"
+               f"  1. copy {paths.cert} and {paths.key} to {node} (key mode 0600, owned by root)\n"
+               f"  2. restart cronrd on {node} (systemctl restart cronrd)\n"
+               + (f"  3. on a member: cronrd cluster revoke-cert {old['serial']}"
+                  if old else "  3. nothing to revoke: NODE had no certificate in DIR"))
 
 
 def _hint(res: Any) -> str | None:

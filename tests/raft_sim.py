@@ -503,28 +503,25 @@ class Sim:
 
     def maybe_vouch(self, node: SimNode, frm: str) -> None:
         """The runtime's vouching (cronrd.runtime.cluster): a node that hears
-        from a node outside its configuration asks the voters it knows; if a
-        majority of them (alive and reachable both ways) have it as a member,
-        it is vouched for. Modelled as an instant round trip."""
+        from a node outside its configuration asks the other voters it knows;
+        one that has it as a member (in its applied configuration, so added
+        by a committed entry) vouches for it. Modelled as an instant round
+        trip, answered only by voters that are alive and reachable both ways."""
         r = node.raft
         conf = r.conf
         if frm in conf.voters or frm in conf.learners or frm in r.vouched \
                 or node.id not in conf.members():
             return
-        yes = 0
         for v in conf.voters:
             peer = self.nodes.get(v)
-            if v == node.id:
-                yes += frm in conf.members()
+            if v == node.id or peer is None or not peer.alive or {
+                    (node.id, v), (v, node.id)} & (self.blocked | self.clogged):
                 continue
-            if peer is None or not peer.alive or {(node.id, v), (v, node.id)} & (
-                    self.blocked | self.clogged):
-                continue
-            yes += frm in peer.raft.conf.members()
-        if yes > len(conf.voters) // 2:
-            self.trace("vouch", node.id, frm)
-            self.stats["members vouched for"] += 1
-            r.vouch(frm)
+            if frm in peer.raft.conf.members():
+                self.trace("vouch", node.id, f"{frm} by {v}")
+                self.stats["members vouched for"] += 1
+                r.vouch(frm)
+                return
 
     # -- the Ready cycle ------------------------------------------------------------------------
     def pump(self, node: SimNode) -> None:

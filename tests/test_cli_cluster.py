@@ -133,17 +133,27 @@ def test_add_sends_node_and_address_and_shows_the_answer(daemon):
     res = cli(d, "cluster", "add", "d", "10.0.0.4:7000")
     assert res.exit_code == 0, res.output
     assert d.requests == [{"cmd": "cluster_add",
-                           "args": {"node": "d", "address": "10.0.0.4:7000"}}]
+                           "args": {"node": "d", "address": "10.0.0.4:7000",
+                                    "token": False}}]
     assert "added d at 10.0.0.4:7000 as learner" in res.output
     assert "promoted to voter once caught up (voters: 3)" in res.output
     assert "join: true" in res.output  # the next step on the new node
+
+
+def test_add_with_a_token_prints_it_and_the_config_to_use(daemon):
+    d = daemon(cluster_add={"node": "d", "address": "10.0.0.4:7000", "role": "expected",
+                            "token": "tok-123"})
+    res = cli(d, "cluster", "add", "d", "10.0.0.4:7000", "--token")
+    assert res.exit_code == 0, res.output
+    assert d.requests[0]["args"]["token"] is True
+    assert "tok-123" in res.output and "join: {token: tok-123}" in res.output
 
 
 def test_add_without_hint_explains_promotion(daemon):
     d = daemon(cluster_add={"role": "learner"})
     res = cli(d, "cluster", "add", "e", "[::1]:7005")
     assert res.exit_code == 0
-    assert d.requests[0]["args"] == {"node": "e", "address": "[::1]:7005"}
+    assert d.requests[0]["args"] == {"node": "e", "address": "[::1]:7005", "token": False}
     assert "voter once it has caught up" in res.output and "odd" in res.output
 
 

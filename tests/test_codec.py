@@ -198,8 +198,17 @@ def test_hello_round_trip_and_is_not_a_message():
         decode_hello(encode(hot_path_message()))
     with pytest.raises(CodecError, match="empty"):
         decode_hello(encode_hello(""))
+    with pytest.raises(CodecError, match="join token"):
+        decode_hello(hello + b"x")  # a token needs its length
     with pytest.raises(CodecError, match="trailing"):
-        decode_hello(hello + b"x")
+        decode_hello(encode_hello("node-7", "tok") + b"x")
+
+
+def test_hello_carries_a_join_token():
+    assert codec.decode_hello_token(encode_hello("d", "s3cr3t")) == ("d", "s3cr3t")
+    assert codec.decode_hello_token(encode_hello("d")) == ("d", "")
+    with pytest.raises(CodecError):
+        encode_hello("d", "x" * 300)
 
 
 def test_frames():

@@ -92,11 +92,20 @@ def test_simulation_is_deterministic():
         assert list(a.events) == list(b.events)
 
 
-@pytest.mark.parametrize("seed", [83889309, 500005356])
+@pytest.mark.parametrize("seed", [83889309, 500005356, 20000000003769, 101, 545,
+                                  30000000009593])
 def test_seeds_that_once_broke_liveness(seed):
-    """Issue 17: a removed node forwarded proposals to a leader that would never
-    answer (removed too, or leading a newer term); see test_raft_core's
-    "outside the configuration" tests for the focused cases."""
+    """Issue 17 and the campaigns after it; test_raft_core has a focused test
+    for each cause:
+
+    * 83889309, 500005356: a removed node forwarded proposals to a leader that
+      would never answer (removed too, or leading a newer term);
+    * 20000000003769: a removed voter that missed its removal deposed the
+      leader again and again (no PreVote, no CheckQuorum);
+    * 101, 545, 30000000009593 (under the member check of issue 9): a node
+      behind on the membership dropped the messages of a new leader it did
+      not know yet (vouching), or ignored a stale leader without telling it
+      its newer term."""
     r = raft_sim.run_seed(seed)
     assert "failed" not in r, raft_sim.report(r)
 

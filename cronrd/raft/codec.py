@@ -16,7 +16,8 @@ Payload layout (all integers big-endian)::
 
 The transport's hello (the first frame of every connection) is a separate
 payload: version u8, tag u8 0 (no MsgType is 0), magic ``b"CRND"``, node id
-(u16 length + UTF-8).
+(u16 length + UTF-8), and, from a node joining with a one-time token
+(`cluster add --token`), the token (u16 length + UTF-8, at most 255 bytes).
 
 Frames on the wire are a u32 big-endian length followed by the payload.
 
@@ -128,10 +129,12 @@ def encode(msg: Message) -> bytes:
         raise CodecError(f"cannot encode {getattr(msg, 'type', '?')!s} message: {exc}") from exc
 
 
-def encode_hello(node_id: str) -> bytes:
-    """The payload of the first frame a connecting node sends: who it claims to be."""
+def encode_hello(node_id: str, token: str = "") -> bytes:
+    """The payload of the first frame a connecting node sends: who it claims to
+    be, and the join token it was given, if it is joining with one."""
     try:
-        return bytes((VERSION, _HELLO_TAG)) + _HELLO_MAGIC + _str(node_id)
+        return (bytes((VERSION, _HELLO_TAG)) + _HELLO_MAGIC + _str(node_id)
+                + (_str(token) if token else b""))
     except UnicodeError as exc:
         raise CodecError(f"cannot encode node id {node_id!r}: {exc}") from exc
 
@@ -287,6 +290,11 @@ def _decode(buf: bytes) -> Message:
 
 def decode_hello(payload: bytes) -> str:
     """Decode a hello payload and return the node id it claims; CodecError otherwise."""
+    return decode_hello_token(payload)[0]
+
+
+def decode_hello_token(payload: bytes) -> tuple[str, str]:
+    """Decode a hello: (node id, join token or "")."""
     try:
         buf = bytes(payload)
         _check_version(buf)
@@ -294,11 +302,14 @@ def decode_hello(payload: bytes) -> str:
         if len(buf) < prefix or buf[1] != _HELLO_TAG or buf[2:prefix] != _HELLO_MAGIC:
             raise CodecError("not a hello frame")
         node_id, off = _read_str(buf, prefix, len(buf), "node id")
+        token = ""
+        if off != len(buf):
+            token, off = _read_str(buf, off, len(buf), "join token")
         if off != len(buf):
             raise CodecError(f"{len(buf) - off} trailing bytes after the hello")
         if not node_id:
             raise CodecError("hello with an empty node id")
-        return node_id
+        return node_id, token
     except CodecError:
         raise
     except Exception as exc:  # defensive

@@ -285,8 +285,8 @@ class Raft:
             or self.knows_member(node)
 
     def vouch(self, node: str) -> None:
-        """The members this node knows (a majority of its voters) say ``node``
-        is a member now: hear it before this node has applied its addition.
+        """A voter this node knows says ``node`` is a member (in its applied
+        configuration): hear it before this node has applied its addition.
         A node that lagged behind a member's addition would otherwise drop
         every message of that member, even when it leads."""
         self.vouched.add(node)

@@ -20,8 +20,11 @@ Pieces, each small:
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import os
+import secrets
 import tempfile
 import time
 from typing import Any, Callable
@@ -44,7 +47,7 @@ from .placement import NodeView, Placement
 from .raft_node import RaftNode
 from .raft_storage import RaftStorage
 from .scheduler import Scheduler
-from .tls import NODE_ID_RE
+from .tls import EXPIRY_WARNING_DAYS, NODE_ID_RE, cert_info
 from .transport import TLSConfig, Transport
 
 log = logging.getLogger("cronrd.cluster")
@@ -322,6 +325,9 @@ class Cluster:
         self._placing = False
         self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
         self._vouch_asked: dict[str, float] = {}
+        self._admitting: set[str] = set()
+        self._cert = cert_info(cc.tls.cert) if cc.tls else None
+        self.transport.join_token = cc.join_token or ""
 
     @staticmethod
     def _bootstrap(config: Config) -> ConfState:
@@ -435,24 +441,45 @@ class Cluster:
                                if self._authorize(p, ask=False) is not None])
 
     # -- who may speak ----------------------------------------------------------------
-    def _authorize(self, peer: str, ask: bool = True) -> str | None:
+    def _authorize(self, peer: str, info: dict | None = None, ask: bool = True) -> str | None:
         """Why ``peer`` may not speak to this node, or None if it may: a
         member (as far as this node knows, see Raft.knows_member), the node
         whose addition is in progress (its "joining" record), or, while this
         node is outside the configuration itself (joining), the members it
         was told of. A certificate signed by the cluster CA is not enough.
         An unknown id makes this node ask the members it knows (vouching):
-        a member added while this node lagged is admitted once a majority
-        of its voters confirm it."""
+        a member added while this node lagged is admitted once one of the
+        voters it knows confirms it. Denied ids and certificate serials (removed
+        nodes, rotated certificates) are refused whatever else holds, and a
+        node added with a join token is admitted only with that token."""
+        info = info or {}
+        denied = Q.denied(self.conn)
+        serial = info.get("serial") or self.transport.peer_serials.get(peer, "")
+        if serial and serial in denied["serial"]:
+            return (f"the certificate of {peer} (serial {serial}) is refused: "
+                    f"{denied['serial'][serial]}; give it a new one (`cronrd cluster "
+                    f"rotate-cert {peer} DIR`)")
         raft = self.node.raft
         if raft.knows_member(peer):
             return None
+        if peer in denied["node"]:
+            return (f"{peer} was removed from the cluster ({denied['node'][peer]}); to add it "
+                    f"again run `cronrd cluster add {peer} ADDR` on a member")
         if self.node_id not in raft.conf.voters and self.node_id not in raft.conf.learners \
                 and peer in self.cc.members_dict():
             return None
         for row in Q.nodes(self.conn):
             if row["node"] == peer and row.get("state") == "joining":
                 return None
+        expected = Q.join_token(self.conn, peer)
+        if expected is not None:
+            token = info.get("token") or ""
+            given = hashlib.sha256(token.encode()).hexdigest()
+            if token and hmac.compare_digest(given, expected["hash"]):
+                self._admit_joiner(peer, expected["addr"])
+                return None
+            return (f"{peer} was added with a join token and must present it (cluster: "
+                    f"{{join: {{token: ...}}}} in its config){'; the token it gave is wrong' if token else ''}")
         if ask:
             self._ask_vouch(peer)
         return (f"{peer} is not a member of this cluster as far as {self.node_id} knows "
@@ -471,19 +498,47 @@ class Cluster:
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _vouch(self, peer: str) -> None:
-        """Ask the voters this node knows whether ``peer`` is a member; vouch
-        for it when a majority of them say so."""
+        """Ask the other voters this node knows whether ``peer`` is a member;
+        vouch for it when one of them says so."""
         voters = [v for v in self.node.raft.conf.voters if v != self.node_id]
         if not voters:
             return
         answers = await asyncio.gather(*(self.rpc.call(v, "is_member", {"node": peer},
                                                        timeout=2.0) for v in voters),
                                        return_exceptions=True)
-        yes = sum(1 for a in answers if isinstance(a, dict) and a.get("member") is True)
-        if yes > len(self.node.raft.conf.voters) // 2:
-            log.info("event=member_vouched node=%s voters_yes=%d hint=\"this node is behind "
-                     "on the membership; it hears %s until it has caught up\"", peer, yes, peer)
+        # One voter's word suffices: it answers from its applied configuration,
+        # so a "yes" means a committed entry added ``peer``. (A majority could
+        # not be had: this node counts itself, and it is the one behind.)
+        yes = [v for v, a in zip(voters, answers)
+               if isinstance(a, dict) and a.get("member") is True]
+        if yes:
+            log.info("event=member_vouched node=%s by=%s hint=\"this node is behind on the "
+                     "membership; it hears %s until it has caught up\"", peer,
+                     ",".join(yes), peer)
             self.node.raft.vouch(peer)
+
+    def _admit_joiner(self, peer: str, addr: str) -> None:
+        """A node presented the join token it was added with: the leader
+        spends the token (one use) and makes it a learner."""
+        if not self.node.is_leader or peer in self._admitting:
+            return
+        self._admitting.add(peer)
+
+        async def admit() -> None:
+            try:
+                now = self.clock.now()
+                await self.log.propose(C.JoinToken(node=peer, token_hash="", addr="", at=now))
+                await self.log.propose(C.NodeInfo(node=peer, state="joining", addr=addr,
+                                                  tags=(), at=now))
+                self._refresh_peers()
+                await self.node.change_membership(ConfChangeType.ADD_LEARNER, peer)
+                self._refresh_peers()
+                log.info("event=joined_with_token node=%s addr=%s", peer, addr)
+            except CronrdError as exc:
+                log.warning("event=join_failed node=%s error=\"%s\"", peer, exc)
+            finally:
+                self._admitting.discard(peer)
+        asyncio.get_running_loop().create_task(admit())
 
     async def _rpc_is_member(self, frm: str, args: dict) -> dict:
         self._require_member(frm)
@@ -590,6 +645,7 @@ class Cluster:
             members = self._members()
             if self.node_id in members:
                 self.was_member = True
+                self.transport.join_token = ""  # spent: a member is admitted as one
             elif self.was_member and not self.removed.is_set():
                 log.warning("event=removed_from_cluster node=%s hint=\"this node is no longer "
                             "a member; to add it back, wipe its data_dir and run `cronrd "
@@ -791,7 +847,23 @@ class Cluster:
                 "voters": st["voters"], "learners": st["learners"],
                 # shown on every `cronrd status`: without TLS anyone can be a node
                 "peer_transport": "insecure" if self.cc.insecure else "tls",
-                "insecure_network": self.cc.insecure_network}
+                "insecure_network": self.cc.insecure_network,
+                "certificate": self._cert_status()}
+
+    def _cert_status(self) -> dict | None:
+        """This node's certificate: serial, expiry, and a warning within
+        EXPIRY_WARNING_DAYS of it (read once at start: a new one needs a restart)."""
+        info = self._cert
+        if info is None:
+            return None
+        days = (info["expires_at"] - self.clock.now()) / 86400
+        out = {"serial": info["serial"], "not_after": info["not_after"],
+               "days_left": round(days, 1)}
+        if days < EXPIRY_WARNING_DAYS:
+            out["warning"] = (f"this node's certificate {'expired' if days < 0 else 'expires'} "
+                              f"{info['not_after']}: issue a new one with `cronrd cluster "
+                              f"rotate-cert {self.node_id} DIR` and restart cronrd here")
+        return out
 
     def members(self) -> dict:
         conf = self.node.raft.conf
@@ -831,7 +903,8 @@ class Cluster:
     async def _rpc_admin(self, frm: str, args: dict) -> dict:
         self._require_voter(frm)
         method = args.pop("_method", None)
-        if method not in ("cluster_add", "cluster_remove", "cluster_transfer_leader"):
+        if method not in ("cluster_add", "cluster_remove", "cluster_transfer_leader",
+                          "cluster_revoke_cert"):
             raise RequestError(f"unknown membership request {method!r}; run the same cronrd "
                                "version on every node")
         if not self.node.is_leader:
@@ -856,8 +929,22 @@ class Cluster:
         if node in conf.voters or node in conf.learners:
             raise RequestError(f"node {node} is already a member; `cronrd cluster members` "
                                "lists them")
+        now = self.clock.now()
+        await self.log.propose(C.Deny(kind="node", value=node, reason="added again", at=now,
+                                      lift=True))
+        if args.get("token"):
+            # The operator's word travels with the node: it is admitted only
+            # when it presents this token (once), not for holding a certificate.
+            token = secrets.token_urlsafe(24)
+            await self.log.propose(C.JoinToken(
+                node=node, token_hash=hashlib.sha256(token.encode()).hexdigest(),
+                addr=address, at=now))
+            return {"node": node, "address": address, "role": "expected", "token": token,
+                    "hint": f"start {node} with cluster: {{join: {{token: {token}}}, "
+                            "initial_members: {...}}; the token works once, and only for "
+                            f"{node}; it becomes a learner when it connects"}
         await self.log.propose(C.NodeInfo(node=node, state="joining", addr=address, tags=(),
-                                          at=self.clock.now()))
+                                          at=now))
         self._refresh_peers()
         # Applying it makes every node snapshot (see RaftNode._handle): the new
         # member starts from a snapshot, which carries the membership.
@@ -881,9 +968,22 @@ class Cluster:
         if node in conf.voters and len(conf.voters) == 1:
             raise RequestError(f"node {node} is the only voter; add another node first")
         await self.node.change_membership(ConfChangeType.REMOVE, node)
-        await self.log.propose(C.RemoveNode(node=node, at=self.clock.now()))
+        await self.log.propose(C.RemoveNode(node=node, at=self.clock.now(),
+                                            serial=self.transport.peer_serials.get(node, "")))
         self._refresh_peers()
         return {"removed": node}
+
+    async def _cluster_revoke_cert(self, args: dict) -> dict:
+        raw = str(args.get("serial") or "").strip().lower().replace(":", "")
+        try:
+            serial = format(int(raw[2:] if raw.startswith("0x") else raw, 16), "x")
+        except ValueError:
+            raise UsageError(f"invalid certificate serial {args.get('serial')!r}: give it in "
+                             "hex, as `openssl x509 -noout -serial` prints it") from None
+        await self.log.propose(C.Deny(kind="serial", value=serial, at=self.clock.now(),
+                                      reason=str(args.get("reason") or "revoked by the operator")))
+        self._refresh_peers()
+        return {"revoked": serial}
 
     async def _cluster_transfer_leader(self, args: dict) -> dict:
         raft = self.node.raft

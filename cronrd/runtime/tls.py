@@ -22,8 +22,10 @@ import os
 import re
 import secrets
 import shutil
+import ssl
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +88,7 @@ def init_ca(dir: str | os.PathLike, days: int = 3650) -> tuple[str, str]:
     return str(crt), str(key)
 
 
-def issue_node_cert(dir: str | os.PathLike, node_id: str, days: int = 3650) -> TLSPaths:
+def issue_node_cert(dir: str | os.PathLike, node_id: str, days: int = 365) -> TLSPaths:
     """Issue (or re-issue) ``<node_id>.crt``/``.key`` signed by the CA in ``dir``."""
     _check_id(node_id)
     d = Path(dir)
@@ -116,11 +118,35 @@ def issue_node_cert(dir: str | os.PathLike, node_id: str, days: int = 3650) -> T
     return TLSPaths(ca=str(ca_crt), cert=str(d / f"{node_id}.crt"), key=str(d / f"{node_id}.key"))
 
 
-def init_tls(dir: str | os.PathLike, node_ids, days: int = 3650) -> dict[str, TLSPaths]:
+CA_DAYS = 3650
+NODE_DAYS = 365
+EXPIRY_WARNING_DAYS = 30
+
+
+def cert_info(path: str) -> dict | None:
+    """Serial (lower-case hex) and expiry of the certificate at ``path``, or
+    None if there is none (read with openssl, like everything here)."""
+    if not os.path.exists(path) or shutil.which("openssl") is None:
+        return None
+    proc = subprocess.run(["openssl", "x509", "-noout", "-serial", "-enddate", "-in", path],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    fields = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    try:
+        expires = ssl.cert_time_to_seconds(fields["notAfter"].strip())
+        serial = format(int(fields["serial"].strip(), 16), "x")
+    except (KeyError, ValueError):
+        return None
+    return {"serial": serial, "expires_at": float(expires),
+            "not_after": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires))}
+
+
+def init_tls(dir: str | os.PathLike, node_ids, days: int = NODE_DAYS) -> dict[str, TLSPaths]:
     """Create the cluster CA in ``dir`` (kept if it already exists) and one
     certificate and key per node id. Returns node id -> paths."""
     ids = list(node_ids)
     for n in ids:
         _check_id(n)
-    init_ca(dir, days)
+    init_ca(dir, max(days, CA_DAYS))
     return {n: issue_node_cert(dir, n, days) for n in ids}

@@ -77,8 +77,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cronrd.errors import ConfigError
-from cronrd.raft.codec import (FRAME_HEADER, MAX_FRAME, CodecError, decode, decode_hello,
-                               encode, encode_hello, frame)
+from cronrd.raft.codec import (FRAME_HEADER, MAX_FRAME, CodecError, decode,
+                               decode_hello_token, encode, encode_hello, frame)
 from cronrd.raft.types import Message
 
 log = logging.getLogger("cronrd.transport")
@@ -167,6 +167,15 @@ def cert_names(peercert: dict | None) -> set[str]:
     return names
 
 
+def cert_serial(peercert: dict | None) -> str:
+    """A verified certificate's serial number as lower-case hex ("" if none)."""
+    raw = (peercert or {}).get("serialNumber") or ""
+    try:
+        return format(int(raw, 16), "x")
+    except ValueError:
+        return ""
+
+
 _DIRECT_WRITE_LIMIT = 1 << 20  # bytes buffered in a connection before send() queues
 
 
@@ -217,7 +226,7 @@ class Transport:
                  connect_timeout: float = 5.0, write_timeout: float = 10.0,
                  max_incoming: int = 64, max_per_address: int = 8, member_slots: int = 4,
                  auth_timeout: float = 3.0,
-                 authorize: Callable[[str], str | None] | None = None):
+                 authorize: Callable[[str, dict], str | None] | None = None):
         if tls is None and not insecure:
             raise TransportConfigError(
                 f"node {node_id}: peer transport without TLS refused; configure tls "
@@ -243,6 +252,8 @@ class Transport:
         self.member_slots = member_slots
         self.auth_timeout = auth_timeout
         self.authorize = authorize
+        self.join_token = ""                    # sent in our hello while we join with one
+        self.peer_serials: dict[str, str] = {}  # member -> serial of its certificate
         self._by_address: dict[str, int] = {}   # open incoming connections per source IP
         self._stranger_conns = 0                # ... of which from non-member addresses
         self._member_ips: set[str] = set()
@@ -584,7 +595,7 @@ class Transport:
                 names = cert_names(writer.get_extra_info("peercert"))
                 if p.id not in names:
                     raise _Refused(f"its certificate names {sorted(names)}, not {p.id!r}")
-            writer.write(frame(encode_hello(self.node_id)))
+            writer.write(frame(encode_hello(self.node_id, self.join_token)))
             await asyncio.wait_for(writer.drain(), self.write_timeout)
         except BaseException:
             writer.transport.abort()
@@ -728,8 +739,8 @@ class Transport:
     async def _serve(self, conn: _Incoming, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, where: str) -> None:
         try:
-            peer = await asyncio.wait_for(self._authenticate(reader, writer, where),
-                                          self.auth_timeout)
+            peer, token, serial = await asyncio.wait_for(
+                self._authenticate(reader, writer, where), self.auth_timeout)
         except asyncio.CancelledError:
             raise
         except (_Refused, ssl.SSLError, ssl.CertificateError, OSError, EOFError,
@@ -741,12 +752,15 @@ class Transport:
             self.stats["dropped_bad_frame"] += 1
             self._refused(where, f"bad hello: {exc}")
             return
-        why = self.authorize(peer) if self.authorize is not None else None
+        why = (self.authorize(peer, {"serial": serial, "token": token})
+               if self.authorize is not None else None)
         if why is not None:
             self.stats["dropped_nonmember"] += 1
             self._refused(f"{peer} ({where})", why)
             return
         conn.peer = peer
+        if serial:
+            self.peer_serials[peer] = serial
         if peer in self._peers and self._peer_ips.get(peer) != conn.ip:
             # A member's source address gets member slots from now on (its
             # configured address may be a host name, or another interface).
@@ -806,20 +820,23 @@ class Transport:
                 log.exception("node %s: on_message failed for %s from %s", me, msg.type.name, peer)
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            where: str) -> str:
+                            where: str) -> tuple[str, str, str]:
         names: set[str] | None = None
+        serial = ""
         if self._server_ctx is not None:
-            names = cert_names(writer.get_extra_info("peercert"))
+            cert = writer.get_extra_info("peercert")
+            names = cert_names(cert)
+            serial = cert_serial(cert)
         header = await reader.readexactly(4)
         (n,) = FRAME_HEADER.unpack(header)
         if n > _MAX_HELLO:
             raise CodecError(f"first frame of {n} bytes is not a hello")
-        peer = decode_hello(await reader.readexactly(n))
+        peer, token = decode_hello_token(await reader.readexactly(n))
         if names is not None and peer not in names:
             raise _Refused(f"hello claims to be {peer!r} but the certificate names {sorted(names)}")
         if peer == self.node_id:
             raise _Refused(f"hello claims to be this node ({peer!r})")
-        return peer
+        return peer, token, serial
 
     def _log_bad(self, conn: _Incoming, where: str, what: str) -> None:
         conn.bad_logged += 1

@@ -1,0 +1,143 @@
+"""Certificates with a life cycle and one-time join tokens, on a real
+mutual-TLS cluster (issue 9): a host with a certificate from the cluster CA
+joins only with the operator's word, a removed node's certificate stays
+refused, and `status` warns before a certificate expires."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cluster_harness import Cluster, free_port
+from harness import REPO, Node, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _init_tls(d, nodes: str, days: int = 2) -> None:
+    subprocess.run([sys.executable, "-m", "cronrd", "cluster", "init-tls", str(d),
+                    "--nodes", nodes, "--days", str(days), "--force"], check=True,
+                   capture_output=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture
+def tls_dir(tmp_path):
+    _init_tls(tmp_path, "a,b,c,d")
+    return str(tmp_path)
+
+
+def _joiner(c: Cluster, tls_dir: str, join, host="127.0.0.89") -> Node:
+    addr = f"{host}:{free_port(host)}"
+    node = Node("d", cluster={
+        "listen": addr, "initial_members": dict(c.addrs), "join": join,
+        "election_timeout": c.election_timeout, "node_timeout": c.node_timeout,
+        "tls": {"ca": f"{tls_dir}/ca.crt", "cert": f"{tls_dir}/d.crt",
+                "key": f"{tls_dir}/d.key"}})
+    node.addr = addr
+    return node
+
+
+def _members(node: Node) -> set[str]:
+    return {m["id"] for m in node.call("cluster_members")["members"]}
+
+
+def _serial(cert: str) -> str:
+    out = subprocess.run(["openssl", "x509", "-noout", "-serial", "-in", cert],
+                         capture_output=True, text=True, check=True).stdout
+    return format(int(out.split("=", 1)[1], 16), "x")
+
+
+def test_a_node_added_with_a_token_joins_only_with_that_token(cluster, tls_dir):
+    c = cluster(tls_dir=tls_dir, first_ip=81).start()
+    lead = c.leader()
+    host = "127.0.0.89"
+    probe = _joiner(c, tls_dir, True, host)  # only to learn the address d will use
+    addr = probe.addr
+    probe.cleanup()
+    out = lead.cli("cluster", "add", "d", addr, "--token")
+    assert out.returncode == 0, out.stderr
+    token = next(line.strip() for line in out.stdout.splitlines()[1:] if line.strip())
+    assert "join: {token:" in out.stdout
+
+    # A CA-signed certificate without the token: refused, not added.
+    bad = _joiner(c, tls_dir, {"token": "not-the-token"}, host)
+    bad.config["cluster"]["listen"] = addr
+    bad.config_path.write_text(json.dumps(bad.config))
+    bad.start(wait=False)
+    wait_for(lambda: "the token it gave is wrong" in lead.log_file.read_text(), 20,
+             what="the wrong token refused", on_fail=c.logs)
+    assert "d" not in _members(lead)
+    bad.cleanup()
+
+    good = _joiner(c, tls_dir, {"token": token}, host)
+    good.config["cluster"]["listen"] = addr
+    good.config_path.write_text(json.dumps(good.config))
+    try:
+        good.start(wait=False)
+        wait_for(lambda: "d" in _members(lead), 30, what="d added as a learner",
+                 on_fail=lambda: c.logs() + good.daemon_log())
+        good.wait_ready(timeout=40)
+        # The token was spent: it is gone from the replicated state.
+        assert "event=joined_with_token node=d" in lead.log_file.read_text()
+    finally:
+        good.cleanup()
+
+
+def test_a_removed_node_keeps_its_certificate_refused_until_it_gets_a_new_one(cluster,
+                                                                           tls_dir):
+    c = cluster(tls_dir=tls_dir, first_ip=91).start()
+    lead = c.leader()
+    victim = next(n for n in ("a", "b", "c") if n != lead.config["node_id"])
+    old_serial = _serial(f"{tls_dir}/{victim}.crt")
+    out = lead.cli("cluster", "remove", victim)
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: c[victim].proc.poll() is not None, 30, what="the removed node stops")
+    assert victim not in _members(lead)
+    # Added again by the operator, but with the same (removed) certificate:
+    # the peer port refuses it, naming the fix.
+    out = lead.cli("cluster", "add", victim, c.addrs[victim])
+    assert out.returncode == 0, out.stderr
+    fresh = c.replace_with_joiner(victim)
+    fresh.start(wait=False)
+    wait_for(lambda: f"serial {old_serial}) is refused" in lead.log_file.read_text(), 30,
+             what="the old certificate refused", on_fail=c.logs)
+    fresh.proc.kill()
+    fresh.proc.wait(10)
+    # A new certificate (rotate-cert) is admitted.
+    out = subprocess.run([sys.executable, "-m", "cronrd", "cluster", "rotate-cert", victim,
+                          tls_dir], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert f"old serial {old_serial}" in out.stdout
+    assert _serial(f"{tls_dir}/{victim}.crt") != old_serial
+    fresh.start(wait=False)
+    fresh.wait_ready(timeout=40)
+    wait_for(lambda: fresh.call("status")["leader"] == lead.config["node_id"], 20,
+             what="the node back with its new certificate", on_fail=c.logs)
+
+
+def test_revoking_a_certificate_closes_its_connections(cluster, tls_dir):
+    c = cluster(tls_dir=tls_dir, first_ip=101).start()
+    lead = c.leader()
+    victim = next(n for n in ("a", "b", "c") if n != lead.config["node_id"])
+    serial = _serial(f"{tls_dir}/{victim}.crt")
+    out = lead.cli("cluster", "revoke-cert", serial.upper())
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: f"serial {serial}) is refused" in lead.log_file.read_text(), 20,
+             what="the revoked certificate refused", on_fail=c.logs)
+    # The others keep a leader.
+    others = [n for n in c if n.config["node_id"] != victim]
+    wait_for(lambda: all(n.call("status")["leader"] for n in others), 20, what="a leader")
+
+
+def test_status_warns_before_the_certificate_expires(cluster, tls_dir):
+    c = cluster(tls_dir=tls_dir, first_ip=111).start()  # certificates of 2 days
+    out = c["a"].cli("status")
+    assert out.returncode == 0, out.stderr
+    assert "cert      serial" in out.stdout
+    assert "WARNING" in out.stdout and "rotate-cert a" in out.stdout
+    st = c["a"].call("status")
+    assert st["certificate"]["days_left"] <= 2 and "warning" in st["certificate"]
