@@ -24,6 +24,8 @@ previous one is still going), and its command is a string run with
 
 What cannot be converted is reported (``Problem`` with the line, column 1):
 ``MAILTO`` (cronrd does not send mail; the jobs are still converted),
+dynamic loader variables ``LD_*`` (dropped: a user's crontab must not make
+the programs a job starts load code by name),
 commands containing an unescaped ``%`` (cron turns it into a newline and
 feeds the rest to stdin; the job is skipped), ``@reboot`` when the schedule
 parser does not know it, and lines that do not parse (skipped).
@@ -66,6 +68,9 @@ _ENV_LINE = re.compile(r"""^([^\s='"#]+)\s*=\s*(.*)$""")
 _ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _MAIL_VARS = ("MAILTO", "MAILFROM", "CONTENT_TYPE", "CONTENT_TRANSFER_ENCODING")
 _SPOOL_DIRS = ("/var/spool/cron/crontabs", "/var/spool/cron/tabs", "/var/spool/cron")
+# Dynamic loader variables (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...): never
+# carried over from a crontab, which an ordinary user writes.
+_LOADER_PREFIX = "LD_"
 
 
 def is_system_crontab_path(path: str) -> bool:
@@ -200,6 +205,13 @@ def convert_crontab(text: str, *, path: str, system: bool | None = None,
                     jitter = f"{int(value)}m" if int(value) else None
                 else:
                     problem(lineno, f"RANDOM_DELAY={value} is not a number of minutes; ignored")
+                continue
+            if name.startswith(_LOADER_PREFIX):
+                problem(lineno, f"{name} dropped: it is a dynamic loader variable, which makes "
+                                "every program the job starts load or search for code it "
+                                "names; cronrd does not carry loader variables (LD_*) over "
+                                "from a crontab. If a job really needs it, set it inside its "
+                                "command")
                 continue
             if not ENV_KEY_RE.fullmatch(name) or name.startswith("CRONRD_"):
                 problem(lineno, f"environment variable {name!r} cannot be carried over: cronrd "
