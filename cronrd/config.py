@@ -25,11 +25,13 @@ DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"
 
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
               "log_dir", "log_retention", "history_retention", "shutdown", "log_level",
-              "watch_interval", "cluster")
+              "watch_interval", "max_running", "cluster")
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
                 "node_timeout", "election_timeout")
 TLS_KEYS = ("ca", "cert", "key")
+
+DEFAULT_MAX_RUNNING = 256  # concurrent runs on one node
 
 MIN_NODE_TIMEOUT = 2.0
 MIN_ELECTION_TIMEOUT, MAX_ELECTION_TIMEOUT = 0.2, 60.0
@@ -85,6 +87,7 @@ class Config:
     shutdown_grace: float = 30.0
     log_level: str = "info"
     watch_interval: float = 1.0
+    max_running: int = DEFAULT_MAX_RUNNING  # runs at once on this node; more are skipped
     path: str = ""
     cluster: ClusterConfig | None = None    # None: a one-node cluster without a network
 
@@ -196,6 +199,11 @@ def parse_config(raw: object, path: str = "<config>") -> Config:
         watch = parse_duration(raw.get("watch_interval", "1s"))
     except ScheduleError as exc:
         raise _err(path, exc.message) from None
+    max_running = raw.get("max_running", DEFAULT_MAX_RUNNING)
+    if not isinstance(max_running, int) or isinstance(max_running, bool) or max_running < 1:
+        raise _err(path, f"max_running must be a positive whole number, the most runs this "
+                         f"node runs at once (got {max_running!r}); the default is "
+                         f"{DEFAULT_MAX_RUNNING}")
     level = raw.get("log_level", "info")
     if level not in ("debug", "info", "warning", "error"):
         raise _err(path, f"log_level must be debug, info, warning or error (got {level!r})")
@@ -207,7 +215,7 @@ def parse_config(raw: object, path: str = "<config>") -> Config:
                   log_max_age=max_age, log_max_files_per_job=max_files,
                   history_retention=history, shutdown_mode=mode, shutdown_grace=grace,
                   log_level=level, watch_interval=min(max(watch, 0.1), 60.0), path=path,
-                  cluster=cluster)
+                  max_running=max_running, cluster=cluster)
 
 
 # -- cluster: ---------------------------------------------------------------------------
@@ -466,3 +474,79 @@ def _parse_tls(raw: object, path: str, base: str) -> TLSPaths:
                              f"{key} at {what[key]}")
         files[key] = full
     return TLSPaths(ca=files["ca"], cert=files["cert"], key=files["key"])
+
+
+# -- directories the daemon trusts ------------------------------------------------------
+def _owner(uid: int) -> str:
+    import pwd
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _dir_refusal(what: str, path: str, st: os.stat_result, allowed: set[int],
+                 parent: bool) -> str | None:
+    """Why a daemon running as root may not trust this directory, or None.
+
+    The directory itself must be owned by root (or the daemon's uid) and not
+    writable by group or others. A parent may be writable by others only
+    with the sticky bit (as /tmp is): then nobody else can rename or replace
+    the entries root owns in it."""
+    found, fixes = [], []
+    if st.st_uid not in allowed:
+        found.append(f"owned by {_owner(st.st_uid)}")
+        fixes.append(f"chown root:root {path}")
+    mode = stat.S_IMODE(st.st_mode)
+    writers = [w for bit, w in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others"))
+               if mode & bit]
+    if writers and not (parent and mode & stat.S_ISVTX):
+        found.append(f"writable by {' and '.join(writers)} (mode {mode:04o})")
+        fixes.append(f"chmod go-w {path}")
+    if not found:
+        return None
+    where = f"{what} is inside {path}, which is" if parent else f"{what} {path} is"
+    return (f"refusing to start: {where} {' and '.join(found)}; whoever can change it could "
+            f"replace the daemon's files or plant symlinks in them, and cronrd runs as root. "
+            f"Fix: {' && '.join(fixes)}")
+
+
+def check_directories(config: Config) -> None:
+    """At daemon start, as root: refuse a data_dir, log_dir, jobs_dir or
+    control-socket directory (or a parent of one) that a user other than
+    root, or the daemon's own uid, could change. Raises ConfigError naming
+    the directory, what was found and the command that fixes it."""
+    if os.geteuid() != 0:
+        return
+    allowed = {0, os.geteuid()}
+    for what, path in (("data_dir", config.data_dir), ("log_dir", config.log_dir),
+                       ("jobs_dir", config.jobs_dir),
+                       ("the control socket's directory", os.path.dirname(config.socket))):
+        path = os.path.abspath(path)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None  # created later, or reported by whoever needs it
+        except OSError as exc:
+            raise ConfigError(f"cannot check {what} {path}: {exc.strerror}") from None
+        if st is not None:
+            msg = _dir_refusal(what, path, st, allowed, parent=False)
+            if msg:
+                raise ConfigError(msg)
+        # The parents, as written and as resolved (a symlinked parent counts).
+        seen = set()
+        for start in (path, os.path.realpath(path)):
+            parent = os.path.dirname(start)
+            while parent not in seen:
+                seen.add(parent)
+                try:
+                    pst = os.stat(parent)
+                except OSError:
+                    pst = None
+                if pst is not None:
+                    msg = _dir_refusal(what, parent, pst, allowed, parent=True)
+                    if msg:
+                        raise ConfigError(msg)
+                if parent == os.path.dirname(parent):
+                    break
+                parent = os.path.dirname(parent)

@@ -120,12 +120,16 @@ class JobSpec:
     enabled: bool = True
     description: str = ""
     max_log_bytes: int = 10485760
+    max_running: int | None = None  # concurrent runs of this job on one node (None: no cap)
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
     def to_dict(self) -> dict:
-        """JSON-safe canonical dict of the definition (no source/line)."""
-        return {
+        """JSON-safe canonical dict of the definition (no source/line).
+
+        Keys added later (max_running) appear only when set, so the digest
+        of a job that does not use them stays what older versions compute."""
+        d = {
             "name": self.name,
             "schedule": self.schedule,
             "command": self.command if isinstance(self.command, str) else list(self.command),
@@ -147,6 +151,9 @@ class JobSpec:
             "description": self.description,
             "max_log_bytes": self.max_log_bytes,
         }
+        if self.max_running is not None:
+            d["max_running"] = self.max_running
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "", line: int = 0) -> "JobSpec":
@@ -672,6 +679,10 @@ def _v_bool(ctx: _Ctx, key: str, node: Node) -> Any:
     return _value(node)
 
 
+def _v_max_running(ctx: _Ctx, key: str, node: Node) -> Any:
+    return _v_int(ctx, key, node, 1)
+
+
 def _v_max_log_bytes(ctx: _Ctx, key: str, node: Node) -> Any:
     expected = "a size such as 10MiB, 512KiB or a number of bytes"
     if _is(node, NULL):
@@ -711,6 +722,7 @@ _VALIDATORS: dict[str, Callable[[_Ctx, str, Node], Any]] = {
     "on_node_loss": _v_choice(("retry", "fail")),
     "enabled": _v_bool,
     "max_log_bytes": _v_max_log_bytes,
+    "max_running": _v_max_running,
 }
 JOB_KEYS: tuple[str, ...] = tuple(_VALIDATORS)
 _REQUIRED = {

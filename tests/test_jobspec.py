@@ -277,6 +277,8 @@ BAD_FIELD_CASES = [
                       "command, user, group, env, working_dir, timeout, kill_grace, concurrency, retries, "
                       "catchup, catchup_window, jitter, run_on, on_node_loss, enabled, max_log_bytes"),
     ("timout: 5s", "3:1: unknown key 'timout' (did you mean 'timeout'?)"),
+    ("max_running: 0", "3:14: max_running must be a whole number >= 1 (got 0)"),
+    ("max_running: many", "3:14: max_running must be a whole number >= 1 (got 'many')"),
     ("yes: 1", "3:1: keys must be strings (got yes, which YAML reads as the boolean true); quote it: \"yes\""),
 ]
 

@@ -8,13 +8,14 @@ import base64
 import codecs
 import logging
 import os
+import resource
 import signal
 import sys
 
 import psutil
 
 from .. import __version__
-from ..config import Config, format_address
+from ..config import Config, check_directories, format_address
 from ..errors import CronrdError, RequestError, UsageError
 from ..schedule import iso_utc, make_trigger, parse_schedule
 from ..state import commands as C
@@ -23,7 +24,7 @@ from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .control import ControlServer, Stream, arg
-from .executor import Executor
+from .executor import Executor, read_run_log, run_log_path
 from .local_log import LocalLog
 from .scheduler import Scheduler, local_node, reboot_fires
 from .sdnotify import Notifier
@@ -86,13 +87,36 @@ class Daemon:
     # -- lifecycle -----------------------------------------------------------------
     def _prepare_dirs(self) -> None:
         cfg = self.config
-        os.makedirs(cfg.data_dir, mode=0o700, exist_ok=True)
-        os.makedirs(cfg.log_dir, mode=0o750, exist_ok=True)
+        old = os.umask(0o022)  # parents made on the way are not writable by others either
+        try:
+            os.makedirs(cfg.data_dir, mode=0o700, exist_ok=True)
+            os.makedirs(cfg.log_dir, mode=0o750, exist_ok=True)
+            os.makedirs(os.path.dirname(cfg.socket) or ".", mode=0o755, exist_ok=True)
+        finally:
+            os.umask(old)
+        check_directories(cfg)  # as root: none of them may be changed by another user
+
+    def _raise_nofile(self) -> int:
+        """Raise the soft open-file limit to the hard one (each run holds a few
+        descriptors, each client one); return the soft limit found, which
+        jobs get back."""
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            except (ValueError, OSError) as exc:
+                log.warning("event=nofile_limit_not_raised soft=%d hard=%d error=\"%s\"",
+                            soft, hard, exc)
+                return soft
+        log.info("event=nofile_limit soft=%d hard=%d was=%d max_running=%d", hard, hard, soft,
+                 self.config.max_running)
+        return soft
 
     async def run(self) -> int:
         cfg = self.config
         loop = asyncio.get_running_loop()
         self.stop_event = asyncio.Event()
+        job_nofile = self._raise_nofile()
         self._prepare_dirs()
         self.lock = DataDirLock(cfg.data_dir)
         self.lock.acquire()
@@ -117,6 +141,7 @@ class Daemon:
         self.executor = Executor(cfg, self.log, self.conn, self.clock,
                                  lease=self.cluster.lease_fresh if self.cluster else None,
                                  outbox=self.outbox)
+        self.executor.job_nofile = job_nofile
         self.watcher = Watcher(cfg.jobs_dir, self.log, self.conn, self.clock,
                                interval=cfg.watch_interval, node=cfg.node_id)
         self.control = ControlServer(cfg.socket, self._handlers(), cfg.socket_group)
@@ -563,30 +588,36 @@ class Daemon:
         follow = bool(arg(args, "follow", bool, False))
         return Stream(self._stream_log(run, follow))
 
-    def _log_path(self, run: dict) -> str | None:
-        path = run["log_path"]
-        if path is None and run["run_id"] in self.executor.active:
-            path = self.executor.active[run["run_id"]].log_path
-        return path
-
     def _read_log_chunk(self, run_id: int, offset: int) -> dict:
         """Up to LOG_CHUNK bytes of a run's log on this node, from ``offset``
-        (also served to other nodes: ``cronrd logs`` on any node)."""
+        (also served to other nodes: ``cronrd logs`` on any node).
+
+        The file is the one this node's log_dir holds for the run; the
+        log_path in the run's record is never opened (whoever can commit a
+        record could name any file)."""
         run = Q.get_run(self.conn, run_id)
         if run is None:
             raise RequestError(f"no run with id {run_id} on node {self.config.node_id}")
-        path = self._log_path(run)
+        if not isinstance(offset, int) or offset < 0:
+            raise RequestError(f"offset {offset!r} of run {run_id}'s log must be a whole "
+                               "number >= 0")
+        path = run_log_path(self.config.log_dir, run)
         data = b""
-        if path:
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read(LOG_CHUNK)
-            except FileNotFoundError:
-                if run["state"] not in ("pending", "assigned", "running"):
-                    raise RequestError(f"log file {path} of run {run_id} is gone from node "
-                                       f"{self.config.node_id} (removed by log "
-                                       "retention?)") from None
+        try:
+            data = read_run_log(self.config.log_dir, run, offset, LOG_CHUNK)
+        except FileNotFoundError:
+            # No log: a run that never started has none. One the record says
+            # had a log (and that is over) lost it to log retention.
+            if run["log_path"] and run["state"] not in ("pending", "assigned", "running"):
+                raise RequestError(f"log file {path} of run {run_id} is gone from node "
+                                   f"{self.config.node_id} (removed by log "
+                                   "retention?)") from None
+        except CronrdError as exc:
+            raise RequestError(f"cannot read the log of run {run_id} on node "
+                               f"{self.config.node_id}: {exc}") from None
+        except OSError as exc:
+            raise RequestError(f"cannot read log file {path} of run {run_id} on node "
+                               f"{self.config.node_id}: {exc.strerror}") from None
         return {"data": base64.b64encode(data).decode(), "offset": offset + len(data),
                 "more": len(data) == LOG_CHUNK}
 

@@ -17,8 +17,11 @@ import logging
 import os
 import pwd
 import re
+import resource
+import shlex
 import shutil
 import signal
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from typing import Callable
@@ -33,7 +36,7 @@ from ..state import commands as C
 from ..state import queries as Q
 from ..state.machine import Effect, Refused
 from .clock import Clock
-from .processes import alive, process_matches, signal_tree, snapshot_tree
+from .processes import alive, run_identity, run_process, signal_tree, snapshot_tree
 
 log = logging.getLogger("cronrd.executor")
 
@@ -52,9 +55,36 @@ REPORT_RETRY_DELAY = 0.5
 # before the gate opens, the pipe closes without bytes and the shells exit
 # (status 75) without running anything: the run is still "assigned" and
 # starts when the daemon is back.
-GATE_SCRIPT = 'read _ || exit 75; exec </dev/null; exec "$@"'
+#
+# The gate shell first puts the job's soft open-file limit back to what the
+# daemon had before it raised its own ($1), so jobs see the limit cron would
+# give them.
+GATE_SCRIPT = 'ulimit -S -n "$1" 2>/dev/null; shift; read _ || exit 75; exec </dev/null; exec "$@"'
+LEGACY_GATE_SCRIPTS = ('read _ || exit 75; exec </dev/null; exec "$@"',)  # older daemons'
 PRESPAWN = 1.0  # seconds before the fire time a run's process is spawned
 SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+
+# A run as another user: the helper that switches identity (setpriv, root
+# until it execs) gets this environment and nothing else, and "/" as its
+# working directory. What the job defines (env:, working_dir:) is applied by
+# the shell it starts, which already runs as the job's user: it enters the
+# working directory, reads the job's environment (``export`` lines the daemon
+# wrote into a memfd given as its stdout), points stdout at the run's log and
+# execs the gate shell. So LD_PRELOAD & co. are never seen by a root process,
+# and a directory the user may not enter fails the run instead of hosting it.
+# Done, it writes one READY byte (not logged) to the output pipe; a gate opens
+# only once each such run said ready or exited (its reason is what it wrote),
+# so a run that could not be prepared is never counted as started.
+CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+READY = b"\x01"
+READY_WAIT = 2.0  # longest a gate waits past its time for runs to be ready
+DROP_SCRIPT = (
+    'cd -- "$1" 2>/dev/null || { if [ -e "$1" ]; then '
+    'echo "cronrd: run not started: user $2 may not enter working_dir $1 (permission denied)"; '
+    'else echo "cronrd: run not started: working_dir $1 does not exist for user $2"; fi >&2; '
+    'exit 126; }; unset OLDPWD; . /proc/self/fd/1; exec >&2; printf "\\001"; shift 2; '
+    'exec "$@"')
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
@@ -78,7 +108,10 @@ class ActiveRun:
     log_path: str
     cap: int
     kill_grace: float
+    user: str = ""
+    ready: bool = True               # false until a user switch's shell said READY
     started_at: float | None = None  # None while waiting at the gate
+    early: bytes = b""               # output before the gate (why it could not start)
     written: int = 0
     truncated: bool = False
     stop_reason: str | None = None   # why we signalled it (timeout/cancel/shutdown/skip)
@@ -96,18 +129,98 @@ class ActiveRun:
 def _at_gate(proc: psutil.Process) -> bool:
     """Is this one of our shells still waiting at its gate (nothing ran)?"""
     try:
-        return proc.cmdline()[:3] == ["/bin/sh", "-c", GATE_SCRIPT]
+        cmd = proc.cmdline()[:3]
     except psutil.Error:
         return True  # gone: nothing to stop
+    return cmd[:2] == ["/bin/sh", "-c"] and cmd[2:] and \
+        (cmd[2] == GATE_SCRIPT or cmd[2] in LEGACY_GATE_SCRIPTS)
 
+
+# -- run logs ------------------------------------------------------------------------
+# A run's log file is LOG_DIR/JOB/STAMP-aATTEMPT-rRUN.log, derived on the node
+# from its own log_dir and the run's job, fire time, attempt and id. The path
+# a run record carries (RunStarted/RunFinished.log_path) is for display only:
+# whoever can commit a record cannot make a node open a file of its choice.
+# Both components are opened relative to log_dir without following symlinks.
 
 def log_file_name(run: dict) -> str:
-    stamp = iso_utc(run["fire_time"]).replace("-", "").replace(":", "")
-    return f"{stamp}-a{run['attempt']}-r{run['run_id']}.log"
+    stamp = iso_utc(int(run["fire_time"])).replace("-", "").replace(":", "")
+    return f"{stamp}-a{int(run['attempt'])}-r{int(run['run_id'])}.log"
 
 
 def safe_dir_name(job: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", job) or "_"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(job)) or "_"
+    return "_" + name if name.strip(".") == "" else name  # never "." or ".."
+
+
+def run_log_path(log_dir: str, run: dict) -> str:
+    """Where this node keeps (or would keep) the log of ``run``."""
+    return os.path.join(log_dir, safe_dir_name(run["job"]), log_file_name(run))
+
+
+def open_run_log(log_dir: str, run: dict, *, create: bool) -> int:
+    """Open the log of ``run`` under ``log_dir``: for appending (creating the
+    job's directory and the file) or for reading. Raises FileNotFoundError
+    when it does not exist, CronrdError for a symlink or anything but a
+    regular file (in place of the file or of the job's directory)."""
+    sub, name = safe_dir_name(run["job"]), log_file_name(run)
+    top = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if create:
+            try:
+                os.mkdir(sub, 0o750, dir_fd=top)
+            except FileExistsError:
+                pass
+        try:
+            jd = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=top)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise _not_followed(os.path.join(log_dir, sub), "directory") from None
+            raise
+        try:
+            flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT if create
+                     else os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640, dir_fd=jd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise _not_followed(os.path.join(log_dir, sub, name), "file") from None
+                raise
+        finally:
+            os.close(jd)
+    finally:
+        os.close(top)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _not_followed(os.path.join(log_dir, sub, name), "file")
+    return fd
+
+
+def _not_followed(path: str, what: str) -> CronrdError:
+    return CronrdError(f"{path} is a symlink or not a regular {what}; cronrd does not follow "
+                       f"symlinks in log_dir: remove it (the daemon makes its own)")
+
+
+def read_run_log(log_dir: str, run: dict, offset: int, size: int) -> bytes:
+    """Up to ``size`` bytes of the log of ``run`` from ``offset``."""
+    fd = open_run_log(log_dir, run, create=False)
+    try:
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
+def _env_script(env: dict[str, str]) -> bytes:
+    """The job's environment as ``export`` lines for the shell that runs as
+    the job's user (every value single-quoted: nothing is expanded)."""
+    lines = []
+    for key, value in env.items():
+        if not ENV_NAME_RE.fullmatch(key) or "\0" in value:
+            raise CronrdError(f"environment variable {key!r} cannot be passed to the job: "
+                              "names are letters, digits and '_', values have no NUL")
+        lines.append(f"export {key}={shlex.quote(value)}\n")
+    return "".join(lines).encode()
 
 
 class Executor:
@@ -135,8 +248,10 @@ class Executor:
         self._warned_user: set[str] = set()
         self._specs: dict[str, JobSpec | None] = {}
         self._identities: dict[tuple, dict] = {}
-        self._dirs: set[str] = set()
         self._reported: set[int] = set()  # results found in the outbox at start
+        self._deferred: set[int] = set()  # over max_running when prepared: retried when due
+        # The soft open-file limit jobs get (the daemon raises its own at start).
+        self.job_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.on_output: Callable[[int], None] | None = None
         me = pwd.getpwuid(os.geteuid())
         self._me = {"uid": me.pw_uid, "gid": os.getegid(), "home": me.pw_dir,
@@ -236,7 +351,8 @@ class Executor:
                 self._warned_user.add(spec.name)
                 log.warning("event=user_ignored job=%s user=%s reason=\"daemon is not root; "
                             "the job runs as %s\"", spec.name, spec.user, me["user"])
-            return {"kwargs": {}, "prefix": [], "home": me["home"], "user": me["user"]}
+            return {"kwargs": {}, "prefix": [], "home": me["home"], "user": me["user"],
+                    "switch": False}
         name = spec.user or "root"
         try:
             ent = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
@@ -266,7 +382,8 @@ class Executor:
                           else "--clear-groups", "--"]
             else:
                 kwargs = {"user": ent.pw_uid, "group": gid, "extra_groups": groups}
-        return {"kwargs": kwargs, "prefix": prefix, "home": ent.pw_dir, "user": ent.pw_name}
+        return {"kwargs": kwargs, "prefix": prefix, "home": ent.pw_dir, "user": ent.pw_name,
+                "switch": bool(kwargs or prefix)}
 
     def _gate(self, due: float) -> Gate:
         gate = self.gates.get(due)
@@ -278,26 +395,54 @@ class Executor:
             self.gates[due] = gate
         return gate
 
+    def _over_cap(self, run: dict, spec: JobSpec) -> str | None:
+        """max_running: the reason this run may not start now, or None. Runs
+        waiting at a gate count: each holds a process and descriptors."""
+        total = same = 0
+        for act in self.active.values():
+            if act.exited or (act.stop_state is not None and not act.started):
+                continue
+            total += 1
+            same += act.run["job"] == run["job"]
+        if spec.max_running is not None and same >= spec.max_running:
+            return (f"max_running ({spec.max_running}) of job {run['job']} reached on node "
+                    f"{self.node_id}")
+        if total >= self.config.max_running:
+            return f"max_running ({self.config.max_running}) reached on node {self.node_id}"
+        return None
+
     def prepare(self, run: dict) -> None:
         """Spawn the run's process, waiting at the gate of its due time."""
         spec = self._job_spec(run["job"])
         now = self.clock.now()
-        job_dir = os.path.join(self.config.log_dir, safe_dir_name(run["job"]))
-        log_path = os.path.join(job_dir, log_file_name(run))
+        log_path = run_log_path(self.config.log_dir, run)
         if spec is None:
             self._report_now(run, "cancelled", now, reason="job no longer defined")
             return
+        over = self._over_cap(run, spec)
+        if over is not None:
+            due = run["due_at"] or now
+            if due - now > 0.001 and run["run_id"] not in self._deferred:
+                # Runs may end before the fire time: decide then.
+                self._deferred.add(run["run_id"])
+                self.timers[run["run_id"]] = asyncio.get_running_loop().call_later(
+                    due - now, self._prepare_timer, run)
+                return
+            self._deferred.discard(run["run_id"])
+            self._report_now(run, "skipped", now, reason=over)
+            return
+        self._deferred.discard(run["run_id"])
         try:
-            if job_dir not in self._dirs:
-                os.makedirs(job_dir, mode=0o750, exist_ok=True)
-                self._dirs.add(job_dir)
-            logf = open(log_path, "ab", buffering=0)
-        except OSError as exc:
-            self._dirs.discard(job_dir)
-            self._report_now(run, "failed", now, reason=f"cannot open log file {log_path}: "
-                             f"{exc.strerror}; check log_dir permissions")
+            logf = os.fdopen(open_run_log(self.config.log_dir, run, create=True), "ab",
+                             buffering=0)
+        except (OSError, CronrdError) as exc:
+            why = str(exc) if isinstance(exc, CronrdError) else \
+                f"{exc.strerror}; check log_dir permissions"
+            self._report_now(run, "failed", now,
+                             reason=f"cannot open log file {log_path}: {why}")
             return
         fire_iso = iso_utc(run["fire_time"])
+        envfd = -1
         try:
             ident = self._identity(spec)
             env = {"PATH": DEFAULT_PATH, "SHELL": "/bin/sh", "HOME": ident["home"],
@@ -313,16 +458,30 @@ class Executor:
             })
             command = (["/bin/sh", "-c", spec.command] if isinstance(spec.command, str)
                        else list(spec.command))
-            argv = [*ident["prefix"], "/bin/sh", "-c", GATE_SCRIPT, "cronrd-run", *command]
+            argv = ["/bin/sh", "-c", GATE_SCRIPT, "cronrd-run", str(self.job_nofile), *command]
             cwd = spec.working_dir or ident["home"]
             if not os.path.isdir(cwd):
                 cwd_hint = "fix working_dir" if spec.working_dir else "create it"
                 raise CronrdError(f"working directory {cwd} does not exist on node "
                                   f"{self.node_id}; {cwd_hint} in {spec.source}")
-        except CronrdError as exc:
-            logf.write(f"cronrd: run not started: {exc}\n".encode())
+            if ident["switch"]:
+                script = _env_script(env)
+                envfd = os.memfd_create("cronrd-env", os.MFD_CLOEXEC)
+                view = memoryview(script)
+                while view:
+                    view = view[os.write(envfd, view):]
+                os.lseek(envfd, 0, os.SEEK_SET)
+                argv = [*ident["prefix"], "/bin/sh", "-c", DROP_SCRIPT, "cronrd-start", cwd,
+                        ident["user"], *argv]
+                env, cwd = {"PATH": CLEAN_PATH}, "/"
+        except (CronrdError, OSError) as exc:
+            if envfd >= 0:
+                os.close(envfd)
+            msg = str(exc) if isinstance(exc, CronrdError) else \
+                f"cannot prepare the run: {exc.strerror}"
+            logf.write(f"cronrd: run not started: {msg}\n".encode())
             logf.close()
-            self._report_now(run, "failed", now, reason=str(exc), log_path=log_path)
+            self._report_now(run, "failed", now, reason=msg, log_path=log_path)
             return
         rfd = wfd = -1
         popen = None
@@ -330,8 +489,8 @@ class Executor:
             gate = self._gate(run["due_at"] or now)
             rfd, wfd = os.pipe2(os.O_CLOEXEC)
             popen = subprocess.Popen(
-                argv, stdin=gate.rfd, stdout=wfd, stderr=wfd, env=env, cwd=cwd,
-                start_new_session=True, close_fds=True, **ident["kwargs"])
+                argv, stdin=gate.rfd, stdout=wfd if envfd < 0 else envfd, stderr=wfd,
+                env=env, cwd=cwd, start_new_session=True, close_fds=True, **ident["kwargs"])
             pidfd = os.pidfd_open(popen.pid)
         except (OSError, ValueError) as exc:  # EMFILE, ENOMEM, "embedded null byte"...
             if popen is not None:  # spawned but untrackable: it must not run
@@ -346,11 +505,15 @@ class Executor:
             self._report_now(run, "failed", now, reason=msg, log_path=log_path,
                              exit_code=127)
             return
+        finally:
+            if envfd >= 0:
+                os.close(envfd)
         os.close(wfd)
         os.set_blocking(rfd, False)
         act = ActiveRun(run=run, spec=spec, popen=popen, pid=popen.pid, pidfd=pidfd,
                         out_fd=rfd, logf=logf, log_path=log_path, cap=spec.max_log_bytes,
-                        kill_grace=spec.kill_grace)
+                        kill_grace=spec.kill_grace, user=ident["user"],
+                        ready=not ident["switch"])
         self.active[run["run_id"]] = act
         gate.runs.append(act)
         loop = asyncio.get_running_loop()
@@ -395,6 +558,11 @@ class Executor:
         early = gate.due - self.clock.now()
         if early > 0.0005:  # timers may fire a hair early: re-arm
             gate.handle = asyncio.get_running_loop().call_later(early, self._open_gate, gate)
+            return
+        if -early < READY_WAIT and any(not a.ready and not a.exited and a.stop_state is None
+                                       for a in gate.runs):
+            # A run switching to its user has not said ready yet (nor failed).
+            gate.handle = asyncio.get_running_loop().call_later(0.002, self._open_gate, gate)
             return
         self.gates.pop(gate.due, None)
         go = []
@@ -464,6 +632,13 @@ class Executor:
         self._write_log(act, data)
 
     def _write_log(self, act: ActiveRun, data: bytes) -> None:
+        if not act.ready and not act.early and data[:1] == READY:
+            act.ready = True
+            data = data[1:]
+            if not data:
+                return
+        if not act.started and len(act.early) < 4096:
+            act.early += data[:4096]
         room = act.cap - act.written
         if room > 0:
             chunk = data[:room]
@@ -520,7 +695,9 @@ class Executor:
             self.active.pop(act.run["run_id"], None)
         run = act.run
         if not act.started:
-            # It never passed its gate: nothing of the job ran, and its log is empty.
+            # It never passed its gate: nothing of the job ran. Its log is
+            # empty, unless the shell that switched to the job's user said
+            # why it could not prepare the run (working_dir...).
             try:
                 if act.written == 0:
                     os.unlink(act.log_path)
@@ -537,12 +714,12 @@ class Executor:
                 return
             else:
                 state = "failed"
-                reason = (f"the run's waiting process ended before the fire time "
-                          f"(status {rc}); was it killed?")
+                reason = self._not_started_reason(act, rc)
             self._propose(C.RunFinished(
                 run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
                 exit_code=None, signal=None, started_at=None, finished_at=finished,
-                log_path=None, reason=reason, not_started=state == "lost"))
+                log_path=act.log_path if act.written else None, reason=reason,
+                not_started=state == "lost"))
             return
         exit_code = rc if rc >= 0 else None
         sig = -rc if rc < 0 else None
@@ -562,6 +739,19 @@ class Executor:
             run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
             exit_code=exit_code, signal=sig, started_at=act.started_at, finished_at=finished,
             log_path=act.log_path, reason=reason, pid=act.pid))
+
+    @staticmethod
+    def _not_started_reason(act: ActiveRun, rc: int) -> str:
+        said = [ln.strip() for ln in act.early.decode("utf-8", "replace").splitlines()
+                if ln.strip()]
+        if said and rc > 0:
+            last = said[-1][:500]
+            if last.startswith("cronrd: run not started: "):
+                return last[len("cronrd: "):]
+            return (f"run not started: preparing it as user {act.user} failed (status {rc}): "
+                    f"{last}")
+        return (f"the run's waiting process ended before the fire time (status {rc}); "
+                "was it killed?")
 
     # -- stopping --------------------------------------------------------------
     def _stop(self, act: ActiveRun, state: str, reason: str) -> None:
@@ -587,7 +777,7 @@ class Executor:
         if procs or not act.exited:
             log.info("event=run_killed job=%s run=%d processes=%d", act.run["job"],
                      act.run["run_id"], len(procs))
-            signal_tree(act.pid, procs, signal.SIGKILL)
+            signal_tree(act.pid, procs, signal.SIGKILL, leader_reaped=act.exited)
 
     def cancel(self, run_id: int, reason: str) -> None:
         handle = self.timers.pop(run_id, None)
@@ -650,18 +840,19 @@ class Executor:
             self.outbox.done(item)
 
     # -- restart reconciliation ---------------------------------------------------
-    def _orphans(self) -> dict[str, list[psutil.Process]]:
-        """Live processes of our runs, found by the CRONRD_LOG_PATH we gave them."""
-        prefix = os.path.join(self.config.log_dir, "")
-        found: dict[str, list[psutil.Process]] = {}
+    def _orphans(self) -> dict[int, list[psutil.Process]]:
+        """Live processes of our runs by run id, found by the identity the
+        executor gave them (CRONRD_RUN_ID and CRONRD_NODE in their
+        environment), never by a pid from the replicated state alone."""
+        found: dict[int, list[psutil.Process]] = {}
         for proc in psutil.process_iter():
             try:
                 env = proc.environ()
             except (psutil.Error, OSError):
                 continue
-            path = env.get("CRONRD_LOG_PATH")
-            if path and path.startswith(prefix) and env.get("CRONRD_NODE") == self.node_id:
-                found.setdefault(path, []).append(proc)
+            run_id = env.get("CRONRD_RUN_ID", "")
+            if run_id.isdigit() and env.get("CRONRD_NODE") == self.node_id:
+                found.setdefault(int(run_id), []).append(proc)
         return found
 
     async def reconcile(self) -> dict:
@@ -679,10 +870,12 @@ class Executor:
                 if r["run_id"] not in self._reported]
         self.accepting = True  # from here on, new assignments start as they come
         for run in runs:
-            path = os.path.join(self.config.log_dir, safe_dir_name(run["job"]),
-                                log_file_name(run))
-            procs = list(orphans.get(path, []))
-            proc = process_matches(run["pid"], run["started_at"])
+            path = run_log_path(self.config.log_dir, run)
+            procs = list(orphans.get(run["run_id"], []))
+            # The recorded pid counts only if that process is this run's
+            # (its environment says so): a forged pid must not name a stranger.
+            proc = run_process(run["pid"], run["started_at"], run_id=run["run_id"],
+                               node=self.node_id)
             if proc is not None and proc not in procs:
                 procs.append(proc)
             if run["state"] == "assigned":
@@ -729,6 +922,8 @@ class Executor:
     async def _settle_lost(self, run: dict, procs: list, path: str) -> None:
         spec = self._job_spec(run["job"])
         grace = spec.kill_grace if spec else 10.0
+        # Checked again right before signalling anything.
+        procs = [p for p in procs if run_identity(p, run["run_id"], self.node_id)]
         if procs:
             tree = list(procs)
             for p in procs:
@@ -764,7 +959,7 @@ class Executor:
         self._propose(C.RunFinished(
             run_id=run["run_id"], token=run["token"], node=self.node_id, state="lost",
             exit_code=None, signal=None, started_at=run["started_at"],
-            finished_at=self.clock.now(), log_path=run["log_path"] or path, reason=reason))
+            finished_at=self.clock.now(), log_path=path, reason=reason))
 
     # -- shutdown -----------------------------------------------------------------
     async def shutdown(self, mode: str, grace: float) -> None:
