@@ -132,7 +132,7 @@ def _at_gate(proc: psutil.Process) -> bool:
         cmd = proc.cmdline()[:3]
     except psutil.Error:
         return True  # gone: nothing to stop
-    return cmd[:2] == ["/bin/sh", "-c"] and cmd[2:] and \
+    return len(cmd) == 3 and cmd[:2] == ["/bin/sh", "-c"] and \
         (cmd[2] == GATE_SCRIPT or cmd[2] in LEGACY_GATE_SCRIPTS)
 
 

@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from forged_state import ForgedState
+from harness import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +50,9 @@ def test_run_process_requires_the_runs_identity(stranger):
     assert run_process(stranger.pid, started, run_id=7, node="n1") is None
     me = subprocess.Popen(["sleep", "30"], env={"CRONRD_RUN_ID": "7", "CRONRD_NODE": "n1"})
     try:
+        # Until its exec completes the child still has our environment.
+        wait_for(lambda: psutil.Process(me.pid).environ().get("CRONRD_RUN_ID") == "7",
+                 what="sleep's own environment")
         created = psutil.Process(me.pid).create_time()
         assert run_process(me.pid, created, run_id=7, node="n1").pid == me.pid
         assert run_process(me.pid, created, run_id=8, node="n1") is None  # another run
