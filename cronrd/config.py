@@ -50,6 +50,7 @@ class ClusterConfig:
     initial_members: Mapping[str, Address] = field(
         default_factory=lambda: types.MappingProxyType({}))
     join: bool = False
+    join_token: str | None = None    # join: {token: ...}: the one-time token of `cluster add --token`
     tls: TLSPaths | None = None
     insecure: bool = False           # no TLS: anyone who reaches the port is believed
     insecure_network: bool = False   # insecure: {allow_network: true}: on any address
@@ -289,6 +290,15 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterCon
 
     # join
     join = raw.get("join", False)
+    join_token = None
+    if isinstance(join, dict):
+        extra = sorted(set(join) - {"token"})
+        token = join.get("token")
+        if extra or not isinstance(token, str) or not token.strip() or len(token) > 255:
+            raise _err(path, "cluster.join must be true, false, or {token: TOKEN} with the "
+                             "token that `cronrd cluster add NODE ADDR --token` printed"
+                             + (f" (unknown keys {extra})" if extra else ""))
+        join, join_token = True, token.strip()
     if not isinstance(join, bool):
         raise _err(path, f"cluster.join must be true or false (got {join!r}); true means this "
                          "node joins an existing cluster instead of bootstrapping one")
@@ -390,7 +400,8 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterCon
                          "before the leader declares a silent node's runs lost, or it could "
                          "retry them elsewhere while that node still starts them; raise "
                          "node_timeout" + (" or lower election_timeout" if election > 1 else ""))
-    return ClusterConfig(listen=listen, initial_members=members, join=join, tls=tls,
+    return ClusterConfig(listen=listen, initial_members=members, join=join,
+                         join_token=join_token, tls=tls,
                          insecure=insecure, insecure_network=insecure_network,
                          tags=tuple(tags), node_timeout=node_timeout,
                          election_timeout=election)

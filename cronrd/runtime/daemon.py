@@ -41,6 +41,7 @@ REFUSALS_AUDITED = 10
 REFUSAL_WINDOW = 60.0
 # The CLI spelling of control requests, for messages and the audit table.
 CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
+             "cluster_revoke_cert": "cluster revoke-cert",
              "cluster_remove": "cluster remove",
              "cluster_transfer_leader": "cluster transfer-leader"}
 RUN_STATES = ("pending", "assigned", "running", "succeeded", "failed", "timed_out", "lost",
@@ -392,6 +393,7 @@ class Daemon:
             "cancel": (JOB, self.h_cancel),
             "reload": (ADMIN, self.h_reload), "cluster_add": (ADMIN, self.h_cluster_add),
             "cluster_remove": (ADMIN, self.h_cluster_remove),
+            "cluster_revoke_cert": (ADMIN, self.h_cluster_revoke_cert),
             "cluster_transfer_leader": (ADMIN, self.h_cluster_transfer_leader)}
         return {name: self._guard(name, access, fn) for name, (access, fn) in table.items()}
 
@@ -738,7 +740,13 @@ class Daemon:
     async def h_cluster_add(self, args: dict) -> dict:
         return await self._need_cluster().admin("cluster_add", {
             "node": arg(args, "node", str, required=True),
-            "address": arg(args, "address", str, required=True)})
+            "address": arg(args, "address", str, required=True),
+            "token": bool(arg(args, "token", bool, False))})
+
+    async def h_cluster_revoke_cert(self, args: dict) -> dict:
+        return await self._need_cluster().admin("cluster_revoke_cert", {
+            "serial": arg(args, "serial", str, required=True),
+            "reason": arg(args, "reason", str, "revoked by the operator")})
 
     async def h_cluster_remove(self, args: dict) -> dict:
         return await self._need_cluster().admin("cluster_remove", {
