@@ -25,7 +25,7 @@ DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"
 
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
               "log_dir", "log_retention", "history_retention", "shutdown", "log_level",
-              "watch_interval", "max_running", "cluster")
+              "watch_interval", "max_running", "accept_jobs_from", "cluster")
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
                 "node_timeout", "election_timeout")
@@ -89,6 +89,9 @@ class Config:
     log_level: str = "info"
     watch_interval: float = 1.0
     max_running: int = DEFAULT_MAX_RUNNING  # runs at once on this node; more are skipped
+    # Node ids whose job files this node runs (None: every member's). "self"
+    # is replaced by node_id when the config is read.
+    accept_jobs_from: tuple[str, ...] | None = None
     path: str = ""
     cluster: ClusterConfig | None = None    # None: a one-node cluster without a network
 
@@ -205,6 +208,16 @@ def parse_config(raw: object, path: str = "<config>") -> Config:
         raise _err(path, f"max_running must be a positive whole number, the most runs this "
                          f"node runs at once (got {max_running!r}); the default is "
                          f"{DEFAULT_MAX_RUNNING}")
+    accept = raw.get("accept_jobs_from")
+    if accept is not None:
+        if isinstance(accept, str):
+            accept = [accept]
+        if not isinstance(accept, list) or not accept or not all(
+                isinstance(a, str) and a.strip() for a in accept):
+            raise _err(path, "accept_jobs_from must be a list of node ids (self for this node), "
+                             f"e.g. [self] (got {accept!r}); leave it out to run the jobs "
+                             "every member defines")
+        accept = tuple(sorted({node_id if a.strip() == "self" else a.strip() for a in accept}))
     level = raw.get("log_level", "info")
     if level not in ("debug", "info", "warning", "error"):
         raise _err(path, f"log_level must be debug, info, warning or error (got {level!r})")
@@ -216,7 +229,7 @@ def parse_config(raw: object, path: str = "<config>") -> Config:
                   log_max_age=max_age, log_max_files_per_job=max_files,
                   history_retention=history, shutdown_mode=mode, shutdown_grace=grace,
                   log_level=level, watch_interval=min(max(watch, 0.1), 60.0), path=path,
-                  max_running=max_running, cluster=cluster)
+                  max_running=max_running, accept_jobs_from=accept, cluster=cluster)
 
 
 # -- cluster: ---------------------------------------------------------------------------

@@ -411,6 +411,19 @@ class Executor:
             return f"max_running ({self.config.max_running}) reached on node {self.node_id}"
         return None
 
+    def _refused_source(self, job: str) -> str | None:
+        """accept_jobs_from: why this node will not run ``job`` (defined only
+        by nodes it does not take jobs from), or None."""
+        accept = self.config.accept_jobs_from
+        if accept is None:
+            return None
+        sources = Q.job_source_nodes(self.conn, job)
+        if set(sources) & set(accept):
+            return None
+        return (f"node {self.node_id} runs only jobs defined by {', '.join(accept)} "
+                f"(accept_jobs_from); {job} is defined by {', '.join(sources) or 'no node'}: "
+                "pin it to other nodes with run_on, or define it here too")
+
     def prepare(self, run: dict) -> None:
         """Spawn the run's process, waiting at the gate of its due time."""
         spec = self._job_spec(run["job"])
@@ -418,6 +431,10 @@ class Executor:
         log_path = run_log_path(self.config.log_dir, run)
         if spec is None:
             self._report_now(run, "cancelled", now, reason="job no longer defined")
+            return
+        refused = self._refused_source(run["job"])
+        if refused is not None:
+            self._report_now(run, "skipped", now, reason=refused)
             return
         over = self._over_cap(run, spec)
         if over is not None:

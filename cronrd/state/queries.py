@@ -176,3 +176,9 @@ def join_token(conn: apsw.Connection, node: str) -> dict | None:
                                     (node,)):
         return {"hash": h, "addr": addr, "at": at}
     return None
+
+
+def job_source_nodes(conn: apsw.Connection, name: str) -> list[str]:
+    """The nodes whose job files define ``name``."""
+    return [n for (n,) in conn.execute(
+        "SELECT node FROM job_sources WHERE name=? ORDER BY node", (name,))]
