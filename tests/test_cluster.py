@@ -264,3 +264,23 @@ def test_sigterm_while_waiting_for_a_quorum_stops_the_daemon(cluster):
     assert a.call("status")["role"] in ("follower", "candidate")
     assert a.terminate(timeout=30) == 0
     assert "event=stopped" in a.daemon_log()
+
+
+def test_a_new_run_on_all_job_does_not_fire_when_the_leader_changes_soon_after(cluster):
+    """Issue 10 (8): a new job's cursor is its creation time; a leader change
+    within a minute "completed" that as a fire, so `0 3 * * *` with run_on:
+    all ran at once on every node."""
+    c = cluster(first_ip=131).start()
+    c.write_job("nightly", {"schedule": "0 3 * * *", "command": "true", "run_on": "all",
+                            "timezone": "UTC"})
+    lead = c.leader()
+    wait_for(lambda: all("nightly" in {j["name"] for j in n.call("jobs")} for n in c), 20,
+             what="the job everywhere")
+    other = next(n for n in c if n is not lead)
+    res = lead.cli("cluster", "transfer-leader", other.config["node_id"])
+    assert res.returncode == 0, res.stdout + res.stderr
+    new = c.leader()
+    assert new is other
+    wait_for(lambda: "event=leading" in new.daemon_log(), 10, what="the new leader scheduling")
+    c.converged()
+    assert [r for r in new.runs("nightly")] == []

@@ -7,7 +7,7 @@ import asyncio
 import apsw
 
 from cronrd.config import Config
-from cronrd.jobspec import JobSpec
+from cronrd.jobspec import JobSpec, RunOn
 from cronrd.runtime.local_log import LocalLog
 from cronrd.runtime.scheduler import Scheduler
 from cronrd.state import commands as C
@@ -100,4 +100,57 @@ def test_fires_that_fail_to_commit_are_proposed_again_in_order():
         assert fires[0] == int(T0) + 1 and len(fires) >= 6
         sch.stop()
         await task
+    asyncio.run(main())
+
+
+def test_a_new_run_on_all_job_does_not_fire_at_its_creation_time_after_a_restart():
+    """Issue 10 (8): a new job's cursor is its creation time, not a fire time;
+    a scheduler (re)started within a minute of it "completed" that fire, so a
+    job `0 3 * * *` with run_on: all ran at once."""
+    async def main():
+        conn = apsw.Connection(":memory:")
+        log = LocalLog(StateMachine(conn))
+        clock = FakeClock(T0)
+        cfg = Config(node_id="n1", data_dir="/tmp", jobs_dir="/tmp", socket="/tmp/x",
+                     log_dir="/tmp", timezone="UTC")
+        spec = JobSpec(name="j", schedule="0 3 * * *", command="true",
+                       run_on=RunOn(mode="all"))
+        await log.propose(C.PutJob(name="j", spec=spec.to_dict(), digest="d", source="s",
+                                   at=clock.now()))
+        clock.t += 30  # the daemon restarts (or the leader changes) half a minute later
+        sch = Scheduler(cfg, log, conn, clock)
+        sch.start()
+        task = asyncio.create_task(sch.run())
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        await log.drain()
+        task.cancel()
+        assert counts(conn) == {}
+    asyncio.run(main())
+
+
+def test_a_run_on_all_fire_left_half_done_is_completed_by_the_next_scheduler():
+    """The behaviour the fix must keep: a leader that died between the
+    per-node fires of one fire time leaves it for the next one to complete."""
+    async def main():
+        conn = apsw.Connection(":memory:")
+        log = LocalLog(StateMachine(conn))
+        clock = FakeClock(T0)
+        cfg = Config(node_id="n1", data_dir="/tmp", jobs_dir="/tmp", socket="/tmp/x",
+                     log_dir="/tmp", timezone="UTC")
+        spec = JobSpec(name="j", schedule="* * * * * *", command="true",
+                       run_on=RunOn(mode="all"))
+        await log.propose(C.PutJob(name="j", spec=spec.to_dict(), digest="d", source="s",
+                                   at=clock.now()))
+        fire = int(T0) + 2
+        # the old leader fired for another node ("n0"), then died
+        await log.propose(C.Fire(job="j", fire_time=fire, kind="scheduled", node="n0",
+                                 due_at=fire, at=T0, target="n0"))
+        clock.t = fire + 1.5
+        sch = Scheduler(cfg, log, conn, clock)
+        sch.start()
+        await log.drain()
+        targets = {t for (t,) in conn.execute(
+            "SELECT target FROM runs WHERE fire_time=?", (fire,))}
+        assert targets == {"n0", "n1"}
     asyncio.run(main())

@@ -24,6 +24,7 @@ from ..config import Config
 from ..jobspec import JobSpec
 from ..schedule import Trigger, jitter_for, make_trigger, parse_schedule, plan_catchup
 from ..state import commands as C
+from ..state import queries as Q
 from ..state.machine import Effect, Refused
 from .clock import Clock
 from .placement import NodeView, Placement, fits
@@ -126,22 +127,34 @@ class Scheduler:
         self.started = True
         self.placement.begin()
         names = [n for (n,) in self.conn.execute("SELECT name FROM jobs ORDER BY name")]
+        # Before any catch-up: a catch-up fire moves the cursor past the fire
+        # time to complete, which would then be refused.
+        self._complete_last_fires(names)
         for name in names:
             self.refresh(name, startup=True)
-        self._complete_last_fires()
         self.wake()
 
-    def _complete_last_fires(self) -> None:
+    def _complete_last_fires(self, names: list[str]) -> None:
         """``run_on: all`` makes one Fire per node: a leader that died between
         them left the cursor at that fire time with some nodes' runs missing.
         A new leader proposes the cursor's fire again; the ones that exist are
-        refused by the run key. Only for a recent cursor: records of an old
-        one may have been pruned, and it must not run again."""
+        refused by the run key. Only for a recent cursor (records of an old
+        one may have been pruned, and it must not run again), and only for a
+        cursor that some node's fire record stands at: a new job's cursor is
+        its creation time, and a gap record moves the cursor without any run,
+        neither of which is a fire to complete."""
         now = self.clock.now()
-        for name, entry in self.entries.items():
-            if entry.spec.run_on.mode == "all" and entry.trigger.schedule.kind != "reboot" \
-                    and entry.active and 0 < now - entry.cursor <= RECENT_CURSOR:
-                self._fire(name, entry, entry.cursor)
+        for name in names:
+            try:
+                entry = self._load(name)
+            except Exception:
+                continue  # refresh() reports it
+            if entry is None or entry.spec.run_on.mode != "all" or not entry.active \
+                    or entry.trigger.schedule.kind == "reboot" \
+                    or not 0 < now - entry.cursor <= RECENT_CURSOR \
+                    or not Q.fire_recorded(self.conn, name, int(entry.cursor)):
+                continue
+            self._fire(name, entry, int(entry.cursor))
 
     def refresh(self, name: str, startup: bool = False) -> None:
         """(Re)build a job's heap entry from the replicated state.

@@ -182,3 +182,11 @@ def job_source_nodes(conn: apsw.Connection, name: str) -> list[str]:
     """The nodes whose job files define ``name``."""
     return [n for (n,) in conn.execute(
         "SELECT node FROM job_sources WHERE name=? ORDER BY node", (name,))]
+
+
+def fire_recorded(conn: apsw.Connection, job: str, fire_time: int) -> bool:
+    """Has some node's scheduled fire of ``job`` at ``fire_time`` been recorded?"""
+    for _ in conn.execute("SELECT 1 FROM runs WHERE job=? AND origin='schedule' AND "
+                          "fire_time=? LIMIT 1", (job, fire_time)):
+        return True
+    return False
