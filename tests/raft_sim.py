@@ -54,7 +54,7 @@ import os
 import random
 from dataclasses import dataclass, field
 
-from cronrd.raft.core import LEADER, Raft, RaftConfig
+from cronrd.raft.core import LEADER, VOTER_ONLY, Raft, RaftConfig
 from cronrd.raft.types import (ConfChange, ConfChangeType, ConfState, Entry, EntryType,
                                HardState, Message, MsgType, Ready, Snapshot)
 
@@ -496,31 +496,32 @@ class Sim:
         if node.io is not None and not self.interleave:
             node.inbox.append(m)
             return
-        self.maybe_vouch(node, m.frm)
+        self.maybe_vouch(node, m)
         self.trace("recv", m.to, m)
         node.raft.step(m)
         self.check.after_op(node)
 
-    def maybe_vouch(self, node: SimNode, frm: str) -> None:
+    def maybe_vouch(self, node: SimNode, m: Message) -> None:
         """The runtime's vouching (cronrd.runtime.cluster): a node that hears
-        from a node outside its configuration asks the other voters it knows;
-        one that has it as a member (in its applied configuration, so added
-        by a committed entry) vouches for it. Modelled as an instant round
-        trip, answered only by voters that are alive and reachable both ways."""
+        from a node it does not know as a member (or, for a message only a
+        voter sends, as a voter) asks the other voters it knows; one that has
+        it as a member (voter) in its applied configuration, so added by a
+        committed entry, vouches for it. Modelled as an instant round trip,
+        answered only by voters that are alive and reachable both ways."""
         r = node.raft
-        conf = r.conf
-        if frm in conf.voters or frm in conf.learners or frm in r.vouched \
-                or node.id not in conf.members():
+        voter = m.type in VOTER_ONLY
+        if node.id not in r.conf.members() or r.knows_member(m.frm, voter):
             return
-        for v in conf.voters:
+        for v in r.conf.voters:
             peer = self.nodes.get(v)
             if v == node.id or peer is None or not peer.alive or {
                     (node.id, v), (v, node.id)} & (self.blocked | self.clogged):
                 continue
-            if frm in peer.raft.conf.members():
-                self.trace("vouch", node.id, f"{frm} by {v}")
+            pconf = peer.raft.conf
+            if m.frm in (pconf.voters if voter else pconf.members()):
+                self.trace("vouch", node.id, f"{m.frm} by {v}" + (" (voter)" if voter else ""))
                 self.stats["members vouched for"] += 1
-                r.vouch(frm)
+                r.vouch(m.frm, voter=voter)
                 return
 
     # -- the Ready cycle ------------------------------------------------------------------------

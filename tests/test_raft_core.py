@@ -645,10 +645,89 @@ def test_a_vouched_member_is_heard_before_its_addition_is_applied():
     evil = Message(type=MsgType.HEARTBEAT, to="b", frm="d", term=b.term + 1, commit=0)
     b.step(evil)
     assert b.lead == "" and b.term == 0
-    b.vouch("d")
+    b.vouch("d")  # a member, not a voter: it may not lead
+    b.step(evil)
+    assert b.lead == "" and b.term == 0
+    b.vouch("d", voter=True)
     b.step(evil)
     assert b.lead == "d" and b.term == 1
     b._apply_conf(ConfChange(ConfChangeType.REMOVE, "d"))  # its removal ends the vouching
-    assert "d" not in b.vouched
+    assert "d" not in b.vouched and "d" not in b.vouched_voters
     b.step(Message(type=MsgType.HEARTBEAT, to="b", frm="d", term=b.term + 1, commit=0))
     assert b.term == 1
+
+
+
+# -- what a member may not do (review of issue 9) ---------------------------------------------------------
+def test_a_learner_cannot_lead_a_voter_or_make_it_apply_anything():
+    net = Net(["a", "b"], learners=["l"])
+    a = net.elect("a")
+    b = net["b"]
+    term, last, commit = b.term, b.last_index, b.commit
+    b.step(Message(type=MsgType.APP, to="b", frm="l", term=term + 1, index=last,
+                   log_term=b.log.last_term(), commit=last + 1,
+                   entries=(Entry(term + 1, last + 1, EntryType.NORMAL, b"forged"),)))
+    for kind in (MsgType.HEARTBEAT, MsgType.VOTE, MsgType.PREVOTE, MsgType.TIMEOUT_NOW):
+        b.step(Message(type=kind, to="b", frm="l", term=term + 1, index=last + 5,
+                       log_term=term + 1, commit=last + 1))
+    net.settle()
+    assert (b.term, b.lead, b.commit) == (term, "a", commit)
+    assert b"forged" not in [e.data for e in net.applied["b"]]
+
+
+def test_only_the_leader_hands_over_or_answers_a_read():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    b = net["b"]
+    b.step(Message(type=MsgType.TIMEOUT_NOW, to="b", frm="c", term=a.term))
+    assert b.role == FOLLOWER and b.term == a.term
+    b.read_index(b"rb")
+    net.queue.clear()  # the real answer never comes
+    b.step(Message(type=MsgType.READ_INDEX_RESP, to="b", frm="c", term=a.term, index=10**6,
+                   context=b"rb"))
+    net.cycle("b")
+    assert not [rs for rd in net.readies["b"] for rs in rd.read_states]
+
+
+def test_a_term_far_ahead_is_dropped_so_no_member_can_exhaust_the_term_space():
+    # A heartbeat with term 2**62 - 1 used to be adopted and persisted; every
+    # later campaign then needed term 2**62, which the codec refuses: no
+    # leader ever again.
+    from cronrd.raft.core import MAX_TERM_STEP
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    for frm, to in (("b", "a"), ("a", "c"), ("c", "b")):
+        net[to].step(Message(type=MsgType.HEARTBEAT, to=to, frm=frm, term=2 ** 62 - 1))
+        net[to].step(Message(type=MsgType.VOTE, to=to, frm=frm, term=a.term + MAX_TERM_STEP + 1,
+                             index=10**6, log_term=10**6))
+    net.settle()
+    assert all(n.term == a.term for n in net.nodes.values()) and a.role == LEADER
+
+
+def test_an_append_whose_entries_do_not_follow_its_index_is_dropped_not_fatal():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    a.propose(b"x")
+    net.settle()
+    b = net["b"]
+    commit = b.commit
+    b.step(Message(type=MsgType.APP, to="b", frm="a", term=a.term, index=b.last_index,
+                   log_term=b.log.last_term(), commit=b.commit,
+                   entries=(Entry(a.term, 1, EntryType.NORMAL, b"rewrite"),)))
+    assert b.commit == commit and b"rewrite" not in [e.data for e in b.log.entries]
+
+
+def test_a_voter_that_lags_tells_a_stale_leader_its_term_without_prevote():
+    # seed 1544: b (a voter in its own view, demoted to learner meanwhile)
+    # inflated its term; the others drop its campaigns, so only its answer to
+    # the leader's append can carry its term.
+    net = Net(["a", "b", "c"], pre_vote=False, check_quorum=False)
+    a = net.elect("a")
+    b = net["b"]
+    b.step(Message(type=MsgType.VOTE, to="b", frm="c", term=a.term + 7, index=0, log_term=0))
+    net.queue.clear()
+    net.sent.clear()
+    a.propose(b"x")
+    net.settle()
+    assert any(m.type == MsgType.APP_RESP and m.frm == "b" and m.term == a.term + 7
+               for m in net.sent) or a.term >= b.term

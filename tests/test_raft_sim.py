@@ -93,7 +93,7 @@ def test_simulation_is_deterministic():
 
 
 @pytest.mark.parametrize("seed", [83889309, 500005356, 20000000003769, 101, 545,
-                                  30000000009593])
+                                  30000000009593, 1544])
 def test_seeds_that_once_broke_liveness(seed):
     """Issue 17 and the campaigns after it; test_raft_core has a focused test
     for each cause:
@@ -105,7 +105,10 @@ def test_seeds_that_once_broke_liveness(seed):
     * 101, 545, 30000000009593 (under the member check of issue 9): a node
       behind on the membership dropped the messages of a new leader it did
       not know yet (vouching), or ignored a stale leader without telling it
-      its newer term."""
+      its newer term;
+    * 1544 (under the voter-only rules of the review): a voter demoted to
+      learner while it was away inflated its term; the others dropped its
+      campaigns, and it ignored the leader's appends without an answer."""
     r = raft_sim.run_seed(seed)
     assert "failed" not in r, raft_sim.report(r)
 

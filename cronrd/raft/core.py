@@ -29,6 +29,15 @@ from .types import (ConfChange, ConfChangeType, ConfState, Entry, EntryType, Har
 FOLLOWER, CANDIDATE, PRECANDIDATE, LEADER = "follower", "candidate", "precandidate", "leader"
 PROBE, REPLICATE, SNAPSHOT = "probe", "replicate", "snapshot"
 TRANSFER = b"transfer"
+# A message whose term is more than this above ours is dropped: honest terms
+# grow by one per election (PreVote keeps an isolated node from inflating its
+# own), so only a broken or hostile sender jumps this far, and accepting the
+# jump would bring every node nearer to the end of the term space.
+MAX_TERM_STEP = 1 << 20
+# Only a voter leads, campaigns or hands over leadership: these from anyone
+# else (a learner, a stranger) are dropped.
+VOTER_ONLY = frozenset({MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP, MsgType.TIMEOUT_NOW,
+                        MsgType.VOTE, MsgType.PREVOTE})
 
 
 class RaftError(CronrdError):
@@ -125,6 +134,7 @@ class Raft:
         self.snapshot = snapshot            # latest snapshot (with data) to send followers
         self.conf = snapshot.meta.conf if snapshot else conf
         self.vouched: set[str] = set()   # members this node has not applied yet (vouch)
+        self.vouched_voters: set[str] = set()
         self.term = hard_state.term
         self.vote = hard_state.vote
         if hard_state.commit > self.log.last_index():
@@ -260,36 +270,43 @@ class Raft:
                 self.election_elapsed = 0
                 self._campaign(transfer=False)
 
-    def knows_member(self, node: str) -> bool:
-        """Is ``node`` a member as far as this node knows: in the applied
-        configuration, vouched for (``vouch``), or added by a membership
-        entry already in its log (the leader talks to a new member from the
-        moment it appends the entry)?"""
-        if node in self.conf.voters or node in self.conf.learners or node in self.vouched:
+    def knows_member(self, node: str, voter: bool = False) -> bool:
+        """Is ``node`` a member (with ``voter``: a voter) as far as this node
+        knows: in the applied configuration, vouched for (``vouch``), or
+        added (promoted) by a membership entry already in its log (the leader
+        talks to a new member from the moment it appends the entry)?"""
+        if node in self.conf.voters or node in self.vouched_voters:
             return True
+        if not voter and (node in self.conf.learners or node in self.vouched):
+            return True
+        want = (ConfChangeType.PROMOTE,) if voter else (ConfChangeType.ADD_LEARNER,
+                                                        ConfChangeType.PROMOTE)
         for e in self.log.slice(max(self.log.applied, self.log.snap_index) + 1,
                                 self.log.last_index() + 1):
             if e.type == EntryType.CONF:
                 cc = ConfChange.decode(e.data)
-                if cc.node == node and cc.type == ConfChangeType.ADD_LEARNER:
+                if cc.node == node and cc.type in want:
                     return True
         return False
 
-    def _from_member(self, node: str) -> bool:
-        """Messages are heard only from members (``knows_member``): a
-        stranger, or a member since removed, can neither lead this node, nor
-        vote, nor propose. A node outside its own configuration (joining, or
-        removed) hears anyone: it knows no members to check against, and the
-        transport admits only the members it was told of."""
-        return (self.id not in self.conf.voters and self.id not in self.conf.learners) \
-            or self.knows_member(node)
+    def _in_conf(self) -> bool:
+        return self.id in self.conf.voters or self.id in self.conf.learners
 
-    def vouch(self, node: str) -> None:
-        """A voter this node knows says ``node`` is a member (in its applied
-        configuration): hear it before this node has applied its addition.
-        A node that lagged behind a member's addition would otherwise drop
-        every message of that member, even when it leads."""
-        self.vouched.add(node)
+    def _from_member(self, node: str, voter: bool = False) -> bool:
+        """Messages are heard only from members (``knows_member``), and those
+        that lead, campaign or hand over leadership only from voters: a
+        stranger, a member since removed, or a learner can neither lead this
+        node, nor vote, nor propose. A node outside its own configuration
+        (joining, or removed) hears anyone: it knows no members to check
+        against, and the transport admits only the members it was told of."""
+        return not self._in_conf() or self.knows_member(node, voter)
+
+    def vouch(self, node: str, voter: bool = False) -> None:
+        """A voter this node knows says ``node`` is a member (a voter) in its
+        applied configuration: hear it before this node has applied that
+        change. A node that lagged behind a member's addition or promotion
+        would otherwise drop every message of that member, even when it leads."""
+        (self.vouched_voters if voter else self.vouched).add(node)
 
     def _promotable(self) -> bool:
         return self.is_voter() and self.pending_install is None
@@ -348,7 +365,9 @@ class Raft:
 
     # -- step -----------------------------------------------------------------------------------
     def step(self, m: Message) -> None:
-        if m.frm == self.id or not self._from_member(m.frm):
+        if m.frm == self.id or not self._from_member(m.frm, m.type in VOTER_ONLY):
+            return
+        if m.term > self.term + MAX_TERM_STEP and self._in_conf():
             return
         if m.term > self.term:
             if m.type in (MsgType.VOTE, MsgType.PREVOTE):
@@ -370,13 +389,15 @@ class Raft:
                     # resetting the timers of the nodes that could win, forever.
                     self.election_elapsed = elapsed
         elif m.term < self.term:
-            if (self.cfg.check_quorum or self.cfg.pre_vote or not self._promotable()) \
-                    and m.type in (MsgType.HEARTBEAT, MsgType.APP):
+            if m.type in (MsgType.HEARTBEAT, MsgType.APP):
                 # Tell a stale leader about the newer term so it steps down.
-                # (Without CheckQuorum and PreVote a voter's own campaigns
-                # carry its term to the leader; a node that never campaigns,
-                # a learner or one outside its own configuration, has only
-                # this answer, or it would ignore its leader for ever.)
+                # (etcd answers only with CheckQuorum or PreVote, and lets a
+                # voter's campaigns carry its term otherwise. But the others
+                # drop the campaigns of a node they do not count as a voter --
+                # a learner, a node outside its own configuration, a voter
+                # demoted while it was away -- so this answer is the only way
+                # its term reaches the leader; without it the node would
+                # ignore its leader for ever.)
                 self._send(type=MsgType.APP_RESP, to=m.frm)
             elif m.type == MsgType.PREVOTE:
                 self._send(type=MsgType.PREVOTE_RESP, to=m.frm, reject=True)
@@ -616,15 +637,18 @@ class Raft:
             self.lead = m.frm
             self._handle_snapshot(m)
         elif m.type == MsgType.TIMEOUT_NOW:
-            if self._promotable():
+            if self._promotable() and m.frm == self.lead:  # only the leader hands over
                 self._campaign(transfer=True)
         elif m.type == MsgType.READ_INDEX_RESP:
-            self.read_states.append(ReadState(m.index, m.context))
+            if m.frm == self.lead:  # only the leader we asked answers
+                self.read_states.append(ReadState(m.index, m.context))
         elif m.type == MsgType.PROPOSE:
             if self.lead:
                 self._send(type=MsgType.PROPOSE, to=self.lead, entries=m.entries)
 
     def _handle_append(self, m: Message) -> None:
+        if any(e.index != m.index + 1 + k for k, e in enumerate(m.entries)):
+            return  # not a leader's append (entries must follow index): broken or hostile
         if m.index < self.log.commit:
             self._send(type=MsgType.APP_RESP, to=m.frm, index=self.log.commit)
             return
@@ -802,6 +826,7 @@ class Raft:
                 voters.append(cc.node)
         elif cc.type == ConfChangeType.REMOVE:
             self.vouched.discard(cc.node)
+            self.vouched_voters.discard(cc.node)
             if cc.node in voters:
                 voters.remove(cc.node)
             if cc.node in learners:
