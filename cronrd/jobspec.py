@@ -402,6 +402,10 @@ def _sched_msg(e: ScheduleError) -> str:
     return e.message if hasattr(e, "message") else str(e)
 
 
+MAX_DURATION = 10 * 365 * 86400.0   # durations beyond this overflow date arithmetic
+MAX_RETRIES = 10000
+
+
 def _v_duration(*, positive: bool = False) -> Callable[[_Ctx, str, Node], Any]:
     def check(ctx: _Ctx, key: str, node: Node) -> Any:
         expected = "a duration such as 30s, 5m or 1h30m"
@@ -424,6 +428,10 @@ def _v_duration(*, positive: bool = False) -> Callable[[_Ctx, str, Node], Any]:
             return _INVALID
         if seconds < 0:
             ctx.err(node, f"{key} must not be negative (got {node.value})")
+            return _INVALID
+        if seconds > MAX_DURATION:
+            ctx.err(node, f"{key} must be at most 10 years ({MAX_DURATION:.0f}s) (got "
+                          f"{node.value}); use a shorter duration")
             return _INVALID
         return seconds
 
@@ -577,6 +585,9 @@ _RETRY_KEYS = ("max", "delay", "backoff", "max_delay", "jitter")
 def _v_retries(ctx: _Ctx, key: str, node: Node) -> Any:
     if _is(node, INT):
         n = _v_int(ctx, "retries", node, 0)
+        if n is not _INVALID and n > MAX_RETRIES:
+            ctx.err(node, f"retries must be at most {MAX_RETRIES} (got {n})")
+            n = _INVALID
         return _INVALID if n is _INVALID else RetryPolicy(max=n)
     if not isinstance(node, MappingNode):
         ctx.err(node, "retries must be a count (a whole number >= 0) or a mapping with keys "
@@ -589,6 +600,9 @@ def _v_retries(ctx: _Ctx, key: str, node: Node) -> Any:
         full = f"retries.{name}"
         if name == "max":
             v = _v_int(ctx, full, vnode, 0)
+            if v is not _INVALID and v > MAX_RETRIES:
+                ctx.err(vnode, f"{full} must be at most {MAX_RETRIES} (got {v})")
+                v = _INVALID
         elif name in ("delay", "max_delay", "jitter"):
             v = duration(ctx, full, vnode)
         elif name == "backoff":
@@ -697,6 +711,9 @@ def _v_max_log_bytes(ctx: _Ctx, key: str, node: Node) -> Any:
         return _INVALID
     if size < 1024:
         ctx.err(node, f"{key} must be at least 1024 bytes (1KiB) (got {node.value})")
+        return _INVALID
+    if size > 1 << 40:
+        ctx.err(node, f"{key} must be at most 1TiB (got {node.value})")
         return _INVALID
     return size
 

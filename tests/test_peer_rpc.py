@@ -345,3 +345,42 @@ def test_an_answer_to_a_previous_incarnation_does_not_resolve_a_new_request():
         with pytest.raises(PeerUnavailable):
             await second
     run(main())
+
+
+def test_one_peer_cannot_flood_a_node_with_requests():
+    """Review of issue 9: every request started a task, without a bound."""
+    import asyncio
+
+    from cronrd.runtime import peer_rpc
+    from cronrd.raft.types import Message, MsgType
+
+    class Sink:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, m):
+            self.sent.append(m)
+            return True
+
+    async def main():
+        gate = asyncio.Event()
+
+        async def slow(frm, args):
+            await gate.wait()
+            return {"ok": True}
+        t = Sink()
+        rpc = peer_rpc.PeerRPC("a", t, {"slow": slow})
+        n = peer_rpc.MAX_SERVING_PER_PEER + 10
+        for i in range(n):
+            rpc.on_message(Message(type=MsgType.RPC_REQ, to="a", frm="b", term=0, index=i,
+                                   context=b"slow", data=b"{}"))
+        rpc.on_message(Message(type=MsgType.RPC_REQ, to="a", frm="c", term=0, index=99,
+                               context=b"slow", data=b"{}"))
+        await asyncio.sleep(0)
+        refused = [m for m in t.sent if m.reject]
+        assert len(refused) == 10 and all(m.to == "b" for m in refused)
+        assert len(rpc._tasks) == peer_rpc.MAX_SERVING_PER_PEER + 1  # c still served
+        gate.set()
+        await asyncio.sleep(0.05)
+        assert not rpc._tasks and rpc._serving == {}
+    asyncio.run(main())

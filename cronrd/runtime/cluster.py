@@ -20,6 +20,7 @@ Pieces, each small:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -35,8 +36,9 @@ from ..config import Config, format_address, is_loopback, parse_address
 from ..errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped,
                       RequestError, StateError, StorageError, UsageError)
 from ..jobspec import JobSpec
+from ..raft.core import VOTER_ONLY
 from ..raft.types import ConfChangeType, ConfState, Message, MsgType
-from ..schedule import iso_utc
+from ..schedule import iso_utc, parse_schedule
 from ..state import commands as C
 from ..state import queries as Q
 from ..state.forwarded import check_forwarded
@@ -59,6 +61,7 @@ FORWARD_TIMEOUT = 5.0    # a forwarded proposal without an answer: outcome unkno
 PROPOSE_DEADLINE = 10.0  # how long a proposal waits for a leader to exist
 MAX_VOTERS = 5
 VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
+JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 ERRORS = {"Refused": Refused, "StateError": StateError, "UsageError": UsageError,
           "RequestError": RequestError, "ProposalDropped": ProposalDropped,
           "PermissionDenied": PermissionDenied}
@@ -326,6 +329,7 @@ class Cluster:
         self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
         self._vouch_asked: dict[str, float] = {}
         self._admitting: set[str] = set()
+        self._refused_propose = 0
         self._cert = cert_info(cc.tls.cert) if cc.tls else None
         self.transport.join_token = cc.join_token or ""
 
@@ -411,6 +415,17 @@ class Cluster:
         if msg.type in (MsgType.RPC_REQ, MsgType.RPC_RESP):
             self.rpc.on_message(msg)
             return
+        if msg.type == MsgType.PROPOSE:
+            # Followers forward through the checked `propose` peer request;
+            # a raw Raft proposal from a peer would skip every check.
+            self._refused_propose += 1
+            if self._refused_propose in (1, 10, 100) or self._refused_propose % 1000 == 0:
+                log.warning("event=raw_propose_refused from=%s count=%d hint=\"peers forward "
+                            "proposals with the propose request; a raw Raft proposal is "
+                            "dropped\"", msg.frm, self._refused_propose)
+            return
+        if msg.type in VOTER_ONLY and not self.node.raft.knows_member(msg.frm, voter=True):
+            self._ask_vouch(msg.frm)  # a voter this node has not seen promoted yet?
         self.node.step(msg)
         if msg.type in ACKS:
             self.acked[msg.frm] = time.monotonic()
@@ -460,11 +475,11 @@ class Cluster:
                     f"{denied['serial'][serial]}; give it a new one (`cronrd cluster "
                     f"rotate-cert {peer} DIR`)")
         raft = self.node.raft
-        if raft.knows_member(peer):
-            return None
         if peer in denied["node"]:
             return (f"{peer} was removed from the cluster ({denied['node'][peer]}); to add it "
-                    f"again run `cronrd cluster add {peer} ADDR` on a member")
+                    f"again run `cronrd cluster add {peer} ADDR` on a voter")
+        if raft.knows_member(peer):
+            return None
         if self.node_id not in raft.conf.voters and self.node_id not in raft.conf.learners \
                 and peer in self.cc.members_dict():
             return None
@@ -500,12 +515,19 @@ class Cluster:
     async def _vouch(self, peer: str) -> None:
         """Ask the other voters this node knows whether ``peer`` is a member;
         vouch for it when one of them says so."""
-        voters = [v for v in self.node.raft.conf.voters if v != self.node_id]
+        raft = self.node.raft
+        voters = [v for v in raft.conf.voters if v != self.node_id]
+        if self.node_id not in raft.conf.voters and self.node_id not in raft.conf.learners:
+            voters = [v for v in self.cc.members_dict() if v != self.node_id]  # joining
         if not voters:
             return
         answers = await asyncio.gather(*(self.rpc.call(v, "is_member", {"node": peer},
                                                        timeout=2.0) for v in voters),
                                        return_exceptions=True)
+        if any(isinstance(a, dict) and a.get("voter") is True for a in answers):
+            log.info("event=member_vouched node=%s as=voter", peer)
+            raft.vouch(peer, voter=True)
+            return
         # One voter's word suffices: it answers from its applied configuration,
         # so a "yes" means a committed entry added ``peer``. (A majority could
         # not be had: this node counts itself, and it is the one behind.)
@@ -527,9 +549,13 @@ class Cluster:
         async def admit() -> None:
             try:
                 now = self.clock.now()
-                await self.log.propose(C.JoinToken(node=peer, token_hash="", addr="", at=now))
-                await self.log.propose(C.NodeInfo(node=peer, state="joining", addr=addr,
-                                                  tags=(), at=now))
+                # The joining record first (it admits the node from now on),
+                # then the token is spent; the learner is added here, or, if
+                # this leader goes, by the next one (_finish_joins).
+                await self.log.propose_as_leader(C.NodeInfo(node=peer, state="joining",
+                                                            addr=addr, tags=(), at=now))
+                await self.log.propose_as_leader(C.JoinToken(node=peer, token_hash="",
+                                                             addr="", at=now))
                 self._refresh_peers()
                 await self.node.change_membership(ConfChangeType.ADD_LEARNER, peer)
                 self._refresh_peers()
@@ -545,7 +571,8 @@ class Cluster:
         node = args.get("node")
         if not isinstance(node, str):
             raise RequestError("is_member needs a node id")
-        return {"member": node in self._members()}
+        return {"member": node in self._members(),
+                "voter": node in self.node.raft.conf.voters}
 
     def _require_member(self, frm: str) -> None:
         if not self.node.raft.knows_member(frm):
@@ -808,15 +835,35 @@ class Cluster:
                 self._assigning.discard(run_id)
 
     async def _forget_removed(self) -> None:
-        """Finish a `cluster remove` whose second step (RemoveNode) did not
-        commit: a node record without membership, older than a minute (a
-        node being added has its record written just before it joins)."""
+        """Finish what a leader change may have cut short. A joining record
+        without membership is a `cluster add` (or a join with a token) whose
+        learner was not added yet: add it, and forget the record after ten
+        minutes without success. Any other record without membership is a
+        `cluster remove` whose second step (RemoveNode) did not commit: finish
+        it (a minute on, so that a node just being added is not caught)."""
         members = set(self._members())
         now = self.clock.now()
         for row in Q.nodes(self.conn):
-            if row["node"] not in members and now - (row.get("since") or now) > 60:
-                log.info("event=forget_removed node=%s", row["node"])
-                await self.log.propose_as_leader(C.RemoveNode(node=row["node"], at=now))
+            node, age = row["node"], now - (row.get("since") or now)
+            if node in members:
+                continue
+            if row.get("state") == "joining":
+                if age > JOIN_PATIENCE:
+                    log.warning("event=join_abandoned node=%s after_s=%.0f hint=\"run `cronrd "
+                                "cluster add` again\"", node, age)
+                    await self.log.propose_as_leader(C.RemoveNode(node=node, at=now,
+                                                                  deny=False))
+                elif node not in self._admitting and not self.node.raft.knows_member(node):
+                    log.info("event=join_resumed node=%s", node)
+                    self._admitting.add(node)
+                    try:
+                        await self.node.change_membership(ConfChangeType.ADD_LEARNER, node)
+                    finally:
+                        self._admitting.discard(node)
+                    self._refresh_peers()
+            elif age > 60:
+                log.info("event=forget_removed node=%s", node)
+                await self.log.propose_as_leader(C.RemoveNode(node=node, at=now))
 
     async def _promote(self) -> None:
         raft = self.node.raft
@@ -930,20 +977,21 @@ class Cluster:
             raise RequestError(f"node {node} is already a member; `cronrd cluster members` "
                                "lists them")
         now = self.clock.now()
-        await self.log.propose(C.Deny(kind="node", value=node, reason="added again", at=now,
+        await self.log.propose_as_leader(C.Deny(kind="node", value=node, reason="added again", at=now,
                                       lift=True))
         if args.get("token"):
             # The operator's word travels with the node: it is admitted only
             # when it presents this token (once), not for holding a certificate.
             token = secrets.token_urlsafe(24)
-            await self.log.propose(C.JoinToken(
+            await self.log.propose_as_leader(C.JoinToken(
                 node=node, token_hash=hashlib.sha256(token.encode()).hexdigest(),
                 addr=address, at=now))
             return {"node": node, "address": address, "role": "expected", "token": token,
                     "hint": f"start {node} with cluster: {{join: {{token: {token}}}, "
                             "initial_members: {...}}; the token works once, and only for "
                             f"{node}; it becomes a learner when it connects"}
-        await self.log.propose(C.NodeInfo(node=node, state="joining", addr=address, tags=(),
+        await self.log.propose_as_leader(C.NodeInfo(node=node, state="joining", addr=address,
+                                                    tags=(),
                                           at=now))
         self._refresh_peers()
         # Applying it makes every node snapshot (see RaftNode._handle): the new
@@ -968,7 +1016,7 @@ class Cluster:
         if node in conf.voters and len(conf.voters) == 1:
             raise RequestError(f"node {node} is the only voter; add another node first")
         await self.node.change_membership(ConfChangeType.REMOVE, node)
-        await self.log.propose(C.RemoveNode(node=node, at=self.clock.now(),
+        await self.log.propose_as_leader(C.RemoveNode(node=node, at=self.clock.now(),
                                             serial=self.transport.peer_serials.get(node, "")))
         self._refresh_peers()
         return {"removed": node}
@@ -980,7 +1028,7 @@ class Cluster:
         except ValueError:
             raise UsageError(f"invalid certificate serial {args.get('serial')!r}: give it in "
                              "hex, as `openssl x509 -noout -serial` prints it") from None
-        await self.log.propose(C.Deny(kind="serial", value=serial, at=self.clock.now(),
+        await self.log.propose_as_leader(C.Deny(kind="serial", value=serial, at=self.clock.now(),
                                       reason=str(args.get("reason") or "revoked by the operator")))
         self._refresh_peers()
         return {"revoked": serial}
@@ -1027,6 +1075,7 @@ class Cluster:
             raise NotLeader(self.node.leader or None)
         try:
             cmd = check_forwarded(C.decode(str(args.get("cmd", ""))), frm)
+            cmd = self._leader_view(cmd, frm)
         except CronrdError as exc:
             log.warning("event=forwarded_refused from=%s error=\"%s\"", frm, exc)
             raise
@@ -1034,6 +1083,25 @@ class Cluster:
         if isinstance(result, BaseException):
             raise result
         return result
+
+    def _leader_view(self, cmd: C.Command, frm: str) -> C.Command:
+        """What the leader commits of a member's forwarded command: its own
+        time (a sender's ``at`` decides which definition of a job is older,
+        so it must not be the sender's to choose), and the checks that need
+        the state: a forwarded fire must be an @reboot fire of an @reboot job,
+        not in the future."""
+        now = self.clock.now()
+        if dataclasses.is_dataclass(cmd) and "at" in {f.name for f in dataclasses.fields(cmd)}:
+            cmd = dataclasses.replace(cmd, at=now)
+        if isinstance(cmd, C.Fire):
+            job = Q.job_spec(self.conn, cmd.job)
+            if job is None or parse_schedule(job.schedule).kind != "reboot":
+                raise PermissionDenied(f"{frm} forwarded an @reboot fire of {cmd.job!r}, which "
+                                       "is not an @reboot job")
+            if cmd.fire_time > now + 60:
+                raise PermissionDenied(f"{frm} forwarded an @reboot fire in the future "
+                                       f"({cmd.fire_time})")
+        return cmd
 
     async def _rpc_read_log(self, frm: str, args: dict) -> dict:
         self._require_member(frm)

@@ -333,7 +333,7 @@ class Daemon:
                 now = self.clock.now()
                 res = {}
                 if self.log.is_leader:  # history is pruned once, for every node
-                    res = await self.log.propose(C.Prune(
+                    res = await self.log.propose_as_leader(C.Prune(
                         before=now - self.config.history_retention, at=now))
                 if removed or res.get("runs_deleted"):
                     log.info("event=pruned logs=%d runs=%d", removed, res.get("runs_deleted", 0))

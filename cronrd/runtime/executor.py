@@ -417,12 +417,16 @@ class Executor:
         accept = self.config.accept_jobs_from
         if accept is None:
             return None
-        sources = Q.job_source_nodes(self.conn, job)
-        if set(sources) & set(accept):
+        # The definition in force must be one of theirs: being one of the
+        # job's sources is not enough (another node's conflicting definition
+        # may be the one in force).
+        if Q.in_force_from(self.conn, job, accept):
             return None
+        sources = Q.job_source_nodes(self.conn, job)
         return (f"node {self.node_id} runs only jobs defined by {', '.join(accept)} "
-                f"(accept_jobs_from); {job} is defined by {', '.join(sources) or 'no node'}: "
-                "pin it to other nodes with run_on, or define it here too")
+                f"(accept_jobs_from); the definition of {job} in force comes from "
+                f"{', '.join(n for n in sources if n not in accept) or 'another node'}: pin it "
+                "to other nodes with run_on, or define it the same way here")
 
     def prepare(self, run: dict) -> None:
         """Spawn the run's process, waiting at the gate of its due time."""

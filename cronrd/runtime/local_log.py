@@ -43,6 +43,10 @@ class LocalLog:
             loop.call_soon(self._flush)
         return fut
 
+    def propose_as_leader(self, cmd: Command) -> asyncio.Future:
+        """The one node is always the leader: the same as ``propose``."""
+        return self.propose(cmd)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         batch, self._queue = self._queue, []

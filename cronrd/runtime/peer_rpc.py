@@ -29,6 +29,7 @@ log = logging.getLogger("cronrd.rpc")
 Handler = Callable[[str, dict], Awaitable[Any]]
 
 MAX_ANSWER = 512 * 1024  # bytes of JSON per answer (log chunks are sized below it)
+MAX_SERVING_PER_PEER = 32  # requests of one peer served at once; more are refused
 
 
 class PeerError(CronrdError):
@@ -54,6 +55,7 @@ class PeerRPC:
         self._ids = itertools.count(int.from_bytes(os.urandom(7), "big"))
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._serving: dict[str, int] = {}   # peer -> requests being served
         self.stats = {"served": 0, "refused": 0, "calls": 0, "timeouts": 0}
 
     async def call(self, peer: str, method: str, args: dict, timeout: float = 5.0) -> Any:
@@ -94,9 +96,25 @@ class PeerRPC:
             else:
                 fut.set_result(body)
             return
+        busy = self._serving.get(msg.frm, 0)
+        if busy >= MAX_SERVING_PER_PEER:
+            self.stats["refused"] += 1
+            self._answer(msg, True, json.dumps({
+                "error": f"node {self.node_id} is already serving {busy} requests of "
+                         f"{msg.frm}; retry shortly", "kind": "RequestError"}).encode())
+            return
+        self._serving[msg.frm] = busy + 1
         task = asyncio.get_running_loop().create_task(self._serve(msg))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+
+        def done(t: asyncio.Task, peer: str = msg.frm) -> None:
+            self._tasks.discard(t)
+            left = self._serving.get(peer, 1) - 1
+            if left > 0:
+                self._serving[peer] = left
+            else:
+                self._serving.pop(peer, None)
+        task.add_done_callback(done)
 
     async def _serve(self, msg: Message) -> None:
         method = msg.context.decode("utf-8", "replace")
@@ -125,6 +143,9 @@ class PeerRPC:
                     "leader": getattr(exc, "leader", None)}
             data = json.dumps(body).encode()
             reject = True
+        self._answer(msg, reject, data)
+
+    def _answer(self, msg: Message, reject: bool, data: bytes) -> None:
         self.transport.send(Message(type=MsgType.RPC_RESP, to=msg.frm, frm=self.node_id,
                                     term=0, index=msg.index, reject=reject, data=data))
 

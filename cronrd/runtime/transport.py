@@ -55,11 +55,13 @@ Memory is bounded: ``queue_limit`` frames and ``queue_bytes_limit`` bytes per
 peer queue, ``max_frame`` per read, ``max_incoming`` connections.
 
 Connections are bounded so that strangers cannot keep members out: a
-connection must finish TLS and its hello within ``auth_timeout``; at most
-``max_incoming`` connections are open from addresses that are not members'
-addresses, at most ``max_per_address`` from any one of them, and the
-addresses of members (``set_peers``) have slots of their own
-(``member_slots`` each) that strangers cannot take. Refusals are logged at
+connection must finish TLS and its hello within ``auth_timeout``; until it
+has, it holds a slot: at most ``max_incoming`` such connections from
+addresses that are not members' addresses, at most ``max_per_address`` from
+any one of them, and the addresses of members (``set_peers``, and the
+address each member last connected from) have slots of their own
+(``member_slots`` each) that strangers cannot take. An admitted connection
+gives its slot back. Refusals are logged at
 most ``_REFUSAL_LOG_BURST`` times per ``_REFUSAL_LOG_INTERVAL``, then summed
 up in one line per interval.
 """
@@ -206,11 +208,12 @@ class _Peer:
 
 
 class _Incoming:
-    __slots__ = ("peer", "writer", "task", "bad_logged", "ip", "stranger")
+    __slots__ = ("peer", "writer", "task", "bad_logged", "ip", "stranger", "counted")
 
     def __init__(self, writer: asyncio.StreamWriter | None, task: asyncio.Task | None):
         self.ip = ""
         self.stranger = True
+        self.counted = False   # holds a pre-authentication slot
         self.peer: str | None = None
         self.writer = writer
         self.task = task
@@ -592,9 +595,14 @@ class Transport:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             if self._client_ctx is not None:
-                names = cert_names(writer.get_extra_info("peercert"))
+                cert = writer.get_extra_info("peercert")
+                names = cert_names(cert)
                 if p.id not in names:
                     raise _Refused(f"its certificate names {sorted(names)}, not {p.id!r}")
+                why = (self.authorize(p.id, {"serial": cert_serial(cert), "outgoing": True})
+                       if self.authorize is not None else None)
+                if why is not None:
+                    raise _Refused(why)
             writer.write(frame(encode_hello(self.node_id, self.join_token)))
             await asyncio.wait_for(writer.drain(), self.write_timeout)
         except BaseException:
@@ -672,11 +680,26 @@ class Transport:
             conn = _Incoming(None, None)
             conn.ip = ip
             conn.stranger = ip not in self._member_ips
+            conn.counted = True
             self._by_address[ip] = self._by_address.get(ip, 0) + 1
             self._stranger_conns += conn.stranger
             self._incoming.add(conn)
             conn.task = loop.create_task(self._handle(conn, conn_sock, where),
                                          name=f"transport-{self.node_id}-in-{where}")
+
+    def _release_slot(self, conn: _Incoming) -> None:
+        """The caps count connections that have not authenticated yet: an
+        admitted member's connection no longer takes a slot (members that
+        share an address, behind NAT or on one host, are not limited)."""
+        if not conn.counted:
+            return
+        conn.counted = False
+        left = self._by_address.get(conn.ip, 1) - 1
+        if left > 0:
+            self._by_address[conn.ip] = left
+        else:
+            self._by_address.pop(conn.ip, None)
+        self._stranger_conns -= conn.stranger
 
     def _over_cap(self, ip: str) -> str | None:
         """Why a new connection from ``ip`` is refused, or None. Members'
@@ -723,14 +746,8 @@ class Transport:
         except Exception:  # never let one connection take the node down
             log.exception("node %s: error on connection from %s", self.node_id, where)
         finally:
-            if conn in self._incoming:
-                self._incoming.discard(conn)
-                left = self._by_address.get(conn.ip, 1) - 1
-                if left > 0:
-                    self._by_address[conn.ip] = left
-                else:
-                    self._by_address.pop(conn.ip, None)
-                self._stranger_conns -= conn.stranger
+            self._incoming.discard(conn)
+            self._release_slot(conn)
             if conn.peer is not None and self._incoming_by_peer.get(conn.peer) is conn:
                 del self._incoming_by_peer[conn.peer]
             if conn.writer is not None:
@@ -759,6 +776,7 @@ class Transport:
             self._refused(f"{peer} ({where})", why)
             return
         conn.peer = peer
+        self._release_slot(conn)
         if serial:
             self.peer_serials[peer] = serial
         if peer in self._peers and self._peer_ips.get(peer) != conn.ip:

@@ -187,6 +187,7 @@ class RemoveNode(Command):
     node: str
     at: float
     serial: str = ""
+    deny: bool = True   # False: forget a node that never became a member
 
 
 @dataclass(frozen=True)

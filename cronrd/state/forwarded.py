@@ -11,6 +11,8 @@ itself. Pure: no I/O; the caller knows the authenticated sender.
 
 from __future__ import annotations
 
+import dataclasses
+
 import yaml
 
 from ..errors import PermissionDenied, RequestError
@@ -58,6 +60,9 @@ def check_forwarded(cmd: C.Command, sender: str) -> C.Command:
         if checked.name != cmd.name or checked.digest() != cmd.digest:
             raise RequestError(f"job {cmd.name!r} from {sender}: its name or digest does not "
                                "match its definition")
+        # What is committed is the validated definition, in canonical form,
+        # never the sender's spelling of it (an int for retries, say).
+        return dataclasses.replace(cmd, spec=checked.to_dict())
     return cmd
 
 

@@ -539,7 +539,8 @@ class StateMachine:
         removed = bool(self.conn.changes())
         self.conn.execute("DELETE FROM join_tokens WHERE node=?", (cmd.node,))
         why = f"node {cmd.node} was removed from the cluster"
-        self._deny("node", cmd.node, why, cmd.at)
+        if cmd.deny:
+            self._deny("node", cmd.node, why, cmd.at)
         if cmd.serial:
             self._deny("serial", cmd.serial, why, cmd.at)
         names = [n for (n,) in self.conn.execute(

@@ -6,6 +6,7 @@ import json
 
 import apsw
 
+from ..jobspec import JobSpec
 from ..schedule import iso_utc
 from .machine import RUN_COLUMNS, run_row
 from .schema import ACTIVE_STATES
@@ -188,5 +189,25 @@ def fire_recorded(conn: apsw.Connection, job: str, fire_time: int) -> bool:
     """Has some node's scheduled fire of ``job`` at ``fire_time`` been recorded?"""
     for _ in conn.execute("SELECT 1 FROM runs WHERE job=? AND origin='schedule' AND "
                           "fire_time=? LIMIT 1", (job, fire_time)):
+        return True
+    return False
+
+
+def job_spec(conn: apsw.Connection, name: str) -> JobSpec | None:
+    """The definition in force of job ``name``."""
+    for spec, source in conn.execute("SELECT spec, source FROM jobs WHERE name=?", (name,)):
+        return JobSpec.from_dict(json.loads(spec), source=source)
+    return None
+
+
+def in_force_from(conn: apsw.Connection, name: str, nodes) -> bool:
+    """Is the definition of ``name`` in force one that one of ``nodes`` defines?"""
+    nodes = list(nodes)
+    if not nodes:
+        return False
+    marks = ",".join("?" * len(nodes))
+    for _ in conn.execute(
+            f"SELECT 1 FROM jobs j JOIN job_sources s ON s.name = j.name AND s.digest = j.digest "
+            f"WHERE j.name=? AND s.node IN ({marks}) LIMIT 1", (name, *nodes)):
         return True
     return False

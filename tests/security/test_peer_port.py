@@ -224,3 +224,56 @@ def test_peer_port_exhaustion_does_not_keep_a_member_out(tls_cluster):
     refusals = lead.log_file.read_text()[size_before:].count("refused connection")
     assert refusals <= 40, f"{refusals} refusal lines logged one by one"
     assert grown < 200_000
+
+
+def test_a_raw_raft_proposal_from_a_member_commits_nothing(tls_cluster, tls_dir, tmp_path):
+    """Review: a member sent Raft PROPOSE messages straight to the leader
+    (a PutJob in another node's name, a membership change adding a
+    stranger): the leader appended them without any of the checks of the
+    propose peer request."""
+    from cronrd.raft.types import ConfChange, ConfChangeType, Entry, EntryType
+    marker = tmp_path / "raw"
+    lead = tls_cluster.leader()
+    lid = lead.config["node_id"]
+    victim = "b" if lid != "b" else "c"
+    other = next(n for n in "abc" if n not in (lid, victim))
+    tls_cluster[victim].terminate()
+    host, port = _addr(tls_cluster.addrs[victim])
+    entries = (Entry(0, 0, EntryType.NORMAL, _put_job(other, str(marker)).encode()),
+               Entry(0, 0, EntryType.CONF, ConfChange(ConfChangeType.ADD_LEARNER,
+                                                      "evil").encode()))
+
+    async def go():
+        t, rpc = _rogue(victim, host, port, tls_dir, {lid: _addr(tls_cluster.addrs[lid])})
+        await t.start()
+        term = lead.call("status")["term"]
+        for _ in range(5):
+            t.send(Message(type=MsgType.PROPOSE, to=lid, frm=victim, term=term,
+                           entries=entries))
+            await asyncio.sleep(0.2)
+        rpc.close()
+        await t.close()
+    asyncio.run(go())
+    wait_for(lambda: "event=raw_propose_refused" in lead.log_file.read_text(), 10,
+             what="the raw proposal refused")
+    assert "pwn" not in {j["name"] for j in lead.call("jobs")}
+    assert "evil" not in {m["id"] for m in lead.call("cluster_members")["members"]}
+    assert not marker.exists()
+
+
+def test_a_forged_reboot_fire_is_refused(tls_cluster, tls_dir):
+    lead = tls_cluster.leader()
+    lid = lead.config["node_id"]
+    tls_cluster.write_job("hourly", {"schedule": "@hourly", "command": "true"})
+    wait_for(lambda: "hourly" in {j["name"] for j in lead.call("jobs")}, 20, what="the job")
+    victim = "b" if lid != "b" else "c"
+    tls_cluster[victim].terminate()
+    host, port = _addr(tls_cluster.addrs[victim])
+    now = time.time()
+    forged = [C.Fire(job="hourly", fire_time=int(now), kind="scheduled", node=victim,
+                     due_at=now, at=now, boot=True, target=victim)]
+    (res,) = _propose_as(victim, host, port, tls_dir, lid, _addr(tls_cluster.addrs[lid]),
+                         forged)
+    assert isinstance(res, PeerError) and res.kind == "PermissionDenied", res
+    assert "not an @reboot job" in str(res)
+    assert not [r for r in lead.runs("hourly")]
