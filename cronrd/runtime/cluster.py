@@ -62,6 +62,7 @@ PROPOSE_DEADLINE = 10.0  # how long a proposal waits for a leader to exist
 MAX_VOTERS = 5
 VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
+JOIN_TOKEN_TTL = 86400.0  # seconds a join token works
 ERRORS = {"Refused": Refused, "StateError": StateError, "UsageError": UsageError,
           "RequestError": RequestError, "ProposalDropped": ProposalDropped,
           "PermissionDenied": PermissionDenied}
@@ -487,6 +488,10 @@ class Cluster:
             if row["node"] == peer and row.get("state") == "joining":
                 return None
         expected = Q.join_token(self.conn, peer)
+        if expected is not None and self.clock.now() - expected["at"] > JOIN_TOKEN_TTL:
+            return (f"the join token for {peer} expired (tokens work for "
+                    f"{JOIN_TOKEN_TTL / 3600:.0f} hours); run `cronrd cluster add {peer} "
+                    "ADDR --token` again for a new one")
         if expected is not None:
             token = info.get("token") or ""
             given = hashlib.sha256(token.encode()).hexdigest()
@@ -863,7 +868,8 @@ class Cluster:
                     self._refresh_peers()
             elif age > 60:
                 log.info("event=forget_removed node=%s", node)
-                await self.log.propose_as_leader(C.RemoveNode(node=node, at=now))
+                await self.log.propose_as_leader(C.RemoveNode(
+                    node=node, at=now, serial=self.transport.peer_serials.get(node, "")))
 
     async def _promote(self) -> None:
         raft = self.node.raft

@@ -141,3 +141,47 @@ def test_status_warns_before_the_certificate_expires(cluster, tls_dir):
     assert "WARNING" in out.stdout and "rotate-cert a" in out.stdout
     st = c["a"].call("status")
     assert st["certificate"]["days_left"] <= 2 and "warning" in st["certificate"]
+
+
+def test_a_join_token_works_for_its_node_for_a_day(tmp_path):
+    """The peer-port decision for a node added with --token, on a fake clock."""
+    import hashlib
+    import os
+
+    import apsw
+
+    from cronrd.config import parse_config
+    from cronrd.runtime.cluster import JOIN_TOKEN_TTL, Cluster
+    from cronrd.state import commands as C
+    from cronrd.state.machine import StateMachine
+
+    class Clock:
+        t = 1_800_000_000.0
+
+        def now(self):
+            return self.t
+
+        def monotonic(self):
+            return self.t
+    os.chmod(tmp_path, 0o755)
+    cfg = parse_config({
+        "node_id": "a", "data_dir": str(tmp_path / "state"), "jobs_dir": str(tmp_path),
+        "socket": str(tmp_path / "sock"), "log_dir": str(tmp_path / "logs"),
+        "cluster": {"listen": "127.0.0.1:1", "initial_members": {"a": "127.0.0.1:1"},
+                    "insecure": True}}, str(tmp_path / "c.yaml"))
+    os.makedirs(cfg.data_dir)
+    clock = Clock()
+    machine = StateMachine(apsw.Connection(cfg.state_db))
+    cl = Cluster(cfg, machine, clock, lambda effects: None)
+    try:
+        with machine.conn:
+            machine.apply(1, C.JoinToken(node="d", token_hash=hashlib.sha256(b"tok").hexdigest(),
+                                         addr="127.0.0.9:1", at=clock.t))
+        assert cl._authorize("d", {"token": "tok"}, ask=False) is None
+        assert "wrong" in cl._authorize("d", {"token": "nope"}, ask=False)
+        assert "must present it" in cl._authorize("d", {}, ask=False)
+        assert "not a member" in cl._authorize("e", {"token": "tok"}, ask=False)
+        clock.t += JOIN_TOKEN_TTL + 1
+        assert "expired" in cl._authorize("d", {"token": "tok"}, ask=False)
+    finally:
+        cl.storage.close()
