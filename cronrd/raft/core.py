@@ -647,7 +647,10 @@ class Raft:
                 self._send(type=MsgType.PROPOSE, to=self.lead, entries=m.entries)
 
     def _handle_append(self, m: Message) -> None:
-        if any(e.index != m.index + 1 + k for k, e in enumerate(m.entries)):
+        ents = m.entries
+        if ents and (ents[0].index != m.index + 1 or ents[-1].index != m.index + len(ents)
+                     or [e.index for e in ents] != list(range(m.index + 1,
+                                                               m.index + 1 + len(ents)))):
             return  # not a leader's append (entries must follow index): broken or hostile
         if m.index < self.log.commit:
             self._send(type=MsgType.APP_RESP, to=m.frm, index=self.log.commit)
