@@ -27,7 +27,6 @@ import logging
 import os
 import secrets
 import tempfile
-import time
 from typing import Any, Callable
 
 import apsw
@@ -43,6 +42,7 @@ from ..state import commands as C
 from ..state import queries as Q
 from ..state.forwarded import check_forwarded
 from ..state.machine import Effect, Refused, StateMachine
+from ..decisions import lease
 from .clock import Clock
 from .peer_rpc import PeerError, PeerRPC, PeerUnavailable
 from .placement import NodeView, Placement
@@ -278,13 +278,8 @@ class Cluster:
         self.conn = machine.conn
         self.machine = machine
         # How long a node keeps starting its committed runs after its last
-        # round trip with a leader. The leader declares a node's runs lost
-        # only after it has not answered for node_timeout. Two election
-        # timeouts and a second are kept in hand for message delays, clock
-        # rates and a leader change in between. Config keeps this at least
-        # one election timeout.
-        self.lease = max(cc.election_timeout,
-                         cc.node_timeout - 2 * cc.election_timeout - 1.0)
+        # round trip with a leader (decisions/lease.py says why).
+        self.lease = lease.lease_length(cc.node_timeout, cc.election_timeout)
         self.stopping = False
         self.give_up_waiting = False
         self.state = ReplicatedState(machine, config.data_dir)
@@ -297,7 +292,8 @@ class Cluster:
         self.storage = RaftStorage(config.raft_db)
         tls = TLSConfig(cc.tls.ca, cc.tls.cert, cc.tls.key) if cc.tls else None
         self.transport = Transport(self.node_id, cc.listen, {}, self._on_message, tls=tls,
-                                   insecure=cc.insecure, authorize=self._authorize)
+                                   insecure=cc.insecure, authorize=self._authorize,
+                                   clock=clock)
         bootstrap = self._bootstrap(config)
         self.node = RaftNode(self.node_id, bootstrap, self.storage, self.transport, self.state,
                              tick_interval=TICK,
@@ -387,19 +383,19 @@ class Cluster:
         """Return once this node has applied everything the cluster had
         committed when it asked (a ReadIndex through the leader)."""
         warned = False
-        start = time.monotonic()
+        start = self.clock.monotonic()
         while not self.stopping and not self.give_up_waiting:
             if self.fatal.is_set():
                 raise StorageError("the Raft node stopped while this daemon was starting (see "
                                    "the error above: storage?); exiting so that systemd "
                                    "restarts it")
             try:
-                sent = time.monotonic()
+                sent = self.clock.monotonic()
                 await self.read_barrier()
                 self.leader_contact = max(self.leader_contact, sent)  # a round trip
                 return
             except CronrdError as exc:
-                if not warned and time.monotonic() - start > 10:
+                if not warned and self.clock.monotonic() - start > 10:
                     warned = True
                     hint = ("has `cronrd cluster add` been run for this node on a member?"
                             if self.cc.join else "are a majority of initial_members running "
@@ -429,7 +425,7 @@ class Cluster:
             self._ask_vouch(msg.frm)  # a voter this node has not seen promoted yet?
         self.node.step(msg)
         if msg.type in ACKS:
-            self.acked[msg.frm] = time.monotonic()
+            self.acked[msg.frm] = self.clock.monotonic()
 
     # -- membership views -----------------------------------------------------------
     def _members(self) -> list[str]:
@@ -507,7 +503,7 @@ class Cluster:
                 "enough: add it with `cronrd cluster add` on a member")
 
     def _ask_vouch(self, peer: str) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self._vouch_asked.get(peer, 0.0) < VOUCH_INTERVAL or self.stopping:
             return
         self._vouch_asked[peer] = now
@@ -594,7 +590,7 @@ class Cluster:
         if node == self.node_id:
             return 0.0
         last = self.transport.last_contact(node)
-        return None if last is None else time.monotonic() - last
+        return None if last is None else self.clock.monotonic() - last
 
     def ack_age(self, node: str) -> float | None:
         """Seconds since ``node`` last answered this leader: proof that traffic
@@ -602,7 +598,7 @@ class Cluster:
         if node == self.node_id:
             return 0.0
         last = self.acked.get(node)
-        return None if last is None else time.monotonic() - last
+        return None if last is None else self.clock.monotonic() - last
 
     def healthy(self, node: str) -> bool:
         age = self.ack_age(node)
@@ -634,16 +630,11 @@ class Cluster:
         message: a node the leader cannot hear from must not keep a lease.
         A node cut off stops starting runs before the leader can have
         declared them lost (see the lease's definition above)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if self.node.is_leader:
-            voters = self.node.raft.conf.voters
-            heard = sum(1 for v in voters if (a := self.ack_age(v)) is not None
-                        and a < self.lease)
-            # Winning the election was a round trip with a quorum (its votes).
-            return heard >= len(voters) // 2 + 1 or now - self.lead_since < self.lease
-        # During an election the leader is unknown, but what it committed
-        # stands: the lease runs from the last round trip with a leader.
-        return now - self.leader_contact < self.lease
+            return lease.leader_fresh(now, self.node_id, self.node.raft.conf.voters,
+                                      self.acked, self.lead_since, self.lease)
+        return lease.follower_fresh(now, self.leader_contact, self.lease)
 
     async def _renew_lease(self) -> None:
         """On a follower: a ReadIndex round trip through the leader every
@@ -654,13 +645,13 @@ class Cluster:
         patience = min(self.lease / 2, 2 * self.cc.election_timeout)
         while not self.stopping:
             if not self.node.is_leader and self.node.leader:
-                sent = time.monotonic()
+                sent = self.clock.monotonic()
                 try:
                     await asyncio.wait_for(self.node.read_barrier(), patience)
                     self.leader_contact = max(self.leader_contact, sent)
                 except (CronrdError, asyncio.TimeoutError) as exc:
                     log.debug("event=lease_renewal_failed error=%r after_s=%.2f", exc,
-                              time.monotonic() - sent)
+                              self.clock.monotonic() - sent)
             await asyncio.sleep(interval)
 
     # -- leadership -----------------------------------------------------------------
@@ -669,7 +660,7 @@ class Cluster:
         while not self.stopping:
             leading = self._lead_task is not None
             if self.node.is_leader and not leading:
-                self.lead_since = time.monotonic()
+                self.lead_since = self.clock.monotonic()
                 self._lead_task = asyncio.get_running_loop().create_task(self._lead())
                 self._lead_task.add_done_callback(self._lead_ended)
             elif not self.node.is_leader and leading:
@@ -684,7 +675,7 @@ class Cluster:
                             "cluster add %s ADDR` on a member, with cluster.join: true here\"",
                             self.node_id, self.node_id)
                 self.removed.set()
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now - last_peers > 1.0:
                 last_peers = now
                 self._refresh_peers()
@@ -772,7 +763,7 @@ class Cluster:
         task.add_done_callback(done)
 
     async def _declare_lost(self) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         timeout = self.cc.node_timeout
         members = set(self._members())
         for node, count in Q.active_by_node(self.conn).items():
@@ -1054,8 +1045,8 @@ class Cluster:
             raise RequestError(f"node {to!r} is not a voter; `cronrd cluster members` "
                                "lists the voters")
         self.node.transfer_leadership(to)
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + 5.0
+        while self.clock.monotonic() < deadline:
             if not self.node.is_leader and self.node.leader:
                 return {"leader": self.node.leader}
             await asyncio.sleep(0.02)

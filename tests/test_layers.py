@@ -1,0 +1,63 @@
+"""Layering (DESIGN.md, "Layers"): the core imports nothing from the runtime
+or the CLI, and the pure decisions and Raft read no clock, socket or file."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "cronrd"
+CORE = ["raft", "state", "decisions", "schedule.py", "jobspec.py", "bounded_yaml.py",
+        "errors.py"]
+OUTER = ("cronrd.runtime", "cronrd.cli", "cronrd.client", "cronrd.config")
+IMPURE = ("asyncio", "socket", "time", "os", "subprocess", "threading", "random")
+
+
+def _modules(parts):
+    for part in parts:
+        p = PKG / part
+        yield from (sorted(p.rglob("*.py")) if p.is_dir() else [p])
+
+
+def _imports(path: Path):
+    pkg = "cronrd." + ".".join(path.relative_to(PKG).with_suffix("").parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield node.lineno, a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.rstrip(".").split(".")
+                base = base[:len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            yield node.lineno, name
+
+
+def test_the_core_imports_nothing_from_the_runtime_or_the_cli():
+    bad = [f"{p.relative_to(PKG.parent)}:{line}: {name}" for p in _modules(CORE)
+           for line, name in _imports(p) if name.startswith(OUTER)]
+    assert not bad, "core modules import outer layers:\n" + "\n".join(bad)
+
+
+def test_decisions_and_raft_read_no_clock_socket_or_file():
+    allowed = {"cronrd/raft/core.py": {"random"}}  # the Random it is given, as a type
+    bad = []
+    for p in _modules(["decisions", "raft"]):
+        rel = str(p.relative_to(PKG.parent))
+        for line, name in _imports(p):
+            top = name.split(".")[0]
+            if top in IMPURE and top not in allowed.get(rel, set()):
+                bad.append(f"{rel}:{line}: {name}")
+    assert not bad, "pure modules import I/O or time:\n" + "\n".join(bad)
+
+
+def test_the_layer_check_sees_a_violation(tmp_path, monkeypatch):
+    """The checker is not vacuous."""
+    fake = tmp_path / "cronrd" / "decisions"
+    fake.mkdir(parents=True)
+    (fake / "bad.py").write_text("import time\nfrom ..runtime import daemon\n")
+    monkeypatch.setattr(__import__(__name__), "PKG", tmp_path / "cronrd")
+    names = [n for _, n in _imports(fake / "bad.py")]
+    assert "time" in names and "cronrd.runtime" in names
