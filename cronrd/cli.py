@@ -353,11 +353,10 @@ def cluster():
 
 
 def _node_id_arg(value: str, what: str = "node id") -> str:
-    from .runtime.tls import NODE_ID_RE
-    if not NODE_ID_RE.match(value):
-        raise UsageError(f"{value!r} is not a valid {what}: use letters, digits, '.', '_' and "
-                         "'-' (at most 63 characters, starting and ending with a letter or "
-                         "digit)")
+    from .ids import node_id_problem
+    problem = node_id_problem(value, what)
+    if problem:
+        raise UsageError(problem)
     return value
 
 

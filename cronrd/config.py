@@ -9,19 +9,28 @@ import socket as _socket
 import stat
 import types
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 import yaml
 
 from .bounded_yaml import (MAX_FILE_BYTES, FileTooLarge, YAMLLimitError, read_bounded,
                            safe_load)
+from . import ids
 from .errors import ConfigError, ScheduleError
+from .ids import is_node_id, node_id_problem
 from .schedule import host_timezone, parse_duration, parse_size, resolve_timezone
 
-if TYPE_CHECKING:
-    from .runtime.tls import TLSPaths  # imported when a cluster: section is parsed
 
 DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"
+
+
+@dataclass(frozen=True)
+class TLSPaths:
+    """PEM files for mutual TLS on the peer port: the cluster CA, this node's
+    certificate and its key (the one type for them; the transport uses it)."""
+    ca: str
+    cert: str
+    key: str
 
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
               "log_dir", "log_retention", "history_retention", "shutdown", "log_level",
@@ -279,18 +288,16 @@ def _unknown(path: str, where: str, key: object, known: tuple[str, ...]) -> Conf
 
 def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterConfig:
     """Validate the ``cluster:`` section; ``base`` is the config file's directory."""
-    from .runtime.tls import NODE_ID_RE  # subprocess & co.: only when there is a cluster
     if not isinstance(raw, dict):
         raise _err(path, "cluster must be a mapping with at least listen, initial_members "
                          "and tls (or insecure); see `man cronrd`")
     for key in raw:
         if key not in CLUSTER_KEYS:
             raise _unknown(path, "cluster", key, CLUSTER_KEYS)
-    if not NODE_ID_RE.match(node_id):
+    if not is_node_id(node_id):
         raise _err(path, f"node_id {node_id!r} cannot name a cluster node: it goes into "
-                         "certificates and host names, so use letters, digits, '.', '_' and "
-                         "'-' (at most 63 characters, starting and ending with a letter or "
-                         "digit); set node_id explicitly")
+                         f"certificates and host names, so {ids.RULE}; set node_id "
+                         "explicitly")
 
     # listen
     if raw.get("listen") is None:
@@ -331,10 +338,8 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str) -> ClusterCon
         if not isinstance(member, str):
             raise _err(path, f"cluster.initial_members: node id {member!r} must be a string; "
                              "quote it")
-        if not NODE_ID_RE.match(member):
-            raise _err(path, f"cluster.initial_members: {member!r} is not a valid node id: use "
-                             "letters, digits, '.', '_' and '-' (at most 63 characters, "
-                             "starting and ending with a letter or digit)")
+        if not is_node_id(member):
+            raise _err(path, f"cluster.initial_members: {node_id_problem(member)}")
         try:
             members[member] = parse_address(addr)
         except ValueError as exc:
@@ -467,7 +472,6 @@ def _check_loopback(listen: Address, members: Mapping[str, Address], path: str) 
 
 
 def _parse_tls(raw: object, path: str, base: str) -> TLSPaths:
-    from .runtime.tls import TLSPaths
     if not isinstance(raw, dict):
         raise _err(path, "cluster.tls must be a mapping {ca: FILE, cert: FILE, key: FILE}")
     for key in raw:

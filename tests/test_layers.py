@@ -61,3 +61,21 @@ def test_the_layer_check_sees_a_violation(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PKG", tmp_path / "cronrd")
     names = [n for _, n in _imports(fake / "bad.py")]
     assert "time" in names and "cronrd.runtime" in names
+
+
+def test_the_config_does_not_reach_into_the_runtime():
+    """Issue 10: config.py imported runtime.tls (for the node-id rule and the
+    TLS paths type); both live outside the runtime now (cronrd.ids, config)."""
+    bad = [f"config.py:{line}: {name}" for line, name in _imports(PKG / "config.py")
+           if name.startswith("cronrd.runtime")]
+    assert not bad, bad
+
+
+def test_one_node_id_rule():
+    from cronrd import ids
+    assert ids.is_node_id("web-1.a_b") and not ids.is_node_id("-x") \
+        and not ids.is_node_id("x" * 64) and not ids.is_node_id(7)
+    assert "at most 63 characters" in ids.node_id_problem("bad id")
+    for path in PKG.rglob("*.py"):
+        if path.name != "ids.py":
+            assert "[A-Za-z0-9._-]{0,61}" not in path.read_text(), path

@@ -49,7 +49,8 @@ from .placement import NodeView, Placement
 from .raft_node import RaftNode
 from .raft_storage import RaftStorage
 from .scheduler import Scheduler
-from .tls import EXPIRY_WARNING_DAYS, NODE_ID_RE, cert_info
+from ..ids import node_id_problem
+from .tls import EXPIRY_WARNING_DAYS, cert_info
 from .transport import TLSConfig, Transport
 
 log = logging.getLogger("cronrd.cluster")
@@ -957,8 +958,9 @@ class Cluster:
 
     async def _cluster_add(self, args: dict) -> dict:
         node, address = args.get("node"), args.get("address")
-        if not isinstance(node, str) or not NODE_ID_RE.match(node):
-            raise UsageError(f"invalid node id {node!r}: use letters, digits, '.', '_', '-'")
+        problem = node_id_problem(node)
+        if problem:
+            raise UsageError(problem)
         try:
             address = format_address(parse_address(str(address)))
         except ValueError as exc:

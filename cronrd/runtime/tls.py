@@ -8,7 +8,7 @@ not create them, and the ``cryptography`` package would add a large compiled
 dependency to the self-contained binary for something an operator does once
 per cluster (``cronrd cluster init-tls``) and that every host already has a
 tool for. The price is a subprocess and a check that node ids are safe to put
-in a subject and a DNS name (``NODE_ID_RE``).
+in a subject and a DNS name (``cronrd.ids``).
 
 Layout of ``dir``::
 
@@ -19,29 +19,22 @@ Layout of ``dir``::
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
 import ssl
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from cronrd.config import TLSPaths
 from cronrd.errors import ConfigError
+from cronrd.ids import RULE, is_node_id
 
-NODE_ID_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
 
 
-@dataclass(frozen=True)
-class TLSPaths:
-    """Files a node needs for mutual TLS (same fields as transport.TLSConfig)."""
-    ca: str
-    cert: str
-    key: str
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -55,10 +48,8 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def _check_id(node_id: str) -> None:
-    if not NODE_ID_RE.match(node_id):
-        raise ConfigError(f"node id {node_id!r} cannot be used in a certificate: use letters, "
-                          f"digits, '.', '_' and '-' (at most 63 characters, starting and "
-                          f"ending with a letter or digit)")
+    if not is_node_id(node_id):
+        raise ConfigError(f"node id {node_id!r} cannot be used in a certificate: {RULE}")
 
 
 def _newkey_args() -> list[str]:

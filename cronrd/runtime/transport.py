@@ -75,9 +75,9 @@ import random
 import socket
 import ssl
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
+from cronrd.config import TLSPaths
 from cronrd.errors import ConfigError
 from cronrd.raft.codec import (FRAME_HEADER, MAX_FRAME, CodecError, decode,
                                decode_hello_token, encode, encode_hello, frame)
@@ -117,13 +117,7 @@ class TransportConfigError(ConfigError, ValueError):
     """The transport was configured in a way it refuses to run (e.g. plaintext)."""
 
 
-@dataclass(frozen=True)
-class TLSConfig:
-    """PEM files: the cluster CA, this node's certificate and its key.
-    (``cronrd.runtime.tls.TLSPaths`` has the same fields and is accepted too.)"""
-    ca: str
-    cert: str
-    key: str
+TLSConfig = TLSPaths  # the one TLS paths type (cronrd.config)
 
 
 def _load(ctx: ssl.SSLContext, tls: Any) -> ssl.SSLContext:
