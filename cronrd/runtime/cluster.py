@@ -42,7 +42,7 @@ from ..state import commands as C
 from ..state import queries as Q
 from ..state.forwarded import check_forwarded
 from ..state.machine import Effect, Refused, StateMachine
-from ..decisions import lease
+from ..decisions import duties, lease
 from .clock import Clock
 from .peer_rpc import PeerError, PeerRPC, PeerUnavailable
 from .placement import NodeView, Placement
@@ -60,7 +60,6 @@ DUTY_INTERVAL = 0.25     # the leader's housekeeping: node loss, placement, prom
 ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
 FORWARD_TIMEOUT = 5.0    # a forwarded proposal without an answer: outcome unknown
 PROPOSE_DEADLINE = 10.0  # how long a proposal waits for a leader to exist
-MAX_VOTERS = 5
 VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 JOIN_TOKEN_TTL = 86400.0  # seconds a join token works
@@ -765,23 +764,14 @@ class Cluster:
 
     async def _declare_lost(self) -> None:
         now = self.clock.monotonic()
-        timeout = self.cc.node_timeout
-        members = set(self._members())
-        for node, count in Q.active_by_node(self.conn).items():
-            if node == self.node_id or not count or node is None:
-                continue
-            age = self.ack_age(node)
-            since = min(age if age is not None else float("inf"), now - self.lead_since)
-            if node in members and since < timeout:
-                continue
-            if now - self._lost_proposed.get(node, 0.0) < timeout:
-                continue  # proposed recently; its result is on its way
-            self._lost_proposed[node] = now
-            reason = (f"node {node} did not answer the leader for {timeout:g}s (node_timeout)"
-                      if node in members else f"node {node} is no longer a member")
-            log.warning("event=node_lost node=%s runs=%d reason=\"%s\"", node, count, reason)
-            await self.log.propose_as_leader(C.NodeLost(node=node, at=self.clock.now(),
-                                                        reason=reason))
+        for lost in duties.nodes_lost(now, self.node_id, Q.active_by_node(self.conn),
+                                      self._members(), self.acked, self.lead_since,
+                                      self.cc.node_timeout, self._lost_proposed):
+            self._lost_proposed[lost.node] = now
+            log.warning("event=node_lost node=%s runs=%d reason=\"%s\"", lost.node, lost.runs,
+                        lost.reason)
+            await self.log.propose_as_leader(C.NodeLost(node=lost.node, at=self.clock.now(),
+                                                        reason=lost.reason))
 
     async def _place_pending(self) -> None:
         if not self.node.is_leader:
@@ -866,19 +856,14 @@ class Cluster:
     async def _promote(self) -> None:
         raft = self.node.raft
         conf = raft.conf
-        members = self._members()
-        n = len(members)
-        target = min(MAX_VOTERS, n if n % 2 else n - 1)
-        if len(conf.voters) >= target or not conf.learners:
-            return
-        for learner in sorted(conf.learners):
-            pr = raft.prs.get(learner)
-            if pr is None or not self.healthy(learner) or pr.match + 64 < raft.commit:
-                continue
+        n = len(self._members())
+        learner = duties.learner_to_promote(
+            n, len(conf.voters), conf.learners, [l for l in conf.learners if self.healthy(l)],
+            {l: raft.prs[l].match for l in conf.learners if l in raft.prs}, raft.commit)
+        if learner is not None:
             log.info("event=promoting node=%s voters=%d target=%d", learner,
-                     len(conf.voters), target)
+                     len(conf.voters), duties.voter_target(n))
             await self.node.change_membership(ConfChangeType.PROMOTE, learner)
-            return
 
     # -- status ---------------------------------------------------------------------
     def role(self) -> str:
