@@ -33,6 +33,7 @@ from ..errors import CronrdError
 from ..jobspec import JobSpec
 from ..schedule import iso_utc
 from ..state import commands as C
+from ..decisions import overlap
 from ..state import queries as Q
 from ..state.machine import Effect, Refused
 from .clock import Clock
@@ -558,22 +559,19 @@ class Executor:
                 " AND state='running' AND job=? AND node!=? AND target=?"
                 " AND NOT (fire_time=? AND origin=?)",
                 (run["job"], self.node_id, run["target"], run["fire_time"], run["origin"]))]
-        if not others and not remote:
-            return None
-        policy = act.spec.concurrency
-        ids = ", ".join([str(a.run["run_id"]) for a in others] +
-                        [f"{rid} on {node}" for rid, node in remote])
-        if policy == "forbid" and act.run["kind"] != "manual":
-            return f"overlap: run {ids} still running at the fire time (concurrency: forbid)"
-        if policy == "replace":
-            for other in others:
-                self._stop(other, "cancelled", f"replaced by run {act.run['run_id']} "
-                                               "(concurrency: replace)")
-            for rid, _ in remote:
-                self._propose(C.CancelRun(run_id=rid, at=self.clock.now(),
-                                          reason=f"replaced by run {act.run['run_id']} "
-                                                 "(concurrency: replace)"))
-        return None
+        local = {a.run["run_id"]: a for a in others}
+        decision = overlap.decide(
+            act.spec.concurrency,
+            [overlap.Running(rid) for rid in local] + [overlap.Running(rid, node)
+                                                       for rid, node in remote],
+            run_id=act.run["run_id"], manual=act.run["kind"] == "manual")
+        for other in decision.replace:
+            if other.node is None:
+                self._stop(local[other.run_id], "cancelled", decision.reason)
+            else:
+                self._propose(C.CancelRun(run_id=other.run_id, at=self.clock.now(),
+                                          reason=decision.reason))
+        return decision.skip
 
     def _open_gate(self, gate: Gate) -> None:
         early = gate.due - self.clock.now()

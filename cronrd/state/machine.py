@@ -17,6 +17,7 @@ from typing import Any
 
 import apsw
 
+from ..decisions import overlap
 from ..errors import StateError
 from ..schedule import retry_delay
 from . import commands as C
@@ -281,18 +282,13 @@ class StateMachine:
     def _admit(self, index: int, job: dict, at: float, effects) -> str | None:
         """The overlap policy for a manual run: against runs already running
         (one assigned ahead of its fire time is decided at its own gate)."""
-        active = [r for r in self._active_runs(job["name"]) if r["state"] == "running"]
-        if not active:
-            return None
-        policy = job["spec"].get("concurrency", "forbid")
-        ids = ", ".join(str(r["run_id"]) for r in active)
-        if policy == "forbid":
-            return f"overlap: run {ids} still active (concurrency: forbid)"
-        if policy == "replace":
-            for run in active:
-                self._request_cancel(run, f"replaced by a newer fire (concurrency: replace)",
-                                     at, effects)
-        return None
+        active = {r["run_id"]: r for r in self._active_runs(job["name"])
+                  if r["state"] == "running"}
+        decision = overlap.decide(job["spec"].get("concurrency", "forbid"),
+                                  [overlap.Running(rid) for rid in active])
+        for other in decision.replace:
+            self._request_cancel(active[other.run_id], decision.reason, at, effects)
+        return decision.skip
 
     def _request_cancel(self, run: dict, reason: str, at: float, effects) -> None:
         if run["state"] in ("pending", "assigned"):
