@@ -19,6 +19,7 @@ from ..config import Config, check_directories, format_address
 from ..errors import CronrdError, RequestError, UsageError
 from ..schedule import iso_utc, make_trigger, parse_schedule
 from ..state import commands as C
+from ..state import run_states
 from ..state import queries as Q
 from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
@@ -44,8 +45,7 @@ CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
              "cluster_revoke_cert": "cluster revoke-cert",
              "cluster_remove": "cluster remove",
              "cluster_transfer_leader": "cluster transfer-leader"}
-RUN_STATES = ("pending", "assigned", "running", "succeeded", "failed", "timed_out", "lost",
-              "cancelled", "skipped")
+RUN_STATES = run_states.ALL
 
 
 class JournalFormatter(logging.Formatter):
@@ -372,7 +372,7 @@ class Daemon:
 
     async def _wait_run(self, run_id: int) -> dict:
         run = Q.get_run(self.conn, run_id)
-        if run is not None and run["state"] not in ("pending", "assigned", "running"):
+        if run is not None and run["state"] not in run_states.ACTIVE:
             return run
         fut = asyncio.get_running_loop().create_future()
         self.waiters.setdefault(run_id, []).append(fut)
@@ -576,7 +576,7 @@ class Daemon:
                                    "lists its runs")
             return run
         for run in Q.list_runs(self.conn, job, None, 200):
-            if run["log_path"] or run["state"] in ("pending", "assigned", "running"):
+            if run["log_path"] or run["state"] in run_states.ACTIVE:
                 return run
         self._job_or_error(job)
         raise RequestError(f"job {job!r} has no run with a log yet; `cronrd run-now {job}` "
@@ -610,7 +610,7 @@ class Daemon:
         except FileNotFoundError:
             # No log: a run that never started has none. One the record says
             # had a log (and that is over) lost it to log retention.
-            if run["log_path"] and run["state"] not in ("pending", "assigned", "running"):
+            if run["log_path"] and run["state"] not in run_states.ACTIVE:
                 raise RequestError(f"log file {path} of run {run_id} is gone from node "
                                    f"{self.config.node_id} (removed by log "
                                    "retention?)") from None
@@ -630,7 +630,7 @@ class Daemon:
         me = self.config.node_id
         while True:
             run = Q.get_run(self.conn, run_id) or run
-            active = run["state"] in ("pending", "assigned", "running")
+            active = run["state"] in run_states.ACTIVE
             node = run["node"]
             while True:
                 if self.cluster is None or node in (None, me):
@@ -708,7 +708,7 @@ class Daemon:
         if run is None:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
         await self._authorize_job(caller, "cancel", str(run_id), run["job"], change=True)
-        if run["state"] not in ("pending", "assigned", "running"):
+        if run["state"] not in run_states.ACTIVE:
             raise RequestError(f"run {run_id} of job {run['job']!r} is already "
                                f"{run['state']}; there is nothing to cancel")
         await self.log.propose(C.CancelRun(

@@ -35,6 +35,7 @@ from ..schedule import iso_utc
 from ..state import commands as C
 from ..decisions import overlap
 from ..state import queries as Q
+from ..state.run_states import ACTIVE, sql_in
 from ..state.machine import Effect, Refused
 from .clock import Clock
 from .processes import alive, run_identity, run_process, signal_tree, snapshot_tree
@@ -555,7 +556,7 @@ class Executor:
             # Runs of other fire times (or attempts) of the same job and target
             # running elsewhere; a sibling of the same fire is no overlap.
             remote = [(rid, node) for rid, node in self.conn.execute(
-                "SELECT run_id, node FROM runs WHERE state IN ('pending','assigned','running')"
+                f"SELECT run_id, node FROM runs WHERE state IN {sql_in(ACTIVE)}"
                 " AND state='running' AND job=? AND node!=? AND target=?"
                 " AND NOT (fire_time=? AND origin=?)",
                 (run["job"], self.node_id, run["target"], run["fire_time"], run["origin"]))]

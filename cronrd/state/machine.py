@@ -21,16 +21,9 @@ from ..decisions import overlap
 from ..errors import StateError
 from ..schedule import retry_delay
 from . import commands as C
-from .schema import ACTIVE_STATES, NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1
+from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
+from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1
 
-# Which state a run may move to from which: transitions as data.
-TRANSITIONS: dict[str, frozenset[str]] = {
-    "pending": frozenset({"assigned", "cancelled", "skipped"}),
-    "assigned": frozenset({"running", "succeeded", "failed", "timed_out",
-                           "cancelled", "lost", "skipped"}),
-    "running": frozenset({"succeeded", "failed", "timed_out", "cancelled", "lost"}),
-}
-REPORTABLE = frozenset({"succeeded", "failed", "timed_out", "cancelled", "lost", "skipped"})
 
 RUN_COLUMNS = ("run_id", "job", "origin", "kind", "fire_time", "attempt", "target",
                "state", "node", "token", "due_at", "created_at", "started_at",
@@ -227,7 +220,7 @@ class StateMachine:
         # Runs not yet started will never start; running ones finish.
         for row in list(self.conn.execute(
                 f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state IN "
-                "('pending','assigned') ORDER BY run_id", (name,))):
+                f"{sql_in(NOT_STARTED)} ORDER BY run_id", (name,))):
             self._finish(run_row(row), "cancelled", at,
                          reason="job removed before the run started", effects=effects)
         effects.append(Effect("jobs_changed", job=name))
@@ -262,7 +255,7 @@ class StateMachine:
     def _active_runs(self, job: str) -> list[dict]:
         return [run_row(r) for r in self.conn.execute(
             f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state IN "
-            "('pending','assigned','running') ORDER BY run_id", (job,))]
+            f"{sql_in(ACTIVE)} ORDER BY run_id", (job,))]
 
     def _insert_run(self, index: int, *, job: str, origin: str, kind: str,
                     fire_time: int, attempt: int, state: str, node: str | None,
@@ -291,7 +284,7 @@ class StateMachine:
         return decision.skip
 
     def _request_cancel(self, run: dict, reason: str, at: float, effects) -> None:
-        if run["state"] in ("pending", "assigned"):
+        if run["state"] in NOT_STARTED:
             self._finish(run, "cancelled", at, reason=reason, effects=effects)
         else:
             self.conn.execute("UPDATE runs SET cancel_requested=1, reason=? WHERE run_id=?",
@@ -478,7 +471,7 @@ class StateMachine:
 
     def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
         run = self._get_run(cmd.run_id)
-        if run["state"] not in ACTIVE_STATES:
+        if run["state"] not in ACTIVE:
             raise Refused(f"run {cmd.run_id} is already {run['state']}")
         self._request_cancel(run, cmd.reason, cmd.at, effects)
         return {"run_id": cmd.run_id}
@@ -553,7 +546,7 @@ class StateMachine:
 
     def _apply_prune(self, index, cmd: C.Prune, effects):
         self.conn.execute(
-            "DELETE FROM runs WHERE state NOT IN ('pending','assigned','running') AND "
+            f"DELETE FROM runs WHERE state NOT IN {sql_in(ACTIVE)} AND "
             "COALESCE(finished_at, created_at) < ?", (cmd.before,))
         runs = self.conn.changes()
         self.conn.execute("DELETE FROM gaps WHERE created_at < ?", (cmd.before,))

@@ -9,7 +9,7 @@ import apsw
 from ..jobspec import JobSpec
 from ..schedule import iso_utc
 from .machine import RUN_COLUMNS, run_row
-from .schema import ACTIVE_STATES
+from .run_states import ACTIVE as ACTIVE_STATES
 
 # The runs_active partial index's predicate: a query must repeat it to use the index.
 ACTIVE_SQL = "state IN (%s)" % ",".join(f"'{s}'" for s in ACTIVE_STATES)

@@ -130,6 +130,4 @@ ALTER TABLE jobs ADD COLUMN conflict TEXT;
 DROP INDEX IF EXISTS runs_active;
 """
 
-ACTIVE_STATES = ("pending", "assigned", "running")
 NODE_STATES = ("joining", "up", "draining")  # joining: added, not yet announced
-FINAL_STATES = ("succeeded", "failed", "timed_out", "lost", "cancelled", "skipped")

@@ -1,0 +1,49 @@
+"""A run's states, in one place: the enum, and the sets derived from it.
+
+``pending -> assigned -> running -> succeeded | failed | timed_out | lost |
+cancelled``, plus ``skipped`` (never started, with a reason). A retry, a
+rerun or a backfill is a new attempt (a new record), never a way back.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RunState(str, enum.Enum):
+    PENDING = "pending"        # committed, waiting for the leader to place it
+    ASSIGNED = "assigned"      # placed on a node, not started yet
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"              # its node went away (or the daemon stopped it)
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"        # never started, with the reason
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_S = RunState
+# Which state a run may move to from which: transitions as data. Everything
+# else derives from this table.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    _S.PENDING.value: frozenset({_S.ASSIGNED.value, _S.CANCELLED.value, _S.SKIPPED.value}),
+    _S.ASSIGNED.value: frozenset({_S.RUNNING.value, _S.SUCCEEDED.value, _S.FAILED.value,
+                                  _S.TIMED_OUT.value, _S.CANCELLED.value, _S.LOST.value,
+                                  _S.SKIPPED.value}),
+    _S.RUNNING.value: frozenset({_S.SUCCEEDED.value, _S.FAILED.value, _S.TIMED_OUT.value,
+                                 _S.CANCELLED.value, _S.LOST.value}),
+}
+ALL = tuple(s.value for s in RunState)
+ACTIVE = tuple(s for s in ALL if s in TRANSITIONS)            # may still change
+FINAL = tuple(s for s in ALL if s not in TRANSITIONS)         # never change again
+NOT_STARTED = tuple(s for s in ACTIVE if s != _S.RUNNING.value)  # pending, assigned
+# What a node may report about a run it was given (anything final).
+REPORTABLE = frozenset(FINAL)
+
+
+def sql_in(states) -> str:
+    """``('a','b')`` for an SQL ``IN``: the states are ours, never input."""
+    return "(" + ",".join(f"'{RunState(s).value}'" for s in states) + ")"

@@ -1,0 +1,31 @@
+"""Run states (cronrd.state.run_states): one enum, everything derived."""
+
+from __future__ import annotations
+
+import apsw
+import pytest
+
+from cronrd.state import run_states as rs
+from cronrd.state.machine import StateMachine
+
+
+def test_active_final_and_not_started_derive_from_the_transitions():
+    assert rs.ACTIVE == ("pending", "assigned", "running")
+    assert rs.NOT_STARTED == ("pending", "assigned")
+    assert set(rs.FINAL) == {"succeeded", "failed", "timed_out", "lost", "cancelled", "skipped"}
+    assert set(rs.ACTIVE) | set(rs.FINAL) == set(rs.ALL) and not set(rs.ACTIVE) & set(rs.FINAL)
+    for src, dests in rs.TRANSITIONS.items():
+        assert src in rs.ACTIVE and dests <= set(rs.ALL) and src not in dests
+
+
+def test_sql_in_takes_only_our_states():
+    assert rs.sql_in(rs.NOT_STARTED) == "('pending','assigned')"
+    with pytest.raises(ValueError):
+        rs.sql_in(["x'); DROP TABLE runs; --"])
+
+
+def test_queries_on_active_runs_still_use_the_partial_index():
+    conn = StateMachine(apsw.Connection(":memory:")).conn
+    plan = " ".join(str(r) for r in conn.execute(
+        f"EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE state IN {rs.sql_in(rs.ACTIVE)}"))
+    assert "runs_active" in plan
