@@ -103,20 +103,25 @@ def test_fires_that_fail_to_commit_are_proposed_again_in_order():
     asyncio.run(main())
 
 
+async def _run_on_all_job(schedule: str):
+    """A one-node log holding one run_on: all job, created at T0."""
+    conn = apsw.Connection(":memory:")
+    log = LocalLog(StateMachine(conn))
+    clock = FakeClock(T0)
+    cfg = Config(node_id="n1", data_dir="/tmp", jobs_dir="/tmp", socket="/tmp/x",
+                 log_dir="/tmp", timezone="UTC")
+    spec = JobSpec(name="j", schedule=schedule, command="true", run_on=RunOn(mode="all"))
+    await log.propose(C.PutJob(name="j", spec=spec.to_dict(), digest="d", source="s",
+                               at=clock.now()))
+    return conn, log, clock, cfg
+
+
 def test_a_new_run_on_all_job_does_not_fire_at_its_creation_time_after_a_restart():
     """Issue 10 (8): a new job's cursor is its creation time, not a fire time;
     a scheduler (re)started within a minute of it "completed" that fire, so a
     job `0 3 * * *` with run_on: all ran at once."""
     async def main():
-        conn = apsw.Connection(":memory:")
-        log = LocalLog(StateMachine(conn))
-        clock = FakeClock(T0)
-        cfg = Config(node_id="n1", data_dir="/tmp", jobs_dir="/tmp", socket="/tmp/x",
-                     log_dir="/tmp", timezone="UTC")
-        spec = JobSpec(name="j", schedule="0 3 * * *", command="true",
-                       run_on=RunOn(mode="all"))
-        await log.propose(C.PutJob(name="j", spec=spec.to_dict(), digest="d", source="s",
-                                   at=clock.now()))
+        conn, log, clock, cfg = await _run_on_all_job("0 3 * * *")
         clock.t += 30  # the daemon restarts (or the leader changes) half a minute later
         sch = Scheduler(cfg, log, conn, clock)
         sch.start()
@@ -133,15 +138,7 @@ def test_a_run_on_all_fire_left_half_done_is_completed_by_the_next_scheduler():
     """The behaviour the fix must keep: a leader that died between the
     per-node fires of one fire time leaves it for the next one to complete."""
     async def main():
-        conn = apsw.Connection(":memory:")
-        log = LocalLog(StateMachine(conn))
-        clock = FakeClock(T0)
-        cfg = Config(node_id="n1", data_dir="/tmp", jobs_dir="/tmp", socket="/tmp/x",
-                     log_dir="/tmp", timezone="UTC")
-        spec = JobSpec(name="j", schedule="* * * * * *", command="true",
-                       run_on=RunOn(mode="all"))
-        await log.propose(C.PutJob(name="j", spec=spec.to_dict(), digest="d", source="s",
-                                   at=clock.now()))
+        conn, log, clock, cfg = await _run_on_all_job("* * * * * *")
         fire = int(T0) + 2
         # the old leader fired for another node ("n0"), then died
         await log.propose(C.Fire(job="j", fire_time=fire, kind="scheduled", node="n0",
