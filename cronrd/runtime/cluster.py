@@ -500,7 +500,7 @@ class Cluster:
             self._ask_vouch(peer)
         return (f"{peer} is not a member of this cluster as far as {self.node_id} knows "
                 f"(applied index {raft.applied}); a certificate from the cluster CA is not "
-                "enough: add it with `cronrd cluster add` on a member")
+                "enough: add it with `cronrd cluster add` on a voter")
 
     def _ask_vouch(self, peer: str) -> None:
         now = self.clock.monotonic()
