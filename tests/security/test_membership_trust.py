@@ -185,3 +185,34 @@ def test_a_join_token_works_for_its_node_for_a_day(tmp_path):
         assert "expired" in cl._authorize("d", {"token": "tok"}, ask=False)
     finally:
         cl.storage.close()
+
+
+@pytest.mark.parametrize("join, ok", [
+    ({"token": "abc"}, True), (True, True), ({"token": ""}, False), ({"token": 5}, False),
+    ({"token": "x" * 300}, False), ({"token": "abc", "evil": 1}, False), ("yes", False)])
+def test_join_takes_true_or_a_token_and_nothing_else(join, ok):
+    from cronrd.config import parse_config
+    from cronrd.errors import ConfigError
+    raw = {"node_id": "d", "data_dir": "/x", "jobs_dir": "/x", "socket": "/x/s",
+           "log_dir": "/x", "cluster": {"listen": "127.0.0.1:7000", "join": join,
+                                        "initial_members": {"a": "127.0.0.1:7001"},
+                                        "insecure": True}}
+    if ok:
+        cc = parse_config(raw).cluster
+        assert cc.join and cc.join_token == (join["token"] if isinstance(join, dict) else None)
+    else:
+        with pytest.raises(ConfigError, match="cluster.join"):
+            parse_config(raw)
+
+
+@pytest.mark.parametrize("serial", ["", "zz", "0x", "12:zz", "-1; DROP"])
+def test_revoke_cert_refuses_what_is_not_a_hex_serial(serial, tmp_path):
+    import asyncio
+
+    from cronrd.errors import UsageError
+    from cronrd.runtime.cluster import Cluster
+
+    class Stub:  # only the parsing runs before anything is proposed
+        clock = None
+    with pytest.raises(UsageError, match="invalid certificate serial"):
+        asyncio.run(Cluster._cluster_revoke_cert(Stub(), {"serial": serial}))
