@@ -731,3 +731,23 @@ def test_a_voter_that_lags_tells_a_stale_leader_its_term_without_prevote():
     net.settle()
     assert any(m.type == MsgType.APP_RESP and m.frm == "b" and m.term == a.term + 7
                for m in net.sent) or a.term >= b.term
+
+
+def test_a_node_outside_its_configuration_refuses_votes_without_taking_their_term():
+    # seed 50000000077640: a re-added node, behind on the membership (its own
+    # configuration lacks it), heard a removed node's campaigns, took their
+    # ever higher terms and passed them on to the leader, deposing it every
+    # few seconds; it never finished receiving its snapshot.
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    a.propose_conf_change(ConfChange(ConfChangeType.REMOVE, "b"))
+    net.settle()
+    b = net["b"]
+    assert "b" not in b.conf.members()
+    term = b.term
+    net.sent.clear()
+    b.step(Message(type=MsgType.VOTE, to="b", frm="c", term=term + 9, index=10**6,
+                   log_term=term + 9))
+    (resp,) = b.ready().messages
+    assert b.term == term and resp.type == MsgType.VOTE_RESP and resp.reject
+    assert resp.term == term + 9 and resp.commit == b.commit  # counts there, and tells
