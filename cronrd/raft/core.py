@@ -369,20 +369,17 @@ class Raft:
             return
         if m.term > self.term + MAX_TERM_STEP and self._in_conf():
             return
-        if m.type in (MsgType.VOTE, MsgType.PREVOTE) and not self._in_conf():
+        if m.type == MsgType.VOTE and m.term > self.term and not self._in_conf() \
+                and not self.log.is_up_to_date(m.index, m.log_term):
             # A node outside its own configuration (joining, removed, or
-            # re-added but behind) has no vote it knows of. It refuses, and
-            # tells the candidate its commit index (see _handle_vote), but
-            # keeps its term: a campaign it heard would otherwise raise its
-            # term, which it passes on to the leader, deposing it (seed
-            # 50000000077640: a removed node that kept campaigning did that
-            # every few seconds, and a re-added node never finished
-            # receiving its snapshot).
-            # (A refused vote carries the candidate's term, so that it counts
-            # there; a refused pre-vote our own, as _handle_vote sends it.)
-            vote = m.type == MsgType.VOTE
-            self._send(type=MsgType.VOTE_RESP if vote else MsgType.PREVOTE_RESP, to=m.frm,
-                       term=m.term if vote else self.term, reject=True,
+            # re-added but behind) refuses a candidate with a staler log
+            # without taking its term (it tells its commit, see _handle_vote):
+            # it would otherwise pass that term on to the leader and depose it
+            # (seed 50000000077640: a removed node that kept campaigning did
+            # that every few seconds, and a re-added node never finished
+            # receiving its snapshot). It still votes for a candidate it may
+            # grant: it may be a voter of a configuration it has not applied.
+            self._send(type=MsgType.VOTE_RESP, to=m.frm, term=m.term, reject=True,
                        commit=self.log.commit, log_term=self.log.term(self.log.commit) or 0)
             return
         if m.term > self.term:
