@@ -758,3 +758,38 @@ def test_a_node_outside_its_configuration_refuses_votes_without_taking_their_ter
                    log_term=term + 9))
     (resp,) = b.ready().messages
     assert b.term == term + 9 and not resp.reject
+
+
+def test_a_candidate_that_applies_its_own_removal_does_not_become_leader():
+    # seed 50000000096748: a candidate learned a commit from a refusal, applied
+    # its own removal, and the new voters' grants still made it leader: a
+    # leader outside the configuration, which never stepped down.
+    net = Net(["a", "b", "c", "d"], pre_vote=False)
+    d = net["d"]
+    d._campaign(transfer=False)
+    assert d.role == CANDIDATE
+    d._conf_applied(ConfChange(ConfChangeType.REMOVE, "d"))
+    assert d.role == FOLLOWER  # applying its own removal ends its campaign
+    # And grants that arrive after the removal is applied never make it leader.
+    e = Net(["a", "b", "c", "d"], pre_vote=False)["d"]
+    e._campaign(transfer=False)
+    e._apply_conf(ConfChange(ConfChangeType.REMOVE, "d"))
+    for v in ("a", "b", "c"):
+        e.step(Message(type=MsgType.VOTE_RESP, to="d", frm=v, term=e.term))
+    assert e.role != LEADER
+
+
+def test_a_node_that_cannot_campaign_forgets_a_silent_leader():
+    # seed 50000000098497: learners removed without knowing it kept forwarding
+    # proposals to a leader that drops a non-member's messages; nobody answered.
+    net = Net(["a", "b"], learners=["l"])
+    a = net.elect("a")
+    l = net["l"]
+    assert l.lead == "a"
+    net.drop = lambda m: m.to == "l"  # the leader no longer sends it anything
+    for _ in range(3 * l.cfg.election_tick):
+        l.tick()
+    assert l.lead == "" and l.role == FOLLOWER and l.term == a.term
+    l.propose(b"x", b"op")
+    (dropped,) = l.ready().dropped
+    assert dropped[0] == b"op" and "no leader" in dropped[1]

@@ -93,7 +93,8 @@ def test_simulation_is_deterministic():
 
 
 @pytest.mark.parametrize("seed", [83889309, 500005356, 20000000003769, 101, 545,
-                                  30000000009593, 1544, 50000000077640])
+                                  30000000009593, 1544, 50000000077640, 50000000096748,
+                                  50000000098497])
 def test_seeds_that_once_broke_liveness(seed):
     """Issue 17 and the campaigns after it; test_raft_core has a focused test
     for each cause:
@@ -108,6 +109,10 @@ def test_seeds_that_once_broke_liveness(seed):
       its newer term;
     * 50000000077640: a re-added node behind on the membership took the
       terms of a removed node's campaigns and deposed the leader with them;
+    * 50000000096748: a candidate applied its own removal (a commit learned
+      from a refusal) and the new voters' grants still made it leader;
+    * 50000000098497: learners removed without knowing it kept a silent
+      leader and forwarded proposals to it, which nobody answered;
     * 1544 (under the voter-only rules of the review): a voter demoted to
       learner while it was away inflated its term; the others dropped its
       campaigns, and it ignored the leader's appends without an answer."""

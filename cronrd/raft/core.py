@@ -266,9 +266,18 @@ class Raft:
             self._tick_leader()
         else:
             self.election_elapsed += 1
-            if self._promotable() and self.election_elapsed >= self.randomized_timeout:
-                self.election_elapsed = 0
-                self._campaign(transfer=False)
+            if self.election_elapsed >= self.randomized_timeout:
+                if self._promotable():
+                    self.election_elapsed = 0
+                    self._campaign(transfer=False)
+                elif self.lead and self.role == FOLLOWER:
+                    # A node that cannot campaign (a learner, or one removed
+                    # without knowing it, which the leader no longer sends
+                    # anything) forgets a leader that has gone silent: its
+                    # requests are then refused at once ("no leader is
+                    # known") instead of being forwarded where nobody answers
+                    # (seed 50000000098497).
+                    self.lead = ""
 
     def knows_member(self, node: str, voter: bool = False) -> bool:
         """Is ``node`` a member (with ``voter``: a voter) as far as this node
@@ -623,7 +632,12 @@ class Raft:
                     self.log.term(m.commit) == m.log_term:
                 self.log.commit_to(m.commit)  # see _handle_vote
             self.votes.setdefault(m.frm, not m.reject)
-            if self._tally() >= self.quorum():
+            if not self.is_voter():
+                # It applied its own removal meanwhile (a commit learned from
+                # a refusal): a quorum of the new voters must not make a
+                # non-member leader (seed 50000000096748).
+                self.become_follower(self.term, "")
+            elif self._tally() >= self.quorum():
                 if self.role == PRECANDIDATE:
                     self._campaign(transfer=False, prevoted=True)
                 else:
@@ -851,6 +865,8 @@ class Raft:
 
     def _conf_applied(self, cc: ConfChange) -> None:
         self._apply_conf(cc)
+        if self.role in (CANDIDATE, PRECANDIDATE) and not self.is_voter():
+            self.become_follower(self.term, "")  # its own removal: no longer a candidate
         if self.role != LEADER:
             return
         if cc.node != self.id and cc.node in self.conf.members() and cc.node not in self.prs:
