@@ -24,6 +24,11 @@ from .schedule import host_timezone, parse_duration, parse_size, resolve_timezon
 DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"
 
 
+# detach: running jobs go on under their supervisors (adopted at the next
+# start); wait: let them finish within grace, then stop them; stop: at once.
+SHUTDOWN_MODES = ("detach", "wait", "stop")
+
+
 @dataclass(frozen=True)
 class TLSPaths:
     """PEM files for mutual TLS on the peer port: the cluster CA, this node's
@@ -93,7 +98,7 @@ class Config:
     log_max_age: float = 30 * 86400.0       # delete run logs older than this
     log_max_files_per_job: int = 500        # and keep at most this many per job
     history_retention: float = 30 * 86400.0  # run records kept in the state
-    shutdown_mode: str = "wait"             # wait | stop
+    shutdown_mode: str = "detach"           # detach | wait | stop
     shutdown_grace: float = 30.0
     log_level: str = "info"
     watch_interval: float = 1.0
@@ -204,10 +209,11 @@ def parse_config(raw: object, path: str = "<config>") -> Config:
         history = parse_duration(raw.get("history_retention", "30d"))
         shutdown = raw.get("shutdown") or {}
         if not isinstance(shutdown, dict):
-            raise _err(path, "shutdown must be a mapping {mode: wait|stop, grace: DURATION}")
-        mode = shutdown.get("mode", "wait")
-        if mode not in ("wait", "stop"):
-            raise _err(path, f"shutdown.mode must be 'wait' or 'stop' (got {mode!r})")
+            raise _err(path, "shutdown must be a mapping "
+                             "{mode: detach|wait|stop, grace: DURATION}")
+        mode = shutdown.get("mode", "detach")
+        if mode not in SHUTDOWN_MODES:
+            raise _err(path, f"shutdown.mode must be 'detach', 'wait' or 'stop' (got {mode!r})")
         grace = parse_duration(shutdown.get("grace", "30s"))
         watch = parse_duration(raw.get("watch_interval", "1s"))
     except ScheduleError as exc:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import yaml
 
 from cronrd.client import Client
+from cronrd.runtime.runs import records
 from cronrd.errors import CronrdError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -124,7 +125,28 @@ class Node:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+        self.kill_detached_runs()
         shutil.rmtree(self.base, ignore_errors=True)
+
+    def supervised(self) -> list:
+        """The run records of this node's supervisors (cronrd/runtime/runs/)."""
+        found = records.scan(str(Path(self.config["data_dir"]) / "runs"))
+        return [rec for recs in found.values() for rec in recs]
+
+    def kill_detached_runs(self) -> None:
+        """Runs go on after their daemon stops (they are adopted by the next
+        one): a test that ends must not leave them behind."""
+        for rec in self.supervised():
+            if rec.job_alive():
+                try:
+                    os.killpg(rec.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            if rec.supervisor_alive():
+                try:
+                    os.kill(rec.sup, signal.SIGKILL)
+                except OSError:
+                    pass
 
     # -- talking to it -----------------------------------------------------------------
     @property

@@ -21,7 +21,7 @@ def test_defaults_and_relative_paths(tmp_path):
     assert cfg.node_id == "n1"
     assert cfg.data_dir == str(tmp_path / "state")  # relative to the config file
     assert cfg.jobs_dir == "/etc/cronrd.d" and cfg.socket == "/run/cronrd/cronrd.sock"
-    assert cfg.shutdown_mode == "wait" and cfg.shutdown_grace == 30.0
+    assert cfg.shutdown_mode == "detach" and cfg.shutdown_grace == 30.0
     assert cfg.log_max_age == 30 * 86400 and cfg.log_max_files_per_job == 500
     assert cfg.state_db == str(tmp_path / "state" / "state.db")
 
@@ -30,7 +30,7 @@ def test_defaults_and_relative_paths(tmp_path):
     ([1], "must be a mapping"),
     ({"node_ID": "x"}, "unknown key 'node_ID' (did you mean 'node_id'?)"),
     ({"timezone": "Mars/Olympus"}, "unknown time zone"),
-    ({"shutdown": {"mode": "later"}}, "shutdown.mode must be 'wait' or 'stop'"),
+    ({"shutdown": {"mode": "later"}}, "shutdown.mode must be 'detach', 'wait' or 'stop'"),
     ({"shutdown": {"grace": "soon"}}, "bad duration"),
     ({"log_retention": {"max_files_per_job": 0}}, "positive integer"),
     ({"log_retention": {"keep": 1}}, "unknown log_retention key"),

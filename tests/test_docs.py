@@ -146,7 +146,8 @@ def test_unit_key_settings():
     d = _directives()
     assert d["ExecStart"] == ["/usr/bin/cronrd daemon --config /etc/cronrd/cronrd.yaml"]
     assert d["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
-    assert d["KillMode"] == ["mixed"]
+    # Runs outlive the daemon (adopted at its next start): systemd must not kill them.
+    assert d["KillMode"] == ["process"]
     assert d["WatchdogSec"] == ["30s"]
     assert "NoNewPrivileges" not in d  # would break jobs using sudo/setuid programs
     assert d.get("ProtectSystem", ["no"]) != ["strict"]

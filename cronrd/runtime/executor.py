@@ -22,7 +22,6 @@ import shlex
 import shutil
 import signal
 import stat
-import subprocess
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -39,6 +38,8 @@ from ..state.run_states import ACTIVE, sql_in
 from ..state.machine import Effect, Refused
 from .clock import Clock
 from .processes import alive, run_identity, run_process, signal_tree, snapshot_tree
+from .runs import records
+from .runs.spawner import Spawner, new_key
 
 log = logging.getLogger("cronrd.executor")
 
@@ -61,8 +62,14 @@ REPORT_RETRY_DELAY = 0.5
 # The gate shell first puts the job's soft open-file limit back to what the
 # daemon had before it raised its own ($1), so jobs see the limit cron would
 # give them.
-GATE_SCRIPT = 'ulimit -S -n "$1" 2>/dev/null; shift; read _ || exit 75; exec </dev/null; exec "$@"'
-LEGACY_GATE_SCRIPTS = ('read _ || exit 75; exec </dev/null; exec "$@"',)  # older daemons'
+#
+# Past its gate it prints one STARTED byte (not logged) before the exec: the
+# run's supervisor then knows, and records, that the job's command runs.
+GATE_SCRIPT = ('ulimit -S -n "$1" 2>/dev/null; shift; read _ || exit 75; printf "\\002"; '
+               'exec </dev/null; exec "$@"')
+LEGACY_GATE_SCRIPTS = (  # older daemons'
+    'read _ || exit 75; exec </dev/null; exec "$@"',
+    'ulimit -S -n "$1" 2>/dev/null; shift; read _ || exit 75; exec </dev/null; exec "$@"')
 PRESPAWN = 1.0  # seconds before the fire time a run's process is spawned
 SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
 
@@ -102,22 +109,19 @@ class Gate:
 class ActiveRun:
     run: dict
     spec: JobSpec
-    popen: subprocess.Popen
-    pid: int
-    pidfd: int
-    out_fd: int | None
-    logf: object
+    key: str                         # the spawn's name: its record file and datagrams
     log_path: str
-    cap: int
     kill_grace: float
     user: str = ""
-    ready: bool = True               # false until a user switch's shell said READY
+    switch: bool = False             # runs as another user (the READY handshake)
+    pid: int = 0                     # the job's process and group, once spawned
+    sup_fd: int | None = None        # pidfd of the run's supervisor
+    sup_pid: int = 0
+    ready: bool = False              # spawned (and, switching user, prepared)
     started_at: float | None = None  # None while waiting at the gate
-    early: bytes = b""               # output before the gate (why it could not start)
-    written: int = 0
-    truncated: bool = False
+    adopted: bool = False            # started by an earlier daemon
     stop_reason: str | None = None   # why we signalled it (timeout/cancel/shutdown/skip)
-    stop_state: str | None = None    # timed_out | cancelled | lost | skipped
+    stop_state: str | None = None    # timed_out | cancelled | lost | skipped | final
     exited: bool = False
     tree: list = field(default_factory=list)
     timers: list = field(default_factory=list)
@@ -213,6 +217,21 @@ def read_run_log(log_dir: str, run: dict, offset: int, size: int) -> bytes:
         os.close(fd)
 
 
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _say(fd: int, text: str) -> None:
+    """A line of cronrd's own into a run's log (why it did not start)."""
+    try:
+        os.write(fd, text.encode())
+    except OSError:
+        pass
+
+
 def _env_script(env: dict[str, str]) -> bytes:
     """The job's environment as ``export`` lines for the shell that runs as
     the job's user (every value single-quoted: nothing is expanded)."""
@@ -240,6 +259,12 @@ class Executor:
         self.is_root = os.geteuid() == 0
         self.timers: dict[int, asyncio.TimerHandle] = {}
         self.active: dict[int, ActiveRun] = {}
+        self.by_key: dict[str, ActiveRun] = {}
+        # Each run gets a supervisor process of its own (runs/supervisor.py),
+        # which outlives the daemon; its records live here.
+        self.runs_dir = os.path.join(config.data_dir, "runs")
+        self.spawner = Spawner(self.runs_dir, self._on_spawned, self._on_event)
+        self._waiters: list[asyncio.Future] = []  # woken when a run ends
         self.gates: dict[float, Gate] = {}
         self.reports: set[asyncio.Task] = set()
         # False until reconcile(): runs assigned meanwhile (a cluster applies
@@ -254,7 +279,6 @@ class Executor:
         self._deferred: set[int] = set()  # over max_running when prepared: retried when due
         # The soft open-file limit jobs get (the daemon raises its own at start).
         self.job_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        self.on_output: Callable[[int], None] | None = None
         me = pwd.getpwuid(os.geteuid())
         self._me = {"uid": me.pw_uid, "gid": os.getegid(), "home": me.pw_dir,
                     "user": me.pw_name,
@@ -293,7 +317,7 @@ class Executor:
                 # Final already (cancelled, job removed...) while it waited
                 # at its gate: it must not start, and it is not reported again.
                 act.stop_state, act.stop_reason = "final", run.get("reason")
-                signal_tree(act.pid, [], signal.SIGKILL)
+                self._kill_waiting(act)
 
     def schedule(self, run: dict) -> None:
         """Prepare ``run`` PRESPAWN seconds before it is due (at once if sooner)."""
@@ -353,7 +377,7 @@ class Executor:
                 self._warned_user.add(spec.name)
                 log.warning("event=user_ignored job=%s user=%s reason=\"daemon is not root; "
                             "the job runs as %s\"", spec.name, spec.user, me["user"])
-            return {"kwargs": {}, "prefix": [], "home": me["home"], "user": me["user"],
+            return {"ids": None, "prefix": [], "home": me["home"], "user": me["user"],
                     "switch": False}
         name = spec.user or "root"
         try:
@@ -370,7 +394,7 @@ class Executor:
                 raise CronrdError(f"group {spec.group!r} does not exist on node "
                                   f"{self.node_id}; fix group: in {spec.source}") from None
         groups = os.getgrouplist(ent.pw_name, gid)
-        kwargs: dict = {}
+        ids: dict | None = None
         prefix: list[str] = []
         # The primary group counts as a member group on both sides.
         if (ent.pw_uid, gid, frozenset(groups) | {gid}) != \
@@ -383,9 +407,10 @@ class Executor:
                           f"--groups={','.join(str(g) for g in groups)}" if groups
                           else "--clear-groups", "--"]
             else:
-                kwargs = {"user": ent.pw_uid, "group": gid, "extra_groups": groups}
-        return {"kwargs": kwargs, "prefix": prefix, "home": ent.pw_dir, "user": ent.pw_name,
-                "switch": bool(kwargs or prefix)}
+                # The job's process switches itself before its exec.
+                ids = {"uid": ent.pw_uid, "gid": gid, "groups": list(groups)}
+        return {"ids": ids, "prefix": prefix, "home": ent.pw_dir, "user": ent.pw_name,
+                "switch": bool(ids or prefix)}
 
     def _gate(self, due: float) -> Gate:
         gate = self.gates.get(due)
@@ -456,8 +481,7 @@ class Executor:
             return
         self._deferred.discard(run["run_id"])
         try:
-            logf = os.fdopen(open_run_log(self.config.log_dir, run, create=True), "ab",
-                             buffering=0)
+            logfd = open_run_log(self.config.log_dir, run, create=True)
         except (OSError, CronrdError) as exc:
             why = str(exc) if isinstance(exc, CronrdError) else \
                 f"{exc.strerror}; check log_dir permissions"
@@ -502,46 +526,33 @@ class Executor:
                 os.close(envfd)
             msg = str(exc) if isinstance(exc, CronrdError) else \
                 f"cannot prepare the run: {exc.strerror}"
-            logf.write(f"cronrd: run not started: {msg}\n".encode())
-            logf.close()
+            _say(logfd, f"cronrd: run not started: {msg}\n")
+            os.close(logfd)
             self._report_now(run, "failed", now, reason=msg, log_path=log_path)
             return
-        rfd = wfd = -1
-        popen = None
+        key = new_key(run["run_id"])
+        gate = self._gate(run["due_at"] or now)
+        req = {"key": key, "argv": argv, "env": env, "cwd": cwd, "cap": spec.max_log_bytes,
+               "switch": ident["switch"], "ids": ident["ids"],
+               "record": os.path.join(self.runs_dir, key)}
         try:
-            gate = self._gate(run["due_at"] or now)
-            rfd, wfd = os.pipe2(os.O_CLOEXEC)
-            popen = subprocess.Popen(
-                argv, stdin=gate.rfd, stdout=wfd if envfd < 0 else envfd, stderr=wfd,
-                env=env, cwd=cwd, start_new_session=True, close_fds=True, **ident["kwargs"])
-            pidfd = os.pidfd_open(popen.pid)
-        except (OSError, ValueError) as exc:  # EMFILE, ENOMEM, "embedded null byte"...
-            if popen is not None:  # spawned but untrackable: it must not run
-                signal_tree(popen.pid, [], signal.SIGKILL)
-                popen.wait()
-            for fd in (rfd, wfd):
-                if fd >= 0:
-                    os.close(fd)
-            msg = f"cannot start the run: {getattr(exc, 'strerror', None) or exc}"
-            logf.write(f"cronrd: {msg}\n".encode())
-            logf.close()
+            self.spawner.spawn(req, [gate.rfd, logfd] + ([envfd] if envfd >= 0 else []))
+        except CronrdError as exc:
+            msg = f"cannot start the run: {exc}"
+            _say(logfd, f"cronrd: {msg}\n")
             self._report_now(run, "failed", now, reason=msg, log_path=log_path,
                              exit_code=127)
             return
         finally:
+            os.close(logfd)
             if envfd >= 0:
                 os.close(envfd)
-        os.close(wfd)
-        os.set_blocking(rfd, False)
-        act = ActiveRun(run=run, spec=spec, popen=popen, pid=popen.pid, pidfd=pidfd,
-                        out_fd=rfd, logf=logf, log_path=log_path, cap=spec.max_log_bytes,
+        act = ActiveRun(run=run, spec=spec, key=key, log_path=log_path,
                         kill_grace=spec.kill_grace, user=ident["user"],
-                        ready=not ident["switch"])
+                        switch=ident["switch"])
         self.active[run["run_id"]] = act
+        self.by_key[key] = act
         gate.runs.append(act)
-        loop = asyncio.get_running_loop()
-        loop.add_reader(rfd, self._read_output, act)
-        loop.add_reader(pidfd, self._exited, act)
 
     def _admit(self, act: ActiveRun) -> str | None:
         """The overlap policy, decided at the fire time against the runs of the
@@ -596,7 +607,7 @@ class Executor:
                 continue
             if not mine.get(act.run["run_id"], True):
                 act.stop_state, act.stop_reason = "final", "no longer assigned here"
-                signal_tree(act.pid, [], signal.SIGKILL)  # still waiting: nothing ran
+                self._kill_waiting(act)  # still waiting: nothing ran
                 continue
             if fenced:
                 # Not heard from the leader within the lease: the leader may
@@ -604,12 +615,12 @@ class Executor:
                 act.stop_state, act.stop_reason = "lost", (
                     f"node {self.node_id} had no fresh lease from the leader at the fire "
                     "time (cut off from the cluster?); not started here")
-                signal_tree(act.pid, [], signal.SIGKILL)
+                self._kill_waiting(act)
                 continue
             reason = self._admit(act)
             if reason is not None:
                 act.stop_state, act.stop_reason = "skipped", reason
-                signal_tree(act.pid, [], signal.SIGKILL)  # still waiting: nothing ran
+                self._kill_waiting(act)  # still waiting: nothing ran
                 continue
             act.started_at = self.clock.now()  # seen by _admit for the runs after it
             go.append(act)
@@ -638,88 +649,101 @@ class Executor:
                      len(go), iso_utc(round(gate.due, 3)), (started - gate.due) * 1000,
                      ",".join(a.run["job"] for a in go[:5]) + ("..." if len(go) > 5 else ""))
 
-    # -- output ----------------------------------------------------------------
-    def _read_output(self, act: ActiveRun) -> None:
-        try:
-            data = os.read(act.out_fd, READ_CHUNK)
-        except BlockingIOError:
+    # -- what the supervisors say ---------------------------------------------
+    def _on_spawned(self, key: str, sup_pid: int | None, pidfd: int | None,
+                    error: str | None) -> None:
+        act = self.by_key.get(key)
+        if act is None or act.exited:
+            if pidfd is not None:
+                os.close(pidfd)
             return
-        except OSError:
-            data = b""
-        if not data:
-            self._close_output(act)
+        if error is not None or pidfd is None or not sup_pid:
+            msg = f"cannot start the run: {error or 'no supervisor'}"
+            log.error("event=spawn_failed job=%s run=%d error=\"%s\"", act.run["job"],
+                      act.run["run_id"], error)
+            self._finish(act, 127 << 8, 0, reason=msg)
             return
-        self._write_log(act, data)
+        act.sup_pid, act.sup_fd = sup_pid, pidfd
+        asyncio.get_running_loop().add_reader(pidfd, self._supervisor_ended, act)
 
-    def _write_log(self, act: ActiveRun, data: bytes) -> None:
-        if not act.ready and not act.early and data[:1] == READY:
+    def _on_event(self, key: str, ev: dict) -> None:
+        act = self.by_key.get(key)
+        if act is None or act.exited:
+            return
+        kind = ev["event"]
+        if kind == "spawned":
+            pid = ev.get("pid")
+            if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or act.pid:
+                return
+            act.pid = pid
+            act.ready = not act.switch
+            if act.stop_state is not None and not act.started:
+                self._kill_waiting(act)  # stopped before we knew its pid
+        elif kind == "ready":
             act.ready = True
-            data = data[1:]
-            if not data:
-                return
-        if not act.started and len(act.early) < 4096:
-            act.early += data[:4096]
-        room = act.cap - act.written
-        if room > 0:
-            chunk = data[:room]
-            try:
-                act.logf.write(chunk)
-            except OSError as exc:
-                log.error("event=log_write_failed path=%s error=%s", act.log_path, exc)
-            act.written += len(chunk)
-        if len(data) > max(room, 0) and not act.truncated:
-            act.truncated = True
-            try:
-                act.logf.write(f"\ncronrd: output truncated at {act.cap} bytes "
-                               "(max_log_bytes)\n".encode())
-            except OSError:
-                pass
-        if self.on_output is not None:
-            self.on_output(act.run["run_id"])
+        elif kind == "exited":
+            status, written = ev.get("status"), ev.get("written")
+            if isinstance(status, int) and not isinstance(status, bool):
+                self._finish(act, status, written if isinstance(written, int) else 0)
 
-    def _drain_output(self, act: ActiveRun) -> None:
-        while act.out_fd is not None:
-            try:
-                data = os.read(act.out_fd, READ_CHUNK)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._close_output(act)
-                return
-            self._write_log(act, data)
-
-    def _close_output(self, act: ActiveRun) -> None:
-        if act.out_fd is None:
-            return
-        asyncio.get_running_loop().remove_reader(act.out_fd)
-        os.close(act.out_fd)
-        act.out_fd = None
-        act.logf.close()
+    def _supervisor_ended(self, act: ActiveRun) -> None:
+        """The run's supervisor is gone: its record says how the job ended
+        (the datagram may still be on its way, or lost)."""
+        self._close_supervisor(act)
         if act.exited:
-            self.active.pop(act.run["run_id"], None)
+            return
+        rec = records.read(os.path.join(self.runs_dir, act.key))
+        if rec is not None and rec.exited:
+            self._finish(act, rec.status, rec.written)
+            return
+        reason = (f"its supervisor (pid {act.sup_pid}) ended unexpectedly (killed?); the "
+                  "run's result is unknown")
+        if rec is not None and rec.job_alive():
+            self._signal_record(rec, signal.SIGKILL)
+            reason += "; its processes were stopped"
+        log.error("event=supervisor_lost job=%s run=%d pid=%d", act.run["job"],
+                  act.run["run_id"], act.sup_pid)
+        act.stop_state, act.stop_reason = "lost", reason
+        self._finish(act, None, 0)
+
+    def _close_supervisor(self, act: ActiveRun) -> None:
+        if act.sup_fd is not None:
+            asyncio.get_running_loop().remove_reader(act.sup_fd)
+            os.close(act.sup_fd)
+            act.sup_fd = None
+
+    @staticmethod
+    def _signal_record(rec: records.Record, sig: int) -> None:
+        """Signal the job's group of a record, if that process is still the one
+        the supervisor started (its start time says so)."""
+        if rec.job_alive() and rec.pid:
+            try:
+                os.killpg(rec.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     # -- exit ------------------------------------------------------------------
-    def _exited(self, act: ActiveRun) -> None:
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(act.pidfd)
-        os.close(act.pidfd)
-        rc = act.popen.wait()
+    def _finish(self, act: ActiveRun, status: int | None, written: int, *,
+                reason: str | None = None) -> None:
+        """The job ended (raw wait ``status``; None: unknown). Report it."""
+        if act.exited:
+            return
         act.exited = True
         finished = self.clock.now()
-        self._drain_output(act)
         for timer in act.timers:
             timer.cancel()
-        if act.out_fd is None:
-            self.active.pop(act.run["run_id"], None)
+        self.active.pop(act.run["run_id"], None)
+        self.by_key.pop(act.key, None)
+        self._close_supervisor(act)
+        self._changed()
         run = act.run
+        rc = records.exit_code(status) if status is not None else None
         if not act.started:
             # It never passed its gate: nothing of the job ran. Its log is
             # empty, unless the shell that switched to the job's user said
             # why it could not prepare the run (working_dir...).
             try:
-                if act.written == 0:
+                if written == 0:
                     os.unlink(act.log_path)
             except OSError:
                 pass
@@ -734,21 +758,30 @@ class Executor:
                 return
             else:
                 state = "failed"
-                reason = self._not_started_reason(act, rc)
+                reason = reason or self._not_started_reason(act, rc if rc is not None else -1)
             self._propose(C.RunFinished(
                 run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
                 exit_code=None, signal=None, started_at=None, finished_at=finished,
-                log_path=act.log_path if act.written else None, reason=reason,
+                log_path=act.log_path if written else None, reason=reason,
                 not_started=state == "lost"))
             return
-        exit_code = rc if rc >= 0 else None
-        sig = -rc if rc < 0 else None
+        self._report_end(act, rc, finished)
+
+    def _report_end(self, act: ActiveRun, rc: int | None, finished: float,
+                    note: str | None = None) -> None:
+        run = act.run
+        exit_code = rc if rc is not None and rc >= 0 else None
+        sig = -rc if rc is not None and rc < 0 else None
         if act.stop_state is not None:
             state, reason = act.stop_state, act.stop_reason
+        elif rc is None:
+            state, reason = "lost", "the run's result is unknown"
         else:
             state = "succeeded" if rc == 0 else "failed"
             reason = None if rc == 0 else (
-                f"exit code {rc}" if rc > 0 else f"killed by signal {signal.Signals(-rc).name}")
+                f"exit code {rc}" if rc > 0 else f"killed by signal {_signame(-rc)}")
+        if note:
+            reason = f"{reason}; {note}" if reason else note
         # Successes at debug level: at hundreds of runs a second an info line
         # each would run into journald's rate limit and crowd out what matters.
         log.log(logging.DEBUG if state == "succeeded" else logging.INFO,
@@ -758,12 +791,18 @@ class Executor:
         self._propose(C.RunFinished(
             run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
             exit_code=exit_code, signal=sig, started_at=act.started_at, finished_at=finished,
-            log_path=act.log_path, reason=reason, pid=act.pid))
+            log_path=act.log_path, reason=reason, pid=act.pid or None),
+            record=os.path.join(self.runs_dir, act.key))
 
-    @staticmethod
-    def _not_started_reason(act: ActiveRun, rc: int) -> str:
-        said = [ln.strip() for ln in act.early.decode("utf-8", "replace").splitlines()
-                if ln.strip()]
+    def _early_output(self, act: ActiveRun) -> str:
+        """What a run that never started wrote (why it could not)."""
+        try:
+            return read_run_log(self.config.log_dir, act.run, 0, 4096).decode("utf-8", "replace")
+        except (OSError, CronrdError):
+            return ""
+
+    def _not_started_reason(self, act: ActiveRun, rc: int) -> str:
+        said = [ln.strip() for ln in self._early_output(act).splitlines() if ln.strip()]
         if said and rc > 0:
             last = said[-1][:500]
             if last.startswith("cronrd: run not started: "):
@@ -781,7 +820,7 @@ class Executor:
         if act.exited:
             return
         if not act.started:
-            signal_tree(act.pid, [], signal.SIGKILL)  # still at its gate: nothing ran
+            self._kill_waiting(act)  # still at its gate: nothing ran
             return
         act.tree = snapshot_tree(act.pid) or act.tree
         log.info("event=run_stopping job=%s run=%d reason=\"%s\" processes=%d",
@@ -791,6 +830,12 @@ class Executor:
         # since grandchildren may outlive it.
         act.hard_kill = asyncio.get_running_loop().call_later(act.kill_grace,
                                                               self._kill_hard, act)
+
+    def _kill_waiting(self, act: ActiveRun) -> None:
+        """SIGKILL a run still waiting at its gate (nothing of the job ran).
+        Without a pid yet, its "spawned" message does it."""
+        if act.pid:
+            signal_tree(act.pid, [], signal.SIGKILL)
 
     def _kill_hard(self, act: ActiveRun) -> None:
         procs = alive(act.tree + ([] if act.exited else snapshot_tree(act.pid)))
@@ -818,14 +863,14 @@ class Executor:
             log_path=log_path, reason=reason))
 
     def _propose(self, cmd: C.Command, act: ActiveRun | None = None,
-                 item: int | None = None) -> None:
+                 item: int | None = None, record: str | None = None) -> None:
         if self.outbox is not None and item is None and isinstance(cmd, C.RunFinished):
             # Results only: a lost start report is settled by reconcile.
             try:
                 item = self.outbox.add(cmd)
             except Exception as exc:  # still proposed; only the crash safety is lost
                 log.error("event=outbox_write_failed op=%s error=\"%s\"", cmd.op, exc)
-        task = asyncio.get_running_loop().create_task(self._report(cmd, act, item))
+        task = asyncio.get_running_loop().create_task(self._report(cmd, act, item, record))
         self.reports.add(task)
         task.add_done_callback(self.reports.discard)
 
@@ -841,7 +886,7 @@ class Executor:
         return len(items)
 
     async def _report(self, cmd: C.Command, act: ActiveRun | None,
-                      item: int | None = None) -> None:
+                      item: int | None = None, record: str | None = None) -> None:
         """Propose until committed: a result is never dropped (guarantee 4)."""
         while True:
             try:
@@ -858,6 +903,8 @@ class Executor:
             break
         if item is not None:
             self.outbox.done(item)
+        if record is not None:  # the result is committed: the record has served
+            records.remove(record)
 
     # -- restart reconciliation ---------------------------------------------------
     def _orphans(self) -> dict[int, list[psutil.Process]]:
@@ -876,20 +923,38 @@ class Executor:
         return found
 
     async def reconcile(self) -> dict:
-        """Settle runs this node had in flight when the daemon last stopped.
+        """Start the executor and settle the runs this node had in flight when
+        the daemon last stopped.
 
-        Policy: kill and retry. A process of ours that is still alive is
-        stopped (its whole tree), the run is marked ``lost``, and the state
-        machine retries it by the job's on_node_loss policy. Runs that were
-        assigned but never started are started now.
+        A run whose supervisor (runs/supervisor.py) still lives is *adopted*:
+        it goes on, and is reported when it ends. One that ended meanwhile is
+        reported with the exit status its supervisor recorded, as the same
+        attempt. Only a run whose supervisor is gone too without a word (the
+        host rebooted, it was killed) is ``lost``, and retried by the job's
+        on_node_loss policy. Runs that never passed their gate start now (if
+        the catch-up policy still wants them).
+
+        Runs of daemons older than the supervisors have no record: their
+        processes are stopped and the runs marked lost (kill and retry).
         """
-        orphans = self._orphans()
-        lost = started = 0
+        # Supervisors' datagrams are read from here on, but only between the
+        # steps below (no await until the runs are registered).
+        self.spawner.start()
+        found = records.scan(self.runs_dir)
+        orphans: dict | None = None
+        counts = {"lost": 0, "resumed": 0, "adopted": 0, "collected": 0}
         waits = []
         runs = [r for r in Q.runs_for_node(self.conn, self.node_id, ("running", "assigned"))
                 if r["run_id"] not in self._reported]
         self.accepting = True  # from here on, new assignments start as they come
         for run in runs:
+            recs = found.pop(run["run_id"], [])
+            if recs:
+                outcome = self._settle_recorded(run, recs)
+                counts[outcome] += 1
+                continue
+            if orphans is None:
+                orphans = self._orphans()
             path = run_log_path(self.config.log_dir, run)
             procs = list(orphans.get(run["run_id"], []))
             # The recorded pid counts only if that process is this run's
@@ -908,21 +973,107 @@ class Executor:
                             p.kill()
                         except psutil.Error:
                             pass
-                    late = self._stale_reason(run)
-                    if late is not None:
-                        self._propose(C.RunFinished(
-                            run_id=run["run_id"], token=run["token"], node=self.node_id,
-                            state="skipped", exit_code=None, signal=None, started_at=None,
-                            finished_at=self.clock.now(), log_path=None, reason=late))
-                    else:
-                        self.schedule(run)
-                        started += 1
+                    self._start_again(run)
+                    counts["resumed"] += 1
                     continue
-            lost += 1
+            counts["lost"] += 1
             waits.append(self._settle_lost(run, procs, path))
+        for recs in found.values():
+            # Runs that are over (or not ours any more): their supervisors
+            # have nothing left to tell. One still running keeps its record.
+            for rec in recs:
+                if not rec.supervisor_alive():
+                    records.remove(rec.path)
         if waits:
             await asyncio.gather(*waits)
-        return {"lost": lost, "resumed": started}
+        return counts
+
+    def _start_again(self, run: dict) -> str:
+        """A run that never passed its gate: start it, unless the catch-up
+        policy no longer wants it."""
+        late = self._stale_reason(run)
+        if late is not None:
+            self._propose(C.RunFinished(
+                run_id=run["run_id"], token=run["token"], node=self.node_id,
+                state="skipped", exit_code=None, signal=None, started_at=None,
+                finished_at=self.clock.now(), log_path=None, reason=late))
+        else:
+            self.schedule(run)
+        return "resumed"
+
+    def _settle_recorded(self, run: dict, recs: list[records.Record]) -> str:
+        """Settle ``run`` from its supervisors' records (oldest spawn first)."""
+        rec = next((r for r in reversed(recs) if r.started), recs[-1])
+        for other in recs:
+            if other is not rec:  # spawns that never started: gone or going
+                self._signal_record(other, signal.SIGKILL)
+                records.remove(other.path)
+        if not rec.started:
+            # Still waiting at the gate of a daemon that is gone (its shell
+            # exits unrun when it sees the gate closed): nothing ran.
+            self._signal_record(rec, signal.SIGKILL)
+            records.remove(rec.path)
+            if run["state"] == "assigned":
+                return self._start_again(run)
+            self._propose(C.RunFinished(
+                run_id=run["run_id"], token=run["token"], node=self.node_id, state="lost",
+                exit_code=None, signal=None, started_at=run["started_at"],
+                finished_at=self.clock.now(), log_path=None,
+                reason="cronrd restarted before the run's command started; retried"))
+            return "lost"
+        spec = self._job_spec(run["job"])
+        act = ActiveRun(run=run, spec=spec, key=rec.key,
+                        log_path=run_log_path(self.config.log_dir, run),
+                        kill_grace=spec.kill_grace if spec else 10.0, pid=rec.pid or 0,
+                        sup_pid=rec.sup or 0, ready=True, adopted=True,
+                        started_at=rec.started_at or run["started_at"] or self.clock.now())
+        if rec.exited:
+            log.info("event=run_collected job=%s run=%d status=%d", run["job"], run["run_id"],
+                     rec.status)
+            act.exited = True
+            self._report_end(act, records.exit_code(rec.status), rec.exited_at or
+                             self.clock.now(), note="ended while cronrd was restarting")
+            return "collected"
+        if not rec.supervisor_alive() or not self._watch_supervisor(act, rec):
+            reason = "cronrd restarted during the run and its supervisor is gone too"
+            if not rec.this_boot():
+                reason = "the host restarted during the run"
+            elif rec.job_alive():
+                self._signal_record(rec, signal.SIGKILL)
+                reason += "; its processes were stopped"
+            act.stop_state, act.stop_reason = "lost", reason + " (retried per on_node_loss)"
+            act.exited = True
+            log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"],
+                        run["run_id"], reason)
+            self._report_end(act, None, self.clock.now())
+            return "lost"
+        # Adopted: it goes on under its supervisor.
+        self.active[run["run_id"]] = act
+        self.by_key[act.key] = act
+        if run["state"] == "assigned":  # it passed its gate as the last daemon stopped
+            self._propose(C.RunStarted(run_id=run["run_id"], token=run["token"],
+                                       node=self.node_id, pid=act.pid,
+                                       started_at=act.started_at, log_path=act.log_path), act)
+        if spec is not None and spec.timeout:
+            left = spec.timeout - (self.clock.now() - act.started_at)
+            act.timers.append(asyncio.get_running_loop().call_later(
+                max(0.0, left), self._stop, act, "timed_out",
+                f"timed out after {spec.timeout:g}s (timeout)"))
+        log.info("event=run_adopted job=%s run=%d pid=%d supervisor=%d", run["job"],
+                 run["run_id"], act.pid, act.sup_pid)
+        return "adopted"
+
+    def _watch_supervisor(self, act: ActiveRun, rec: records.Record) -> bool:
+        try:
+            fd = os.pidfd_open(rec.sup)
+        except OSError:
+            return False
+        if not rec.supervisor_alive():  # the pid was reused before we opened it
+            os.close(fd)
+            return False
+        act.sup_fd = fd
+        asyncio.get_running_loop().add_reader(fd, self._supervisor_ended, act)
+        return True
 
     def _stale_reason(self, run: dict) -> str | None:
         """A run assigned before the daemon stopped and never started: does the
@@ -982,8 +1133,32 @@ class Executor:
             finished_at=self.clock.now(), log_path=path, reason=reason))
 
     # -- shutdown -----------------------------------------------------------------
+    def _changed(self) -> None:
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters.clear()
+
+    async def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``done()`` (checked whenever a run ends), at most ``timeout``."""
+        deadline = self.clock.monotonic() + timeout
+        while not done():
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                return False
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, left)
+            except asyncio.TimeoutError:
+                pass
+        return True
+
     async def shutdown(self, mode: str, grace: float) -> None:
-        """Stop starting runs; let running ones finish (``wait``) or stop them."""
+        """Stop starting runs. Running ones go on under their supervisors and
+        are adopted by the next daemon (``detach``), or are waited for within
+        ``grace`` (``wait``), or stopped (``stop``); those still running after
+        ``grace`` in ``wait`` mode are stopped too."""
         self.accepting = False
         for handle in self.timers.values():
             handle.cancel()
@@ -1008,25 +1183,28 @@ class Executor:
                         finished_at=now, log_path=None, not_started=True,
                         reason=f"node {self.node_id} stopped before the run was due; "
                                "placed on another node"))
+        for act in list(self.active.values()):
+            if not act.started:
+                self._kill_waiting(act)
         live = [a for a in self.active.values() if a.started and not a.exited]
         if live:
             log.info("event=shutdown_runs mode=%s running=%d grace_s=%g", mode, len(live), grace)
-        if mode == "stop":
-            for act in live:
-                self._stop(act, "lost", "stopped by daemon shutdown (shutdown.mode: stop)")
-        deadline = self.clock.monotonic() + grace
-        while any(not a.exited for a in self.active.values()) and \
-                self.clock.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        for act in list(self.active.values()):
-            if not act.exited:
-                self._stop(act, "lost", f"stopped by daemon shutdown after the {grace:g}s "
-                                        "grace period")
-        deadline = self.clock.monotonic() + max(
-            [a.kill_grace for a in self.active.values()] + [0]) + 1
-        while any(not a.exited for a in self.active.values()) and \
-                self.clock.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        if mode != "detach" and live:
+            if mode == "stop":
+                for act in live:
+                    self._stop(act, "lost", "stopped by daemon shutdown (shutdown.mode: stop)")
+            all_done = lambda: all(a.exited for a in live)  # noqa: E731
+            if not await self._wait_until(all_done, grace):
+                for act in live:
+                    if not act.exited:
+                        self._stop(act, "lost", f"stopped by daemon shutdown after the "
+                                                f"{grace:g}s grace period")
+            await self._wait_until(all_done, max([a.kill_grace for a in live] + [0]) + 1)
+        elif live:
+            log.info("event=runs_detached count=%d reason=\"they go on under their "
+                     "supervisors; the next start of the daemon adopts them\"", len(live))
+        # Waiting shells that were killed: let their supervisors say so.
+        await self._wait_until(lambda: all(a.started for a in self.active.values()), 2.0)
         if self.outbox is None:
             while self.reports:
                 await asyncio.gather(*list(self.reports), return_exceptions=True)
@@ -1036,6 +1214,9 @@ class Executor:
             await asyncio.wait(list(self.reports), timeout=5.0)
             for task in list(self.reports):
                 task.cancel()
+        for act in list(self.active.values()):
+            self._close_supervisor(act)
+        self.spawner.close()
 
     # -- log retention ----------------------------------------------------------------
     def prune_logs(self, active: set[str] | None = None) -> int:

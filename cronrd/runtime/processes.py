@@ -27,7 +27,7 @@ def signal_tree(pgid: int, procs: list[psutil.Process], sig: int, *,
     group: the group is signalled only while a process of ``procs`` (ours)
     is still in it, which keeps the number taken.
     """
-    if not leader_reaped or any(_in_group(p, pgid) for p in procs):
+    if pgid > 1 and (not leader_reaped or any(_in_group(p, pgid) for p in procs)):
         try:
             os.killpg(pgid, sig)
         except (ProcessLookupError, PermissionError):

@@ -1,0 +1,247 @@
+"""The daemon's side of the run supervisors (see supervisor.py).
+
+``Spawner`` owns the fork server and the notify socket. ``spawn`` sends one
+request (with the run's gate, log and environment descriptors); the fork
+server answers with the supervisor's pid and a pidfd of it (``on_spawned``);
+the supervisor then reports ``spawned`` / ``ready`` / ``started`` / ``exited``
+as datagrams (``on_event``). A datagram counts only if its sender runs as the
+daemon's user (SO_PASSCRED) and names a spawn key the daemon made (a random
+nonce per spawn), so a job cannot fake another run's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import socket
+import stat
+import struct
+import subprocess
+import sys
+from typing import Callable
+
+from ...errors import CronrdError
+
+log = logging.getLogger("cronrd.executor")
+
+NOTIFY_NAME = "notify"
+MAX_DATAGRAM = 4096
+SEND_TIMEOUT = 5.0
+_CREDS = struct.Struct("iII")  # struct ucred: pid, uid, gid
+
+
+def forkserver_argv(fd: int) -> list[str]:
+    if getattr(sys, "frozen", False):  # the self-contained binary (packaging/)
+        return [sys.executable, "__forkserver", str(fd)]
+    return [sys.executable, "-m", "cronrd.runtime.runs.supervisor", str(fd)]
+
+
+def new_key(run_id: int) -> str:
+    return f"{run_id}.{secrets.token_hex(6)}"
+
+
+class Spawner:
+    def __init__(self, runs_dir: str,
+                 on_spawned: Callable[[str, int | None, int | None, str | None], None],
+                 on_event: Callable[[str, dict], None]):
+        self.runs_dir = runs_dir
+        self.notify_path = os.path.join(runs_dir, NOTIFY_NAME)
+        self.on_spawned = on_spawned
+        self.on_event = on_event
+        self.uid = os.geteuid()
+        self.pending: set[str] = set()   # requests not answered yet
+        self.restarts = 0
+        self._notify: socket.socket | None = None
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen | None = None
+        self._proc_fd: int | None = None
+        self._closing = False
+
+    # -- life ---------------------------------------------------------------
+    def prepare_dir(self) -> None:
+        os.makedirs(self.runs_dir, mode=0o700, exist_ok=True)
+        st = os.stat(self.runs_dir, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != self.uid or st.st_mode & 0o022:
+            raise CronrdError(
+                f"run records directory {self.runs_dir} must be a directory owned by uid "
+                f"{self.uid} and not writable by group or others; fix it with chown/chmod "
+                "(or remove it: the daemon creates it)")
+        if len(os.fsencode(self.notify_path)) > 107:
+            raise CronrdError(
+                f"data_dir {os.path.dirname(self.runs_dir)} is too long a path for the run "
+                f"supervisors' socket {self.notify_path} (Unix socket paths are limited to "
+                "107 bytes); choose a shorter data_dir")
+
+    def start_listening(self) -> None:
+        """Bind the notify socket. Datagrams queue until ``start`` reads them."""
+        self.prepare_dir()
+        try:
+            os.unlink(self.notify_path)  # a previous daemon's (we hold the data_dir lock)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        old = os.umask(0o077)
+        try:
+            sock.bind(self.notify_path)
+        finally:
+            os.umask(old)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.setblocking(False)
+        self._notify = sock
+
+    def start(self) -> None:
+        if self._notify is None:
+            self.start_listening()
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self._notify.fileno(), self._read_notify)
+        if self._sock is None:
+            self._start_server()
+
+    def _start_server(self) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = subprocess.Popen(
+                forkserver_argv(child.fileno()), pass_fds=[child.fileno()], close_fds=True,
+                stdin=subprocess.DEVNULL)
+        finally:
+            child.close()
+        parent.setblocking(False)
+        self._sock = parent
+        loop = asyncio.get_running_loop()
+        loop.add_reader(parent.fileno(), self._read_replies)
+        self._proc_fd = os.pidfd_open(self._proc.pid)
+        loop.add_reader(self._proc_fd, self._server_ended)
+        log.debug("event=forkserver_started pid=%d", self._proc.pid)
+
+    def _stop_server(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._sock is not None:
+            loop.remove_reader(self._sock.fileno())
+            self._sock.close()  # the fork server ends on EOF
+            self._sock = None
+        if self._proc_fd is not None:
+            loop.remove_reader(self._proc_fd)
+            os.close(self._proc_fd)
+            self._proc_fd = None
+
+    def _server_ended(self) -> None:
+        rc = self._proc.wait() if self._proc is not None else None
+        self._stop_server()
+        if self._closing:
+            return
+        self.restarts += 1
+        # Requests it took but never answered: if it forked a supervisor, the
+        # run's "spawned" datagram still arrives and the executor kills it.
+        lost, self.pending = self.pending, set()
+        log.error("event=forkserver_died returncode=%s unanswered=%d action=restart "
+                  "reason=\"the process that starts run supervisors ended; started again\"",
+                  rc, len(lost))
+        for key in lost:
+            self.on_spawned(key, None, None, "the process that starts runs (cronrd's fork "
+                            "server) ended before starting it")
+        self._start_server()
+
+    def close(self) -> None:
+        self._closing = True
+        self._stop_server()
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._notify is not None:
+            asyncio.get_running_loop().remove_reader(self._notify.fileno())
+            self._notify.close()
+            self._notify = None
+            try:
+                os.unlink(self.notify_path)
+            except FileNotFoundError:
+                pass
+
+    # -- spawning -------------------------------------------------------------
+    def spawn(self, req: dict, fds: list[int]) -> None:
+        """Ask for a supervisor for ``req`` (its ``key`` names the spawn).
+        The descriptors are duplicated into the fork server: close yours."""
+        req = dict(req, notify=self.notify_path)
+        data = json.dumps(req, separators=(",", ":")).encode()
+        for attempt in (1, 2):
+            if self._sock is None:
+                self._start_server()
+            try:
+                self._send(data, fds)
+                self.pending.add(req["key"])
+                return
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                if attempt == 2:
+                    raise CronrdError(f"cannot reach cronrd's fork server: {exc}") from None
+                self._stop_server()
+            except OSError as exc:  # EMSGSIZE, a timeout...
+                raise CronrdError(f"cannot hand the run to cronrd's fork server: "
+                                  f"{exc.strerror or exc}") from None
+
+    def _send(self, data: bytes, fds: list[int]) -> None:
+        try:
+            socket.send_fds(self._sock, [data], fds)
+        except BlockingIOError:
+            # Its queue is full (hundreds of runs due at once): wait for room.
+            self._sock.settimeout(SEND_TIMEOUT)
+            try:
+                socket.send_fds(self._sock, [data], fds)
+            finally:
+                self._sock.setblocking(False)
+
+    def _read_replies(self) -> None:
+        while self._sock is not None:
+            try:
+                msg, fds, _, _ = socket.recv_fds(self._sock, MAX_DATAGRAM, 1)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                msg, fds = b"", []
+            if not msg:
+                # EOF: the fork server is ending; _server_ended follows.
+                asyncio.get_running_loop().remove_reader(self._sock.fileno())
+                return
+            try:
+                reply = json.loads(msg)
+                key = str(reply["key"])
+            except (ValueError, KeyError, TypeError):
+                for f in fds:
+                    os.close(f)
+                log.error("event=forkserver_bad_reply")
+                continue
+            self.pending.discard(key)
+            pid = reply.get("pid")
+            self.on_spawned(key, pid if isinstance(pid, int) else None,
+                            fds[0] if fds else None, reply.get("error"))
+
+    def _read_notify(self) -> None:
+        space = socket.CMSG_SPACE(_CREDS.size)
+        while self._notify is not None:
+            try:
+                msg, anc, _, _ = self._notify.recvmsg(MAX_DATAGRAM, space)
+            except (BlockingIOError, InterruptedError):
+                return
+            uid = None
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and \
+                        len(data) >= _CREDS.size:
+                    _, uid, _ = _CREDS.unpack(data[:_CREDS.size])
+            if uid != self.uid:
+                log.warning("event=supervisor_message_refused uid=%s reason=\"not sent by "
+                            "the daemon's user\"", uid)
+                continue
+            try:
+                ev = json.loads(msg)
+                key = ev["key"]
+                if not isinstance(key, str) or not isinstance(ev.get("event"), str):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                log.warning("event=supervisor_message_refused reason=\"malformed\"")
+                continue
+            self.on_event(key, ev)

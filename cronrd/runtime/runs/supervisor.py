@@ -1,0 +1,304 @@
+"""Run supervisors: one small process per run that outlives the daemon.
+
+The daemon starts one *fork server* (``python -m cronrd.runtime.runs.supervisor
+FD``, or ``cronrd __forkserver FD`` in the frozen binary) and asks it, over a
+SOCK_SEQPACKET socket, to start each run. The fork server forks one
+*supervisor* per run and hands the daemon a pidfd of it. The supervisor:
+
+- leaves the daemon's session (``setsid``), so nothing aimed at the daemon's
+  process group or terminal reaches it;
+- forks the job's process in a session and process group of its own (the
+  group the daemon signals on timeout and cancel), its stdin the run's gate;
+- copies the job's output into the run's log file (an fd the daemon opened
+  and checked), up to the job's ``max_log_bytes``;
+- appends what happened to the run's *record* (one small file per spawn in
+  ``DATA_DIR/runs``): spawned (pids, start ticks, boot id), started, and the
+  raw wait status when the job exits;
+- tells the daemon each step with a datagram to ``DATA_DIR/runs/notify``,
+  resolved by path on every send, so a restarted daemon hears the runs that
+  an earlier daemon started.
+
+So a daemon that dies (SIGTERM, kill -9, an upgrade) takes no run with it: the
+next daemon reads the records, adopts the runs that are still going and
+collects the real exit status of those that ended meanwhile. The record, not
+the datagram, is the truth; the datagram only saves a wait.
+
+Only the standard library is imported here: this module runs in the fork
+server, whose forks must be small and quick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+READY = 0x01     # the user-switch shell prepared the run (see executor.DROP_SCRIPT)
+STARTED = 0x02   # the gate shell passed its gate: the job's command runs now
+READ_CHUNK = 65536
+NOTIFY_TIMEOUT = 2.0
+EXIT_NOTIFY_TRIES = 5
+MAX_REQUEST = 1 << 20
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat
+    field 22): with the pid, it names one process for as long as the host
+    runs, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _Supervisor:
+    def __init__(self, req: dict, gate_fd: int, log_fd: int, env_fd: int):
+        self.key = req["key"]
+        self.notify_path = req["notify"]
+        self.cap = int(req["cap"])
+        self.phase = "ready" if req.get("switch") else "gate"
+        self.log_fd = log_fd
+        self.written = 0
+        self.truncated = False
+        self.rec = os.open(req["record"], os.O_WRONLY | os.O_CREAT | os.O_APPEND |
+                           os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self.sock.settimeout(NOTIFY_TIMEOUT)
+        rfd, wfd = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the job
+            _exec_job(req, gate_fd, wfd, env_fd)
+        os.close(wfd)
+        for fd in (gate_fd, env_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.pid, self.out = pid, rfd
+        self.record("spawned", boot=boot_id(), sup=os.getpid(),
+                    sup_start=start_ticks(os.getpid()), pid=pid, pid_start=start_ticks(pid))
+        self.notify("spawned", pid=pid)
+
+    def record(self, event: str, **fields) -> None:
+        fields["at"] = round(time.time(), 6)
+        line = json.dumps({"event": event, **fields}, separators=(",", ":")) + "\n"
+        try:
+            os.write(self.rec, line.encode())
+        except OSError:
+            pass  # a full disk must not stop the run; the daemon then calls it lost
+
+    def notify(self, event: str, tries: int = 1, **fields) -> None:
+        msg = json.dumps({"key": self.key, "event": event, **fields},
+                         separators=(",", ":")).encode()
+        for _ in range(tries):
+            try:
+                self.sock.sendto(msg, self.notify_path)
+                return
+            except TimeoutError:
+                continue  # the daemon is busy: its queue is full
+            except OSError:
+                return  # no daemon listening: the record says it all
+
+    def output(self, data: bytes) -> None:
+        while data and self.phase != "run":
+            marker = READY if self.phase == "ready" else STARTED
+            if data[0] != marker:
+                break  # output before the marker: why the run could not start
+            data = data[1:]
+            if self.phase == "ready":
+                self.phase = "gate"
+                self.notify("ready")
+            else:
+                self.phase = "run"
+                self.record("started")
+                self.notify("started")
+        if not data:
+            return
+        room = self.cap - self.written
+        if room > 0:
+            chunk = data[:room]
+            try:
+                _write_all(self.log_fd, chunk)
+            except OSError:
+                pass
+            self.written += len(chunk)
+        if len(data) > max(room, 0) and not self.truncated:
+            self.truncated = True
+            try:
+                _write_all(self.log_fd, f"\ncronrd: output truncated at {self.cap} bytes "
+                                        "(max_log_bytes)\n".encode())
+            except OSError:
+                pass
+
+    def drain(self) -> bool:
+        """Copy what the pipe holds now; False once it is closed."""
+        while True:
+            try:
+                data = os.read(self.out, READ_CHUNK)
+            except BlockingIOError:
+                return True
+            except OSError:
+                data = b""
+            if not data:
+                return False
+            self.output(data)
+
+    def run(self) -> None:
+        os.set_blocking(self.out, False)
+        pidfd = os.pidfd_open(self.pid)
+        poll = select.poll()
+        poll.register(self.out, select.POLLIN)
+        poll.register(pidfd, select.POLLIN)
+        out_open, status = True, None
+        while out_open or status is None:
+            for fd, _ in poll.poll():
+                if fd == pidfd and status is None:
+                    _, status = os.waitpid(self.pid, 0)
+                    poll.unregister(pidfd)
+                    os.close(pidfd)
+                    if out_open:
+                        out_open = self.drain()
+                        if not out_open:
+                            poll.unregister(self.out)
+                    self.record("exited", status=status, started=self.phase == "run",
+                                written=self.written, truncated=self.truncated)
+                    self.notify("exited", tries=EXIT_NOTIFY_TRIES, status=status,
+                                started=self.phase == "run", written=self.written)
+                elif fd == self.out and out_open:
+                    out_open = self.drain()
+                    if not out_open:
+                        poll.unregister(self.out)
+        # Grandchildren that kept the output open have closed it too.
+        self.record("closed", written=self.written)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _exec_job(req: dict, gate_fd: int, out_fd: int, env_fd: int) -> None:
+    """In the job's process: never returns."""
+    try:
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP,
+                    signal.SIGTERM, signal.SIGCHLD, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_DFL)
+        os.setsid()
+        os.dup2(gate_fd, 0)
+        os.dup2(env_fd if env_fd >= 0 else out_fd, 1)
+        os.dup2(out_fd, 2)
+        ids = req.get("ids")
+        if ids:
+            os.setgroups(ids["groups"])
+            os.setgid(ids["gid"])
+            os.setuid(ids["uid"])
+        os.chdir(req["cwd"])
+        os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
+        os.execve(req["argv"][0], req["argv"], req["env"])
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into the fork server's code
+        try:
+            why = getattr(exc, "strerror", None) or str(exc)
+            os.write(2, f"cronrd: cannot start the run: {why}\n".encode())
+        except BaseException:  # noqa: BLE001
+            pass
+    os._exit(127)
+
+
+def _supervise(req: dict, fds: list[int]) -> None:
+    """In the supervisor's process (a fork of the fork server): never returns."""
+    code = 0
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_IGN)
+        os.setsid()
+        gate_fd, log_fd = fds[:2]
+        env_fd = fds[2] if len(fds) > 2 else -1
+        _Supervisor(req, gate_fd, log_fd, env_fd).run()
+    except BaseException:  # noqa: BLE001
+        code = 1
+    os._exit(code)
+
+
+def _reap(*_) -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def serve(fd: int) -> int:
+    """The fork server's loop: one request in, one supervisor forked, its
+    pidfd out. Ends when the daemon closes its end."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, _reap)
+    sock = socket.socket(fileno=fd)
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)
+        except OSError:
+            return 1
+        if not msg:
+            return 0
+        try:
+            req = json.loads(msg)
+            if len(fds) not in (2, 3):
+                raise ValueError(f"expected 2 or 3 descriptors, got {len(fds)}")
+            pid = os.fork()
+        except (ValueError, OSError) as exc:
+            reply, rfds = {"key": _key(msg), "error": str(exc)}, []
+        else:
+            if pid == 0:
+                sock.close()
+                _supervise(req, fds)
+            try:
+                rfds = [os.pidfd_open(pid)]
+                reply = {"key": req["key"], "pid": pid}
+            except OSError as exc:
+                reply, rfds = {"key": req["key"], "error": f"pidfd_open: {exc.strerror}"}, []
+        for f in fds:
+            if f >= 0:
+                os.close(f)
+        try:
+            socket.send_fds(sock, [json.dumps(reply).encode()], rfds)
+        except OSError:
+            return 1
+        finally:
+            for f in rfds:
+                os.close(f)
+
+
+def _key(msg: bytes) -> str:
+    try:
+        return str(json.loads(msg).get("key", ""))
+    except (ValueError, AttributeError):
+        return ""
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m cronrd.runtime.runs.supervisor FD (started by cronrd daemon)",
+              file=sys.stderr)
+        return 2
+    return serve(int(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,238 @@
+"""The run supervisors (cronrd/runtime/runs/): a real fork server, real
+supervisors and jobs, driven through the daemon's side (Spawner) without a
+daemon. Gate protocol, output cap, records, exit statuses, bad datagrams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+
+import pytest
+
+from cronrd.runtime.runs import records
+from cronrd.runtime.runs.spawner import Spawner, new_key
+
+GATE = 'read _ || exit 75; printf "\\002"; exec </dev/null; exec "$@"'
+
+
+class Harness:
+    def __init__(self, tmp_path):
+        self.dir = str(tmp_path / "runs")
+        self.events: list[tuple[str, dict]] = []
+        self.spawned: dict[str, tuple] = {}
+        self.changed = asyncio.Event()
+        self.spawner = Spawner(self.dir, self._spawned, self._event)
+        self.logs = tmp_path
+
+    def _spawned(self, key, pid, pidfd, error):
+        self.spawned[key] = (pid, error)
+        if pidfd is not None:
+            os.close(pidfd)
+        self.changed.set()
+
+    def _event(self, key, ev):
+        self.events.append((key, ev))
+        self.changed.set()
+
+    async def wait(self, pred, timeout=10.0):
+        async def loop():
+            while not pred():
+                self.changed.clear()
+                await self.changed.wait()
+        await asyncio.wait_for(loop(), timeout)
+
+    def event(self, key, kind):
+        return next((ev for k, ev in self.events if k == key and ev["event"] == kind), None)
+
+    def start(self, command: str, *, cap: int = 1 << 20, switch: bool = False,
+              gate_open: bool = True, script: str = GATE):
+        key = new_key(1)
+        log_path = os.path.join(self.logs, key + ".log")
+        logfd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        rfd, wfd = os.pipe()
+        req = {"key": key, "argv": ["/bin/sh", "-c", script, "gate", "/bin/sh", "-c", command],
+               "env": {"PATH": "/usr/bin:/bin"}, "cwd": "/", "cap": cap, "switch": switch,
+               "ids": None, "record": os.path.join(self.dir, key)}
+        self.spawner.spawn(req, [rfd, logfd])
+        os.close(rfd)
+        os.close(logfd)
+        if gate_open:
+            os.write(wfd, b"\n\n")
+        os.close(wfd)
+        return key, log_path
+
+
+@pytest.fixture
+def sup(tmp_path):
+    h = Harness(tmp_path)
+    yield h
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_a_run_passes_its_gate_and_its_exit_status_is_recorded(sup):
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("echo hello; exit 3")
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    assert sup.spawned[key][1] is None and sup.spawned[key][0] > 1
+    ev = sup.event(key, "exited")
+    assert records.exit_code(ev["status"]) == 3 and ev["started"] is True
+    assert sup.event(key, "started") and sup.event(key, "spawned")["pid"] > 1
+    # The markers are not logged; the output is.
+    assert open(log_path, "rb").read() == b"hello\n"
+    rec = records.read(os.path.join(sup.dir, key))
+    assert rec.started and rec.exited and records.exit_code(rec.status) == 3
+    assert rec.written == 6 and rec.this_boot() and rec.closed
+
+
+def test_a_closed_gate_means_the_command_never_ran(sup, tmp_path):
+    witness = tmp_path / "ran"
+
+    async def main():
+        sup.spawner.start()
+        key, _ = sup.start(f"touch {witness}", gate_open=False)
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key
+    key = run(main())
+    ev = sup.event(key, "exited")
+    assert ev["started"] is False and records.exit_code(ev["status"]) == 75
+    assert not witness.exists() and sup.event(key, "started") is None
+
+
+def test_signal_is_recorded_as_the_signal(sup):
+    async def main():
+        sup.spawner.start()
+        key, _ = sup.start("kill -USR1 $$")
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key
+    key = run(main())
+    assert records.exit_code(sup.event(key, "exited")["status"]) == -signal.SIGUSR1
+
+
+def test_output_is_capped_with_a_note_and_the_job_goes_on(sup, tmp_path):
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("head -c 5000 /dev/zero | tr '\\0' x; echo; echo end >&2",
+                                  cap=1000)
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    data = open(log_path, "rb").read()
+    assert data.startswith(b"x" * 1000)
+    assert b"output truncated at 1000 bytes (max_log_bytes)" in data and b"end" not in data
+    assert records.exit_code(sup.event(key, "exited")["status"]) == 0
+
+
+def test_user_switch_handshake_reports_ready_before_the_gate(sup):
+    # The drop script's part: READY, then the gate shell.
+    script = 'printf "\\001"; ' + GATE
+
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("echo ok", switch=True, script=script)
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    kinds = [ev["event"] for k, ev in sup.events if k == key]
+    assert kinds.index("ready") < kinds.index("started")
+    assert open(log_path, "rb").read() == b"ok\n"
+
+
+def test_output_before_the_gate_is_logged_as_the_reason(sup):
+    script = 'echo "cronrd: run not started: no such dir" >&2; exit 126'
+
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("true", switch=True, script=script)
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    assert sup.event(key, "ready") is None and sup.event(key, "exited")["started"] is False
+    assert b"run not started: no such dir" in open(log_path, "rb").read()
+
+
+def test_a_supervisor_outlives_the_fork_server_and_the_daemon_side(sup):
+    async def main():
+        sup.spawner.start()
+        key, _ = sup.start("sleep 30")
+        await sup.wait(lambda: sup.event(key, "spawned"))
+        sup.spawner.close()  # the "daemon" goes away
+        return key
+    key = run(main())
+    rec = records.read(os.path.join(sup.dir, key))
+    assert rec.supervisor_alive() and rec.job_alive()
+    os.killpg(rec.pid, signal.SIGTERM)
+    deadline = asyncio.run(_until(lambda: records.read(rec.path).closed))
+    assert deadline
+    rec = records.read(rec.path)
+    assert records.exit_code(rec.status) == -signal.SIGTERM and not rec.supervisor_alive()
+
+
+async def _until(pred, timeout=10.0):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not pred():
+        if loop.time() > end:
+            return False
+        await asyncio.sleep(0.02)  # polling a file another process writes
+    return True
+
+
+def test_bad_datagrams_are_refused_without_harm(sup):
+    async def main():
+        sup.spawner.start()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        for junk in (b"\xff\xfe", b"[]", json.dumps({"key": 5, "event": "x"}).encode(),
+                     json.dumps({"key": "1.abc", "event": "exited", "status": 0}).encode()):
+            s.sendto(junk, sup.spawner.notify_path)
+        s.close()
+        key, _ = sup.start("true")
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key
+    key = run(main())
+    # The junk was dropped and the fork server still works; the well-formed
+    # message under a key nobody made reaches the executor's callback, which
+    # ignores unknown keys (Executor._on_event).
+    assert [k for k, _ in sup.events if k != key] == ["1.abc"]
+
+
+def test_notify_socket_is_private(sup):
+    async def main():
+        sup.spawner.start()
+        mode = os.stat(sup.spawner.notify_path).st_mode & 0o777
+        dmode = os.stat(sup.dir).st_mode & 0o777
+        sup.spawner.close()
+        return mode, dmode
+    mode, dmode = run(main())
+    assert mode & 0o077 == 0 and dmode == 0o700
+
+
+def test_fork_server_death_is_logged_and_it_is_started_again(sup, caplog):
+    async def main():
+        sup.spawner.start()
+        first = sup.spawner._proc.pid
+        os.kill(first, signal.SIGKILL)
+        await _until(lambda: sup.spawner.restarts == 1)
+        key, _ = sup.start("exit 4")
+        await sup.wait(lambda: sup.event(key, "exited"))
+        second = sup.spawner._proc.pid
+        sup.spawner.close()
+        return key, first, second
+    key, first, second = run(main())
+    assert first != second and records.exit_code(sup.event(key, "exited")["status"]) == 4
+    assert "event=forkserver_died" in caplog.text
