@@ -131,7 +131,8 @@ def test_kill9_mid_run_then_restart_adopts_and_duplicates_nothing(node):
     node.start()
     # The run goes on under its supervisor: adopted, not lost, not retried.
     runs = node.runs("long")
-    assert [(r["attempt"], r["state"]) for r in runs] == [(1, "running")]
+    assert [(r["attempt"], r["state"]) for r in runs] == [(1, "running")], \
+        (runs, node.daemon_log())
     assert psutil.pid_exists(orphan)
     # Every tick fire time from first to last has exactly one record: the outage
     # was caught up (catchup: all), nothing is duplicated, nothing is missing.

@@ -13,6 +13,7 @@ import socket
 import pytest
 
 from cronrd.runtime.runs import records
+from cronrd.state.run_life import exit_code
 from cronrd.runtime.runs.spawner import Spawner, new_key
 
 GATE = 'read _ || exit 75; printf "\\002"; exec </dev/null; exec "$@"'
@@ -85,12 +86,12 @@ def test_a_run_passes_its_gate_and_its_exit_status_is_recorded(sup):
     key, log_path = run(main())
     assert sup.spawned[key][1] is None and sup.spawned[key][0] > 1
     ev = sup.event(key, "exited")
-    assert records.exit_code(ev["status"]) == 3 and ev["started"] is True
+    assert exit_code(ev["status"]) == 3 and ev["started"] is True
     assert sup.event(key, "started") and sup.event(key, "spawned")["pid"] > 1
     # The markers are not logged; the output is.
     assert open(log_path, "rb").read() == b"hello\n"
     rec = records.read(os.path.join(sup.dir, key))
-    assert rec.started and rec.exited and records.exit_code(rec.status) == 3
+    assert rec.started and rec.exited and exit_code(rec.status) == 3
     assert rec.written == 6 and rec.this_boot() and rec.closed
 
 
@@ -105,7 +106,7 @@ def test_a_closed_gate_means_the_command_never_ran(sup, tmp_path):
         return key
     key = run(main())
     ev = sup.event(key, "exited")
-    assert ev["started"] is False and records.exit_code(ev["status"]) == 75
+    assert ev["started"] is False and exit_code(ev["status"]) == 75
     assert not witness.exists() and sup.event(key, "started") is None
 
 
@@ -117,7 +118,7 @@ def test_signal_is_recorded_as_the_signal(sup):
         sup.spawner.close()
         return key
     key = run(main())
-    assert records.exit_code(sup.event(key, "exited")["status"]) == -signal.SIGUSR1
+    assert exit_code(sup.event(key, "exited")["status"]) == -signal.SIGUSR1
 
 
 def test_output_is_capped_with_a_note_and_the_job_goes_on(sup, tmp_path):
@@ -132,7 +133,7 @@ def test_output_is_capped_with_a_note_and_the_job_goes_on(sup, tmp_path):
     data = open(log_path, "rb").read()
     assert data.startswith(b"x" * 1000)
     assert b"output truncated at 1000 bytes (max_log_bytes)" in data and b"end" not in data
-    assert records.exit_code(sup.event(key, "exited")["status"]) == 0
+    assert exit_code(sup.event(key, "exited")["status"]) == 0
 
 
 def test_user_switch_handshake_reports_ready_before_the_gate(sup):
@@ -179,7 +180,7 @@ def test_a_supervisor_outlives_the_fork_server_and_the_daemon_side(sup):
     deadline = asyncio.run(_until(lambda: records.read(rec.path).closed))
     assert deadline
     rec = records.read(rec.path)
-    assert records.exit_code(rec.status) == -signal.SIGTERM and not rec.supervisor_alive()
+    assert exit_code(rec.status) == -signal.SIGTERM and not rec.supervisor_alive()
 
 
 async def _until(pred, timeout=10.0):
@@ -234,5 +235,5 @@ def test_fork_server_death_is_logged_and_it_is_started_again(sup, caplog):
         sup.spawner.close()
         return key, first, second
     key, first, second = run(main())
-    assert first != second and records.exit_code(sup.event(key, "exited")["status"]) == 4
+    assert first != second and exit_code(sup.event(key, "exited")["status"]) == 4
     assert "event=forkserver_died" in caplog.text

@@ -320,7 +320,7 @@ class Daemon:
             now = self.clock.now()
             due_soon = any(now < (r["due_at"] or 0) <= now + 2.0 for r in Q.runs_for_node(
                 self.conn, self.config.node_id, ("assigned",)))
-            if not due_soon and not self.executor.gates:
+            if not due_soon and not self.executor.gates_pending():
                 break
             await asyncio.sleep(0.05)
 
@@ -328,7 +328,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                active = {a.log_path for a in self.executor.active.values()}
+                active = self.executor.logs_in_use()
                 removed = await loop.run_in_executor(None, self.executor.prune_logs, active)
                 now = self.clock.now()
                 res = {}
@@ -496,8 +496,7 @@ class Daemon:
             "jobs": len(jobs), "paused": sum(1 for j in jobs if j["paused"]),
             "running": active.get("running", 0),
             "assigned": active.get("assigned", 0), "pending": active.get("pending", 0),
-            "running_here": sum(1 for a in self.executor.active.values()
-                                if a.started and not a.exited),
+            "running_here": self.executor.running_here(),
             "conflicts": [j["conflict"] for j in jobs if j.get("conflict")],
             "applied_index": self.machine.applied_index,
             "state_digest": self.machine.state_digest,

@@ -10,6 +10,7 @@ grandchildren that left the group are stopped too.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import grp
@@ -35,6 +36,7 @@ from ..state import commands as C
 from ..decisions import overlap
 from ..state import queries as Q
 from ..state.run_states import ACTIVE, sql_in
+from ..state import run_life as L
 from ..state.machine import Effect, Refused
 from .clock import Clock
 from .processes import alive, run_identity, run_process, signal_tree, snapshot_tree
@@ -103,33 +105,26 @@ class Gate:
     wfd: int
     runs: list = field(default_factory=list)
     handle: asyncio.TimerHandle | None = None
+    waiting: bool = False            # due, but a run is not ready yet
 
 
 @dataclass
 class ActiveRun:
+    """A run this node is starting or running: its life (run_life.Life, the
+    only state the executor keeps about it) and the handles that go with it."""
     run: dict
-    spec: JobSpec
+    spec: JobSpec | None
     key: str                         # the spawn's name: its record file and datagrams
     log_path: str
     kill_grace: float
+    life: L.Life
     user: str = ""
-    switch: bool = False             # runs as another user (the READY handshake)
-    pid: int = 0                     # the job's process and group, once spawned
     sup_fd: int | None = None        # pidfd of the run's supervisor
     sup_pid: int = 0
-    ready: bool = False              # spawned (and, switching user, prepared)
-    started_at: float | None = None  # None while waiting at the gate
-    adopted: bool = False            # started by an earlier daemon
-    stop_reason: str | None = None   # why we signalled it (timeout/cancel/shutdown/skip)
-    stop_state: str | None = None    # timed_out | cancelled | lost | skipped | final
-    exited: bool = False
+    gate: "Gate | None" = None
     tree: list = field(default_factory=list)
     timers: list = field(default_factory=list)
     hard_kill: asyncio.TimerHandle | None = None
-
-    @property
-    def started(self) -> bool:
-        return self.started_at is not None
 
 
 def _at_gate(proc: psutil.Process) -> bool:
@@ -217,13 +212,6 @@ def read_run_log(log_dir: str, run: dict, offset: int, size: int) -> bytes:
         os.close(fd)
 
 
-def _signame(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
 def _say(fd: int, text: str) -> None:
     """A line of cronrd's own into a run's log (why it did not start)."""
     try:
@@ -284,6 +272,16 @@ class Executor:
                     "user": me.pw_name,
                     "groups": frozenset(os.getgroups()) | {os.getegid()}}
 
+    # -- what others may ask ---------------------------------------------------
+    def running_here(self) -> int:
+        return sum(1 for a in self.active.values() if a.life.started)
+
+    def logs_in_use(self) -> set[str]:
+        return {a.log_path for a in self.active.values()}
+
+    def gates_pending(self) -> bool:
+        return bool(self.gates)
+
     # -- effects from the state machine -------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:
         for eff in effects:
@@ -313,11 +311,10 @@ class Executor:
             if handle is not None:
                 handle.cancel()
             act = self.active.get(run["run_id"])
-            if act is not None and not act.started and not act.exited:
+            if act is not None and not act.life.started:
                 # Final already (cancelled, job removed...) while it waited
                 # at its gate: it must not start, and it is not reported again.
-                act.stop_state, act.stop_reason = "final", run.get("reason")
-                self._kill_waiting(act)
+                self._apply(act, L.Stop("final", run.get("reason") or "final"))
 
     def schedule(self, run: dict) -> None:
         """Prepare ``run`` PRESPAWN seconds before it is due (at once if sooner)."""
@@ -427,7 +424,7 @@ class Executor:
         waiting at a gate count: each holds a process and descriptors."""
         total = same = 0
         for act in self.active.values():
-            if act.exited or (act.stop_state is not None and not act.started):
+            if not act.life.holds_slot:
                 continue
             total += 1
             same += act.run["job"] == run["job"]
@@ -548,8 +545,8 @@ class Executor:
             if envfd >= 0:
                 os.close(envfd)
         act = ActiveRun(run=run, spec=spec, key=key, log_path=log_path,
-                        kill_grace=spec.kill_grace, user=ident["user"],
-                        switch=ident["switch"])
+                        kill_grace=spec.kill_grace, user=ident["user"], gate=gate,
+                        life=L.Life(switch=ident["switch"]))
         self.active[run["run_id"]] = act
         self.by_key[key] = act
         gate.runs.append(act)
@@ -559,8 +556,7 @@ class Executor:
         same job that are running here, and (in a cluster) those the
         replicated state shows running on other nodes."""
         others = [a for a in self.active.values()
-                  if a is not act and a.run["job"] == act.run["job"] and a.started
-                  and not a.exited]
+                  if a is not act and a.run["job"] == act.run["job"] and a.life.started]
         remote = []
         if self.lease is not None:
             run = act.run
@@ -579,7 +575,7 @@ class Executor:
             run_id=act.run["run_id"], manual=act.run["kind"] == "manual")
         for other in decision.replace:
             if other.node is None:
-                self._stop(local[other.run_id], "cancelled", decision.reason)
+                self._apply(local[other.run_id], L.Stop("cancelled", decision.reason))
             else:
                 self._propose(C.CancelRun(run_id=other.run_id, at=self.clock.now(),
                                           reason=decision.reason))
@@ -590,40 +586,44 @@ class Executor:
         if early > 0.0005:  # timers may fire a hair early: re-arm
             gate.handle = asyncio.get_running_loop().call_later(early, self._open_gate, gate)
             return
-        if -early < READY_WAIT and any(not a.ready and not a.exited and a.stop_state is None
-                                       for a in gate.runs):
-            # A run switching to its user has not said ready yet (nor failed).
-            gate.handle = asyncio.get_running_loop().call_later(0.002, self._open_gate, gate)
+        if -early < READY_WAIT and any(not a.life.ready and a.life.stop_state is None
+                                       and not a.life.over for a in gate.runs):
+            # A run's supervisor has not said spawned (or, switching to the
+            # job's user, ready) yet: opened when it does, or at READY_WAIT.
+            gate.waiting = True
+            gate.handle = asyncio.get_running_loop().call_later(
+                READY_WAIT + early, self._open_gate, gate)
             return
+        gate.handle.cancel()
         self.gates.pop(gate.due, None)
-        go = []
+        now = self.clock.now()
         fenced = self.lease is not None and not self.lease()
         if fenced:
             log.warning("event=runs_fenced count=%d reason=\"no fresh lease from the leader "
                         "(cut off from the cluster?)\"", len(gate.runs))
         mine = self._still_mine([a.run for a in gate.runs])
+        go = []
         for act in gate.runs:
-            if act.exited or act.stop_state is not None:
+            if act.life.over or act.life.stop_state is not None:
                 continue
             if not mine.get(act.run["run_id"], True):
-                act.stop_state, act.stop_reason = "final", "no longer assigned here"
-                self._kill_waiting(act)  # still waiting: nothing ran
-                continue
-            if fenced:
+                verdict = L.GateOpen(now, "final", "no longer assigned here")
+            elif fenced:
                 # Not heard from the leader within the lease: the leader may
                 # already have given this run to another node. Nothing ran.
-                act.stop_state, act.stop_reason = "lost", (
+                verdict = L.GateOpen(now, "lost", (
                     f"node {self.node_id} had no fresh lease from the leader at the fire "
-                    "time (cut off from the cluster?); not started here")
-                self._kill_waiting(act)
-                continue
-            reason = self._admit(act)
-            if reason is not None:
-                act.stop_state, act.stop_reason = "skipped", reason
-                self._kill_waiting(act)  # still waiting: nothing ran
-                continue
-            act.started_at = self.clock.now()  # seen by _admit for the runs after it
-            go.append(act)
+                    "time (cut off from the cluster?); not started here"))
+            elif not act.life.pid:
+                verdict = L.GateOpen(now, "failed", (
+                    f"its supervisor did not start within {READY_WAIT:g}s of the fire time "
+                    f"(node {self.node_id} overloaded?)"))
+            else:
+                skip = self._admit(act)  # sees the runs admitted before it as started
+                verdict = L.GateOpen(now) if skip is None else L.GateOpen(now, "skipped", skip)
+            self._apply(act, verdict)
+            if act.life.phase is L.Phase.STARTED:
+                go.append(act)
         try:
             # Two bytes per run: a run killed a moment ago cannot starve another.
             os.write(gate.wfd, b"\n" * (2 * len(go)))
@@ -631,80 +631,87 @@ class Executor:
             log.error("event=gate_write_failed error=%s", exc)
         os.close(gate.wfd)
         os.close(gate.rfd)
-        started = self.clock.now()
         loop = asyncio.get_running_loop()
         for act in go:
-            act.started_at = started
             self.started_count += 1
             run = act.run
             if act.spec.timeout:
                 act.timers.append(loop.call_later(
-                    act.spec.timeout, self._stop, act, "timed_out",
-                    f"timed out after {act.spec.timeout:g}s (timeout)"))
+                    act.spec.timeout, self._apply, act, L.Stop(
+                        "timed_out", f"timed out after {act.spec.timeout:g}s (timeout)")))
             self._propose(C.RunStarted(run_id=run["run_id"], token=run["token"],
-                                       node=self.node_id, pid=act.pid, started_at=started,
+                                       node=self.node_id, pid=act.life.pid,
+                                       started_at=act.life.started_at,
                                        log_path=act.log_path), act)
         if go:
             log.info("event=runs_started count=%d due=%s lateness_ms=%.1f jobs=%s",
-                     len(go), iso_utc(round(gate.due, 3)), (started - gate.due) * 1000,
+                     len(go), iso_utc(round(gate.due, 3)), (now - gate.due) * 1000,
                      ",".join(a.run["job"] for a in go[:5]) + ("..." if len(go) > 5 else ""))
+
+    def _maybe_open(self, act: ActiveRun) -> None:
+        """A run of a gate that waits for its runs got ready (or ended)."""
+        gate = act.gate
+        if gate is not None and gate.waiting and gate.due in self.gates:
+            if all(a.life.ready or a.life.stop_state is not None or a.life.over
+                   for a in gate.runs):
+                gate.waiting = False
+                self._open_gate(gate)
 
     # -- what the supervisors say ---------------------------------------------
     def _on_spawned(self, key: str, sup_pid: int | None, pidfd: int | None,
                     error: str | None) -> None:
         act = self.by_key.get(key)
-        if act is None or act.exited:
+        if act is None or act.life.over:
             if pidfd is not None:
                 os.close(pidfd)
             return
         if error is not None or pidfd is None or not sup_pid:
-            msg = f"cannot start the run: {error or 'no supervisor'}"
             log.error("event=spawn_failed job=%s run=%d error=\"%s\"", act.run["job"],
                       act.run["run_id"], error)
-            self._finish(act, 127 << 8, 0, reason=msg)
+            self._apply(act, L.SpawnFailed(error or "no supervisor"))
             return
         act.sup_pid, act.sup_fd = sup_pid, pidfd
         asyncio.get_running_loop().add_reader(pidfd, self._supervisor_ended, act)
 
     def _on_event(self, key: str, ev: dict) -> None:
         act = self.by_key.get(key)
-        if act is None or act.exited:
-            return
+        if act is None:
+            return  # a run already settled, or a key nobody made
         kind = ev["event"]
         if kind == "spawned":
             pid = ev.get("pid")
-            if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1 or act.pid:
-                return
-            act.pid = pid
-            act.ready = not act.switch
-            if act.stop_state is not None and not act.started:
-                self._kill_waiting(act)  # stopped before we knew its pid
+            if isinstance(pid, int) and not isinstance(pid, bool):
+                self._apply(act, L.Spawned(pid))
         elif kind == "ready":
-            act.ready = True
+            self._apply(act, L.Ready())
         elif kind == "exited":
             status, written = ev.get("status"), ev.get("written")
             if isinstance(status, int) and not isinstance(status, bool):
-                self._finish(act, status, written if isinstance(written, int) else 0)
+                self._apply(act, L.Exited(status, written if isinstance(written, int) else 0,
+                                          self.clock.now(), accepting=self.accepting))
 
     def _supervisor_ended(self, act: ActiveRun) -> None:
         """The run's supervisor is gone: its record says how the job ended
         (the datagram may still be on its way, or lost)."""
         self._close_supervisor(act)
-        if act.exited:
+        if act.life.over:
             return
         rec = records.read(os.path.join(self.runs_dir, act.key))
+        now = self.clock.now()
         if rec is not None and rec.exited:
-            self._finish(act, rec.status, rec.written)
+            self._apply(act, L.Exited(rec.status, rec.written, now, accepting=self.accepting))
             return
         reason = (f"its supervisor (pid {act.sup_pid}) ended unexpectedly (killed?); the "
                   "run's result is unknown")
-        if rec is not None and rec.job_alive():
-            self._signal_record(rec, signal.SIGKILL)
-            reason += "; its processes were stopped"
         log.error("event=supervisor_lost job=%s run=%d pid=%d", act.run["job"],
                   act.run["run_id"], act.sup_pid)
-        act.stop_state, act.stop_reason = "lost", reason
-        self._finish(act, None, 0)
+        if rec is not None and rec.job_alive():
+            # Only while its start time says the pid is still the job's.
+            self._apply(act, L.Stop("lost", reason + "; its processes were stopped"))
+        else:
+            act.life = dataclasses.replace(act.life, stop_state="lost", stop_reason=reason)
+        self._apply(act, L.Exited(None, rec.written if rec else 0, now,
+                                  accepting=self.accepting))
 
     def _close_supervisor(self, act: ActiveRun) -> None:
         if act.sup_fd is not None:
@@ -722,76 +729,68 @@ class Executor:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    # -- exit ------------------------------------------------------------------
-    def _finish(self, act: ActiveRun, status: int | None, written: int, *,
-                reason: str | None = None) -> None:
-        """The job ended (raw wait ``status``; None: unknown). Report it."""
-        if act.exited:
-            return
-        act.exited = True
-        finished = self.clock.now()
+    # -- the run's life: events in, actions out ------------------------------------
+    def _apply(self, act: ActiveRun, event: L.Event, note: str | None = None) -> None:
+        was_ready = act.life.ready or act.life.stop_state is not None
+        act.life, actions = L.step(act.life, event)
+        for action in actions:
+            self._perform(act, action, note)
+        if act.life.over:
+            self._forget(act)
+        elif not was_ready and (act.life.ready or act.life.stop_state is not None):
+            self._maybe_open(act)
+
+    def _perform(self, act: ActiveRun, action: L.Action, note: str | None) -> None:
+        if isinstance(action, L.KillWaiting):
+            signal_tree(action.pid, [], signal.SIGKILL)
+        elif isinstance(action, L.Terminate):
+            self._terminate(act)
+        elif isinstance(action, L.DropLog):
+            try:
+                os.unlink(act.log_path)
+            except OSError:
+                pass
+        elif isinstance(action, L.Defer):
+            log.info("event=run_deferred job=%s run=%d reason=\"daemon stopping before "
+                     "the fire time; it starts when the daemon is back\"",
+                     act.run["job"], act.run["run_id"])
+        elif isinstance(action, L.Report):
+            self._report_end(act, action, note)
+
+    def _forget(self, act: ActiveRun) -> None:
         for timer in act.timers:
             timer.cancel()
         self.active.pop(act.run["run_id"], None)
         self.by_key.pop(act.key, None)
         self._close_supervisor(act)
+        if act.gate is not None:
+            self._maybe_open(act)
         self._changed()
-        run = act.run
-        rc = records.exit_code(status) if status is not None else None
-        if not act.started:
-            # It never passed its gate: nothing of the job ran. Its log is
-            # empty, unless the shell that switched to the job's user said
-            # why it could not prepare the run (working_dir...).
-            try:
-                if written == 0:
-                    os.unlink(act.log_path)
-            except OSError:
-                pass
-            if act.stop_state == "final":
-                return
-            if act.stop_state in ("skipped", "cancelled", "lost"):
-                state, reason = act.stop_state, act.stop_reason
-            elif not self.accepting:
-                log.info("event=run_deferred job=%s run=%d reason=\"daemon stopping before "
-                         "the fire time; it starts when the daemon is back\"",
-                         run["job"], run["run_id"])
-                return
-            else:
-                state = "failed"
-                reason = reason or self._not_started_reason(act, rc if rc is not None else -1)
-            self._propose(C.RunFinished(
-                run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
-                exit_code=None, signal=None, started_at=None, finished_at=finished,
-                log_path=act.log_path if written else None, reason=reason,
-                not_started=state == "lost"))
-            return
-        self._report_end(act, rc, finished)
 
-    def _report_end(self, act: ActiveRun, rc: int | None, finished: float,
-                    note: str | None = None) -> None:
+    def _report_end(self, act: ActiveRun, rep: L.Report, note: str | None = None) -> None:
         run = act.run
-        exit_code = rc if rc is not None and rc >= 0 else None
-        sig = -rc if rc is not None and rc < 0 else None
-        if act.stop_state is not None:
-            state, reason = act.stop_state, act.stop_reason
-        elif rc is None:
-            state, reason = "lost", "the run's result is unknown"
-        else:
-            state = "succeeded" if rc == 0 else "failed"
-            reason = None if rc == 0 else (
-                f"exit code {rc}" if rc > 0 else f"killed by signal {_signame(-rc)}")
+        finished = rep.finished_at if rep.finished_at is not None else self.clock.now()
+        reason = rep.reason
+        if rep.early:
+            reason = self._not_started_reason(act, rep.status)
         if note:
             reason = f"{reason}; {note}" if reason else note
-        # Successes at debug level: at hundreds of runs a second an info line
-        # each would run into journald's rate limit and crowd out what matters.
-        log.log(logging.DEBUG if state == "succeeded" else logging.INFO,
-                "event=run_finished job=%s run=%d state=%s exit_code=%s signal=%s "
-                "duration_s=%.3f", run["job"], run["run_id"], state, exit_code, sig,
-                finished - act.started_at)
+        if act.life.started:
+            # Successes at debug level: at hundreds of runs a second an info
+            # line each would run into journald's rate limit.
+            log.log(logging.DEBUG if rep.state == "succeeded" else logging.INFO,
+                    "event=run_finished job=%s run=%d state=%s exit_code=%s signal=%s "
+                    "duration_s=%.3f", run["job"], run["run_id"], rep.state, rep.exit_code,
+                    rep.signal, finished - act.life.started_at)
+        else:
+            log.warning("event=run_not_started job=%s run=%d state=%s reason=\"%s\"",
+                        run["job"], run["run_id"], rep.state, reason)
         self._propose(C.RunFinished(
-            run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
-            exit_code=exit_code, signal=sig, started_at=act.started_at, finished_at=finished,
-            log_path=act.log_path, reason=reason, pid=act.pid or None),
+            run_id=run["run_id"], token=run["token"], node=self.node_id, state=rep.state,
+            exit_code=rep.exit_code, signal=rep.signal, started_at=rep.started_at,
+            finished_at=finished, log_path=act.log_path if rep.log_kept else None,
+            reason=reason, not_started=rep.not_started,
+            pid=(act.life.pid or None) if act.life.started else None),
             record=os.path.join(self.runs_dir, act.key))
 
     def _early_output(self, act: ActiveRun) -> str:
@@ -801,7 +800,8 @@ class Executor:
         except (OSError, CronrdError):
             return ""
 
-    def _not_started_reason(self, act: ActiveRun, rc: int) -> str:
+    def _not_started_reason(self, act: ActiveRun, status: int | None) -> str:
+        rc = L.exit_code(status) if status is not None else -1
         said = [ln.strip() for ln in self._early_output(act).splitlines() if ln.strip()]
         if said and rc > 0:
             last = said[-1][:500]
@@ -813,44 +813,33 @@ class Executor:
                 "was it killed?")
 
     # -- stopping --------------------------------------------------------------
-    def _stop(self, act: ActiveRun, state: str, reason: str) -> None:
+    def _terminate(self, act: ActiveRun) -> None:
         """SIGTERM the whole tree now, SIGKILL whatever is left after kill_grace."""
-        if act.stop_state is None:
-            act.stop_state, act.stop_reason = state, reason
-        if act.exited:
-            return
-        if not act.started:
-            self._kill_waiting(act)  # still at its gate: nothing ran
-            return
-        act.tree = snapshot_tree(act.pid) or act.tree
+        pid = act.life.pid
+        act.tree = snapshot_tree(pid) or act.tree
         log.info("event=run_stopping job=%s run=%d reason=\"%s\" processes=%d",
-                 act.run["job"], act.run["run_id"], reason, len(act.tree))
-        signal_tree(act.pid, act.tree, signal.SIGTERM)
-        # Kept apart from act.timers: it must still run after the parent exits,
+                 act.run["job"], act.run["run_id"], act.life.stop_reason, len(act.tree))
+        signal_tree(pid, act.tree, signal.SIGTERM)
+        # Kept apart from act.timers: it must still run after the job exits,
         # since grandchildren may outlive it.
         act.hard_kill = asyncio.get_running_loop().call_later(act.kill_grace,
                                                               self._kill_hard, act)
 
-    def _kill_waiting(self, act: ActiveRun) -> None:
-        """SIGKILL a run still waiting at its gate (nothing of the job ran).
-        Without a pid yet, its "spawned" message does it."""
-        if act.pid:
-            signal_tree(act.pid, [], signal.SIGKILL)
-
     def _kill_hard(self, act: ActiveRun) -> None:
-        procs = alive(act.tree + ([] if act.exited else snapshot_tree(act.pid)))
-        if procs or not act.exited:
+        over, pid = act.life.over, act.life.pid
+        procs = alive(act.tree + ([] if over else snapshot_tree(pid)))
+        if procs or not over:
             log.info("event=run_killed job=%s run=%d processes=%d", act.run["job"],
                      act.run["run_id"], len(procs))
-            signal_tree(act.pid, procs, signal.SIGKILL, leader_reaped=act.exited)
+            signal_tree(pid, procs, signal.SIGKILL, leader_reaped=over)
 
     def cancel(self, run_id: int, reason: str) -> None:
         handle = self.timers.pop(run_id, None)
         if handle is not None:
             handle.cancel()
         act = self.active.get(run_id)
-        if act is not None and not act.exited:
-            self._stop(act, "cancelled", reason)
+        if act is not None:
+            self._apply(act, L.Stop("cancelled", reason))
 
     # -- reporting ---------------------------------------------------------------
     def _report_now(self, run: dict, state: str, at: float, *, reason: str,
@@ -899,7 +888,7 @@ class Executor:
                 await asyncio.sleep(REPORT_RETRY_DELAY)
                 continue
             if act is not None and isinstance(result, dict) and result.get("cancel"):
-                self._stop(act, "cancelled", "cancelled while starting")
+                self._apply(act, L.Stop("cancelled", "cancelled while starting"))
             break
         if item is not None:
             self.outbox.done(item)
@@ -1024,15 +1013,17 @@ class Executor:
         spec = self._job_spec(run["job"])
         act = ActiveRun(run=run, spec=spec, key=rec.key,
                         log_path=run_log_path(self.config.log_dir, run),
-                        kill_grace=spec.kill_grace if spec else 10.0, pid=rec.pid or 0,
-                        sup_pid=rec.sup or 0, ready=True, adopted=True,
-                        started_at=rec.started_at or run["started_at"] or self.clock.now())
+                        kill_grace=spec.kill_grace if spec else 10.0,
+                        life=L.Life(phase=L.Phase.STARTED, pid=rec.pid or 0, ready=True,
+                                    started_at=(rec.started_at or run["started_at"]
+                                                or self.clock.now())),
+                        sup_pid=rec.sup or 0)
         if rec.exited:
             log.info("event=run_collected job=%s run=%d status=%d", run["job"], run["run_id"],
                      rec.status)
-            act.exited = True
-            self._report_end(act, records.exit_code(rec.status), rec.exited_at or
-                             self.clock.now(), note="ended while cronrd was restarting")
+            self._apply(act, L.Exited(rec.status, rec.written, rec.exited_at or
+                                      self.clock.now()),
+                        note="ended while cronrd was restarting")
             return "collected"
         if not rec.supervisor_alive() or not self._watch_supervisor(act, rec):
             reason = "cronrd restarted during the run and its supervisor is gone too"
@@ -1041,26 +1032,27 @@ class Executor:
             elif rec.job_alive():
                 self._signal_record(rec, signal.SIGKILL)
                 reason += "; its processes were stopped"
-            act.stop_state, act.stop_reason = "lost", reason + " (retried per on_node_loss)"
-            act.exited = True
             log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"],
                         run["run_id"], reason)
-            self._report_end(act, None, self.clock.now())
+            act.life = dataclasses.replace(act.life, stop_state="lost",
+                                           stop_reason=reason + " (retried per on_node_loss)")
+            self._apply(act, L.Exited(None, rec.written, self.clock.now()))
             return "lost"
         # Adopted: it goes on under its supervisor.
         self.active[run["run_id"]] = act
         self.by_key[act.key] = act
         if run["state"] == "assigned":  # it passed its gate as the last daemon stopped
             self._propose(C.RunStarted(run_id=run["run_id"], token=run["token"],
-                                       node=self.node_id, pid=act.pid,
-                                       started_at=act.started_at, log_path=act.log_path), act)
+                                       node=self.node_id, pid=act.life.pid,
+                                       started_at=act.life.started_at,
+                                       log_path=act.log_path), act)
         if spec is not None and spec.timeout:
-            left = spec.timeout - (self.clock.now() - act.started_at)
+            left = spec.timeout - (self.clock.now() - act.life.started_at)
             act.timers.append(asyncio.get_running_loop().call_later(
-                max(0.0, left), self._stop, act, "timed_out",
-                f"timed out after {spec.timeout:g}s (timeout)"))
+                max(0.0, left), self._apply, act, L.Stop(
+                    "timed_out", f"timed out after {spec.timeout:g}s (timeout)")))
         log.info("event=run_adopted job=%s run=%d pid=%d supervisor=%d", run["job"],
-                 run["run_id"], act.pid, act.sup_pid)
+                 run["run_id"], act.life.pid, act.sup_pid)
         return "adopted"
 
     def _watch_supervisor(self, act: ActiveRun, rec: records.Record) -> bool:
@@ -1176,7 +1168,7 @@ class Executor:
             now = self.clock.now()
             for run in Q.runs_for_node(self.conn, self.node_id, ("assigned",)):
                 act = self.active.get(run["run_id"])
-                if act is None or not act.started:
+                if act is None or not act.life.started:
                     self._propose(C.RunFinished(
                         run_id=run["run_id"], token=run["token"], node=self.node_id,
                         state="lost", exit_code=None, signal=None, started_at=None,
@@ -1184,27 +1176,27 @@ class Executor:
                         reason=f"node {self.node_id} stopped before the run was due; "
                                "placed on another node"))
         for act in list(self.active.values()):
-            if not act.started:
-                self._kill_waiting(act)
-        live = [a for a in self.active.values() if a.started and not a.exited]
+            if not act.life.started and act.life.pid:
+                signal_tree(act.life.pid, [], signal.SIGKILL)  # at its gate: nothing ran
+        live = [a for a in self.active.values() if a.life.started]
         if live:
             log.info("event=shutdown_runs mode=%s running=%d grace_s=%g", mode, len(live), grace)
         if mode != "detach" and live:
             if mode == "stop":
                 for act in live:
-                    self._stop(act, "lost", "stopped by daemon shutdown (shutdown.mode: stop)")
-            all_done = lambda: all(a.exited for a in live)  # noqa: E731
+                    self._apply(act, L.Stop("lost", "stopped by daemon shutdown "
+                                                    "(shutdown.mode: stop)"))
+            all_done = lambda: all(a.life.over for a in live)  # noqa: E731
             if not await self._wait_until(all_done, grace):
                 for act in live:
-                    if not act.exited:
-                        self._stop(act, "lost", f"stopped by daemon shutdown after the "
-                                                f"{grace:g}s grace period")
+                    self._apply(act, L.Stop("lost", f"stopped by daemon shutdown after the "
+                                                    f"{grace:g}s grace period"))
             await self._wait_until(all_done, max([a.kill_grace for a in live] + [0]) + 1)
         elif live:
             log.info("event=runs_detached count=%d reason=\"they go on under their "
                      "supervisors; the next start of the daemon adopts them\"", len(live))
         # Waiting shells that were killed: let their supervisors say so.
-        await self._wait_until(lambda: all(a.started for a in self.active.values()), 2.0)
+        await self._wait_until(lambda: all(a.life.started for a in self.active.values()), 2.0)
         if self.outbox is None:
             while self.reports:
                 await asyncio.gather(*list(self.reports), return_exceptions=True)

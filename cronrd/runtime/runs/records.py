@@ -57,15 +57,6 @@ class Record:
                 and start_ticks(pid) == start)
 
 
-def exit_code(status: int) -> int:
-    """A raw wait status as Popen.returncode spells it: the exit code, or
-    minus the signal number that killed it."""
-    try:
-        return os.waitstatus_to_exitcode(status)
-    except ValueError:
-        return -1
-
-
 def _int(v) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 

@@ -217,8 +217,8 @@ class Spawner:
                 continue
             self.pending.discard(key)
             pid = reply.get("pid")
-            self.on_spawned(key, pid if isinstance(pid, int) else None,
-                            fds[0] if fds else None, reply.get("error"))
+            self._call(self.on_spawned, key, pid if isinstance(pid, int) else None,
+                       fds[0] if fds else None, reply.get("error"))
 
     def _read_notify(self) -> None:
         space = socket.CMSG_SPACE(_CREDS.size)
@@ -244,4 +244,12 @@ class Spawner:
             except (ValueError, KeyError, TypeError):
                 log.warning("event=supervisor_message_refused reason=\"malformed\"")
                 continue
-            self.on_event(key, ev)
+            self._call(self.on_event, key, ev)
+
+    @staticmethod
+    def _call(fn, key: str, *args) -> None:
+        # One run's trouble must not cost the others their news.
+        try:
+            fn(key, *args)
+        except Exception:
+            log.exception("event=run_event_failed key=%s", key)
