@@ -1,4 +1,4 @@
-"""The durable local outbox of run reports (runtime/outbox.py)."""
+"""The durable local outbox of run reports (runtime/runs/outbox.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from cronrd.state import commands as C
-from cronrd.runtime.outbox import Outbox
+from cronrd.runtime.runs.outbox import Outbox
 
 
 def finished(run_id: int, state: str = "succeeded") -> C.RunFinished:

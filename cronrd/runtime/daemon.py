@@ -25,7 +25,8 @@ from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .control import ControlServer, Stream, arg
-from .executor import Executor, read_run_log, run_log_path
+from .runs.executor import Executor
+from .runs.logs import read_run_log, run_log_path
 from .local_log import LocalLog
 from .scheduler import Scheduler, local_node, reboot_fires
 from .sdnotify import Notifier
@@ -126,7 +127,7 @@ class Daemon:
         self.cluster = self.outbox = self.scheduler = None
         if cfg.cluster is not None:
             from .cluster import Cluster
-            from .outbox import Outbox
+            from .runs.outbox import Outbox
             # Raft's log is the durable record: the state database need not
             # fsync each batch (after a crash it is caught up from the log or
             # a snapshot).

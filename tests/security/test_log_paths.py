@@ -15,7 +15,8 @@ import yaml
 from cronrd.config import parse_config
 from cronrd.errors import CronrdError
 from cronrd.runtime.daemon import Daemon
-from cronrd.runtime.executor import Executor, log_file_name, safe_dir_name
+from cronrd.runtime.runs.executor import Executor
+from cronrd.runtime.runs.logs import log_file_name, safe_dir_name
 from forged_state import ForgedState
 from harness import wait_for
 

@@ -45,7 +45,7 @@ def test_forged_pid_and_start_time_do_not_make_reconcile_kill_a_stranger(node, s
 
 
 def test_run_process_requires_the_runs_identity(stranger):
-    from cronrd.runtime.processes import run_process
+    from cronrd.runtime.runs.processes import run_process
     started = psutil.Process(stranger.pid).create_time()
     assert run_process(stranger.pid, started, run_id=7, node="n1") is None
     me = subprocess.Popen(["sleep", "30"], env={"CRONRD_RUN_ID": "7", "CRONRD_NODE": "n1"})

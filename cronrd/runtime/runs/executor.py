@@ -11,91 +11,40 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import json
-import grp
 import logging
 import os
-import pwd
-import re
 import resource
-import shlex
-import shutil
 import signal
-import stat
 from dataclasses import dataclass, field
 from typing import Callable
 
 import psutil
 
-from ..config import Config
-from ..errors import CronrdError
-from ..jobspec import JobSpec
-from ..schedule import iso_utc
-from ..state import commands as C
-from ..decisions import overlap
-from ..state import queries as Q
-from ..state.run_states import ACTIVE, sql_in
-from ..state import run_life as L
-from ..state.machine import Effect, Refused
-from .clock import Clock
-from .processes import alive, run_identity, run_process, signal_tree, snapshot_tree
-from .runs import records
-from .runs.spawner import Spawner, new_key
+from ...config import Config
+from ...errors import CronrdError
+from ...jobspec import JobSpec
+from ...schedule import iso_utc
+from ...state import commands as C
+from ...decisions import overlap
+from ...state import queries as Q
+from ...state.run_states import ACTIVE, sql_in
+from ...state import run_life as L
+from ...state.machine import Effect, Refused
+from ..clock import Clock
+from .launch import Identities, launch
+from .legacy import at_gate, find_orphans, stop_orphans
+from .logs import open_run_log, prune_logs, read_run_log, run_log_path, say
+from .processes import alive, run_process, signal_tree, snapshot_tree
+from . import records
+from .spawner import Spawner, new_key
 
 log = logging.getLogger("cronrd.executor")
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READ_CHUNK = 65536
 REPORT_RETRY_DELAY = 0.5
-
-
-# The run's process is spawned ahead of its fire time and waits at a gate
-# (its stdin, a pipe shared by every run due at the same instant); at the
-# fire time the daemon writes one byte per admitted run and closes the pipe,
-# and each waiting shell execs the job's command at once. Spawning is the
-# slow part (fork/exec and our bookkeeping, ~1 ms per run in Python); doing
-# it early means 300 runs due in the same second all start within the time
-# the kernel needs to exec them, not one after the other. If the daemon dies
-# before the gate opens, the pipe closes without bytes and the shells exit
-# (status 75) without running anything: the run is still "assigned" and
-# starts when the daemon is back.
-#
-# The gate shell first puts the job's soft open-file limit back to what the
-# daemon had before it raised its own ($1), so jobs see the limit cron would
-# give them.
-#
-# Past its gate it prints one STARTED byte (not logged) before the exec: the
-# run's supervisor then knows, and records, that the job's command runs.
-GATE_SCRIPT = ('ulimit -S -n "$1" 2>/dev/null; shift; read _ || exit 75; printf "\\002"; '
-               'exec </dev/null; exec "$@"')
-LEGACY_GATE_SCRIPTS = (  # older daemons'
-    'read _ || exit 75; exec </dev/null; exec "$@"',
-    'ulimit -S -n "$1" 2>/dev/null; shift; read _ || exit 75; exec </dev/null; exec "$@"')
-PRESPAWN = 1.0  # seconds before the fire time a run's process is spawned
-SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
-
-# A run as another user: the helper that switches identity (setpriv, root
-# until it execs) gets this environment and nothing else, and "/" as its
-# working directory. What the job defines (env:, working_dir:) is applied by
-# the shell it starts, which already runs as the job's user: it enters the
-# working directory, reads the job's environment (``export`` lines the daemon
-# wrote into a memfd given as its stdout), points stdout at the run's log and
-# execs the gate shell. So LD_PRELOAD & co. are never seen by a root process,
-# and a directory the user may not enter fails the run instead of hosting it.
-# Done, it writes one READY byte (not logged) to the output pipe; a gate opens
-# only once each such run said ready or exited (its reason is what it wrote),
-# so a run that could not be prepared is never counted as started.
-CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-READY = b"\x01"
+PRESPAWN = 1.0    # seconds before the fire time a run's supervisor is asked for
 READY_WAIT = 2.0  # longest a gate waits past its time for runs to be ready
-DROP_SCRIPT = (
-    'cd -- "$1" 2>/dev/null || { if [ -e "$1" ]; then '
-    'echo "cronrd: run not started: user $2 may not enter working_dir $1 (permission denied)"; '
-    'else echo "cronrd: run not started: working_dir $1 does not exist for user $2"; fi >&2; '
-    'exit 126; }; unset OLDPWD; . /proc/self/fd/1; exec >&2; printf "\\001"; shift 2; '
-    'exec "$@"')
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
@@ -127,109 +76,6 @@ class ActiveRun:
     hard_kill: asyncio.TimerHandle | None = None
 
 
-def _at_gate(proc: psutil.Process) -> bool:
-    """Is this one of our shells still waiting at its gate (nothing ran)?"""
-    try:
-        cmd = proc.cmdline()[:3]
-    except psutil.Error:
-        return True  # gone: nothing to stop
-    return len(cmd) == 3 and cmd[:2] == ["/bin/sh", "-c"] and \
-        (cmd[2] == GATE_SCRIPT or cmd[2] in LEGACY_GATE_SCRIPTS)
-
-
-# -- run logs ------------------------------------------------------------------------
-# A run's log file is LOG_DIR/JOB/STAMP-aATTEMPT-rRUN.log, derived on the node
-# from its own log_dir and the run's job, fire time, attempt and id. The path
-# a run record carries (RunStarted/RunFinished.log_path) is for display only:
-# whoever can commit a record cannot make a node open a file of its choice.
-# Both components are opened relative to log_dir without following symlinks.
-
-def log_file_name(run: dict) -> str:
-    stamp = iso_utc(int(run["fire_time"])).replace("-", "").replace(":", "")
-    return f"{stamp}-a{int(run['attempt'])}-r{int(run['run_id'])}.log"
-
-
-def safe_dir_name(job: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(job)) or "_"
-    return "_" + name if name.strip(".") == "" else name  # never "." or ".."
-
-
-def run_log_path(log_dir: str, run: dict) -> str:
-    """Where this node keeps (or would keep) the log of ``run``."""
-    return os.path.join(log_dir, safe_dir_name(run["job"]), log_file_name(run))
-
-
-def open_run_log(log_dir: str, run: dict, *, create: bool) -> int:
-    """Open the log of ``run`` under ``log_dir``: for appending (creating the
-    job's directory and the file) or for reading. Raises FileNotFoundError
-    when it does not exist, CronrdError for a symlink or anything but a
-    regular file (in place of the file or of the job's directory)."""
-    sub, name = safe_dir_name(run["job"]), log_file_name(run)
-    top = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        if create:
-            try:
-                os.mkdir(sub, 0o750, dir_fd=top)
-            except FileExistsError:
-                pass
-        try:
-            jd = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         dir_fd=top)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise _not_followed(os.path.join(log_dir, sub), "directory") from None
-            raise
-        try:
-            flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT if create
-                     else os.O_RDONLY | os.O_NONBLOCK)
-            try:
-                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640, dir_fd=jd)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise _not_followed(os.path.join(log_dir, sub, name), "file") from None
-                raise
-        finally:
-            os.close(jd)
-    finally:
-        os.close(top)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _not_followed(os.path.join(log_dir, sub, name), "file")
-    return fd
-
-
-def _not_followed(path: str, what: str) -> CronrdError:
-    return CronrdError(f"{path} is a symlink or not a regular {what}; cronrd does not follow "
-                       f"symlinks in log_dir: remove it (the daemon makes its own)")
-
-
-def read_run_log(log_dir: str, run: dict, offset: int, size: int) -> bytes:
-    """Up to ``size`` bytes of the log of ``run`` from ``offset``."""
-    fd = open_run_log(log_dir, run, create=False)
-    try:
-        return os.pread(fd, size, offset)
-    finally:
-        os.close(fd)
-
-
-def _say(fd: int, text: str) -> None:
-    """A line of cronrd's own into a run's log (why it did not start)."""
-    try:
-        os.write(fd, text.encode())
-    except OSError:
-        pass
-
-
-def _env_script(env: dict[str, str]) -> bytes:
-    """The job's environment as ``export`` lines for the shell that runs as
-    the job's user (every value single-quoted: nothing is expanded)."""
-    lines = []
-    for key, value in env.items():
-        if not ENV_NAME_RE.fullmatch(key) or "\0" in value:
-            raise CronrdError(f"environment variable {key!r} cannot be passed to the job: "
-                              "names are letters, digits and '_', values have no NUL")
-        lines.append(f"export {key}={shlex.quote(value)}\n")
-    return "".join(lines).encode()
 
 
 class Executor:
@@ -244,7 +90,6 @@ class Executor:
         self.outbox = outbox
         self.conn = conn
         self.clock = clock
-        self.is_root = os.geteuid() == 0
         self.timers: dict[int, asyncio.TimerHandle] = {}
         self.active: dict[int, ActiveRun] = {}
         self.by_key: dict[str, ActiveRun] = {}
@@ -260,21 +105,21 @@ class Executor:
         # than started and then mistaken for leftovers of the last run.
         self.accepting = False
         self.started_count = 0
-        self._warned_user: set[str] = set()
         self._specs: dict[str, JobSpec | None] = {}
-        self._identities: dict[tuple, dict] = {}
+        self.identities = Identities(config.node_id)
         self._reported: set[int] = set()  # results found in the outbox at start
         self._deferred: set[int] = set()  # over max_running when prepared: retried when due
         # The soft open-file limit jobs get (the daemon raises its own at start).
         self.job_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        me = pwd.getpwuid(os.geteuid())
-        self._me = {"uid": me.pw_uid, "gid": os.getegid(), "home": me.pw_dir,
-                    "user": me.pw_name,
-                    "groups": frozenset(os.getgroups()) | {os.getegid()}}
 
     # -- what others may ask ---------------------------------------------------
     def running_here(self) -> int:
         return sum(1 for a in self.active.values() if a.life.started)
+
+    def prune_logs(self, active: set[str]) -> int:
+        """log_retention, in a worker thread (``active``: logs_in_use())."""
+        return prune_logs(self.config.log_dir, self.config.log_max_age,
+                          self.config.log_max_files_per_job, self.clock.now(), active)
 
     def logs_in_use(self) -> set[str]:
         return {a.log_path for a in self.active.values()}
@@ -356,59 +201,6 @@ class Executor:
             self._specs[name] = spec
         return self._specs[name]
 
-    def _identity(self, spec: JobSpec) -> dict:
-        """Who the run runs as. Popen gets user/group arguments only when they
-        differ from the daemon's own: with them CPython cannot use vfork and
-        copies the whole daemon for every run."""
-        key = (spec.user, spec.group)
-        ident = self._identities.get(key)
-        if ident is None:
-            ident = self._resolve_identity(spec)
-            self._identities[key] = ident
-        return ident
-
-    def _resolve_identity(self, spec: JobSpec) -> dict:
-        me = self._me
-        if not self.is_root:
-            if spec.user and spec.name not in self._warned_user:
-                self._warned_user.add(spec.name)
-                log.warning("event=user_ignored job=%s user=%s reason=\"daemon is not root; "
-                            "the job runs as %s\"", spec.name, spec.user, me["user"])
-            return {"ids": None, "prefix": [], "home": me["home"], "user": me["user"],
-                    "switch": False}
-        name = spec.user or "root"
-        try:
-            ent = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
-        except KeyError:
-            raise CronrdError(f"user {name!r} does not exist on node {self.node_id}; create "
-                              f"it or fix user: in {spec.source}") from None
-        gid = ent.pw_gid
-        if spec.group:
-            try:
-                gid = (int(spec.group) if spec.group.isdigit()
-                       else grp.getgrnam(spec.group).gr_gid)
-            except KeyError:
-                raise CronrdError(f"group {spec.group!r} does not exist on node "
-                                  f"{self.node_id}; fix group: in {spec.source}") from None
-        groups = os.getgrouplist(ent.pw_name, gid)
-        ids: dict | None = None
-        prefix: list[str] = []
-        # The primary group counts as a member group on both sides.
-        if (ent.pw_uid, gid, frozenset(groups) | {gid}) != \
-                (me["uid"], me["gid"], me["groups"]):
-            if SETPRIV:
-                # util-linux's setpriv switches identity after the exec, so the
-                # daemon still spawns with vfork; Popen's own user/group
-                # arguments would copy the whole daemon for every run.
-                prefix = [SETPRIV, f"--reuid={ent.pw_uid}", f"--regid={gid}",
-                          f"--groups={','.join(str(g) for g in groups)}" if groups
-                          else "--clear-groups", "--"]
-            else:
-                # The job's process switches itself before its exec.
-                ids = {"uid": ent.pw_uid, "gid": gid, "groups": list(groups)}
-        return {"ids": ids, "prefix": prefix, "home": ent.pw_dir, "user": ent.pw_name,
-                "switch": bool(ids or prefix)}
-
     def _gate(self, due: float) -> Gate:
         gate = self.gates.get(due)
         if gate is None:
@@ -485,58 +277,36 @@ class Executor:
             self._report_now(run, "failed", now,
                              reason=f"cannot open log file {log_path}: {why}")
             return
-        fire_iso = iso_utc(run["fire_time"])
         envfd = -1
         try:
-            ident = self._identity(spec)
-            env = {"PATH": DEFAULT_PATH, "SHELL": "/bin/sh", "HOME": ident["home"],
-                   "USER": ident["user"], "LOGNAME": ident["user"]}
-            if "LANG" in os.environ:
-                env["LANG"] = os.environ["LANG"]
-            env.update(dict(spec.env))
-            env.update({
-                "CRONRD_JOB": run["job"], "CRONRD_RUN_ID": str(run["run_id"]),
-                "CRONRD_FIRE_TIME": fire_iso, "CRONRD_ATTEMPT": str(run["attempt"]),
-                "CRONRD_RUN_KEY": f"{run['job']}/{fire_iso}/{run['attempt']}",
-                "CRONRD_NODE": self.node_id, "CRONRD_LOG_PATH": log_path,
-            })
-            command = (["/bin/sh", "-c", spec.command] if isinstance(spec.command, str)
-                       else list(spec.command))
-            argv = ["/bin/sh", "-c", GATE_SCRIPT, "cronrd-run", str(self.job_nofile), *command]
-            cwd = spec.working_dir or ident["home"]
-            if not os.path.isdir(cwd):
-                cwd_hint = "fix working_dir" if spec.working_dir else "create it"
-                raise CronrdError(f"working directory {cwd} does not exist on node "
-                                  f"{self.node_id}; {cwd_hint} in {spec.source}")
-            if ident["switch"]:
-                script = _env_script(env)
+            ident = self.identities(spec)
+            how = launch(run, spec, ident, node_id=self.node_id, log_path=log_path,
+                         job_nofile=self.job_nofile)
+            if how.env_script is not None:
                 envfd = os.memfd_create("cronrd-env", os.MFD_CLOEXEC)
-                view = memoryview(script)
+                view = memoryview(how.env_script)
                 while view:
                     view = view[os.write(envfd, view):]
                 os.lseek(envfd, 0, os.SEEK_SET)
-                argv = [*ident["prefix"], "/bin/sh", "-c", DROP_SCRIPT, "cronrd-start", cwd,
-                        ident["user"], *argv]
-                env, cwd = {"PATH": CLEAN_PATH}, "/"
         except (CronrdError, OSError) as exc:
             if envfd >= 0:
                 os.close(envfd)
             msg = str(exc) if isinstance(exc, CronrdError) else \
                 f"cannot prepare the run: {exc.strerror}"
-            _say(logfd, f"cronrd: run not started: {msg}\n")
+            say(logfd, f"cronrd: run not started: {msg}\n")
             os.close(logfd)
             self._report_now(run, "failed", now, reason=msg, log_path=log_path)
             return
         key = new_key(run["run_id"])
         gate = self._gate(run["due_at"] or now)
-        req = {"key": key, "argv": argv, "env": env, "cwd": cwd, "cap": spec.max_log_bytes,
-               "switch": ident["switch"], "ids": ident["ids"],
+        req = {"key": key, "argv": how.argv, "env": how.env, "cwd": how.cwd,
+               "cap": spec.max_log_bytes, "switch": how.switch, "ids": how.ids,
                "record": os.path.join(self.runs_dir, key)}
         try:
             self.spawner.spawn(req, [gate.rfd, logfd] + ([envfd] if envfd >= 0 else []))
         except CronrdError as exc:
             msg = f"cannot start the run: {exc}"
-            _say(logfd, f"cronrd: {msg}\n")
+            say(logfd, f"cronrd: {msg}\n")
             self._report_now(run, "failed", now, reason=msg, log_path=log_path,
                              exit_code=127)
             return
@@ -545,8 +315,8 @@ class Executor:
             if envfd >= 0:
                 os.close(envfd)
         act = ActiveRun(run=run, spec=spec, key=key, log_path=log_path,
-                        kill_grace=spec.kill_grace, user=ident["user"], gate=gate,
-                        life=L.Life(switch=ident["switch"]))
+                        kill_grace=spec.kill_grace, user=how.user, gate=gate,
+                        life=L.Life(switch=how.switch))
         self.active[run["run_id"]] = act
         self.by_key[key] = act
         gate.runs.append(act)
@@ -896,21 +666,6 @@ class Executor:
             records.remove(record)
 
     # -- restart reconciliation ---------------------------------------------------
-    def _orphans(self) -> dict[int, list[psutil.Process]]:
-        """Live processes of our runs by run id, found by the identity the
-        executor gave them (CRONRD_RUN_ID and CRONRD_NODE in their
-        environment), never by a pid from the replicated state alone."""
-        found: dict[int, list[psutil.Process]] = {}
-        for proc in psutil.process_iter():
-            try:
-                env = proc.environ()
-            except (psutil.Error, OSError):
-                continue
-            run_id = env.get("CRONRD_RUN_ID", "")
-            if run_id.isdigit() and env.get("CRONRD_NODE") == self.node_id:
-                found.setdefault(int(run_id), []).append(proc)
-        return found
-
     async def reconcile(self) -> dict:
         """Start the executor and settle the runs this node had in flight when
         the daemon last stopped.
@@ -943,7 +698,7 @@ class Executor:
                 counts[outcome] += 1
                 continue
             if orphans is None:
-                orphans = self._orphans()
+                orphans = find_orphans(self.node_id)
             path = run_log_path(self.config.log_dir, run)
             procs = list(orphans.get(run["run_id"], []))
             # The recorded pid counts only if that process is this run's
@@ -953,7 +708,7 @@ class Executor:
             if proc is not None and proc not in procs:
                 procs.append(proc)
             if run["state"] == "assigned":
-                waiting = [p for p in procs if _at_gate(p)]
+                waiting = [p for p in procs if at_gate(p)]
                 if len(waiting) == len(procs):
                     # Never passed its gate (a shell of the old daemon may still
                     # be exiting): nothing ran, so it is not lost.
@@ -1084,39 +839,9 @@ class Executor:
 
     async def _settle_lost(self, run: dict, procs: list, path: str) -> None:
         spec = self._job_spec(run["job"])
-        grace = spec.kill_grace if spec else 10.0
-        # Checked again right before signalling anything.
-        procs = [p for p in procs if run_identity(p, run["run_id"], self.node_id)]
-        if procs:
-            tree = list(procs)
-            for p in procs:
-                try:
-                    tree.extend(p.children(recursive=True))
-                except psutil.Error:
-                    pass
-            reason = (f"cronrd restarted during the run; its processes "
-                      f"({', '.join(str(p.pid) for p in procs)}) were stopped (kill and retry)")
-            for p in procs:
-                try:
-                    if os.getpgid(p.pid) == p.pid:  # a run's session leader
-                        os.killpg(p.pid, signal.SIGTERM)
-                except OSError:
-                    pass
-            for p in tree:
-                try:
-                    p.terminate()
-                except psutil.Error:
-                    pass
-            deadline = self.clock.monotonic() + grace
-            while alive(tree) and self.clock.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            for p in alive(tree):
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
-        else:
-            reason = "cronrd was not running when the run ended; its result is unknown"
+        reason = await stop_orphans(procs, run_id=run["run_id"], node_id=self.node_id,
+                                    grace=spec.kill_grace if spec else 10.0,
+                                    monotonic=self.clock.monotonic)
         log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"], run["run_id"],
                     reason)
         self._propose(C.RunFinished(
@@ -1209,39 +934,3 @@ class Executor:
         for act in list(self.active.values()):
             self._close_supervisor(act)
         self.spawner.close()
-
-    # -- log retention ----------------------------------------------------------------
-    def prune_logs(self, active: set[str] | None = None) -> int:
-        """Delete run logs older than log_retention.max_age or beyond the count cap.
-
-        Runs in a worker thread: ``active`` (the logs in use) is taken on the
-        event loop by the caller."""
-        removed = 0
-        cutoff = self.clock.now() - self.config.log_max_age
-        active = active or set()
-        try:
-            dirs = os.scandir(self.config.log_dir)
-        except FileNotFoundError:
-            return 0
-        with dirs:
-            for d in dirs:
-                if not d.is_dir(follow_symlinks=False):
-                    continue
-                files = []
-                with os.scandir(d.path) as it:
-                    for f in it:
-                        if f.name.endswith(".log") and f.is_file(follow_symlinks=False):
-                            files.append((f.stat().st_mtime, f.path))
-                files.sort(reverse=True)
-                for i, (mtime, path) in enumerate(files):
-                    if path in active:
-                        continue
-                    if mtime < cutoff or i >= self.config.log_max_files_per_job:
-                        try:
-                            os.unlink(path)
-                            removed += 1
-                        except OSError as exc:
-                            if exc.errno != errno.ENOENT:
-                                log.warning("event=log_prune_failed path=%s error=%s",
-                                            path, exc.strerror)
-        return removed

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..state import commands as C
-from .storage import open_db
+from ...state import commands as C
+from ..storage import open_db
 
 log = logging.getLogger("cronrd.outbox")
 

@@ -1,0 +1,136 @@
+"""Run log files: where they live, how they are opened, when they go.
+
+A run's log file is LOG_DIR/JOB/STAMP-aATTEMPT-rRUN.log, derived on the node
+from its own log_dir and the run's job, fire time, attempt and id. The path a
+run record carries (RunStarted/RunFinished.log_path) is for display only:
+whoever can commit a record cannot make a node open a file of its choice. Both
+components are opened relative to log_dir without following symlinks.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import stat
+
+from ...errors import CronrdError
+from ...schedule import iso_utc
+
+log = logging.getLogger("cronrd.executor")
+
+
+def log_file_name(run: dict) -> str:
+    stamp = iso_utc(int(run["fire_time"])).replace("-", "").replace(":", "")
+    return f"{stamp}-a{int(run['attempt'])}-r{int(run['run_id'])}.log"
+
+
+def safe_dir_name(job: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(job)) or "_"
+    return "_" + name if name.strip(".") == "" else name  # never "." or ".."
+
+
+def run_log_path(log_dir: str, run: dict) -> str:
+    """Where this node keeps (or would keep) the log of ``run``."""
+    return os.path.join(log_dir, safe_dir_name(run["job"]), log_file_name(run))
+
+
+def open_run_log(log_dir: str, run: dict, *, create: bool) -> int:
+    """Open the log of ``run`` under ``log_dir``: for appending (creating the
+    job's directory and the file) or for reading. Raises FileNotFoundError
+    when it does not exist, CronrdError for a symlink or anything but a
+    regular file (in place of the file or of the job's directory)."""
+    sub, name = safe_dir_name(run["job"]), log_file_name(run)
+    top = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if create:
+            try:
+                os.mkdir(sub, 0o750, dir_fd=top)
+            except FileExistsError:
+                pass
+        try:
+            jd = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=top)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise _not_followed(os.path.join(log_dir, sub), "directory") from None
+            raise
+        try:
+            flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT if create
+                     else os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640, dir_fd=jd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise _not_followed(os.path.join(log_dir, sub, name), "file") from None
+                raise
+        finally:
+            os.close(jd)
+    finally:
+        os.close(top)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _not_followed(os.path.join(log_dir, sub, name), "file")
+    return fd
+
+
+def _not_followed(path: str, what: str) -> CronrdError:
+    return CronrdError(f"{path} is a symlink or not a regular {what}; cronrd does not follow "
+                       f"symlinks in log_dir: remove it (the daemon makes its own)")
+
+
+def read_run_log(log_dir: str, run: dict, offset: int, size: int) -> bytes:
+    """Up to ``size`` bytes of the log of ``run`` from ``offset``."""
+    fd = open_run_log(log_dir, run, create=False)
+    try:
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
+def say(fd: int, text: str) -> None:
+    """A line of cronrd's own into a run's log (why it did not start)."""
+    try:
+        os.write(fd, text.encode())
+    except OSError:
+        pass
+
+
+
+# -- log retention ----------------------------------------------------------------
+def prune_logs(log_dir: str, max_age: float, max_files: int, now: float,
+               active: set[str] | None = None) -> int:
+    """Delete run logs older than ``max_age`` (log_retention.max_age) or beyond
+    ``max_files`` per job; never those in ``active`` (in use).
+
+    Runs in a worker thread: ``active`` is taken on the event loop by the caller."""
+    removed = 0
+    cutoff = now - max_age
+    active = active or set()
+    try:
+        dirs = os.scandir(log_dir)
+    except FileNotFoundError:
+        return 0
+    with dirs:
+        for d in dirs:
+            if not d.is_dir(follow_symlinks=False):
+                continue
+            files = []
+            with os.scandir(d.path) as it:
+                for f in it:
+                    if f.name.endswith(".log") and f.is_file(follow_symlinks=False):
+                        files.append((f.stat().st_mtime, f.path))
+            files.sort(reverse=True)
+            for i, (mtime, path) in enumerate(files):
+                if path in active:
+                    continue
+                if mtime < cutoff or i >= max_files:
+                    try:
+                        os.unlink(path)
+                        removed += 1
+                    except OSError as exc:
+                        if exc.errno != errno.ENOENT:
+                            log.warning("event=log_prune_failed path=%s error=%s",
+                                        path, exc.strerror)
+    return removed
