@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "cronrd"
-CORE = ["raft", "state", "decisions", "schedule", "jobspec.py", "bounded_yaml.py",
+CORE = ["raft", "state", "decisions", "schedule", "jobspec", "bounded_yaml.py",
         "errors.py"]
 OUTER = ("cronrd.runtime", "cronrd.cli", "cronrd.client", "cronrd.config")
 IMPURE = ("asyncio", "socket", "time", "os", "subprocess", "threading", "random")
