@@ -125,7 +125,7 @@ class JobSpec:
         if "run_on" in kwargs:
             ro = kwargs["run_on"]
             if not isinstance(ro, RunOn):
-                kwargs["run_on"] = RunOn(mode=ro.get("mode", "any"), values=tuple(ro.get("values", ())))
+                kwargs["run_on"] = RunOn(mode=ro.get("mode", RunOn.mode), values=tuple(ro.get("values", RunOn.values)))
         for f in ("kill_grace", "catchup_window", "jitter"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])
