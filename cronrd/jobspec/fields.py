@@ -15,7 +15,8 @@ from cronrd.errors import ScheduleError
 from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
 
 from .model import _NAME_RULE, ENV_KEY_RE, NAME_RE, RetryPolicy, RunOn
-from .nodes import BOOL, INT, NULL, _Ctx, _got, _is, _is_number, _is_str, _items, _pos, _unknown_key, _value
+from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
+                    _value, mapping_items, node_pos)
 
 _INVALID = object()  # a value that failed validation (the problem is recorded)
 
@@ -23,13 +24,13 @@ _INVALID = object()  # a value that failed validation (the problem is recorded)
 _NULL_OK = {"timeout", "timezone", "user", "group", "working_dir"}
 
 
-def _null_error(ctx: _Ctx, key: str, node: Node, expected: str) -> object:
+def _null_error(ctx: FileProblems, key: str, node: Node, expected: str) -> object:
     ctx.err(node, f"{key} must be {expected} (got an empty value (null)); "
                   f"remove the key to use the default")
     return _INVALID
 
 
-def _v_string(ctx: _Ctx, key: str, node: Node, expected: str = "a string") -> Any:
+def _v_string(ctx: FileProblems, key: str, node: Node, expected: str = "a string") -> Any:
     if _is(node, NULL):
         if key in _NULL_OK:
             return None
@@ -41,8 +42,8 @@ def _v_string(ctx: _Ctx, key: str, node: Node, expected: str = "a string") -> An
     return node.value
 
 
-def _v_choice(choices: tuple[str, ...]) -> Callable[[_Ctx, str, Node], Any]:
-    def check(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_choice(choices: tuple[str, ...]) -> Callable[[FileProblems, str, Node], Any]:
+    def check(ctx: FileProblems, key: str, node: Node) -> Any:
         expected = "one of " + ", ".join(choices)
         if _is(node, NULL):
             return _null_error(ctx, key, node, expected)
@@ -67,8 +68,8 @@ MAX_DURATION = 10 * 365 * 86400.0   # durations beyond this overflow date arithm
 MAX_RETRIES = 10000
 
 
-def _v_duration(*, positive: bool = False) -> Callable[[_Ctx, str, Node], Any]:
-    def check(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_duration(*, positive: bool = False) -> Callable[[FileProblems, str, Node], Any]:
+    def check(ctx: FileProblems, key: str, node: Node) -> Any:
         expected = "a duration such as 30s, 5m or 1h30m"
         if _is(node, NULL):
             if key in _NULL_OK:
@@ -99,7 +100,7 @@ def _v_duration(*, positive: bool = False) -> Callable[[_Ctx, str, Node], Any]:
     return check
 
 
-def _v_name(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_name(ctx: FileProblems, key: str, node: Node) -> Any:
     name = _v_string(ctx, key, node)
     if name is _INVALID:
         return name
@@ -109,7 +110,7 @@ def _v_name(ctx: _Ctx, key: str, node: Node) -> Any:
     return name
 
 
-def _v_schedule(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_schedule(ctx: FileProblems, key: str, node: Node) -> Any:
     expr = _v_string(ctx, key, node, 'a string such as "*/5 * * * *" or "@daily"')
     if expr is _INVALID:
         return expr
@@ -119,7 +120,7 @@ def _v_schedule(ctx: _Ctx, key: str, node: Node) -> Any:
     try:
         parse_schedule(expr)
     except ScheduleError as e:
-        line, col = _pos(node)
+        line, col = node_pos(node)
         if e.column is not None and "\n" not in expr and node.style in (None, '"', "'"):
             col += e.column + (1 if node.style in ('"', "'") else 0)
         ctx.at(line, col, f"invalid schedule {expr!r}: {_sched_msg(e)}")
@@ -127,7 +128,7 @@ def _v_schedule(ctx: _Ctx, key: str, node: Node) -> Any:
     return expr.strip()
 
 
-def _v_timezone(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_timezone(ctx: FileProblems, key: str, node: Node) -> Any:
     name = _v_string(ctx, key, node, "an IANA time zone name such as Europe/Berlin")
     if name is _INVALID or name is None:
         return name
@@ -139,7 +140,7 @@ def _v_timezone(ctx: _Ctx, key: str, node: Node) -> Any:
     return name
 
 
-def _v_command(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_command(ctx: FileProblems, key: str, node: Node) -> Any:
     expected = "a non-empty string (run with /bin/sh -c) or a non-empty list of strings (argv)"
     if isinstance(node, SequenceNode):
         if not node.value:
@@ -170,7 +171,7 @@ def _v_command(ctx: _Ctx, key: str, node: Node) -> Any:
     return _INVALID
 
 
-def _v_principal(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_principal(ctx: FileProblems, key: str, node: Node) -> Any:
     if _is(node, INT):
         n = _value(node)
         if n < 0:
@@ -186,13 +187,13 @@ def _v_principal(ctx: _Ctx, key: str, node: Node) -> Any:
     return value
 
 
-def _v_env(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_env(ctx: FileProblems, key: str, node: Node) -> Any:
     if not isinstance(node, MappingNode):
         ctx.err(node, f"env must be a mapping of NAME: \"value\" ({_got(node)})")
         return _INVALID
     pairs: list[tuple[str, str]] = []
     bad = False
-    for name, (knode, vnode) in _items(ctx, node).items():
+    for name, (knode, vnode) in mapping_items(ctx, node).items():
         if not ENV_KEY_RE.fullmatch(name):
             ctx.err(knode, f"invalid environment variable name {name!r}: use letters, digits "
                            "and '_', not starting with a digit")
@@ -218,7 +219,7 @@ def _v_env(ctx: _Ctx, key: str, node: Node) -> Any:
     return tuple(sorted(pairs))
 
 
-def _v_working_dir(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_working_dir(ctx: FileProblems, key: str, node: Node) -> Any:
     value = _v_string(ctx, key, node, "an absolute path")
     if value is _INVALID or value is None:
         return value
@@ -229,7 +230,7 @@ def _v_working_dir(ctx: _Ctx, key: str, node: Node) -> Any:
     return value
 
 
-def _v_int(ctx: _Ctx, key: str, node: Node, minimum: int) -> Any:
+def _v_int(ctx: FileProblems, key: str, node: Node, minimum: int) -> Any:
     if not _is(node, INT):
         ctx.err(node, f"{key} must be a whole number >= {minimum} ({_got(node)})")
         return _INVALID
@@ -243,7 +244,7 @@ def _v_int(ctx: _Ctx, key: str, node: Node, minimum: int) -> Any:
 _RETRY_KEYS = ("max", "delay", "backoff", "max_delay", "jitter")
 
 
-def _v_retries(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_retries(ctx: FileProblems, key: str, node: Node) -> Any:
     if _is(node, INT):
         n = _v_int(ctx, "retries", node, 0)
         if n is not _INVALID and n > MAX_RETRIES:
@@ -257,7 +258,7 @@ def _v_retries(ctx: _Ctx, key: str, node: Node) -> Any:
     kw: dict[str, Any] = {}
     bad = False
     duration = _v_duration()
-    for name, (knode, vnode) in _items(ctx, node).items():
+    for name, (knode, vnode) in mapping_items(ctx, node).items():
         full = f"retries.{name}"
         if name == "max":
             v = _v_int(ctx, full, vnode, 0)
@@ -287,7 +288,7 @@ def _v_retries(ctx: _Ctx, key: str, node: Node) -> Any:
     return _INVALID if bad else RetryPolicy(**kw)
 
 
-def _v_run_on(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_run_on(ctx: FileProblems, key: str, node: Node) -> Any:
     expected = ("any, all, a node id, a list of node ids, or a mapping {tags: [...]}")
     if _is_str(node):
         if node.value in ("any", "all"):
@@ -299,7 +300,7 @@ def _v_run_on(ctx: _Ctx, key: str, node: Node) -> Any:
     if isinstance(node, SequenceNode):
         return _id_list(ctx, "run_on", node, "nodes", "node id")
     if isinstance(node, MappingNode):
-        items = _items(ctx, node)
+        items = mapping_items(ctx, node)
         bad = False
         for name, (knode, _v) in items.items():
             if name != "tags":
@@ -319,7 +320,7 @@ def _v_run_on(ctx: _Ctx, key: str, node: Node) -> Any:
     return _INVALID
 
 
-def _id_list(ctx: _Ctx, key: str, node: SequenceNode, mode: str, what: str) -> Any:
+def _id_list(ctx: FileProblems, key: str, node: SequenceNode, mode: str, what: str) -> Any:
     if not node.value:
         ctx.err(node, f"{key} must not be an empty list; list at least one {what}"
                       + (" or write run_on: any" if mode == "nodes" else ""))
@@ -342,23 +343,23 @@ def _id_list(ctx: _Ctx, key: str, node: SequenceNode, mode: str, what: str) -> A
     return _INVALID if bad else RunOn(mode=mode, values=tuple(sorted(values)))
 
 
-def _v_description(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_description(ctx: FileProblems, key: str, node: Node) -> Any:
     value = _v_string(ctx, key, node)
     return value.strip() if isinstance(value, str) else value  # block scalars end in "\n"
 
 
-def _v_bool(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_bool(ctx: FileProblems, key: str, node: Node) -> Any:
     if not _is(node, BOOL):
         ctx.err(node, f"{key} must be true or false ({_got(node)})")
         return _INVALID
     return _value(node)
 
 
-def _v_max_running(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_max_running(ctx: FileProblems, key: str, node: Node) -> Any:
     return _v_int(ctx, key, node, 1)
 
 
-def _v_max_log_bytes(ctx: _Ctx, key: str, node: Node) -> Any:
+def _v_max_log_bytes(ctx: FileProblems, key: str, node: Node) -> Any:
     expected = "a size such as 10MiB, 512KiB or a number of bytes"
     if _is(node, NULL):
         return _null_error(ctx, key, node, expected)
@@ -379,7 +380,7 @@ def _v_max_log_bytes(ctx: _Ctx, key: str, node: Node) -> Any:
     return size
 
 
-_VALIDATORS: dict[str, Callable[[_Ctx, str, Node], Any]] = {
+_VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "name": _v_name,
     "description": _v_description,
     "schedule": _v_schedule,

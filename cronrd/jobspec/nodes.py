@@ -68,11 +68,11 @@ def _got(node: Node) -> str:
     return f"got a value tagged {tag}"
 
 
-def _pos(node: Node) -> tuple[int, int]:
+def node_pos(node: Node) -> tuple[int, int]:
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
-class _Ctx:
+class FileProblems:
     """Collects problems for one file."""
 
     def __init__(self, path: str):
@@ -83,10 +83,10 @@ class _Ctx:
         self.problems.append(Problem(self.path, line, col, message))
 
     def err(self, node: Node, message: str) -> None:
-        self.at(*_pos(node), message)
+        self.at(*node_pos(node), message)
 
 
-def _items(ctx: _Ctx, node: MappingNode) -> dict[str, tuple[Node, Node]]:
+def mapping_items(ctx: FileProblems, node: MappingNode) -> dict[str, tuple[Node, Node]]:
     """Ordered ``key -> (key_node, value_node)``; reports duplicate and
     non-string keys. Supports ``<<:`` merge keys (own keys win, then earlier
     merged mappings win over later ones)."""
@@ -100,7 +100,7 @@ def _items(ctx: _Ctx, node: MappingNode) -> dict[str, tuple[Node, Node]]:
                     ctx.err(src, "a merge key (<<) takes an alias of a mapping or a list of them "
                                  f"({_got(src)})")
                     continue
-                for k, pair in _items(ctx, src).items():
+                for k, pair in mapping_items(ctx, src).items():
                     merged.setdefault(k, pair)
             continue
         if not _is_str(knode):
@@ -121,7 +121,7 @@ def _items(ctx: _Ctx, node: MappingNode) -> dict[str, tuple[Node, Node]]:
 
 
 
-def _unknown_key(ctx: _Ctx, knode: Node, key: str, valid: tuple[str, ...], where: str = "") -> str | None:
+def _unknown_key(ctx: FileProblems, knode: Node, key: str, valid: tuple[str, ...], where: str = "") -> str | None:
     """Report an unknown key; return the suggested key, if any."""
     where = f" {where}" if where else ""
     close = difflib.get_close_matches(key, valid, n=1)
@@ -132,7 +132,7 @@ def _unknown_key(ctx: _Ctx, knode: Node, key: str, valid: tuple[str, ...], where
     return None
 
 
-def _yaml_error(ctx: _Ctx, text: str, e: yaml.YAMLError) -> None:
+def _yaml_error(ctx: FileProblems, text: str, e: yaml.YAMLError) -> None:
     if isinstance(e, yaml.MarkedYAMLError):
         problem = e.problem or e.context or "syntax error"
         mark = e.problem_mark or e.context_mark

@@ -12,7 +12,7 @@ from cronrd import bounded_yaml
 
 from .fields import _INVALID, _REQUIRED, _VALIDATORS, JOB_KEYS
 from .model import _NAME_RULE, NAME_RE, FileResult, JobSpec, Problem
-from .nodes import _Ctx, _got, _items, _pos, _unknown_key, _yaml_error
+from .nodes import FileProblems, _got, _unknown_key, _yaml_error, mapping_items, node_pos
 
 MAX_PROBLEMS_PER_FILE = 100  # more are summed up in one last problem
 
@@ -27,14 +27,14 @@ def _has_nul(node: Node) -> bool:
     return False
 
 
-def _parse_job(ctx: _Ctx, node: MappingNode, default_name: str | None,
+def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
                ) -> tuple[JobSpec | None, str | None, tuple[int, int]]:
     """Validate one job mapping.
 
     Returns (spec or None, name if the name itself is valid, position of the
     name for duplicate reports)."""
     before = len(ctx.problems)
-    items = _items(ctx, node)
+    items = mapping_items(ctx, node)
     values: dict[str, Any] = {}
     suggested: set[str | None] = set()
     for key, (knode, vnode) in items.items():
@@ -52,7 +52,7 @@ def _parse_job(ctx: _Ctx, node: MappingNode, default_name: str | None,
             continue
         values[key] = validator(ctx, key, vnode)
 
-    name_pos = _pos(items["name"][1]) if "name" in items else _pos(node)
+    name_pos = node_pos(items["name"][1]) if "name" in items else node_pos(node)
     name = values.get("name")
     if "name" not in items:
         if default_name is None:
@@ -86,7 +86,7 @@ def _file_stem(path: str) -> str:
     return os.path.splitext(base)[0]
 
 
-def _limit_error(ctx: _Ctx, e: bounded_yaml.YAMLLimitError) -> None:
+def _limit_error(ctx: FileProblems, e: bounded_yaml.YAMLLimitError) -> None:
     mark = e.problem_mark
     line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
     ctx.at(line, col, f"refusing job file: {e.problem}")
@@ -94,7 +94,7 @@ def _limit_error(ctx: _Ctx, e: bounded_yaml.YAMLLimitError) -> None:
 
 def _parse_text(text: str, path: str) -> tuple[FileResult, dict[str, tuple[int, int]]]:
     """parse_job_text plus the position of each valid job's name."""
-    ctx = _Ctx(path)
+    ctx = FileProblems(path)
     try:
         # libyaml's event parser when PyYAML has it (several times faster; same
         # node tree and marks), composed with bounds on nesting, aliases and
@@ -134,7 +134,7 @@ def _parse_text(text: str, path: str) -> tuple[FileResult, dict[str, tuple[int, 
         hint = "; put the list under jobs:" if isinstance(root, SequenceNode) else ""
         ctx.err(root, f"{shape} ({_got(root)}){hint}")
     else:
-        top = _items(ctx, root)
+        top = mapping_items(ctx, root)
         if "jobs" in top:
             for key, (knode, _v) in top.items():
                 if key != "jobs" and not key.startswith("x-"):
