@@ -167,7 +167,8 @@ def test_tls_file_missing_names_it_and_suggests_init_tls(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_config(str(cfg_file))
     msg = str(exc.value)
-    assert msg.startswith(f"{cfg_file}: cluster.tls.key: {tmp_path / 'a.key'} does not exist")
+    assert msg.startswith(f"{cfg_file}:5:39: cluster.tls.key: {tmp_path / 'a.key'} does not "
+                          "exist")  # the line and column of the value
     assert "cronrd cluster init-tls" in msg
     (tmp_path / "a.key").mkdir()
     with pytest.raises(ConfigError, match="a.key is not a regular file"):
