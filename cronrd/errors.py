@@ -16,7 +16,15 @@ class UsageError(CronrdError):
 
 
 class ConfigError(CronrdError):
-    """The daemon configuration file is missing or invalid."""
+    """The daemon configuration file is missing or invalid.
+
+    ``problems`` holds each problem of an invalid config (path, line, col,
+    message; the message has one line per problem), or is empty.
+    """
+
+    def __init__(self, message: str, problems: tuple = ()):
+        super().__init__(message)
+        self.problems = tuple(problems)
 
 
 class ScheduleError(CronrdError):

@@ -32,6 +32,7 @@ def test_defaults_and_relative_paths(tmp_path):
     ({"timezone": "Mars/Olympus"}, "unknown time zone"),
     ({"shutdown": {"mode": "later"}}, "shutdown.mode must be 'detach', 'wait' or 'stop'"),
     ({"shutdown": {"grace": "soon"}}, "bad duration"),
+    ({"shutdown": {"mod": "stop"}}, "unknown shutdown key 'mod'"),
     ({"log_retention": {"max_files_per_job": 0}}, "positive integer"),
     ({"log_retention": {"keep": 1}}, "unknown log_retention key"),
     ({"log_level": "loud"}, "log_level must be"),
@@ -167,7 +168,8 @@ def test_tls_file_missing_names_it_and_suggests_init_tls(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_config(str(cfg_file))
     msg = str(exc.value)
-    assert msg.startswith(f"{cfg_file}: cluster.tls.key: {tmp_path / 'a.key'} does not exist")
+    assert msg.startswith(f"{cfg_file}:5:39: cluster.tls.key: {tmp_path / 'a.key'} does not "
+                          "exist")  # the line and column of the value
     assert "cronrd cluster init-tls" in msg
     (tmp_path / "a.key").mkdir()
     with pytest.raises(ConfigError, match="a.key is not a regular file"):

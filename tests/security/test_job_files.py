@@ -163,13 +163,13 @@ def test_any_exception_while_loading_one_file_is_a_problem_of_that_file(tmp_path
                                                                         exc):
     (tmp_path / "a_good.yaml").write_text("schedule: '@daily'\ncommand: echo ok\n")
     (tmp_path / "b_evil.yaml").write_text("schedule: '@daily'\ncommand: echo evil\n")
-    real = jobspec._parse_text
+    real = jobspec.files._parse_text
 
     def parse(text, path):
         if path.endswith("b_evil.yaml"):
             raise exc
         return real(text, path)
-    monkeypatch.setattr(jobspec, "_parse_text", parse)
+    monkeypatch.setattr(jobspec.files, "_parse_text", parse)
     res = load_jobs_dir(str(tmp_path))
     assert set(res.jobs) == {"a_good"}
     p = only_problem(next(f for f in res.files if f.path.endswith("b_evil.yaml")))

@@ -1,0 +1,107 @@
+"""The daemon configuration as values: ``Config``, ``ClusterConfig``, ``TLSPaths``,
+their defaults and the keys a config file may hold."""
+
+from __future__ import annotations
+
+import os
+import types
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"
+
+
+@dataclass(frozen=True)
+class TLSPaths:
+    """PEM files for mutual TLS on the peer port: the cluster CA, this node's
+    certificate and its key (the one type for them; the transport uses it)."""
+    ca: str
+    cert: str
+    key: str
+
+KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
+              "log_dir", "log_retention", "history_retention", "shutdown", "log_level",
+              "watch_interval", "max_running", "accept_jobs_from", "cluster")
+
+CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
+                "node_timeout", "election_timeout")
+TLS_KEYS = ("ca", "cert", "key")
+
+DEFAULT_MAX_RUNNING = 256  # concurrent runs on one node
+
+MIN_NODE_TIMEOUT = 2.0
+MIN_ELECTION_TIMEOUT, MAX_ELECTION_TIMEOUT = 0.2, 60.0
+
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The ``cluster:`` section: how this node finds and authenticates its peers.
+
+    ``initial_members`` is a read-only mapping node id -> (host, port), sorted
+    by node id; ``members_dict()`` returns a plain copy.
+    """
+    listen: Address
+    initial_members: Mapping[str, Address] = field(
+        default_factory=lambda: types.MappingProxyType({}))
+    join: bool = False
+    join_token: str | None = None    # join: {token: ...}: the one-time token of `cluster add --token`
+    tls: TLSPaths | None = None
+    insecure: bool = False           # no TLS: anyone who reaches the port is believed
+    insecure_network: bool = False   # insecure: {allow_network: true}: on any address
+    tags: tuple[str, ...] = ()
+    node_timeout: float = 10.0       # leader declares a silent node's runs lost after this
+    election_timeout: float = 0.5    # base Raft election timeout, seconds
+
+    def __post_init__(self):  # a private sorted copy: nobody can change it afterwards
+        object.__setattr__(self, "initial_members", types.MappingProxyType(
+            dict(sorted(dict(self.initial_members).items()))))
+        object.__setattr__(self, "tags", tuple(self.tags))
+
+    def members_dict(self) -> dict[str, Address]:
+        return dict(self.initial_members)
+
+    def __hash__(self) -> int:  # MappingProxyType is not hashable; its items are
+        return hash((self.listen, tuple(self.initial_members.items()), self.join, self.tls,
+                     self.insecure, self.insecure_network, self.tags, self.node_timeout,
+                     self.election_timeout))
+
+
+@dataclass(frozen=True)
+class Config:
+    node_id: str
+    data_dir: str
+    jobs_dir: str
+    socket: str
+    log_dir: str
+    timezone: str
+    socket_group: str | None = None
+    log_max_age: float = 30 * 86400.0       # delete run logs older than this
+    log_max_files_per_job: int = 500        # and keep at most this many per job
+    history_retention: float = 30 * 86400.0  # run records kept in the state
+    # detach: running jobs go on under their supervisors (adopted at the next
+    # start); wait: let them finish within grace, then stop them; stop: at once.
+    shutdown_mode: str = "detach"           # detach | wait | stop
+    shutdown_grace: float = 30.0
+    log_level: str = "info"
+    watch_interval: float = 1.0
+    max_running: int = DEFAULT_MAX_RUNNING  # runs at once on this node; more are skipped
+    # Node ids whose job files this node runs (None: every member's). "self"
+    # is replaced by node_id when the config is read.
+    accept_jobs_from: tuple[str, ...] | None = None
+    path: str = ""
+    cluster: ClusterConfig | None = None    # None: a one-node cluster without a network
+
+    @property
+    def state_db(self) -> str:
+        return os.path.join(self.data_dir, "state.db")
+
+    @property
+    def raft_db(self) -> str:
+        return os.path.join(self.data_dir, "raft.db")
+
+    @property
+    def local_db(self) -> str:
+        return os.path.join(self.data_dir, "local.db")

@@ -1,0 +1,410 @@
+"""Validators of the keys of one job: ``(ctx, key, node) -> value or _INVALID``.
+
+``null`` is accepted only where it is a meaningful value (``_NULL_OK``);
+elsewhere it is an error that says to remove the key to get the default.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable
+
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from cronrd.errors import ScheduleError
+from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
+
+from .model import _NAME_RULE, ENV_KEY_RE, NAME_RE, RetryPolicy, RunOn
+from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
+                    _value, mapping_items, node_pos)
+
+_INVALID = object()  # a value that failed validation (the problem is recorded)
+
+
+_NULL_OK = {"timeout", "timezone", "user", "group", "working_dir"}
+
+
+def _null_error(ctx: FileProblems, key: str, node: Node, expected: str) -> object:
+    ctx.err(node, f"{key} must be {expected} (got an empty value (null)); "
+                  f"remove the key to use the default")
+    return _INVALID
+
+
+def _v_string(ctx: FileProblems, key: str, node: Node, expected: str = "a string") -> Any:
+    if _is(node, NULL):
+        if key in _NULL_OK:
+            return None
+        return _null_error(ctx, key, node, expected)
+    if not _is_str(node):
+        hint = "; quote it" if isinstance(node, ScalarNode) else ""
+        ctx.err(node, f"{key} must be {expected} ({_got(node)}){hint}")
+        return _INVALID
+    return node.value
+
+
+def _v_choice(choices: tuple[str, ...]) -> Callable[[FileProblems, str, Node], Any]:
+    def check(ctx: FileProblems, key: str, node: Node) -> Any:
+        expected = "one of " + ", ".join(choices)
+        if _is(node, NULL):
+            return _null_error(ctx, key, node, expected)
+        if not _is_str(node) or node.value not in choices:
+            got = _got(node)
+            if _is_str(node):
+                close = difflib.get_close_matches(node.value, choices, n=1)
+                if close:
+                    got += f"; did you mean {close[0]!r}?"
+            ctx.err(node, f"{key} must be {expected} ({got})")
+            return _INVALID
+        return node.value
+
+    return check
+
+
+def _sched_msg(e: ScheduleError) -> str:
+    return e.message if hasattr(e, "message") else str(e)
+
+
+MAX_DURATION = 10 * 365 * 86400.0   # durations beyond this overflow date arithmetic
+MAX_RETRIES = 10000
+
+
+def _v_duration(*, positive: bool = False) -> Callable[[FileProblems, str, Node], Any]:
+    def check(ctx: FileProblems, key: str, node: Node) -> Any:
+        expected = "a duration such as 30s, 5m or 1h30m"
+        if _is(node, NULL):
+            if key in _NULL_OK:
+                return None
+            return _null_error(ctx, key, node, expected)
+        if not (_is_str(node) or _is_number(node)):
+            ctx.err(node, f"{key} must be {expected} ({_got(node)})")
+            return _INVALID
+        raw = _value(node)
+        try:
+            seconds = float(parse_duration(raw))
+        except ScheduleError as e:
+            ctx.err(node, f"{key}: {_sched_msg(e)}")
+            return _INVALID
+        if positive and seconds <= 0:
+            extra = "; use timeout: null for no timeout" if key == "timeout" else ""
+            ctx.err(node, f"{key} must be greater than 0 (got {node.value}){extra}")
+            return _INVALID
+        if seconds < 0:
+            ctx.err(node, f"{key} must not be negative (got {node.value})")
+            return _INVALID
+        if seconds > MAX_DURATION:
+            ctx.err(node, f"{key} must be at most 10 years ({MAX_DURATION:.0f}s) (got "
+                          f"{node.value}); use a shorter duration")
+            return _INVALID
+        return seconds
+
+    return check
+
+
+def _v_name(ctx: FileProblems, key: str, node: Node) -> Any:
+    name = _v_string(ctx, key, node)
+    if name is _INVALID:
+        return name
+    if not NAME_RE.fullmatch(name):
+        ctx.err(node, f"invalid job name {name!r}: use {_NAME_RULE}")
+        return _INVALID
+    return name
+
+
+def _v_schedule(ctx: FileProblems, key: str, node: Node) -> Any:
+    expr = _v_string(ctx, key, node, 'a string such as "*/5 * * * *" or "@daily"')
+    if expr is _INVALID:
+        return expr
+    if not expr.strip():
+        ctx.err(node, 'schedule must not be empty; write e.g. schedule: "0 3 * * *"')
+        return _INVALID
+    try:
+        parse_schedule(expr)
+    except ScheduleError as e:
+        line, col = node_pos(node)
+        if e.column is not None and "\n" not in expr and node.style in (None, '"', "'"):
+            col += e.column + (1 if node.style in ('"', "'") else 0)
+        ctx.at(line, col, f"invalid schedule {expr!r}: {_sched_msg(e)}")
+        return _INVALID
+    return expr.strip()
+
+
+def _v_timezone(ctx: FileProblems, key: str, node: Node) -> Any:
+    name = _v_string(ctx, key, node, "an IANA time zone name such as Europe/Berlin")
+    if name is _INVALID or name is None:
+        return name
+    try:
+        resolve_timezone(name)
+    except ScheduleError as e:
+        ctx.err(node, _sched_msg(e))
+        return _INVALID
+    return name
+
+
+def _v_command(ctx: FileProblems, key: str, node: Node) -> Any:
+    expected = "a non-empty string (run with /bin/sh -c) or a non-empty list of strings (argv)"
+    if isinstance(node, SequenceNode):
+        if not node.value:
+            ctx.err(node, f"command must be {expected} (got an empty list)")
+            return _INVALID
+        argv: list[str] = []
+        bad = False
+        for i, item in enumerate(node.value):
+            if not _is_str(item):
+                hint = "; quote it" if isinstance(item, ScalarNode) else ""
+                ctx.err(item, f"command[{i}] must be a string ({_got(item)}){hint}")
+                bad = True
+            else:
+                argv.append(item.value)
+        if bad:
+            return _INVALID
+        if not argv[0]:
+            ctx.err(node.value[0], "command[0] (the program to run) must not be empty")
+            return _INVALID
+        return tuple(argv)
+    if _is_str(node):
+        if not node.value.strip():
+            ctx.err(node, f"command must be {expected} (got an empty string)")
+            return _INVALID
+        return node.value
+    hint = "; quote it" if isinstance(node, ScalarNode) and not _is(node, NULL) else ""
+    ctx.err(node, f"command must be {expected} ({_got(node)}){hint}")
+    return _INVALID
+
+
+def _v_principal(ctx: FileProblems, key: str, node: Node) -> Any:
+    if _is(node, INT):
+        n = _value(node)
+        if n < 0:
+            ctx.err(node, f"{key} must be a name or a numeric id >= 0 (got {node.value})")
+            return _INVALID
+        return str(n)
+    value = _v_string(ctx, key, node, f"a {key} name or numeric id")
+    if value is _INVALID or value is None:
+        return value
+    if not value or any(c.isspace() for c in value) or ":" in value:
+        ctx.err(node, f"{key} must be a {key} name or numeric id without spaces or ':' (got {value!r})")
+        return _INVALID
+    return value
+
+
+def _v_env(ctx: FileProblems, key: str, node: Node) -> Any:
+    if not isinstance(node, MappingNode):
+        ctx.err(node, f"env must be a mapping of NAME: \"value\" ({_got(node)})")
+        return _INVALID
+    pairs: list[tuple[str, str]] = []
+    bad = False
+    for name, (knode, vnode) in mapping_items(ctx, node).items():
+        if not ENV_KEY_RE.fullmatch(name):
+            ctx.err(knode, f"invalid environment variable name {name!r}: use letters, digits "
+                           "and '_', not starting with a digit")
+            bad = True
+            continue
+        if name.startswith("CRONRD_"):
+            ctx.err(knode, f"environment variable {name!r} is reserved: cronrd sets CRONRD_* "
+                           "variables itself; choose another name")
+            bad = True
+            continue
+        if not _is_str(vnode):
+            if isinstance(vnode, ScalarNode) and not _is(vnode, NULL):
+                ctx.err(vnode, f"env value for {name!r} must be a string ({_got(vnode)}); "
+                               f"quote it: {name}: \"{vnode.value}\"")
+            else:
+                ctx.err(vnode, f"env value for {name!r} must be a string ({_got(vnode)}); "
+                               f"write {name}: \"\" for an empty value")
+            bad = True
+            continue
+        pairs.append((name, vnode.value))
+    if bad:
+        return _INVALID
+    return tuple(sorted(pairs))
+
+
+def _v_working_dir(ctx: FileProblems, key: str, node: Node) -> Any:
+    value = _v_string(ctx, key, node, "an absolute path")
+    if value is _INVALID or value is None:
+        return value
+    if not value.startswith("/"):
+        ctx.err(node, f"working_dir must be an absolute path starting with / (got {value!r}); "
+                      "~ and $VARIABLES are not expanded")
+        return _INVALID
+    return value
+
+
+def _v_int(ctx: FileProblems, key: str, node: Node, minimum: int) -> Any:
+    if not _is(node, INT):
+        ctx.err(node, f"{key} must be a whole number >= {minimum} ({_got(node)})")
+        return _INVALID
+    n = _value(node)
+    if n < minimum:
+        ctx.err(node, f"{key} must be a whole number >= {minimum} (got {node.value})")
+        return _INVALID
+    return n
+
+
+_RETRY_KEYS = ("max", "delay", "backoff", "max_delay", "jitter")
+
+
+def _v_retries(ctx: FileProblems, key: str, node: Node) -> Any:
+    if _is(node, INT):
+        n = _v_int(ctx, "retries", node, 0)
+        if n is not _INVALID and n > MAX_RETRIES:
+            ctx.err(node, f"retries must be at most {MAX_RETRIES} (got {n})")
+            n = _INVALID
+        return _INVALID if n is _INVALID else RetryPolicy(max=n)
+    if not isinstance(node, MappingNode):
+        ctx.err(node, "retries must be a count (a whole number >= 0) or a mapping with keys "
+                      f"{', '.join(_RETRY_KEYS)} ({_got(node)})")
+        return _INVALID
+    kw: dict[str, Any] = {}
+    bad = False
+    duration = _v_duration()
+    for name, (knode, vnode) in mapping_items(ctx, node).items():
+        full = f"retries.{name}"
+        if name == "max":
+            v = _v_int(ctx, full, vnode, 0)
+            if v is not _INVALID and v > MAX_RETRIES:
+                ctx.err(vnode, f"{full} must be at most {MAX_RETRIES} (got {v})")
+                v = _INVALID
+        elif name in ("delay", "max_delay", "jitter"):
+            v = duration(ctx, full, vnode)
+        elif name == "backoff":
+            if not _is_number(vnode):
+                ctx.err(vnode, f"{full} must be a number >= 1, the factor each delay is multiplied by "
+                               f"({_got(vnode)})")
+                v = _INVALID
+            elif float(_value(vnode)) < 1:
+                ctx.err(vnode, f"{full} must be a number >= 1 (got {vnode.value}); "
+                               "use 1 for a constant delay")
+                v = _INVALID
+            else:
+                v = float(_value(vnode))
+        else:
+            _unknown_key(ctx, knode, name, _RETRY_KEYS, where="in retries")
+            v = _INVALID
+        if v is _INVALID:
+            bad = True
+        else:
+            kw[name] = v
+    return _INVALID if bad else RetryPolicy(**kw)
+
+
+def _v_run_on(ctx: FileProblems, key: str, node: Node) -> Any:
+    expected = ("any, all, a node id, a list of node ids, or a mapping {tags: [...]}")
+    if _is_str(node):
+        if node.value in ("any", "all"):
+            return RunOn(mode=node.value)
+        if not node.value.strip():
+            ctx.err(node, f"run_on must be {expected} (got an empty string)")
+            return _INVALID
+        return RunOn(mode="nodes", values=(node.value,))
+    if isinstance(node, SequenceNode):
+        return _id_list(ctx, "run_on", node, "nodes", "node id")
+    if isinstance(node, MappingNode):
+        items = mapping_items(ctx, node)
+        bad = False
+        for name, (knode, _v) in items.items():
+            if name != "tags":
+                _unknown_key(ctx, knode, name, ("tags",), where="in run_on")
+                bad = True
+        if "tags" not in items:
+            if not bad:
+                ctx.err(node, "run_on mapping needs tags: [TAG, ...]")
+            return _INVALID
+        tags_node = items["tags"][1]
+        if not isinstance(tags_node, SequenceNode):
+            ctx.err(tags_node, f"run_on.tags must be a non-empty list of tag strings ({_got(tags_node)})")
+            return _INVALID
+        result = _id_list(ctx, "run_on.tags", tags_node, "tags", "tag")
+        return _INVALID if bad else result
+    ctx.err(node, f"run_on must be {expected} ({_got(node)})")
+    return _INVALID
+
+
+def _id_list(ctx: FileProblems, key: str, node: SequenceNode, mode: str, what: str) -> Any:
+    if not node.value:
+        ctx.err(node, f"{key} must not be an empty list; list at least one {what}"
+                      + (" or write run_on: any" if mode == "nodes" else ""))
+        return _INVALID
+    values: list[str] = []
+    bad = False
+    for item in node.value:
+        if not _is_str(item) or not item.value.strip():
+            hint = "; quote it" if isinstance(item, ScalarNode) and not _is_str(item) else ""
+            ctx.err(item, f"each entry of {key} must be a non-empty {what} string ({_got(item)}){hint}")
+            bad = True
+        elif mode == "nodes" and item.value in ("any", "all"):
+            ctx.err(item, f"{item.value!r} is a run_on mode, not a node id; write run_on: {item.value}")
+            bad = True
+        elif item.value in values:
+            ctx.err(item, f"{what} {item.value!r} is listed twice in {key}")
+            bad = True
+        else:
+            values.append(item.value)
+    return _INVALID if bad else RunOn(mode=mode, values=tuple(sorted(values)))
+
+
+def _v_description(ctx: FileProblems, key: str, node: Node) -> Any:
+    value = _v_string(ctx, key, node)
+    return value.strip() if isinstance(value, str) else value  # block scalars end in "\n"
+
+
+def _v_bool(ctx: FileProblems, key: str, node: Node) -> Any:
+    if not _is(node, BOOL):
+        ctx.err(node, f"{key} must be true or false ({_got(node)})")
+        return _INVALID
+    return _value(node)
+
+
+def _v_max_running(ctx: FileProblems, key: str, node: Node) -> Any:
+    return _v_int(ctx, key, node, 1)
+
+
+def _v_max_log_bytes(ctx: FileProblems, key: str, node: Node) -> Any:
+    expected = "a size such as 10MiB, 512KiB or a number of bytes"
+    if _is(node, NULL):
+        return _null_error(ctx, key, node, expected)
+    if not (_is_str(node) or _is(node, INT)):
+        ctx.err(node, f"{key} must be {expected} ({_got(node)})")
+        return _INVALID
+    try:
+        size = int(parse_size(_value(node)))
+    except ScheduleError as e:
+        ctx.err(node, f"{key}: {_sched_msg(e)}")
+        return _INVALID
+    if size < 1024:
+        ctx.err(node, f"{key} must be at least 1024 bytes (1KiB) (got {node.value})")
+        return _INVALID
+    if size > 1 << 40:
+        ctx.err(node, f"{key} must be at most 1TiB (got {node.value})")
+        return _INVALID
+    return size
+
+
+_VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
+    "name": _v_name,
+    "description": _v_description,
+    "schedule": _v_schedule,
+    "timezone": _v_timezone,
+    "command": _v_command,
+    "user": _v_principal,
+    "group": _v_principal,
+    "env": _v_env,
+    "working_dir": _v_working_dir,
+    "timeout": _v_duration(positive=True),
+    "kill_grace": _v_duration(),
+    "concurrency": _v_choice(("allow", "forbid", "replace")),
+    "retries": _v_retries,
+    "catchup": _v_choice(("none", "latest", "all")),
+    "catchup_window": _v_duration(),
+    "jitter": _v_duration(),
+    "run_on": _v_run_on,
+    "on_node_loss": _v_choice(("retry", "fail")),
+    "enabled": _v_bool,
+    "max_log_bytes": _v_max_log_bytes,
+    "max_running": _v_max_running,
+}
+JOB_KEYS: tuple[str, ...] = tuple(_VALIDATORS)
+_REQUIRED = {
+    "schedule": 'schedule: "0 3 * * *"',
+    "command": "command: /usr/local/bin/backup.sh",
+}

@@ -1,0 +1,224 @@
+"""Job files on disk: permission checks (as cron's), bounded reads, a directory of files."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+
+from cronrd import bounded_yaml
+
+from .model import DirResult, FileResult, JobSpec, Problem
+from .parse import _parse_text
+
+MAX_FILE_BYTES = bounded_yaml.MAX_FILE_BYTES  # a bigger job file is refused
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _uid_desc(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _refusal(st: os.stat_result, subject: str, fix_path: str, allowed: set[int] | None) -> str | None:
+    """Why a file with this stat may not be used, or None.
+
+    ``allowed=None`` checks only that it is a regular file (no owner/mode)."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a regular file")
+        return f"{subject} is not a regular file (it is {kind}); job files must be regular files"
+    if allowed is None:
+        return None
+    reasons: list[str] = []
+    fixes: list[str] = []
+    if st.st_uid not in allowed:
+        want = " or ".join(_uid_desc(u) for u in sorted(allowed))
+        reasons.append(f"owned by {_uid_desc(st.st_uid)}, not by {want}")
+        owner = 0 if 0 in allowed else min(allowed)
+        fixes.append(f"chown {'root' if owner == 0 else owner} {fix_path}")
+    writable = [who for bit, who in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others")) if st.st_mode & bit]
+    if writable:
+        reasons.append(f"writable by {' and '.join(writable)} (mode {stat.S_IMODE(st.st_mode):04o})")
+        fixes.append(f"chmod go-w {fix_path}")
+    if not reasons:
+        return None
+    return f"{subject} is {' and '.join(reasons)}; run: {' && '.join(fixes)}"
+
+
+def _default_uids(allowed_uids: set[int] | None) -> set[int]:
+    return {0, os.geteuid()} if allowed_uids is None else set(allowed_uids)
+
+
+def check_file_permissions(path: str, allowed_uids: set[int] | None) -> Problem | None:
+    """Refuse job files the way cron refuses crontabs.
+
+    A file is refused when it is not a regular file, is writable by group or
+    others (mode & 0o022), or is owned by a uid outside ``allowed_uids``
+    (default: root and the effective uid of this process). A symlink is
+    refused when the link itself has a foreign owner or its target fails the
+    same checks. Returns a Problem at line 0, column 0, or None if allowed.
+    """
+    allowed = _default_uids(allowed_uids)
+
+    def refuse(msg: str) -> Problem:
+        return Problem(path, 0, 0, f"refusing job file: {msg}")
+
+    try:
+        lst = os.lstat(path)
+    except FileNotFoundError:
+        return refuse("it does not exist")
+    except OSError as e:
+        return refuse(f"cannot inspect it: {e.strerror}")
+    if not stat.S_ISLNK(lst.st_mode):
+        msg = _refusal(lst, "it", path, allowed)
+        return refuse(msg) if msg else None
+    if lst.st_uid not in allowed:
+        return refuse(f"it is a symlink owned by {_uid_desc(lst.st_uid)}; "
+                      f"run: chown -h root {path}")
+    target = os.path.realpath(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return refuse(f"it is a symlink to {os.readlink(path)!r}, which does not exist")
+    msg = _refusal(st, f"its symlink target {target}", target, allowed)
+    return refuse(msg) if msg else None
+
+
+def _read_checked(path: str, allowed: set[int] | None) -> tuple[str | None, Problem | None]:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        return None, Problem(path, 0, 0, f"cannot read job file: {e.strerror}")
+    with os.fdopen(fd, "rb") as f:
+        # the file may have been swapped since check_file_permissions: check what was opened
+        msg = _refusal(os.fstat(f.fileno()), "it", path, allowed)
+        if msg:
+            return None, Problem(path, 0, 0, f"refusing job file: {msg}")
+        try:
+            data = bounded_yaml.read_bounded(f.fileno(), MAX_FILE_BYTES)
+        except bounded_yaml.FileTooLarge as e:
+            return None, Problem(path, 0, 0, f"refusing job file: it is larger than "
+                                             f"{MAX_FILE_BYTES} bytes (1 MiB; it has at least "
+                                             f"{e.size}); split its jobs into several files")
+        except OSError as e:
+            return None, Problem(path, 0, 0, f"cannot read job file: {e.strerror}")
+    try:
+        return data.decode("utf-8-sig"), None
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        return None, Problem(path, line, col, f"job file is not valid UTF-8 (byte 0x{data[e.start]:02x}); "
+                                              "save it as UTF-8")
+
+
+def _load_file(path: str, allowed: set[int] | None) -> tuple[FileResult, dict[str, tuple[int, int]]]:
+    """``allowed=None``: skip the owner and mode checks (still regular files only)."""
+    if allowed is None:
+        try:
+            msg = _refusal(os.stat(path), "it", path, None)
+            problem = Problem(path, 0, 0, f"refusing job file: {msg}") if msg else None
+        except OSError as e:
+            problem = Problem(path, 0, 0, f"cannot read job file: {e.strerror}")
+    else:
+        problem = check_file_permissions(path, allowed)
+    if problem is not None:
+        return FileResult(path, (), (problem,)), {}
+    text, problem = _read_checked(path, allowed)
+    if problem is not None:
+        return FileResult(path, (), (problem,)), {}
+    return _parse_text(text, path)
+
+
+def _load_file_guarded(path: str, allowed: set[int] | None,
+                       ) -> tuple[FileResult, dict[str, tuple[int, int]]]:
+    """``_load_file``, where any exception becomes a problem of this one file.
+
+    The bounds make deep recursion and huge trees impossible; this is the
+    backstop that keeps one file from stopping the watcher or the daemon's
+    start whatever it holds."""
+    try:
+        return _load_file(path, allowed)
+    except Exception as e:  # RecursionError, MemoryError, a bug: one file's problem
+        what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return FileResult(path, (), (Problem(
+            path, 0, 0, f"cannot load job file ({what}); the file is skipped and the jobs it "
+                        "defined keep their last good version: simplify or fix the file, "
+                        "and report this to the cronrd developers with the file"),)), {}
+
+
+def load_job_file(path: str, *, allowed_uids: set[int] | None = None,
+                  check_permissions: bool = True) -> FileResult:
+    """Check permissions, then read and parse one job file.
+
+    ``check_permissions=False`` skips the owner and mode checks (for
+    ``cronrd validate`` on files not installed yet); non-regular files are
+    still refused. Never raises: every failure is a problem of the file."""
+    return _load_file_guarded(path, _default_uids(allowed_uids) if check_permissions else None)[0]
+
+
+def is_job_file_name(name: str) -> bool:
+    """True for names the directory loader reads: ``*.yaml``/``*.yml`` that
+    are not hidden (editor backups ``*~``, ``*.swp``, ``*.dpkg-*`` do not end
+    in .yaml and are skipped too)."""
+    return (
+        not name.startswith(".")
+        and name.endswith((".yaml", ".yml"))
+        and ".dpkg-" not in name
+    )
+
+
+def load_jobs_dir(path: str, *, allowed_uids: set[int] | None = None,
+                  check_permissions: bool = True) -> DirResult:
+    """Load every job file in a directory (sorted by name).
+
+    A job name defined twice (in one file or across files) is reported on
+    the later definition, which is dropped. A missing or unreadable
+    directory is one Problem at line 0, not an exception.
+    ``check_permissions=False``: as for :func:`load_job_file`.
+    """
+    allowed = _default_uids(allowed_uids) if check_permissions else None
+    try:
+        names = sorted(e.name for e in os.scandir(path) if is_job_file_name(e.name))
+    except FileNotFoundError:
+        return DirResult((FileResult(path, (), (Problem(
+            path, 0, 0, f"job directory {path} does not exist; create it with: "
+                        f"install -d -m 0755 {path}"),)),))
+    except NotADirectoryError:
+        return DirResult((FileResult(path, (), (Problem(
+            path, 0, 0, f"{path} is not a directory; point cronrd at the directory that holds "
+                        "the *.yaml job files"),)),))
+    except OSError as e:
+        return DirResult((FileResult(path, (), (Problem(
+            path, 0, 0, f"cannot read job directory {path}: {e.strerror}"),)),))
+
+    files: list[FileResult] = []
+    first: dict[str, JobSpec] = {}
+    for name in names:
+        full = os.path.join(path, name)
+        result, positions = _load_file_guarded(full, allowed)
+        kept: list[JobSpec] = []
+        extra: list[Problem] = []
+        for job in result.jobs:
+            prev = first.get(job.name)
+            if prev is not None:
+                line, col = positions.get(job.name, (job.line, 1))
+                extra.append(Problem(full, line, col,
+                                     f"duplicate job name {job.name!r}: already defined at "
+                                     f"{prev.source}:{prev.line}; rename one of them"))
+                continue
+            first[job.name] = job
+            kept.append(job)
+        if extra:
+            problems = tuple(sorted(result.problems + tuple(extra), key=lambda p: (p.line, p.col)))
+            result = FileResult(result.path, tuple(kept), problems)
+        files.append(result)
+    return DirResult(tuple(files))

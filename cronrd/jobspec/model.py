@@ -1,0 +1,179 @@
+"""The job model: ``JobSpec`` and its parts with their defaults, and the
+results of reading job files (``Problem``, ``FileResult``, ``DirResult``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_JOBS_DIR = "/etc/cronrd.d"
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME_RULE = (
+    "letters, digits, '_', '.' and '-', starting with a letter or digit, "
+    "at most 100 characters"
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max: int = 0
+    delay: float = 10.0
+    backoff: float = 2.0
+    max_delay: float = 3600.0
+    jitter: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunOn:
+    mode: str = "any"  # any | all | nodes | tags
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    schedule: str
+    command: str | tuple[str, ...]
+    timezone: str | None = None
+    user: str | None = None
+    group: str | None = None
+    env: tuple[tuple[str, str], ...] = ()  # sorted pairs
+    working_dir: str | None = None
+    timeout: float | None = None
+    kill_grace: float = 10.0
+    concurrency: str = "forbid"
+    retries: RetryPolicy = RetryPolicy()
+    catchup: str = "latest"
+    catchup_window: float = 86400.0
+    jitter: float = 0.0
+    run_on: RunOn = RunOn()
+    on_node_loss: str = "retry"
+    enabled: bool = True
+    description: str = ""
+    max_log_bytes: int = 10485760
+    max_running: int | None = None  # concurrent runs of this job on one node (None: no cap)
+    source: str = ""  # file path it came from
+    line: int = 0  # 1-based line of the job's mapping
+
+    def to_dict(self) -> dict:
+        """JSON-safe canonical dict of the definition (no source/line).
+
+        Keys added later (max_running) appear only when set, so the digest
+        of a job that does not use them stays what older versions compute."""
+        d = {
+            "name": self.name,
+            "schedule": self.schedule,
+            "command": self.command if isinstance(self.command, str) else list(self.command),
+            "timezone": self.timezone,
+            "user": self.user,
+            "group": self.group,
+            "env": [[k, v] for k, v in self.env],
+            "working_dir": self.working_dir,
+            "timeout": self.timeout,
+            "kill_grace": self.kill_grace,
+            "concurrency": self.concurrency,
+            "retries": dataclasses.asdict(self.retries),
+            "catchup": self.catchup,
+            "catchup_window": self.catchup_window,
+            "jitter": self.jitter,
+            "run_on": {"mode": self.run_on.mode, "values": list(self.run_on.values)},
+            "on_node_loss": self.on_node_loss,
+            "enabled": self.enabled,
+            "description": self.description,
+            "max_log_bytes": self.max_log_bytes,
+        }
+        if self.max_running is not None:
+            d["max_running"] = self.max_running
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "", line: int = 0) -> "JobSpec":
+        """Rebuild from ``to_dict()`` output (trusted: no validation).
+
+        Missing keys take their defaults and unknown keys are ignored, so a
+        node can read definitions written by a newer or older version.
+        ``env`` may be a list of pairs (as ``to_dict`` writes it) or a dict.
+        """
+        kwargs: dict[str, Any] = {}
+        names = {f.name for f in dataclasses.fields(cls)} - {"source", "line"}
+        for key in names & d.keys():
+            kwargs[key] = d[key]
+        cmd = kwargs.get("command")
+        if cmd is not None and not isinstance(cmd, str):
+            kwargs["command"] = tuple(cmd)
+        if "env" in kwargs:
+            env = kwargs["env"] or ()
+            pairs = env.items() if isinstance(env, dict) else env
+            kwargs["env"] = tuple(sorted((str(k), str(v)) for k, v in pairs))
+        if "retries" in kwargs:
+            r = kwargs["retries"]
+            if isinstance(r, RetryPolicy):
+                pass
+            elif isinstance(r, int):
+                kwargs["retries"] = RetryPolicy(max=r)
+            else:
+                kw = {f.name: r[f.name] for f in dataclasses.fields(RetryPolicy) if f.name in r}
+                for f in ("delay", "backoff", "max_delay", "jitter"):
+                    if f in kw:
+                        kw[f] = float(kw[f])
+                kwargs["retries"] = RetryPolicy(**kw)
+        if "run_on" in kwargs:
+            ro = kwargs["run_on"]
+            if not isinstance(ro, RunOn):
+                kwargs["run_on"] = RunOn(mode=ro.get("mode", RunOn.mode), values=tuple(ro.get("values", RunOn.values)))
+        for f in ("kill_grace", "catchup_window", "jitter"):
+            if f in kwargs:
+                kwargs[f] = float(kwargs[f])
+        if kwargs.get("timeout") is not None:
+            kwargs["timeout"] = float(kwargs["timeout"])
+        return cls(source=source, line=line, **kwargs)
+
+    def digest(self) -> str:
+        """sha256 hex of the canonical JSON of ``to_dict()``."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    line: int
+    col: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.message}"
+
+
+@dataclass(frozen=True)
+class FileResult:
+    path: str
+    jobs: tuple[JobSpec, ...]
+    problems: tuple[Problem, ...]  # a file with problems may still yield its valid jobs
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class DirResult:
+    files: tuple[FileResult, ...]  # sorted by path
+
+    @property
+    def jobs(self) -> dict[str, JobSpec]:
+        """Valid jobs by name; the first definition of a name wins."""
+        out: dict[str, JobSpec] = {}
+        for f in self.files:
+            for job in f.jobs:
+                out.setdefault(job.name, job)
+        return out
+
+    @property
+    def problems(self) -> list[Problem]:
+        return [p for f in self.files for p in f.problems]

@@ -1,0 +1,168 @@
+"""One job file's text -> its valid jobs and every problem (no file system access)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from cronrd import bounded_yaml
+
+from .fields import _INVALID, _REQUIRED, _VALIDATORS, JOB_KEYS
+from .model import _NAME_RULE, NAME_RE, FileResult, JobSpec, Problem
+from .nodes import FileProblems, _got, _unknown_key, _yaml_error, mapping_items, node_pos
+
+MAX_PROBLEMS_PER_FILE = 100  # more are summed up in one last problem
+
+
+def _has_nul(node: Node) -> bool:
+    if isinstance(node, ScalarNode):
+        return "\0" in node.value
+    if isinstance(node, SequenceNode):
+        return any(_has_nul(n) for n in node.value)
+    if isinstance(node, MappingNode):
+        return any(_has_nul(k) or _has_nul(v) for k, v in node.value)
+    return False
+
+
+def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
+               ) -> tuple[JobSpec | None, str | None, tuple[int, int]]:
+    """Validate one job mapping.
+
+    Returns (spec or None, name if the name itself is valid, position of the
+    name for duplicate reports)."""
+    before = len(ctx.problems)
+    items = mapping_items(ctx, node)
+    values: dict[str, Any] = {}
+    suggested: set[str | None] = set()
+    for key, (knode, vnode) in items.items():
+        validator = _VALIDATORS.get(key)
+        if validator is None:
+            if key == "jobs":
+                ctx.err(knode, "jobs: belongs at the top level of a file, not inside a job")
+            else:
+                suggested.add(_unknown_key(ctx, knode, key, JOB_KEYS))
+            continue
+        if _has_nul(vnode):
+            ctx.err(vnode, f"{key} contains a NUL character (\\0), which no command, "
+                           "environment variable or path can hold; remove it")
+            values[key] = _INVALID
+            continue
+        values[key] = validator(ctx, key, vnode)
+
+    name_pos = node_pos(items["name"][1]) if "name" in items else node_pos(node)
+    name = values.get("name")
+    if "name" not in items:
+        if default_name is None:
+            ctx.err(node, "this job has no name; add name: (required for every job in a jobs: list)")
+        elif not NAME_RE.fullmatch(default_name):
+            ctx.err(node, f"the job name {default_name!r} comes from the file name and is not valid "
+                          f"({_NAME_RULE}); rename the file or add name:")
+        else:
+            name = default_name
+    if name is _INVALID:
+        name = None
+
+    for key, example in _REQUIRED.items():
+        if key not in items and key not in suggested:  # a typo of it was reported already
+            ctx.err(node, f"missing required key {key!r} (for example {example})")
+
+    if len(ctx.problems) > before:
+        return None, name, name_pos
+    kwargs = {k: v for k, v in values.items() if k != "name" and v is not None}
+    # keys whose value is None mean "unset" and match the defaults
+    spec = JobSpec(name=name, source=ctx.path, line=node.start_mark.line + 1, **kwargs)
+    return spec, name, name_pos
+
+
+
+def _file_stem(path: str) -> str:
+    base = os.path.basename(path)
+    for ext in (".yaml", ".yml"):
+        if base.endswith(ext):
+            return base[: -len(ext)]
+    return os.path.splitext(base)[0]
+
+
+def _limit_error(ctx: FileProblems, e: bounded_yaml.YAMLLimitError) -> None:
+    mark = e.problem_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    ctx.at(line, col, f"refusing job file: {e.problem}")
+
+
+def _parse_text(text: str, path: str) -> tuple[FileResult, dict[str, tuple[int, int]]]:
+    """parse_job_text plus the position of each valid job's name."""
+    ctx = FileProblems(path)
+    try:
+        # libyaml's event parser when PyYAML has it (several times faster; same
+        # node tree and marks), composed with bounds on nesting, aliases and
+        # expanded size (bounded_yaml); a file it rejects is parsed again by
+        # the pure-Python parser so that the error message is always the same.
+        root = bounded_yaml.compose(text)
+    except yaml.YAMLError:
+        try:
+            root = bounded_yaml.compose(text, fast=False)
+        except bounded_yaml.YAMLLimitError as e:
+            _limit_error(ctx, e)
+            return FileResult(path, (), tuple(ctx.problems)), {}
+        except yaml.YAMLError as e:
+            _yaml_error(ctx, text, e)
+            return FileResult(path, (), tuple(ctx.problems)), {}
+
+    jobs: list[JobSpec] = []
+    name_pos: dict[str, tuple[int, int]] = {}
+    seen: dict[str, int] = {}  # name -> line of the first definition
+
+    def add(node: MappingNode, default_name: str | None) -> None:
+        spec, name, pos = _parse_job(ctx, node, default_name)
+        if name is not None:
+            if name in seen:
+                ctx.at(*pos, f"duplicate job name {name!r}: already defined at {path}:{seen[name]}; "
+                             "rename one of them")
+                return
+            seen[name] = node.start_mark.line + 1
+        if spec is not None:
+            jobs.append(spec)
+            name_pos[spec.name] = pos
+
+    shape = "a job file holds one job (a mapping with schedule:, command:, ...) or jobs: followed by a list of jobs"
+    if root is None:
+        ctx.at(1, 1, f"the file is empty; {shape}")
+    elif not isinstance(root, MappingNode):
+        hint = "; put the list under jobs:" if isinstance(root, SequenceNode) else ""
+        ctx.err(root, f"{shape} ({_got(root)}){hint}")
+    else:
+        top = mapping_items(ctx, root)
+        if "jobs" in top:
+            for key, (knode, _v) in top.items():
+                if key != "jobs" and not key.startswith("x-"):
+                    ctx.err(knode, f"unknown top-level key {key!r} next to jobs:; a file with jobs: holds "
+                                   f"only the list, so move {key!r} into each job (keys starting with x- "
+                                   "are ignored and can hold &anchors)")
+            list_node = top["jobs"][1]
+            if not isinstance(list_node, SequenceNode):
+                ctx.err(list_node, f"jobs must be a list of job mappings ({_got(list_node)})")
+            else:
+                for i, item in enumerate(list_node.value, 1):
+                    if not isinstance(item, MappingNode):
+                        ctx.err(item, f"job #{i} under jobs: must be a mapping with name:, schedule:, "
+                                      f"command: ... ({_got(item)})")
+                        continue
+                    add(item, None)
+        else:
+            add(root, _file_stem(path))
+
+    problems = tuple(sorted(dict.fromkeys(ctx.problems), key=lambda p: (p.line, p.col)))
+    if len(problems) > MAX_PROBLEMS_PER_FILE:  # one file cannot flood the logs
+        last = problems[MAX_PROBLEMS_PER_FILE - 1]
+        problems = problems[:MAX_PROBLEMS_PER_FILE] + (Problem(
+            path, last.line, last.col, f"... and {len(problems) - MAX_PROBLEMS_PER_FILE} more "
+                                       "problems after this one; fix these first"),)
+    return FileResult(path, tuple(jobs), problems), name_pos
+
+
+def parse_job_text(text: str, path: str) -> FileResult:
+    """Parse and validate the text of one job file (no file system access)."""
+    return _parse_text(text, path)[0]

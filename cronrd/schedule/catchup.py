@@ -1,0 +1,139 @@
+"""Catch-up after downtime: which missed fires run and which are skipped, with a reason (pure)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cronrd.errors import ScheduleError
+
+from .durations import human_duration
+from .timestamps import iso_utc
+from .triggers import Trigger
+
+
+@dataclass(frozen=True)
+class CatchupPlan:
+    run: tuple[int, ...]
+    skipped: tuple[tuple[int, str], ...]
+    skipped_range: tuple[int, int, int, str] | None
+    cursor: int
+
+
+def _nth_from_end(trigger: Trigger, lo: int, hi: int, j: int) -> int | None:
+    """The j-th last fire (j >= 1) in (lo, hi], or None if there are fewer than j."""
+    if hi <= lo:
+        return None
+
+    def enough(p: int) -> bool:
+        c = trigger.count_between(p, hi)
+        return c < 0 or c >= j
+
+    span = max(1, j)
+    known_short = hi  # count(known_short, hi] < j
+    while True:
+        p = hi - span
+        if p <= lo:
+            if not enough(lo):
+                return None
+            p = lo
+            break
+        if enough(p):
+            break
+        known_short = p
+        span *= 2
+    # count(p, hi] >= j > count(known_short, hi]: the answer is in (p, known_short]
+    a, b = p, known_short
+    while b - a > 1:
+        mid = (a + b) // 2
+        if enough(mid):
+            a = mid
+        else:
+            b = mid
+    return a + 1
+
+
+def plan_catchup(
+    trigger: Trigger,
+    cursor: int,
+    now: int,
+    policy: str,
+    window: float | None,
+    max_records: int = 1000,
+) -> CatchupPlan:
+    """Decide what to do with the fires due in ``(cursor, now]``.
+
+    Every due fire ends up in ``run``, in ``skipped`` (the newest
+    ``max_records`` skipped fires, each with a reason) or is counted in
+    ``skipped_range`` (the older skipped fires: first, last, count, reason).
+
+    * ``"all"``: run the fires with ``now - f <= window`` (all of them when
+      ``window`` is None; note that this enumerates every one), skip older ones.
+    * ``"latest"``: run only the newest due fire, if within ``window``.
+    * ``"none"``: run only a fire that is on time (``f >= now - 1``).
+
+    Large gaps stay cheap: skipped fires are split from the newest end with
+    arithmetic counting (``@every``) or counting per matching day (cron), so
+    an every-second job down for a month costs milliseconds.  The count in
+    ``skipped_range`` is exact, except that it is -1 ("unknown, very many")
+    when counting would need to walk more than 200,000 matching days.
+    """
+    if policy not in ("all", "latest", "none"):
+        raise ScheduleError(f"unknown catch-up policy '{policy}': use all, latest or none")
+    cursor, now = math.floor(cursor), math.floor(now)
+    last = _nth_from_end(trigger, cursor, now, 1)
+    if last is None:
+        return CatchupPlan((), (), None, cursor)
+    too_old = None if window is None else math.ceil(now - window)  # fires < too_old are out of window
+    window_reason = (
+        "catch-up: missed at {iso}, older than catchup_window " + human_duration(window)
+        if window is not None else ""
+    )
+
+    if policy == "all":
+        boundary = cursor if too_old is None else max(cursor, too_old - 1)
+        run = tuple(trigger.fires_between(boundary, now))
+        reason_for = lambda f: window_reason.format(iso=iso_utc(f))  # noqa: E731
+        skip_hi = boundary
+        range_reason = "catch-up: missed, older than catchup_window " + (human_duration(window) if window is not None else "")
+        extra: list[tuple[int, str]] = []
+    elif policy == "none":
+        boundary = max(cursor, now - 2)
+        run = tuple(trigger.fires_between(boundary, now))
+        none_reason = "catch-up: missed while cronrd was not running (catchup: none)"
+        reason_for = lambda f: none_reason  # noqa: E731
+        skip_hi = boundary
+        range_reason = none_reason
+        extra = []
+    else:  # latest
+        superseded = f"catch-up: superseded by the later fire at {iso_utc(last)} (catchup: latest)"
+        reason_for = lambda f: superseded  # noqa: E731
+        range_reason = superseded
+        skip_hi = last - 1
+        if too_old is None or last >= too_old:
+            run, extra = (last,), []
+        else:
+            run, extra = (), [(last, window_reason.format(iso=iso_utc(last)))]
+
+    # split the skipped fires in (cursor, skip_hi] into records (newest) and a range (oldest)
+    room = max(0, max_records - len(extra))
+    records: list[tuple[int, str]] = []
+    skipped_range = None
+    if skip_hi > cursor:
+        oldest_of_range = _nth_from_end(trigger, cursor, skip_hi, room + 1)
+        if oldest_of_range is None:
+            records = [(f, reason_for(f)) for f in trigger.fires_between(cursor, skip_hi)]
+        else:
+            records = [(f, reason_for(f)) for f in trigger.fires_between(oldest_of_range, skip_hi)]
+            first = trigger.next_after(cursor)
+            count = trigger.count_between(cursor, oldest_of_range)
+            if policy == "all" and window is not None:
+                range_reason = (
+                    f"catch-up: missed from {iso_utc(first)} to {iso_utc(oldest_of_range)}, "
+                    f"older than catchup_window {human_duration(window)}"
+                )
+            skipped_range = (first, oldest_of_range, count, range_reason)
+    skipped = tuple(records + extra)
+    if len(skipped) > max_records:  # only when max_records < len(extra)
+        skipped = skipped[len(skipped) - max_records:]
+    return CatchupPlan(run, skipped, skipped_range, max(last, cursor))

@@ -1,0 +1,249 @@
+"""Triggers: the fire times of one schedule in one time zone (pure).
+
+croniter is used only to find the next *naive* wall-clock time matching a
+cron expression.  Mapping wall-clock times to instants across
+daylight-saving changes is done here, the way Debian's cron and cronie do it:
+
+* a **fixed-time** job (minute and hour fields both not starting with ``*``)
+  whose wall-clock time falls into a skipped hour runs once, at the instant of
+  the jump; one whose time falls into a repeated hour runs once, in the first
+  pass;
+* a **wildcard** job (minute or hour field starts with ``*``) follows the wall
+  clock: times that do not exist do not fire, repeated times fire twice.
+
+The time line of a zone is cut into *segments* of constant UTC offset (found
+once per zone and year by sampling the offset and bisecting each change, then
+cached: :mod:`.zones`).  Inside a segment wall clock and instants map one to
+one, so the next fire is "the next naive match, minus the segment's offset",
+and the rules above only apply where a segment starts or ends.
+"""
+
+from __future__ import annotations
+
+import bisect
+import calendar
+import datetime as _dt
+import math
+from typing import Iterator
+from zoneinfo import ZoneInfo
+
+from croniter import CroniterBadDateError, croniter
+
+from .expressions import _NAIVE_EPOCH, Schedule, _croniter_for
+from .timestamps import _EPOCH
+from .zones import _Window, _window, resolve_timezone
+
+_DAY = 86400
+# Instants outside these bounds have no fire times (keeps datetime happy).
+_MIN_T = calendar.timegm((1900, 1, 1, 0, 0, 0))
+_MAX_T = calendar.timegm((9000, 1, 1, 0, 0, 0))
+
+
+def _naive(n: int) -> _dt.datetime:
+    return _NAIVE_EPOCH + _dt.timedelta(seconds=n)
+
+
+def _full(values: list, low: int, high: int) -> list[int]:
+    if values == ["*"]:
+        return list(range(low, high + 1))
+    return sorted({int(v) for v in values})
+
+
+class Trigger:
+    """Fire times of one schedule in one time zone.  Build with :func:`make_trigger`.
+
+    Pure but not thread-safe: it keeps a croniter instance and a cached
+    window of the zone's offset changes.
+    """
+
+    def __init__(self, schedule: Schedule, tz: ZoneInfo):
+        self.schedule = schedule
+        self.tz = tz
+        self._win: _Window | None = None
+        if schedule.kind == "cron":
+            self._fixed = schedule.fixed_time
+            self._cron = _croniter_for(schedule.fields)
+            self._day_cron: croniter | None = None
+            self._tod: tuple | None = None
+
+    def __repr__(self) -> str:
+        return f"Trigger({self.schedule.expr!r}, {self.tz})"
+
+    # -- segments ----------------------------------------------------------
+
+    def _segment(self, x: int) -> tuple[int | None, int, int, int, int]:
+        """``(start, offset_before_start, offset, end, offset_after_end)`` of the segment holding x."""
+        win = self._win
+        if win is None or not win.lo <= x < win.hi:
+            year = (_EPOCH + _dt.timedelta(seconds=x)).year
+            win = self._win = _window(self.tz, year)
+        i = bisect.bisect_right(win.times, x)
+        if i:
+            start, before, off = win.entries[i - 1]
+        else:
+            start, before, off = None, win.first_offset, win.first_offset
+        if i < len(win.entries):
+            end, _, after = win.entries[i]
+        else:
+            end, after = win.horizon, win.horizon_offset
+        return start, before, off, end, after
+
+    def _match_ge(self, n: int) -> int | None:
+        """First naive wall-clock second >= n matching the cron fields."""
+        try:
+            return int(self._cron.get_next(float, start_time=_naive(n - 1)))
+        except (CroniterBadDateError, OverflowError, ValueError):
+            return None
+
+    # -- public ------------------------------------------------------------
+
+    def next_after(self, t: int) -> int | None:
+        """The first fire time strictly after ``t``; None if there is none (``@reboot``)."""
+        kind = self.schedule.kind
+        t = math.floor(t)
+        if kind == "every":
+            step = self.schedule.interval
+            return (t // step + 1) * step
+        if kind != "cron":
+            return None
+        x = t + 1  # looking for instants >= x
+        last_lo = last_n = None
+        while _MIN_T <= x < _MAX_T:
+            start, before, off, end, after = self._segment(x)
+            lo = x + off
+            if self._fixed and start is not None and before > off:
+                lo = max(lo, start + before)  # the repeated hour already ran in its first pass
+            if last_n is not None and last_lo <= lo <= last_n:
+                n = last_n
+            else:
+                n = self._match_ge(lo)
+                if n is None:
+                    return None
+            last_lo, last_n = lo, n
+            if n < end + off:
+                return n - off
+            if self._fixed and after > off and n < end + after:
+                return end  # wall-clock time skipped by a spring-forward: run at the jump
+            x = end
+        return None
+
+    def fires_between(self, after: int, until: int, limit: int | None = None) -> Iterator[int]:
+        """Fire times f with ``after < f <= until``, ascending, at most ``limit`` of them."""
+        count = 0
+        t = after
+        while limit is None or count < limit:
+            f = self.next_after(t)
+            if f is None or f > until:
+                return
+            yield f
+            count += 1
+            t = f
+
+    def count_between(self, after: int, until: int, max_days: int = 200_000) -> int:
+        """How many fires f have ``after < f <= until``; -1 if that needs more than ``max_days`` matching days."""
+        after, until = math.floor(after), math.floor(until)
+        if until <= after:
+            return 0
+        kind = self.schedule.kind
+        if kind == "every":
+            step = self.schedule.interval
+            return until // step - after // step
+        if kind != "cron":
+            return 0
+        after = max(after, _MIN_T - 1)
+        until = min(until, _MAX_T - 1)
+        total = 0
+        x = after + 1
+        budget = [max_days]
+        while x <= until:
+            start, before, off, end, after_off = self._segment(x)
+            lo = x + off
+            if self._fixed and start is not None and before > off:
+                lo = max(lo, start + before)
+            hi = min(until, end - 1) + off
+            got = self._naive_count(lo, hi, budget)
+            if got < 0:
+                return -1
+            total += got
+            if end > until:
+                break
+            if self._fixed and after_off > off:
+                # times skipped by the jump run once at the jump, unless the first
+                # wall time after the jump matches too (same instant, counted next)
+                got = self._naive_count(end + off, end + after_off - 1, budget)
+                same = self._naive_count(end + after_off, end + after_off, budget)
+                if got < 0 or same < 0:
+                    return -1
+                total += 1 if got and not same else 0
+            x = end
+        return total
+
+    # -- counting helpers (naive wall clock) ---------------------------------
+
+    def _tod_tables(self):
+        if self._tod is None:
+            expanded, _ = croniter.expand(" ".join(self.schedule.fields), second_at_beginning=True)
+            minutes, hours, seconds = (
+                _full(expanded[0], 0, 59), _full(expanded[1], 0, 23), _full(expanded[5], 0, 59)
+            )
+            self._tod = (hours, set(hours), minutes, set(minutes), seconds, len(minutes) * len(seconds))
+            f = self.schedule.fields
+            self._day_cron = _croniter_for(("0", "0", "0", f[3], f[4], f[5]))
+        return self._tod
+
+    def _tod_le(self, s: int) -> int:
+        """Matching seconds-of-day <= s."""
+        if s < 0:
+            return 0
+        hours, hset, minutes, mset, seconds, per_hour = self._tod
+        h, rem = divmod(s, 3600)
+        m, sec = divmod(rem, 60)
+        c = bisect.bisect_left(hours, h) * per_hour
+        if h in hset:
+            c += bisect.bisect_left(minutes, m) * len(seconds)
+            if m in mset:
+                c += bisect.bisect_right(seconds, sec)
+        return c
+
+    def _day_matches(self, day: int) -> bool:
+        try:
+            return int(self._day_cron.get_next(float, start_time=_naive(day * _DAY - 1))) == day * _DAY
+        except (CroniterBadDateError, OverflowError, ValueError):
+            return False
+
+    def _naive_count(self, lo: int, hi: int, budget: list[int]) -> int:
+        """Matching naive seconds n with lo <= n <= hi; -1 when over the day budget."""
+        if hi < lo:
+            return 0
+        self._tod_tables()
+        per_day = self._tod_le(_DAY - 1)
+        d0, s0 = divmod(lo, _DAY)
+        d1, s1 = divmod(hi, _DAY)
+        if d0 == d1:
+            return self._tod_le(s1) - self._tod_le(s0 - 1) if self._day_matches(d0) else 0
+        total = 0
+        if self._day_matches(d0):
+            total += per_day - self._tod_le(s0 - 1)
+        if self._day_matches(d1):
+            total += self._tod_le(s1)
+        # whole days strictly between d0 and d1: walk the matching days
+        n = (d0 + 1) * _DAY - 1
+        limit = (d1 - 1) * _DAY
+        while True:
+            try:
+                n = int(self._day_cron.get_next(float, start_time=_naive(n)))
+            except (CroniterBadDateError, OverflowError, ValueError):
+                break
+            if n > limit:
+                break
+            budget[0] -= 1
+            if budget[0] < 0:
+                return -1
+            total += per_day
+        return total
+
+
+def make_trigger(schedule: Schedule, tz: str | ZoneInfo) -> Trigger:
+    """A :class:`Trigger` for ``schedule`` in zone ``tz`` (name or ZoneInfo)."""
+    zone = tz if isinstance(tz, _dt.tzinfo) else resolve_timezone(tz)
+    return Trigger(schedule, zone)
