@@ -26,10 +26,7 @@ import hmac
 import logging
 import os
 import secrets
-import tempfile
 from typing import Any, Callable
-
-import apsw
 
 from ..config import Config, format_address, is_loopback, parse_address
 from ..errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped,
@@ -41,12 +38,13 @@ from ..schedule import iso_utc, parse_schedule
 from ..state import commands as C
 from ..state import queries as Q
 from ..state.forwarded import check_forwarded
-from ..state.machine import Effect, Refused, StateMachine
+from ..state.machine import Effect, StateMachine
 from ..decisions import duties, lease
 from .clock import Clock
-from .peer_rpc import PeerError, PeerRPC, PeerUnavailable
+from .peer_rpc import PeerError, PeerRPC
 from .placement import NodeView, Placement
 from .raft_node import RaftNode
+from .raft_log import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
 from .raft_storage import RaftStorage
 from .scheduler import Scheduler
 from ..ids import node_id_problem
@@ -58,212 +56,15 @@ log = logging.getLogger("cronrd.cluster")
 TICK = 0.05              # seconds per Raft tick (heartbeats go out every tick)
 DUTY_INTERVAL = 0.25     # the leader's housekeeping: node loss, placement, promotion
 ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
-FORWARD_TIMEOUT = 5.0    # a forwarded proposal without an answer: outcome unknown
-PROPOSE_DEADLINE = 10.0  # how long a proposal waits for a leader to exist
 VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 JOIN_TOKEN_TTL = 86400.0  # seconds a join token works
-ERRORS = {"Refused": Refused, "StateError": StateError, "UsageError": UsageError,
-          "RequestError": RequestError, "ProposalDropped": ProposalDropped,
-          "PermissionDenied": PermissionDenied}
-
-
-def local_error(exc: PeerError, default: type = RequestError) -> CronrdError:
-    """A peer's error, as the same kind of error here (a refusal stays a
-    refusal, so callers treat forwarded and local proposals alike)."""
-    return ERRORS.get(exc.kind, default)(str(exc))
-
-
-class _Raw:
-    """An undecodable entry, folded into the digest like any command."""
-
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def encode(self) -> bytes:
-        return self.data
-
-
-class ReplicatedState:
-    """The Raft state machine over the daemon's SQLite state."""
-
-    def __init__(self, machine: StateMachine, scratch_dir: str):
-        self.machine = machine
-        self.conn = machine.conn
-        self.scratch_dir = scratch_dir
-        self.listeners: list[Callable[[list[Effect]], None]] = []
-
-    @property
-    def applied_index(self) -> int:
-        return self.machine.applied_index
-
-    def apply(self, index: int, data: bytes) -> Any:
-        return self.apply_batch([(index, data)])[index]
-
-    def apply_batch(self, entries: list[tuple[int, bytes]]) -> dict[int, Any]:
-        """Apply committed entries in one transaction. A refused command's
-        result is its exception (it still advances the applied index, on
-        every node alike); a failed commit raises and stops the node."""
-        results: dict[int, Any] = {}
-        effects: list[Effect] = []
-        machine = self.machine
-        with self.conn:
-            for index, data in entries:
-                try:
-                    cmd = C.decode(data)
-                except StateError as exc:
-                    log.error("event=undecodable_entry index=%d error=\"%s\"", index, exc)
-                    machine._set_meta("applied_index", index)
-                    machine._chain(index, _Raw(data), "undecodable")
-                    results[index] = Refused(str(exc))
-                    continue
-                try:
-                    result, eff = machine.apply(index, cmd)
-                except CronrdError as exc:
-                    results[index] = exc
-                except apsw.Error:
-                    raise  # this node's disk, not the command: stop, do not diverge
-                except Exception as exc:
-                    # A command apply cannot handle (wrong field types from a
-                    # buggy or hostile proposer): refused alike on every node
-                    # (apply has advanced the index and digest), never fatal.
-                    log.error("event=command_failed index=%d op=%s error=%r", index,
-                              cmd.op, exc)
-                    results[index] = Refused(f"command {cmd.op} at index {index} could not "
-                                             f"be applied: {exc}; run the same cronrd "
-                                             "version on every node")
-                else:
-                    results[index] = result
-                    effects.extend(eff)
-        if effects:
-            self._deliver(effects)
-        return results
-
-    def _deliver(self, effects: list[Effect]) -> None:
-        for listener in self.listeners:
-            try:
-                listener(effects)
-            except Exception:
-                log.exception("event=effect_listener_failed")
-
-    def snapshot(self) -> bytes:
-        return self.conn.serialize("main")
-
-    def restore(self, data: bytes, index: int) -> None:
-        """Replace the whole state with a snapshot from the leader."""
-        fd, path = tempfile.mkstemp(prefix="snapshot-", suffix=".db", dir=self.scratch_dir)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            src = apsw.Connection(path)
-            try:
-                with self.conn.backup("main", src, "main") as backup:
-                    backup.step(-1)
-            finally:
-                src.close()
-        finally:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                try:
-                    os.unlink(path + suffix)
-                except FileNotFoundError:
-                    pass
-        log.info("event=snapshot_installed index=%d applied_index=%d", index,
-                 self.machine.applied_index)
-        self._deliver([Effect("restored")])
-
-
-class RaftLog:
-    """``propose(cmd) -> Future`` on Raft, from any node."""
-
-    def __init__(self, cluster: "Cluster"):
-        self.cluster = cluster
-        self._inflight: set[asyncio.Future] = set()
-
-    @property
-    def is_leader(self) -> bool:
-        return self.cluster.node.is_leader
-
-    def subscribe(self, listener) -> None:
-        self.cluster.state.listeners.append(listener)
-
-    def propose(self, cmd: C.Command) -> asyncio.Future:
-        task = asyncio.get_running_loop().create_task(self._propose(cmd))
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-        return task
-
-    async def _propose(self, cmd: C.Command) -> Any:
-        cl = self.cluster
-        node = cl.node
-        data = cmd.encode()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + PROPOSE_DEADLINE
-        delay = 0.02
-        while True:
-            leader = node.leader
-            if node.is_leader:
-                try:
-                    _, result = await node.submit(data)
-                except NotLeader:
-                    pass
-                except ProposalDropped as exc:
-                    if "transferred" not in str(exc):
-                        raise
-                else:
-                    if isinstance(result, BaseException):
-                        raise result
-                    return result
-            elif leader and leader != cl.node_id:
-                try:
-                    return await cl.rpc.call(leader, "propose", {"cmd": data.decode()},
-                                             timeout=FORWARD_TIMEOUT)
-                except PeerError as exc:
-                    if exc.kind != "NotLeader":
-                        raise local_error(exc, StateError) from None
-                except PeerUnavailable as exc:
-                    raise ProposalDropped(f"forwarded to the leader {leader}: {exc}; its "
-                                          "outcome is unknown: check `cronrd runs` before "
-                                          "trying again") from None
-            if cl.stopping or loop.time() >= deadline:
-                raise NotLeader(node.leader or None)
-            # No leader yet, a leader change, or a transfer in progress:
-            # nothing was appended, so asking again is safe.
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.2)
-
-    def propose_as_leader(self, cmd: C.Command) -> asyncio.Future:
-        """Propose only while this node leads, never forwarded: a decision
-        made from this leader's view (a fire's placement, "node X is lost")
-        must not reach the next leader after this one was deposed."""
-        loop = asyncio.get_running_loop()
-        out = loop.create_future()
-        inner = self.cluster.node.submit(cmd.encode())
-
-        def done(f: asyncio.Future) -> None:
-            if out.done():
-                return
-            if f.cancelled():
-                out.cancel()
-            elif f.exception() is not None:
-                out.set_exception(f.exception())
-            else:
-                result = f.result()[1]
-                if isinstance(result, BaseException):
-                    out.set_exception(result)
-                else:
-                    out.set_result(result)
-        inner.add_done_callback(done)
-        return out
-
-    async def drain(self) -> None:
-        if self._inflight:
-            await asyncio.wait(list(self._inflight), timeout=PROPOSE_DEADLINE)
 
 
 class _LeaderOnly:
     """The scheduler's proposer on a cluster: leader-only, never forwarded."""
 
-    def __init__(self, log: RaftLog):
+    def __init__(self, log: "RaftLog"):
         self.propose = log.propose_as_leader
 
 
@@ -299,7 +100,7 @@ class Cluster:
                              tick_interval=TICK,
                              election_tick=max(3, round(cc.election_timeout / TICK)),
                              snapshot_every=20000, proposal_timeout=PROPOSE_DEADLINE)
-        self.log = RaftLog(self)
+        self.log = RaftLog(self.node, self.state, self._forward)
         self.rpc = PeerRPC(self.node_id, self.transport, {
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
             "cluster_add": self._rpc_admin, "cluster_remove": self._rpc_admin,
@@ -364,6 +165,7 @@ class Cluster:
 
     async def stop(self) -> None:
         self.stopping = True
+        self.log.stopping = True
         self._stop_leading()
         for task in self._tasks:
             task.cancel()
@@ -1086,6 +888,11 @@ class Cluster:
                 raise PermissionDenied(f"{frm} forwarded an @reboot fire in the future "
                                        f"({cmd.fire_time})")
         return cmd
+
+    async def _forward(self, leader: str, data: bytes) -> Any:
+        """A follower's proposal, to the leader through the checked request."""
+        return await self.rpc.call(leader, "propose", {"cmd": data.decode()},
+                                   timeout=FORWARD_TIMEOUT)
 
     async def _rpc_read_log(self, frm: str, args: dict) -> dict:
         self._require_member(frm)
