@@ -425,6 +425,37 @@ def cluster_init_tls(directory, nodes, days, force):
         f"     certificates for new nodes (`cronrd cluster init-tls {directory} --nodes NEW`)")
 
 
+@cluster.command("init")
+@click.pass_obj
+def cluster_init(obj: Ctx):
+    """Make this one-host node the first member of a cluster.
+
+    Run it with the daemon stopped. The data_dir keeps its jobs, runs and
+    history: it gets a Raft log that starts where the one-host state stands,
+    with this node as the only member. Then give the config a cluster:
+    section listing only this node in initial_members, start cronrd, and add
+    the other nodes with `cronrd cluster add` (they start with join: true)."""
+    from .runtime.first_member import init_first_member
+    cfg = obj.config()
+    res = init_first_member(cfg)
+    click.echo(f"node {res['node']}: {res['data_dir']} is the first member of a cluster now "
+               f"(applied index {res['applied_index']}, state {res['state_digest'][:12]}); "
+               "its jobs, runs and history are kept")
+    steps = []
+    if cfg.cluster is None:
+        steps.append(
+            "add a cluster: section to " + (cfg.path or "the config") + ":\n"
+            "       cluster:\n"
+            "         listen: HOST:PORT\n"
+            f"         initial_members: {{{res['node']}: HOST:PORT}}   # only this node\n"
+            "         tls: {ca: tls/ca.crt, cert: tls/" + res['node'] + ".crt, key: tls/"
+            + res['node'] + ".key}   # `cronrd cluster init-tls`")
+    steps.append("start cronrd; `cronrd status` shows it leading a cluster of one")
+    steps.append("for each new node: `cronrd cluster add NODE HOST:PORT` here, then start it "
+                 "with cluster.join: true and initial_members listing this node")
+    click.echo("\nnext steps:\n" + "\n".join(f"  {i}. {t}" for i, t in enumerate(steps, 1)))
+
+
 def _ago(seconds: Any) -> str | None:
     if not isinstance(seconds, (int, float)):
         return None

@@ -239,7 +239,8 @@ def test_rolling_restart_keeps_fires_on_time(cluster):
         assert not late, f"fires started more than 1s late or not at all: {late}"
 
 
-def test_one_node_data_dir_is_not_switched_to_a_cluster_in_place(node):
+def test_one_node_data_dir_is_not_switched_to_a_cluster_without_cluster_init(node):
+    """It is refused, saying what to run (test_cluster_init.py runs it)."""
     node.write_job("tick", {"schedule": "@hourly", "command": "true"})
     node.start()
     assert node.terminate() == 0
@@ -249,7 +250,8 @@ def test_one_node_data_dir_is_not_switched_to_a_cluster_in_place(node):
         node.config_path.write_text(yaml.safe_dump(node.config))
         node.start(wait=False)
         assert node.proc.wait(30) == 1
-        assert "cannot join a cluster in place" in node.daemon_log()
+        assert "holds the state of a one-node cronrd" in node.daemon_log()
+        assert "run `cronrd cluster init` (with the daemon stopped)" in node.daemon_log()
         assert "fresh data_dir" in node.daemon_log()
     finally:
         c.cleanup()

@@ -1,4 +1,4 @@
-"""The Raft state machine adapter (cluster.ReplicatedState): batches, undecodable
+"""The Raft state machine adapter (raft_log.ReplicatedState): batches, undecodable
 entries, snapshots; and what a member added with `cronrd cluster add` starts from."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from cronrd.errors import StateError
 from cronrd.raft.types import ConfChangeType, ConfState
-from cronrd.runtime.cluster import ReplicatedState
+from cronrd.runtime.raft_log import ReplicatedState
 from cronrd.runtime.raft_node import RaftNode
 from cronrd.runtime.raft_storage import RaftStorage
 from cronrd.runtime.storage import open_db

@@ -1,20 +1,13 @@
-"""cronrd as a cluster: the replicated state on Raft, and the leader's duties.
+"""cronrd as a cluster: the ``Members`` (members.py) of a node on Raft.
 
-Pieces, each small:
-
-* ``ReplicatedState`` is the Raft state machine: it applies each batch of
-  committed entries with ``StateMachine.apply`` in one SQLite transaction on
-  every node and hands the effects to the daemon (the executor acts on runs
-  assigned to this node). Snapshots are copies of the database.
-* ``RaftLog`` is the daemon's log seam (``propose``/``subscribe``, the same
-  as the one-host ``LocalLog``): on the leader a proposal goes into Raft; on
-  any other node it is forwarded to the leader over the peer connection and
-  the result comes back.
-* ``Cluster`` owns the Raft node, the transport and the peer requests, and
-  does what only the leader does: run the scheduler (a new leader resumes
-  from the replicated cursors), place pending runs, declare unreachable
-  nodes' runs lost after ``node_timeout``, promote caught-up learners.
-  It also answers "may this node start a run now?" (the lease).
+``Cluster`` owns the Raft node (its log is ``RaftLog``, raft_log.py), the
+transport and the peer requests, and who may speak on the peer port
+(membership, vouching, join tokens). It answers "may this node start a run
+now?" (the lease), keeps the members' views for placement, and gives the
+leader its membership duties: declare unreachable nodes' runs lost after
+``node_timeout``, promote caught-up learners, finish interrupted membership
+changes. Leadership (leadership.py) runs them, with the scheduler and the
+placement of pending runs, on whichever node leads.
 """
 
 from __future__ import annotations
@@ -26,29 +19,25 @@ import hmac
 import logging
 import os
 import secrets
-import tempfile
 from typing import Any, Callable
-
-import apsw
 
 from ..config import Config, format_address, is_loopback, parse_address
 from ..errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped,
                       RequestError, StateError, StorageError, UsageError)
-from ..jobspec import JobSpec
 from ..raft.core import VOTER_ONLY
 from ..raft.types import ConfChangeType, ConfState, Message, MsgType
 from ..schedule import iso_utc, parse_schedule
 from ..state import commands as C
 from ..state import queries as Q
 from ..state.forwarded import check_forwarded
-from ..state.machine import Effect, Refused, StateMachine
+from ..state.machine import StateMachine
 from ..decisions import duties, lease
 from .clock import Clock
-from .peer_rpc import PeerError, PeerRPC, PeerUnavailable
-from .placement import NodeView, Placement
+from .peer_rpc import PeerError, PeerRPC
+from .placement import NodeView
 from .raft_node import RaftNode
+from .raft_log import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
 from .raft_storage import RaftStorage
-from .scheduler import Scheduler
 from ..ids import node_id_problem
 from .tls import EXPIRY_WARNING_DAYS, cert_info
 from .transport import TLSConfig, Transport
@@ -58,218 +47,16 @@ log = logging.getLogger("cronrd.cluster")
 TICK = 0.05              # seconds per Raft tick (heartbeats go out every tick)
 DUTY_INTERVAL = 0.25     # the leader's housekeeping: node loss, placement, promotion
 ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
-FORWARD_TIMEOUT = 5.0    # a forwarded proposal without an answer: outcome unknown
-PROPOSE_DEADLINE = 10.0  # how long a proposal waits for a leader to exist
 VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 JOIN_TOKEN_TTL = 86400.0  # seconds a join token works
-ERRORS = {"Refused": Refused, "StateError": StateError, "UsageError": UsageError,
-          "RequestError": RequestError, "ProposalDropped": ProposalDropped,
-          "PermissionDenied": PermissionDenied}
-
-
-def local_error(exc: PeerError, default: type = RequestError) -> CronrdError:
-    """A peer's error, as the same kind of error here (a refusal stays a
-    refusal, so callers treat forwarded and local proposals alike)."""
-    return ERRORS.get(exc.kind, default)(str(exc))
-
-
-class _Raw:
-    """An undecodable entry, folded into the digest like any command."""
-
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def encode(self) -> bytes:
-        return self.data
-
-
-class ReplicatedState:
-    """The Raft state machine over the daemon's SQLite state."""
-
-    def __init__(self, machine: StateMachine, scratch_dir: str):
-        self.machine = machine
-        self.conn = machine.conn
-        self.scratch_dir = scratch_dir
-        self.listeners: list[Callable[[list[Effect]], None]] = []
-
-    @property
-    def applied_index(self) -> int:
-        return self.machine.applied_index
-
-    def apply(self, index: int, data: bytes) -> Any:
-        return self.apply_batch([(index, data)])[index]
-
-    def apply_batch(self, entries: list[tuple[int, bytes]]) -> dict[int, Any]:
-        """Apply committed entries in one transaction. A refused command's
-        result is its exception (it still advances the applied index, on
-        every node alike); a failed commit raises and stops the node."""
-        results: dict[int, Any] = {}
-        effects: list[Effect] = []
-        machine = self.machine
-        with self.conn:
-            for index, data in entries:
-                try:
-                    cmd = C.decode(data)
-                except StateError as exc:
-                    log.error("event=undecodable_entry index=%d error=\"%s\"", index, exc)
-                    machine._set_meta("applied_index", index)
-                    machine._chain(index, _Raw(data), "undecodable")
-                    results[index] = Refused(str(exc))
-                    continue
-                try:
-                    result, eff = machine.apply(index, cmd)
-                except CronrdError as exc:
-                    results[index] = exc
-                except apsw.Error:
-                    raise  # this node's disk, not the command: stop, do not diverge
-                except Exception as exc:
-                    # A command apply cannot handle (wrong field types from a
-                    # buggy or hostile proposer): refused alike on every node
-                    # (apply has advanced the index and digest), never fatal.
-                    log.error("event=command_failed index=%d op=%s error=%r", index,
-                              cmd.op, exc)
-                    results[index] = Refused(f"command {cmd.op} at index {index} could not "
-                                             f"be applied: {exc}; run the same cronrd "
-                                             "version on every node")
-                else:
-                    results[index] = result
-                    effects.extend(eff)
-        if effects:
-            self._deliver(effects)
-        return results
-
-    def _deliver(self, effects: list[Effect]) -> None:
-        for listener in self.listeners:
-            try:
-                listener(effects)
-            except Exception:
-                log.exception("event=effect_listener_failed")
-
-    def snapshot(self) -> bytes:
-        return self.conn.serialize("main")
-
-    def restore(self, data: bytes, index: int) -> None:
-        """Replace the whole state with a snapshot from the leader."""
-        fd, path = tempfile.mkstemp(prefix="snapshot-", suffix=".db", dir=self.scratch_dir)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            src = apsw.Connection(path)
-            try:
-                with self.conn.backup("main", src, "main") as backup:
-                    backup.step(-1)
-            finally:
-                src.close()
-        finally:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                try:
-                    os.unlink(path + suffix)
-                except FileNotFoundError:
-                    pass
-        log.info("event=snapshot_installed index=%d applied_index=%d", index,
-                 self.machine.applied_index)
-        self._deliver([Effect("restored")])
-
-
-class RaftLog:
-    """``propose(cmd) -> Future`` on Raft, from any node."""
-
-    def __init__(self, cluster: "Cluster"):
-        self.cluster = cluster
-        self._inflight: set[asyncio.Future] = set()
-
-    @property
-    def is_leader(self) -> bool:
-        return self.cluster.node.is_leader
-
-    def subscribe(self, listener) -> None:
-        self.cluster.state.listeners.append(listener)
-
-    def propose(self, cmd: C.Command) -> asyncio.Future:
-        task = asyncio.get_running_loop().create_task(self._propose(cmd))
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-        return task
-
-    async def _propose(self, cmd: C.Command) -> Any:
-        cl = self.cluster
-        node = cl.node
-        data = cmd.encode()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + PROPOSE_DEADLINE
-        delay = 0.02
-        while True:
-            leader = node.leader
-            if node.is_leader:
-                try:
-                    _, result = await node.submit(data)
-                except NotLeader:
-                    pass
-                except ProposalDropped as exc:
-                    if "transferred" not in str(exc):
-                        raise
-                else:
-                    if isinstance(result, BaseException):
-                        raise result
-                    return result
-            elif leader and leader != cl.node_id:
-                try:
-                    return await cl.rpc.call(leader, "propose", {"cmd": data.decode()},
-                                             timeout=FORWARD_TIMEOUT)
-                except PeerError as exc:
-                    if exc.kind != "NotLeader":
-                        raise local_error(exc, StateError) from None
-                except PeerUnavailable as exc:
-                    raise ProposalDropped(f"forwarded to the leader {leader}: {exc}; its "
-                                          "outcome is unknown: check `cronrd runs` before "
-                                          "trying again") from None
-            if cl.stopping or loop.time() >= deadline:
-                raise NotLeader(node.leader or None)
-            # No leader yet, a leader change, or a transfer in progress:
-            # nothing was appended, so asking again is safe.
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.2)
-
-    def propose_as_leader(self, cmd: C.Command) -> asyncio.Future:
-        """Propose only while this node leads, never forwarded: a decision
-        made from this leader's view (a fire's placement, "node X is lost")
-        must not reach the next leader after this one was deposed."""
-        loop = asyncio.get_running_loop()
-        out = loop.create_future()
-        inner = self.cluster.node.submit(cmd.encode())
-
-        def done(f: asyncio.Future) -> None:
-            if out.done():
-                return
-            if f.cancelled():
-                out.cancel()
-            elif f.exception() is not None:
-                out.set_exception(f.exception())
-            else:
-                result = f.result()[1]
-                if isinstance(result, BaseException):
-                    out.set_exception(result)
-                else:
-                    out.set_result(result)
-        inner.add_done_callback(done)
-        return out
-
-    async def drain(self) -> None:
-        if self._inflight:
-            await asyncio.wait(list(self._inflight), timeout=PROPOSE_DEADLINE)
-
-
-class _LeaderOnly:
-    """The scheduler's proposer on a cluster: leader-only, never forwarded."""
-
-    def __init__(self, log: RaftLog):
-        self.propose = log.propose_as_leader
 
 
 class Cluster:
-    def __init__(self, config: Config, machine: StateMachine, clock: Clock,
-                 effects: Callable[[list[Effect]], None]):
+    role_poll = 0.05       # seconds between looks at who leads (Leadership)
+    duty_interval = DUTY_INTERVAL
+
+    def __init__(self, config: Config, machine: StateMachine, clock: Clock):
         cc = config.cluster
         self.config = config
         self.cc = cc
@@ -282,13 +69,16 @@ class Cluster:
         self.lease = lease.lease_length(cc.node_timeout, cc.election_timeout)
         self.stopping = False
         self.give_up_waiting = False
+        # Raft's log is the durable record: the state database need not fsync
+        # each batch (after a crash it is caught up from the log or a snapshot).
+        self.conn.execute("PRAGMA synchronous=NORMAL")
         self.state = ReplicatedState(machine, config.data_dir)
         if machine.applied_index > 0 and not os.path.exists(config.raft_db):
             raise StateError(
                 f"{config.data_dir} holds the state of a one-node cronrd (applied index "
-                f"{machine.applied_index}) and no Raft log, so it cannot join a cluster in "
-                "place; give this node a fresh data_dir (the job files are read again; the "
-                "old run history stays in the old directory)")
+                f"{machine.applied_index}) and no Raft log; run `cronrd cluster init` (with "
+                "the daemon stopped) to make it the first member of a cluster with its jobs, "
+                "runs and history, or give this node a fresh data_dir to join a cluster")
         self.storage = RaftStorage(config.raft_db)
         tls = TLSConfig(cc.tls.ca, cc.tls.cert, cc.tls.key) if cc.tls else None
         self.transport = Transport(self.node_id, cc.listen, {}, self._on_message, tls=tls,
@@ -299,30 +89,24 @@ class Cluster:
                              tick_interval=TICK,
                              election_tick=max(3, round(cc.election_timeout / TICK)),
                              snapshot_every=20000, proposal_timeout=PROPOSE_DEADLINE)
-        self.log = RaftLog(self)
+        self.log = RaftLog(self.node, self.state, self._forward)
         self.rpc = PeerRPC(self.node_id, self.transport, {
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
             "cluster_add": self._rpc_admin, "cluster_remove": self._rpc_admin,
             "cluster_transfer_leader": self._rpc_admin, "is_member": self._rpc_is_member,
         })
-        self.state.listeners.append(effects)
-        self.placement = Placement(self.conn, self.node_views)
-        self.scheduler: Scheduler | None = None
         # Both directions proven (monotonic times): a follower's last ReadIndex
         # round trip through a leader (its lease), and, on the leader, each
         # peer's last answer to what the leader sent (health, node loss).
         self.leader_contact = 0.0
         self.acked: dict[str, float] = {}
         self.lead_since = 0.0
-        self.was_member = self.node_id in self._members()
+        self.was_member = self.node_id in self.member_ids()
         self.removed = asyncio.Event()
         self.fatal = asyncio.Event()  # the Raft node stopped on an error
         self._tasks: list[asyncio.Task] = []
-        self._lead_task: asyncio.Task | None = None
-        self._sched_task: asyncio.Task | None = None
+        self._leading = False
         self._lost_proposed: dict[str, float] = {}
-        self._assigning: set[int] = set()
-        self._placing = False
         self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
         self._vouch_asked: dict[str, float] = {}
         self._admitting: set[str] = set()
@@ -364,7 +148,7 @@ class Cluster:
 
     async def stop(self) -> None:
         self.stopping = True
-        self._stop_leading()
+        self.log.stopping = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -428,7 +212,14 @@ class Cluster:
             self.acked[msg.frm] = self.clock.monotonic()
 
     # -- membership views -----------------------------------------------------------
-    def _members(self) -> list[str]:
+    def address(self) -> str:
+        """The peer address this node announces (its record's, once it has one)."""
+        return format_address(self.cc.members_dict().get(self.node_id, self.cc.listen))
+
+    def tags(self) -> tuple[str, ...]:
+        return tuple(self.cc.tags)
+
+    def member_ids(self) -> list[str]:
         conf = self.node.raft.conf
         return sorted(set(conf.voters) | set(conf.learners))
 
@@ -444,7 +235,7 @@ class Cluster:
 
     def _refresh_peers(self) -> None:
         addrs = self._addresses()
-        members = set(self._members())
+        members = set(self.member_ids())
         if self.node_id not in members:
             members |= set(self.cc.members_dict())  # joining: talk to the known members
         peers = {n: a for n, a in addrs.items() if n in members and n != self.node_id}
@@ -572,7 +363,7 @@ class Cluster:
         node = args.get("node")
         if not isinstance(node, str):
             raise RequestError("is_member needs a node id")
-        return {"member": node in self._members(),
+        return {"member": node in self.member_ids(),
                 "voter": node in self.node.raft.conf.voters}
 
     def _require_member(self, frm: str) -> None:
@@ -607,7 +398,7 @@ class Cluster:
     def node_views(self) -> list[NodeView]:
         rows = {r["node"]: r for r in Q.nodes(self.conn)}
         views = []
-        for node in self._members():
+        for node in self.member_ids():
             row = rows.get(node) or {}
             state = row.get("state") or "unknown"
             healthy = self.healthy(node)
@@ -656,16 +447,17 @@ class Cluster:
 
     # -- leadership -----------------------------------------------------------------
     async def _watch_role(self) -> None:
+        """Membership upkeep: when this node starts leading (its lease counts
+        from then), whether it is still a member, and the peers to talk to.
+        What the leader does is Leadership's (leadership.py)."""
         last_peers = 0.0
         while not self.stopping:
-            leading = self._lead_task is not None
-            if self.node.is_leader and not leading:
+            leading = self.node.is_leader
+            if leading and not self._leading:
                 self.lead_since = self.clock.monotonic()
-                self._lead_task = asyncio.get_running_loop().create_task(self._lead())
-                self._lead_task.add_done_callback(self._lead_ended)
-            elif not self.node.is_leader and leading:
-                self._stop_leading()
-            members = self._members()
+                self._refresh_peers()
+            self._leading = leading
+            members = self.member_ids()
             if self.node_id in members:
                 self.was_member = True
                 self.transport.join_token = ""  # spent: a member is admitted as one
@@ -681,145 +473,20 @@ class Cluster:
                 self._refresh_peers()
             await asyncio.sleep(0.05)
 
-    def _lead_ended(self, task: asyncio.Task) -> None:
-        """A leader's duties must not die quietly: log it, and let the role
-        watcher start them again (while this node still leads)."""
-        if task.cancelled() or task is not self._lead_task:
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("event=leader_duties_failed error=%r (restarting them)", exc)
-        self._stop_leading()
-
-    def _sched_ended(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None and \
-                task is self._sched_task:
-            log.error("event=scheduler_failed error=%r (restarting it)", task.exception())
-            self._stop_leading()
-
-    def _stop_leading(self) -> None:
-        self._assigning.clear()
-        self._placing = False
-        if self.scheduler is not None:
-            self.scheduler.stop()
-            self.scheduler = None
-        for task in (self._lead_task, self._sched_task):
-            if task is not None:
-                task.cancel()
-        self._lead_task = self._sched_task = None
-        if not self.stopping:
-            log.info("event=leadership_lost node=%s leader=%s", self.node_id,
-                     self.node.leader or "-")
-
-    async def _lead(self) -> None:
-        try:
-            # Everything committed by earlier leaders is applied before this
-            # one schedules: the cursors it resumes from are then current.
-            await self.node.read_barrier()
-        except CronrdError as exc:
-            log.warning("event=lead_start_failed error=\"%s\"", exc)
-            self._lead_task = None
-            return
-        self._refresh_peers()
-        sched = Scheduler(self.config, _LeaderOnly(self.log), self.conn, self.clock,
-                          self.placement)
-        self.scheduler = sched
-        sched.start()
-        self._sched_task = asyncio.get_running_loop().create_task(sched.run())
-        self._sched_task.add_done_callback(self._sched_ended)
-        log.info("event=leading node=%s term=%d jobs=%d", self.node_id, self.node.raft.term,
-                 len(sched.entries))
-        while not self.stopping and self.node.is_leader:
-            for duty in (self._declare_lost, self._place_pending, self._promote,
-                         self._forget_removed):
-                try:
-                    await duty()
-                except CronrdError as exc:
-                    log.info("event=leader_duty_failed duty=%s error=\"%s\"",
-                             duty.__name__, exc)
-                except Exception:
-                    log.exception("event=leader_duty_failed duty=%s", duty.__name__)
-            await asyncio.sleep(DUTY_INTERVAL)
-
-    def on_effects(self, effects: list[Effect]) -> None:
-        if self.scheduler is not None:
-            self.scheduler.on_effects(effects)
-        for eff in effects:
-            if eff.kind == "restored" and self.scheduler is not None:
-                self.scheduler.started = False
-                self.scheduler.entries.clear()
-                self.scheduler.start()
-            elif eff.kind == "pending" and self.node.is_leader and not self._placing:
-                self._placing = True  # one placement pass for a burst of pending runs
-                asyncio.get_running_loop().call_soon(self._place_soon)
-
-    def _place_soon(self) -> None:
-        self._placing = False
-        task = asyncio.get_running_loop().create_task(self._place_pending())
-
-        def done(t: asyncio.Task) -> None:
-            if not t.cancelled() and t.exception() is not None:
-                log.info("event=placement_failed error=\"%s\"", t.exception())
-        task.add_done_callback(done)
+    def leader_duties(self) -> list:
+        """The membership's part of leading (Leadership runs them)."""
+        return [self._declare_lost, self._promote, self._forget_removed]
 
     async def _declare_lost(self) -> None:
         now = self.clock.monotonic()
         for lost in duties.nodes_lost(now, self.node_id, Q.active_by_node(self.conn),
-                                      self._members(), self.acked, self.lead_since,
+                                      self.member_ids(), self.acked, self.lead_since,
                                       self.cc.node_timeout, self._lost_proposed):
             self._lost_proposed[lost.node] = now
             log.warning("event=node_lost node=%s runs=%d reason=\"%s\"", lost.node, lost.runs,
                         lost.reason)
             await self.log.propose_as_leader(C.NodeLost(node=lost.node, at=self.clock.now(),
                                                         reason=lost.reason))
-
-    async def _place_pending(self) -> None:
-        if not self.node.is_leader:
-            return
-        runs = [r for r in Q.pending_runs(self.conn) if r["run_id"] not in self._assigning]
-        if not runs:
-            return
-        self.placement.begin()
-        proposals = []
-        specs: dict[str, list[str]] = {}
-        members = set(self._members())
-        for run in runs:
-            if run["job"] not in specs:
-                job = self.machine._job(run["job"])
-                spec = None if job is None else JobSpec.from_dict(job["spec"],
-                                                                  source=job["source"])
-                specs[run["job"]] = [] if spec is None else self.placement.eligible(spec)
-                if spec is not None and spec.run_on.mode == "nodes" and \
-                        not members & set(spec.run_on.values):
-                    specs[run["job"]] = None  # no listed node is a member any more
-            ready = specs[run["job"]]
-            gone = (run["target"] and run["target"] not in members) or ready is None
-            if gone:
-                # It can never be placed: say so rather than wait for ever.
-                self._assigning.add(run["run_id"])
-                proposals.append((run["run_id"], self.log.propose_as_leader(C.CancelRun(
-                    run_id=run["run_id"], at=self.clock.now(),
-                    reason="no member can run it any more (its node was removed)"))))
-                continue
-            if run["target"]:
-                if run["target"] not in ready:
-                    continue  # a per-node run waits for its node
-                node = run["target"]
-            elif not ready:
-                continue  # waits until an eligible node is up
-            else:
-                node = self.placement.pick(ready, f"{run['job']}/{run['fire_time']}/"
-                                                  f"{run['attempt']}")
-            self._assigning.add(run["run_id"])
-            proposals.append((run["run_id"], self.log.propose_as_leader(C.AssignRun(
-                run_id=run["run_id"], node=node, at=self.clock.now()))))
-        for run_id, fut in proposals:
-            try:
-                await fut
-            except CronrdError as exc:
-                log.info("event=assign_failed run=%d error=\"%s\"", run_id, exc)
-            finally:
-                self._assigning.discard(run_id)
 
     async def _forget_removed(self) -> None:
         """Finish what a leader change may have cut short. A joining record
@@ -828,7 +495,7 @@ class Cluster:
         minutes without success. Any other record without membership is a
         `cluster remove` whose second step (RemoveNode) did not commit: finish
         it (a minute on, so that a node just being added is not caught)."""
-        members = set(self._members())
+        members = set(self.member_ids())
         now = self.clock.now()
         for row in Q.nodes(self.conn):
             node, age = row["node"], now - (row.get("since") or now)
@@ -856,7 +523,7 @@ class Cluster:
     async def _promote(self) -> None:
         raft = self.node.raft
         conf = raft.conf
-        n = len(self._members())
+        n = len(self.member_ids())
         learner = duties.learner_to_promote(
             n, len(conf.voters), conf.learners, [l for l in conf.learners if self.healthy(l)],
             {l: raft.prs[l].match for l in conf.learners if l in raft.prs}, raft.commit)
@@ -901,7 +568,7 @@ class Cluster:
         addrs = self._addresses()
         now_wall = self.clock.now()
         out = []
-        for node in self._members():
+        for node in self.member_ids():
             age = self.contact_age(node)
             row = rows.get(node) or {}
             addr = addrs.get(node)
@@ -1086,6 +753,11 @@ class Cluster:
                 raise PermissionDenied(f"{frm} forwarded an @reboot fire in the future "
                                        f"({cmd.fire_time})")
         return cmd
+
+    async def _forward(self, leader: str, data: bytes) -> Any:
+        """A follower's proposal, to the leader through the checked request."""
+        return await self.rpc.call(leader, "propose", {"cmd": data.decode()},
+                                   timeout=FORWARD_TIMEOUT)
 
     async def _rpc_read_log(self, frm: str, args: dict) -> dict:
         self._require_member(frm)

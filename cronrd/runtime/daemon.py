@@ -15,7 +15,7 @@ import sys
 import psutil
 
 from .. import __version__
-from ..config import Config, check_directories, format_address
+from ..config import Config, check_directories
 from ..errors import CronrdError, RequestError, UsageError
 from ..schedule import iso_utc, make_trigger, parse_schedule
 from ..state import commands as C
@@ -25,10 +25,12 @@ from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .control import ControlServer, Stream, arg
+from .leadership import Leadership
+from .members import open_members
 from .runs.executor import Executor
 from .runs.logs import read_run_log, run_log_path
-from .local_log import LocalLog
-from .scheduler import Scheduler, local_node, reboot_fires
+from .runs.outbox import Outbox
+from .scheduler import local_node, reboot_fires
 from .sdnotify import Notifier
 from .storage import DataDirLock, open_db
 from .watcher import Watcher
@@ -124,26 +126,17 @@ class Daemon:
         self.lock.acquire()
         self.conn = open_db(cfg.state_db)
         self.machine = StateMachine(self.conn, node_id=cfg.node_id)
-        self.cluster = self.outbox = self.scheduler = None
-        if cfg.cluster is not None:
-            from .cluster import Cluster
-            from .runs.outbox import Outbox
-            # Raft's log is the durable record: the state database need not
-            # fsync each batch (after a crash it is caught up from the log or
-            # a snapshot).
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            self.cluster = Cluster(cfg, self.machine, self.clock, self._on_effects)
-            self.cluster.read_log = self._read_log_chunk
-            self.log = self.cluster.log
-            self.outbox = Outbox(cfg.local_db)
-        else:
-            self.log = LocalLog(self.machine)
-            self.log.subscribe(self._on_effects)
-            self.scheduler = Scheduler(cfg, self.log, self.conn, self.clock)
+        # One host or a cluster: the members and their log (members.py).
+        self.members = open_members(cfg, self.machine, self.clock)
+        self.members.read_log = self._read_log_chunk
+        self.log = self.members.log
+        self.outbox = Outbox(cfg.local_db)
         self.executor = Executor(cfg, self.log, self.conn, self.clock,
-                                 lease=self.cluster.lease_fresh if self.cluster else None,
-                                 outbox=self.outbox)
+                                 lease=self.members.lease_fresh, outbox=self.outbox,
+                                 others_can_run=lambda: len(self.members.member_ids()) > 1)
         self.executor.job_nofile = job_nofile
+        self.leadership = Leadership(cfg, self.log, self.conn, self.clock, self.members)
+        self.log.subscribe(self._on_effects)
         self.watcher = Watcher(cfg.jobs_dir, self.log, self.conn, self.clock,
                                interval=cfg.watch_interval, node=cfg.node_id)
         self.control = ControlServer(cfg.socket, self._handlers(), cfg.socket_group)
@@ -154,13 +147,12 @@ class Daemon:
         log.info("event=starting version=%s node=%s pid=%d socket=%s data_dir=%s log_dir=%s "
                  "jobs_dir=%s timezone=%s", __version__, cfg.node_id, os.getpid(), cfg.socket,
                  cfg.data_dir, cfg.log_dir, cfg.jobs_dir, cfg.timezone)
-        if self.cluster is not None:
-            await self.cluster.start()
-            # Caught up with the cluster before acting on the state.
-            await self.cluster.wait_caught_up()
-            if self.stop_event.is_set():  # SIGTERM while waiting for the cluster
-                await self._shutdown()
-                return self.exit_code
+        await self.members.start()
+        # Caught up with the cluster before acting on the state.
+        await self.members.wait_caught_up()
+        if self.stop_event.is_set():  # SIGTERM while waiting for the cluster
+            await self._shutdown()
+            return self.exit_code
         # Job files first: runs left from before the restart are settled
         # against the current definitions (a fixed or deleted file counts).
         await self.watcher.reload()
@@ -178,14 +170,11 @@ class Daemon:
                 if isinstance(res, Exception) and not isinstance(res, Refused):
                     log.error("event=reboot_fire_failed error=\"%s\"", res)
             self._mark_boot_seen()  # the @reboot fires are committed: this boot is seen
-        if self.scheduler is not None:
-            self.scheduler.start()
-            self.tasks.append(loop.create_task(self.scheduler.run()))
-        else:
-            await self._announce("up")
-            self.tasks += [loop.create_task(self._watch_removal()),
-                           loop.create_task(self._keep_announced())]
-        self.tasks += [loop.create_task(self.watcher.run()),
+        await self._announce("up")
+        self.leadership.start()  # runs the scheduler whenever this node leads
+        self.tasks += [loop.create_task(self._watch_removal()),
+                       loop.create_task(self._keep_announced()),
+                       loop.create_task(self.watcher.run()),
                        loop.create_task(self._housekeeping())]
         if self.notifier.watchdog_interval:
             self.tasks.append(loop.create_task(self._watchdog()))
@@ -245,15 +234,11 @@ class Daemon:
 
     async def _announce(self, state: str) -> None:
         """Tell the cluster this node takes runs (up) or is stopping (draining)."""
-        cfg = self.config
         self.announced = state
-        addr = self._own_record().get("addr")
-        if not addr:
-            addr = format_address(cfg.cluster.members_dict().get(cfg.node_id,
-                                                                  cfg.cluster.listen))
+        addr = self._own_record().get("addr") or self.members.address()
         try:
             await asyncio.wait_for(self.log.propose(C.NodeInfo(
-                node=cfg.node_id, state=state, addr=addr, tags=tuple(cfg.cluster.tags),
+                node=self.config.node_id, state=state, addr=addr, tags=self.members.tags(),
                 at=self.clock.now())), 5.0)
         except (CronrdError, asyncio.TimeoutError) as exc:
             log.warning("event=announce_failed state=%s error=\"%s\" retry=true", state, exc)
@@ -265,45 +250,43 @@ class Daemon:
             await asyncio.sleep(1.0)
             row = self._own_record()
             if row.get("state") != self.announced or \
-                    sorted(row.get("tags") or ()) != sorted(self.config.cluster.tags):
+                    sorted(row.get("tags") or ()) != sorted(self.members.tags()):
                 await self._announce(self.announced)
 
     async def _watch_removal(self) -> None:
-        removed = asyncio.ensure_future(self.cluster.removed.wait())
-        fatal = asyncio.ensure_future(self.cluster.fatal.wait())
+        removed = asyncio.ensure_future(self.members.removed.wait())
+        fatal = asyncio.ensure_future(self.members.fatal.wait())
         try:
             await asyncio.wait([removed, fatal], return_when=asyncio.FIRST_COMPLETED)
         finally:
             removed.cancel()
             fatal.cancel()
-        if self.cluster.fatal.is_set():
+        if self.members.fatal.is_set():
             self.exit_code = 1
         self.request_stop()
 
     def request_stop(self) -> None:
         if self.stop_event is not None:
             self.stop_event.set()
-        if getattr(self, "cluster", None) is not None:
-            self.cluster.give_up_waiting = True  # SIGTERM while waiting for a quorum
+        if getattr(self, "members", None) is not None:  # not before run() made them
+            self.members.give_up_waiting = True  # SIGTERM while waiting for a quorum
 
     async def _shutdown(self) -> None:
         cfg = self.config
         log.info("event=stopping mode=%s grace_s=%g", cfg.shutdown_mode, cfg.shutdown_grace)
         self.notifier.stopping()
-        if self.cluster is not None and self.ready and not self.cluster.removed.is_set() \
-                and not self.cluster.fatal.is_set():
-            await self._hand_over()
-        if self.scheduler is not None:
-            self.scheduler.stop()
+        if self.ready and len(self.members.member_ids()) > 1 and \
+                not self.members.removed.is_set() and not self.members.fatal.is_set():
+            await self._hand_over()  # to the other members, if there are any
+        await self.leadership.stop()
         self.watcher.stop()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.executor.shutdown(cfg.shutdown_mode, cfg.shutdown_grace)
         await self.log.drain()
-        if self.cluster is not None:
-            await self.cluster.stop()
-            self.outbox.close()
+        await self.members.stop()
+        self.outbox.close()
         await self.control.close()
         self.conn.close()
         self.lock.release()
@@ -315,7 +298,7 @@ class Daemon:
         node for the next moments start here on time rather than being
         declared lost later."""
         await self._announce("draining")
-        await self.cluster.transfer_before_stop()
+        await self.members.transfer_before_stop()
         deadline = self.clock.monotonic() + 3.0
         while self.clock.monotonic() < deadline:
             now = self.clock.now()
@@ -349,17 +332,12 @@ class Daemon:
 
     # -- effects -----------------------------------------------------------------------
     def _on_effects(self, effects: list[Effect]) -> None:
-        for listener in (self.executor.on_effects,
-                         (self.cluster or self.scheduler).on_effects):
+        for listener in (self.executor.on_effects, self.leadership.on_effects):
             try:
                 listener(effects)
             except Exception:
                 log.exception("event=effect_listener_failed")
         for eff in effects:
-            if eff.kind == "pending" and self.cluster is None and eff.run is not None:
-                # One node: a retry of a lost run can only go here.
-                self._spawn(self.log.propose(C.AssignRun(
-                    run_id=eff.run["run_id"], node=self.config.node_id, at=self.clock.now())))
             if eff.kind == "run_done" and eff.run is not None:
                 for fut in self.waiters.pop(eff.run["run_id"], []):
                     if not fut.done():
@@ -478,18 +456,15 @@ class Daemon:
     async def _consistent(self, args: dict) -> None:
         """``--consistent``: wait until this node has applied every write the
         cluster committed before the request (ReadIndex through the leader)."""
-        if arg(args, "consistent", bool, False) and self.cluster is not None:
-            await self.cluster.read_barrier()
+        if arg(args, "consistent", bool, False):
+            await self.log.read_barrier()
 
     async def h_status(self, args: dict) -> dict:
         await self._consistent(args)
         active = Q.count_active(self.conn)
         jobs = Q.jobs(self.conn)
-        cluster = self.cluster.status() if self.cluster is not None else {
-            "role": "leader", "leader": self.config.node_id, "term": 0,
-            "commit_index": self.machine.applied_index}
         return {
-            "node_id": self.config.node_id, **cluster,
+            "node_id": self.config.node_id, **self.members.status(),
             "ready": self.ready,
             "version": __version__, "pid": os.getpid(),
             "started_at": iso_utc(round(self.started_at, 3)),
@@ -523,7 +498,7 @@ class Daemon:
         }
 
     def _next_fire(self, job: dict) -> int | None:
-        sched = self.scheduler or (self.cluster.scheduler if self.cluster else None)
+        sched = self.leadership.scheduler
         if sched is not None and job["name"] in sched.entries:
             return sched.next_fire(job["name"])
         spec = job["spec"]  # a follower works it out from the replicated cursor
@@ -633,11 +608,11 @@ class Daemon:
             active = run["state"] in run_states.ACTIVE
             node = run["node"]
             while True:
-                if self.cluster is None or node in (None, me):
+                if node in (None, me):
                     chunk = self._read_log_chunk(run_id, offset)
                 else:
                     try:
-                        chunk = await self.cluster.call(node, "read_log", {
+                        chunk = await self.members.call(node, "read_log", {
                             "run_id": run_id, "offset": offset})
                     except CronrdError as exc:
                         raise RequestError(
@@ -663,9 +638,8 @@ class Daemon:
         self._job_or_error(name)
         await self._authorize_job(caller, "run_now", name, name, change=True)
         wait = bool(arg(args, "wait", bool, False))
-        # In a cluster the leader places it (node ""), honouring run_on.
-        node = "" if self.cluster is not None else self.config.node_id
-        res = await self.log.propose(C.ManualRun(job=name, node=node, at=self.clock.now()))
+        # The leader places it (node ""), honouring run_on.
+        res = await self.log.propose(C.ManualRun(job=name, node="", at=self.clock.now()))
         run_id = res["run_id"]
         if not wait:
             return {"run_id": run_id, "state": res["state"]}
@@ -676,13 +650,7 @@ class Daemon:
         while True:
             run = await self._wait_run(run_id)
             yield {"event": Q.run_view(run)}
-            nxt = None
-            for (rid,) in self.conn.execute(
-                    "SELECT run_id FROM runs WHERE job=? AND origin=? AND fire_time=? AND "
-                    "target=? AND attempt=? ORDER BY run_id LIMIT 1",
-                    (run["job"], run["origin"], run["fire_time"], run["target"],
-                     run["attempt"] + 1)):
-                nxt = rid
+            nxt = Q.next_attempt(self.conn, run)
             if nxt is None:
                 yield {"result": Q.run_view(run)}
                 return
@@ -728,32 +696,26 @@ class Daemon:
     async def h_reload(self, args: dict) -> dict:
         return await self.watcher.reload()
 
-    def _need_cluster(self):
-        if self.cluster is None:
-            raise RequestError("this node runs without a cluster: section (a one-node "
-                               "cluster); add one to its config to use `cronrd cluster`")
-        return self.cluster
-
     async def h_cluster_members(self, args: dict) -> dict:
-        return self._need_cluster().members()
+        return self.members.members()
 
     async def h_cluster_add(self, args: dict) -> dict:
-        return await self._need_cluster().admin("cluster_add", {
+        return await self.members.admin("cluster_add", {
             "node": arg(args, "node", str, required=True),
             "address": arg(args, "address", str, required=True),
             "token": bool(arg(args, "token", bool, False))})
 
     async def h_cluster_revoke_cert(self, args: dict) -> dict:
-        return await self._need_cluster().admin("cluster_revoke_cert", {
+        return await self.members.admin("cluster_revoke_cert", {
             "serial": arg(args, "serial", str, required=True),
             "reason": arg(args, "reason", str, "revoked by the operator")})
 
     async def h_cluster_remove(self, args: dict) -> dict:
-        return await self._need_cluster().admin("cluster_remove", {
+        return await self.members.admin("cluster_remove", {
             "node": arg(args, "node", str, required=True)})
 
     async def h_cluster_transfer_leader(self, args: dict) -> dict:
-        return await self._need_cluster().admin("cluster_transfer_leader", {
+        return await self.members.admin("cluster_transfer_leader", {
             "node": arg(args, "node", str)})
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import json
 import logging
 from dataclasses import dataclass
 
@@ -49,8 +48,7 @@ def local_node(config: Config) -> NodeView:
 def reboot_fires(conn, node: NodeView, boot_time: int, now: float) -> list[C.Fire]:
     """The @reboot fires of one node's boot (each node proposes its own)."""
     fires = []
-    for name, text, source in conn.execute("SELECT name, spec, source FROM jobs ORDER BY name"):
-        spec = JobSpec.from_dict(json.loads(text), source=source)
+    for name, spec in Q.job_specs(conn):
         if parse_schedule(spec.schedule).kind != "reboot":
             continue
         skip = None if fits(spec.run_on, node) else (
@@ -96,13 +94,12 @@ class Scheduler:
 
     # -- reading jobs from the state ------------------------------------------------
     def _load(self, name: str) -> Entry | None:
-        for spec, source, paused, cursor in self.conn.execute(
-                "SELECT spec, source, paused, cursor FROM jobs WHERE name=?", (name,)):
-            job = JobSpec.from_dict(json.loads(spec), source=source)
-            trigger = make_trigger(parse_schedule(job.schedule),
-                                   job.timezone or self.config.timezone)
-            return Entry(spec=job, trigger=trigger, paused=bool(paused), cursor=cursor)
-        return None
+        found = Q.job_schedule(self.conn, name)
+        if found is None:
+            return None
+        job, paused, cursor = found
+        trigger = make_trigger(parse_schedule(job.schedule), job.timezone or self.config.timezone)
+        return Entry(spec=job, trigger=trigger, paused=paused, cursor=cursor)
 
     def _push(self, name: str, entry: Entry, fire: int | None) -> None:
         self._seq += 1
@@ -126,7 +123,7 @@ class Scheduler:
         """
         self.started = True
         self.placement.begin()
-        names = [n for (n,) in self.conn.execute("SELECT name FROM jobs ORDER BY name")]
+        names = Q.job_names(self.conn)
         # Before any catch-up: a catch-up fire moves the cursor past the fire
         # time to complete, which would then be refused.
         self._complete_last_fires(names)

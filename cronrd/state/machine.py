@@ -42,6 +42,16 @@ class Refused(StateError):
     """The command is valid but the state does not allow it."""
 
 
+class _Raw:
+    """An undecodable entry, folded into the digest like a command."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def encode(self) -> bytes:
+        return self.data
+
+
 def run_row(row: tuple) -> dict:
     return dict(zip(RUN_COLUMNS, row))
 
@@ -111,6 +121,13 @@ class StateMachine:
             self._set_meta("applied_index", index)
             self._chain(index, cmd, outcome)
         return result, effects
+
+    def skip_undecodable(self, index: int, data: bytes) -> None:
+        """An entry at ``index`` that does not decode: it changes nothing but
+        the applied index and the digest (which folds in its bytes), alike on
+        every node. Inside the caller's transaction, like ``apply``."""
+        self._set_meta("applied_index", index)
+        self._chain(index, _Raw(data), "undecodable")
 
     def _chain(self, index: int, cmd: C.Command, outcome: str) -> None:
         """Fold this command into the running state digest.

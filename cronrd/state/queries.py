@@ -211,3 +211,50 @@ def in_force_from(conn: apsw.Connection, name: str, nodes) -> bool:
             f"WHERE j.name=? AND s.node IN ({marks}) LIMIT 1", (name, *nodes)):
         return True
     return False
+
+
+def job_names(conn: apsw.Connection) -> list[str]:
+    return [n for (n,) in conn.execute("SELECT name FROM jobs ORDER BY name")]
+
+
+def job_specs(conn: apsw.Connection) -> list[tuple[str, JobSpec]]:
+    """Every job's definition in force: (name, spec), by name."""
+    return [(name, JobSpec.from_dict(json.loads(spec), source=source)) for name, spec, source
+            in conn.execute("SELECT name, spec, source FROM jobs ORDER BY name")]
+
+
+def job_schedule(conn: apsw.Connection, name: str) -> tuple[JobSpec, bool, int] | None:
+    """What the scheduler needs of job ``name``: (spec in force, paused, cursor)."""
+    for spec, source, paused, cursor in conn.execute(
+            "SELECT spec, source, paused, cursor FROM jobs WHERE name=?", (name,)):
+        return JobSpec.from_dict(json.loads(spec), source=source), bool(paused), cursor
+    return None
+
+
+def next_attempt(conn: apsw.Connection, run: dict) -> int | None:
+    """The run id of ``run``'s next attempt (a retry of the same fire), if any."""
+    for (rid,) in conn.execute(
+            "SELECT run_id FROM runs WHERE job=? AND origin=? AND fire_time=? AND target=? "
+            "AND attempt=? ORDER BY run_id LIMIT 1",
+            (run["job"], run["origin"], run["fire_time"], run["target"], run["attempt"] + 1)):
+        return rid
+    return None
+
+
+def run_assignments(conn: apsw.Connection, run_ids: list[int]) -> dict[int, tuple]:
+    """(state, node, token) of each run in ``run_ids`` that exists."""
+    if not run_ids:
+        return {}
+    return {rid: (state, node, token) for rid, state, node, token in conn.execute(
+        f"SELECT run_id, state, node, token FROM runs WHERE run_id IN "
+        f"({','.join('?' * len(run_ids))})", list(run_ids))}
+
+
+def running_elsewhere(conn: apsw.Connection, run: dict, node: str) -> list[tuple[int, str]]:
+    """(run id, node) of the runs of ``run``'s job and target running on other
+    nodes, other fire times (or origins) than its own: a sibling of the same
+    fire is no overlap."""
+    return [(rid, other) for rid, other in conn.execute(
+        "SELECT run_id, node FROM runs WHERE state='running' AND job=? AND node!=? "
+        "AND target=? AND NOT (fire_time=? AND origin=?)",
+        (run["job"], node, run["target"], run["fire_time"], run["origin"]))]

@@ -16,6 +16,7 @@ from cronrd.config import parse_config
 from cronrd.errors import CronrdError
 from cronrd.runtime.daemon import Daemon
 from cronrd.runtime.runs.executor import Executor
+from cronrd.runtime.runs.outbox import Outbox
 from cronrd.runtime.runs.logs import log_file_name, safe_dir_name
 from forged_state import ForgedState
 from harness import wait_for
@@ -45,7 +46,8 @@ def bare_daemon(tmp_path):
     d = Daemon(cfg)
     forged = ForgedState(cfg.state_db)
     d.conn, d.machine = forged.conn, forged.machine
-    d.executor = Executor(cfg, None, d.conn, d.clock)
+    d.executor = Executor(cfg, None, d.conn, d.clock, lease=lambda: True,
+                          outbox=Outbox(cfg.local_db))
     return d, forged
 
 

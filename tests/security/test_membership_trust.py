@@ -172,7 +172,7 @@ def test_a_join_token_works_for_its_node_for_a_day(tmp_path):
     os.makedirs(cfg.data_dir)
     clock = Clock()
     machine = StateMachine(apsw.Connection(cfg.state_db))
-    cl = Cluster(cfg, machine, clock, lambda effects: None)
+    cl = Cluster(cfg, machine, clock)
     try:
         with machine.conn:
             machine.apply(1, C.JoinToken(node="d", token_hash=hashlib.sha256(b"tok").hexdigest(),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import resource
@@ -28,13 +27,13 @@ from ...schedule import iso_utc
 from ...state import commands as C
 from ...decisions import overlap
 from ...state import queries as Q
-from ...state.run_states import ACTIVE, sql_in
 from ...state import run_life as L
 from ...state.machine import Effect, Refused
 from ..clock import Clock
 from .launch import Identities, launch
 from .legacy import at_gate, find_orphans, stop_orphans
 from .logs import open_run_log, prune_logs, read_run_log, run_log_path, say
+from .outbox import Outbox
 from .processes import alive, run_process, signal_tree, snapshot_tree
 from . import records
 from .spawner import Spawner, new_key
@@ -80,14 +79,17 @@ class ActiveRun:
 
 class Executor:
     def __init__(self, config: Config, proposer, conn, clock: Clock, *,
-                 lease: Callable[[], bool] | None = None, outbox=None):
+                 lease: Callable[[], bool], outbox: Outbox,
+                 others_can_run: Callable[[], bool] = lambda: False):
         self.config = config
         self.node_id = config.node_id
         self.proposer = proposer
-        # In a cluster: may this node start a run now (its lease from the
-        # leader is fresh)? And the durable outbox that results go to first.
+        # May this node start a run now (its lease from the leader is fresh)?
+        # The durable outbox that results go to first. Is there another
+        # member to hand unstarted runs to when this daemon stops?
         self.lease = lease
         self.outbox = outbox
+        self.others_can_run = others_can_run
         self.conn = conn
         self.clock = clock
         self.timers: dict[int, asyncio.TimerHandle] = {}
@@ -179,26 +181,17 @@ class Executor:
             self.prepare(run)
 
     def _still_mine(self, runs: list[dict]) -> dict[int, bool]:
-        """In a cluster: is each run still assigned here, with the same token?
-        (A snapshot from the leader may have replaced the state meanwhile,
-        without the effects that would have told us.)"""
-        if self.lease is None or not runs:
-            return {}
-        ids = [r["run_id"] for r in runs]
-        now = {rid: (state, node, token) for rid, state, node, token in self.conn.execute(
-            f"SELECT run_id, state, node, token FROM runs WHERE run_id IN "
-            f"({','.join('?' * len(ids))})", ids)}
+        """Is each run still assigned here, with the same token? (A snapshot
+        from the leader may have replaced the state meanwhile, without the
+        effects that would have told us.)"""
+        now = Q.run_assignments(self.conn, [r["run_id"] for r in runs])
         return {r["run_id"]: now.get(r["run_id"]) == ("assigned", self.node_id, r["token"])
                 for r in runs}
 
     # -- starting -------------------------------------------------------------
     def _job_spec(self, name: str) -> JobSpec | None:
         if name not in self._specs:
-            spec = None
-            for text, source in self.conn.execute(
-                    "SELECT spec, source FROM jobs WHERE name=?", (name,)):
-                spec = JobSpec.from_dict(json.loads(text), source=source)
-            self._specs[name] = spec
+            self._specs[name] = Q.job_spec(self.conn, name)
         return self._specs[name]
 
     def _gate(self, due: float) -> Gate:
@@ -327,16 +320,7 @@ class Executor:
         replicated state shows running on other nodes."""
         others = [a for a in self.active.values()
                   if a is not act and a.run["job"] == act.run["job"] and a.life.started]
-        remote = []
-        if self.lease is not None:
-            run = act.run
-            # Runs of other fire times (or attempts) of the same job and target
-            # running elsewhere; a sibling of the same fire is no overlap.
-            remote = [(rid, node) for rid, node in self.conn.execute(
-                f"SELECT run_id, node FROM runs WHERE state IN {sql_in(ACTIVE)}"
-                " AND state='running' AND job=? AND node!=? AND target=?"
-                " AND NOT (fire_time=? AND origin=?)",
-                (run["job"], self.node_id, run["target"], run["fire_time"], run["origin"]))]
+        remote = Q.running_elsewhere(self.conn, act.run, self.node_id)
         local = {a.run["run_id"]: a for a in others}
         decision = overlap.decide(
             act.spec.concurrency,
@@ -367,7 +351,7 @@ class Executor:
         gate.handle.cancel()
         self.gates.pop(gate.due, None)
         now = self.clock.now()
-        fenced = self.lease is not None and not self.lease()
+        fenced = not self.lease()
         if fenced:
             log.warning("event=runs_fenced count=%d reason=\"no fresh lease from the leader "
                         "(cut off from the cluster?)\"", len(gate.runs))
@@ -623,7 +607,7 @@ class Executor:
 
     def _propose(self, cmd: C.Command, act: ActiveRun | None = None,
                  item: int | None = None, record: str | None = None) -> None:
-        if self.outbox is not None and item is None and isinstance(cmd, C.RunFinished):
+        if item is None and isinstance(cmd, C.RunFinished):
             # Results only: a lost start report is settled by reconcile.
             try:
                 item = self.outbox.add(cmd)
@@ -635,8 +619,6 @@ class Executor:
 
     def replay_outbox(self) -> int:
         """Propose the reports a previous run of the daemon left unconfirmed."""
-        if self.outbox is None:
-            return 0
         items = self.outbox.pending()
         for item, cmd in items:
             if isinstance(cmd, C.RunFinished):
@@ -887,9 +869,9 @@ class Executor:
             os.close(gate.wfd)
             os.close(gate.rfd)
         self.gates.clear()
-        if self.lease is not None:
-            # In a cluster, runs not started yet go back to the leader (they
-            # never ran here), to be placed on a node that is up.
+        if self.others_can_run():
+            # Runs not started yet go back to the leader (they never ran
+            # here), to be placed on a node that is up.
             now = self.clock.now()
             for run in Q.runs_for_node(self.conn, self.node_id, ("assigned",)):
                 act = self.active.get(run["run_id"])
@@ -922,10 +904,7 @@ class Executor:
                      "supervisors; the next start of the daemon adopts them\"", len(live))
         # Waiting shells that were killed: let their supervisors say so.
         await self._wait_until(lambda: all(a.life.started for a in self.active.values()), 2.0)
-        if self.outbox is None:
-            while self.reports:
-                await asyncio.gather(*list(self.reports), return_exceptions=True)
-        elif self.reports:
+        if self.reports:
             # They are in the durable outbox: give them a moment to commit,
             # and the next start proposes whatever is left.
             await asyncio.wait(list(self.reports), timeout=5.0)

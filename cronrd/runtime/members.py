@@ -1,0 +1,128 @@
+"""Who this node is with: the members of its cluster, as the daemon sees them.
+
+The daemon is written once against ``Members``: its log (log.py), the lease
+("may this node start a run now?"), the members' views for placement, the
+leader's membership duties, and the ``cronrd cluster`` requests. Two kinds:
+
+* ``Cluster`` (cluster.py): Raft over TCP with peers.
+* ``OneHost`` (here): a cluster of one on the direct log (local_log.py says
+  why not a one-voter Raft node). It is always the leader, its lease is
+  always fresh, and it has no membership to change: `cronrd cluster init`
+  turns its data_dir into the first member of a cluster.
+
+``open_members`` picks one from the config; nothing else asks which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Protocol
+
+from ..config import Config
+from ..errors import RequestError
+from ..state.machine import StateMachine
+from .clock import Clock
+from .local_log import LocalLog
+from .log import Log
+from .placement import NodeView
+from .scheduler import local_node
+
+Duty = Callable[[], Awaitable[None]]
+
+NO_CLUSTER = ("this node runs without a cluster: section (a one-node cluster); run "
+              "`cronrd cluster init` to make it the first member of a cluster, then "
+              "use `cronrd cluster`")
+
+
+class Members(Protocol):
+    log: Log
+    removed: asyncio.Event     # this node was removed from the cluster: stop
+    fatal: asyncio.Event       # the log failed for good: stop (systemd restarts us)
+    give_up_waiting: bool      # SIGTERM while waiting for the cluster
+    read_log: Callable[[int, int], dict] | None  # serves other nodes' `cronrd logs`
+    role_poll: float           # seconds between looks at who leads
+    duty_interval: float       # seconds between the leader's housekeeping passes
+
+    async def start(self) -> None: ...
+    async def wait_caught_up(self) -> None: ...
+    async def transfer_before_stop(self) -> None: ...
+    async def stop(self) -> None: ...
+    def lease_fresh(self) -> bool: ...
+    def member_ids(self) -> list[str]: ...
+    def node_views(self) -> list[NodeView]: ...
+    def leader_duties(self) -> list[Duty]: ...
+    def address(self) -> str: ...
+    def tags(self) -> tuple[str, ...]: ...
+    def status(self) -> dict: ...
+    def members(self) -> dict: ...
+    async def admin(self, method: str, args: dict) -> dict: ...
+    async def call(self, node: str, method: str, args: dict, timeout: float = 5.0) -> Any: ...
+
+
+class OneHost:
+    """The members of a one-host node: itself."""
+
+    role_poll = 1.0       # it leads from the start, for good
+    duty_interval = 1.0   # placement is driven by effects; this pass is a fallback
+
+    def __init__(self, config: Config, machine: StateMachine):
+        self.config = config
+        self.machine = machine
+        self.log = LocalLog(machine)
+        self.removed = asyncio.Event()
+        self.fatal = asyncio.Event()
+        self.give_up_waiting = False
+        self.read_log = None
+
+    async def start(self) -> None:
+        pass
+
+    async def wait_caught_up(self) -> None:
+        pass  # everything committed is applied here
+
+    async def transfer_before_stop(self) -> None:
+        pass  # nobody to hand over to
+
+    async def stop(self) -> None:
+        pass
+
+    def lease_fresh(self) -> bool:
+        return True  # nobody else can have been given its runs
+
+    def member_ids(self) -> list[str]:
+        return [self.config.node_id]
+
+    def node_views(self) -> list[NodeView]:
+        return [local_node(self.config)]
+
+    def leader_duties(self) -> list[Duty]:
+        return []
+
+    def address(self) -> str:
+        return ""  # no peer port
+
+    def tags(self) -> tuple[str, ...]:
+        return ()
+
+    def status(self) -> dict:
+        return {"role": "leader", "leader": self.config.node_id, "term": 0,
+                "commit_index": self.machine.applied_index}
+
+    def members(self) -> dict:
+        raise RequestError(NO_CLUSTER)
+
+    async def admin(self, method: str, args: dict) -> dict:
+        raise RequestError(NO_CLUSTER)
+
+    async def call(self, node: str, method: str, args: dict, timeout: float = 5.0) -> Any:
+        raise RequestError(f"node {node} is not a member: {self.config.node_id} runs "
+                           "without a cluster")
+
+
+def open_members(config: Config, machine: StateMachine, clock: Clock) -> Members:
+    """The members this config describes: a cluster if it has a cluster:
+    section, else this one host."""
+    if config.cluster is None:
+        return OneHost(config, machine)
+    from .cluster import Cluster  # the peer transport and TLS, only when needed
+    return Cluster(config, machine, clock)
