@@ -173,9 +173,33 @@ def test_upgrade_from_a_daemon_without_supervisors_still_kills_and_retries(node)
     (rec,) = node.supervised()
     os.kill(rec.sup, signal.SIGKILL)  # as if no supervisor had ever existed
     os.unlink(rec.path)
+    os.unlink(os.path.join(os.path.dirname(rec.path), "supervised-since"))
     node.start()
     runs = node.wait_runs(lambda rs: any(r["attempt"] == 2 for r in rs), job="legacy")
     first = [r for r in runs if r["attempt"] == 1][0]
     assert first["state"] == "lost" and "kill and retry" in first["reason"]
     wait_for(lambda: not psutil.pid_exists(pid) or
              psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, what="orphan stopped")
+
+
+def test_a_run_without_a_record_is_never_searched_for_by_environment(node):
+    """Once this data_dir has had supervisors, a run without a record never
+    started here: nothing is killed for it, whoever else carries its run id
+    (another daemon on the host with the same node id, in tests)."""
+    pid_file, release = gated_job(node, "stray", 0)
+    node.start()
+    node.call("run_now", {"job": "stray"})
+    pid = job_pid(pid_file)
+    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="stray")
+    node.kill9()
+    (rec,) = node.supervised()
+    os.unlink(rec.path)  # the record is gone; its job still runs (another daemon's, say)
+    node.start()
+    runs = node.wait_runs(lambda rs: any(r["attempt"] == 1 and r["state"] == "lost"
+                                         for r in rs), job="stray")
+    first = [r for r in runs if r["attempt"] == 1][0]
+    assert "left no record" in first["reason"]
+    assert psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    release.touch()
+    wait_for(lambda: not psutil.pid_exists(pid) or
+             psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, what="job ended")

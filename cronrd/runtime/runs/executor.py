@@ -667,6 +667,7 @@ class Executor:
         # steps below (no await until the runs are registered).
         self.spawner.start()
         found = records.scan(self.runs_dir)
+        legacy = records.first_supervised_start(self.runs_dir)
         orphans: dict | None = None
         counts = {"lost": 0, "resumed": 0, "adopted": 0, "collected": 0}
         waits = []
@@ -678,6 +679,11 @@ class Executor:
             if recs:
                 outcome = self._settle_recorded(run, recs)
                 counts[outcome] += 1
+                continue
+            if not legacy:
+                # No record: its supervisor never started, so nothing of it ran.
+                # (No search by environment: that could name another daemon's run.)
+                counts[self._settle_unrecorded(run)] += 1
                 continue
             if orphans is None:
                 orphans = find_orphans(self.node_id)
@@ -713,6 +719,19 @@ class Executor:
         if waits:
             await asyncio.gather(*waits)
         return counts
+
+    def _settle_unrecorded(self, run: dict) -> str:
+        if run["state"] == "assigned":
+            return self._start_again(run)
+        reason = ("cronrd restarted and the run's supervisor left no record (its data_dir/runs "
+                  "was emptied?); its result is unknown")
+        log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"], run["run_id"],
+                    reason)
+        self._propose(C.RunFinished(
+            run_id=run["run_id"], token=run["token"], node=self.node_id, state="lost",
+            exit_code=None, signal=None, started_at=run["started_at"],
+            finished_at=self.clock.now(), log_path=None, reason=reason))
+        return "lost"
 
     def _start_again(self, run: dict) -> str:
         """A run that never passed its gate: start it, unless the catch-up

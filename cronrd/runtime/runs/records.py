@@ -127,3 +127,21 @@ def remove(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+SINCE = "supervised-since"
+
+
+def first_supervised_start(runs_dir: str) -> bool:
+    """True once per data_dir: at the first start of a daemon with run
+    supervisors. Only then can a run without a record be an older daemon's,
+    whose processes must be searched for; afterwards a run without a record
+    never passed its gate (its supervisor writes the record first)."""
+    path = os.path.join(runs_dir, SINCE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
