@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
 from .errors import CronrdError, UsageError
+from .runtime.clock import Clock
 
 if TYPE_CHECKING:
     from .client import Client
@@ -714,7 +714,7 @@ def next_cmd(obj: Ctx, what, count, tz, after):
         click.echo("@reboot fires once when cronrd starts after the host boots")
         return
     trigger = make_trigger(sched, zone)
-    t = parse_iso(after) if after else int(time.time())
+    t = parse_iso(after) if after else int(Clock().now())
     for _ in range(count):
         t = trigger.next_after(t)
         if t is None:

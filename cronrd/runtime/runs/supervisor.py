@@ -35,7 +35,8 @@ import select
 import signal
 import socket
 import sys
-import time
+
+from ..clock import Clock
 
 READY = 0x01     # the user-switch shell prepared the run (see executor.DROP_SCRIPT)
 STARTED = 0x02   # the gate shell passed its gate: the job's command runs now
@@ -43,6 +44,7 @@ READ_CHUNK = 65536
 NOTIFY_TIMEOUT = 2.0
 EXIT_NOTIFY_TRIES = 5
 MAX_REQUEST = 1 << 20
+CLOCK = Clock()
 
 
 def boot_id() -> str:
@@ -92,7 +94,7 @@ class _Supervisor:
         self.notify("spawned", pid=pid)
 
     def record(self, event: str, **fields) -> None:
-        fields["at"] = round(time.time(), 6)
+        fields["at"] = round(CLOCK.now(), 6)
         line = json.dumps({"event": event, **fields}, separators=(",", ":")) + "\n"
         try:
             os.write(self.rec, line.encode())
