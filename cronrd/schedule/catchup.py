@@ -12,6 +12,30 @@ from .timestamps import iso_utc
 from .triggers import Trigger
 
 
+# The reasons a missed fire is skipped, and the lateness rules: one source,
+# used by plan_catchup (the scheduler, for fires never committed) and by
+# stale_reason (the executor, for fires committed but never started).
+ON_TIME = 1.0  # seconds: catchup: none still runs a fire this late
+NONE_REASON = "catch-up: missed while cronrd was not running (catchup: none)"
+
+
+def window_reason(fire: float, window: float) -> str:
+    return (f"catch-up: missed at {iso_utc(int(fire))}, older than catchup_window "
+            f"{human_duration(window)}")
+
+
+def stale_reason(policy: str, window: float | None, due: float, now: float) -> str | None:
+    """Why a fire due at ``due``, committed but not started by ``now`` (the
+    daemon was down), is no longer wanted by the job's catch-up policy; None
+    if it should start now, late."""
+    late = now - due
+    if policy == "none" and late > ON_TIME:
+        return NONE_REASON
+    if window is not None and late > window:
+        return window_reason(due, window)
+    return None
+
+
 @dataclass(frozen=True)
 class CatchupPlan:
     run: tuple[int, ...]
@@ -85,25 +109,20 @@ def plan_catchup(
     if last is None:
         return CatchupPlan((), (), None, cursor)
     too_old = None if window is None else math.ceil(now - window)  # fires < too_old are out of window
-    window_reason = (
-        "catch-up: missed at {iso}, older than catchup_window " + human_duration(window)
-        if window is not None else ""
-    )
 
     if policy == "all":
         boundary = cursor if too_old is None else max(cursor, too_old - 1)
         run = tuple(trigger.fires_between(boundary, now))
-        reason_for = lambda f: window_reason.format(iso=iso_utc(f))  # noqa: E731
+        reason_for = lambda f: window_reason(f, window)  # noqa: E731
         skip_hi = boundary
         range_reason = "catch-up: missed, older than catchup_window " + (human_duration(window) if window is not None else "")
         extra: list[tuple[int, str]] = []
     elif policy == "none":
-        boundary = max(cursor, now - 2)
+        boundary = max(cursor, now - 1 - math.ceil(ON_TIME))
         run = tuple(trigger.fires_between(boundary, now))
-        none_reason = "catch-up: missed while cronrd was not running (catchup: none)"
-        reason_for = lambda f: none_reason  # noqa: E731
+        reason_for = lambda f: NONE_REASON  # noqa: E731
         skip_hi = boundary
-        range_reason = none_reason
+        range_reason = NONE_REASON
         extra = []
     else:  # latest
         superseded = f"catch-up: superseded by the later fire at {iso_utc(last)} (catchup: latest)"
@@ -113,7 +132,7 @@ def plan_catchup(
         if too_old is None or last >= too_old:
             run, extra = (last,), []
         else:
-            run, extra = (), [(last, window_reason.format(iso=iso_utc(last)))]
+            run, extra = (), [(last, window_reason(last, window))]
 
     # split the skipped fires in (cursor, skip_hi] into records (newest) and a range (oldest)
     room = max(0, max_records - len(extra))

@@ -24,6 +24,7 @@ from ...config import Config
 from ...errors import CronrdError
 from ...jobspec import JobSpec
 from ...schedule import iso_utc
+from ...schedule.catchup import stale_reason
 from ...state import commands as C
 from ...decisions import overlap
 from ...state import queries as Q
@@ -831,12 +832,8 @@ class Executor:
         spec = self._job_spec(run["job"])
         if spec is None:
             return "job no longer defined"
-        late = self.clock.now() - (run["due_at"] or 0)
-        if spec.catchup == "none" and late > 1.0:
-            return "catch-up: missed while cronrd was not running (catchup: none)"
-        if late > spec.catchup_window:
-            return "catch-up: missed while cronrd was not running, older than catchup_window"
-        return None
+        return stale_reason(spec.catchup, spec.catchup_window, run["due_at"] or 0,
+                            self.clock.now())
 
     async def _settle_lost(self, run: dict, procs: list, path: str) -> None:
         spec = self._job_spec(run["job"])
