@@ -148,14 +148,28 @@ def plan_jobs(n: int, rate: float) -> Plan:
 
 # ----------------------------------------------------------------------------- sampling
 
+def _is_forkserver(proc: psutil.Process) -> bool:
+    try:
+        cmd = proc.cmdline()
+    except psutil.Error:
+        return False
+    return "cronrd.runtime.runs.supervisor" in cmd or "__forkserver" in cmd
+
+
 class Sampler(threading.Thread):
-    """CPU times and RSS of one process every `interval` seconds."""
+    """CPU times and RSS of one process every `interval` seconds.
+
+    Besides the process's own CPU it samples "all" CPU: its own, its reaped
+    children's (the jobs, for a daemon that forks them itself) and its run
+    supervisors' fork server with everything that one reaped (supervisors
+    and their jobs): the whole cost of running the jobs, comparable between
+    a daemon that forks jobs itself and one that hands them to supervisors."""
 
     def __init__(self, pid: int, interval: float = 0.5):
         super().__init__(daemon=True)
         self.proc = psutil.Process(pid)
         self.interval = interval
-        self.samples: list[tuple[float, float, int]] = []  # (wall, cpu_s, rss)
+        self.samples: list[tuple[float, float, int, float]] = []  # (wall, cpu_s, rss, all)
         self._halt = threading.Event()
 
     def sample(self) -> None:
@@ -163,9 +177,17 @@ class Sampler(threading.Thread):
             with self.proc.oneshot():
                 ct = self.proc.cpu_times()
                 rss = self.proc.memory_info().rss
+            total = ct.user + ct.system + ct.children_user + ct.children_system
+            for child in self.proc.children():
+                if _is_forkserver(child):
+                    try:
+                        c = child.cpu_times()
+                        total += c.user + c.system + c.children_user + c.children_system
+                    except psutil.Error:
+                        pass
         except psutil.Error:
             return
-        self.samples.append((time.time(), ct.user + ct.system, rss))
+        self.samples.append((time.time(), ct.user + ct.system, rss, total))
 
     def run(self) -> None:
         while not self._halt.is_set():
@@ -184,6 +206,10 @@ class Sampler(threading.Thread):
     def cpu_at(self, t: float) -> float:
         s = self._nearest(t)
         return s[1] if s else 0.0
+
+    def all_cpu_at(self, t: float) -> float:
+        s = self._nearest(t)
+        return s[3] if s else 0.0
 
     @property
     def peak_rss(self) -> int:
@@ -207,6 +233,7 @@ class Result:
     duplicates: int = 0
     bad_lines: int = 0
     cpu_s: float = 0.0
+    cpu_all_s: float = 0.0  # with reaped children and run supervisors
     peak_rss: int = 0
     rss_start: int = 0   # RSS when the window opened (jobs loaded, warmed up)
     ready_s: float = 0.0
@@ -401,6 +428,7 @@ def run_cronrd(args, plan: Plan, argv: list[str], base: Path) -> Result:
         print(f"  cronrd: measuring {args.duration} s ...", flush=True)
         time.sleep(max(0.0, t1 - time.time()))
         cpu = sampler.cpu_at(t1) - sampler.cpu_at(t0)
+        cpu_all = sampler.all_cpu_at(t1) - sampler.all_cpu_at(t0)
         wait_settled(outfile, res)
         res.notes.append(run_state_note(client))
         if prof is not None:
@@ -416,6 +444,7 @@ def run_cronrd(args, plan: Plan, argv: list[str], base: Path) -> Result:
                 print("  cronrd: did not stop within 60 s of SIGTERM; killed", flush=True)
         sampler.stop()
     res.cpu_s = cpu
+    res.cpu_all_s = cpu_all
     res.peak_rss = sampler.peak_rss
     res.rss_start = sampler.rss_at(res.window[0])
     collect(res, outfile)
@@ -660,6 +689,7 @@ def run_apscheduler(args, plan: Plan, argv: list[str], base: Path) -> Result:
         print(f"  APScheduler: measuring {args.duration} s ...", flush=True)
         time.sleep(max(0.0, t1 - time.time()))
         cpu = sampler.cpu_at(t1) - sampler.cpu_at(t0)
+        cpu_all = sampler.all_cpu_at(t1) - sampler.all_cpu_at(t0)
         wait_settled(outfile, res)
     finally:
         tail = ""
@@ -672,6 +702,7 @@ def run_apscheduler(args, plan: Plan, argv: list[str], base: Path) -> Result:
                 proc.wait(10)
         sampler.stop()
     res.cpu_s = cpu
+    res.cpu_all_s = cpu_all
     res.peak_rss = sampler.peak_rss
     res.rss_start = sampler.rss_at(res.window[0])
     collect(res, outfile)
@@ -712,6 +743,7 @@ def print_table(results: list[Result]) -> None:
         ("p50 last 10 s of window ms", lambda r: fmt(drift(r, False), 2)),
         ("CPU s in window", lambda r: fmt(r.cpu_s, 2)),
         ("CPU % of one core", lambda r: fmt(100 * r.cpu_s / max(1, r.window[1] - r.window[0]))),
+        ("CPU s incl. supervisors, jobs", lambda r: fmt(r.cpu_all_s, 2)),
         ("RSS at window start MB", lambda r: fmt(r.rss_start / 2**20)),
         ("peak RSS MB", lambda r: fmt(r.peak_rss / 2**20)),
     ]
@@ -834,6 +866,7 @@ def main() -> int:
             "cronrd_p50_ms": fmt(c.pct(50), 2), "cronrd_p99_ms": fmt(c.pct(99), 2),
             "cronrd_max_ms": fmt(c.max_ms, 2), "cronrd_rss_mb": fmt(c.peak_rss / 2**20, 1),
             "cronrd_cpu_s": fmt(c.cpu_s, 2),
+            "cronrd_cpu_all_s": fmt(c.cpu_all_s, 2),
             "aps_p50_ms": fmt(aps.pct(50), 2) if aps else "n/a",
             "aps_p99_ms": fmt(aps.pct(99), 2) if aps else "n/a",
             "aps_max_ms": fmt(aps.max_ms, 2) if aps else "n/a",
