@@ -37,6 +37,7 @@ from .logs import open_run_log, prune_logs, read_run_log, run_log_path, say
 from .outbox import Outbox
 from .processes import alive, run_process, signal_tree, snapshot_tree
 from . import records
+from . import recovery as R
 from .spawner import Spawner, new_key
 
 log = logging.getLogger("cronrd.executor")
@@ -676,15 +677,10 @@ class Executor:
                 if r["run_id"] not in self._reported]
         self.accepting = True  # from here on, new assignments start as they come
         for run in runs:
-            recs = found.pop(run["run_id"], [])
-            if recs:
-                outcome = self._settle_recorded(run, recs)
-                counts[outcome] += 1
-                continue
-            if not legacy:
-                # No record: its supervisor never started, so nothing of it ran.
-                # (No search by environment: that could name another daemon's run.)
-                counts[self._settle_unrecorded(run)] += 1
+            seen = [records.seen(r) for r in found.pop(run["run_id"], [])]
+            settle = R.decide(run, seen, legacy=legacy)
+            if settle.kind != R.LEGACY:
+                counts[self._settle(run, settle)] += 1
                 continue
             if orphans is None:
                 orphans = find_orphans(self.node_id)
@@ -721,19 +717,6 @@ class Executor:
             await asyncio.gather(*waits)
         return counts
 
-    def _settle_unrecorded(self, run: dict) -> str:
-        if run["state"] == "assigned":
-            return self._start_again(run)
-        reason = ("cronrd restarted and the run's supervisor left no record (its data_dir/runs "
-                  "was emptied?); its result is unknown")
-        log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"], run["run_id"],
-                    reason)
-        self._propose(C.RunFinished(
-            run_id=run["run_id"], token=run["token"], node=self.node_id, state="lost",
-            exit_code=None, signal=None, started_at=run["started_at"],
-            finished_at=self.clock.now(), log_path=None, reason=reason))
-        return "lost"
-
     def _start_again(self, run: dict) -> str:
         """A run that never passed its gate: start it, unless the catch-up
         policy no longer wants it."""
@@ -747,53 +730,48 @@ class Executor:
             self.schedule(run)
         return "resumed"
 
-    def _settle_recorded(self, run: dict, recs: list[records.Record]) -> str:
-        """Settle ``run`` from its supervisors' records (oldest spawn first)."""
-        rec = next((r for r in reversed(recs) if r.started), recs[-1])
-        for other in recs:
-            if other is not rec:  # spawns that never started: gone or going
-                self._signal_record(other, signal.SIGKILL)
-                records.remove(other.path)
-        if not rec.started:
-            # Still waiting at the gate of a daemon that is gone (its shell
-            # exits unrun when it sees the gate closed): nothing ran.
-            self._signal_record(rec, signal.SIGKILL)
-            records.remove(rec.path)
-            if run["state"] == "assigned":
-                return self._start_again(run)
+    def _settle(self, run: dict, settle: R.Settle) -> str:
+        """Perform what recovery.decide said about ``run``; the count it adds to."""
+        for other in settle.kill:
+            self._signal_record(other.record, signal.SIGKILL)
+        for path in settle.remove:
+            records.remove(path)
+        if settle.kind == R.START_AGAIN:
+            return self._start_again(run)
+        now = self.clock.now()
+        if settle.seen is None:  # lost without ever starting here
+            log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"],
+                        run["run_id"], settle.reason)
             self._propose(C.RunFinished(
                 run_id=run["run_id"], token=run["token"], node=self.node_id, state="lost",
-                exit_code=None, signal=None, started_at=run["started_at"],
-                finished_at=self.clock.now(), log_path=None,
-                reason="cronrd restarted before the run's command started; retried"))
+                exit_code=None, signal=None, started_at=run["started_at"], finished_at=now,
+                log_path=None, reason=settle.reason))
             return "lost"
+        rec = settle.seen.record
         spec = self._job_spec(run["job"])
         act = ActiveRun(run=run, spec=spec, key=rec.key,
                         log_path=run_log_path(self.config.log_dir, run),
                         kill_grace=spec.kill_grace if spec else 10.0,
                         life=L.Life(phase=L.Phase.STARTED, pid=rec.pid or 0, ready=True,
-                                    started_at=(rec.started_at or run["started_at"]
-                                                or self.clock.now())),
+                                    started_at=rec.started_at or run["started_at"] or now),
                         sup_pid=rec.sup or 0)
-        if rec.exited:
+        if settle.kind == R.ADOPT and not self._watch_supervisor(act, rec):
+            # It ended between the look and the pidfd.
+            settle = R.supervisor_gone(dataclasses.replace(settle.seen, supervisor_alive=False))
+            for other in settle.kill:
+                self._signal_record(other.record, signal.SIGKILL)
+        if settle.kind == R.COLLECT:
             log.info("event=run_collected job=%s run=%d status=%d", run["job"], run["run_id"],
                      rec.status)
-            self._apply(act, L.Exited(rec.status, rec.written, rec.exited_at or
-                                      self.clock.now()),
+            self._apply(act, L.Exited(rec.status, rec.written, rec.exited_at or now),
                         note="ended while cronrd was restarting")
             return "collected"
-        if not rec.supervisor_alive() or not self._watch_supervisor(act, rec):
-            reason = "cronrd restarted during the run and its supervisor is gone too"
-            if not rec.this_boot():
-                reason = "the host restarted during the run"
-            elif rec.job_alive():
-                self._signal_record(rec, signal.SIGKILL)
-                reason += "; its processes were stopped"
+        if settle.kind == R.LOST:
             log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"],
-                        run["run_id"], reason)
+                        run["run_id"], settle.reason)
             act.life = dataclasses.replace(act.life, stop_state="lost",
-                                           stop_reason=reason + " (retried per on_node_loss)")
-            self._apply(act, L.Exited(None, rec.written, self.clock.now()))
+                                           stop_reason=settle.reason)
+            self._apply(act, L.Exited(None, rec.written, now))
             return "lost"
         # Adopted: it goes on under its supervisor.
         self.active[run["run_id"]] = act
@@ -804,7 +782,7 @@ class Executor:
                                        started_at=act.life.started_at,
                                        log_path=act.log_path), act)
         if spec is not None and spec.timeout:
-            left = spec.timeout - (self.clock.now() - act.life.started_at)
+            left = spec.timeout - (now - act.life.started_at)
             act.timers.append(asyncio.get_running_loop().call_later(
                 max(0.0, left), self._apply, act, L.Stop(
                     "timed_out", f"timed out after {spec.timeout:g}s (timeout)")))

@@ -122,6 +122,19 @@ def scan(runs_dir: str) -> dict[int, list[Record]]:
     return out
 
 
+@dataclass(frozen=True)
+class Seen:
+    """A record and what the node saw of its processes when it looked."""
+    record: Record
+    this_boot: bool
+    supervisor_alive: bool
+    job_alive: bool
+
+
+def seen(rec: Record) -> Seen:
+    return Seen(rec, rec.this_boot(), rec.supervisor_alive(), rec.job_alive())
+
+
 def remove(path: str) -> None:
     try:
         os.unlink(path)
