@@ -93,7 +93,9 @@ def test_cluster_init_keeps_jobs_runs_and_history(node_factory):
     # unstarted runs across a stop (nobody else could take them).
     assert [r for r in runs if r["state"] == "lost"] == []
     done = {parse_iso(r["fire_time"]) for r in runs if r["state"] == "succeeded"}
-    assert [t for t in range(first, last + 1) if t not in done] == []
+    assert [t for t in range(first, last + 1) if t not in done] == [], \
+        ([(r["run_id"], r["fire_time"], r["state"], r["reason"]) for r in runs
+          if r["state"] != "succeeded"], a.daemon_log())
 
     # It grows: a second node joins and gets the whole history.
     b_addr = f"127.0.0.62:{free_port('127.0.0.62')}"

@@ -45,7 +45,7 @@ log = logging.getLogger("cronrd.executor")
 READ_CHUNK = 65536
 REPORT_RETRY_DELAY = 0.5
 PRESPAWN = 1.0    # seconds before the fire time a run's supervisor is asked for
-READY_WAIT = 2.0  # longest a gate waits past its time for runs to be ready
+READY_WAIT = 2.0  # longest a gate waits for a run prepared at or before its time to be ready
 
 
 @dataclass
@@ -56,6 +56,7 @@ class Gate:
     runs: list = field(default_factory=list)
     handle: asyncio.TimerHandle | None = None
     waiting: bool = False            # due, but a run is not ready yet
+    ready_by: float = 0.0            # wall time after which it opens for whoever is ready
 
 
 @dataclass
@@ -204,6 +205,9 @@ class Executor:
             delay = max(0.0, due - self.clock.now())
             gate.handle = asyncio.get_running_loop().call_later(delay, self._open_gate, gate)
             self.gates[due] = gate
+        # Each run gets READY_WAIT from the later of its due time and now to say
+        # it is ready: a run prepared late (a catch-up) is not failed at once.
+        gate.ready_by = max(gate.ready_by, max(due, self.clock.now()) + READY_WAIT)
         return gate
 
     def _over_cap(self, run: dict, spec: JobSpec) -> str | None:
@@ -342,13 +346,13 @@ class Executor:
         if early > 0.0005:  # timers may fire a hair early: re-arm
             gate.handle = asyncio.get_running_loop().call_later(early, self._open_gate, gate)
             return
-        if -early < READY_WAIT and any(not a.life.ready and a.life.stop_state is None
-                                       and not a.life.over for a in gate.runs):
+        left = gate.ready_by - self.clock.now()
+        if left > 0 and any(not a.life.ready and a.life.stop_state is None
+                            and not a.life.over for a in gate.runs):
             # A run's supervisor has not said spawned (or, switching to the
-            # job's user, ready) yet: opened when it does, or at READY_WAIT.
+            # job's user, ready) yet: opened when it does, or at ready_by.
             gate.waiting = True
-            gate.handle = asyncio.get_running_loop().call_later(
-                READY_WAIT + early, self._open_gate, gate)
+            gate.handle = asyncio.get_running_loop().call_later(left, self._open_gate, gate)
             return
         gate.handle.cancel()
         self.gates.pop(gate.due, None)
