@@ -1,17 +1,23 @@
 """The daemon's side of the run supervisors (see supervisor.py).
 
-``Spawner`` owns the fork server and the notify socket. ``spawn`` sends one
+``Spawner`` owns the fork server and the notify socket. ``spawn`` queues one
 request (with the run's gate, log and environment descriptors); the fork
 server answers with the supervisor's pid and a pidfd of it (``on_spawned``);
-the supervisor then reports ``spawned`` / ``ready`` / ``started`` / ``exited``
-as datagrams (``on_event``). A datagram counts only if its sender runs as the
-daemon's user (SO_PASSCRED) and names a spawn key the daemon made (a random
-nonce per spawn), so a job cannot fake another run's end.
+the supervisor then connects to the notify socket and reports ``spawned`` /
+``ready`` / ``exited``, one JSON line each (``on_event``). A connection counts
+only if its peer runs as the daemon's user (SO_PEERCRED), and a line only if
+it names a spawn key the daemon made (a random nonce per spawn), so a job
+cannot fake another run's end.
+
+Nothing here blocks the event loop: requests wait in a queue until the fork
+server's socket has room (a SEQPACKET queue holds only a few messages, and
+the fork server in turn waits for the daemon to read its answers).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -24,12 +30,15 @@ import sys
 from typing import Callable
 
 from ...errors import CronrdError
+from .supervisor import MAX_REQUEST
 
 log = logging.getLogger("cronrd.executor")
 
 NOTIFY_NAME = "notify"
 MAX_DATAGRAM = 4096
-SEND_TIMEOUT = 5.0
+MAX_LINE = 4096           # one line of news from a supervisor
+MAX_CONNECTIONS = 4096    # supervisors talking at once (max_running is far lower)
+ACCEPT_RETRY = 1.0        # after EMFILE, seconds before accepting again
 _CREDS = struct.Struct("iII")  # struct ucred: pid, uid, gid
 
 
@@ -52,7 +61,9 @@ class Spawner:
         self.on_spawned = on_spawned
         self.on_event = on_event
         self.uid = os.geteuid()
-        self.pending: set[str] = set()   # requests not answered yet
+        self.pending: set[str] = set()   # requests sent, not answered yet
+        self._queue: collections.deque = collections.deque()  # (key, data, fds) not sent yet
+        self._conns: dict[int, tuple[socket.socket, bytearray]] = {}
         self.restarts = 0
         self._notify: socket.socket | None = None
         self._sock: socket.socket | None = None
@@ -76,20 +87,20 @@ class Spawner:
                 "107 bytes); choose a shorter data_dir")
 
     def start_listening(self) -> None:
-        """Bind the notify socket. Datagrams queue until ``start`` reads them."""
+        """Bind the notify socket. Supervisors may connect (and their news
+        waits) until ``start`` reads them."""
         self.prepare_dir()
         try:
             os.unlink(self.notify_path)  # a previous daemon's (we hold the data_dir lock)
         except FileNotFoundError:
             pass
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         old = os.umask(0o077)
         try:
             sock.bind(self.notify_path)
         finally:
             os.umask(old)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.listen(1024)
         sock.setblocking(False)
         self._notify = sock
 
@@ -97,7 +108,7 @@ class Spawner:
         if self._notify is None:
             self.start_listening()
         loop = asyncio.get_running_loop()
-        loop.add_reader(self._notify.fileno(), self._read_notify)
+        loop.add_reader(self._notify.fileno(), self._accept)
         if self._sock is None:
             self._start_server()
 
@@ -121,6 +132,7 @@ class Spawner:
         loop = asyncio.get_running_loop()
         if self._sock is not None:
             loop.remove_reader(self._sock.fileno())
+            loop.remove_writer(self._sock.fileno())
             self._sock.close()  # the fork server ends on EOF
             self._sock = None
         if self._proc_fd is not None:
@@ -137,6 +149,11 @@ class Spawner:
         # Requests it took but never answered: if it forked a supervisor, the
         # run's "spawned" datagram still arrives and the executor kills it.
         lost, self.pending = self.pending, set()
+        lost |= {key for key, _, _ in self._queue}
+        for _, _, fds in self._queue:
+            for fd in fds:
+                os.close(fd)
+        self._queue.clear()
         log.error("event=forkserver_died returncode=%s unanswered=%d action=restart "
                   "reason=\"the process that starts run supervisors ended; started again\"",
                   rc, len(lost))
@@ -154,6 +171,12 @@ class Spawner:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        for _, _, fds in self._queue:
+            for fd in fds:
+                os.close(fd)
+        self._queue.clear()
+        for conn, _ in list(self._conns.values()):
+            self._drop(conn)
         if self._notify is not None:
             asyncio.get_running_loop().remove_reader(self._notify.fileno())
             self._notify.close()
@@ -166,34 +189,45 @@ class Spawner:
     # -- spawning -------------------------------------------------------------
     def spawn(self, req: dict, fds: list[int]) -> None:
         """Ask for a supervisor for ``req`` (its ``key`` names the spawn).
-        The descriptors are duplicated into the fork server: close yours."""
+        The descriptors are duplicated: close yours. Never blocks; the answer
+        comes to ``on_spawned``."""
         req = dict(req, notify=self.notify_path)
         data = json.dumps(req, separators=(",", ":")).encode()
-        for attempt in (1, 2):
-            if self._sock is None:
-                self._start_server()
-            try:
-                self._send(data, fds)
-                self.pending.add(req["key"])
-                return
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                if attempt == 2:
-                    raise CronrdError(f"cannot reach cronrd's fork server: {exc}") from None
-                self._stop_server()
-            except OSError as exc:  # EMSGSIZE, a timeout...
-                raise CronrdError(f"cannot hand the run to cronrd's fork server: "
-                                  f"{exc.strerror or exc}") from None
-
-    def _send(self, data: bytes, fds: list[int]) -> None:
+        if len(data) > MAX_REQUEST:
+            raise CronrdError(f"the run's command and environment take {len(data)} bytes, "
+                              f"over the {MAX_REQUEST} cronrd can hand to a run; shorten them")
+        if self._sock is None:
+            self._start_server()
         try:
-            socket.send_fds(self._sock, [data], fds)
-        except BlockingIOError:
-            # Its queue is full (hundreds of runs due at once): wait for room.
-            self._sock.settimeout(SEND_TIMEOUT)
+            dups = [os.dup(fd) for fd in fds]
+        except OSError as exc:
+            raise CronrdError(f"cannot hand the run to cronrd's fork server: "
+                              f"{exc.strerror}") from None
+        self._queue.append((req["key"], data, dups))
+        self._flush()
+
+    def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue and self._sock is not None:
+            key, data, fds = self._queue[0]
             try:
                 socket.send_fds(self._sock, [data], fds)
-            finally:
-                self._sock.setblocking(False)
+            except (BlockingIOError, InterruptedError):
+                # Full: sent when the fork server has read some.
+                loop.add_writer(self._sock.fileno(), self._writable)
+                return
+            except OSError as exc:  # the fork server is gone: _server_ended follows
+                log.warning("event=forkserver_send_failed error=\"%s\"", exc)
+                return
+            self._queue.popleft()
+            for fd in fds:
+                os.close(fd)
+            self.pending.add(key)
+
+    def _writable(self) -> None:
+        if self._sock is not None:
+            asyncio.get_running_loop().remove_writer(self._sock.fileno())
+        self._flush()
 
     def _read_replies(self) -> None:
         while self._sock is not None:
@@ -220,31 +254,75 @@ class Spawner:
             self._call(self.on_spawned, key, pid if isinstance(pid, int) else None,
                        fds[0] if fds else None, reply.get("error"))
 
-    def _read_notify(self) -> None:
-        space = socket.CMSG_SPACE(_CREDS.size)
+    def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._notify is not None:
             try:
-                msg, anc, _, _ = self._notify.recvmsg(MAX_DATAGRAM, space)
+                conn, _ = self._notify.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            uid = None
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and \
-                        len(data) >= _CREDS.size:
-                    _, uid, _ = _CREDS.unpack(data[:_CREDS.size])
-            if uid != self.uid:
-                log.warning("event=supervisor_message_refused uid=%s reason=\"not sent by "
-                            "the daemon's user\"", uid)
+            except OSError as exc:  # EMFILE...: try again in a moment, not in a busy loop
+                log.error("event=supervisor_accept_failed error=\"%s\"", exc.strerror)
+                fd = self._notify.fileno()
+                loop.remove_reader(fd)
+                loop.call_later(ACCEPT_RETRY, self._resume_accept, fd)
+                return
+            _, uid, _ = _CREDS.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                      _CREDS.size))
+            if uid != self.uid or len(self._conns) >= MAX_CONNECTIONS:
+                log.warning("event=supervisor_connection_refused uid=%s reason=\"%s\"", uid,
+                            "not the daemon's user" if uid != self.uid else "too many")
+                conn.close()
                 continue
-            try:
-                ev = json.loads(msg)
-                key = ev["key"]
-                if not isinstance(key, str) or not isinstance(ev.get("event"), str):
-                    raise TypeError
-            except (ValueError, KeyError, TypeError):
-                log.warning("event=supervisor_message_refused reason=\"malformed\"")
-                continue
-            self._call(self.on_event, key, ev)
+            conn.setblocking(False)
+            self._conns[conn.fileno()] = (conn, bytearray())
+            loop.add_reader(conn.fileno(), self._read_conn, conn)
+
+    def _resume_accept(self, fd: int) -> None:
+        if self._notify is not None and self._notify.fileno() == fd:
+            asyncio.get_running_loop().add_reader(fd, self._accept)
+
+    def _drop(self, conn: socket.socket) -> None:
+        if self._conns.pop(conn.fileno(), None) is not None:
+            asyncio.get_running_loop().remove_reader(conn.fileno())
+        conn.close()
+
+    def _read_conn(self, conn: socket.socket) -> None:
+        entry = self._conns.get(conn.fileno())
+        if entry is None:
+            return
+        buf = entry[1]
+        try:
+            data = conn.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)  # a half line left behind is dropped with it
+            return
+        buf += data
+        while True:
+            end = buf.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(buf[:end])
+            del buf[:end + 1]
+            self._line(line)
+        if len(buf) > MAX_LINE:
+            log.warning("event=supervisor_message_refused reason=\"line too long\"")
+            self._drop(conn)
+
+    def _line(self, line: bytes) -> None:
+        try:
+            ev = json.loads(line)
+            key = ev["key"]
+            if not isinstance(key, str) or not isinstance(ev.get("event"), str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            log.warning("event=supervisor_message_refused reason=\"malformed\"")
+            return
+        self._call(self.on_event, key, ev)
 
     @staticmethod
     def _call(fn, key: str, *args) -> None:

@@ -78,12 +78,9 @@ class _Supervisor:
         self.truncated = False
         self.rec = os.open(req["record"], os.O_WRONLY | os.O_CREAT | os.O_APPEND |
                            os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-        self.sock.settimeout(NOTIFY_TIMEOUT)
+        self.sock: socket.socket | None = None  # to the daemon, connected on first news
         rfd, wfd = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:  # the job
-            _exec_job(req, gate_fd, wfd, env_fd)
+        pid = _spawn_job(req, gate_fd, wfd, env_fd, log_fd)
         os.close(wfd)
         for fd in (gate_fd, env_fd):
             if fd >= 0:
@@ -102,16 +99,35 @@ class _Supervisor:
             pass  # a full disk must not stop the run; the daemon then calls it lost
 
     def notify(self, event: str, tries: int = 1, **fields) -> None:
+        """One line of news to the daemon. A connection broken by a daemon
+        restart is made again (to the new daemon) once; with no daemon
+        listening the news is dropped: the record says it all."""
         msg = json.dumps({"key": self.key, "event": event, **fields},
-                         separators=(",", ":")).encode()
-        for _ in range(tries):
+                         separators=(",", ":")).encode() + b"\n"
+        reconnected = False
+        while tries > 0:
+            fresh = self.sock is None
             try:
-                self.sock.sendto(msg, self.notify_path)
+                if fresh:
+                    self.sock = socket.socket(socket.AF_UNIX,
+                                              socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+                    self.sock.settimeout(NOTIFY_TIMEOUT)
+                    self.sock.connect(self.notify_path)
+                self.sock.sendall(msg)
                 return
             except TimeoutError:
-                continue  # the daemon is busy: its queue is full
+                tries -= 1  # the daemon is busy
+                self._disconnect()
             except OSError:
-                return  # no daemon listening: the record says it all
+                self._disconnect()
+                if fresh or reconnected:
+                    return  # no daemon listening
+                reconnected = True  # the daemon restarted: tell the new one
+
+    def _disconnect(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
 
     def output(self, data: bytes) -> None:
         while data and self.phase != "run":
@@ -125,7 +141,6 @@ class _Supervisor:
             else:
                 self.phase = "run"
                 self.record("started")
-                self.notify("started")
         if not data:
             return
         room = self.cap - self.written
@@ -192,11 +207,41 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+_JOB_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP, signal.SIGTERM,
+                signal.SIGCHLD, signal.SIGQUIT)
+
+
+def _spawn_job(req: dict, gate_fd: int, out_fd: int, env_fd: int, log_fd: int) -> int:
+    """Start the job's process in a session of its own; its pid.
+
+    posix_spawn (vfork underneath) is the quick way, used whenever it can do
+    the job: the supervisor enters the working directory itself first. A
+    job whose process must switch its ids itself (no setpriv on the host),
+    or whose start fails, goes through fork, where the failure is written to
+    the run's log."""
+    for fd in (gate_fd, env_fd, log_fd):
+        if fd >= 0:
+            os.set_inheritable(fd, False)  # received over a socket: not close-on-exec
+    if not req.get("ids"):
+        try:
+            os.chdir(req["cwd"])
+            actions = [(os.POSIX_SPAWN_DUP2, gate_fd, 0),
+                       (os.POSIX_SPAWN_DUP2, env_fd if env_fd >= 0 else out_fd, 1),
+                       (os.POSIX_SPAWN_DUP2, out_fd, 2)]
+            return os.posix_spawn(req["argv"][0], req["argv"], req["env"],
+                                  file_actions=actions, setsid=True, setsigdef=_JOB_SIGNALS)
+        except OSError:
+            pass
+    pid = os.fork()
+    if pid == 0:
+        _exec_job(req, gate_fd, out_fd, env_fd)
+    return pid
+
+
 def _exec_job(req: dict, gate_fd: int, out_fd: int, env_fd: int) -> None:
     """In the job's process: never returns."""
     try:
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP,
-                    signal.SIGTERM, signal.SIGCHLD, signal.SIGQUIT):
+        for sig in _JOB_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         os.setsid()
         os.dup2(gate_fd, 0)
