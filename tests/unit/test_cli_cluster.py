@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from cronrd.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeDaemon:

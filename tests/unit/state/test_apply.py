@@ -12,8 +12,8 @@ from cronrd.runtime.storage import open_db
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused, StateMachine
-from test_replicated_state import fire, put
-from test_state import T0
+from tests.unit.runtime.test_raft_log import fire, put
+from tests.unit.state.test_state import T0
 
 
 def bad_fire() -> C.Command:

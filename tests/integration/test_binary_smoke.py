@@ -3,11 +3,11 @@
 Skipped unless CRONRD_BINARY names the executable to test, e.g.
 
     packaging/build-binary && CRONRD_BINARY=dist/cronrd .venv/bin/python -m pytest \
-        tests/test_binary_smoke.py
+        tests/integration/test_binary_smoke.py
 
 Everything here runs the binary, never the source: the daemon, and every CLI
 command. The test process only talks to the daemon's socket (through
-tests/harness.py) to wait for conditions. PYTHONPATH and PYTHONHOME are removed
+tests/support/harness.py) to wait for conditions. PYTHONPATH and PYTHONHOME are removed
 from the binary's environment, so it cannot borrow modules from this checkout.
 Each test gets an empty unpacking cache (CRONRD_CACHE_DIR), so the binary's
 first-run unpacking is exercised again and again.
@@ -34,7 +34,7 @@ from cronrd import __version__
 from cronrd.schedule import parse_iso
 from harness import Node, wait_for
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 _binary = os.environ.get("CRONRD_BINARY")
 BINARY = str((REPO / _binary).resolve()) if _binary else ""
 

@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from cronrd.errors import NotLeader, ProposalDropped  # noqa: E402
 from cronrd.raft.types import ConfState  # noqa: E402

@@ -22,7 +22,7 @@ from cronrd.cli import main as cli_main
 from cronrd.config import KNOWN_KEYS
 from cronrd.jobspec import JOB_KEYS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE8 = ROOT / "man" / "cronrd.8"
 PAGE5 = ROOT / "man" / "cronrd.d.5"
 PAGES = [PAGE8, PAGE5]

@@ -1,6 +1,6 @@
 """Crash-test writer for cronrd.runtime.raft_storage (run by test_raft_storage).
 
-    python tests/raft_storage_writer.py DBPATH [SEED] [PAUSE_AT_BIG]
+    python tests/support/raft_storage_writer.py DBPATH [SEED] [PAUSE_AT_BIG]
 
 Opens (or reopens) the log, loads it, then loops forever doing seeded random
 operations and reports each on stdout, flushed, one line each:
@@ -26,7 +26,7 @@ import random
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from cronrd.raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta  # noqa: E402
 from cronrd.runtime.raft_storage import RaftStorage  # noqa: E402

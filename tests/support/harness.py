@@ -24,7 +24,7 @@ from cronrd.client import Client
 from cronrd.runtime.runs import records
 from cronrd.errors import CronrdError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def wait_for(pred: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05,

@@ -262,7 +262,7 @@ def test_parse_and_format_address(text, addr):
 
 
 def test_example_cluster_configs_load():
-    root = Path(__file__).resolve().parent.parent / "examples" / "cluster"
+    root = Path(__file__).resolve().parents[3] / "examples" / "cluster"
     cfgs = {n: load_config(str(root / f"{n}.yaml")) for n in ("a", "b", "c")}
     members = {n: c.cluster.members_dict() for n, c in cfgs.items()}
     assert members["a"] == members["b"] == members["c"] == {
@@ -282,7 +282,7 @@ def test_example_cluster_configs_load():
 def test_cluster_keys_are_documented():
     from cronrd.config import CLUSTER_KEYS, TLS_KEYS
     import re
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[3]
     text = (root / "man" / "cronrd.8").read_text().replace("\\-", "-")
     section = text.split(".B cluster\n", 1)[1] if ".B cluster\n" in text else ""
     missing = [k for k in CLUSTER_KEYS + TLS_KEYS

@@ -16,10 +16,10 @@ from cronrd.errors import StorageError
 from cronrd.raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
 from cronrd.runtime.raft_storage import LoadedState, RaftStorage
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-WRITER = os.path.join(HERE, "raft_storage_writer.py")
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SUPPORT = os.path.join(ROOT, "tests", "support")
+WRITER = os.path.join(SUPPORT, "raft_storage_writer.py")
+sys.path.insert(0, SUPPORT)
 from raft_storage_writer import BIG, entry_data, snapshot_data  # noqa: E402
 
 
@@ -321,7 +321,7 @@ def test_one_fsync_per_save(tmp_path):
     """Count real xSync calls with a pass-through VFS (in a child: it becomes the default VFS)."""
     script = textwrap.dedent(f"""
         import sys, apsw
-        sys.path[:0] = [{ROOT!r}, {HERE!r}]
+        sys.path[:0] = [{ROOT!r}, {SUPPORT!r}]
         syncs = []
         class File(apsw.VFSFile):
             def __init__(self, vfs, name, flags):
@@ -338,7 +338,7 @@ def test_one_fsync_per_save(tmp_path):
         vfs = VFS()
         from cronrd.raft.types import HardState
         from cronrd.runtime.raft_storage import RaftStorage
-        from test_raft_storage import ents
+        from tests.unit.runtime.test_raft_storage import ents
         s = RaftStorage({str(tmp_path / "c.db")!r})
         s.save(HardState(1, "a", 0), ents(1, 1))
         counts = []

@@ -23,7 +23,7 @@ from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused, StateMachine
 from raft_cluster import free_ports
-from test_state import T0, spec
+from tests.unit.state.test_state import T0, spec
 
 
 def put(name="j", node="a", at=T0, **over) -> C.PutJob:

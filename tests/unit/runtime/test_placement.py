@@ -9,7 +9,7 @@ import pytest
 from cronrd.jobspec import JobSpec, RunOn
 from cronrd.runtime.placement import Choice, NodeView, Placement
 from cronrd.state import commands as C
-from test_state import T0, Log
+from tests.unit.state.test_state import T0, Log
 
 
 def job(mode="any", values=(), name="j") -> JobSpec:

@@ -916,7 +916,7 @@ class Sim:
 
 def replay_line(seed: int) -> str:
     return (f"CRONRD_SIM_SEEDS=1 CRONRD_SIM_SEED_START={seed} "
-            f"python -m pytest tests/test_raft_sim.py::test_simulation_seeds")
+            f"python -m pytest tests/unit/raft/test_core_sim.py::test_simulation_seeds")
 
 
 def report(r: dict, events: int = 30) -> str:

@@ -12,9 +12,9 @@ from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused
 from log_impls import KINDS, open_log
-from test_apply import bad_fire
-from test_replicated_state import fire, put
-from test_state import T0
+from tests.unit.state.test_apply import bad_fire
+from tests.unit.runtime.test_raft_log import fire, put
+from tests.unit.state.test_state import T0
 
 
 def run(kind, tmp_path, body):

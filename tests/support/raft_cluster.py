@@ -1,6 +1,6 @@
 """Three (or more) raft_kv_node.py processes on loopback, and a client.
 
-Shared by tests/test_raft_processes.py and bench/raft_bench.py.
+Shared by tests/integration/test_raft_processes.py and bench/raft_bench.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from cronrd.raft.core import Raft, RaftConfig
 from cronrd.raft.types import ConfState, Entry, HardState
 from cronrd.runtime.transport import Transport
 from cronrd.raft.types import Message, MsgType
-from test_raft_node import run, with_net
+from tests.unit.runtime.test_raft_node import run, with_net
 
 
 def test_restart_with_applied_ahead_of_the_durable_commit():

@@ -3,7 +3,7 @@
 Skipped unless CRONRD_DEB names the package to test, e.g.
 
     packaging/build-binary && packaging/build-deb && \\
-        CRONRD_DEB=dist/cronrd_0.1.0_amd64.deb .venv/bin/python -m pytest tests/test_packaging.py
+        CRONRD_DEB=dist/cronrd_0.1.0_amd64.deb .venv/bin/python -m pytest tests/integration/test_packaging.py
 
 The maintainer scripts' syntax is checked from the source tree either way.
 
@@ -29,7 +29,7 @@ import pytest
 from cronrd import __version__
 from cronrd.config import load_config
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 _deb = os.environ.get("CRONRD_DEB")
 DEB = str((REPO / _deb).resolve()) if _deb else ""
 needs_deb = pytest.mark.skipif(not _deb, reason="set CRONRD_DEB=dist/cronrd_VERSION_amd64.deb "

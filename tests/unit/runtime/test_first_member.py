@@ -21,8 +21,8 @@ from cronrd.runtime.storage import DataDirLock, open_db
 from cronrd.state import queries as Q
 from cronrd.state.machine import StateMachine
 from log_impls import NoPeers
-from test_replicated_state import fire, put
-from test_state import T0
+from tests.unit.runtime.test_raft_log import fire, put
+from tests.unit.state.test_state import T0
 
 
 def config(tmp_path, cluster=None):

@@ -4,9 +4,10 @@ or the CLI, and the pure decisions and Raft read no clock, socket or file."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent / "cronrd"
+PKG = Path(__file__).resolve().parents[2] / "cronrd"
 CORE = ["raft", "state", "decisions", "schedule", "jobspec", "bounded_yaml.py",
         "errors.py"]
 OUTER = ("cronrd.runtime", "cronrd.cli", "cronrd.client", "cronrd.config")
@@ -58,7 +59,7 @@ def test_the_layer_check_sees_a_violation(tmp_path, monkeypatch):
     fake = tmp_path / "cronrd" / "decisions"
     fake.mkdir(parents=True)
     (fake / "bad.py").write_text("import time\nfrom ..runtime import daemon\n")
-    monkeypatch.setattr(__import__(__name__), "PKG", tmp_path / "cronrd")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path / "cronrd")
     names = [n for _, n in _imports(fake / "bad.py")]
     assert "time" in names and "cronrd.runtime" in names
 

@@ -14,7 +14,7 @@ from cronrd import cli
 from cronrd.config import load_config, parse_config
 from cronrd.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def problems_of(tmp_path, text: str) -> list[str]:

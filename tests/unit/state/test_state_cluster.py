@@ -15,7 +15,7 @@ from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused, StateMachine
 from cronrd.state.schema import SCHEMA_VERSION
-from test_state import T0, Log, spec
+from tests.unit.state.test_state import T0, Log, spec
 
 
 class Cluster(Log):

@@ -22,7 +22,7 @@ from cronrd.jobspec import (
     parse_job_text,
 )
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jobs"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "jobs"
 BASE = 'schedule: "0 3 * * *"\ncommand: /bin/true\n'
 
 

@@ -16,7 +16,7 @@ from cronrd.runtime.members import OneHost, open_members
 from cronrd.runtime.storage import open_db
 from cronrd.state.machine import StateMachine
 
-PKG = Path(__file__).resolve().parent.parent / "cronrd"
+PKG = Path(__file__).resolve().parents[3] / "cronrd"
 
 
 def one_host(tmp_path) -> OneHost:
