@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Failover benchmark: kill -9 the leader of a 3-node cluster again and again.
 
-Three real daemons on loopback (tests/cluster_harness.py: each on its own
+Three real daemons on loopback (tests/support/cluster_harness.py: each on its own
 127.0.0.x, ``insecure: true``, cronrd's default node_timeout 10 s and
 election_timeout 500 ms; both can be set) run
 N jobs that fire every second (``* * * * * *``, command ``true``,
@@ -44,7 +44,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT))
 
 from cluster_harness import Cluster  # noqa: E402

@@ -30,14 +30,15 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from log_impls import KINDS, open_log  # noqa: E402
 
 from cronrd.state import commands as C  # noqa: E402
 
-from test_replicated_state import put as put_job  # noqa: E402  (the tests' job)
-from test_state import T0  # noqa: E402
+from tests.unit.runtime.test_raft_log import put as put_job  # noqa: E402  (the tests' job)
+from tests.unit.state.test_state import T0  # noqa: E402
 
 
 def fire(i: int) -> C.Fire:

@@ -11,7 +11,7 @@ system and K: commits/s, p50, p99. The last line is
 
 The client shapes (see bench/README.md for the full discussion):
 
-* cronrd: ``tests/raft_kv_node.py`` x 3 (``tests/raft_cluster.py``, TLS between
+* cronrd: ``tests/support/raft_kv_node.py`` x 3 (``tests/support/raft_cluster.py``, TLS between
   peers, fsync on). The client is a separate process (this script re-invoked
   with ``--client-mode``): one TCP connection to the leader, K ``put``
   requests in flight on it (the line protocol answers out of order).
@@ -48,7 +48,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT))
 
 VALUE = "v" * 16          # every system writes 16-byte values

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A long campaign of the Raft simulation (tests/raft_sim.py) on every core.
+"""A long campaign of the Raft simulation (tests/support/raft_sim.py) on every core.
 
     python bench/sim_campaign.py --seeds 100000                 # fresh random start
     python bench/sim_campaign.py --seeds 100000 --workers 2 --start 83889000
@@ -21,7 +21,7 @@ import random
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support"))
 
 import raft_sim  # noqa: E402
 

@@ -1,7 +1,16 @@
+"""Shared fixtures. The helpers in tests/support/ (harness, cluster_harness,
+raft_sim, ...) are imported as top-level modules (``from harness import
+Node``): this puts that directory first on sys.path."""
+
+import sys
+from pathlib import Path
+
 import pytest
 
-from cluster_harness import Cluster
-from harness import Node
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+
+from cluster_harness import Cluster  # noqa: E402
+from harness import Node  # noqa: E402
 
 
 def _factory(cls):

@@ -5,7 +5,7 @@ log applies each batch of proposals (everything proposed in one turn of the
 event loop) with ``state.apply.apply_batch`` in one SQLite transaction, one
 fsync for the whole batch, and resolves every proposal with its result.
 It implements the whole ``Log`` protocol (log.py) and passes the same
-contract tests as the Raft log (tests/test_log_contract.py).
+contract tests as the Raft log (tests/unit/runtime/test_log_contract.py).
 
 Why not a one-voter Raft node (measured by bench/onehost_log.py, figures
 in bench/README.md: this log commits 1.6 to 2 times as many proposals per

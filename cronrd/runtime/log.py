@@ -1,6 +1,6 @@
 """The ``Log``: the one seam through which the daemon changes the state.
 
-Two implementations, the same contract (tests/test_log_contract.py):
+Two implementations, the same contract (tests/unit/runtime/test_log_contract.py):
 
 * ``LocalLog`` (local_log.py): one host, the direct log. A batch of
   proposals is committed by applying it in one SQLite transaction.

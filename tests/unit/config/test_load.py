@@ -1,0 +1,188 @@
+"""Reading the config file: every problem at once, each at FILE:LINE:COL and
+naming its key, the way job files report theirs; a good file gives the same
+Config as before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from cronrd import cli
+from cronrd.config import load_config, parse_config
+from cronrd.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def problems_of(tmp_path, text: str) -> list[str]:
+    path = tmp_path / "cronrd.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    lines = str(err.value).splitlines()
+    assert [str(p) for p in err.value.problems] == lines  # one line per problem
+    prefix = f"{path}:"
+    assert all(line.startswith(prefix) for line in lines), lines
+    return [line[len(prefix):] for line in lines]
+
+
+def test_three_problems_are_reported_together_with_line_and_column(tmp_path):
+    got = problems_of(tmp_path, (
+        "node_id: n1\n"
+        "shutdown:\n"
+        "  mode: wait\n"
+        "  grace: soon\n"
+        "log_levl: debug\n"
+        "max_running: 0\n"))
+    assert got == [
+        "4:10: shutdown.grace: bad duration 'soon': use a number with units ms, s, m, h, d, "
+        "w, e.g. 30s or 1h30m",
+        "5:1: unknown key 'log_levl' (did you mean 'log_level'?)",
+        "6:14: max_running must be a positive whole number, the most runs this node runs at "
+        "once (got 0); the default is 256",
+    ]
+
+
+def test_problems_in_the_cluster_section_point_at_their_keys_and_values(tmp_path):
+    got = problems_of(tmp_path, (
+        "node_id: a\n"                         # 1
+        "timezone: Europe/Berln\n"             # 2
+        "cluster:\n"                           # 3
+        "  initial_members:\n"                 # 4
+        "    a: 127.0.0.1:7000\n"              # 5
+        "    b: 10.0.0.2\n"                    # 6
+        "  insecure: true\n"                   # 7
+        "  tags: [ssd, ssd]\n"                 # 8
+        "  lisen: 127.0.0.1:7000\n"))          # 9
+    assert [g.split(": ", 1)[0] for g in got] == ["2:11", "3:1", "6:8", "8:15", "9:3"]
+    assert got[0].startswith("2:11: timezone: unknown time zone 'Europe/Berln'")
+    assert "(did you mean Europe/Berlin" in got[0]
+    # a missing key is reported where its section starts
+    assert got[1].startswith("3:1: cluster.listen is required")
+    assert got[2].startswith("6:8: cluster.initial_members.b: address '10.0.0.2' has no port")
+    assert got[3] == "8:15: cluster.tags lists 'ssd' twice; remove one"
+    assert got[4].startswith("9:3: unknown key cluster.lisen (did you mean 'listen'?)")
+
+
+def test_duplicate_and_non_string_keys_are_problems_as_in_job_files(tmp_path):
+    got = problems_of(tmp_path, (
+        "node_id: n1\n"
+        "log_level: info\n"
+        "log_level: debug\n"
+        "cluster:\n"
+        "  listen: 127.0.0.1:7000\n"
+        "  insecure: true\n"
+        "  initial_members:\n"
+        "    n1: 127.0.0.1:7000\n"
+        "    7: 127.0.0.1:7001\n"))
+    assert got == [
+        "3:1: duplicate key 'log_level' (first given at line 2); remove one of them",
+        "9:5: keys must be strings (got the number 7)",
+    ]
+
+
+def test_one_mistake_is_one_problem(tmp_path):
+    """Checks that depend on a bad value are skipped, not reported again."""
+    got = problems_of(tmp_path, (
+        "node_id: a\n"
+        "cluster:\n"
+        "  listen: 10.0.0.1:7000\n"
+        "  initial_members: {a: 10.0.0.1:7000}\n"
+        "  insecure: {allow_networks: true}\n"
+        "  election_timeout: 1ms\n"
+        "  node_timeout: 1s\n"))
+    assert [g.split(": ", 1)[0] for g in got] == ["5:14", "6:21"], got
+    assert "unknown key cluster.insecure.allow_networks (did you mean 'allow_network'?)" in got[0]
+    assert "cluster.election_timeout must be between" in got[1]
+
+
+def test_values_without_a_file_report_every_problem_without_positions():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"log_level": "loud", "max_running": 0, "data_dir": None},
+                     "/etc/cronrd/cronrd.yaml")
+    lines = str(err.value).splitlines()
+    assert len(lines) == 3 and all(ln.startswith("/etc/cronrd/cronrd.yaml: ") for ln in lines)
+    assert any("data_dir must be a non-empty string" in ln and "remove the key to use the "
+               "default /var/lib/cronrd" in ln for ln in lines), lines
+    assert [p.line for p in err.value.problems] == [0, 0, 0]
+
+
+def test_a_file_that_is_not_yaml_is_still_one_problem(tmp_path):
+    path = tmp_path / "cronrd.yaml"
+    path.write_text("node_id: n1\nlog_level: [info\n")
+    with pytest.raises(ConfigError, match=r"cronrd.yaml:3:1: not valid YAML"):
+        load_config(str(path))
+
+
+GOOD = """\
+node_id: a
+data_dir: state
+log_dir: logs
+jobs_dir: ~/jobs.d
+socket: run/cronrd.sock
+socket_group: cronrd
+timezone: Europe/Berlin
+log_retention: {max_age: 7d, max_files_per_job: 20}
+history_retention: 2w
+shutdown: {mode: stop, grace: 1m30s}
+log_level: debug
+watch_interval: 250ms
+max_running: 12
+accept_jobs_from: [self, b]
+cluster:
+  listen: "[::1]:7100"
+  initial_members:
+    a: "[::1]:7100"
+    b: localhost:7101
+  join: false
+  tls: {ca: tls/ca.crt, cert: tls/a.crt, key: tls/a.key}
+  tags: [ssd, eu-west]
+  node_timeout: 1m
+  election_timeout: 0.5
+"""
+
+
+def test_a_good_config_loads_as_yaml_safe_load_then_parse_config_read_it(tmp_path):
+    (tmp_path / "tls").mkdir()
+    for name in ("ca.crt", "a.crt", "a.key"):
+        (tmp_path / "tls" / name).write_text("x")
+    path = tmp_path / "cronrd.yaml"
+    path.write_text(GOOD)
+    cfg = load_config(str(path))
+    assert cfg == parse_config(yaml.safe_load(GOOD), str(path))
+    assert cfg.data_dir == str(tmp_path / "state") and cfg.shutdown_mode == "stop"
+    assert cfg.shutdown_grace == 90.0 and cfg.watch_interval == 0.25
+    assert cfg.accept_jobs_from == ("a", "b") and cfg.cluster.tags == ("ssd", "eu-west")
+    assert cfg.cluster.tls.key == str(tmp_path / "tls" / "a.key")
+    assert cfg.cluster.members_dict() == {"a": ("::1", 7100), "b": ("localhost", 7101)}
+
+
+def test_merge_keys_work_as_before(tmp_path):
+    path = tmp_path / "cronrd.yaml"
+    path.write_text("shutdown: &s {mode: stop, grace: 5s}\n"
+                    "log_retention:\n  <<: {max_age: 1d}\n  max_files_per_job: 3\n")
+    cfg = load_config(str(path))
+    assert cfg == parse_config(yaml.safe_load(path.read_text()), str(path))
+    assert cfg.log_max_age == 86400.0 and cfg.log_max_files_per_job == 3
+
+
+@pytest.mark.parametrize("name", ["examples/cluster/a.yaml", "examples/cluster/b.yaml",
+                                  "examples/cluster/c.yaml", "packaging/debian/cronrd.yaml"])
+def test_shipped_configs_load_as_before(name):
+    path = ROOT / name
+    assert load_config(str(path)) == parse_config(yaml.safe_load(path.read_text()) or {},
+                                                  str(path))
+
+
+def test_the_daemon_command_prints_every_problem_and_exits_1(tmp_path):
+    path = tmp_path / "cronrd.yaml"
+    path.write_text("node_id: n1\nshutdown: {grace: soon}\nlog_levl: debug\nmax_running: 0\n")
+    res = CliRunner().invoke(cli.main, ["--config", str(path), "daemon"])
+    assert res.exit_code == 1
+    out = res.output.splitlines()
+    assert out[0].startswith(f"cronrd: {path}:2:19: shutdown.grace: bad duration 'soon'")
+    assert out[1].startswith(f"{path}:3:1: unknown key 'log_levl'")
+    assert out[2].startswith(f"{path}:4:14: max_running must be a positive whole number")
