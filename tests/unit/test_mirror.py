@@ -52,7 +52,6 @@ NO_UNIT_TEST_FILE = {
     "jobspec/nodes.py": "unit/jobspec/test_jobspec.py (the package as a whole)",
     "jobspec/parse.py": "unit/jobspec/test_jobspec.py (the package as a whole)",
     # schedule/: tested as a package.
-    "schedule/catchup.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/delays.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/durations.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/expressions.py": "unit/schedule/test_schedule.py (the package as a whole)",
