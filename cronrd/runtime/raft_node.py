@@ -242,8 +242,9 @@ class RaftNode:
         self.raft.read_index(ctx)
         self._wake.set()
         try:
-            return await asyncio.wait_for(fut, self.proposal_timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.proposal_timeout):  # (wait_for can lose a cancel)
+                return await fut
+        except TimeoutError:
             raise ProposalDropped("read index not confirmed in time (no leader?)") from None
         finally:
             self.reads.pop(ctx, None)

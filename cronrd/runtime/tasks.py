@@ -58,8 +58,7 @@ class Services:
         return self
 
     async def __aexit__(self, *exc_info) -> bool | None:
-        for task in self._tasks.values():
-            task.cancel()
+        await _cancel(list(self._tasks.values()), self.owner)
         try:
             return await self._group.__aexit__(*exc_info)
         finally:
@@ -82,10 +81,8 @@ class Services:
 
     async def stop(self, *names: str) -> None:
         """Cancel these services and wait until they have ended."""
-        tasks = [t for t in (self._tasks.pop(n, None) for n in names) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel([t for t in (self._tasks.pop(n, None) for n in names) if t is not None],
+                      self.owner)
 
     async def _guard(self, name: str, factory: Factory, restart: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -143,11 +140,7 @@ class TaskSet:
 
     async def close(self) -> None:
         self.closed = True
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel(list(self._tasks), self.owner)
 
 
 class Changes:
@@ -166,12 +159,11 @@ class Changes:
         """True when woken, False when ``timeout`` passed first."""
         if self._fut is None or self._fut.done():
             self._fut = asyncio.get_running_loop().create_future()
-        # shielded: one waiter giving up must not cancel the others' wake-up
-        try:
-            await asyncio.wait_for(asyncio.shield(self._fut), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        # asyncio.wait: one waiter giving up (timeout, cancelled) must not
+        # cancel the others' wake-up, nor swallow its own cancellation
+        # (asyncio.wait_for can, in 3.11).
+        done, _ = await asyncio.wait([self._fut], timeout=timeout)
+        return bool(done)
 
     async def until(self, condition: Callable[[], bool], timeout: float | None = None) -> bool:
         """Wait until ``condition()`` holds (checked at each change); False if
@@ -184,6 +176,26 @@ class Changes:
                 return False
             await self.wait(left)
         return True
+
+
+CANCEL_PATIENCE = 2.0  # seconds before a cancelled task that has not ended is cancelled again
+
+
+async def _cancel(tasks: list[asyncio.Task], owner: str) -> None:
+    """Cancel ``tasks`` and wait until every one has ended. A task can
+    swallow a cancellation (asyncio.wait_for in 3.11 loses one that races
+    with its result): such a task is cancelled again, and said so."""
+    pending = [t for t in tasks if not t.done()]
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, left = await asyncio.wait(pending, timeout=CANCEL_PATIENCE)
+        pending = list(left)
+        for task in pending:
+            log.warning("event=task_cancel_repeated owner=%s task=%s", owner, task.get_name())
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: the guards log failures themselves
 
 
 async def first_of(*aws: Awaitable) -> None:
