@@ -244,21 +244,12 @@ class Daemon:
         self.announced = state
         addr = self._own_record().get("addr") or self.members.address()
         try:
-            await asyncio.wait_for(self.log.propose(C.NodeInfo(
-                node=self.config.node_id, state=state, addr=addr, tags=self.members.tags(),
-                at=self.clock.now())), 5.0)
-        except (CronrdError, asyncio.TimeoutError) as exc:
+            async with asyncio.timeout(5.0):
+                await self.log.propose(C.NodeInfo(
+                    node=self.config.node_id, state=state, addr=addr, tags=self.members.tags(),
+                    at=self.clock.now()))
+        except (CronrdError, TimeoutError) as exc:
             log.warning("event=announce_failed state=%s error=\"%s\" retry=true", state, exc)
-
-    async def _keep_announced(self) -> None:
-        """The replicated record of this node says what it wants (an announce
-        lost in a leader change is made again)."""
-        while True:
-            await asyncio.sleep(1.0)
-            row = self._own_record()
-            if row.get("state") != self.announced or \
-                    sorted(row.get("tags") or ()) != sorted(self.members.tags()):
-                await self._announce(self.announced)
 
     async def _keep_announced(self) -> None:
         """The replicated record of this node says what it wants (an announce
