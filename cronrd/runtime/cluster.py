@@ -39,6 +39,7 @@ from .raft_node import RaftNode
 from .raft_log import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
 from .raft_storage import RaftStorage
 from ..ids import node_id_problem
+from .tasks import TaskSet
 from .tls import EXPIRY_WARNING_DAYS, cert_info
 from .transport import TLSConfig, Transport
 
@@ -50,10 +51,11 @@ ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
 VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 JOIN_TOKEN_TTL = 86400.0  # seconds a join token works
+PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
+TRANSFER_TIMEOUT = 5.0   # seconds a leadership transfer may take
 
 
 class Cluster:
-    role_poll = 0.05       # seconds between looks at who leads (Leadership)
     duty_interval = DUTY_INTERVAL
 
     def __init__(self, config: Config, machine: StateMachine, clock: Clock):
@@ -90,6 +92,7 @@ class Cluster:
                              election_tick=max(3, round(cc.election_timeout / TICK)),
                              snapshot_every=20000, proposal_timeout=PROPOSE_DEADLINE)
         self.log = RaftLog(self.node, self.state, self._forward)
+        self.changes = self.node.changes  # the leader or the membership changed
         self.rpc = PeerRPC(self.node_id, self.transport, {
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
             "cluster_add": self._rpc_admin, "cluster_remove": self._rpc_admin,
@@ -104,7 +107,7 @@ class Cluster:
         self.was_member = self.node_id in self.member_ids()
         self.removed = asyncio.Event()
         self.fatal = asyncio.Event()  # the Raft node stopped on an error
-        self._tasks: list[asyncio.Task] = []
+        self._requests = TaskSet("cluster")  # vouching, admitting a joiner
         self._leading = False
         self._lost_proposed: dict[str, float] = {}
         self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
@@ -141,27 +144,36 @@ class Cluster:
         self._refresh_peers()
         await self.transport.start()
         await self.node.start()
-        self.node._task.add_done_callback(self._node_ended)
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._watch_role()),
-                       loop.create_task(self._renew_lease())]
+
+    async def run(self) -> None:
+        """The membership's upkeep, until cancelled (a service the daemon
+        owns from right after ``start``): watch the Raft node, follow who
+        leads and who is a member, renew this node's lease."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._watch_node(), name="raft-node")
+            tg.create_task(self._watch_role(), name="membership")
+            tg.create_task(self._renew_lease(), name="lease")
 
     async def stop(self) -> None:
         self.stopping = True
         self.log.stopping = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._requests.close()
         await self.node.stop()
         self.rpc.close()
         await self.transport.close()
         self.storage.close()
 
-    def _node_ended(self, task: asyncio.Task) -> None:
-        if not self.stopping and not task.cancelled():
-            log.error("event=raft_stopped error=%r hint=\"see the error above (storage?); the "
-                      "daemon exits so that systemd restarts it\"", task.exception())
-            self.fatal.set()
+    async def _watch_node(self) -> None:
+        """The Raft node stopping on an error is fatal: the daemon exits so
+        that systemd restarts it."""
+        try:
+            await self.node.wait_stopped()
+        except Exception as exc:
+            if not self.stopping:
+                log.error("event=raft_stopped error=%r hint=\"see the error above (storage?); "
+                          "the daemon exits so that systemd restarts it\"", exc)
+                self.fatal.set()
+                self.changes.notify()
 
     async def wait_caught_up(self) -> None:
         """Return once this node has applied everything the cluster had
@@ -186,7 +198,9 @@ class Cluster:
                             "and reachable?")
                     log.warning("event=waiting_for_cluster reason=\"%s\" hint=\"%s\"",
                                 exc, hint)
-                await asyncio.sleep(0.2)
+                # No leader yet: ask again when one is known (or the node
+                # stops); a known leader that did not answer: ask again soon.
+                await self.changes.wait(0.2 if self.node.leader else 1.0)
 
     async def read_barrier(self) -> int:
         return await self.node.read_barrier()
@@ -301,8 +315,7 @@ class Cluster:
         if len(self._vouch_asked) > 1024:  # bounded: forget the oldest askers
             for old in sorted(self._vouch_asked, key=self._vouch_asked.get)[:512]:
                 del self._vouch_asked[old]
-        task = asyncio.get_running_loop().create_task(self._vouch(peer))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._requests.spawn(self._vouch(peer), f"vouch-{peer}")
 
     async def _vouch(self, peer: str) -> None:
         """Ask the other voters this node knows whether ``peer`` is a member;
@@ -356,7 +369,8 @@ class Cluster:
                 log.warning("event=join_failed node=%s error=\"%s\"", peer, exc)
             finally:
                 self._admitting.discard(peer)
-        asyncio.get_running_loop().create_task(admit())
+        if self._requests.spawn(admit(), f"admit-{peer}") is None:
+            self._admitting.discard(peer)  # stopping
 
     async def _rpc_is_member(self, frm: str, args: dict) -> dict:
         self._require_member(frm)
@@ -434,7 +448,7 @@ class Cluster:
         # A request sent to a leader that just died is never answered: give
         # up on it soon and ask the next leader, rather than wait out the lease.
         patience = min(self.lease / 2, 2 * self.cc.election_timeout)
-        while not self.stopping:
+        while True:
             if not self.node.is_leader and self.node.leader:
                 sent = self.clock.monotonic()
                 try:
@@ -451,7 +465,7 @@ class Cluster:
         from then), whether it is still a member, and the peers to talk to.
         What the leader does is Leadership's (leadership.py)."""
         last_peers = 0.0
-        while not self.stopping:
+        while True:
             leading = self.node.is_leader
             if leading and not self._leading:
                 self.lead_since = self.clock.monotonic()
@@ -468,10 +482,12 @@ class Cluster:
                             self.node_id, self.node_id)
                 self.removed.set()
             now = self.clock.monotonic()
-            if now - last_peers > 1.0:
+            if now - last_peers >= PEER_REFRESH:
                 last_peers = now
                 self._refresh_peers()
-            await asyncio.sleep(0.05)
+            # a change of leader or membership, or the peers' addresses (from
+            # the replicated node records) once a second: a timer
+            await self.changes.wait(max(0.0, last_peers + PEER_REFRESH - now))
 
     def leader_duties(self) -> list:
         """The membership's part of leading (Leadership runs them)."""
@@ -699,11 +715,9 @@ class Cluster:
             raise RequestError(f"node {to!r} is not a voter; `cronrd cluster members` "
                                "lists the voters")
         self.node.transfer_leadership(to)
-        deadline = self.clock.monotonic() + 5.0
-        while self.clock.monotonic() < deadline:
-            if not self.node.is_leader and self.node.leader:
-                return {"leader": self.node.leader}
-            await asyncio.sleep(0.02)
+        if await self.changes.until(lambda: not self.node.is_leader and bool(self.node.leader),
+                                    TRANSFER_TIMEOUT):
+            return {"leader": self.node.leader}
         raise ProposalDropped(f"leadership did not move to {to} within 5s (is it caught "
                               "up and reachable?); the leader is still "
                               f"{self.node.leader or 'unknown'}")

@@ -25,6 +25,7 @@ from .log import Log
 from .members import Members
 from .placement import Placement
 from .scheduler import Scheduler
+from .tasks import HEALTHY_AFTER, RESTART_MAX, RESTART_MIN
 
 log = logging.getLogger("cronrd.leader")
 
@@ -46,83 +47,68 @@ class Leadership:
         self.members = members
         self.placement = Placement(conn, members.node_views)
         self.scheduler: Scheduler | None = None
-        self.stopping = False
-        self._watch: asyncio.Task | None = None
-        self._lead_task: asyncio.Task | None = None
-        self._sched_task: asyncio.Task | None = None
         self._assigning: set[int] = set()
-        self._placing = False
+        self._pending = asyncio.Event()  # pending runs were committed: place them
+        self._leading = False
 
     # -- life cycle ------------------------------------------------------------
-    def start(self) -> None:
-        """Lead whenever this node leads, from now on (call once the job files
-        are loaded and the runs of the last start settled)."""
-        self._watch = asyncio.get_running_loop().create_task(self._watch_role())
+    async def run(self) -> None:
+        """Lead whenever this node leads, until cancelled (the daemon owns
+        this as a service; start it once the job files are loaded and the
+        runs of the last start settled). A term whose scheduler or duties
+        fail is logged and started again after a bounded back-off, while
+        this node still leads."""
+        loop = asyncio.get_running_loop()
+        delay = RESTART_MIN
+        while True:
+            await self.members.changes.until(lambda: self.log.is_leader)
+            started = loop.time()
+            try:
+                await self._term()
+                continue  # leadership ended; wait to lead again
+            except CronrdError as exc:  # the read barrier: no leader after all?
+                log.warning("event=lead_start_failed error=\"%s\"", exc)
+            except Exception as exc:
+                failed = [e for e in getattr(exc, "exceptions", [exc])]
+                log.error("event=leader_duties_failed error=%r restart_in_s=%g", failed[0],
+                          delay, exc_info=failed[0])
+            if loop.time() - started >= HEALTHY_AFTER:
+                delay = RESTART_MIN
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RESTART_MAX)
 
-    async def stop(self) -> None:
-        self.stopping = True
-        self._stop_leading()
-        if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
-
-    async def _watch_role(self) -> None:
-        while not self.stopping:
-            leading = self._lead_task is not None
-            if self.log.is_leader and not leading:
-                self._lead_task = asyncio.get_running_loop().create_task(self._lead())
-                self._lead_task.add_done_callback(self._lead_ended)
-            elif not self.log.is_leader and leading:
-                self._stop_leading()
-            await asyncio.sleep(self.members.role_poll)
-
-    def _lead_ended(self, task: asyncio.Task) -> None:
-        """A leader's duties must not die quietly: log it, and let the role
-        watcher start them again (while this node still leads)."""
-        if task.cancelled() or task is not self._lead_task:
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("event=leader_duties_failed error=%r (restarting them)", exc)
-        self._stop_leading()
-
-    def _sched_ended(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None and \
-                task is self._sched_task:
-            log.error("event=scheduler_failed error=%r (restarting it)", task.exception())
-            self._stop_leading()
-
-    def _stop_leading(self) -> None:
-        was = self._lead_task is not None
-        self._assigning.clear()
-        self._placing = False
-        if self.scheduler is not None:
-            self.scheduler.stop()
-            self.scheduler = None
-        for task in (self._lead_task, self._sched_task):
-            if task is not None:
-                task.cancel()
-        self._lead_task = self._sched_task = None
-        if was and not self.stopping:
-            log.info("event=leadership_lost node=%s", self.node_id)
-
-    async def _lead(self) -> None:
-        try:
-            # Everything committed by earlier leaders is applied before this
-            # one schedules: the cursors it resumes from are then current.
-            await self.log.read_barrier()
-        except CronrdError as exc:
-            log.warning("event=lead_start_failed error=\"%s\"", exc)
-            self._lead_task = None
+    async def _term(self) -> None:
+        """One stint as the leader: the scheduler, the placement of pending
+        runs and the membership's duties, until this node no longer leads."""
+        # Everything committed by earlier leaders is applied before this
+        # one schedules: the cursors it resumes from are then current.
+        await self.log.read_barrier()
+        if not self.log.is_leader:
             return
         sched = Scheduler(self.config, _LeaderOnly(self.log), self.conn, self.clock,
                           self.placement)
         self.scheduler = sched
-        sched.start()
-        self._sched_task = asyncio.get_running_loop().create_task(sched.run())
-        self._sched_task.add_done_callback(self._sched_ended)
-        log.info("event=leading node=%s jobs=%d", self.node_id, len(sched.entries))
-        while not self.stopping and self.log.is_leader:
+        self._leading = True
+        try:
+            sched.start()
+            log.info("event=leading node=%s jobs=%d", self.node_id, len(sched.entries))
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(sched.run(), name="scheduler"),
+                         tg.create_task(self._placer(), name="placement"),
+                         tg.create_task(self._duties(), name="leader-duties")]
+                await self.members.changes.until(lambda: not self.log.is_leader)
+                for task in tasks:
+                    task.cancel()
+            log.info("event=leadership_lost node=%s", self.node_id)
+        finally:
+            self._leading = False
+            self._assigning.clear()
+            sched.stop()
+            self.scheduler = None
+
+    async def _duties(self) -> None:
+        """The leader's housekeeping, every duty_interval (a timer)."""
+        while True:
             for duty in [self._place_pending, *self.members.leader_duties()]:
                 try:
                     await duty()
@@ -133,6 +119,17 @@ class Leadership:
                     log.exception("event=leader_duty_failed duty=%s", duty.__name__)
             await asyncio.sleep(self.members.duty_interval)
 
+    async def _placer(self) -> None:
+        """Places pending runs as soon as they are committed (one pass for a
+        burst of them)."""
+        while True:
+            await self._pending.wait()
+            self._pending.clear()
+            try:
+                await self._place_pending()
+            except CronrdError as exc:
+                log.info("event=placement_failed error=\"%s\"", exc)
+
     # -- effects -------------------------------------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:
         if self.scheduler is not None:
@@ -142,18 +139,8 @@ class Leadership:
                 self.scheduler.started = False
                 self.scheduler.entries.clear()
                 self.scheduler.start()
-            elif eff.kind == "pending" and self._lead_task is not None and not self._placing:
-                self._placing = True  # one placement pass for a burst of pending runs
-                asyncio.get_running_loop().call_soon(self._place_soon)
-
-    def _place_soon(self) -> None:
-        self._placing = False
-        task = asyncio.get_running_loop().create_task(self._place_pending())
-
-        def done(t: asyncio.Task) -> None:
-            if not t.cancelled() and t.exception() is not None:
-                log.info("event=placement_failed error=\"%s\"", t.exception())
-        task.add_done_callback(done)
+            elif eff.kind == "pending" and self._leading:
+                self._pending.set()
 
     # -- placing pending runs ----------------------------------------------------------
     async def _place_pending(self) -> None:

@@ -100,6 +100,6 @@ class LocalLog:
                 log.exception("event=effect_listener_failed")
 
     async def drain(self) -> None:
-        """Wait until every queued proposal has been applied."""
-        while self._queue or self._flush_scheduled:
-            await asyncio.sleep(0)
+        """Wait until every queued proposal has been applied (or refused)."""
+        while self._queue:
+            await asyncio.wait([fut for _, fut in self._queue])

@@ -26,6 +26,7 @@ from .local_log import LocalLog
 from .log import Log
 from .placement import NodeView
 from .scheduler import local_node
+from .tasks import Changes
 
 Duty = Callable[[], Awaitable[None]]
 
@@ -40,10 +41,11 @@ class Members(Protocol):
     fatal: asyncio.Event       # the log failed for good: stop (systemd restarts us)
     give_up_waiting: bool      # SIGTERM while waiting for the cluster
     read_log: Callable[[int, int], dict] | None  # serves other nodes' `cronrd logs`
-    role_poll: float           # seconds between looks at who leads
+    changes: Changes           # notified when the leader or the membership changes
     duty_interval: float       # seconds between the leader's housekeeping passes
 
     async def start(self) -> None: ...
+    async def run(self) -> None: ...  # the membership's upkeep, a service the daemon owns
     async def wait_caught_up(self) -> None: ...
     async def transfer_before_stop(self) -> None: ...
     async def stop(self) -> None: ...
@@ -62,7 +64,6 @@ class Members(Protocol):
 class OneHost:
     """The members of a one-host node: itself."""
 
-    role_poll = 1.0       # it leads from the start, for good
     duty_interval = 1.0   # placement is driven by effects; this pass is a fallback
 
     def __init__(self, config: Config, machine: StateMachine):
@@ -73,9 +74,13 @@ class OneHost:
         self.fatal = asyncio.Event()
         self.give_up_waiting = False
         self.read_log = None
+        self.changes = Changes()  # it leads from the start, for good: never notified
 
     async def start(self) -> None:
         pass
+
+    async def run(self) -> None:
+        pass  # no upkeep: nothing changes who leads or who is a member
 
     async def wait_caught_up(self) -> None:
         pass  # everything committed is applied here

@@ -25,6 +25,7 @@ from ..raft.core import LEADER, Raft, RaftConfig
 from ..raft.types import (ConfChange, ConfChangeType, ConfState, EntryType, Message, MsgType,
                           Ready)
 from .raft_storage import RaftStorage
+from .tasks import Changes
 
 log = logging.getLogger("cronrd.raft")
 
@@ -84,6 +85,8 @@ class RaftNode:
         self._ticks = 0
         self.leader_changes = 0
         self._snapshot_wanted = False
+        # Notified when the leader, this node's role or the membership changes.
+        self.changes = Changes()
 
     # -- views --------------------------------------------------------------------
     @property
@@ -119,6 +122,12 @@ class RaftNode:
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
         self._fail_all(ProposalDropped("the node is stopping"))
+
+    async def wait_stopped(self) -> None:
+        """Return when the node has stopped (``stop``); raise the error it
+        stopped on, if one did."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
 
     def _tick(self) -> None:
         if self._stopped:
@@ -233,8 +242,9 @@ class RaftNode:
         self.raft.read_index(ctx)
         self._wake.set()
         try:
-            return await asyncio.wait_for(fut, self.proposal_timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.proposal_timeout):  # (wait_for can lose a cancel)
+                return await fut
+        except TimeoutError:
             raise ProposalDropped("read index not confirmed in time (no leader?)") from None
         finally:
             self.reads.pop(ctx, None)
@@ -299,9 +309,11 @@ class RaftNode:
             self.leader_changes += 1
             log.info("event=raft_state role=%s leader=%s term=%d", rd.soft_state.role,
                      rd.soft_state.leader or "-", self.raft.term)
+            self.changes.notify()
         if rd.snapshot is not None:
             self.sm.restore(rd.snapshot.data, rd.snapshot.meta.index)
             self._covered(rd.snapshot.meta.index)
+            self.changes.notify()  # the snapshot carries a membership
         if any(e.type == EntryType.CONF and e.data and
                ConfChange.decode(e.data).type == ConfChangeType.ADD_LEARNER
                for e in rd.committed):
@@ -330,6 +342,8 @@ class RaftNode:
             if fut is not None and not fut.done():
                 self.read_points.append((rs.index, fut))
         self.raft.advance(rd)
+        if any(e.type == EntryType.CONF for e in rd.committed):
+            self.changes.notify()  # the membership changed
         self._release_reads()
         self._maybe_snapshot(loop)
 

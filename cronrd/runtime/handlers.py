@@ -1,0 +1,462 @@
+"""The control socket's commands (control.py serves them): one method per
+command, and who may call it (access.py).
+
+``Handlers`` is given what the commands need, explicitly: the state (its
+connection and machine), the log to propose to, the members, and the
+public side of the executor, the watcher and the leadership. The daemon
+(daemon.py) only wires it up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import codecs
+import logging
+import os
+from typing import Callable
+
+from .. import __version__
+from ..config import Config
+from ..errors import CronrdError, RequestError, UsageError
+from ..schedule import iso_utc, make_trigger, parse_schedule
+from ..state import commands as C
+from ..state import run_states
+from ..state import queries as Q
+from ..state.machine import Effect, StateMachine
+from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
+from .clock import Clock
+from .control import Handler, Stream, arg
+from .leadership import Leadership
+from .log import Log
+from .members import Members
+from .runs.executor import Executor
+from .runs.logs import read_run_log, run_log_path
+from .watcher import Watcher
+
+log = logging.getLogger("cronrd.daemon")
+
+LOG_CHUNK = 256 * 1024  # bytes per read of a run's log (local or from another node)
+FOLLOW_INTERVAL = 0.2   # seconds between looks at a followed log file (`logs --follow`)
+# Refused control requests: the first few per uid and minute are replicated
+# to the audit table, every one is counted in the daemon's log.
+REFUSALS_AUDITED = 10
+REFUSAL_WINDOW = 60.0
+# The CLI spelling of control requests, for messages and the audit table.
+CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
+             "cluster_revoke_cert": "cluster revoke-cert",
+             "cluster_remove": "cluster remove",
+             "cluster_transfer_leader": "cluster transfer-leader"}
+RUN_STATES = run_states.ALL
+
+
+class Handlers:
+    """The control commands of one daemon."""
+
+    def __init__(self, config: Config, clock: Clock, conn, machine: StateMachine, log: Log,
+                 members: Members, executor: Executor, watcher: Watcher,
+                 leadership: Leadership, *, started_at: float,
+                 is_ready: Callable[[], bool]):
+        self.config = config
+        self.clock = clock
+        self.conn = conn
+        self.machine = machine
+        self.log = log
+        self.members = members
+        self.executor = executor
+        self.watcher = watcher
+        self.leadership = leadership
+        self.started_at = started_at
+        self.is_ready = is_ready  # job files loaded and the scheduler running
+        self.waiters: dict[int, list[asyncio.Future]] = {}  # run id -> `run-now --wait`
+        self._refusals: dict[int, tuple[float, int]] = {}  # uid -> (window start, count)
+
+    def on_effects(self, effects: list[Effect]) -> None:
+        """Wake whoever waits for a run that is done (`run-now --wait`)."""
+        for eff in effects:
+            if eff.kind == "run_done" and eff.run is not None:
+                for fut in self.waiters.pop(eff.run["run_id"], []):
+                    if not fut.done():
+                        fut.set_result(eff.run)
+
+    @staticmethod
+    def _on_the_side(fut: asyncio.Future) -> None:
+        """A proposal nobody waits for (the log owns it): log its failure."""
+        def done(f):
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("event=proposal_failed error=\"%s\"", f.exception())
+        fut.add_done_callback(done)
+
+    async def _wait_run(self, run_id: int) -> dict:
+        run = Q.get_run(self.conn, run_id)
+        if run is not None and run["state"] not in run_states.ACTIVE:
+            return run
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault(run_id, []).append(fut)
+        return await fut
+
+    # -- control handlers ------------------------------------------------------------------
+    # Who may call what (access.py): READ anyone who reaches the socket, JOB
+    # root, the daemon's uid or the job's own user (the handler checks, it
+    # knows the job), ADMIN root and the daemon's uid only.
+    def table(self) -> dict[str, Handler]:
+        """Every command, guarded by its access level."""
+        table = {
+            "status": (READ, self.h_status), "jobs": (READ, self.h_jobs),
+            "job": (READ, self.h_job), "runs": (READ, self.h_runs),
+            "run": (READ, self.h_run), "audit": (READ, self.h_audit),
+            "cluster_members": (READ, self.h_cluster_members),
+            "logs": (JOB, self.h_logs), "run_now": (JOB, self.h_run_now),
+            "pause": (JOB, self.h_pause), "resume": (JOB, self.h_resume),
+            "cancel": (JOB, self.h_cancel),
+            "reload": (ADMIN, self.h_reload), "cluster_add": (ADMIN, self.h_cluster_add),
+            "cluster_remove": (ADMIN, self.h_cluster_remove),
+            "cluster_revoke_cert": (ADMIN, self.h_cluster_revoke_cert),
+            "cluster_transfer_leader": (ADMIN, self.h_cluster_transfer_leader)}
+        return {name: self._guard(name, access, fn) for name, (access, fn) in table.items()}
+
+    def _guard(self, name: str, access: str, fn):
+        if access == READ:
+            async def read(args: dict, caller: Caller):
+                return await fn(args)
+            return read
+        if access == JOB:
+            return fn
+
+        async def admin(args: dict, caller: Caller):
+            target = args.get("node") if isinstance(args.get("node"), str) else ""
+            what = f"cronrd {CLI_NAMES.get(name, name)}" + (f" {target}" if target else "")
+            await self._authorize(caller, name, target, what, lambda: check_admin(caller, what),
+                                  change=True)
+            return await fn(args)
+        return admin
+
+    async def _authorize(self, caller: Caller, command: str, target: str, what: str,
+                         check, *, change: bool) -> None:
+        """Run ``check``; audit a refusal, and a change before it is made (a
+        change is made only once its audit record is committed)."""
+        try:
+            check()
+        except CronrdError as exc:
+            await self._audit(caller, command, target, False, str(exc))
+            raise
+        if change:
+            await self._audit(caller, command, target, True)
+
+    async def _audit(self, caller: Caller, command: str, target: str, allowed: bool,
+                     detail: str = "") -> None:
+        rec = C.Audit(node=self.config.node_id, uid=caller.uid, user=caller.name,
+                      pid=caller.pid, command=command, target=target, allowed=allowed,
+                      at=self.clock.now(), detail=detail)
+        if allowed:
+            log.info("event=control_audit allowed=true uid=%d user=%s pid=%d command=%s "
+                     "target=%s", caller.uid, caller.name, caller.pid, command, target)
+            await self.log.propose(rec)
+            return
+        # A refusal is answered at once; its record is replicated on the side,
+        # for the first few of each uid per minute (a refusal loop must not
+        # flood the replicated log or the daemon's).
+        now = self.clock.monotonic()
+        start, n = self._refusals.get(caller.uid, (now, 0))
+        if now - start >= REFUSAL_WINDOW:
+            if n > REFUSALS_AUDITED:
+                log.warning("event=control_refused_unrecorded uid=%d user=%s count=%d "
+                            "window_s=%g", caller.uid, caller.name, n - REFUSALS_AUDITED,
+                            REFUSAL_WINDOW)
+            start, n = now, 0
+        self._refusals[caller.uid] = (start, n + 1)
+        if n < REFUSALS_AUDITED:
+            log.warning("event=control_refused uid=%d user=%s pid=%d command=%s target=%s "
+                        "reason=\"%s\"", caller.uid, caller.name, caller.pid, command,
+                        target, detail)
+            self._on_the_side(self.log.propose(rec))
+
+    async def _authorize_job(self, caller: Caller, command: str, target: str, job: str,
+                             *, change: bool) -> None:
+        spec = self._job_spec(job)
+        what = f"cronrd {CLI_NAMES.get(command, command)} {target}"
+        await self._authorize(caller, command, target, what,
+                              lambda: check_job(caller, what, spec), change=change)
+
+    def _job_spec(self, name: str) -> dict:
+        """A job's effective spec; {} for a job that is gone (root's, then)."""
+        for job in Q.jobs(self.conn):
+            if job["name"] == name:
+                return job["spec"]
+        return {}
+
+    def _job_or_error(self, name: str) -> dict:
+        for job in Q.jobs(self.conn):
+            if job["name"] == name:
+                return job
+        raise RequestError(f"no job named {name!r}; `cronrd jobs` lists the known jobs "
+                           f"(job files live in {self.config.jobs_dir})")
+
+    async def _consistent(self, args: dict) -> None:
+        """``--consistent``: wait until this node has applied every write the
+        cluster committed before the request (ReadIndex through the leader)."""
+        if arg(args, "consistent", bool, False):
+            await self.log.read_barrier()
+
+    async def h_status(self, args: dict) -> dict:
+        await self._consistent(args)
+        active = Q.count_active(self.conn)
+        jobs = Q.jobs(self.conn)
+        return {
+            "node_id": self.config.node_id, **self.members.status(),
+            "ready": self.is_ready(),
+            "version": __version__, "pid": os.getpid(),
+            "started_at": iso_utc(round(self.started_at, 3)),
+            "uptime_s": round(self.clock.now() - self.started_at, 3),
+            "jobs": len(jobs), "paused": sum(1 for j in jobs if j["paused"]),
+            "running": active.get("running", 0),
+            "assigned": active.get("assigned", 0), "pending": active.get("pending", 0),
+            "running_here": self.executor.running_here(),
+            "conflicts": [j["conflict"] for j in jobs if j.get("conflict")],
+            "applied_index": self.machine.applied_index,
+            "state_digest": self.machine.state_digest,
+            "problems": [str(p) for p in self.watcher.problems],
+            "socket": self.config.socket, "data_dir": self.config.data_dir,
+            "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,
+            "timezone": self.config.timezone,
+        }
+
+    def _job_view(self, job: dict, last: dict | None) -> dict:
+        spec = job["spec"]
+        return {
+            "name": job["name"], "schedule": spec["schedule"],
+            "timezone": spec.get("timezone") or self.config.timezone,
+            "command": spec["command"], "enabled": spec.get("enabled", True),
+            "paused": job["paused"], "description": spec.get("description", ""),
+            "source": job["source"], "next_fire": iso_utc(self._next_fire(job)),
+            "conflict": job.get("conflict"), "sources": job.get("sources", []),
+            "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
+            "last_run": Q.run_view(last) if last else None,
+            "concurrency": spec.get("concurrency"), "catchup": spec.get("catchup"),
+            "run_on": spec.get("run_on"), "digest": job["digest"],
+        }
+
+    def _next_fire(self, job: dict) -> int | None:
+        sched = self.leadership.scheduler
+        if sched is not None and job["name"] in sched.entries:
+            return sched.next_fire(job["name"])
+        spec = job["spec"]  # a follower works it out from the replicated cursor
+        if job["paused"] or not spec.get("enabled", True):
+            return None
+        try:
+            trig = make_trigger(parse_schedule(spec["schedule"]),
+                                spec.get("timezone") or self.config.timezone)
+            return trig.next_after(max(job["cursor"], int(self.clock.now())))
+        except CronrdError:
+            return None
+
+    async def h_jobs(self, args: dict) -> list:
+        await self._consistent(args)
+        return [self._job_view(j, Q.last_run(self.conn, j["name"])) for j in Q.jobs(self.conn)]
+
+    async def h_job(self, args: dict) -> dict:
+        await self._consistent(args)
+        job = self._job_or_error(arg(args, "name", str, required=True))
+        view = self._job_view(job, Q.last_run(self.conn, job["name"]))
+        view["spec"] = job["spec"]
+        return view
+
+    async def h_runs(self, args: dict) -> dict:
+        await self._consistent(args)
+        job = arg(args, "job", str)
+        state = arg(args, "state", str)
+        limit = arg(args, "limit", int, 50)
+        if state is not None and state not in RUN_STATES:
+            raise UsageError(f"unknown state {state!r}; use one of {', '.join(RUN_STATES)}")
+        if not 1 <= limit <= 100000:
+            raise UsageError("limit must be between 1 and 100000")
+        runs = [Q.run_view(r) for r in Q.list_runs(self.conn, job, state, limit)]
+        gaps = Q.list_gaps(self.conn, job, limit) if state in (None, "skipped") else []
+        return {"runs": runs, "gaps": gaps, "applied_index": self.machine.applied_index}
+
+    async def h_run(self, args: dict) -> dict:
+        await self._consistent(args)
+        run_id = arg(args, "run_id", int, required=True)
+        run = Q.get_run(self.conn, run_id)
+        if run is None:
+            raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
+        return Q.run_view(run)
+
+    def _find_log_run(self, job: str, run_id: int | None) -> dict:
+        if run_id is not None:
+            run = Q.get_run(self.conn, run_id)
+            if run is None or run["job"] != job:
+                raise RequestError(f"job {job!r} has no run {run_id}; `cronrd runs {job}` "
+                                   "lists its runs")
+            return run
+        for run in Q.list_runs(self.conn, job, None, 200):
+            if run["log_path"] or run["state"] in run_states.ACTIVE:
+                return run
+        self._job_or_error(job)
+        raise RequestError(f"job {job!r} has no run with a log yet; `cronrd run-now {job}` "
+                           "starts one")
+
+    async def h_logs(self, args: dict, caller: Caller):
+        job = arg(args, "job", str, required=True)
+        run = self._find_log_run(job, arg(args, "run_id", int))
+        # Reading a run's output is for root, the daemon's uid and the job's user.
+        await self._authorize_job(caller, "logs", job, job, change=False)
+        follow = bool(arg(args, "follow", bool, False))
+        return Stream(self._stream_log(run, follow))
+
+    def read_log_chunk(self, run_id: int, offset: int) -> dict:
+        return read_log_chunk(self.config, self.conn, run_id, offset)
+
+    async def _stream_log(self, run: dict, follow: bool):
+        run_id = run["run_id"]
+        offset = 0
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        me = self.config.node_id
+        while True:
+            run = Q.get_run(self.conn, run_id) or run
+            active = run["state"] in run_states.ACTIVE
+            node = run["node"]
+            while True:
+                if node in (None, me):
+                    chunk = self.read_log_chunk(run_id, offset)
+                else:
+                    try:
+                        chunk = await self.members.call(node, "read_log", {
+                            "run_id": run_id, "offset": offset})
+                    except CronrdError as exc:
+                        raise RequestError(
+                            f"run {run_id} ran on node {node}, whose log could not be read: "
+                            f"{exc}; the file is {run['log_path'] or 'in its log_dir'} on "
+                            f"that host") from None
+                data = base64.b64decode(chunk["data"])
+                offset = chunk["offset"]
+                if data:
+                    yield {"data": decoder.decode(data)}
+                if not chunk["more"]:
+                    break
+            if not follow or not active:
+                tail = decoder.decode(b"", final=True)
+                if tail:
+                    yield {"data": tail}
+                yield {"result": Q.run_view(run)}
+                return
+            await asyncio.sleep(FOLLOW_INTERVAL)  # a file has no "grew" event: look again
+
+    async def h_run_now(self, args: dict, caller: Caller):
+        name = arg(args, "job", str, required=True)
+        self._job_or_error(name)
+        await self._authorize_job(caller, "run_now", name, name, change=True)
+        wait = bool(arg(args, "wait", bool, False))
+        # The leader places it (node ""), honouring run_on.
+        res = await self.log.propose(C.ManualRun(job=name, node="", at=self.clock.now()))
+        run_id = res["run_id"]
+        if not wait:
+            return {"run_id": run_id, "state": res["state"]}
+        return Stream(self._follow_attempts(run_id))
+
+    async def _follow_attempts(self, run_id: int):
+        """Wait for the run and any retries; yield each attempt's end."""
+        while True:
+            run = await self._wait_run(run_id)
+            yield {"event": Q.run_view(run)}
+            nxt = Q.next_attempt(self.conn, run)
+            if nxt is None:
+                yield {"result": Q.run_view(run)}
+                return
+            run_id = nxt
+
+    async def _set_paused(self, args: dict, caller: Caller, paused: bool) -> dict:
+        name = arg(args, "job", str, required=True)
+        self._job_or_error(name)
+        await self._authorize_job(caller, "pause" if paused else "resume", name, name,
+                                  change=True)
+        return await self.log.propose(C.SetPaused(name=name, paused=paused,
+                                                  at=self.clock.now()))
+
+    async def h_pause(self, args: dict, caller: Caller) -> dict:
+        return await self._set_paused(args, caller, True)
+
+    async def h_resume(self, args: dict, caller: Caller) -> dict:
+        return await self._set_paused(args, caller, False)
+
+    async def h_cancel(self, args: dict, caller: Caller) -> dict:
+        run_id = arg(args, "run_id", int, required=True)
+        run = Q.get_run(self.conn, run_id)
+        if run is None:
+            raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
+        await self._authorize_job(caller, "cancel", str(run_id), run["job"], change=True)
+        if run["state"] not in run_states.ACTIVE:
+            raise RequestError(f"run {run_id} of job {run['job']!r} is already "
+                               f"{run['state']}; there is nothing to cancel")
+        await self.log.propose(C.CancelRun(
+            run_id=run_id, reason=f"cancelled by {caller.describe()} (`cronrd cancel`)",
+            at=self.clock.now()))
+        return Q.run_view(Q.get_run(self.conn, run_id) or run)
+
+    async def h_audit(self, args: dict) -> dict:
+        await self._consistent(args)
+        limit = arg(args, "limit", int, 50)
+        before = arg(args, "before", int)
+        if not 1 <= limit <= 100000:
+            raise UsageError("limit must be between 1 and 100000")
+        return {"records": Q.audit(self.conn, limit, before),
+                "applied_index": self.machine.applied_index}
+
+    async def h_reload(self, args: dict) -> dict:
+        return await self.watcher.reload()
+
+    async def h_cluster_members(self, args: dict) -> dict:
+        return self.members.members()
+
+    async def h_cluster_add(self, args: dict) -> dict:
+        return await self.members.admin("cluster_add", {
+            "node": arg(args, "node", str, required=True),
+            "address": arg(args, "address", str, required=True),
+            "token": bool(arg(args, "token", bool, False))})
+
+    async def h_cluster_revoke_cert(self, args: dict) -> dict:
+        return await self.members.admin("cluster_revoke_cert", {
+            "serial": arg(args, "serial", str, required=True),
+            "reason": arg(args, "reason", str, "revoked by the operator")})
+
+    async def h_cluster_remove(self, args: dict) -> dict:
+        return await self.members.admin("cluster_remove", {
+            "node": arg(args, "node", str, required=True)})
+
+    async def h_cluster_transfer_leader(self, args: dict) -> dict:
+        return await self.members.admin("cluster_transfer_leader", {
+            "node": arg(args, "node", str)})
+
+
+def read_log_chunk(config: Config, conn, run_id: int, offset: int) -> dict:
+    """Up to LOG_CHUNK bytes of a run's log on this node, from ``offset``
+    (also served to other nodes: ``cronrd logs`` on any node).
+
+    The file is the one this node's log_dir holds for the run; the
+    log_path in the run's record is never opened (whoever can commit a
+    record could name any file)."""
+    run = Q.get_run(conn, run_id)
+    if run is None:
+        raise RequestError(f"no run with id {run_id} on node {config.node_id}")
+    if not isinstance(offset, int) or offset < 0:
+        raise RequestError(f"offset {offset!r} of run {run_id}'s log must be a whole "
+                           "number >= 0")
+    path = run_log_path(config.log_dir, run)
+    data = b""
+    try:
+        data = read_run_log(config.log_dir, run, offset, LOG_CHUNK)
+    except FileNotFoundError:
+        # No log: a run that never started has none. One the record says
+        # had a log (and that is over) lost it to log retention.
+        if run["log_path"] and run["state"] not in run_states.ACTIVE:
+            raise RequestError(f"log file {path} of run {run_id} is gone from node "
+                               f"{config.node_id} (removed by log "
+                               "retention?)") from None
+    except CronrdError as exc:
+        raise RequestError(f"cannot read the log of run {run_id} on node "
+                           f"{config.node_id}: {exc}") from None
+    except OSError as exc:
+        raise RequestError(f"cannot read log file {path} of run {run_id} on node "
+                           f"{config.node_id}: {exc.strerror}") from None
+    return {"data": base64.b64encode(data).decode(), "offset": offset + len(data),
+            "more": len(data) == LOG_CHUNK}
