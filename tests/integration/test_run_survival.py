@@ -36,6 +36,17 @@ def job_pid(pid_file) -> int:
     return int(pid_file.read_text())
 
 
+def running_job(node, name: str, code: int, **extra) -> tuple:
+    """Start the daemon with a gated job, run it now and wait until it runs:
+    (its pid, its release file)."""
+    pid_file, release = gated_job(node, name, code, **extra)
+    node.start()
+    node.call("run_now", {"job": name})
+    pid = job_pid(pid_file)
+    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job=name)
+    return pid, release
+
+
 def one_run(node, job: str) -> dict:
     runs = node.runs(job)
     assert len(runs) == 1, runs  # the same attempt: no retry, no second record
@@ -64,11 +75,7 @@ def test_kill9_of_the_daemon_keeps_the_run_and_reports_its_real_exit_code(node):
 
 
 def test_run_that_ends_while_the_daemon_is_down_is_collected_with_its_exit_code(node):
-    pid_file, release = gated_job(node, "report", 0)
-    node.start()
-    node.call("run_now", {"job": "report"})
-    pid = job_pid(pid_file)
-    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="report")
+    pid, release = running_job(node, "report", 0)
     node.kill9()
     release.touch()
     wait_for(lambda: not psutil.pid_exists(pid), what="the job ended while no daemon ran")
@@ -96,11 +103,7 @@ def test_a_signal_that_killed_the_job_meanwhile_is_reported_as_that_signal(node)
 
 
 def test_sigterm_detaches_running_jobs_by_default(node):
-    pid_file, release = gated_job(node, "nightly", 3)
-    node.start()
-    node.call("run_now", {"job": "nightly"})
-    pid = job_pid(pid_file)
-    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="nightly")
+    pid, release = running_job(node, "nightly", 3)
     assert node.terminate(30) == 0  # systemctl restart / apt upgrade
     assert "event=runs_detached count=1" in node.daemon_log()
     assert psutil.pid_exists(pid)
@@ -112,11 +115,7 @@ def test_sigterm_detaches_running_jobs_by_default(node):
 
 
 def test_a_run_whose_supervisor_died_too_is_lost_and_retried(node):
-    pid_file, release = gated_job(node, "fragile", 0)
-    node.start()
-    node.call("run_now", {"job": "fragile"})
-    pid = job_pid(pid_file)
-    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="fragile")
+    pid, release = running_job(node, "fragile", 0)
     node.kill9()
     (rec,) = node.supervised()
     assert rec.pid == pid and rec.supervisor_alive()
@@ -136,11 +135,7 @@ def test_a_run_whose_supervisor_died_too_is_lost_and_retried(node):
 
 
 def test_supervisor_killed_under_a_live_daemon_is_lost_not_hung(node):
-    pid_file, _ = gated_job(node, "victim", 0, on_node_loss="fail")
-    node.start()
-    node.call("run_now", {"job": "victim"})
-    pid = job_pid(pid_file)
-    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="victim")
+    pid, _ = running_job(node, "victim", 0, on_node_loss="fail")
     (rec,) = node.supervised()
     os.kill(rec.sup, signal.SIGKILL)
     run = node.wait_runs(lambda rs: rs and rs[0]["state"] == "lost", job="victim")[0]
@@ -164,11 +159,7 @@ def test_timeout_still_applies_to_an_adopted_run(node):
 
 def test_upgrade_from_a_daemon_without_supervisors_still_kills_and_retries(node):
     """Runs of an older daemon have no record: kill and retry, as before."""
-    pid_file, _ = gated_job(node, "legacy", 0)
-    node.start()
-    node.call("run_now", {"job": "legacy"})
-    pid = job_pid(pid_file)
-    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="legacy")
+    pid, _ = running_job(node, "legacy", 0)
     node.kill9()
     (rec,) = node.supervised()
     os.kill(rec.sup, signal.SIGKILL)  # as if no supervisor had ever existed
@@ -186,11 +177,7 @@ def test_a_run_without_a_record_is_never_searched_for_by_environment(node):
     """Once this data_dir has had supervisors, a run without a record never
     started here: nothing is killed for it, whoever else carries its run id
     (another daemon on the host with the same node id, in tests)."""
-    pid_file, release = gated_job(node, "stray", 0)
-    node.start()
-    node.call("run_now", {"job": "stray"})
-    pid = job_pid(pid_file)
-    node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="stray")
+    pid, release = running_job(node, "stray", 0)
     node.kill9()
     (rec,) = node.supervised()
     os.unlink(rec.path)  # the record is gone; its job still runs (another daemon's, say)
