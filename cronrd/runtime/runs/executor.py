@@ -326,7 +326,9 @@ class Executor:
         replicated state shows running on other nodes."""
         others = [a for a in self.active.values()
                   if a is not act and a.run["job"] == act.run["job"] and a.life.started]
-        remote = Q.running_elsewhere(self.conn, act.run, self.node_id)
+        # Alone, nothing runs elsewhere: no query on the path to the gate.
+        remote = (Q.running_elsewhere(self.conn, act.run, self.node_id)
+                  if self.others_can_run() else [])
         local = {a.run["run_id"]: a for a in others}
         decision = overlap.decide(
             act.spec.concurrency,
