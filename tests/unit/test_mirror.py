@@ -84,7 +84,6 @@ NO_UNIT_TEST_FILE = {
     "runtime/runs/legacy.py": "integration/test_run_survival.py (runs of an older daemon)",
     "runtime/runs/logs.py": "security/test_log_paths.py, integration/test_daemon.py",
     "runtime/runs/processes.py": "security/test_process_identity.py, integration/",
-    "runtime/runs/records.py": "unit/runtime/runs/test_supervisor.py",
     "runtime/runs/spawner.py": "unit/runtime/runs/test_supervisor.py (driven through Spawner)",
 }
 
