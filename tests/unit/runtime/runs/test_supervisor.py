@@ -266,3 +266,51 @@ def test_a_burst_of_runs_never_blocks_the_daemon_side(sup):
     keys, ticks = run(main())
     assert all(exit_code(sup.event(k, "exited")["status"]) == 0 for k in keys)
     assert ticks > 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_news_from_another_user_is_refused_even_if_the_socket_were_open(sup, caplog):
+    """Defence in depth: the socket is 0600 in a 0700 dir; opened up by
+    mistake, a connection from another uid is still refused (SO_PEERCRED),
+    so a job cannot report another run's end."""
+    async def main():
+        sup.spawner.start()
+        key, _ = sup.start("sleep 30")
+        await sup.wait(lambda: sup.event(key, "spawned"))
+        os.chmod(sup.dir, 0o711)
+        os.chmod(sup.spawner.notify_path, 0o666)
+        pid = os.fork()
+        if pid == 0:  # a job of user nobody forging the run's end
+            code = 1
+            try:
+                os.chdir(sup.dir)  # the test's tmp path above it is root's alone
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(os.path.basename(sup.spawner.notify_path))
+                s.sendall(json.dumps({"key": key, "event": "exited", "status": 0}).encode()
+                          + b"\n")
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0  # it could connect and send
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while "supervisor_connection_refused uid=65534" not in caplog.text:
+            assert loop.time() < deadline, "refusal not logged"
+            sup.changed.clear()
+            try:
+                await asyncio.wait_for(sup.changed.wait(), 0.05)
+            except asyncio.TimeoutError:
+                pass
+        forged = sup.event(key, "exited")
+        rec = records.read(os.path.join(sup.dir, key))
+        os.killpg(rec.pid, signal.SIGKILL)
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return forged, sup.event(key, "exited")
+    forged, real = run(main())
+    assert forged is None  # the forged end never reached the executor
+    assert exit_code(real["status"]) == -signal.SIGKILL
