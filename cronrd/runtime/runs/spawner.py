@@ -216,9 +216,19 @@ class Spawner:
                 # Full: sent when the fork server has read some.
                 loop.add_writer(self._sock.fileno(), self._writable)
                 return
-            except OSError as exc:  # the fork server is gone: _server_ended follows
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                # The fork server is gone: _server_ended follows and fails
+                # what is queued.
                 log.warning("event=forkserver_send_failed error=\"%s\"", exc)
                 return
+            except OSError as exc:  # this request (EMSGSIZE...), not the server
+                self._queue.popleft()
+                for fd in fds:
+                    os.close(fd)
+                self._call(self.on_spawned, key, None, None,
+                           f"cannot hand the run to cronrd's fork server: "
+                           f"{exc.strerror or exc}")
+                continue
             self._queue.popleft()
             for fd in fds:
                 os.close(fd)

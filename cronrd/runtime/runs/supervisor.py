@@ -43,7 +43,7 @@ STARTED = 0x02   # the gate shell passed its gate: the job's command runs now
 READ_CHUNK = 65536
 NOTIFY_TIMEOUT = 2.0
 EXIT_NOTIFY_TRIES = 5
-MAX_REQUEST = 1 << 20
+MAX_REQUEST = 96 * 1024  # one spawn request: within a SEQPACKET socket's default buffer
 SUPERVISOR_NICE = 10  # added to the supervisor's nice value once its job is started
 CLOCK = Clock()
 

@@ -314,3 +314,53 @@ def test_news_from_another_user_is_refused_even_if_the_socket_were_open(sup, cap
     forged, real = run(main())
     assert forged is None  # the forged end never reached the executor
     assert exit_code(real["status"]) == -signal.SIGKILL
+
+
+def test_an_oversized_request_fails_that_run_alone(sup):
+    """A run whose command and environment exceed what one request carries
+    is refused with a clear error; the runs after it start as usual."""
+    from cronrd.errors import CronrdError
+
+    async def main():
+        sup.spawner.start()
+        r, w = os.pipe()
+        logfd = os.open(os.path.join(sup.logs, "big.log"), os.O_WRONLY | os.O_CREAT, 0o600)
+        req = {"key": new_key(2), "argv": ["/bin/true"], "env": {"BIG": "x" * 200_000},
+               "cwd": "/", "cap": 1000, "switch": False, "ids": None,
+               "record": os.path.join(sup.dir, "big")}
+        with pytest.raises(CronrdError, match="shorten them"):
+            sup.spawner.spawn(req, [r, logfd])
+        for fd in (r, w, logfd):
+            os.close(fd)
+        key, _ = sup.start("exit 5")
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key
+    key = run(main())
+    assert exit_code(sup.event(key, "exited")["status"]) == 5
+
+
+def test_a_request_the_socket_refuses_fails_that_run_and_not_the_queue(sup, monkeypatch):
+    """Were a request too big for the socket after all (EMSGSIZE), that run
+    fails and the queue behind it moves on (it used to stay stuck)."""
+    from cronrd.runtime.runs import spawner as spawner_module
+    monkeypatch.setattr(spawner_module, "MAX_REQUEST", 10 << 20)
+
+    async def main():
+        sup.spawner.start()
+        r, w = os.pipe()
+        logfd = os.open(os.path.join(sup.logs, "big.log"), os.O_WRONLY | os.O_CREAT, 0o600)
+        big = new_key(3)
+        req = {"key": big, "argv": ["/bin/true"], "env": {"BIG": "x" * 2_000_000},
+               "cwd": "/", "cap": 1000, "switch": False, "ids": None,
+               "record": os.path.join(sup.dir, big)}
+        sup.spawner.spawn(req, [r, logfd])
+        for fd in (r, w, logfd):
+            os.close(fd)
+        key, _ = sup.start("exit 6")
+        await sup.wait(lambda: big in sup.spawned and sup.event(key, "exited"))
+        sup.spawner.close()
+        return big, key
+    big, key = run(main())
+    assert sup.spawned[big][0] is None and "fork server" in sup.spawned[big][1]
+    assert exit_code(sup.event(key, "exited")["status"]) == 6
