@@ -109,8 +109,17 @@ class Spawner:
             self.start_listening()
         loop = asyncio.get_running_loop()
         loop.add_reader(self._notify.fileno(), self._accept)
-        if self._sock is None:
+        self._ensure_server()
+
+    def _ensure_server(self) -> None:
+        if self._sock is not None:
+            return
+        try:
             self._start_server()
+        except OSError as exc:
+            raise CronrdError(f"cannot start cronrd's fork server "
+                              f"({' '.join(forkserver_argv(0)[:-1])}): {exc.strerror or exc}; "
+                              "is the installation complete?") from None
 
     def _start_server(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -160,7 +169,10 @@ class Spawner:
         for key in lost:
             self.on_spawned(key, None, None, "the process that starts runs (cronrd's fork "
                             "server) ended before starting it")
-        self._start_server()
+        try:
+            self._start_server()
+        except OSError as exc:  # the next spawn tries again, and fails its run if need be
+            log.error("event=forkserver_start_failed error=\"%s\"", exc)
 
     def close(self) -> None:
         self._closing = True
@@ -196,8 +208,7 @@ class Spawner:
         if len(data) > MAX_REQUEST:
             raise CronrdError(f"the run's command and environment take {len(data)} bytes, "
                               f"over the {MAX_REQUEST} cronrd can hand to a run; shorten them")
-        if self._sock is None:
-            self._start_server()
+        self._ensure_server()
         try:
             dups = [os.dup(fd) for fd in fds]
         except OSError as exc:

@@ -364,3 +364,17 @@ def test_a_request_the_socket_refuses_fails_that_run_and_not_the_queue(sup, monk
     big, key = run(main())
     assert sup.spawned[big][0] is None and "fork server" in sup.spawned[big][1]
     assert exit_code(sup.event(key, "exited")["status"]) == 6
+
+
+def test_a_fork_server_that_cannot_start_is_a_clear_error(sup, monkeypatch):
+    from cronrd.errors import CronrdError
+    from cronrd.runtime.runs import spawner as spawner_module
+    monkeypatch.setattr(spawner_module, "forkserver_argv",
+                        lambda fd: ["/nonexistent/python", "-m", "x", str(fd)])
+
+    async def main():
+        with pytest.raises(CronrdError, match="cannot start cronrd's fork server"):
+            sup.spawner.start()
+        with pytest.raises(CronrdError, match="cannot start cronrd's fork server"):
+            sup.start("true")
+    run(main())
