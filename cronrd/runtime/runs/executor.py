@@ -105,6 +105,7 @@ class Executor:
         self._waiters: list[asyncio.Future] = []  # woken when a run ends
         self.gates: dict[float, Gate] = {}
         self.reports: set[asyncio.Task] = set()
+        self._unwritten: list[tuple] = []  # results waiting for this turn's outbox write
         # False until reconcile(): runs assigned meanwhile (a cluster applies
         # entries while the daemon starts) are settled there, once, rather
         # than started and then mistaken for leftovers of the last run.
@@ -616,11 +617,27 @@ class Executor:
     def _propose(self, cmd: C.Command, act: ActiveRun | None = None,
                  item: int | None = None, record: str | None = None) -> None:
         if item is None and isinstance(cmd, C.RunFinished):
-            # Results only: a lost start report is settled by reconcile.
-            try:
-                item = self.outbox.add(cmd)
-            except Exception as exc:  # still proposed; only the crash safety is lost
-                log.error("event=outbox_write_failed op=%s error=\"%s\"", cmd.op, exc)
+            # Results only (a lost start report is settled by reconcile): to
+            # the outbox first, every result of this loop turn in one fsync,
+            # then proposed.
+            self._unwritten.append((cmd, act, record))
+            if len(self._unwritten) == 1:
+                asyncio.get_running_loop().call_soon(self._write_results)
+            return
+        self._start_report(cmd, act, item, record)
+
+    def _write_results(self) -> None:
+        batch, self._unwritten = self._unwritten, []
+        try:
+            items = self.outbox.add_many([cmd for cmd, _, _ in batch])
+        except Exception as exc:  # still proposed; only the crash safety is lost
+            log.error("event=outbox_write_failed count=%d error=\"%s\"", len(batch), exc)
+            items = [None] * len(batch)
+        for (cmd, act, record), item in zip(batch, items):
+            self._start_report(cmd, act, item, record)
+
+    def _start_report(self, cmd: C.Command, act: ActiveRun | None, item: int | None,
+                      record: str | None) -> None:
         task = asyncio.get_running_loop().create_task(self._report(cmd, act, item, record))
         self.reports.add(task)
         task.add_done_callback(self.reports.discard)
@@ -904,6 +921,8 @@ class Executor:
                      "supervisors; the next start of the daemon adopts them\"", len(live))
         # Waiting shells that were killed: let their supervisors say so.
         await self._wait_until(lambda: all(a.life.started for a in self.active.values()), 2.0)
+        if self._unwritten:  # results of this very turn: to the outbox now
+            self._write_results()
         if self.reports:
             # They are in the durable outbox: give them a moment to commit,
             # and the next start proposes whatever is left.

@@ -5,8 +5,9 @@ leader may be away for a while. So every start and finish report is first
 written here (``data_dir/local.db``, not part of the replicated state), then
 proposed until the cluster has committed or refused it, then deleted. After
 a crash or restart the daemon proposes whatever is still here (guarantee 4:
-no result is lost). Each report is one small transaction (fsynced) before it
-is proposed; deletions of committed reports are batched per loop turn.
+no result is lost). The reports of one loop turn are one small transaction
+(one fsync) before they are proposed; deletions of committed reports are
+batched per loop turn too.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ class Outbox:
         with self.conn:
             self.conn.execute("INSERT INTO outbox(cmd) VALUES(?)", (cmd.encode(),))
             return self.conn.last_insert_rowid()
+
+    def add_many(self, cmds: list[C.Command]) -> list[int]:
+        """Write ``cmds`` durably in one transaction (one fsync); their ids."""
+        items = []
+        with self.conn:
+            for cmd in cmds:
+                self.conn.execute("INSERT INTO outbox(cmd) VALUES(?)", (cmd.encode(),))
+                items.append(self.conn.last_insert_rowid())
+        return items
 
     def done(self, item: int) -> None:
         """Forget a committed report (batched: deleting late costs a re-proposal

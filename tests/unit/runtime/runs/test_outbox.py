@@ -130,3 +130,16 @@ def test_unreadable_rows_are_dropped_with_a_log_line(tmp_path, caplog):
         assert not [r for r in caplog.records if "outbox_unreadable" in r.getMessage()]
     finally:
         box.close()
+
+
+def test_add_many_writes_a_turns_results_durably_and_in_order(tmp_path):
+    path = str(tmp_path / "local.db")
+    box = Outbox(path)
+    before = box.conn.totalchanges()
+    ids = box.add_many([finished(1), finished(2, "failed"), finished(3)])
+    assert len(set(ids)) == 3 and box.conn.totalchanges() - before == 3
+    box.conn.close()
+    again = Outbox(path)  # on disk: another connection reads them back in order
+    assert [cmd.run_id for _, cmd in again.pending()] == [1, 2, 3]
+    assert [item for item, _ in again.pending()] == ids
+    again.conn.close()
