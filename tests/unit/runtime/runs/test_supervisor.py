@@ -13,6 +13,7 @@ import socket
 import pytest
 
 from cronrd.runtime.runs import records
+from cronrd.runtime.runs import supervisor as S
 from cronrd.state.run_life import exit_code
 from cronrd.runtime.runs.spawner import Spawner, new_key
 
@@ -66,8 +67,13 @@ class Harness:
         return key, log_path
 
 
-@pytest.fixture
-def sup(tmp_path):
+@pytest.fixture(params=["native", "python"])
+def sup(request, tmp_path, monkeypatch):
+    """Every test runs against both supervisors (C and Python)."""
+    if request.param == "native" and not S.native_supervisor():
+        pytest.skip("the C supervisor is not built (no C compiler at install)")
+    if request.param == "python":
+        monkeypatch.setenv("CRONRD_SUPERVISOR", "python")
     h = Harness(tmp_path)
     yield h
 
@@ -378,3 +384,21 @@ def test_a_fork_server_that_cannot_start_is_a_clear_error(sup, monkeypatch):
         with pytest.raises(CronrdError, match="cannot start cronrd's fork server"):
             sup.start("true")
     run(main())
+
+
+def test_the_c_supervisor_is_built_where_a_compiler_and_headers_are():
+    """CI has gcc and Python's headers: there the C supervisor must be in use,
+    or every test above ran the Python one twice."""
+    import shutil
+    import sysconfig
+    headers = os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
+    if not (shutil.which("cc") or shutil.which("gcc")) or not headers:
+        pytest.skip("no C compiler or Python headers here: the Python supervisor is used")
+    assert S.native_supervisor(), (
+        "cronrd/runtime/runs/_supervise.c was not built: reinstall with "
+        "`pip install -e .` and read the compiler's output")
+
+
+def test_the_python_supervisor_can_be_forced(monkeypatch):
+    monkeypatch.setenv("CRONRD_SUPERVISOR", "python")
+    assert not S.native_supervisor()

@@ -1,0 +1,618 @@
+/*
+ * The run supervisor in C: the same process, records and news as
+ * supervisor.py's _Supervisor, without a Python process per run.
+ *
+ * The fork server (supervisor.py, in Python) calls spawn() for each run. It
+ * converts the request in the fork server, then fork()s; the child runs
+ * supervise() below, plain C that never returns into Python, and _exit()s.
+ * A Python child costs ~5 ms of CPU per run (copy-on-write faults over the
+ * interpreter's heap, imports, json, teardown); this one costs a fraction of
+ * a millisecond, which is what lets a hundred runs released by one gate
+ * start within the time the kernel needs to exec them.
+ *
+ * Keep the two implementations in step: tests/unit/runtime/runs/
+ * test_supervisor.py runs every test against both. Where a run's job must
+ * switch its ids itself (no setpriv on the host), the fork server uses the
+ * Python supervisor.
+ *
+ * What the child does, in order (see supervisor.py for why):
+ *   setsid; open the record (O_APPEND, O_NOFOLLOW, 0600); start the job with
+ *   posix_spawn in a session of its own (stdin the gate; stdout the env memfd
+ *   or the output pipe; stderr the output pipe), or with fork to write why it
+ *   cannot start into the log; nice +10; record and announce "spawned"; then
+ *   copy the output into the log up to the cap, record "started" at the
+ *   STARTED marker, announce "ready" at the READY marker, record and announce
+ *   "exited" with the raw wait status, and record "closed" once every writer
+ *   of the output pipe is gone.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define READY_MARK 0x01
+#define STARTED_MARK 0x02
+#define READ_CHUNK 65536
+#define NOTIFY_TIMEOUT_S 2
+#define EXIT_NOTIFY_TRIES 5
+#define SUPERVISOR_NICE 10
+#define LINE_MAX_BYTES 4096
+
+enum phase { PHASE_READY, PHASE_GATE, PHASE_RUN };
+
+struct sup {
+    const char *key, *notify, *record, *boot, *cwd;
+    char *const *argv;
+    char *const *envp;
+    long long cap, written;
+    int truncated;
+    int gate_fd, log_fd, env_fd, rec, sock, out;
+    enum phase phase;
+    pid_t pid;
+};
+
+/* -- a line of JSON, bounded ------------------------------------------- */
+
+struct line {
+    char buf[LINE_MAX_BYTES];
+    size_t len;
+    int overflow;
+};
+
+static void put(struct line *l, const char *fmt, ...)
+{
+    va_list ap;
+    size_t room = sizeof(l->buf) - l->len;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(l->buf + l->len, room, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= room)
+        l->overflow = 1;
+    else
+        l->len += (size_t)n;
+}
+
+/* A JSON string: the key and boot id are ours, but nothing unescaped goes out. */
+static void put_str(struct line *l, const char *s)
+{
+    put(l, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            put(l, "\\%c", c);
+        else if (c < 0x20)
+            put(l, "\\u%04x", c);
+        else
+            put(l, "%c", c);
+    }
+    put(l, "\"");
+}
+
+static void put_ticks(struct line *l, const char *name, long long ticks)
+{
+    if (ticks < 0)
+        put(l, ",\"%s\":null", name);
+    else
+        put(l, ",\"%s\":%lld", name, ticks);
+}
+
+static double now_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The process's start time in clock ticks since boot (/proc/PID/stat field
+ * 22), or -1. */
+static long long start_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    int fd, field;
+    ssize_t n;
+    char *p, *end;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    p++;
+    /* Fields after the command: state is field 3, starttime field 22. */
+    for (field = 3; field < 22; field++) {
+        while (*p == ' ')
+            p++;
+        while (*p && *p != ' ')
+            p++;
+        if (!*p)
+            return -1;
+    }
+    while (*p == ' ')
+        p++;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || errno)
+        return -1;
+    return v;
+}
+
+/* -- record and news ---------------------------------------------------- */
+
+static void record_line(struct sup *s, struct line *l)
+{
+    put(l, ",\"at\":%.6f}\n", now_wall());
+    if (!l->overflow)
+        (void)write_all(s->rec, l->buf, l->len);  /* a full disk must not stop the run */
+}
+
+static void disconnect(struct sup *s)
+{
+    if (s->sock >= 0) {
+        close(s->sock);
+        s->sock = -1;
+    }
+}
+
+enum sent { SENT, TIMED_OUT, BROKEN };
+
+static enum sent try_send(struct sup *s, const char *msg, size_t len)
+{
+    if (s->sock < 0) {
+        struct sockaddr_un addr;
+        struct timeval tv = {NOTIFY_TIMEOUT_S, 0};
+        if (strlen(s->notify) >= sizeof(addr.sun_path))
+            return BROKEN;
+        s->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s->sock < 0)
+            return BROKEN;
+        setsockopt(s->sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        memset(&addr, 0, sizeof(addr));
+        addr.sun_family = AF_UNIX;
+        strcpy(addr.sun_path, s->notify);
+        while (connect(s->sock, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+            if (errno == EINTR)
+                continue;
+            return (errno == EAGAIN || errno == EINPROGRESS) ? TIMED_OUT : BROKEN;
+        }
+    }
+    while (len > 0) {
+        ssize_t w = send(s->sock, msg, len, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return (errno == EAGAIN || errno == EWOULDBLOCK) ? TIMED_OUT : BROKEN;
+        }
+        msg += w;
+        len -= (size_t)w;
+    }
+    return SENT;
+}
+
+/* One line of news to the daemon. A connection broken by a daemon restart is
+ * made again (to the new daemon) once; with no daemon listening the news is
+ * dropped: the record says it all. */
+static void notify(struct sup *s, struct line *l, int tries)
+{
+    int reconnected = 0;
+    put(l, "}\n");
+    if (l->overflow)
+        return;
+    while (tries > 0) {
+        int fresh = s->sock < 0;
+        switch (try_send(s, l->buf, l->len)) {
+        case SENT:
+            return;
+        case TIMED_OUT:
+            tries--;  /* the daemon is busy */
+            disconnect(s);
+            break;
+        case BROKEN:
+            disconnect(s);
+            if (fresh || reconnected)
+                return;  /* no daemon listening */
+            reconnected = 1;  /* the daemon restarted: tell the new one */
+            break;
+        }
+    }
+}
+
+static void news(struct line *l, struct sup *s, const char *event)
+{
+    l->len = 0;
+    l->overflow = 0;
+    put(l, "{\"key\":");
+    put_str(l, s->key);
+    put(l, ",\"event\":\"%s\"", event);
+}
+
+static void event(struct line *l, const char *event)
+{
+    l->len = 0;
+    l->overflow = 0;
+    put(l, "{\"event\":\"%s\"", event);
+}
+
+/* -- the job's output --------------------------------------------------- */
+
+static void output(struct sup *s, const char *data, size_t n)
+{
+    struct line l;
+    while (n > 0 && s->phase != PHASE_RUN) {
+        char marker = s->phase == PHASE_READY ? READY_MARK : STARTED_MARK;
+        if (data[0] != marker)
+            break;  /* output before the marker: why the run could not start */
+        data++;
+        n--;
+        if (s->phase == PHASE_READY) {
+            s->phase = PHASE_GATE;
+            news(&l, s, "ready");
+            notify(s, &l, 1);
+        } else {
+            s->phase = PHASE_RUN;
+            event(&l, "started");
+            record_line(s, &l);
+        }
+    }
+    if (n == 0)
+        return;
+    long long room = s->cap - s->written;
+    if (room > 0) {
+        size_t chunk = (long long)n < room ? n : (size_t)room;
+        (void)write_all(s->log_fd, data, chunk);
+        s->written += (long long)chunk;
+    }
+    if ((long long)n > (room > 0 ? room : 0) && !s->truncated) {
+        char note[128];
+        int k;
+        s->truncated = 1;
+        k = snprintf(note, sizeof(note),
+                     "\ncronrd: output truncated at %lld bytes (max_log_bytes)\n", s->cap);
+        if (k > 0 && (size_t)k < sizeof(note))
+            (void)write_all(s->log_fd, note, (size_t)k);
+    }
+}
+
+/* Copy what the pipe holds now; 0 once it is closed. */
+static int drain(struct sup *s)
+{
+    static char buf[READ_CHUNK];
+    for (;;) {
+        ssize_t n = read(s->out, buf, sizeof(buf));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 1;
+            return 0;
+        }
+        if (n == 0)
+            return 0;
+        output(s, buf, (size_t)n);
+    }
+}
+
+/* -- starting the job --------------------------------------------------- */
+
+static const int job_signals[] = {SIGPIPE, SIGXFSZ, SIGINT, SIGHUP, SIGTERM, SIGCHLD, SIGQUIT};
+#define N_JOB_SIGNALS (sizeof(job_signals) / sizeof(job_signals[0]))
+
+static void exec_job(struct sup *s, int out_fd)
+{
+    /* In a fork of the supervisor: never returns. */
+    size_t i;
+    char msg[256];
+    const char *why;
+    for (i = 0; i < N_JOB_SIGNALS; i++)
+        signal(job_signals[i], SIG_DFL);
+    setsid();
+    if (dup2(s->gate_fd, 0) < 0 || dup2(s->env_fd >= 0 ? s->env_fd : out_fd, 1) < 0 ||
+        dup2(out_fd, 2) < 0 || chdir(s->cwd) < 0) {
+        why = strerror(errno);
+    } else {
+        execve(s->argv[0], s->argv, s->envp);
+        why = strerror(errno);
+    }
+    int k = snprintf(msg, sizeof(msg), "cronrd: cannot start the run: %s\n", why);
+    if (k > 0)
+        (void)write_all(2, msg, (size_t)k < sizeof(msg) ? (size_t)k : sizeof(msg) - 1);
+    _exit(127);
+}
+
+static pid_t spawn_job(struct sup *s, int out_fd)
+{
+    pid_t pid = -1;
+    if (chdir(s->cwd) == 0) {
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t at;
+        sigset_t def;
+        size_t i;
+        int rc;
+        sigemptyset(&def);
+        for (i = 0; i < N_JOB_SIGNALS; i++)
+            sigaddset(&def, job_signals[i]);
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, s->gate_fd, 0);
+        posix_spawn_file_actions_adddup2(&fa, s->env_fd >= 0 ? s->env_fd : out_fd, 1);
+        posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
+        posix_spawnattr_init(&at);
+        posix_spawnattr_setsigdefault(&at, &def);
+        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF);
+        rc = posix_spawn(&pid, s->argv[0], &fa, &at, s->argv, s->envp);
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&at);
+        if (rc == 0)
+            return pid;
+    }
+    pid = fork();
+    if (pid == 0)
+        exec_job(s, out_fd);
+    return pid;
+}
+
+/* -- the supervisor ------------------------------------------------------ */
+
+static int supervise(struct sup *s)
+{
+    struct line l;
+    int pipefd[2], pidfd, status = 0, have_status = 0, out_open = 1;
+    struct pollfd pf[2];
+
+    signal(SIGCHLD, SIG_DFL);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    setsid();
+    s->rec = open(s->record, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (s->rec < 0)
+        return 1;
+    /* Received over a socket, so not close-on-exec: only the job's dup2s
+     * may carry them into the job. */
+    fcntl(s->gate_fd, F_SETFD, FD_CLOEXEC);
+    fcntl(s->log_fd, F_SETFD, FD_CLOEXEC);
+    if (s->env_fd >= 0)
+        fcntl(s->env_fd, F_SETFD, FD_CLOEXEC);
+    if (pipe2(pipefd, O_CLOEXEC) < 0)
+        return 1;
+    s->pid = spawn_job(s, pipefd[1]);
+    close(pipefd[1]);
+    if (s->pid < 0)
+        return 1;
+    s->out = pipefd[0];
+    /* The job has its priority; the supervisor yields to it (supervisor.py). */
+    errno = 0;
+    int prio = getpriority(PRIO_PROCESS, 0);
+    if (errno == 0)
+        setpriority(PRIO_PROCESS, 0, prio + SUPERVISOR_NICE > 19 ? 19 : prio + SUPERVISOR_NICE);
+    close(s->gate_fd);
+    if (s->env_fd >= 0)
+        close(s->env_fd);
+
+    event(&l, "spawned");
+    put(&l, ",\"boot\":");
+    put_str(&l, s->boot);
+    put(&l, ",\"sup\":%d", (int)getpid());
+    put_ticks(&l, "sup_start", start_ticks(getpid()));
+    put(&l, ",\"pid\":%d", (int)s->pid);
+    put_ticks(&l, "pid_start", start_ticks(s->pid));
+    record_line(s, &l);
+    news(&l, s, "spawned");
+    put(&l, ",\"pid\":%d", (int)s->pid);
+    notify(s, &l, 1);
+
+    fcntl(s->out, F_SETFL, fcntl(s->out, F_GETFL) | O_NONBLOCK);
+    pidfd = (int)syscall(SYS_pidfd_open, s->pid, 0);
+    if (pidfd < 0)
+        return 1;
+    pf[0].fd = s->out;
+    pf[0].events = POLLIN;
+    pf[1].fd = pidfd;
+    pf[1].events = POLLIN;
+    while (out_open || !have_status) {
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return 1;
+        }
+        if (!have_status && pf[1].revents) {
+            while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            have_status = 1;
+            pf[1].fd = -1;
+            pf[1].revents = 0;
+            close(pidfd);
+            if (out_open) {
+                out_open = drain(s);
+                if (!out_open)
+                    pf[0].fd = -1;
+            }
+            int started = s->phase == PHASE_RUN;
+            event(&l, "exited");
+            put(&l, ",\"status\":%d,\"started\":%s,\"written\":%lld,\"truncated\":%s",
+                status, started ? "true" : "false", s->written,
+                s->truncated ? "true" : "false");
+            record_line(s, &l);
+            news(&l, s, "exited");
+            put(&l, ",\"status\":%d,\"started\":%s,\"written\":%lld", status,
+                started ? "true" : "false", s->written);
+            notify(s, &l, EXIT_NOTIFY_TRIES);
+        }
+        if (out_open && pf[0].fd >= 0 && pf[0].revents) {
+            out_open = drain(s);
+            if (!out_open)
+                pf[0].fd = -1;
+        }
+    }
+    /* Grandchildren that kept the output open have closed it too. */
+    event(&l, "closed");
+    put(&l, ",\"written\":%lld", s->written);
+    record_line(s, &l);
+    return 0;
+}
+
+/* -- the Python side: spawn() in the fork server -------------------------- */
+
+/* str -> bytes in the filesystem encoding, without NUL; appended to keep. */
+static const char *fs_bytes(PyObject *keep, PyObject *str, const char *what)
+{
+    PyObject *b;
+    if (!PyUnicode_Check(str)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str", what);
+        return NULL;
+    }
+    b = PyUnicode_EncodeFSDefault(str);
+    if (!b)
+        return NULL;
+    if (PyList_Append(keep, b) < 0) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    Py_DECREF(b);
+    if ((size_t)PyBytes_GET_SIZE(b) != strlen(PyBytes_AS_STRING(b))) {
+        PyErr_Format(PyExc_ValueError, "%s contains a NUL byte", what);
+        return NULL;
+    }
+    return PyBytes_AS_STRING(b);
+}
+
+static PyObject *py_spawn(PyObject *self, PyObject *args)
+{
+    PyObject *key, *notify_path, *record, *boot, *cwd, *argv, *env, *keep = NULL;
+    long long cap;
+    int ready, gate_fd, log_fd, env_fd, close_fd;
+    char **cargv = NULL, **cenv = NULL;
+    struct sup s;
+    Py_ssize_t n, i, pos = 0;
+    PyObject *k, *v, *result = NULL;
+    pid_t pid;
+
+    (void)self;
+    if (!PyArg_ParseTuple(args, "UUUUUO!O!Lpiiii", &key, &notify_path, &record, &boot, &cwd,
+                          &PyList_Type, &argv, &PyDict_Type, &env, &cap, &ready, &gate_fd,
+                          &log_fd, &env_fd, &close_fd))
+        return NULL;
+    memset(&s, 0, sizeof(s));
+    keep = PyList_New(0);
+    if (!keep)
+        return NULL;
+    if (!(s.key = fs_bytes(keep, key, "key")) ||
+        !(s.notify = fs_bytes(keep, notify_path, "notify")) ||
+        !(s.record = fs_bytes(keep, record, "record")) ||
+        !(s.boot = fs_bytes(keep, boot, "boot")) || !(s.cwd = fs_bytes(keep, cwd, "cwd")))
+        goto done;
+    n = PyList_GET_SIZE(argv);
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "argv is empty");
+        goto done;
+    }
+    cargv = PyMem_Calloc((size_t)n + 1, sizeof(char *));
+    cenv = PyMem_Calloc((size_t)PyDict_GET_SIZE(env) + 1, sizeof(char *));
+    if (!cargv || !cenv) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++)
+        if (!(cargv[i] = (char *)fs_bytes(keep, PyList_GET_ITEM(argv, i), "argv")))
+            goto done;
+    i = 0;
+    while (PyDict_Next(env, &pos, &k, &v)) {
+        const char *ck = fs_bytes(keep, k, "environment name");
+        const char *cv = ck ? fs_bytes(keep, v, "environment value") : NULL;
+        PyObject *kv;
+        if (!cv)
+            goto done;
+        if (!*ck || strchr(ck, '=')) {
+            PyErr_Format(PyExc_ValueError, "illegal environment variable name %R", k);
+            goto done;
+        }
+        kv = PyBytes_FromFormat("%s=%s", ck, cv);
+        if (!kv || PyList_Append(keep, kv) < 0) {
+            Py_XDECREF(kv);
+            goto done;
+        }
+        Py_DECREF(kv);
+        cenv[i++] = PyBytes_AS_STRING(kv);
+    }
+    s.argv = cargv;
+    s.envp = cenv;
+    s.cap = cap;
+    s.phase = ready ? PHASE_READY : PHASE_GATE;
+    s.gate_fd = gate_fd;
+    s.log_fd = log_fd;
+    s.env_fd = env_fd;
+    s.sock = -1;
+    s.out = -1;
+    pid = fork();
+    if (pid == 0) {
+        /* The supervisor: plain C from here on, never back into Python. */
+        if (close_fd >= 0)
+            close(close_fd);
+        _exit(supervise(&s));
+    }
+    if (pid < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    result = PyLong_FromLong((long)pid);
+done:
+    PyMem_Free(cargv);
+    PyMem_Free(cenv);
+    Py_DECREF(keep);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"spawn", py_spawn, METH_VARARGS,
+     "spawn(key, notify, record, boot, cwd, argv, env, cap, ready, gate_fd, log_fd, env_fd, "
+     "close_fd) -> pid\n\nFork one run supervisor (see supervisor.py); close_fd is closed "
+     "in the child (the fork server's socket)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_supervise", "The run supervisor in C (see supervisor.py).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__supervise(void)
+{
+    return PyModule_Create(&module);
+}
