@@ -30,6 +30,7 @@ from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .control import ControlServer
 from .handlers import Handlers, read_log_chunk
+from .heap import Heap
 from .leadership import Leadership
 from .members import open_members
 from .runs.executor import Executor
@@ -186,6 +187,7 @@ class Daemon:
         services.start("announce", self._keep_announced, restart=True)
         services.start("watcher", self.watcher.run, restart=True)
         services.start("housekeeping", self._housekeeping, restart=True)
+        services.start("heap", Heap(self.clock, lambda: list(self.executor.gates)).run)
         if self.notifier.watchdog_interval:
             services.start("watchdog", self._watchdog)
         jobs = len(Q.jobs(self.conn))

@@ -41,6 +41,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 
 from ..clock import Clock
@@ -58,6 +59,7 @@ EXIT_NOTIFY_TRIES = 5
 MAX_REQUEST = 96 * 1024  # one spawn request: within a SEQPACKET socket's default buffer
 SUPERVISOR_NICE = 10  # added to the supervisor's nice value once its job is started
 CLOCK = Clock()
+_SNDTIMEO = struct.pack("ll", int(NOTIFY_TIMEOUT), 0)  # struct timeval
 
 
 def boot_id() -> str:
@@ -138,11 +140,14 @@ class _Supervisor:
                 if fresh:
                     self.sock = socket.socket(socket.AF_UNIX,
                                               socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-                    self.sock.settimeout(NOTIFY_TIMEOUT)
+                    # Blocking, each connect and send bounded by SO_SNDTIMEO:
+                    # a full listen backlog waits like a full buffer does (a
+                    # Python timeout would refuse it at once as EAGAIN).
+                    self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SNDTIMEO)
                     self.sock.connect(self.notify_path)
                 self.sock.sendall(msg)
                 return
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):
                 tries -= 1  # the daemon is busy
                 self._disconnect()
             except OSError:
@@ -317,18 +322,67 @@ def _reap(*_) -> None:
             return
 
 
-def _start(sock: socket.socket, req: dict, fds: list[int], boot: str, native: bool) -> int:
-    """Fork one supervisor for ``req``; its pid (in the fork server)."""
+def check_request(req) -> None:
+    """Refuse, in the fork server, a request either supervisor could not
+    carry out (ValueError): a run then fails with the reason instead of a
+    supervisor dying without a record."""
+    if not isinstance(req, dict):
+        raise ValueError("a spawn request is a JSON object")
+    for name in ("key", "notify", "record", "cwd"):
+        value = req.get(name)
+        if not isinstance(value, str) or not value or "\0" in value:
+            raise ValueError(f"bad spawn request: {name} must be a non-empty string without NUL")
+    if not req["key"].isascii():
+        raise ValueError("bad spawn request: key must be ASCII")
+    argv, env, cap = req.get("argv"), req.get("env"), req.get("cap")
+    if (not isinstance(argv, list) or not argv or not argv[0]
+            or not all(isinstance(a, str) and "\0" not in a for a in argv)):
+        raise ValueError("bad spawn request: argv must be a non-empty list of strings "
+                         "without NUL")
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and "=" not in k
+            and "\0" not in k and "\0" not in v for k, v in env.items()):
+        raise ValueError("bad spawn request: env must map names (no '=', no NUL) to strings "
+                         "without NUL")
+    if not isinstance(cap, int) or isinstance(cap, bool) or not 0 <= cap < 2 ** 63:
+        raise ValueError("bad spawn request: cap must be an integer from 0 to 2**63-1")
+
+
+def _start(sock: socket.socket, req: dict, fds: list[int], boot: str,
+           native: bool) -> tuple[int, int]:
+    """Fork one supervisor for ``req``: its pid and a pidfd of it. The
+    supervisor waits for a go from the fork server, sent once the pidfd is
+    taken: so a supervisor that would end at once cannot be reaped (and its
+    pid reused) first, and one whose pidfd cannot be taken never starts a job."""
+    check_request(req)
     env_fd = fds[2] if len(fds) > 2 else -1
     if native and not req.get("ids"):
         return _native.spawn(req["key"], req["notify"], req["record"], boot, req["cwd"],
-                             req["argv"], req["env"], int(req["cap"]), bool(req.get("switch")),
+                             req["argv"], req["env"], req["cap"], bool(req.get("switch")),
                              fds[0], fds[1], env_fd, sock.fileno())
-    pid = os.fork()
+    go_r, go_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(go_r)
+        os.close(go_w)
+        raise
     if pid == 0:
         sock.close()
+        os.close(go_w)
+        if os.read(go_r, 1) != b"g":
+            os._exit(1)
+        os.close(go_r)
         _supervise(req, fds, boot)
-    return pid
+    os.close(go_r)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        os.close(go_w)  # the supervisor ends without starting anything
+        raise OSError(exc.errno, f"pidfd_open: {exc.strerror}") from None
+    os.write(go_w, b"g")
+    os.close(go_w)
+    return pid, pidfd
 
 
 def serve(fd: int) -> int:
@@ -350,17 +404,13 @@ def serve(fd: int) -> int:
             req = json.loads(msg)
             if len(fds) not in (2, 3):
                 raise ValueError(f"expected 2 or 3 descriptors, got {len(fds)}")
-            pid = _start(sock, req, fds, boot, native)
-        except (ValueError, OSError, KeyError, TypeError, AttributeError) as exc:
+            pid, pidfd = _start(sock, req, fds, boot, native)
+        except (ValueError, OSError, KeyError, TypeError, ArithmeticError) as exc:
             why = (str(exc) if isinstance(exc, (ValueError, OSError))
                    else f"bad spawn request ({type(exc).__name__}: {exc})")
             reply, rfds = {"key": _key(msg), "error": why}, []
         else:
-            try:
-                rfds = [os.pidfd_open(pid)]
-                reply = {"key": req["key"], "pid": pid}
-            except OSError as exc:
-                reply, rfds = {"key": req["key"], "error": f"pidfd_open: {exc.strerror}"}, []
+            reply, rfds = {"key": req["key"], "pid": pid}, [pidfd]
         for f in fds:
             if f >= 0:
                 os.close(f)
