@@ -16,10 +16,11 @@ leader's membership duties, and the ``cronrd cluster`` requests. Two kinds:
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, Awaitable, Callable, Protocol
 
 from ..config import Config
-from ..errors import RequestError
+from ..errors import RequestError, StateError
 from ..state.machine import StateMachine
 from .clock import Clock
 from .local_log import LocalLog
@@ -128,6 +129,14 @@ def open_members(config: Config, machine: StateMachine, clock: Clock) -> Members
     """The members this config describes: a cluster if it has a cluster:
     section, else this one host."""
     if config.cluster is None:
+        if os.path.exists(config.raft_db):
+            # Its state is a cluster's: on its own it would fire the
+            # cluster's jobs a second time and its history would fork.
+            raise StateError(
+                f"{config.data_dir} belongs to a cluster member (it holds a Raft log, "
+                f"{config.raft_db}) but the config has no cluster: section; restore the "
+                "cluster: section to run it as that member, or give this node a fresh "
+                "data_dir to run it alone")
         return OneHost(config, machine)
     from .cluster import Cluster  # the peer transport and TLS, only when needed
     return Cluster(config, machine, clock)

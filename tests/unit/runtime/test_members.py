@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cronrd.config import parse_config
-from cronrd.errors import RequestError
+from cronrd.errors import RequestError, StateError
 from cronrd.runtime.local_log import LocalLog
 from cronrd.runtime.members import OneHost, open_members
 from cronrd.runtime.storage import open_db
@@ -34,6 +34,14 @@ def test_one_host_leads_alone_with_a_fresh_lease(tmp_path):
     assert [(v.id, v.healthy, v.state) for v in m.node_views()] == [("solo", True, "up")]
     assert m.status() == {"role": "leader", "leader": "solo", "term": 0, "commit_index": 0}
     assert m.leader_duties() == [] and m.address() == "" and m.tags() == ()
+
+
+def test_a_cluster_members_data_dir_is_refused_without_a_cluster_section(tmp_path):
+    """The mirror of the cluster's refusal of a one-host data_dir: a member's
+    state run alone would fire the cluster's jobs a second time."""
+    (tmp_path / "raft.db").write_bytes(b"")
+    with pytest.raises(StateError, match="belongs to a cluster member.*restore the cluster:"):
+        one_host(tmp_path)
 
 
 def test_cluster_requests_on_one_host_say_how_to_get_a_cluster(tmp_path):
