@@ -40,6 +40,7 @@
 #include <sys/resource.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -55,6 +56,8 @@
 #define EXIT_NOTIFY_TRIES 5
 #define SUPERVISOR_NICE 10
 #define LINE_MAX_BYTES 4096
+#define EXIT_LINGER_MIN 0.05  /* seconds; supervisor.py EXIT_LINGER */
+#define EXIT_LINGER_MAX 1.0
 
 enum phase { PHASE_READY, PHASE_GATE, PHASE_RUN };
 
@@ -392,6 +395,25 @@ static pid_t spawn_job(struct sup *s, int out_fd)
 
 /* -- the supervisor ------------------------------------------------------ */
 
+/* All said and recorded: before it ends, the supervisor yields the CPU
+ * (SCHED_IDLE) and waits a random EXIT_LINGER_MIN..MAX seconds
+ * (supervisor.py says why: ending is costly when a hundred end at once). */
+static void linger(void)
+{
+    struct sched_param idle = {0};
+    struct timespec ts;
+    unsigned int r = 0;
+    long span = (long)((EXIT_LINGER_MAX - EXIT_LINGER_MIN) * 1e6);
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
+        r = (unsigned int)getpid() * 2654435761u;
+    long us = (long)(EXIT_LINGER_MIN * 1e6) + (long)(r % (unsigned long)span);
+    sched_setscheduler(0, SCHED_IDLE, &idle);
+    ts.tv_sec = us / 1000000;
+    ts.tv_nsec = (us % 1000000) * 1000;
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
 static int supervise(struct sup *s)
 {
     struct line l;
@@ -492,11 +514,7 @@ static int supervise(struct sup *s)
     event(&l, "closed");
     put(&l, ",\"written\":%lld", s->written);
     record_line(s, &l);
-    /* All said and recorded: freeing this process (a copy of the fork
-     * server's address space) waits for an idle CPU rather than delay the
-     * runs that a gate releases at this moment. */
-    struct sched_param idle = {0};
-    sched_setscheduler(0, SCHED_IDLE, &idle);
+    linger();
     return 0;
 }
 
