@@ -314,9 +314,9 @@ class Daemon:
         deadline = self.clock.monotonic() + HAND_OVER_PATIENCE
         while (left := deadline - self.clock.monotonic()) > 0:
             now = self.clock.now()
-            due = [r["due_at"] for r in Q.runs_for_node(self.conn, self.config.node_id,
+            due = [r.due_at for r in Q.runs_for_node(self.conn, self.config.node_id,
                                                         ("assigned",))
-                   if now < (r["due_at"] or 0) <= now + DUE_SOON]
+                   if now < (r.due_at or 0) <= now + DUE_SOON]
             if not due and not self.executor.gates_pending():
                 break
             await self.applied.wait(min([left, *(d - now + 0.05 for d in due)]))

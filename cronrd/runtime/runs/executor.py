@@ -30,6 +30,7 @@ from ...decisions import overlap
 from ...state import queries as Q
 from ...state import run_life as L
 from ...state.machine import Effect, Refused
+from ...state.run import Run
 from ..clock import Clock
 from .launch import Identities, launch
 from .legacy import at_gate, find_orphans, stop_orphans
@@ -63,7 +64,7 @@ class Gate:
 class ActiveRun:
     """A run this node is starting or running: its life (run_life.Life, the
     only state the executor keeps about it) and the handles that go with it."""
-    run: dict
+    run: Run
     spec: JobSpec | None
     key: str                         # the spawn's name: its record file and datagrams
     log_path: str
@@ -151,45 +152,45 @@ class Executor:
                 self.schedule(run)
             return
         run = eff.run
-        if run is None or run.get("node") != self.node_id:
+        if run is None or run.node != self.node_id:
             return
         if eff.kind == "assign":
             self.schedule(run)
         elif eff.kind == "cancel":
-            self.cancel(run["run_id"], run.get("reason") or "cancelled")
+            self.cancel(run.run_id, run.reason or "cancelled")
         elif eff.kind == "run_done":
-            handle = self.timers.pop(run["run_id"], None)
+            handle = self.timers.pop(run.run_id, None)
             if handle is not None:
                 handle.cancel()
-            act = self.active.get(run["run_id"])
+            act = self.active.get(run.run_id)
             if act is not None and not act.life.started:
                 # Final already (cancelled, job removed...) while it waited
                 # at its gate: it must not start, and it is not reported again.
-                self._apply(act, L.Stop("final", run.get("reason") or "final"))
+                self._apply(act, L.Stop("final", run.reason or "final"))
 
-    def schedule(self, run: dict) -> None:
+    def schedule(self, run: Run) -> None:
         """Prepare ``run`` PRESPAWN seconds before it is due (at once if sooner)."""
-        run_id = run["run_id"]
+        run_id = run.run_id
         if not self.accepting or run_id in self.timers or run_id in self.active:
             return
-        delay = (run["due_at"] or 0) - PRESPAWN - self.clock.now()
+        delay = (run.due_at or 0) - PRESPAWN - self.clock.now()
         if delay <= 0:
             self.prepare(run)
         else:
             self.timers[run_id] = asyncio.get_running_loop().call_later(
                 delay, self._prepare_timer, run)
 
-    def _prepare_timer(self, run: dict) -> None:
-        self.timers.pop(run["run_id"], None)
-        if self.accepting and self._still_mine([run]).get(run["run_id"], True):
+    def _prepare_timer(self, run: Run) -> None:
+        self.timers.pop(run.run_id, None)
+        if self.accepting and self._still_mine([run]).get(run.run_id, True):
             self.prepare(run)
 
-    def _still_mine(self, runs: list[dict]) -> dict[int, bool]:
+    def _still_mine(self, runs: list[Run]) -> dict[int, bool]:
         """Is each run still assigned here, with the same token? (A snapshot
         from the leader may have replaced the state meanwhile, without the
         effects that would have told us.)"""
-        now = Q.run_assignments(self.conn, [r["run_id"] for r in runs])
-        return {r["run_id"]: now.get(r["run_id"]) == ("assigned", self.node_id, r["token"])
+        now = Q.run_assignments(self.conn, [r.run_id for r in runs])
+        return {r.run_id: now.get(r.run_id) == ("assigned", self.node_id, r.token)
                 for r in runs}
 
     # -- starting -------------------------------------------------------------
@@ -211,7 +212,7 @@ class Executor:
         gate.ready_by = max(gate.ready_by, max(due, self.clock.now()) + READY_WAIT)
         return gate
 
-    def _over_cap(self, run: dict, spec: JobSpec) -> str | None:
+    def _over_cap(self, run: Run, spec: JobSpec) -> str | None:
         """max_running: the reason this run may not start now, or None. Runs
         waiting at a gate count: each holds a process and descriptors."""
         total = same = 0
@@ -219,9 +220,9 @@ class Executor:
             if not act.life.holds_slot:
                 continue
             total += 1
-            same += act.run["job"] == run["job"]
+            same += act.run.job == run.job
         if spec.max_running is not None and same >= spec.max_running:
-            return (f"max_running ({spec.max_running}) of job {run['job']} reached on node "
+            return (f"max_running ({spec.max_running}) of job {run.job} reached on node "
                     f"{self.node_id}")
         if total >= self.config.max_running:
             return f"max_running ({self.config.max_running}) reached on node {self.node_id}"
@@ -244,31 +245,31 @@ class Executor:
                 f"{', '.join(n for n in sources if n not in accept) or 'another node'}: pin it "
                 "to other nodes with run_on, or define it the same way here")
 
-    def prepare(self, run: dict) -> None:
+    def prepare(self, run: Run) -> None:
         """Spawn the run's process, waiting at the gate of its due time."""
-        spec = self._job_spec(run["job"])
+        spec = self._job_spec(run.job)
         now = self.clock.now()
         log_path = run_log_path(self.config.log_dir, run)
         if spec is None:
             self._report_now(run, "cancelled", now, reason="job no longer defined")
             return
-        refused = self._refused_source(run["job"])
+        refused = self._refused_source(run.job)
         if refused is not None:
             self._report_now(run, "skipped", now, reason=refused)
             return
         over = self._over_cap(run, spec)
         if over is not None:
-            due = run["due_at"] or now
-            if due - now > 0.001 and run["run_id"] not in self._deferred:
+            due = run.due_at or now
+            if due - now > 0.001 and run.run_id not in self._deferred:
                 # Runs may end before the fire time: decide then.
-                self._deferred.add(run["run_id"])
-                self.timers[run["run_id"]] = asyncio.get_running_loop().call_later(
+                self._deferred.add(run.run_id)
+                self.timers[run.run_id] = asyncio.get_running_loop().call_later(
                     due - now, self._prepare_timer, run)
                 return
-            self._deferred.discard(run["run_id"])
+            self._deferred.discard(run.run_id)
             self._report_now(run, "skipped", now, reason=over)
             return
-        self._deferred.discard(run["run_id"])
+        self._deferred.discard(run.run_id)
         try:
             logfd = open_run_log(self.config.log_dir, run, create=True)
         except (OSError, CronrdError) as exc:
@@ -297,8 +298,8 @@ class Executor:
             os.close(logfd)
             self._report_now(run, "failed", now, reason=msg, log_path=log_path)
             return
-        key = new_key(run["run_id"])
-        gate = self._gate(run["due_at"] or now)
+        key = new_key(run.run_id)
+        gate = self._gate(run.due_at or now)
         req = {"key": key, "argv": how.argv, "env": how.env, "cwd": how.cwd,
                "cap": spec.max_log_bytes, "switch": how.switch, "ids": how.ids,
                "record": os.path.join(self.runs_dir, key)}
@@ -317,7 +318,7 @@ class Executor:
         act = ActiveRun(run=run, spec=spec, key=key, log_path=log_path,
                         kill_grace=spec.kill_grace, user=how.user, gate=gate,
                         life=L.Life(switch=how.switch))
-        self.active[run["run_id"]] = act
+        self.active[run.run_id] = act
         self.by_key[key] = act
         gate.runs.append(act)
 
@@ -326,16 +327,16 @@ class Executor:
         same job that are running here, and (in a cluster) those the
         replicated state shows running on other nodes."""
         others = [a for a in self.active.values()
-                  if a is not act and a.run["job"] == act.run["job"] and a.life.started]
+                  if a is not act and a.run.job == act.run.job and a.life.started]
         # Alone, nothing runs elsewhere: no query on the path to the gate.
         remote = (Q.running_elsewhere(self.conn, act.run, self.node_id)
                   if self.others_can_run() else [])
-        local = {a.run["run_id"]: a for a in others}
+        local = {a.run.run_id: a for a in others}
         decision = overlap.decide(
             act.spec.concurrency,
             [overlap.Running(rid) for rid in local] + [overlap.Running(rid, node)
                                                        for rid, node in remote],
-            run_id=act.run["run_id"], manual=act.run["kind"] == "manual")
+            run_id=act.run.run_id, manual=act.run.kind == "manual")
         for other in decision.replace:
             if other.node is None:
                 self._apply(local[other.run_id], L.Stop("cancelled", decision.reason))
@@ -369,7 +370,7 @@ class Executor:
         for act in gate.runs:
             if act.life.over or act.life.stop_state is not None:
                 continue
-            if not mine.get(act.run["run_id"], True):
+            if not mine.get(act.run.run_id, True):
                 verdict = L.GateOpen(now, "final", "no longer assigned here")
             elif fenced:
                 # Not heard from the leader within the lease: the leader may
@@ -402,14 +403,14 @@ class Executor:
                 act.timers.append(loop.call_later(
                     act.spec.timeout, self._apply, act, L.Stop(
                         "timed_out", f"timed out after {act.spec.timeout:g}s (timeout)")))
-            self._propose(C.RunStarted(run_id=run["run_id"], token=run["token"],
+            self._propose(C.RunStarted(run_id=run.run_id, token=run.token,
                                        node=self.node_id, pid=act.life.pid,
                                        started_at=act.life.started_at,
                                        log_path=act.log_path), act)
         if go:
             log.info("event=runs_started count=%d due=%s lateness_ms=%.1f jobs=%s",
                      len(go), iso_utc(round(gate.due, 3)), (now - gate.due) * 1000,
-                     ",".join(a.run["job"] for a in go[:5]) + ("..." if len(go) > 5 else ""))
+                     ",".join(a.run.job for a in go[:5]) + ("..." if len(go) > 5 else ""))
 
     def _maybe_open(self, act: ActiveRun) -> None:
         """A run of a gate that waits for its runs got ready (or ended)."""
@@ -429,8 +430,8 @@ class Executor:
                 os.close(pidfd)
             return
         if error is not None or pidfd is None or not sup_pid:
-            log.error("event=spawn_failed job=%s run=%d error=\"%s\"", act.run["job"],
-                      act.run["run_id"], error)
+            log.error("event=spawn_failed job=%s run=%d error=\"%s\"", act.run.job,
+                      act.run.run_id, error)
             self._apply(act, L.SpawnFailed(error or "no supervisor"))
             return
         act.sup_pid, act.sup_fd = sup_pid, pidfd
@@ -466,8 +467,8 @@ class Executor:
             return
         reason = (f"its supervisor (pid {act.sup_pid}) ended unexpectedly (killed?); the "
                   "run's result is unknown")
-        log.error("event=supervisor_lost job=%s run=%d pid=%d", act.run["job"],
-                  act.run["run_id"], act.sup_pid)
+        log.error("event=supervisor_lost job=%s run=%d pid=%d", act.run.job,
+                  act.run.run_id, act.sup_pid)
         if rec is not None and rec.job_alive():
             # Only while its start time says the pid is still the job's.
             self._apply(act, L.Stop("lost", reason + "; its processes were stopped"))
@@ -516,14 +517,14 @@ class Executor:
         elif isinstance(action, L.Defer):
             log.info("event=run_deferred job=%s run=%d reason=\"daemon stopping before "
                      "the fire time; it starts when the daemon is back\"",
-                     act.run["job"], act.run["run_id"])
+                     act.run.job, act.run.run_id)
         elif isinstance(action, L.Report):
             self._report_end(act, action, note)
 
     def _forget(self, act: ActiveRun) -> None:
         for timer in act.timers:
             timer.cancel()
-        self.active.pop(act.run["run_id"], None)
+        self.active.pop(act.run.run_id, None)
         self.by_key.pop(act.key, None)
         self._close_supervisor(act)
         if act.gate is not None:
@@ -543,13 +544,13 @@ class Executor:
             # line each would run into journald's rate limit.
             log.log(logging.DEBUG if rep.state == "succeeded" else logging.INFO,
                     "event=run_finished job=%s run=%d state=%s exit_code=%s signal=%s "
-                    "duration_s=%.3f", run["job"], run["run_id"], rep.state, rep.exit_code,
+                    "duration_s=%.3f", run.job, run.run_id, rep.state, rep.exit_code,
                     rep.signal, finished - act.life.started_at)
         else:
             log.warning("event=run_not_started job=%s run=%d state=%s reason=\"%s\"",
-                        run["job"], run["run_id"], rep.state, reason)
+                        run.job, run.run_id, rep.state, reason)
         self._propose(C.RunFinished(
-            run_id=run["run_id"], token=run["token"], node=self.node_id, state=rep.state,
+            run_id=run.run_id, token=run.token, node=self.node_id, state=rep.state,
             exit_code=rep.exit_code, signal=rep.signal, started_at=rep.started_at,
             finished_at=finished, log_path=act.log_path if rep.log_kept else None,
             reason=reason, not_started=rep.not_started,
@@ -581,7 +582,7 @@ class Executor:
         pid = act.life.pid
         act.tree = snapshot_tree(pid) or act.tree
         log.info("event=run_stopping job=%s run=%d reason=\"%s\" processes=%d",
-                 act.run["job"], act.run["run_id"], act.life.stop_reason, len(act.tree))
+                 act.run.job, act.run.run_id, act.life.stop_reason, len(act.tree))
         signal_tree(pid, act.tree, signal.SIGTERM)
         # Kept apart from act.timers: it must still run after the job exits,
         # since grandchildren may outlive it.
@@ -592,8 +593,8 @@ class Executor:
         over, pid = act.life.over, act.life.pid
         procs = alive(act.tree + ([] if over else snapshot_tree(pid)))
         if procs or not over:
-            log.info("event=run_killed job=%s run=%d processes=%d", act.run["job"],
-                     act.run["run_id"], len(procs))
+            log.info("event=run_killed job=%s run=%d processes=%d", act.run.job,
+                     act.run.run_id, len(procs))
             signal_tree(pid, procs, signal.SIGKILL, leader_reaped=over)
 
     def cancel(self, run_id: int, reason: str) -> None:
@@ -605,12 +606,12 @@ class Executor:
             self._apply(act, L.Stop("cancelled", reason))
 
     # -- reporting ---------------------------------------------------------------
-    def _report_now(self, run: dict, state: str, at: float, *, reason: str,
+    def _report_now(self, run: Run, state: str, at: float, *, reason: str,
                     log_path: str | None = None, exit_code: int | None = None) -> None:
         log.warning("event=run_not_started job=%s run=%d state=%s reason=\"%s\"",
-                    run["job"], run["run_id"], state, reason)
+                    run.job, run.run_id, state, reason)
         self._propose(C.RunFinished(
-            run_id=run["run_id"], token=run["token"], node=self.node_id, state=state,
+            run_id=run.run_id, token=run.token, node=self.node_id, state=state,
             exit_code=exit_code, signal=None, started_at=None, finished_at=at,
             log_path=log_path, reason=reason))
 
@@ -697,10 +698,10 @@ class Executor:
         counts = {"lost": 0, "resumed": 0, "adopted": 0, "collected": 0}
         waits = []
         runs = [r for r in Q.runs_for_node(self.conn, self.node_id, ("running", "assigned"))
-                if r["run_id"] not in self._reported]
+                if r.run_id not in self._reported]
         self.accepting = True  # from here on, new assignments start as they come
         for run in runs:
-            seen = [records.seen(r) for r in found.pop(run["run_id"], [])]
+            seen = [records.seen(r) for r in found.pop(run.run_id, [])]
             settle = R.decide(run, seen, legacy=legacy)
             if settle.kind != R.LEGACY:
                 counts[self._settle(run, settle)] += 1
@@ -708,14 +709,14 @@ class Executor:
             if orphans is None:
                 orphans = find_orphans(self.node_id)
             path = run_log_path(self.config.log_dir, run)
-            procs = list(orphans.get(run["run_id"], []))
+            procs = list(orphans.get(run.run_id, []))
             # The recorded pid counts only if that process is this run's
             # (its environment says so): a forged pid must not name a stranger.
-            proc = run_process(run["pid"], run["started_at"], run_id=run["run_id"],
+            proc = run_process(run.pid, run.started_at, run_id=run.run_id,
                                node=self.node_id)
             if proc is not None and proc not in procs:
                 procs.append(proc)
-            if run["state"] == "assigned":
+            if run.state == "assigned":
                 waiting = [p for p in procs if at_gate(p)]
                 if len(waiting) == len(procs):
                     # Never passed its gate (a shell of the old daemon may still
@@ -740,20 +741,20 @@ class Executor:
             await asyncio.gather(*waits)
         return counts
 
-    def _start_again(self, run: dict) -> str:
+    def _start_again(self, run: Run) -> str:
         """A run that never passed its gate: start it, unless the catch-up
         policy no longer wants it."""
         late = self._stale_reason(run)
         if late is not None:
             self._propose(C.RunFinished(
-                run_id=run["run_id"], token=run["token"], node=self.node_id,
+                run_id=run.run_id, token=run.token, node=self.node_id,
                 state="skipped", exit_code=None, signal=None, started_at=None,
                 finished_at=self.clock.now(), log_path=None, reason=late))
         else:
             self.schedule(run)
         return "resumed"
 
-    def _settle(self, run: dict, settle: R.Settle) -> str:
+    def _settle(self, run: Run, settle: R.Settle) -> str:
         """Perform what recovery.decide said about ``run``; the count it adds to."""
         for other in settle.kill:
             self._signal_record(other.record, signal.SIGKILL)
@@ -763,20 +764,20 @@ class Executor:
             return self._start_again(run)
         now = self.clock.now()
         if settle.seen is None:  # lost without ever starting here
-            log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"],
-                        run["run_id"], settle.reason)
+            log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run.job,
+                        run.run_id, settle.reason)
             self._propose(C.RunFinished(
-                run_id=run["run_id"], token=run["token"], node=self.node_id, state="lost",
-                exit_code=None, signal=None, started_at=run["started_at"], finished_at=now,
+                run_id=run.run_id, token=run.token, node=self.node_id, state="lost",
+                exit_code=None, signal=None, started_at=run.started_at, finished_at=now,
                 log_path=None, reason=settle.reason))
             return "lost"
         rec = settle.seen.record
-        spec = self._job_spec(run["job"])
+        spec = self._job_spec(run.job)
         act = ActiveRun(run=run, spec=spec, key=rec.key,
                         log_path=run_log_path(self.config.log_dir, run),
                         kill_grace=spec.kill_grace if spec else 10.0,
                         life=L.Life(phase=L.Phase.STARTED, pid=rec.pid or 0, ready=True,
-                                    started_at=rec.started_at or run["started_at"] or now),
+                                    started_at=rec.started_at or run.started_at or now),
                         sup_pid=rec.sup or 0)
         if settle.kind == R.ADOPT and not self._watch_supervisor(act, rec):
             # It ended between the look and the pidfd.
@@ -784,23 +785,23 @@ class Executor:
             for other in settle.kill:
                 self._signal_record(other.record, signal.SIGKILL)
         if settle.kind == R.COLLECT:
-            log.info("event=run_collected job=%s run=%d status=%d", run["job"], run["run_id"],
+            log.info("event=run_collected job=%s run=%d status=%d", run.job, run.run_id,
                      rec.status)
             self._apply(act, L.Exited(rec.status, rec.written, rec.exited_at or now),
                         note="ended while cronrd was restarting")
             return "collected"
         if settle.kind == R.LOST:
-            log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"],
-                        run["run_id"], settle.reason)
+            log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run.job,
+                        run.run_id, settle.reason)
             act.life = dataclasses.replace(act.life, stop_state="lost",
                                            stop_reason=settle.reason)
             self._apply(act, L.Exited(None, rec.written, now))
             return "lost"
         # Adopted: it goes on under its supervisor.
-        self.active[run["run_id"]] = act
+        self.active[run.run_id] = act
         self.by_key[act.key] = act
-        if run["state"] == "assigned":  # it passed its gate as the last daemon stopped
-            self._propose(C.RunStarted(run_id=run["run_id"], token=run["token"],
+        if run.state == "assigned":  # it passed its gate as the last daemon stopped
+            self._propose(C.RunStarted(run_id=run.run_id, token=run.token,
                                        node=self.node_id, pid=act.life.pid,
                                        started_at=act.life.started_at,
                                        log_path=act.log_path), act)
@@ -809,8 +810,8 @@ class Executor:
             act.timers.append(asyncio.get_running_loop().call_later(
                 max(0.0, left), self._apply, act, L.Stop(
                     "timed_out", f"timed out after {spec.timeout:g}s (timeout)")))
-        log.info("event=run_adopted job=%s run=%d pid=%d supervisor=%d", run["job"],
-                 run["run_id"], act.life.pid, act.sup_pid)
+        log.info("event=run_adopted job=%s run=%d pid=%d supervisor=%d", run.job,
+                 run.run_id, act.life.pid, act.sup_pid)
         return "adopted"
 
     def _watch_supervisor(self, act: ActiveRun, rec: records.Record) -> bool:
@@ -825,27 +826,27 @@ class Executor:
         asyncio.get_running_loop().add_reader(fd, self._supervisor_ended, act)
         return True
 
-    def _stale_reason(self, run: dict) -> str | None:
+    def _stale_reason(self, run: Run) -> str | None:
         """A run assigned before the daemon stopped and never started: does the
         job's catch-up policy still want it?"""
-        if run["kind"] == "manual" or run["kind"] == "retry":
+        if run.kind == "manual" or run.kind == "retry":
             return None
-        spec = self._job_spec(run["job"])
+        spec = self._job_spec(run.job)
         if spec is None:
             return "job no longer defined"
-        return stale_reason(spec.catchup, spec.catchup_window, run["due_at"] or 0,
+        return stale_reason(spec.catchup, spec.catchup_window, run.due_at or 0,
                             self.clock.now())
 
-    async def _settle_lost(self, run: dict, procs: list, path: str) -> None:
-        spec = self._job_spec(run["job"])
-        reason = await stop_orphans(procs, run_id=run["run_id"], node_id=self.node_id,
+    async def _settle_lost(self, run: Run, procs: list, path: str) -> None:
+        spec = self._job_spec(run.job)
+        reason = await stop_orphans(procs, run_id=run.run_id, node_id=self.node_id,
                                     grace=spec.kill_grace if spec else 10.0,
                                     monotonic=self.clock.monotonic)
-        log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run["job"], run["run_id"],
+        log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run.job, run.run_id,
                     reason)
         self._propose(C.RunFinished(
-            run_id=run["run_id"], token=run["token"], node=self.node_id, state="lost",
-            exit_code=None, signal=None, started_at=run["started_at"],
+            run_id=run.run_id, token=run.token, node=self.node_id, state="lost",
+            exit_code=None, signal=None, started_at=run.started_at,
             finished_at=self.clock.now(), log_path=path, reason=reason))
 
     # -- shutdown -----------------------------------------------------------------
@@ -891,10 +892,10 @@ class Executor:
             # here), to be placed on a node that is up.
             now = self.clock.now()
             for run in Q.runs_for_node(self.conn, self.node_id, ("assigned",)):
-                act = self.active.get(run["run_id"])
+                act = self.active.get(run.run_id)
                 if act is None or not act.life.started:
                     self._propose(C.RunFinished(
-                        run_id=run["run_id"], token=run["token"], node=self.node_id,
+                        run_id=run.run_id, token=run.token, node=self.node_id,
                         state="lost", exit_code=None, signal=None, started_at=None,
                         finished_at=now, log_path=None, not_started=True,
                         reason=f"node {self.node_id} stopped before the run was due; "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ...errors import CronrdError
 from ...jobspec import JobSpec
 from ...schedule import iso_utc
+from ...state.run import Run
 
 log = logging.getLogger("cronrd.executor")
 
@@ -159,20 +160,20 @@ class Launch:
     env_script: bytes | None       # the job's environment, for the switching shell
 
 
-def launch(run: dict, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
+def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
            job_nofile: int) -> Launch:
     """What the supervisor execs for ``run``. Raises CronrdError when the run
     cannot be prepared here (its working directory is missing...)."""
-    fire_iso = iso_utc(run["fire_time"])
+    fire_iso = iso_utc(run.fire_time)
     env = {"PATH": DEFAULT_PATH, "SHELL": "/bin/sh", "HOME": ident["home"],
            "USER": ident["user"], "LOGNAME": ident["user"]}
     if "LANG" in os.environ:
         env["LANG"] = os.environ["LANG"]
     env.update(dict(spec.env))
     env.update({
-        "CRONRD_JOB": run["job"], "CRONRD_RUN_ID": str(run["run_id"]),
-        "CRONRD_FIRE_TIME": fire_iso, "CRONRD_ATTEMPT": str(run["attempt"]),
-        "CRONRD_RUN_KEY": f"{run['job']}/{fire_iso}/{run['attempt']}",
+        "CRONRD_JOB": run.job, "CRONRD_RUN_ID": str(run.run_id),
+        "CRONRD_FIRE_TIME": fire_iso, "CRONRD_ATTEMPT": str(run.attempt),
+        "CRONRD_RUN_KEY": run.key,
         "CRONRD_NODE": node_id, "CRONRD_LOG_PATH": log_path,
     })
     command = (["/bin/sh", "-c", spec.command] if isinstance(spec.command, str)
