@@ -190,3 +190,18 @@ def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
     argv = [*ident["prefix"], "/bin/sh", "-c", DROP_SCRIPT, "cronrd-start", cwd,
             ident["user"], *argv]
     return Launch(argv, {"PATH": CLEAN_PATH}, "/", ident["user"], True, ident["ids"], script)
+
+
+def env_memfd(script: bytes) -> int:
+    """A memfd holding the job's environment script, read from its start
+    (the switching shell's stdout; see ``env_script``)."""
+    fd = os.memfd_create("cronrd-env", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(script)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
