@@ -34,6 +34,7 @@ from .leadership import Leadership
 from .members import open_members
 from .runs.executor import Executor
 from .runs.outbox import Outbox
+from .runs.supervisor import boot_id
 from .scheduler import local_node, reboot_fires
 from .sdnotify import Notifier
 from .storage import DataDirLock, open_db
@@ -206,11 +207,10 @@ class Daemon:
     # -- @reboot: once per host boot, as Debian's cron does it ----------------------
     @staticmethod
     def _boot_id() -> str:
-        try:
-            with open("/proc/sys/kernel/random/boot_id") as f:
-                return f.read().strip()
-        except OSError:
-            return str(int(psutil.boot_time()))
+        """The kernel's boot id, as the run supervisors record it (or, where
+        the kernel has none, the boot time)."""
+        bid = boot_id()
+        return bid if bid != "unknown" else str(int(psutil.boot_time()))
 
     def _boot_marker(self) -> str:
         return os.path.join(self.config.data_dir, "last_boot_id")
