@@ -35,6 +35,7 @@ from .leadership import Leadership
 from .members import open_members
 from .runs.executor import Executor
 from .runs.outbox import Outbox
+from .runs.supervisor import boot_id
 from .scheduler import local_node, reboot_fires
 from .sdnotify import Notifier
 from .storage import DataDirLock, open_db
@@ -208,11 +209,10 @@ class Daemon:
     # -- @reboot: once per host boot, as Debian's cron does it ----------------------
     @staticmethod
     def _boot_id() -> str:
-        try:
-            with open("/proc/sys/kernel/random/boot_id") as f:
-                return f.read().strip()
-        except OSError:
-            return str(int(psutil.boot_time()))
+        """The kernel's boot id, as the run supervisors record it (or, where
+        the kernel has none, the boot time)."""
+        bid = boot_id()
+        return bid if bid != "unknown" else str(int(psutil.boot_time()))
 
     def _boot_marker(self) -> str:
         return os.path.join(self.config.data_dir, "last_boot_id")
@@ -316,9 +316,9 @@ class Daemon:
         deadline = self.clock.monotonic() + HAND_OVER_PATIENCE
         while (left := deadline - self.clock.monotonic()) > 0:
             now = self.clock.now()
-            due = [r["due_at"] for r in Q.runs_for_node(self.conn, self.config.node_id,
+            due = [r.due_at for r in Q.runs_for_node(self.conn, self.config.node_id,
                                                         ("assigned",))
-                   if now < (r["due_at"] or 0) <= now + DUE_SOON]
+                   if now < (r.due_at or 0) <= now + DUE_SOON]
             if not due and not self.executor.gates_pending():
                 break
             await self.applied.wait(min([left, *(d - now + 0.05 for d in due)]))

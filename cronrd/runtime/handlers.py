@@ -23,6 +23,7 @@ from ..schedule import iso_utc, make_trigger, parse_schedule
 from ..state import commands as C
 from ..state import run_states
 from ..state import queries as Q
+from ..state.run import Run
 from ..state.machine import Effect, StateMachine
 from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .clock import Clock
@@ -75,7 +76,7 @@ class Handlers:
         """Wake whoever waits for a run that is done (`run-now --wait`)."""
         for eff in effects:
             if eff.kind == "run_done" and eff.run is not None:
-                for fut in self.waiters.pop(eff.run["run_id"], []):
+                for fut in self.waiters.pop(eff.run.run_id, []):
                     if not fut.done():
                         fut.set_result(eff.run)
 
@@ -87,9 +88,9 @@ class Handlers:
                 log.warning("event=proposal_failed error=\"%s\"", f.exception())
         fut.add_done_callback(done)
 
-    async def _wait_run(self, run_id: int) -> dict:
+    async def _wait_run(self, run_id: int) -> Run:
         run = Q.get_run(self.conn, run_id)
-        if run is not None and run["state"] not in run_states.ACTIVE:
+        if run is not None and run.state not in run_states.ACTIVE:
             return run
         fut = asyncio.get_running_loop().create_future()
         self.waiters.setdefault(run_id, []).append(fut)
@@ -221,7 +222,7 @@ class Handlers:
             "timezone": self.config.timezone,
         }
 
-    def _job_view(self, job: dict, last: dict | None) -> dict:
+    def _job_view(self, job: dict, last: Run | None) -> dict:
         spec = job["spec"]
         return {
             "name": job["name"], "schedule": spec["schedule"],
@@ -231,7 +232,7 @@ class Handlers:
             "source": job["source"], "next_fire": iso_utc(self._next_fire(job)),
             "conflict": job.get("conflict"), "sources": job.get("sources", []),
             "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
-            "last_run": Q.run_view(last) if last else None,
+            "last_run": last.view() if last else None,
             "concurrency": spec.get("concurrency"), "catchup": spec.get("catchup"),
             "run_on": spec.get("run_on"), "digest": job["digest"],
         }
@@ -270,7 +271,7 @@ class Handlers:
             raise UsageError(f"unknown state {state!r}; use one of {', '.join(RUN_STATES)}")
         if not 1 <= limit <= 100000:
             raise UsageError("limit must be between 1 and 100000")
-        runs = [Q.run_view(r) for r in Q.list_runs(self.conn, job, state, limit)]
+        runs = [r.view() for r in Q.list_runs(self.conn, job, state, limit)]
         gaps = Q.list_gaps(self.conn, job, limit) if state in (None, "skipped") else []
         return {"runs": runs, "gaps": gaps, "applied_index": self.machine.applied_index}
 
@@ -280,17 +281,17 @@ class Handlers:
         run = Q.get_run(self.conn, run_id)
         if run is None:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
-        return Q.run_view(run)
+        return run.view()
 
-    def _find_log_run(self, job: str, run_id: int | None) -> dict:
+    def _find_log_run(self, job: str, run_id: int | None) -> Run:
         if run_id is not None:
             run = Q.get_run(self.conn, run_id)
-            if run is None or run["job"] != job:
+            if run is None or run.job != job:
                 raise RequestError(f"job {job!r} has no run {run_id}; `cronrd runs {job}` "
                                    "lists its runs")
             return run
         for run in Q.list_runs(self.conn, job, None, 200):
-            if run["log_path"] or run["state"] in run_states.ACTIVE:
+            if run.log_path or run.state in run_states.ACTIVE:
                 return run
         self._job_or_error(job)
         raise RequestError(f"job {job!r} has no run with a log yet; `cronrd run-now {job}` "
@@ -307,15 +308,15 @@ class Handlers:
     def read_log_chunk(self, run_id: int, offset: int) -> dict:
         return read_log_chunk(self.config, self.conn, run_id, offset)
 
-    async def _stream_log(self, run: dict, follow: bool):
-        run_id = run["run_id"]
+    async def _stream_log(self, run: Run, follow: bool):
+        run_id = run.run_id
         offset = 0
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         me = self.config.node_id
         while True:
             run = Q.get_run(self.conn, run_id) or run
-            active = run["state"] in run_states.ACTIVE
-            node = run["node"]
+            active = run.state in run_states.ACTIVE
+            node = run.node
             while True:
                 if node in (None, me):
                     chunk = self.read_log_chunk(run_id, offset)
@@ -326,7 +327,7 @@ class Handlers:
                     except CronrdError as exc:
                         raise RequestError(
                             f"run {run_id} ran on node {node}, whose log could not be read: "
-                            f"{exc}; the file is {run['log_path'] or 'in its log_dir'} on "
+                            f"{exc}; the file is {run.log_path or 'in its log_dir'} on "
                             f"that host") from None
                 data = base64.b64decode(chunk["data"])
                 offset = chunk["offset"]
@@ -338,7 +339,7 @@ class Handlers:
                 tail = decoder.decode(b"", final=True)
                 if tail:
                     yield {"data": tail}
-                yield {"result": Q.run_view(run)}
+                yield {"result": run.view()}
                 return
             await asyncio.sleep(FOLLOW_INTERVAL)  # a file has no "grew" event: look again
 
@@ -358,10 +359,10 @@ class Handlers:
         """Wait for the run and any retries; yield each attempt's end."""
         while True:
             run = await self._wait_run(run_id)
-            yield {"event": Q.run_view(run)}
+            yield {"event": run.view()}
             nxt = Q.next_attempt(self.conn, run)
             if nxt is None:
-                yield {"result": Q.run_view(run)}
+                yield {"result": run.view()}
                 return
             run_id = nxt
 
@@ -384,14 +385,14 @@ class Handlers:
         run = Q.get_run(self.conn, run_id)
         if run is None:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
-        await self._authorize_job(caller, "cancel", str(run_id), run["job"], change=True)
-        if run["state"] not in run_states.ACTIVE:
-            raise RequestError(f"run {run_id} of job {run['job']!r} is already "
-                               f"{run['state']}; there is nothing to cancel")
+        await self._authorize_job(caller, "cancel", str(run_id), run.job, change=True)
+        if run.state not in run_states.ACTIVE:
+            raise RequestError(f"run {run_id} of job {run.job!r} is already "
+                               f"{run.state}; there is nothing to cancel")
         await self.log.propose(C.CancelRun(
             run_id=run_id, reason=f"cancelled by {caller.describe()} (`cronrd cancel`)",
             at=self.clock.now()))
-        return Q.run_view(Q.get_run(self.conn, run_id) or run)
+        return (Q.get_run(self.conn, run_id) or run).view()
 
     async def h_audit(self, args: dict) -> dict:
         await self._consistent(args)
@@ -448,7 +449,7 @@ def read_log_chunk(config: Config, conn, run_id: int, offset: int) -> dict:
     except FileNotFoundError:
         # No log: a run that never started has none. One the record says
         # had a log (and that is over) lost it to log retention.
-        if run["log_path"] and run["state"] not in run_states.ACTIVE:
+        if run.log_path and run.state not in run_states.ACTIVE:
             raise RequestError(f"log file {path} of run {run_id} is gone from node "
                                f"{config.node_id} (removed by log "
                                "retention?)") from None

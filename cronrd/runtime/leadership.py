@@ -146,7 +146,7 @@ class Leadership:
     async def _place_pending(self) -> None:
         if not self.log.is_leader:
             return
-        runs = [r for r in Q.pending_runs(self.conn) if r["run_id"] not in self._assigning]
+        runs = [r for r in Q.pending_runs(self.conn) if r.run_id not in self._assigning]
         if not runs:
             return
         self.placement.begin()
@@ -154,33 +154,33 @@ class Leadership:
         specs: dict[str, list[str] | None] = {}
         members = set(self.members.member_ids())
         for run in runs:
-            if run["job"] not in specs:
-                spec = Q.job_spec(self.conn, run["job"])
-                specs[run["job"]] = [] if spec is None else self.placement.eligible(spec)
+            if run.job not in specs:
+                spec = Q.job_spec(self.conn, run.job)
+                specs[run.job] = [] if spec is None else self.placement.eligible(spec)
                 if spec is not None and spec.run_on.mode == "nodes" and \
                         not members & set(spec.run_on.values):
-                    specs[run["job"]] = None  # no listed node is a member any more
-            ready = specs[run["job"]]
-            gone = (run["target"] and run["target"] not in members) or ready is None
+                    specs[run.job] = None  # no listed node is a member any more
+            ready = specs[run.job]
+            gone = (run.target and run.target not in members) or ready is None
             if gone:
                 # It can never be placed: say so rather than wait for ever.
-                self._assigning.add(run["run_id"])
-                proposals.append((run["run_id"], self.log.propose_as_leader(C.CancelRun(
-                    run_id=run["run_id"], at=self.clock.now(),
+                self._assigning.add(run.run_id)
+                proposals.append((run.run_id, self.log.propose_as_leader(C.CancelRun(
+                    run_id=run.run_id, at=self.clock.now(),
                     reason="no member can run it any more (its node was removed)"))))
                 continue
-            if run["target"]:
-                if run["target"] not in ready:
+            if run.target:
+                if run.target not in ready:
                     continue  # a per-node run waits for its node
-                node = run["target"]
+                node = run.target
             elif not ready:
                 continue  # waits until an eligible node is up
             else:
-                node = self.placement.pick(ready, f"{run['job']}/{run['fire_time']}/"
-                                                  f"{run['attempt']}")
-            self._assigning.add(run["run_id"])
-            proposals.append((run["run_id"], self.log.propose_as_leader(C.AssignRun(
-                run_id=run["run_id"], node=node, at=self.clock.now()))))
+                node = self.placement.pick(ready, f"{run.job}/{run.fire_time}/"
+                                                  f"{run.attempt}")
+            self._assigning.add(run.run_id)
+            proposals.append((run.run_id, self.log.propose_as_leader(C.AssignRun(
+                run_id=run.run_id, node=node, at=self.clock.now()))))
         for run_id, fut in proposals:
             try:
                 await fut

@@ -21,20 +21,15 @@ from ..decisions import overlap
 from ..errors import StateError
 from ..schedule import retry_delay
 from . import commands as C
+from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1
 
 
-RUN_COLUMNS = ("run_id", "job", "origin", "kind", "fire_time", "attempt", "target",
-               "state", "node", "token", "due_at", "created_at", "started_at",
-               "finished_at", "pid", "exit_code", "signal", "log_path", "reason",
-               "cancel_requested")
-
-
 @dataclass(frozen=True)
 class Effect:
-    kind: str  # assign | pending | cancel | run_done | jobs_changed
-    run: dict | None = None
+    kind: str  # assign | pending | cancel | run_done | jobs_changed | restored
+    run: Run | None = None
     job: str | None = None
 
 
@@ -50,10 +45,6 @@ class _Raw:
 
     def encode(self) -> bytes:
         return self.data
-
-
-def run_row(row: tuple) -> dict:
-    return dict(zip(RUN_COLUMNS, row))
 
 
 def canon(value: Any) -> str:
@@ -236,9 +227,9 @@ class StateMachine:
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
         # Runs not yet started will never start; running ones finish.
         for row in list(self.conn.execute(
-                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state IN "
+                f"{SELECT_RUNS} WHERE job=? AND state IN "
                 f"{sql_in(NOT_STARTED)} ORDER BY run_id", (name,))):
-            self._finish(run_row(row), "cancelled", at,
+            self._finish(Run.from_row(row), "cancelled", at,
                          reason="job removed before the run started", effects=effects)
         effects.append(Effect("jobs_changed", job=name))
 
@@ -258,26 +249,26 @@ class StateMachine:
         """Scheduled fires committed ahead whose time has not come yet follow a
         pause or a disable at once (their waiting process is stopped)."""
         for row in list(self.conn.execute(
-                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state='assigned'"
+                f"{SELECT_RUNS} WHERE job=? AND state='assigned'"
                 " AND kind IN ('scheduled','catchup') AND due_at > ?", (job, at))):
-            self._finish(run_row(row), "skipped", at, reason=reason, effects=effects)
+            self._finish(Run.from_row(row), "skipped", at, reason=reason, effects=effects)
 
     # -- runs -----------------------------------------------------------------
-    def _get_run(self, run_id: int) -> dict:
+    def _get_run(self, run_id: int) -> Run:
         for row in self.conn.execute(
-                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE run_id=?", (run_id,)):
-            return run_row(row)
+                f"{SELECT_RUNS} WHERE run_id=?", (run_id,)):
+            return Run.from_row(row)
         raise Refused(f"no run with id {run_id}; `cronrd runs` lists recent runs")
 
-    def _active_runs(self, job: str) -> list[dict]:
-        return [run_row(r) for r in self.conn.execute(
-            f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? AND state IN "
+    def _active_runs(self, job: str) -> list[Run]:
+        return [Run.from_row(r) for r in self.conn.execute(
+            f"{SELECT_RUNS} WHERE job=? AND state IN "
             f"{sql_in(ACTIVE)} ORDER BY run_id", (job,))]
 
     def _insert_run(self, index: int, *, job: str, origin: str, kind: str,
                     fire_time: int, attempt: int, state: str, node: str | None,
                     due_at: float | None, at: float, reason: str | None = None,
-                    target: str = "") -> dict:
+                    target: str = "") -> Run:
         try:
             self.conn.execute(
                 "INSERT INTO runs(job, origin, kind, fire_time, attempt, target, state,"
@@ -292,21 +283,21 @@ class StateMachine:
     def _admit(self, index: int, job: dict, at: float, effects) -> str | None:
         """The overlap policy for a manual run: against runs already running
         (one assigned ahead of its fire time is decided at its own gate)."""
-        active = {r["run_id"]: r for r in self._active_runs(job["name"])
-                  if r["state"] == "running"}
+        active = {r.run_id: r for r in self._active_runs(job["name"])
+                  if r.state == "running"}
         decision = overlap.decide(job["spec"].get("concurrency", "forbid"),
                                   [overlap.Running(rid) for rid in active])
         for other in decision.replace:
             self._request_cancel(active[other.run_id], decision.reason, at, effects)
         return decision.skip
 
-    def _request_cancel(self, run: dict, reason: str, at: float, effects) -> None:
-        if run["state"] in NOT_STARTED:
+    def _request_cancel(self, run: Run, reason: str, at: float, effects) -> None:
+        if run.state in NOT_STARTED:
             self._finish(run, "cancelled", at, reason=reason, effects=effects)
         else:
             self.conn.execute("UPDATE runs SET cancel_requested=1, reason=? WHERE run_id=?",
-                              (reason, run["run_id"]))
-            effects.append(Effect("cancel", run=self._get_run(run["run_id"])))
+                              (reason, run.run_id))
+            effects.append(Effect("cancel", run=self._get_run(run.run_id)))
 
     def _apply_fire(self, index, cmd: C.Fire, effects):
         job = self._need_job(cmd.job)
@@ -330,14 +321,14 @@ class StateMachine:
                                    node=None, due_at=None, at=cmd.at, reason=reason,
                                    target=cmd.target)
             self.conn.execute("UPDATE runs SET finished_at=? WHERE run_id=?",
-                              (cmd.at, run["run_id"]))
-            return {"run_id": run["run_id"], "state": "skipped", "reason": reason}
+                              (cmd.at, run.run_id))
+            return {"run_id": run.run_id, "state": "skipped", "reason": reason}
         run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                                fire_time=cmd.fire_time, attempt=1, state="assigned",
                                node=cmd.node, due_at=cmd.due_at, at=cmd.at,
                                target=cmd.target)
         effects.append(Effect("assign", run=run))
-        return {"run_id": run["run_id"], "state": "assigned"}
+        return {"run_id": run.run_id, "state": "assigned"}
 
     def _apply_record_gap(self, index, cmd: C.RecordGap, effects):
         job = self._need_job(cmd.job)
@@ -362,50 +353,50 @@ class StateMachine:
                                fire_time=int(cmd.at), attempt=1, state=state,
                                node=cmd.node or None, due_at=cmd.at, at=cmd.at)
         effects.append(Effect("assign" if cmd.node else "pending", run=run))
-        return {"run_id": run["run_id"], "state": state}
+        return {"run_id": run.run_id, "state": state}
 
     def _apply_run_started(self, index, cmd: C.RunStarted, effects):
         run = self._get_run(cmd.run_id)
-        if run["token"] != cmd.token or run["node"] != cmd.node:
+        if run.token != cmd.token or run.node != cmd.node:
             raise Refused(f"run {cmd.run_id}: start report from {cmd.node} with token "
-                          f"{cmd.token} is stale (current token {run['token']} on {run['node']})")
-        if run["pid"] == cmd.pid and run["started_at"] == cmd.started_at:
+                          f"{cmd.token} is stale (current token {run.token} on {run.node})")
+        if run.pid == cmd.pid and run.started_at == cmd.started_at:
             # The same report again (a forwarded proposal retried after a timeout).
-            return {"state": run["state"], "duplicate": True,
-                    "cancel": run["state"] == "running" and bool(run["cancel_requested"])}
-        if run["state"] != "assigned":
+            return {"state": run.state.value, "duplicate": True,
+                    "cancel": run.state == "running" and bool(run.cancel_requested)}
+        if run.state != "assigned":
             # Cancelled while the process was being started: tell the node to stop it.
             self.conn.execute("UPDATE runs SET pid=?, started_at=?, log_path=? "
                               "WHERE run_id=?",
                               (cmd.pid, cmd.started_at, cmd.log_path, cmd.run_id))
             effects.append(Effect("cancel", run=self._get_run(cmd.run_id)))
-            return {"state": run["state"], "cancel": True}
+            return {"state": run.state.value, "cancel": True}
         self.conn.execute(
             "UPDATE runs SET state='running', pid=?, started_at=?, log_path=? WHERE run_id=?",
             (cmd.pid, cmd.started_at, cmd.log_path, cmd.run_id))
-        return {"state": "running", "cancel": bool(run["cancel_requested"])}
+        return {"state": "running", "cancel": bool(run.cancel_requested)}
 
     def _apply_run_finished(self, index, cmd: C.RunFinished, effects):
         if cmd.state not in REPORTABLE:
             raise Refused(f"run {cmd.run_id}: {cmd.state!r} is not a final state")
         run = self._get_run(cmd.run_id)
-        if run["state"] == cmd.state and run["state"] not in TRANSITIONS and (
-                run["token"], run["node"]) == (cmd.token, cmd.node):
+        if run.state == cmd.state and run.state not in TRANSITIONS and (
+                run.token, run.node) == (cmd.token, cmd.node):
             # The same report again (a forwarded proposal retried after a timeout),
             # or the node's own word after the leader declared the run lost.
-            out = {"state": run["state"], "duplicate": True}
+            out = {"state": run.state.value, "duplicate": True}
             if cmd.state == "lost" and cmd.not_started:
                 out["retry_run_id"] = self._retry_never_started(index, run, cmd.finished_at,
                                                                 effects)
             return out
-        if run["token"] != cmd.token or run["state"] not in TRANSITIONS:
+        if run.token != cmd.token or run.state not in TRANSITIONS:
             # Stale attempt or already final: keep as history, do not overwrite.
             self.conn.execute(
                 "INSERT INTO late_reports(run_id, node, token, state, exit_code, signal,"
                 " finished_at, log_path, received_index) VALUES(?,?,?,?,?,?,?,?,?)",
                 (cmd.run_id, cmd.node, cmd.token, cmd.state, cmd.exit_code, cmd.signal,
                  cmd.finished_at, cmd.log_path, index))
-            return {"state": run["state"], "late": True}
+            return {"state": run.state.value, "late": True}
         if cmd.started_at is not None:
             self.conn.execute("UPDATE runs SET started_at=COALESCE(started_at, ?) "
                               "WHERE run_id=?", (cmd.started_at, cmd.run_id))
@@ -418,25 +409,25 @@ class StateMachine:
                              not_started=cmd.not_started and cmd.state == "lost")
         return {"state": cmd.state, "retry_run_id": retry}
 
-    def _retry_never_started(self, index: int, run: dict, at: float, effects) -> int | None:
+    def _retry_never_started(self, index: int, run: Run, at: float, effects) -> int | None:
         """A run declared lost (node silent) whose node now says it never
         started: give it its next attempt if nothing else did (the policy may
         have kept a lost run from being retried; one that never ran is)."""
-        if self._job(run["job"]) is None:
+        if self._job(run.job) is None:
             return None
         for _ in self.conn.execute(
                 "SELECT 1 FROM runs WHERE job=? AND origin=? AND fire_time=? AND target=? "
-                "AND attempt=?", (run["job"], run["origin"], run["fire_time"], run["target"],
-                                  run["attempt"] + 1)):
+                "AND attempt=?", (run.job, run.origin, run.fire_time, run.target,
+                                  run.attempt + 1)):
             return None
-        new = self._insert_run(index, job=run["job"], origin=run["origin"], kind="retry",
-                               fire_time=run["fire_time"], attempt=run["attempt"] + 1,
+        new = self._insert_run(index, job=run.job, origin=run.origin, kind="retry",
+                               fire_time=run.fire_time, attempt=run.attempt + 1,
                                state="pending", node=None, due_at=at, at=at,
-                               target=run["target"])
+                               target=run.target)
         effects.append(Effect("pending", run=new))
-        return new["run_id"]
+        return new.run_id
 
-    def _finish(self, run: dict, state: str, at: float, *, reason: str | None = None,
+    def _finish(self, run: Run, state: str, at: float, *, reason: str | None = None,
                 exit_code: int | None = None, signal: int | None = None,
                 log_path: str | None = None, effects, index: int | None = None,
                 not_started: bool = False) -> int | None:
@@ -445,21 +436,21 @@ class StateMachine:
         A lost run its node says never started is retried whatever the
         policy: running it once is then neither a second run (at-most-once
         holds) nor optional (at-least-once needs it)."""
-        if state not in TRANSITIONS.get(run["state"], ()):
-            raise Refused(f"run {run['run_id']} cannot go from {run['state']} to {state}")
-        job = None if index is None or run["cancel_requested"] else self._job(run["job"])
+        if state not in TRANSITIONS.get(run.state, ()):
+            raise Refused(f"run {run.run_id} cannot go from {run.state} to {state}")
+        job = None if index is None or run.cancel_requested else self._job(run.job)
         spec = job["spec"] if job is not None else {}
         no_retry = state == "lost" and spec.get("on_node_loss", "retry") != "retry" \
             and not not_started
         if job is not None and no_retry:
             note = f"not retried (on_node_loss: {spec['on_node_loss']})"
-            base = reason if reason is not None else run["reason"]
+            base = reason if reason is not None else run.reason
             reason = f"{base}; {note}" if base else note
         self.conn.execute(
             "UPDATE runs SET state=?, finished_at=?, exit_code=?, signal=?,"
             " log_path=COALESCE(?, log_path), reason=COALESCE(?, reason) WHERE run_id=?",
-            (state, at, exit_code, signal, log_path, reason, run["run_id"]))
-        effects.append(Effect("run_done", run=self._get_run(run["run_id"])))
+            (state, at, exit_code, signal, log_path, reason, run.run_id))
+        effects.append(Effect("run_done", run=self._get_run(run.run_id)))
         if job is None or no_retry:
             return None
         policy = spec.get("retries") or {}
@@ -468,35 +459,35 @@ class StateMachine:
             allowed = max(allowed, 2)  # at-least-once: a lost run is retried
         elif state not in ("failed", "timed_out"):
             return None
-        attempt = run["attempt"] + 1
+        attempt = run.attempt + 1
         if attempt > allowed and not not_started:
             return None
-        key = f"{run['job']}/{run['fire_time']}/{attempt}"
+        key = f"{run.job}/{run.fire_time}/{attempt}"
         delay = 0.0 if state == "lost" else retry_delay(
             attempt, float(policy.get("delay", 10.0)), float(policy.get("backoff", 2.0)),
             float(policy.get("max_delay", 3600.0)), float(policy.get("jitter", 0.0)), key)
         # A lost run must run elsewhere: it waits, pending, for the leader to place
         # it; a failed one is retried where it ran.
         lost = state == "lost"
-        new = self._insert_run(index, job=run["job"], origin=run["origin"], kind="retry",
-                               fire_time=run["fire_time"], attempt=attempt,
+        new = self._insert_run(index, job=run.job, origin=run.origin, kind="retry",
+                               fire_time=run.fire_time, attempt=attempt,
                                state="pending" if lost else "assigned",
-                               node=None if lost else run["node"], due_at=at + delay, at=at,
-                               target=run["target"])
+                               node=None if lost else run.node, due_at=at + delay, at=at,
+                               target=run.target)
         effects.append(Effect("pending" if lost else "assign", run=new))
-        return new["run_id"]
+        return new.run_id
 
     def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
         run = self._get_run(cmd.run_id)
-        if run["state"] not in ACTIVE:
-            raise Refused(f"run {cmd.run_id} is already {run['state']}")
+        if run.state not in ACTIVE:
+            raise Refused(f"run {cmd.run_id} is already {run.state}")
         self._request_cancel(run, cmd.reason, cmd.at, effects)
         return {"run_id": cmd.run_id}
 
     def _apply_assign_run(self, index, cmd: C.AssignRun, effects):
         run = self._get_run(cmd.run_id)
-        if run["state"] != "pending":
-            raise Refused(f"run {cmd.run_id} is {run['state']}, not pending; only pending "
+        if run.state != "pending":
+            raise Refused(f"run {cmd.run_id} is {run.state}, not pending; only pending "
                           "runs are placed")
         self.conn.execute("UPDATE runs SET state='assigned', node=?, token=? WHERE run_id=?",
                           (cmd.node, index, cmd.run_id))
@@ -527,12 +518,12 @@ class StateMachine:
     def _lose_runs(self, index: int, node: str, at: float, reason: str, effects) -> dict:
         lost, retries = [], []
         for row in list(self.conn.execute(
-                f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE state IN ('pending',"
+                f"{SELECT_RUNS} WHERE state IN ('pending',"
                 "'assigned','running') AND state != 'pending' AND node=? ORDER BY run_id",
                 (node,))):
-            run = run_row(row)
+            run = Run.from_row(row)
             retry = self._finish(run, "lost", at, reason=reason, effects=effects, index=index)
-            lost.append(run["run_id"])
+            lost.append(run.run_id)
             if retry is not None:
                 retries.append(retry)
         return {"lost": lost, "retries": retries}

@@ -1,4 +1,5 @@
-"""Read-only queries over the replicated state, shaped for the CLI's JSON."""
+"""Read-only queries over the replicated state. Runs come back as ``Run``
+values (run.py); the rest shaped for the CLI's JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import apsw
 
 from ..jobspec import JobSpec
 from ..schedule import iso_utc
-from .machine import RUN_COLUMNS, run_row
+from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE as ACTIVE_STATES
 
 # The runs_active partial index's predicate: a query must repeat it to use the index.
@@ -17,38 +18,14 @@ ACTIVE_SQL = "state IN (%s)" % ",".join(f"'{s}'" for s in ACTIVE_STATES)
 TIME_FIELDS = ("due_at", "created_at", "started_at", "finished_at")
 
 
-def run_view(run: dict) -> dict:
-    """A run as the CLI shows it: stable field names, ISO 8601 UTC times."""
-    out = {
-        "run_id": run["run_id"],
-        "job": run["job"],
-        "kind": run["kind"],
-        "fire_time": iso_utc(run["fire_time"]),
-        "attempt": run["attempt"],
-        "state": run["state"],
-        "node": run["node"],
-        "pid": run["pid"],
-        "exit_code": run["exit_code"],
-        "signal": run["signal"],
-        "started_at": iso_utc(run["started_at"]),
-        "finished_at": iso_utc(run["finished_at"]),
-        "log_path": run["log_path"],
-        "reason": run["reason"],
-        "due_at": iso_utc(run["due_at"]),
-        "run_key": f"{run['job']}/{iso_utc(run['fire_time'])}/{run['attempt']}",
-    }
-    return out
-
-
-def get_run(conn: apsw.Connection, run_id: int) -> dict | None:
-    for row in conn.execute(f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE run_id=?",
-                            (run_id,)):
-        return run_row(row)
+def get_run(conn: apsw.Connection, run_id: int) -> Run | None:
+    for row in conn.execute(f"{SELECT_RUNS} WHERE run_id=?", (run_id,)):
+        return Run.from_row(row)
     return None
 
 
 def list_runs(conn: apsw.Connection, job: str | None = None, state: str | None = None,
-              limit: int = 50) -> list[dict]:
+              limit: int = 50) -> list[Run]:
     where, args = [], []
     if job is not None:
         where.append("job=?")
@@ -56,19 +33,18 @@ def list_runs(conn: apsw.Connection, job: str | None = None, state: str | None =
     if state is not None:
         where.append("state=?")
         args.append(state)
-    sql = f"SELECT {','.join(RUN_COLUMNS)} FROM runs"
+    sql = SELECT_RUNS
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY run_id DESC LIMIT ?"
     args.append(limit)
-    return [run_row(r) for r in conn.execute(sql, args)]
+    return [Run.from_row(r) for r in conn.execute(sql, args)]
 
 
-def runs_for_node(conn: apsw.Connection, node: str, states: tuple[str, ...]) -> list[dict]:
+def runs_for_node(conn: apsw.Connection, node: str, states: tuple[str, ...]) -> list[Run]:
     marks = ",".join("?" * len(states))
-    return [run_row(r) for r in conn.execute(
-        f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE node=? AND state IN ({marks}) "
-        "ORDER BY run_id", (node, *states))]
+    return [Run.from_row(r) for r in conn.execute(
+        f"{SELECT_RUNS} WHERE node=? AND state IN ({marks}) ORDER BY run_id", (node, *states))]
 
 
 def list_gaps(conn: apsw.Connection, job: str | None = None, limit: int = 50) -> list[dict]:
@@ -121,18 +97,18 @@ def active_by_node(conn: apsw.Connection) -> dict[str, int]:
         "GROUP BY node ORDER BY node")}
 
 
-def pending_runs(conn: apsw.Connection) -> list[dict]:
+def pending_runs(conn: apsw.Connection) -> list[Run]:
     """Runs waiting for the leader to place them, oldest first."""
-    return [run_row(r) for r in conn.execute(
-        f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE {ACTIVE_SQL} AND state = 'pending' "
+    return [Run.from_row(r) for r in conn.execute(
+        f"{SELECT_RUNS} WHERE {ACTIVE_SQL} AND state = 'pending' "
         "ORDER BY run_id")]
 
 
-def last_run(conn: apsw.Connection, job: str) -> dict | None:
+def last_run(conn: apsw.Connection, job: str) -> Run | None:
     """The job's most recent run record (index lookup, not a scan)."""
-    for row in conn.execute(f"SELECT {','.join(RUN_COLUMNS)} FROM runs WHERE job=? "
+    for row in conn.execute(f"{SELECT_RUNS} WHERE job=? "
                             "ORDER BY run_id DESC LIMIT 1", (job,)):
-        return run_row(row)
+        return Run.from_row(row)
     return None
 
 
@@ -231,12 +207,12 @@ def job_schedule(conn: apsw.Connection, name: str) -> tuple[JobSpec, bool, int] 
     return None
 
 
-def next_attempt(conn: apsw.Connection, run: dict) -> int | None:
+def next_attempt(conn: apsw.Connection, run: Run) -> int | None:
     """The run id of ``run``'s next attempt (a retry of the same fire), if any."""
     for (rid,) in conn.execute(
             "SELECT run_id FROM runs WHERE job=? AND origin=? AND fire_time=? AND target=? "
             "AND attempt=? ORDER BY run_id LIMIT 1",
-            (run["job"], run["origin"], run["fire_time"], run["target"], run["attempt"] + 1)):
+            (run.job, run.origin, run.fire_time, run.target, run.attempt + 1)):
         return rid
     return None
 
@@ -250,11 +226,11 @@ def run_assignments(conn: apsw.Connection, run_ids: list[int]) -> dict[int, tupl
         f"({','.join('?' * len(run_ids))})", list(run_ids))}
 
 
-def running_elsewhere(conn: apsw.Connection, run: dict, node: str) -> list[tuple[int, str]]:
+def running_elsewhere(conn: apsw.Connection, run: Run, node: str) -> list[tuple[int, str]]:
     """(run id, node) of the runs of ``run``'s job and target running on other
     nodes, other fire times (or origins) than its own: a sibling of the same
     fire is no overlap."""
     return [(rid, other) for rid, other in conn.execute(
         "SELECT run_id, node FROM runs WHERE state='running' AND job=? AND node!=? "
         "AND target=? AND NOT (fire_time=? AND origin=?)",
-        (run["job"], node, run["target"], run["fire_time"], run["origin"]))]
+        (run.job, node, run.target, run.fire_time, run.origin))]

@@ -52,7 +52,7 @@ def bare_daemon(tmp_path):
 
 
 def derived_path(d, run) -> str:
-    return os.path.join(d.config.log_dir, safe_dir_name(run["job"]), log_file_name(run))
+    return os.path.join(d.config.log_dir, safe_dir_name(run.job), log_file_name(run))
 
 
 def read_all(d, run_id) -> bytes:
@@ -72,12 +72,12 @@ def test_read_log_ignores_a_forged_log_path(tmp_path, secret):
     d, forged = bare_daemon(tmp_path)
     forged.put_job("j")
     run = forged.finished_run("j", log_path=str(secret))
-    assert run["log_path"] == str(secret)  # the state holds the forged path...
+    assert run.log_path == str(secret)  # the state holds the forged path...
     real = derived_path(d, run)
     os.makedirs(os.path.dirname(real), mode=0o750)
     with open(real, "wb") as f:
         f.write(b"the run's own output\n")
-    data = read_all(d, run["run_id"])
+    data = read_all(d, run.run_id)
     assert data == b"the run's own output\n"  # ...and it is never opened
     forged.close()
 
@@ -87,7 +87,7 @@ def test_read_log_with_a_forged_path_and_no_local_log_serves_nothing(tmp_path, s
     forged.put_job("j")
     run = forged.finished_run("j", log_path=str(secret))
     try:
-        data = read_all(d, run["run_id"])
+        data = read_all(d, run.run_id)
     except CronrdError as exc:  # "gone from node n1": fine, as long as it says so
         assert str(secret) not in str(exc) or "gone" in str(exc)
         data = b""
@@ -103,7 +103,7 @@ def test_read_log_does_not_follow_a_symlink_in_place_of_the_log(tmp_path, secret
     os.makedirs(os.path.dirname(link), mode=0o750)
     os.symlink(secret, link)
     try:
-        data = read_all(d, run["run_id"])
+        data = read_all(d, run.run_id)
     except CronrdError as exc:
         assert "symlink" in str(exc) or "not a regular file" in str(exc), str(exc)
         data = b""
@@ -120,7 +120,7 @@ def test_cronrd_logs_does_not_print_a_file_named_by_a_forged_record(node, secret
     good = node.runs("j")[0]["run_id"]
     assert node.terminate() == 0
     forged = ForgedState(node.config["data_dir"] + "/state.db")
-    bad = forged.finished_run("j", log_path=str(secret))["run_id"]
+    bad = forged.finished_run("j", log_path=str(secret)).run_id
     forged.close()
     node.start()
     for args in (("logs", "j", "--run", str(bad)), ("logs", "j")):

@@ -36,9 +36,9 @@ def test_forged_pid_and_start_time_do_not_make_reconcile_kill_a_stranger(node, s
                              log_path="/dev/null")
     forged.close()
     node.start()
-    runs = node.wait_runs(lambda rs: any(r["run_id"] == run["run_id"] and r["state"] == "lost"
+    runs = node.wait_runs(lambda rs: any(r["run_id"] == run.run_id and r["state"] == "lost"
                                          for r in rs), job="j", what="the forged run settled")
-    [settled] = [r for r in runs if r["run_id"] == run["run_id"]]
+    [settled] = [r for r in runs if r["run_id"] == run.run_id]
     assert stranger.poll() is None, "the daemon killed a process that was not its run"
     assert psutil.Process(stranger.pid).children()  # its child is alive too
     assert str(stranger.pid) not in (settled["reason"] or "")

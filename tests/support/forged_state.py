@@ -11,6 +11,7 @@ from cronrd.runtime.storage import open_db
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import StateMachine
+from cronrd.state.run import Run
 
 
 class ForgedState:
@@ -30,21 +31,21 @@ class ForgedState:
         self.apply(C.PutJob(name=name, spec=js.to_dict(), digest=js.digest(),
                             source=f"/forged/{name}.yaml", at=time.time(), node=self.node_id))
 
-    def running_run(self, job: str, *, pid: int, started_at: float, log_path: str) -> dict:
+    def running_run(self, job: str, *, pid: int, started_at: float, log_path: str) -> Run:
         """A manual run of ``job`` on this node that the state says is running."""
         res = self.apply(C.ManualRun(job=job, node=self.node_id, at=time.time()))
         run = Q.get_run(self.conn, res["run_id"])
-        self.apply(C.RunStarted(run_id=run["run_id"], token=run["token"], node=self.node_id,
+        self.apply(C.RunStarted(run_id=run.run_id, token=run.token, node=self.node_id,
                                 pid=pid, started_at=started_at, log_path=log_path))
-        return Q.get_run(self.conn, run["run_id"])
+        return Q.get_run(self.conn, run.run_id)
 
-    def finished_run(self, job: str, *, log_path: str) -> dict:
+    def finished_run(self, job: str, *, log_path: str) -> Run:
         run = self.running_run(job, pid=999999, started_at=time.time(), log_path=log_path)
         self.apply(C.RunFinished(
-            run_id=run["run_id"], token=run["token"], node=self.node_id, state="succeeded",
-            exit_code=0, signal=None, started_at=run["started_at"], finished_at=time.time(),
+            run_id=run.run_id, token=run.token, node=self.node_id, state="succeeded",
+            exit_code=0, signal=None, started_at=run.started_at, finished_at=time.time(),
             log_path=log_path))
-        return Q.get_run(self.conn, run["run_id"])
+        return Q.get_run(self.conn, run.run_id)
 
     def close(self) -> None:
         self.conn.close()

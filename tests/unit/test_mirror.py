@@ -79,10 +79,14 @@ NO_UNIT_TEST_FILE = {
     "runtime/storage.py": "used by most state and runtime unit tests (open_db)",
     "runtime/tls.py": "unit/runtime/test_transport.py, unit/test_cli_cluster.py (init-tls)",
     "runtime/watcher.py": "integration/test_daemon.py (job file edits picked up)",
+    "runtime/runs/active.py": "a dataclass of a run's handles; unit/runtime/runs/test_reports.py, "
+                              "test_starting.py build them",
     "runtime/runs/executor.py": "integration/test_daemon.py, security/test_log_paths.py",
     "runtime/runs/launch.py": "integration/test_daemon.py, security/test_privilege_drop.py",
     "runtime/runs/legacy.py": "integration/test_run_survival.py (runs of an older daemon)",
     "runtime/runs/logs.py": "security/test_log_paths.py, integration/test_daemon.py",
+    "runtime/runs/restart.py": "integration/test_run_survival.py (detach, adopt, collect, lose), "
+                               "integration/test_daemon.py (shutdown modes)",
     "runtime/runs/processes.py": "security/test_process_identity.py, integration/",
     "runtime/runs/spawner.py": "unit/runtime/runs/test_supervisor.py (driven through Spawner)",
 }

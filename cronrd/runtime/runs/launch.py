@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ...errors import CronrdError
 from ...jobspec import JobSpec
 from ...schedule import iso_utc
+from ...state.run import Run
 
 log = logging.getLogger("cronrd.executor")
 
@@ -159,20 +160,20 @@ class Launch:
     env_script: bytes | None       # the job's environment, for the switching shell
 
 
-def launch(run: dict, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
+def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
            job_nofile: int) -> Launch:
     """What the supervisor execs for ``run``. Raises CronrdError when the run
     cannot be prepared here (its working directory is missing...)."""
-    fire_iso = iso_utc(run["fire_time"])
+    fire_iso = iso_utc(run.fire_time)
     env = {"PATH": DEFAULT_PATH, "SHELL": "/bin/sh", "HOME": ident["home"],
            "USER": ident["user"], "LOGNAME": ident["user"]}
     if "LANG" in os.environ:
         env["LANG"] = os.environ["LANG"]
     env.update(dict(spec.env))
     env.update({
-        "CRONRD_JOB": run["job"], "CRONRD_RUN_ID": str(run["run_id"]),
-        "CRONRD_FIRE_TIME": fire_iso, "CRONRD_ATTEMPT": str(run["attempt"]),
-        "CRONRD_RUN_KEY": f"{run['job']}/{fire_iso}/{run['attempt']}",
+        "CRONRD_JOB": run.job, "CRONRD_RUN_ID": str(run.run_id),
+        "CRONRD_FIRE_TIME": fire_iso, "CRONRD_ATTEMPT": str(run.attempt),
+        "CRONRD_RUN_KEY": run.key,
         "CRONRD_NODE": node_id, "CRONRD_LOG_PATH": log_path,
     })
     command = (["/bin/sh", "-c", spec.command] if isinstance(spec.command, str)
@@ -189,3 +190,18 @@ def launch(run: dict, spec: JobSpec, ident: dict, *, node_id: str, log_path: str
     argv = [*ident["prefix"], "/bin/sh", "-c", DROP_SCRIPT, "cronrd-start", cwd,
             ident["user"], *argv]
     return Launch(argv, {"PATH": CLEAN_PATH}, "/", ident["user"], True, ident["ids"], script)
+
+
+def env_memfd(script: bytes) -> int:
+    """A memfd holding the job's environment script, read from its start
+    (the switching shell's stdout; see ``env_script``)."""
+    fd = os.memfd_create("cronrd-env", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(script)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

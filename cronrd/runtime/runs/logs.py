@@ -17,13 +17,14 @@ import stat
 
 from ...errors import CronrdError
 from ...schedule import iso_utc
+from ...state.run import Run
 
 log = logging.getLogger("cronrd.executor")
 
 
-def log_file_name(run: dict) -> str:
-    stamp = iso_utc(int(run["fire_time"])).replace("-", "").replace(":", "")
-    return f"{stamp}-a{int(run['attempt'])}-r{int(run['run_id'])}.log"
+def log_file_name(run: Run) -> str:
+    stamp = iso_utc(int(run.fire_time)).replace("-", "").replace(":", "")
+    return f"{stamp}-a{int(run.attempt)}-r{int(run.run_id)}.log"
 
 
 def safe_dir_name(job: str) -> str:
@@ -31,17 +32,17 @@ def safe_dir_name(job: str) -> str:
     return "_" + name if name.strip(".") == "" else name  # never "." or ".."
 
 
-def run_log_path(log_dir: str, run: dict) -> str:
+def run_log_path(log_dir: str, run: Run) -> str:
     """Where this node keeps (or would keep) the log of ``run``."""
-    return os.path.join(log_dir, safe_dir_name(run["job"]), log_file_name(run))
+    return os.path.join(log_dir, safe_dir_name(run.job), log_file_name(run))
 
 
-def open_run_log(log_dir: str, run: dict, *, create: bool) -> int:
+def open_run_log(log_dir: str, run: Run, *, create: bool) -> int:
     """Open the log of ``run`` under ``log_dir``: for appending (creating the
     job's directory and the file) or for reading. Raises FileNotFoundError
     when it does not exist, CronrdError for a symlink or anything but a
     regular file (in place of the file or of the job's directory)."""
-    sub, name = safe_dir_name(run["job"]), log_file_name(run)
+    sub, name = safe_dir_name(run.job), log_file_name(run)
     top = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         if create:
@@ -80,7 +81,7 @@ def _not_followed(path: str, what: str) -> CronrdError:
                        f"symlinks in log_dir: remove it (the daemon makes its own)")
 
 
-def read_run_log(log_dir: str, run: dict, offset: int, size: int) -> bytes:
+def read_run_log(log_dir: str, run: Run, offset: int, size: int) -> bytes:
     """Up to ``size`` bytes of the log of ``run`` from ``offset``."""
     fd = open_run_log(log_dir, run, create=False)
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...state.run import Run
 from .records import Seen
 
 ADOPT, COLLECT, LOST, START_AGAIN, LEGACY = "adopt", "collect", "lost", "start_again", "legacy"
@@ -36,12 +37,12 @@ class Settle:
     remove: tuple[str, ...] = ()      # records that have served
 
 
-def decide(run: dict, seen: list[Seen], *, legacy: bool) -> Settle:
+def decide(run: Run, seen: list[Seen], *, legacy: bool) -> Settle:
     """``seen``: this run's spawns, oldest first."""
     if not seen:
         if legacy:
             return Settle(LEGACY)
-        if run["state"] == "assigned":
+        if run.state == "assigned":
             return Settle(START_AGAIN)
         return Settle(LOST, reason="cronrd restarted and the run's supervisor left no record "
                                    "(its data_dir/runs was emptied?); its result is unknown")
@@ -53,7 +54,7 @@ def decide(run: dict, seen: list[Seen], *, legacy: bool) -> Settle:
     if not rec.started:
         kill += [main] if main.job_alive else []
         remove.append(rec.path)
-        if run["state"] == "assigned":
+        if run.state == "assigned":
             return Settle(START_AGAIN, kill=tuple(kill), remove=tuple(remove))
         return Settle(LOST, reason="cronrd restarted before the run's command started; retried",
                       kill=tuple(kill), remove=tuple(remove))

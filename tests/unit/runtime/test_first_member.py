@@ -67,7 +67,7 @@ def test_the_first_member_carries_on_from_the_one_host_state(tmp_path):
             log = RaftLog(node, state)
             assert (await log.propose(fire(T0 + 4)))["run_id"] == 4
             assert node.raft.term >= 2 and node.raft.conf.voters == ("a",)
-            return [r["run_id"] for r in Q.list_runs(conn)], state.applied_index
+            return [r.run_id for r in Q.list_runs(conn)], state.applied_index
         finally:
             await node.stop()
             storage.close()

@@ -31,7 +31,7 @@ def test_propose_resolves_with_apply_result(kind, tmp_path):
         run1 = await log.propose(fire(T0 + 1))
         assert job["changed"] is True and job["created"] is True
         assert run1 == {"run_id": 1, "state": "assigned"}
-        assert Q.get_run(machine.conn, 1)["fire_time"] == T0 + 1
+        assert Q.get_run(machine.conn, 1).fire_time == T0 + 1
     run(kind, tmp_path, body)
 
 
@@ -63,7 +63,7 @@ def test_subscribers_get_committed_effects_in_order(kind, tmp_path):
         await log.propose(put())
         await asyncio.gather(*(log.propose(fire(T0 + i)) for i in range(1, 6)))
         await log.propose(C.CancelRun(run_id=3, reason="test", at=T0 + 10))
-        assigned = [e.run["run_id"] for e in seen if e.kind == "assign"]
+        assigned = [e.run.run_id for e in seen if e.kind == "assign"]
         assert assigned == [1, 2, 3, 4, 5]
         assert [e.kind for e in seen][-1] in ("cancel", "run_done")
         assert [e.kind for e in seen if e.kind == "jobs_changed"] == ["jobs_changed"]

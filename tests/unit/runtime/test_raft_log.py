@@ -63,7 +63,7 @@ def test_a_batch_is_one_transaction_with_a_result_per_index(tmp_path):
     assert results[4] == {"changed": True}
     assert isinstance(results[5], Refused) and "no run with id 99" in str(results[5])
     assert rs.applied_index == 5
-    assert [r["run_id"] for r in Q.list_runs(rs.conn, "j")] == [1]
+    assert [r.run_id for r in Q.list_runs(rs.conn, "j")] == [1]
     assert [n["node"] for n in Q.nodes(rs.conn)] == ["a"]
     # apply() is a batch of one.
     assert rs.apply(6, fire(T0 + 2).encode()) == {"run_id": 2, "state": "assigned"}
@@ -117,7 +117,7 @@ def test_effects_of_a_refused_command_are_not_delivered(tmp_path):
     # The second manual run of a forbid job is refused while the first runs.
     run = Q.get_run(rs.conn, 1)
     rs.apply_batch(entries(
-        C.RunStarted(run_id=1, token=run["token"], node="a", pid=5, started_at=T0 + 1,
+        C.RunStarted(run_id=1, token=run.token, node="a", pid=5, started_at=T0 + 1,
                      log_path="/l"),
         C.ManualRun(job="j", node="a", at=T0 + 2), start=3))
     assert got == []

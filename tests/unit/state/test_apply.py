@@ -43,5 +43,5 @@ def test_one_host_a_bad_command_in_a_batch_is_refused_alone(tmp_path):
     assert isinstance(bad, Refused) and "could not be applied" in str(bad)
     assert run == {"run_id": 1, "state": "assigned"}
     assert machine.applied_index == 3
-    assert [r["run_id"] for r in Q.list_runs(machine.conn)] == [1]
+    assert [r.run_id for r in Q.list_runs(machine.conn)] == [1]
     assert [e.kind for e in effects if e.kind == "assign"] == ["assign"]

@@ -64,9 +64,9 @@ class Log:
     def finish(self, run_id, state="succeeded", at=None, exit_code=0, token=None):
         run = self.run(run_id)
         return self.apply(C.RunFinished(
-            run_id=run_id, token=run["token"] if token is None else token, node="n1",
-            state=state, exit_code=exit_code, signal=None, started_at=run["due_at"],
-            finished_at=at if at is not None else run["due_at"] + 1, log_path="/l"))
+            run_id=run_id, token=run.token if token is None else token, node="n1",
+            state=state, exit_code=exit_code, signal=None, started_at=run.due_at,
+            finished_at=at if at is not None else run.due_at + 1, log_path="/l"))
 
 
 def test_a_fire_time_gets_exactly_one_record():
@@ -98,13 +98,13 @@ def test_fires_are_assigned_and_the_executor_applies_the_overlap_policy():
     log.put("f", concurrency="forbid")
     log.fire(T0 + 1, "f")
     assert log.fire(T0 + 2, "f")["state"] == "assigned"
-    rid = Q.list_runs(log.sm.conn, "f")[0]["run_id"]
+    rid = Q.list_runs(log.sm.conn, "f")[0].run_id
     res = log.apply(C.RunFinished(
-        run_id=rid, token=log.run(rid)["token"], node="n1", state="skipped",
+        run_id=rid, token=log.run(rid).token, node="n1", state="skipped",
         exit_code=None, signal=None, started_at=None, finished_at=T0 + 2,
         log_path=None, reason="overlap: run 1 still running at the fire time"))
     assert res["retry_run_id"] is None
-    assert log.run(rid)["state"] == "skipped" and "overlap" in log.run(rid)["reason"]
+    assert log.run(rid).state == "skipped" and "overlap" in log.run(rid).reason
 
 
 def test_manual_run_with_replace_cancels_the_running_run():
@@ -112,13 +112,13 @@ def test_manual_run_with_replace_cancels_the_running_run():
     log.put("r", concurrency="replace")
     rid = log.fire(T0 + 1, "r")["run_id"]
     run = log.run(rid)
-    log.apply(C.RunStarted(run_id=rid, token=run["token"], node="n1", pid=42,
+    log.apply(C.RunStarted(run_id=rid, token=run.token, node="n1", pid=42,
                            started_at=T0 + 1, log_path="/l"))
     log.effects.clear()
     log.apply(C.ManualRun(job="r", node="n1", at=T0 + 2))
     cancels = [e for e in log.effects if e.kind == "cancel"]
-    assert [e.run["run_id"] for e in cancels] == [rid]
-    assert log.run(rid)["cancel_requested"] == 1
+    assert [e.run.run_id for e in cancels] == [rid]
+    assert log.run(rid).cancel_requested == 1
 
 
 def test_paused_and_disabled_fires_are_skipped_with_reason():
@@ -139,12 +139,12 @@ def test_failed_run_is_retried_with_backoff_as_a_new_attempt_of_the_same_fire():
     rid = log.fire(T0 + 1)["run_id"]
     res = log.finish(rid, "failed", at=T0 + 5, exit_code=1)
     second = log.run(res["retry_run_id"])
-    assert (second["attempt"], second["kind"], second["fire_time"]) == (2, "retry", T0 + 1)
-    assert second["due_at"] == T0 + 5 + 10.0          # delay * backoff**0
-    res = log.finish(second["run_id"], "timed_out", at=T0 + 100, exit_code=None)
+    assert (second.attempt, second.kind, second.fire_time) == (2, "retry", T0 + 1)
+    assert second.due_at == T0 + 5 + 10.0          # delay * backoff**0
+    res = log.finish(second.run_id, "timed_out", at=T0 + 100, exit_code=None)
     third = log.run(res["retry_run_id"])
-    assert third["attempt"] == 3 and third["due_at"] == T0 + 100 + 30.0  # 10 * 3**1
-    res = log.finish(third["run_id"], "failed", at=T0 + 200, exit_code=1)
+    assert third.attempt == 3 and third.due_at == T0 + 100 + 30.0  # 10 * 3**1
+    res = log.finish(third.run_id, "failed", at=T0 + 200, exit_code=1)
     assert res["retry_run_id"] is None                 # max 2 retries used up
 
 
@@ -153,7 +153,7 @@ def test_lost_run_retried_by_default_but_not_with_on_node_loss_fail():
     log.put("r")
     log.put("f", on_node_loss="fail")
     r = log.finish(log.fire(T0 + 1, "r")["run_id"], "lost", exit_code=None)
-    assert log.run(r["retry_run_id"])["attempt"] == 2
+    assert log.run(r["retry_run_id"]).attempt == 2
     f = log.finish(log.fire(T0 + 1, "f")["run_id"], "lost", exit_code=None)
     assert f["retry_run_id"] is None
 
@@ -162,11 +162,11 @@ def test_stale_report_is_kept_as_history_and_does_not_overwrite():
     log = Log()
     log.put()
     rid = log.fire(T0 + 1)["run_id"]
-    token = log.run(rid)["token"]
+    token = log.run(rid).token
     log.finish(rid, "succeeded")
     late = log.finish(rid, "failed", exit_code=9, token=token - 1)
     assert late == {"state": "succeeded", "late": True}
-    assert log.run(rid)["state"] == "succeeded" and log.run(rid)["exit_code"] == 0
+    assert log.run(rid).state == "succeeded" and log.run(rid).exit_code == 0
     rows = list(log.sm.conn.execute("SELECT run_id, state, exit_code FROM late_reports"))
     assert rows == [(rid, "failed", 9)]
 
@@ -178,18 +178,18 @@ def test_start_report_with_wrong_token_is_refused():
     with pytest.raises(Refused, match="stale"):
         log.apply(C.RunStarted(run_id=rid, token=999, node="n1", pid=1, started_at=T0,
                                log_path="/l"))
-    assert log.run(rid)["state"] == "assigned"
+    assert log.run(rid).state == "assigned"
 
 
 def test_start_after_cancel_tells_the_node_to_stop():
     log = Log()
     log.put()
     rid = log.fire(T0 + 1)["run_id"]
-    token = log.run(rid)["token"]
+    token = log.run(rid).token
     log.apply(C.CancelRun(run_id=rid, reason="operator", at=T0))
     res = log.apply(C.RunStarted(run_id=rid, token=token, node="n1", pid=7,
                                  started_at=T0 + 1, log_path="/l"))
-    assert res["cancel"] is True and log.run(rid)["state"] == "cancelled"
+    assert res["cancel"] is True and log.run(rid).state == "cancelled"
 
 
 def test_remove_job_cancels_unstarted_runs_and_keeps_history():
@@ -199,8 +199,8 @@ def test_remove_job_cancels_unstarted_runs_and_keeps_history():
     log.finish(done)
     pending = log.fire(T0 + 2)["run_id"]
     log.apply(C.RemoveJob(name="j", at=T0 + 3))
-    assert log.run(pending)["state"] == "cancelled"
-    assert log.run(done)["state"] == "succeeded"
+    assert log.run(pending).state == "cancelled"
+    assert log.run(done).state == "succeeded"
     with pytest.raises(Refused, match="no job"):
         log.fire(T0 + 4)
 
@@ -224,13 +224,13 @@ def test_manual_run_respects_forbid_and_is_keyed_apart_from_schedule():
     m0 = log.apply(C.ManualRun(job="j", node="n1", at=T0 + 0.5))
     log.finish(m0["run_id"])
     run = log.run(rid)
-    log.apply(C.RunStarted(run_id=rid, token=run["token"], node="n1", pid=9,
+    log.apply(C.RunStarted(run_id=rid, token=run.token, node="n1", pid=9,
                            started_at=T0 + 1, log_path="/l"))
     with pytest.raises(Refused, match="not started"):
         log.apply(C.ManualRun(job="j", node="n1", at=T0 + 1))
     log.finish(rid)
     m = log.apply(C.ManualRun(job="j", node="n1", at=T0 + 1))
-    assert log.run(m["run_id"])["kind"] == "manual"
+    assert log.run(m["run_id"]).kind == "manual"
 
 
 def test_reboot_fire_is_keyed_by_boot_time_and_ignores_the_cursor():
@@ -249,7 +249,7 @@ def test_prune_deletes_only_old_finished_runs():
     active = log.fire(T0 + 3)["run_id"]
     res = log.apply(C.Prune(before=T0 + 1000, at=T0 + 1000))
     assert res["runs_deleted"] == 1
-    assert log.run(old) is None and log.run(active)["state"] == "assigned"
+    assert log.run(old) is None and log.run(active).state == "assigned"
     # The cursor still protects the pruned fire time.
     with pytest.raises(Refused):
         log.fire(T0 + 1)
@@ -364,10 +364,10 @@ def test_pause_skips_fires_committed_ahead_but_not_retries_or_due_runs():
     ahead = log.fire(T0 + 5)["run_id"]           # committed ahead, due after it
     log.effects.clear()
     log.apply(C.SetPaused(name="j", paused=True, at=T0 + 2))
-    assert log.run(due)["state"] == "assigned"
-    assert log.run(ahead)["state"] == "skipped"
-    assert log.run(ahead)["reason"].startswith("paused")
-    assert [e.run["run_id"] for e in log.effects if e.kind == "run_done"] == [ahead]
+    assert log.run(due).state == "assigned"
+    assert log.run(ahead).state == "skipped"
+    assert log.run(ahead).reason.startswith("paused")
+    assert [e.run.run_id for e in log.effects if e.kind == "run_done"] == [ahead]
 
 
 def test_disabling_a_job_skips_fires_committed_ahead():
@@ -375,5 +375,5 @@ def test_disabling_a_job_skips_fires_committed_ahead():
     log.put(concurrency="allow")
     ahead = log.fire(T0 + 5)["run_id"]
     log.put(concurrency="allow", enabled=False, at=T0 + 2)
-    assert log.run(ahead)["state"] == "skipped"
-    assert log.run(ahead)["reason"].startswith("disabled")
+    assert log.run(ahead).state == "skipped"
+    assert log.run(ahead).reason.startswith("disabled")

@@ -29,8 +29,8 @@ class Cluster(Log):
 
     def start(self, run_id, node="n1"):
         run = self.run(run_id)
-        return self.apply(C.RunStarted(run_id=run_id, token=run["token"], node=node, pid=7,
-                                       started_at=run["due_at"], log_path="/l"))
+        return self.apply(C.RunStarted(run_id=run_id, token=run.token, node=node, pid=7,
+                                       started_at=run.due_at, log_path="/l"))
 
     def kinds(self, kind):
         return [e for e in self.effects if e.kind == kind]
@@ -97,10 +97,10 @@ def test_agreeing_on_a_new_version_updates_the_job():
     c.put_on("b", concurrency="allow")
     ahead = c.fire(T0 + 50, node="a")["run_id"]
     c.put_on("a", at=T0 + 1, concurrency="allow", enabled=False)
-    assert c.job()["spec"]["enabled"] is True and c.run(ahead)["state"] == "assigned"
+    assert c.job()["spec"]["enabled"] is True and c.run(ahead).state == "assigned"
     c.put_on("b", at=T0 + 2, concurrency="allow", enabled=False)
     assert c.job()["spec"]["enabled"] is False and c.job()["conflict"] is None
-    assert c.run(ahead)["state"] == "skipped"
+    assert c.run(ahead).state == "skipped"
 
 
 def test_three_way_conflict_names_every_group():
@@ -129,11 +129,11 @@ def test_job_disappears_only_when_the_last_node_removes_it():
         "removed": "j", "sources_left": 1}
     assert c.job()["sources"] == [{"node": "b", "digest": digest(spec(concurrency="allow")),
                                    "source": "/etc/b/j.yaml"}]
-    assert c.run(rid)["state"] == "assigned"
+    assert c.run(rid).state == "assigned"
     with pytest.raises(Refused, match="no job"):
         c.apply(C.RemoveJob(name="nope", node="a", at=T0 + 1))
     c.apply(C.RemoveJob(name="j", node="b", at=T0 + 2))
-    assert c.job() is None and c.run(rid)["state"] == "cancelled"
+    assert c.job() is None and c.run(rid).state == "cancelled"
     with pytest.raises(Refused, match="no job"):
         c.apply(C.RemoveJob(name="j", node="b", at=T0 + 3))
 
@@ -173,29 +173,29 @@ def test_node_lost_retries_its_runs_as_pending_and_the_leader_places_them():
     res = c.apply(C.NodeLost(node="a", at=T0 + 30, reason="node a missed heartbeats"))
     assert res["lost"] == [rid] and len(res["retries"]) == 1
     lost = c.run(rid)
-    assert lost["state"] == "lost" and lost["reason"] == "node a missed heartbeats"
+    assert lost.state == "lost" and lost.reason == "node a missed heartbeats"
     retry = c.run(res["retries"][0])
-    assert (retry["state"], retry["attempt"], retry["node"], retry["token"], retry["kind"]) == (
+    assert (retry.state, retry.attempt, retry.node, retry.token, retry.kind) == (
         "pending", 2, None, None, "retry")
-    assert retry["due_at"] == T0 + 30
-    assert [e.run["run_id"] for e in c.kinds("pending")] == [retry["run_id"]]
+    assert retry.due_at == T0 + 30
+    assert [e.run.run_id for e in c.kinds("pending")] == [retry.run_id]
     assert c.kinds("assign") == []
-    assert [r["run_id"] for r in Q.pending_runs(c.sm.conn)] == [retry["run_id"]]
+    assert [r.run_id for r in Q.pending_runs(c.sm.conn)] == [retry.run_id]
     assert Q.count_active(c.sm.conn) == {"pending": 1}
     # Idempotent: nothing left to lose.
     assert c.apply(C.NodeLost(node="a", at=T0 + 31, reason="again")) == {
         "lost": [], "retries": []}
     c.effects.clear()
-    res = c.apply(C.AssignRun(run_id=retry["run_id"], node="b", at=T0 + 32))
-    placed = c.run(retry["run_id"])
-    assert (placed["state"], placed["node"], placed["token"]) == ("assigned", "b", c.index)
-    assert res["token"] == c.index and placed["due_at"] == T0 + 30
+    res = c.apply(C.AssignRun(run_id=retry.run_id, node="b", at=T0 + 32))
+    placed = c.run(retry.run_id)
+    assert (placed.state, placed.node, placed.token) == ("assigned", "b", c.index)
+    assert res["token"] == c.index and placed.due_at == T0 + 30
     assert [e.run for e in c.kinds("assign")] == [placed]
     assert Q.pending_runs(c.sm.conn) == [] and Q.active_by_node(c.sm.conn) == {"b": 1}
     with pytest.raises(Refused, match="not pending"):
-        c.apply(C.AssignRun(run_id=retry["run_id"], node="c", at=T0 + 33))
+        c.apply(C.AssignRun(run_id=retry.run_id, node="c", at=T0 + 33))
     # The placed retry reports with its new token from its new node.
-    c.start(placed["run_id"], node="b")
+    c.start(placed.run_id, node="b")
     assert Q.active_by_node(c.sm.conn) == {"b": 1}
 
 
@@ -203,12 +203,12 @@ def test_a_manual_run_without_a_node_waits_for_the_leader():
     c = Cluster()
     c.put_on("a")
     res = c.apply(C.ManualRun(job="j", node="", at=T0 + 1))
-    assert res["state"] == "pending" and [e.run["run_id"] for e in c.kinds("pending")] == [
+    assert res["state"] == "pending" and [e.run.run_id for e in c.kinds("pending")] == [
         res["run_id"]]
     run = c.run(res["run_id"])
-    assert (run["node"], run["token"], run["due_at"]) == (None, None, T0 + 1)
+    assert (run.node, run.token, run.due_at) == (None, None, T0 + 1)
     c.apply(C.AssignRun(run_id=res["run_id"], node="b", at=T0 + 2))
-    assert c.run(res["run_id"])["state"] == "assigned"
+    assert c.run(res["run_id"]).state == "assigned"
 
 
 def test_on_node_loss_fail_is_not_retried_and_says_so():
@@ -217,7 +217,7 @@ def test_on_node_loss_fail_is_not_retried_and_says_so():
     rid = c.fire(T0 + 1, node="a")["run_id"]
     res = c.apply(C.NodeLost(node="a", at=T0 + 30, reason="node a missed heartbeats"))
     assert res == {"lost": [rid], "retries": []}
-    assert c.run(rid)["reason"] == ("node a missed heartbeats; not retried "
+    assert c.run(rid).reason == ("node a missed heartbeats; not retried "
                                     "(on_node_loss: fail)")
     assert Q.pending_runs(c.sm.conn) == []
 
@@ -230,7 +230,7 @@ def test_a_lost_retry_may_itself_be_lost_only_within_the_policy():
     c.apply(C.AssignRun(run_id=retry, node="b", at=T0 + 3))
     res = c.apply(C.NodeLost(node="b", at=T0 + 4, reason="y"))
     assert res == {"lost": [retry], "retries": []}   # attempt 2 used the one lost retry
-    assert c.run(rid)["state"] == "lost"
+    assert c.run(rid).state == "lost"
 
 
 def test_pending_runs_can_be_cancelled_and_go_with_their_job():
@@ -241,12 +241,12 @@ def test_pending_runs_can_be_cancelled_and_go_with_their_job():
     p1, p2 = c.apply(C.NodeLost(node="a", at=T0 + 3, reason="x"))["retries"]
     assert {r1, r2}.isdisjoint({p1, p2})
     c.apply(C.CancelRun(run_id=p1, reason="operator", at=T0 + 4))
-    assert c.run(p1)["state"] == "cancelled"
+    assert c.run(p1).state == "cancelled"
     # Prune keeps pending runs however old.
     c.apply(C.Prune(before=T0 + 10_000, at=T0 + 10_000))
-    assert c.run(p2)["state"] == "pending"
+    assert c.run(p2).state == "pending"
     c.apply(C.RemoveJob(name="j", node="a", at=T0 + 5))
-    assert c.run(p2)["state"] == "cancelled"
+    assert c.run(p2).state == "cancelled"
 
 
 def test_remove_node_cleans_its_sources_and_runs():
@@ -264,8 +264,8 @@ def test_remove_node_cleans_its_sources_and_runs():
     res = c.apply(C.RemoveNode(node="a", at=T0 + 10))
     assert res["removed"] is True and res["jobs_removed"] == ["only_a"]
     assert res["lost"] == [shared] and len(res["retries"]) == 1
-    assert c.run(shared)["reason"] == "node a was removed from the cluster"
-    assert c.run(mine)["state"] == "cancelled"           # its job went with the node
+    assert c.run(shared).reason == "node a was removed from the cluster"
+    assert c.run(mine).state == "cancelled"           # its job went with the node
     assert [n["node"] for n in Q.nodes(c.sm.conn)] == ["b"]
     assert Q.job_sources(c.sm.conn, "a") == {}
     job = c.job("shared")
@@ -281,7 +281,7 @@ def test_a_repeated_finish_report_is_a_duplicate_but_a_stale_token_is_late():
     c = Cluster()
     c.put_on("a")
     rid = c.fire(T0 + 1)["run_id"]
-    token = c.run(rid)["token"]
+    token = c.run(rid).token
     c.finish(rid, "succeeded")
     assert c.finish(rid, "succeeded") == {"state": "succeeded", "duplicate": True}
     assert list(c.sm.conn.execute("SELECT COUNT(*) FROM late_reports")) == [(0,)]
@@ -295,12 +295,12 @@ def test_a_report_for_a_pending_run_is_late():
     c = Cluster()
     c.put_on("a")
     rid = c.fire(T0 + 1, node="n1")["run_id"]
-    token = c.run(rid)["token"]
+    token = c.run(rid).token
     (retry,) = c.apply(C.NodeLost(node="n1", at=T0 + 2, reason="x"))["retries"]
     # The old node comes back and reports the first attempt, then one for the retry.
     assert c.finish(rid, "succeeded", token=token)["late"] is True
     assert c.finish(retry, "succeeded", token=token)["late"] is True
-    assert c.run(retry)["state"] == "pending"
+    assert c.run(retry).state == "pending"
 
 
 # -- schema upgrade --------------------------------------------------------------------
@@ -402,7 +402,7 @@ def random_cluster_commands(rng: random.Random, n: int) -> list[C.Command]:
         name, node = rng.choice("jk"), rng.choice("abc")
         runs = Q.list_runs(shadow.conn, limit=20)
         run = rng.choice(runs) if runs and rng.random() < 0.8 else None
-        rid, token = (run["run_id"], run["token"] or 0) if run else (rng.randint(1, 40), 1)
+        rid, token = (run.run_id, run.token or 0) if run else (rng.randint(1, 40), 1)
         k = rng.random()
         if k < 0.2:
             s = spec(name=name, command=rng.choice(["one", "two"]),
@@ -417,18 +417,18 @@ def random_cluster_commands(rng: random.Random, n: int) -> list[C.Command]:
             cmd = C.Fire(job=name, fire_time=t + rng.randint(-2, 2), kind="scheduled",
                          node=node, due_at=t, at=t)
         elif k < 0.55:
-            cmd = C.RunStarted(run_id=rid, token=token, node=run["node"] if run else node,
+            cmd = C.RunStarted(run_id=rid, token=token, node=run.node if run else node,
                                pid=1, started_at=t, log_path="/l")
         elif k < 0.68:
             cmd = C.RunFinished(
-                run_id=rid, token=token, node=(run["node"] or node) if run else node,
+                run_id=rid, token=token, node=(run.node or node) if run else node,
                 state=rng.choice(["succeeded", "failed", "lost"]), exit_code=0, signal=None,
                 started_at=t, finished_at=t + 1, log_path="/l")
         elif k < 0.76:
             cmd = C.NodeLost(node=node, at=t, reason=f"{node} silent")
         elif k < 0.88:
             pending = Q.pending_runs(shadow.conn)
-            cmd = C.AssignRun(run_id=pending[0]["run_id"] if pending else rid, node=node, at=t)
+            cmd = C.AssignRun(run_id=pending[0].run_id if pending else rid, node=node, at=t)
         elif k < 0.95:
             cmd = C.NodeInfo(node=node, state=rng.choice(["up", "draining"]),
                              addr=f"{node}:1", tags=rng.sample(["x", "y", "z"], 2), at=t)
@@ -467,10 +467,10 @@ def test_cluster_histories_are_deterministic(seed):
     assert {"node_lost", "assign_run", "put_job", "node_info", "run_finished"} <= ops
     # Invariants: pending runs have no node; active runs are on a node with a token.
     for run in Q.list_runs(sm1.conn, limit=10_000):
-        if run["state"] == "pending":
-            assert run["node"] is None and run["token"] is None
-        elif run["state"] in ("assigned", "running"):
-            assert run["node"] is not None and run["token"] is not None
+        if run.state == "pending":
+            assert run.node is None and run.token is None
+        elif run.state in ("assigned", "running"):
+            assert run.node is not None and run.token is not None
     # Every job has a source; every source has a job.
     names = {j["name"] for j in Q.jobs(sm1.conn)}
     assert names == {n for (n,) in sm1.conn.execute("SELECT name FROM job_sources")}
@@ -500,7 +500,7 @@ def test_run_started_reported_twice_is_a_duplicate_not_a_cancel():
     assert first == {"state": "running", "cancel": False}
     assert again["duplicate"] is True and again["cancel"] is False
     assert not c.kinds("cancel")
-    assert c.run(run_id)["state"] == "running"
+    assert c.run(run_id).state == "running"
 
 
 @pytest.mark.parametrize("policy", ["retry", "fail"])
@@ -512,17 +512,17 @@ def test_a_lost_run_that_never_started_is_always_retried(policy):
     run_id = c.apply(C.ManualRun(job="j", node="a", at=T0 + 1))["run_id"]
     for attempt in range(1, 5):
         run = c.run(run_id)
-        assert run["attempt"] == attempt
-        res = c.apply(C.RunFinished(run_id=run_id, token=run["token"], node=run["node"],
+        assert run.attempt == attempt
+        res = c.apply(C.RunFinished(run_id=run_id, token=run.token, node=run.node,
                                     state="lost", exit_code=None, signal=None,
                                     started_at=None, finished_at=T0 + 2, log_path=None,
                                     reason="fenced", not_started=True))
         run_id = res["retry_run_id"]
-        assert run_id is not None and c.run(run_id)["state"] == "pending"
+        assert run_id is not None and c.run(run_id).state == "pending"
         c.apply(C.AssignRun(run_id=run_id, node="b", at=T0 + 3))
     # Without the node's word that nothing ran, the policy decides as before.
     run = c.run(run_id)
-    res = c.apply(C.RunFinished(run_id=run_id, token=run["token"], node="b", state="lost",
+    res = c.apply(C.RunFinished(run_id=run_id, token=run.token, node="b", state="lost",
                                 exit_code=None, signal=None, started_at=None,
                                 finished_at=T0 + 4, log_path=None, reason="gone"))
     assert res["retry_run_id"] is None
@@ -537,15 +537,15 @@ def test_node_lost_first_then_the_node_says_it_never_started_gives_a_retry():
     run_id = c.apply(C.ManualRun(job="j", node="a", at=T0 + 1))["run_id"]
     run = c.run(run_id)
     assert c.apply(C.NodeLost(node="a", at=T0 + 5, reason="silent"))["retries"] == []
-    res = c.apply(C.RunFinished(run_id=run_id, token=run["token"], node="a", state="lost",
+    res = c.apply(C.RunFinished(run_id=run_id, token=run.token, node="a", state="lost",
                                 exit_code=None, signal=None, started_at=None,
                                 finished_at=T0 + 6, log_path=None, reason="fenced",
                                 not_started=True))
     assert res["duplicate"] is True
     retry = c.run(res["retry_run_id"])
-    assert (retry["state"], retry["attempt"], retry["node"]) == ("pending", 2, None)
+    assert (retry.state, retry.attempt, retry.node) == ("pending", 2, None)
     # Said again: still one retry.
-    again = c.apply(C.RunFinished(run_id=run_id, token=run["token"], node="a", state="lost",
+    again = c.apply(C.RunFinished(run_id=run_id, token=run.token, node="a", state="lost",
                                   exit_code=None, signal=None, started_at=None,
                                   finished_at=T0 + 6, log_path=None, reason="fenced",
                                   not_started=True))

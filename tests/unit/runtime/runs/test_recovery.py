@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from cronrd.runtime.runs import recovery as R
 from cronrd.runtime.runs.records import Record, Seen
+from cronrd.state.run import Run
+from cronrd.state.run_states import RunState
 
 
 def rec(key="7.a", started=True, status=None, **kw) -> Record:
@@ -17,8 +21,10 @@ def seen(r: Record, *, boot=True, sup=True, job=True) -> Seen:
     return Seen(r, boot, sup, job)
 
 
-RUNNING = {"state": "running"}
-ASSIGNED = {"state": "assigned"}
+ASSIGNED = Run(run_id=7, job="j", origin="schedule", kind="scheduled", fire_time=1800000000,
+               attempt=1, target="", state=RunState.ASSIGNED, node="n1", token=3,
+               due_at=1800000000.0, created_at=1799999999.0)
+RUNNING = dataclasses.replace(ASSIGNED, state=RunState.RUNNING, pid=101, started_at=2.0)
 
 
 def test_a_live_supervisor_means_adopt():

@@ -1,0 +1,115 @@
+"""Gates: the runs due at one time wait behind one pipe, opened at that time.
+
+A run's supervisor is asked for ahead of its fire time; its shell blocks
+reading the gate's pipe. At the fire time the executor decides which of the
+gate's runs go (``release``), and the gate writes one token per run that goes
+and closes: the ones that read nothing exit unrun. A gate waits, at most
+``READY_WAIT`` after its due time, for runs whose supervisor has not said
+they are ready yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from ..clock import Clock
+
+if TYPE_CHECKING:
+    from .active import ActiveRun
+
+log = logging.getLogger("cronrd.executor")
+
+READY_WAIT = 2.0  # longest a gate waits for a run prepared at or before its time to be ready
+
+
+@dataclass
+class Gate:
+    due: float
+    rfd: int
+    wfd: int
+    runs: list = field(default_factory=list)
+    handle: asyncio.TimerHandle | None = None
+    waiting: bool = False            # due, but a run is not ready yet
+    ready_by: float = 0.0            # wall time after which it opens for whoever is ready
+
+    def open(self, go: int) -> None:
+        """Let ``go`` of the runs waiting here through, and close: the rest exit."""
+        try:
+            # Two bytes per run: a run killed a moment ago cannot starve another.
+            os.write(self.wfd, b"\n" * (2 * go))
+        except OSError as exc:
+            log.error("event=gate_write_failed error=%s", exc)
+        self.close()
+
+    def close(self) -> None:
+        """Without a byte: every run waiting here exits unrun."""
+        if self.handle is not None:
+            self.handle.cancel()
+        os.close(self.wfd)
+        os.close(self.rfd)
+
+
+def _settled(act: "ActiveRun") -> bool:
+    """Ready to pass, or not going to (stopped, or over)."""
+    return act.life.ready or act.life.stop_state is not None or act.life.over
+
+
+class Gates:
+    def __init__(self, clock: Clock, release: Callable[[Gate], None]):
+        """``release(gate)``: at the gate's time, decide and ``gate.open``."""
+        self.clock = clock
+        self.release = release
+        self.by_due: dict[float, Gate] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.by_due)
+
+    def at(self, due: float) -> Gate:
+        """The gate of ``due`` (made at the first run due then)."""
+        gate = self.by_due.get(due)
+        if gate is None:
+            rfd, wfd = os.pipe2(os.O_CLOEXEC)
+            gate = Gate(due, rfd, wfd)
+            delay = max(0.0, due - self.clock.now())
+            gate.handle = asyncio.get_running_loop().call_later(delay, self._due, gate)
+            self.by_due[due] = gate
+        # Each run gets READY_WAIT from the later of its due time and now to say
+        # it is ready: a run prepared late (a catch-up) is not failed at once.
+        gate.ready_by = max(gate.ready_by, max(due, self.clock.now()) + READY_WAIT)
+        return gate
+
+    def _due(self, gate: Gate) -> None:
+        early = gate.due - self.clock.now()
+        loop = asyncio.get_running_loop()
+        if early > 0.0005:  # timers may fire a hair early: re-arm
+            gate.handle = loop.call_later(early, self._due, gate)
+            return
+        left = gate.ready_by - self.clock.now()
+        if left > 0 and not all(_settled(a) for a in gate.runs):
+            # A run's supervisor has not said spawned (or, switching to the
+            # job's user, ready) yet: opened when it does, or at ready_by.
+            gate.waiting = True
+            gate.handle = loop.call_later(left, self._due, gate)
+            return
+        gate.handle.cancel()
+        self.by_due.pop(gate.due, None)
+        self.release(gate)
+
+    def settled(self, act: "ActiveRun") -> None:
+        """A run of a gate that waits for its runs got ready (or ended)."""
+        gate = act.gate
+        if gate is not None and gate.waiting and gate.due in self.by_due:
+            if all(_settled(a) for a in gate.runs):
+                gate.waiting = False
+                self._due(gate)
+
+    def close_all(self) -> None:
+        """The daemon stops: the waiting shells exit unrun; their runs stay
+        assigned and start when the daemon is back."""
+        for gate in list(self.by_due.values()):
+            gate.close()
+        self.by_due.clear()

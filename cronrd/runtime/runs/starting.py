@@ -1,0 +1,107 @@
+"""Starting a run here: may it start (max_running, accept_jobs_from), and
+asking for its supervisor, whose shell then waits at the gate of its due time."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable
+
+from ...errors import CronrdError
+from ...jobspec import JobSpec
+from ...state import queries as Q
+from ...state import run_life as L
+from ...state.run import Run
+from .active import ActiveRun
+from .gates import Gates
+from .launch import Identities, env_memfd, launch
+from .logs import open_run_log, run_log_path, say
+from .spawner import Spawner, new_key
+
+
+@dataclass(frozen=True)
+class NotStarted:
+    """Why a run could not be handed to a supervisor (it failed)."""
+    reason: str
+    log_path: str | None = None
+    exit_code: int | None = None
+
+
+def over_cap(active: Iterable[ActiveRun], run: Run, spec: JobSpec, node_id: str,
+             node_max: int) -> str | None:
+    """max_running: the reason ``run`` may not start now, or None. Runs
+    waiting at a gate count: each holds a process and descriptors."""
+    total = same = 0
+    for act in active:
+        if not act.life.holds_slot:
+            continue
+        total += 1
+        same += act.run.job == run.job
+    if spec.max_running is not None and same >= spec.max_running:
+        return (f"max_running ({spec.max_running}) of job {run.job} reached on node "
+                f"{node_id}")
+    if total >= node_max:
+        return f"max_running ({node_max}) reached on node {node_id}"
+    return None
+
+
+def refused_source(conn, node_id: str, accept: list[str] | None, job: str) -> str | None:
+    """accept_jobs_from: why this node will not run ``job`` (defined only
+    by nodes it does not take jobs from), or None."""
+    if accept is None:
+        return None
+    # The definition in force must be one of theirs: being one of the
+    # job's sources is not enough (another node's conflicting definition
+    # may be the one in force).
+    if Q.in_force_from(conn, job, accept):
+        return None
+    sources = Q.job_source_nodes(conn, job)
+    return (f"node {node_id} runs only jobs defined by {', '.join(accept)} "
+            f"(accept_jobs_from); the definition of {job} in force comes from "
+            f"{', '.join(n for n in sources if n not in accept) or 'another node'}: pin it "
+            "to other nodes with run_on, or define it the same way here")
+
+
+def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
+          node_id: str, identities: Identities, job_nofile: int, gates: Gates,
+          spawner: Spawner) -> ActiveRun | NotStarted:
+    """Ask for the run's supervisor: the run, waiting at its gate (not yet on
+    it: the caller registers it), or why it could not be asked for."""
+    log_path = run_log_path(log_dir, run)
+    try:
+        logfd = open_run_log(log_dir, run, create=True)
+    except (OSError, CronrdError) as exc:
+        why = str(exc) if isinstance(exc, CronrdError) else \
+            f"{exc.strerror}; check log_dir permissions"
+        return NotStarted(f"cannot open log file {log_path}: {why}")
+    envfd = -1
+    try:
+        ident = identities(spec)
+        how = launch(run, spec, ident, node_id=node_id, log_path=log_path,
+                     job_nofile=job_nofile)
+        if how.env_script is not None:
+            envfd = env_memfd(how.env_script)
+    except (CronrdError, OSError) as exc:
+        msg = str(exc) if isinstance(exc, CronrdError) else \
+            f"cannot prepare the run: {exc.strerror}"
+        say(logfd, f"cronrd: run not started: {msg}\n")
+        os.close(logfd)
+        return NotStarted(msg, log_path)
+    key = new_key(run.run_id)
+    gate = gates.at(run.due_at or now)
+    req = {"key": key, "argv": how.argv, "env": how.env, "cwd": how.cwd,
+           "cap": spec.max_log_bytes, "switch": how.switch, "ids": how.ids,
+           "record": os.path.join(runs_dir, key)}
+    try:
+        spawner.spawn(req, [gate.rfd, logfd] + ([envfd] if envfd >= 0 else []))
+    except CronrdError as exc:
+        msg = f"cannot start the run: {exc}"
+        say(logfd, f"cronrd: {msg}\n")
+        return NotStarted(msg, log_path, exit_code=127)
+    finally:
+        os.close(logfd)
+        if envfd >= 0:
+            os.close(envfd)
+    return ActiveRun(run=run, spec=spec, key=key, log_path=log_path,
+                     kill_grace=spec.kill_grace, user=how.user, gate=gate,
+                     life=L.Life(switch=how.switch))

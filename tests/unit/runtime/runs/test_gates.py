@@ -1,0 +1,100 @@
+"""Gates (cronrd/runtime/runs/gates.py): the runs due at one time wait
+behind one pipe; it opens at that time, waits a bounded while for runs not
+ready yet, and lets through as many as the executor releases."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from types import SimpleNamespace
+
+from cronrd.runtime.runs.gates import READY_WAIT, Gates
+from cronrd.state import run_life as L
+
+
+class Clock:
+    """Wall time that follows the loop's clock, from a fixed start."""
+
+    def __init__(self):
+        self.base = time.monotonic()
+        self.t0 = 1_800_000_000.0
+
+    def now(self) -> float:
+        return self.t0 + time.monotonic() - self.base
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def act(ready=True):
+    return SimpleNamespace(life=L.Life(phase=L.Phase.WAITING, pid=10, ready=ready), gate=None)
+
+
+def test_the_runs_due_at_one_time_share_a_gate_that_opens_then():
+    async def main():
+        clock = Clock()
+        released = []
+        gates = Gates(clock, lambda g: (released.append((g, clock.now())), g.open(1)))
+        due = clock.now() + 0.05
+        gate = gates.at(due)
+        assert gates.at(due) is gate and gates.at(due + 1) is not gate and gates
+        gate.runs += [act(), act()]
+        rfd = os.dup(gate.rfd)
+        await asyncio.sleep(0.2)
+        (got, at), = released
+        assert got is gate and at >= due
+        assert due not in gates.by_due
+        assert os.read(rfd, 100) == b"\n\n"  # two bytes per run let through, then EOF
+        assert os.read(rfd, 100) == b""
+        os.close(rfd)
+        gates.close_all()
+        assert not gates
+    asyncio.run(main())
+
+
+def test_a_gate_waits_for_a_run_not_ready_until_it_is():
+    async def main():
+        clock = Clock()
+        released = []
+        gates = Gates(clock, lambda g: (released.append(clock.now()), g.open(0)))
+        gate = gates.at(clock.now())
+        slow = act(ready=False)
+        slow.gate = gate
+        gate.runs += [act(), slow]
+        await asyncio.sleep(0.1)
+        assert released == [] and gate.waiting
+        slow.life = L.Life(phase=L.Phase.WAITING, pid=11, ready=True)
+        gates.settled(slow)
+        assert len(released) == 1 and not gate.waiting
+    asyncio.run(main())
+
+
+def test_a_gate_waits_at_most_ready_wait():
+    async def main():
+        clock = Clock()
+        released = []
+        gates = Gates(clock, lambda g: (released.append(clock.now()), g.open(0)))
+        start = clock.now()
+        gate = gates.at(start - READY_WAIT + 0.1)  # due a while ago: READY_WAIT from now
+        gate.runs.append(act(ready=False))
+        assert gate.ready_by >= start + READY_WAIT - 0.01
+        await asyncio.sleep(0.05)
+        assert released == [] and gate.waiting
+        await asyncio.sleep(READY_WAIT + 0.2)
+        assert len(released) == 1 and released[0] >= gate.ready_by
+    asyncio.run(main())
+
+
+def test_closing_every_gate_lets_nobody_through():
+    async def main():
+        clock = Clock()
+        gates = Gates(clock, lambda g: (_ for _ in ()).throw(AssertionError("released")))
+        gate = gates.at(clock.now() + 0.05)
+        rfd = os.dup(gate.rfd)
+        gates.close_all()
+        assert not gates
+        await asyncio.sleep(0.1)  # its timer was cancelled
+        assert os.read(rfd, 10) == b""
+        os.close(rfd)
+    asyncio.run(main())
