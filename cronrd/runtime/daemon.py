@@ -188,7 +188,7 @@ class Daemon:
         services.start("announce", self._keep_announced, restart=True)
         services.start("watcher", self.watcher.run, restart=True)
         services.start("housekeeping", self._housekeeping, restart=True)
-        services.start("heap", Heap(self.clock, lambda: list(self.executor.gates)).run)
+        services.start("heap", Heap(self.clock, self.executor.gates.times).run)
         if self.notifier.watchdog_interval:
             services.start("watchdog", self._watchdog)
         jobs = len(Q.jobs(self.conn))

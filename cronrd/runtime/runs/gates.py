@@ -68,6 +68,10 @@ class Gates:
     def __bool__(self) -> bool:
         return bool(self.by_due)
 
+    def times(self) -> list[float]:
+        """When the pending gates are due (wall clock)."""
+        return list(self.by_due)
+
     def at(self, due: float) -> Gate:
         """The gate of ``due`` (made at the first run due then)."""
         gate = self.by_due.get(due)

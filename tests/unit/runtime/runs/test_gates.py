@@ -98,3 +98,19 @@ def test_closing_every_gate_lets_nobody_through():
         assert os.read(rfd, 10) == b""
         os.close(rfd)
     asyncio.run(main())
+
+
+def test_the_pending_gates_times_are_what_the_heap_waits_for():
+    """The GC's full collection waits for a quiet moment between these
+    (runtime/heap.py); the daemon hands it ``gates.times``."""
+    async def main():
+        clock = Clock()
+        gates = Gates(clock, lambda g: g.open(0))
+        first, second = clock.now() + 30, clock.now() + 60
+        gates.at(first)
+        gates.at(second)
+        gates.at(first)
+        assert sorted(gates.times()) == [first, second]
+        gates.close_all()
+        assert gates.times() == []
+    asyncio.run(main())
