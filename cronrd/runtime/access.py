@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import PermissionDenied
+from ..jobspec import JobSpec
 
 # How a request is checked: every request name the daemon serves has one.
 READ = "read"    # anyone who can reach the socket
@@ -71,9 +72,10 @@ def user_uid(user: str) -> int | None:
         return None
 
 
-def job_user(spec: dict) -> str:
-    """Who a job runs as: its ``user:``, root when it has none."""
-    return str(spec.get("user") or "root")
+def job_user(spec: JobSpec | None) -> str:
+    """Who a job runs as: its ``user:``, root when it has none (or the job
+    is gone)."""
+    return (spec.user if spec is not None else None) or "root"
 
 
 def check_admin(caller: Caller, what: str) -> None:
@@ -82,7 +84,7 @@ def check_admin(caller: Caller, what: str) -> None:
                                f"{caller.describe()}")
 
 
-def check_job(caller: Caller, what: str, spec: dict) -> None:
+def check_job(caller: Caller, what: str, spec: JobSpec | None) -> None:
     """``what`` (e.g. ``cronrd pause backup``) acts on a job with ``spec``."""
     if caller.privileged:
         return

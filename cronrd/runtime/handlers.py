@@ -19,6 +19,7 @@ from typing import Callable
 from .. import __version__
 from ..config import Config
 from ..errors import CronrdError, RequestError, UsageError
+from ..jobspec import JobSpec
 from ..schedule import iso_utc, make_trigger, parse_schedule
 from ..state import commands as C
 from ..state import run_states
@@ -179,12 +180,9 @@ class Handlers:
         await self._authorize(caller, command, target, what,
                               lambda: check_job(caller, what, spec), change=change)
 
-    def _job_spec(self, name: str) -> dict:
-        """A job's effective spec; {} for a job that is gone (root's, then)."""
-        for job in Q.jobs(self.conn):
-            if job["name"] == name:
-                return job["spec"]
-        return {}
+    def _job_spec(self, name: str) -> JobSpec | None:
+        """A job's effective spec; None for a job that is gone (root's, then)."""
+        return Q.job_spec(self.conn, name)
 
     def _job_or_error(self, name: str) -> dict:
         for job in Q.jobs(self.conn):
@@ -223,30 +221,30 @@ class Handlers:
         }
 
     def _job_view(self, job: dict, last: Run | None) -> dict:
-        spec = job["spec"]
+        spec: JobSpec = job["spec"]
         return {
-            "name": job["name"], "schedule": spec["schedule"],
-            "timezone": spec.get("timezone") or self.config.timezone,
-            "command": spec["command"], "enabled": spec.get("enabled", True),
-            "paused": job["paused"], "description": spec.get("description", ""),
+            "name": job["name"], "schedule": spec.schedule,
+            "timezone": spec.timezone or self.config.timezone,
+            "command": spec.to_dict()["command"], "enabled": spec.enabled,
+            "paused": job["paused"], "description": spec.description,
             "source": job["source"], "next_fire": iso_utc(self._next_fire(job)),
             "conflict": job.get("conflict"), "sources": job.get("sources", []),
             "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
             "last_run": last.view() if last else None,
-            "concurrency": spec.get("concurrency"), "catchup": spec.get("catchup"),
-            "run_on": spec.get("run_on"), "digest": job["digest"],
+            "concurrency": spec.concurrency, "catchup": spec.catchup,
+            "run_on": spec.to_dict()["run_on"], "digest": job["digest"],
         }
 
     def _next_fire(self, job: dict) -> int | None:
         sched = self.leadership.scheduler
         if sched is not None and job["name"] in sched.entries:
             return sched.next_fire(job["name"])
-        spec = job["spec"]  # a follower works it out from the replicated cursor
-        if job["paused"] or not spec.get("enabled", True):
+        spec: JobSpec = job["spec"]  # a follower works it out from the replicated cursor
+        if job["paused"] or not spec.enabled:
             return None
         try:
-            trig = make_trigger(parse_schedule(spec["schedule"]),
-                                spec.get("timezone") or self.config.timezone)
+            trig = make_trigger(parse_schedule(spec.schedule),
+                                spec.timezone or self.config.timezone)
             return trig.next_after(max(job["cursor"], int(self.clock.now())))
         except CronrdError:
             return None
@@ -259,7 +257,7 @@ class Handlers:
         await self._consistent(args)
         job = self._job_or_error(arg(args, "name", str, required=True))
         view = self._job_view(job, Q.last_run(self.conn, job["name"]))
-        view["spec"] = job["spec"]
+        view["spec"] = job["spec"].to_dict()
         return view
 
     async def h_runs(self, args: dict) -> dict:

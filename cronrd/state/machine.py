@@ -21,6 +21,7 @@ from ..decisions import overlap
 from ..errors import StateError
 from ..schedule import retry_delay
 from . import commands as C
+from . import queries as Q
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1
@@ -144,7 +145,7 @@ class StateMachine:
         for row in self.conn.execute(
                 "SELECT name, spec, digest, source, paused, cursor, conflict FROM jobs "
                 "WHERE name=?", (name,)):
-            return {"name": row[0], "spec": json.loads(row[1]), "digest": row[2],
+            return {"name": row[0], "spec": Q.decode_spec(row[1], row[3]), "digest": row[2],
                     "source": row[3], "paused": bool(row[4]), "cursor": row[5],
                     "conflict": row[6]}
         return None
@@ -212,7 +213,7 @@ class StateMachine:
                 (agreed["spec"], agreed["digest"], agreed["source"], at, name))
             changed = True
             if (agreed["digest"] != job["digest"]
-                    and not json.loads(agreed["spec"]).get("enabled", True)):
+                    and not Q.decode_spec(agreed["spec"]).enabled):
                 self._skip_committed_ahead(name, at, "disabled: enabled is false in the "
                                            "job file", effects)
         conflict = None if agreed is not None else conflict_text(name, rows, job["digest"])
@@ -285,7 +286,7 @@ class StateMachine:
         (one assigned ahead of its fire time is decided at its own gate)."""
         active = {r.run_id: r for r in self._active_runs(job["name"])
                   if r.state == "running"}
-        decision = overlap.decide(job["spec"].get("concurrency", "forbid"),
+        decision = overlap.decide(job["spec"].concurrency,
                                   [overlap.Running(rid) for rid in active])
         for other in decision.replace:
             self._request_cancel(active[other.run_id], decision.reason, at, effects)
@@ -311,7 +312,7 @@ class StateMachine:
         reason = cmd.skip_reason
         if reason is None and job["paused"]:
             reason = "paused: `cronrd resume` re-enables the job"
-        if reason is None and not job["spec"].get("enabled", True):
+        if reason is None and not job["spec"].enabled:
             reason = "disabled: enabled is false in the job file"
         # The overlap policy is applied by the executor at the fire time (a fire
         # is committed ahead of it), against the runs then running.
@@ -439,11 +440,11 @@ class StateMachine:
         if state not in TRANSITIONS.get(run.state, ()):
             raise Refused(f"run {run.run_id} cannot go from {run.state} to {state}")
         job = None if index is None or run.cancel_requested else self._job(run.job)
-        spec = job["spec"] if job is not None else {}
-        no_retry = state == "lost" and spec.get("on_node_loss", "retry") != "retry" \
+        spec = job["spec"] if job is not None else None
+        no_retry = spec is not None and state == "lost" and spec.on_node_loss != "retry" \
             and not not_started
-        if job is not None and no_retry:
-            note = f"not retried (on_node_loss: {spec['on_node_loss']})"
+        if no_retry:
+            note = f"not retried (on_node_loss: {spec.on_node_loss})"
             base = reason if reason is not None else run.reason
             reason = f"{base}; {note}" if base else note
         self.conn.execute(
@@ -453,8 +454,8 @@ class StateMachine:
         effects.append(Effect("run_done", run=self._get_run(run.run_id)))
         if job is None or no_retry:
             return None
-        policy = spec.get("retries") or {}
-        allowed = 1 + int(policy.get("max", 0))
+        policy = spec.retries
+        allowed = 1 + policy.max
         if state == "lost":
             allowed = max(allowed, 2)  # at-least-once: a lost run is retried
         elif state not in ("failed", "timed_out"):
@@ -464,8 +465,7 @@ class StateMachine:
             return None
         key = f"{run.job}/{run.fire_time}/{attempt}"
         delay = 0.0 if state == "lost" else retry_delay(
-            attempt, float(policy.get("delay", 10.0)), float(policy.get("backoff", 2.0)),
-            float(policy.get("max_delay", 3600.0)), float(policy.get("jitter", 0.0)), key)
+            attempt, policy.delay, policy.backoff, policy.max_delay, policy.jitter, key)
         # A lost run must run elsewhere: it waits, pending, for the leader to place
         # it; a failed one is retried where it ran.
         lost = state == "lost"

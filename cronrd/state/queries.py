@@ -3,6 +3,7 @@ values (run.py); the rest shaped for the CLI's JSON."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import apsw
@@ -60,6 +61,14 @@ def list_gaps(conn: apsw.Connection, job: str | None = None, limit: int = 50) ->
             for r in conn.execute(sql, args)]
 
 
+@functools.lru_cache(maxsize=16384)
+def decode_spec(spec_json: str, source: str = "") -> JobSpec:
+    """The one decoder of a stored job definition (``jobs.spec``): JobSpec's
+    defaults fill what an older version did not write, so nothing else
+    restates them. Cached: a definition is decoded once, not per fire."""
+    return JobSpec.from_dict(json.loads(spec_json), source=source)
+
+
 def jobs(conn: apsw.Connection) -> list[dict]:
     """Every job with its effective spec, cursor, conflict and per-node sources."""
     sources: dict[str, list[dict]] = {}
@@ -70,7 +79,7 @@ def jobs(conn: apsw.Connection) -> list[dict]:
     for name, spec, digest, source, paused, cursor, conflict in conn.execute(
             "SELECT name, spec, digest, source, paused, cursor, conflict FROM jobs "
             "ORDER BY name"):
-        out.append({"name": name, "spec": json.loads(spec), "digest": digest,
+        out.append({"name": name, "spec": decode_spec(spec, source), "digest": digest,
                     "source": source, "paused": bool(paused), "cursor": cursor,
                     "conflict": conflict, "sources": sources.get(name, [])})
     return out
@@ -172,7 +181,7 @@ def fire_recorded(conn: apsw.Connection, job: str, fire_time: int) -> bool:
 def job_spec(conn: apsw.Connection, name: str) -> JobSpec | None:
     """The definition in force of job ``name``."""
     for spec, source in conn.execute("SELECT spec, source FROM jobs WHERE name=?", (name,)):
-        return JobSpec.from_dict(json.loads(spec), source=source)
+        return decode_spec(spec, source)
     return None
 
 
@@ -195,7 +204,7 @@ def job_names(conn: apsw.Connection) -> list[str]:
 
 def job_specs(conn: apsw.Connection) -> list[tuple[str, JobSpec]]:
     """Every job's definition in force: (name, spec), by name."""
-    return [(name, JobSpec.from_dict(json.loads(spec), source=source)) for name, spec, source
+    return [(name, decode_spec(spec, source)) for name, spec, source
             in conn.execute("SELECT name, spec, source FROM jobs ORDER BY name")]
 
 
@@ -203,7 +212,7 @@ def job_schedule(conn: apsw.Connection, name: str) -> tuple[JobSpec, bool, int] 
     """What the scheduler needs of job ``name``: (spec in force, paused, cursor)."""
     for spec, source, paused, cursor in conn.execute(
             "SELECT spec, source, paused, cursor FROM jobs WHERE name=?", (name,)):
-        return JobSpec.from_dict(json.loads(spec), source=source), bool(paused), cursor
+        return decode_spec(spec, source), bool(paused), cursor
     return None
 
 

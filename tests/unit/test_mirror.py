@@ -65,7 +65,6 @@ NO_UNIT_TEST_FILE = {
     "state/commands.py": "unit/state/test_state.py, unit/state/test_state_cluster.py",
     "state/forwarded.py": "security/test_forwarded.py",
     "state/machine.py": "unit/state/test_state.py, unit/state/test_state_cluster.py",
-    "state/queries.py": "unit/state/test_state.py, unit/state/test_state_cluster.py",
     "state/schema.py": "unit/state/test_state_cluster.py (schema version)",
     # runtime/
     "runtime/access.py": "security/test_control_server.py, security/test_control_socket.py",

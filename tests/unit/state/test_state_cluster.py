@@ -87,7 +87,7 @@ def test_resolving_the_conflict_clears_it():
     c.effects.clear()
     res = c.put_on("b", at=T0 + 9)            # b's file fixed: identical again
     assert res["changed"] is True and res["conflict"] is None
-    assert c.job()["conflict"] is None and c.job()["spec"]["command"] == "true"
+    assert c.job()["conflict"] is None and c.job()["spec"].command == "true"
     assert [e.job for e in c.kinds("jobs_changed")] == ["j"]
 
 
@@ -97,9 +97,9 @@ def test_agreeing_on_a_new_version_updates_the_job():
     c.put_on("b", concurrency="allow")
     ahead = c.fire(T0 + 50, node="a")["run_id"]
     c.put_on("a", at=T0 + 1, concurrency="allow", enabled=False)
-    assert c.job()["spec"]["enabled"] is True and c.run(ahead).state == "assigned"
+    assert c.job()["spec"].enabled is True and c.run(ahead).state == "assigned"
     c.put_on("b", at=T0 + 2, concurrency="allow", enabled=False)
-    assert c.job()["spec"]["enabled"] is False and c.job()["conflict"] is None
+    assert c.job()["spec"].enabled is False and c.job()["conflict"] is None
     assert c.run(ahead).state == "skipped"
 
 
@@ -113,11 +113,11 @@ def test_three_way_conflict_names_every_group():
     # The node holding the version in force goes away: the others still disagree.
     c.apply(C.RemoveJob(name="j", node="a", at=T0 + 1))
     job = c.job()
-    assert job["spec"]["command"] == "true"
+    assert job["spec"].command == "true"
     assert job["conflict"].startswith("node b defines job 'j' differently from node c")
     assert job["conflict"].endswith(f"version with digest {digest(spec())[:8]} stays in force)")
     c.put_on("c", command="two", at=T0 + 2)
-    assert c.job()["spec"]["command"] == "two" and c.job()["conflict"] is None
+    assert c.job()["spec"].command == "two" and c.job()["conflict"] is None
 
 
 def test_job_disappears_only_when_the_last_node_removes_it():
@@ -143,7 +143,7 @@ def test_removing_a_conflicting_source_resolves_the_conflict():
     c.put_on("a")
     c.put_on("b", command="other")
     c.apply(C.RemoveJob(name="j", node="b", at=T0 + 1))
-    assert c.job()["conflict"] is None and c.job()["spec"]["command"] == "true"
+    assert c.job()["conflict"] is None and c.job()["spec"].command == "true"
 
 
 # -- nodes -----------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def test_remove_node_cleans_its_sources_and_runs():
     assert [n["node"] for n in Q.nodes(c.sm.conn)] == ["b"]
     assert Q.job_sources(c.sm.conn, "a") == {}
     job = c.job("shared")
-    assert job["conflict"] is None and job["spec"]["command"] == "b's own"
+    assert job["conflict"] is None and job["spec"].command == "b's own"
     assert c.job("only_a") is None
     assert {e.job for e in c.kinds("jobs_changed")} == {"shared", "only_a"}
     again = c.apply(C.RemoveNode(node="a", at=T0 + 11))

@@ -1,0 +1,32 @@
+"""Queries over the replicated state (cronrd/state/queries.py); most are
+exercised through the state machine's tests. Here: the one decoder of a
+stored job definition."""
+
+from __future__ import annotations
+
+import json
+
+from cronrd.jobspec import JobSpec
+from cronrd.state import queries as Q
+
+
+def test_a_stored_definition_decodes_to_the_spec_that_was_stored():
+    spec = JobSpec(name="backup", schedule="0 3 * * *", command="run-backup",
+                   concurrency="replace", on_node_loss="skip")
+    decoded = Q.decode_spec(json.dumps(spec.to_dict()), "/etc/cronrd.d/b.yaml")
+    assert decoded == JobSpec(**{**spec.__dict__, "source": "/etc/cronrd.d/b.yaml"})
+
+
+def test_keys_an_older_version_did_not_write_take_the_specs_defaults():
+    """The machine used to restate these defaults as .get() fallbacks."""
+    old = {"name": "j", "schedule": "* * * * *", "command": "true"}
+    spec = Q.decode_spec(json.dumps(old))
+    defaults = JobSpec(name="j", schedule="* * * * *", command="true")
+    assert (spec.concurrency, spec.enabled, spec.on_node_loss, spec.retries) == (
+        defaults.concurrency, defaults.enabled, defaults.on_node_loss, defaults.retries)
+    assert spec.retries.delay == 10.0 and spec.retries.max == 0
+
+
+def test_a_definition_is_decoded_once_and_shared():
+    text = json.dumps({"name": "k", "schedule": "@hourly", "command": "true"})
+    assert Q.decode_spec(text, "f") is Q.decode_spec(text, "f")
