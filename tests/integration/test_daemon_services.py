@@ -56,8 +56,8 @@ def test_a_stop_cancels_and_awaits_every_task_the_daemon_owns(cfg, caplog):
     code, left = run_daemon(Daemon(cfg), look)
     assert code == 0
     # (one host: the members have no upkeep, their service returned at once)
-    assert seen["services"] == ["announce", "housekeeping", "leadership", "removal",
-                                "watcher"]
+    assert seen["services"] == ["announce", "heap", "housekeeping", "leadership",
+                                "removal", "watcher"]
     assert left == set(), f"tasks left running after Daemon.run returned: {left}"
     assert "event=stopped" in caplog.text
 
