@@ -1,8 +1,8 @@
 """cronrd as a cluster: the ``Members`` (members.py) of a node on Raft.
 
 ``Cluster`` owns the Raft node (its log is ``RaftLog``, raft_log.py), the
-transport and the peer requests, and who may speak on the peer port
-(membership, vouching, join tokens). It answers "may this node start a run
+transport and the peer requests. Who may speak on the peer port (membership,
+vouching, join tokens) is its ``PeerTrust`` (peer_trust.py). It answers "may this node start a run
 now?" (the lease), keeps the members' views for placement, and gives the
 leader its membership duties: declare unreachable nodes' runs lost after
 ``node_timeout``, promote caught-up learners, finish interrupted membership
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import hmac
 import logging
 import os
 import secrets
@@ -33,13 +32,13 @@ from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
 from ..decisions import duties, lease
 from .clock import Clock
-from .peer_rpc import PeerError, PeerRPC
+from .peer_rpc import Handler, PeerError, PeerRPC
+from .peer_trust import PeerTrust
 from .placement import NodeView
 from .raft_node import RaftNode
 from .raft_log import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
 from .raft_storage import RaftStorage
 from ..ids import node_id_problem
-from .tasks import TaskSet
 from .tls import EXPIRY_WARNING_DAYS, cert_info
 from .transport import TLSConfig, Transport
 
@@ -48,9 +47,7 @@ log = logging.getLogger("cronrd.cluster")
 TICK = 0.05              # seconds per Raft tick (heartbeats go out every tick)
 DUTY_INTERVAL = 0.25     # the leader's housekeeping: node loss, placement, promotion
 ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
-VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
-JOIN_TOKEN_TTL = 86400.0  # seconds a join token works
 PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
 TRANSFER_TIMEOUT = 5.0   # seconds a leadership transfer may take
 
@@ -84,8 +81,7 @@ class Cluster:
         self.storage = RaftStorage(config.raft_db)
         tls = TLSConfig(cc.tls.ca, cc.tls.cert, cc.tls.key) if cc.tls else None
         self.transport = Transport(self.node_id, cc.listen, {}, self._on_message, tls=tls,
-                                   insecure=cc.insecure, authorize=self._authorize,
-                                   clock=clock)
+                                   insecure=cc.insecure, clock=clock)
         bootstrap = self._bootstrap(config)
         self.node = RaftNode(self.node_id, bootstrap, self.storage, self.transport, self.state,
                              tick_interval=TICK,
@@ -93,10 +89,16 @@ class Cluster:
                              snapshot_every=20000, proposal_timeout=PROPOSE_DEADLINE)
         self.log = RaftLog(self.node, self.state, self._forward)
         self.changes = self.node.changes  # the leader or the membership changed
-        self.rpc = PeerRPC(self.node_id, self.transport, {
+        handlers: dict[str, Handler] = {}
+        self.rpc = PeerRPC(self.node_id, self.transport, handlers)
+        # Who may speak on the peer port (peer_trust.py).
+        self.trust = PeerTrust(self.node_id, cc, clock, self.conn, self.node, self.log,
+                               self.rpc, self.transport.peer_serials, self._refresh_peers)
+        self.transport.authorize = self.trust.authorize
+        handlers.update({
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
             "cluster_add": self._rpc_admin, "cluster_remove": self._rpc_admin,
-            "cluster_transfer_leader": self._rpc_admin, "is_member": self._rpc_is_member,
+            "cluster_transfer_leader": self._rpc_admin, "is_member": self.trust.rpc_is_member,
         })
         # Both directions proven (monotonic times): a follower's last ReadIndex
         # round trip through a leader (its lease), and, on the leader, each
@@ -107,12 +109,9 @@ class Cluster:
         self.was_member = self.node_id in self.member_ids()
         self.removed = asyncio.Event()
         self.fatal = asyncio.Event()  # the Raft node stopped on an error
-        self._requests = TaskSet("cluster")  # vouching, admitting a joiner
         self._leading = False
         self._lost_proposed: dict[str, float] = {}
         self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
-        self._vouch_asked: dict[str, float] = {}
-        self._admitting: set[str] = set()
         self._refused_propose = 0
         self._cert = cert_info(cc.tls.cert) if cc.tls else None
         self.transport.join_token = cc.join_token or ""
@@ -157,7 +156,7 @@ class Cluster:
     async def stop(self) -> None:
         self.stopping = True
         self.log.stopping = True
-        await self._requests.close()
+        await self.trust.close()
         await self.node.stop()
         self.rpc.close()
         await self.transport.close()
@@ -220,7 +219,7 @@ class Cluster:
                             "dropped\"", msg.frm, self._refused_propose)
             return
         if msg.type in VOTER_ONLY and not self.node.raft.knows_member(msg.frm, voter=True):
-            self._ask_vouch(msg.frm)  # a voter this node has not seen promoted yet?
+            self.trust.ask_vouch(msg.frm)  # a voter this node has not seen promoted yet?
         self.node.step(msg)
         if msg.type in ACKS:
             self.acked[msg.frm] = self.clock.monotonic()
@@ -255,140 +254,7 @@ class Cluster:
         peers = {n: a for n, a in addrs.items() if n in members and n != self.node_id}
         self.transport.set_peers(peers)
         self.transport.revoke([p for p in self.transport.connected_peers()
-                               if self._authorize(p, ask=False) is not None])
-
-    # -- who may speak ----------------------------------------------------------------
-    def _authorize(self, peer: str, info: dict | None = None, ask: bool = True) -> str | None:
-        """Why ``peer`` may not speak to this node, or None if it may: a
-        member (as far as this node knows, see Raft.knows_member), the node
-        whose addition is in progress (its "joining" record), or, while this
-        node is outside the configuration itself (joining), the members it
-        was told of. A certificate signed by the cluster CA is not enough.
-        An unknown id makes this node ask the members it knows (vouching):
-        a member added while this node lagged is admitted once one of the
-        voters it knows confirms it. Denied ids and certificate serials (removed
-        nodes, rotated certificates) are refused whatever else holds, and a
-        node added with a join token is admitted only with that token."""
-        info = info or {}
-        denied = Q.denied(self.conn)
-        serial = info.get("serial") or self.transport.peer_serials.get(peer, "")
-        if serial and serial in denied["serial"]:
-            return (f"the certificate of {peer} (serial {serial}) is refused: "
-                    f"{denied['serial'][serial]}; give it a new one (`cronrd cluster "
-                    f"rotate-cert {peer} DIR`)")
-        raft = self.node.raft
-        if peer in denied["node"]:
-            return (f"{peer} was removed from the cluster ({denied['node'][peer]}); to add it "
-                    f"again run `cronrd cluster add {peer} ADDR` on a voter")
-        if raft.knows_member(peer):
-            return None
-        if self.node_id not in raft.conf.voters and self.node_id not in raft.conf.learners \
-                and peer in self.cc.members_dict():
-            return None
-        for row in Q.nodes(self.conn):
-            if row["node"] == peer and row.get("state") == "joining":
-                return None
-        expected = Q.join_token(self.conn, peer)
-        if expected is not None and self.clock.now() - expected["at"] > JOIN_TOKEN_TTL:
-            return (f"the join token for {peer} expired (tokens work for "
-                    f"{JOIN_TOKEN_TTL / 3600:.0f} hours); run `cronrd cluster add {peer} "
-                    "ADDR --token` again for a new one")
-        if expected is not None:
-            token = info.get("token") or ""
-            given = hashlib.sha256(token.encode()).hexdigest()
-            if token and hmac.compare_digest(given, expected["hash"]):
-                self._admit_joiner(peer, expected["addr"])
-                return None
-            return (f"{peer} was added with a join token and must present it (cluster: "
-                    f"{{join: {{token: ...}}}} in its config){'; the token it gave is wrong' if token else ''}")
-        if ask:
-            self._ask_vouch(peer)
-        return (f"{peer} is not a member of this cluster as far as {self.node_id} knows "
-                f"(applied index {raft.applied}); a certificate from the cluster CA is not "
-                "enough: add it with `cronrd cluster add` on a voter")
-
-    def _ask_vouch(self, peer: str) -> None:
-        now = self.clock.monotonic()
-        if now - self._vouch_asked.get(peer, 0.0) < VOUCH_INTERVAL or self.stopping:
-            return
-        self._vouch_asked[peer] = now
-        if len(self._vouch_asked) > 1024:  # bounded: forget the oldest askers
-            for old in sorted(self._vouch_asked, key=self._vouch_asked.get)[:512]:
-                del self._vouch_asked[old]
-        self._requests.spawn(self._vouch(peer), f"vouch-{peer}")
-
-    async def _vouch(self, peer: str) -> None:
-        """Ask the other voters this node knows whether ``peer`` is a member;
-        vouch for it when one of them says so."""
-        raft = self.node.raft
-        voters = [v for v in raft.conf.voters if v != self.node_id]
-        if self.node_id not in raft.conf.voters and self.node_id not in raft.conf.learners:
-            voters = [v for v in self.cc.members_dict() if v != self.node_id]  # joining
-        if not voters:
-            return
-        answers = await asyncio.gather(*(self.rpc.call(v, "is_member", {"node": peer},
-                                                       timeout=2.0) for v in voters),
-                                       return_exceptions=True)
-        if any(isinstance(a, dict) and a.get("voter") is True for a in answers):
-            log.info("event=member_vouched node=%s as=voter", peer)
-            raft.vouch(peer, voter=True)
-            return
-        # One voter's word suffices: it answers from its applied configuration,
-        # so a "yes" means a committed entry added ``peer``. (A majority could
-        # not be had: this node counts itself, and it is the one behind.)
-        yes = [v for v, a in zip(voters, answers)
-               if isinstance(a, dict) and a.get("member") is True]
-        if yes:
-            log.info("event=member_vouched node=%s by=%s hint=\"this node is behind on the "
-                     "membership; it hears %s until it has caught up\"", peer,
-                     ",".join(yes), peer)
-            self.node.raft.vouch(peer)
-
-    def _admit_joiner(self, peer: str, addr: str) -> None:
-        """A node presented the join token it was added with: the leader
-        spends the token (one use) and makes it a learner."""
-        if not self.node.is_leader or peer in self._admitting:
-            return
-        self._admitting.add(peer)
-
-        async def admit() -> None:
-            try:
-                now = self.clock.now()
-                # The joining record first (it admits the node from now on),
-                # then the token is spent; the learner is added here, or, if
-                # this leader goes, by the next one (_finish_joins).
-                await self.log.propose_as_leader(C.NodeInfo(node=peer, state="joining",
-                                                            addr=addr, tags=(), at=now))
-                await self.log.propose_as_leader(C.JoinToken(node=peer, token_hash="",
-                                                             addr="", at=now))
-                self._refresh_peers()
-                await self.node.change_membership(ConfChangeType.ADD_LEARNER, peer)
-                self._refresh_peers()
-                log.info("event=joined_with_token node=%s addr=%s", peer, addr)
-            except CronrdError as exc:
-                log.warning("event=join_failed node=%s error=\"%s\"", peer, exc)
-            finally:
-                self._admitting.discard(peer)
-        if self._requests.spawn(admit(), f"admit-{peer}") is None:
-            self._admitting.discard(peer)  # stopping
-
-    async def _rpc_is_member(self, frm: str, args: dict) -> dict:
-        self._require_member(frm)
-        node = args.get("node")
-        if not isinstance(node, str):
-            raise RequestError("is_member needs a node id")
-        return {"member": node in self.member_ids(),
-                "voter": node in self.node.raft.conf.voters}
-
-    def _require_member(self, frm: str) -> None:
-        if not self.node.raft.knows_member(frm):
-            raise PermissionDenied(f"{frm} is not a member of this cluster; only members may "
-                                   "make peer requests")
-
-    def _require_voter(self, frm: str) -> None:
-        if frm not in self.node.raft.conf.voters:
-            raise PermissionDenied(f"{frm} is not a voter; membership and leadership changes "
-                                   "are accepted only from voters")
+                               if self.trust.authorize(p, ask=False) is not None])
 
     def contact_age(self, node: str) -> float | None:
         """Seconds since any frame came from ``node`` (for display)."""
@@ -523,14 +389,8 @@ class Cluster:
                                 "cluster add` again\"", node, age)
                     await self.log.propose_as_leader(C.RemoveNode(node=node, at=now,
                                                                   deny=False))
-                elif node not in self._admitting and not self.node.raft.knows_member(node):
-                    log.info("event=join_resumed node=%s", node)
-                    self._admitting.add(node)
-                    try:
-                        await self.node.change_membership(ConfChangeType.ADD_LEARNER, node)
-                    finally:
-                        self._admitting.discard(node)
-                    self._refresh_peers()
+                else:
+                    await self.trust.resume_join(node)
             elif age > 60:
                 log.info("event=forget_removed node=%s", node)
                 await self.log.propose_as_leader(C.RemoveNode(
@@ -614,7 +474,7 @@ class Cluster:
         return await getattr(self, "_" + method)(args)
 
     async def _rpc_admin(self, frm: str, args: dict) -> dict:
-        self._require_voter(frm)
+        self.trust.require_voter(frm)
         method = args.pop("_method", None)
         if method not in ("cluster_add", "cluster_remove", "cluster_transfer_leader",
                           "cluster_revoke_cert"):
@@ -735,7 +595,7 @@ class Cluster:
 
     # -- peer requests ------------------------------------------------------------------
     async def _rpc_propose(self, frm: str, args: dict) -> Any:
-        self._require_member(frm)
+        self.trust.require_member(frm)
         if not self.node.is_leader:
             raise NotLeader(self.node.leader or None)
         try:
@@ -774,7 +634,7 @@ class Cluster:
                                    timeout=FORWARD_TIMEOUT)
 
     async def _rpc_read_log(self, frm: str, args: dict) -> dict:
-        self._require_member(frm)
+        self.trust.require_member(frm)
         if self.read_log is None:
             raise RequestError("this node is still starting; retry in a few seconds")
         run_id, offset = args.get("run_id"), args.get("offset", 0)
