@@ -2,7 +2,9 @@
 
 ``Cluster`` owns the Raft node (its log is ``RaftLog``, raft_log.py), the
 transport and the peer requests. Who may speak on the peer port (membership,
-vouching, join tokens) is its ``PeerTrust`` (peer_trust.py). It answers "may this node start a run
+vouching, join tokens) is its ``PeerTrust`` (peer_trust.py), and the
+``cronrd cluster`` requests only the leader carries out are its
+``ClusterAdmin`` (cluster_admin.py). It answers "may this node start a run
 now?" (the lease), keeps the members' views for placement, and gives the
 leader its membership duties: declare unreachable nodes' runs lost after
 ``node_timeout``, promote caught-up learners, finish interrupted membership
@@ -14,15 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 import os
-import secrets
 from typing import Any, Callable
 
-from ..config import Config, format_address, is_loopback, parse_address
-from ..errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped,
-                      RequestError, StateError, StorageError, UsageError)
+from ..config import Config, format_address, parse_address
+from ..errors import (CronrdError, NotLeader, PermissionDenied, RequestError, StateError,
+                      StorageError)
 from ..raft.core import VOTER_ONLY
 from ..raft.types import ConfChangeType, ConfState, Message, MsgType
 from ..schedule import iso_utc, parse_schedule
@@ -32,13 +32,13 @@ from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
 from ..decisions import duties, lease
 from .clock import Clock
+from .cluster_admin import ClusterAdmin
 from .peer_rpc import Handler, PeerError, PeerRPC
 from .peer_trust import PeerTrust
 from .placement import NodeView
 from .raft_node import RaftNode
 from .raft_log import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
 from .raft_storage import RaftStorage
-from ..ids import node_id_problem
 from .tls import EXPIRY_WARNING_DAYS, cert_info
 from .transport import TLSConfig, Transport
 
@@ -49,7 +49,6 @@ DUTY_INTERVAL = 0.25     # the leader's housekeeping: node loss, placement, prom
 ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
-TRANSFER_TIMEOUT = 5.0   # seconds a leadership transfer may take
 
 
 class Cluster:
@@ -91,14 +90,21 @@ class Cluster:
         self.changes = self.node.changes  # the leader or the membership changed
         handlers: dict[str, Handler] = {}
         self.rpc = PeerRPC(self.node_id, self.transport, handlers)
-        # Who may speak on the peer port (peer_trust.py).
+        # Who may speak on the peer port (peer_trust.py), and the requests
+        # only the leader carries out (cluster_admin.py).
         self.trust = PeerTrust(self.node_id, cc, clock, self.conn, self.node, self.log,
                                self.rpc, self.transport.peer_serials, self._refresh_peers)
         self.transport.authorize = self.trust.authorize
+        self.admin_requests = ClusterAdmin(self.node_id, cc, clock, self.node, self.log,
+                                           self.rpc, self.transport.peer_serials,
+                                           self.trust.require_voter, self.healthy,
+                                           self._refresh_peers)
         handlers.update({
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
-            "cluster_add": self._rpc_admin, "cluster_remove": self._rpc_admin,
-            "cluster_transfer_leader": self._rpc_admin, "is_member": self.trust.rpc_is_member,
+            "cluster_add": self.admin_requests.serve,
+            "cluster_remove": self.admin_requests.serve,
+            "cluster_transfer_leader": self.admin_requests.serve,
+            "is_member": self.trust.rpc_is_member,
         })
         # Both directions proven (monotonic times): a follower's last ReadIndex
         # round trip through a leader (its lease), and, on the leader, each
@@ -459,139 +465,13 @@ class Cluster:
             })
         return {"leader": self.node.leader or None, "members": out}
 
-    # -- requests that only the leader can carry out ------------------------------------
+    # -- requests that only the leader can carry out (cluster_admin.py) -------------------
     async def admin(self, method: str, args: dict) -> dict:
-        """``cluster add|remove|transfer-leader`` from any node."""
-        if not self.node.is_leader:
-            leader = self.node.leader
-            if not leader:
-                raise NotLeader(None)
-            try:
-                return await self.rpc.call(leader, method, {**args, "_method": method},
-                                           timeout=30.0)
-            except PeerError as exc:
-                raise local_error(exc) from None
-        return await getattr(self, "_" + method)(args)
-
-    async def _rpc_admin(self, frm: str, args: dict) -> dict:
-        self.trust.require_voter(frm)
-        method = args.pop("_method", None)
-        if method not in ("cluster_add", "cluster_remove", "cluster_transfer_leader",
-                          "cluster_revoke_cert"):
-            raise RequestError(f"unknown membership request {method!r}; run the same cronrd "
-                               "version on every node")
-        if not self.node.is_leader:
-            raise NotLeader(self.node.leader or None)
-        return await getattr(self, "_" + method)(args)
-
-    async def _cluster_add(self, args: dict) -> dict:
-        node, address = args.get("node"), args.get("address")
-        problem = node_id_problem(node)
-        if problem:
-            raise UsageError(problem)
-        try:
-            address = format_address(parse_address(str(address)))
-        except ValueError as exc:
-            raise UsageError(f"invalid address {address!r}: {exc}; use HOST:PORT") from None
-        if self.cc.insecure and not self.cc.insecure_network \
-                and not is_loopback(parse_address(address)[0]):
-            raise UsageError(f"refusing to add {node} at {address}: this cluster runs with "
-                             "insecure: true (no TLS), which is allowed only on loopback "
-                             "addresses; configure tls (`cronrd cluster init-tls`) or "
-                             "insecure: {allow_network: true} on every member")
-        conf = self.node.raft.conf
-        if node in conf.voters or node in conf.learners:
-            raise RequestError(f"node {node} is already a member; `cronrd cluster members` "
-                               "lists them")
-        now = self.clock.now()
-        await self.log.propose_as_leader(C.Deny(kind="node", value=node, reason="added again", at=now,
-                                      lift=True))
-        if args.get("token"):
-            # The operator's word travels with the node: it is admitted only
-            # when it presents this token (once), not for holding a certificate.
-            token = secrets.token_urlsafe(24)
-            await self.log.propose_as_leader(C.JoinToken(
-                node=node, token_hash=hashlib.sha256(token.encode()).hexdigest(),
-                addr=address, at=now))
-            return {"node": node, "address": address, "role": "expected", "token": token,
-                    "hint": f"start {node} with cluster: {{join: {{token: {token}}}, "
-                            "initial_members: {...}}; the token works once, and only for "
-                            f"{node}; it becomes a learner when it connects"}
-        await self.log.propose_as_leader(C.NodeInfo(node=node, state="joining", addr=address,
-                                                    tags=(),
-                                          at=now))
-        self._refresh_peers()
-        # Applying it makes every node snapshot (see RaftNode._handle): the new
-        # member starts from a snapshot, which carries the membership.
-        await self.node.change_membership(ConfChangeType.ADD_LEARNER, node)
-        self._refresh_peers()
-        return {"node": node, "address": address, "role": "learner",
-                "hint": "it runs jobs once it has caught up and announced itself; it is "
-                        "promoted to voter when that keeps the voters odd and at most 5"}
-
-    async def _cluster_remove(self, args: dict) -> dict:
-        node = args.get("node")
-        conf = self.node.raft.conf
-        if node not in conf.voters and node not in conf.learners:
-            raise RequestError(f"node {node!r} is not a member; `cronrd cluster members` "
-                               "lists them")
-        if node == self.node_id:
-            new = await self._cluster_transfer_leader({"node": None})
-            return await self.rpc.call(new["leader"], "cluster_remove",
-                                       {"_method": "cluster_remove", "node": node},
-                                       timeout=30.0)
-        if node in conf.voters and len(conf.voters) == 1:
-            raise RequestError(f"node {node} is the only voter; add another node first")
-        await self.node.change_membership(ConfChangeType.REMOVE, node)
-        await self.log.propose_as_leader(C.RemoveNode(node=node, at=self.clock.now(),
-                                            serial=self.transport.peer_serials.get(node, "")))
-        self._refresh_peers()
-        return {"removed": node}
-
-    async def _cluster_revoke_cert(self, args: dict) -> dict:
-        raw = str(args.get("serial") or "").strip().lower().replace(":", "")
-        try:
-            serial = format(int(raw[2:] if raw.startswith("0x") else raw, 16), "x")
-        except ValueError:
-            raise UsageError(f"invalid certificate serial {args.get('serial')!r}: give it in "
-                             "hex, as `openssl x509 -noout -serial` prints it") from None
-        await self.log.propose_as_leader(C.Deny(kind="serial", value=serial, at=self.clock.now(),
-                                      reason=str(args.get("reason") or "revoked by the operator")))
-        self._refresh_peers()
-        return {"revoked": serial}
-
-    async def _cluster_transfer_leader(self, args: dict) -> dict:
-        raft = self.node.raft
-        to = args.get("node")
-        voters = [v for v in raft.conf.voters if v != self.node_id]
-        if to is None:
-            if not voters:
-                raise RequestError("there is no other voter to hand leadership to")
-            to = max(voters, key=lambda v: (self.healthy(v), raft.prs[v].match
-                                            if v in raft.prs else 0, v))
-        elif to == self.node_id:
-            return {"leader": self.node_id}
-        elif to not in voters:
-            raise RequestError(f"node {to!r} is not a voter; `cronrd cluster members` "
-                               "lists the voters")
-        self.node.transfer_leadership(to)
-        if await self.changes.until(lambda: not self.node.is_leader and bool(self.node.leader),
-                                    TRANSFER_TIMEOUT):
-            return {"leader": self.node.leader}
-        raise ProposalDropped(f"leadership did not move to {to} within 5s (is it caught "
-                              "up and reachable?); the leader is still "
-                              f"{self.node.leader or 'unknown'}")
+        """``cluster add|remove|revoke-cert|transfer-leader`` from any node."""
+        return await self.admin_requests.request(method, args)
 
     async def transfer_before_stop(self) -> None:
-        """SIGTERM on the leader: hand leadership over before exiting."""
-        if not self.node.is_leader or not any(
-                self.healthy(v) for v in self.node.raft.conf.voters if v != self.node_id):
-            return  # nobody to hand over to
-        try:
-            res = await self._cluster_transfer_leader({"node": None})
-            log.info("event=leadership_transferred to=%s", res["leader"])
-        except CronrdError as exc:
-            log.warning("event=leadership_transfer_failed error=\"%s\"", exc)
+        return await self.admin_requests.transfer_before_stop()
 
     # -- peer requests ------------------------------------------------------------------
     async def _rpc_propose(self, frm: str, args: dict) -> Any:

@@ -211,9 +211,9 @@ def test_revoke_cert_refuses_what_is_not_a_hex_serial(serial, tmp_path):
     import asyncio
 
     from cronrd.errors import UsageError
-    from cronrd.runtime.cluster import Cluster
+    from cronrd.runtime.cluster_admin import ClusterAdmin
 
     class Stub:  # only the parsing runs before anything is proposed
         clock = None
     with pytest.raises(UsageError, match="invalid certificate serial"):
-        asyncio.run(Cluster._cluster_revoke_cert(Stub(), {"serial": serial}))
+        asyncio.run(ClusterAdmin.revoke_cert(Stub(), {"serial": serial}))
