@@ -5,10 +5,10 @@ transport and the peer requests. Who may speak on the peer port (membership,
 vouching, join tokens) is its ``PeerTrust`` (peer_trust.py), and the
 ``cronrd cluster`` requests only the leader carries out are its
 ``ClusterAdmin`` (cluster_admin.py). It answers "may this node start a run
-now?" (the lease), keeps the members' views for placement, and gives the
-leader its membership duties: declare unreachable nodes' runs lost after
-``node_timeout``, promote caught-up learners, finish interrupted membership
-changes. Leadership (leadership.py) runs them, with the scheduler and the
+now?" (the lease, which its ``LeaseKeeper`` keeps, lease_keeper.py), keeps
+the members' views for placement, and gives the leader its membership
+duties: declare unreachable nodes' runs lost after ``node_timeout``,
+promote caught-up learners, finish interrupted membership changes. Leadership (leadership.py) runs them, with the scheduler and the
 placement of pending runs, on whichever node leads.
 """
 
@@ -30,9 +30,10 @@ from ..state import commands as C
 from ..state import queries as Q
 from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
-from ..decisions import duties, lease
+from ..decisions import duties
 from .clock import Clock
 from .cluster_admin import ClusterAdmin
+from .lease_keeper import LeaseKeeper
 from .peer_rpc import Handler, PeerError, PeerRPC
 from .peer_trust import PeerTrust
 from .placement import NodeView
@@ -62,9 +63,6 @@ class Cluster:
         self.clock = clock
         self.conn = machine.conn
         self.machine = machine
-        # How long a node keeps starting its committed runs after its last
-        # round trip with a leader (decisions/lease.py says why).
-        self.lease = lease.lease_length(cc.node_timeout, cc.election_timeout)
         self.stopping = False
         self.give_up_waiting = False
         # Raft's log is the durable record: the state database need not fsync
@@ -88,6 +86,8 @@ class Cluster:
                              snapshot_every=20000, proposal_timeout=PROPOSE_DEADLINE)
         self.log = RaftLog(self.node, self.state, self._forward)
         self.changes = self.node.changes  # the leader or the membership changed
+        self.lease = LeaseKeeper(self.node_id, self.node, clock, cc.node_timeout,
+                                 cc.election_timeout)
         handlers: dict[str, Handler] = {}
         self.rpc = PeerRPC(self.node_id, self.transport, handlers)
         # Who may speak on the peer port (peer_trust.py), and the requests
@@ -97,7 +97,7 @@ class Cluster:
         self.transport.authorize = self.trust.authorize
         self.admin_requests = ClusterAdmin(self.node_id, cc, clock, self.node, self.log,
                                            self.rpc, self.transport.peer_serials,
-                                           self.trust.require_voter, self.healthy,
+                                           self.trust.require_voter, self.lease.healthy,
                                            self._refresh_peers)
         handlers.update({
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
@@ -106,12 +106,6 @@ class Cluster:
             "cluster_transfer_leader": self.admin_requests.serve,
             "is_member": self.trust.rpc_is_member,
         })
-        # Both directions proven (monotonic times): a follower's last ReadIndex
-        # round trip through a leader (its lease), and, on the leader, each
-        # peer's last answer to what the leader sent (health, node loss).
-        self.leader_contact = 0.0
-        self.acked: dict[str, float] = {}
-        self.lead_since = 0.0
         self.was_member = self.node_id in self.member_ids()
         self.removed = asyncio.Event()
         self.fatal = asyncio.Event()  # the Raft node stopped on an error
@@ -157,7 +151,7 @@ class Cluster:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._watch_node(), name="raft-node")
             tg.create_task(self._watch_role(), name="membership")
-            tg.create_task(self._renew_lease(), name="lease")
+            tg.create_task(self.lease.renew(), name="lease")
 
     async def stop(self) -> None:
         self.stopping = True
@@ -193,7 +187,7 @@ class Cluster:
             try:
                 sent = self.clock.monotonic()
                 await self.read_barrier()
-                self.leader_contact = max(self.leader_contact, sent)  # a round trip
+                self.lease.round_trip(sent)
                 return
             except CronrdError as exc:
                 if not warned and self.clock.monotonic() - start > 10:
@@ -228,7 +222,7 @@ class Cluster:
             self.trust.ask_vouch(msg.frm)  # a voter this node has not seen promoted yet?
         self.node.step(msg)
         if msg.type in ACKS:
-            self.acked[msg.frm] = self.clock.monotonic()
+            self.lease.answered(msg.frm)
 
     # -- membership views -----------------------------------------------------------
     def address(self) -> str:
@@ -269,28 +263,16 @@ class Cluster:
         last = self.transport.last_contact(node)
         return None if last is None else self.clock.monotonic() - last
 
-    def ack_age(self, node: str) -> float | None:
-        """Seconds since ``node`` last answered this leader: proof that traffic
-        flows both ways (a node that can send but not receive does not count)."""
-        if node == self.node_id:
-            return 0.0
-        last = self.acked.get(node)
-        return None if last is None else self.clock.monotonic() - last
-
-    def healthy(self, node: str) -> bool:
-        age = self.ack_age(node)
-        return age is not None and age < max(self.cc.election_timeout, 1.0)
-
     def node_views(self) -> list[NodeView]:
         rows = {r["node"]: r for r in Q.nodes(self.conn)}
         views = []
         for node in self.member_ids():
             row = rows.get(node) or {}
             state = row.get("state") or "unknown"
-            healthy = self.healthy(node)
+            healthy = self.lease.healthy(node)
             why = ""
             if not healthy:
-                age = self.ack_age(node)
+                age = self.lease.ack_age(node)
                 why = "never reached" if age is None else f"no answer for {age:.1f}s"
             elif state not in ("up", "unknown"):
                 why = {"draining": "draining (stopping)", "joining": "still joining",
@@ -299,37 +281,9 @@ class Cluster:
             views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why))
         return views
 
-    # -- the lease ------------------------------------------------------------------
     def lease_fresh(self) -> bool:
-        """May this node start a run now? Only within one lease of its last
-        ReadIndex round trip through a leader (for the leader: while a quorum
-        of voters has answered it within the lease). Round trips, not any
-        message: a node the leader cannot hear from must not keep a lease.
-        A node cut off stops starting runs before the leader can have
-        declared them lost (see the lease's definition above)."""
-        now = self.clock.monotonic()
-        if self.node.is_leader:
-            return lease.leader_fresh(now, self.node_id, self.node.raft.conf.voters,
-                                      self.acked, self.lead_since, self.lease)
-        return lease.follower_fresh(now, self.leader_contact, self.lease)
-
-    async def _renew_lease(self) -> None:
-        """On a follower: a ReadIndex round trip through the leader every
-        quarter lease; the lease counts from when the request was sent."""
-        interval = min(0.25, self.lease / 4)
-        # A request sent to a leader that just died is never answered: give
-        # up on it soon and ask the next leader, rather than wait out the lease.
-        patience = min(self.lease / 2, 2 * self.cc.election_timeout)
-        while True:
-            if not self.node.is_leader and self.node.leader:
-                sent = self.clock.monotonic()
-                try:
-                    await asyncio.wait_for(self.node.read_barrier(), patience)
-                    self.leader_contact = max(self.leader_contact, sent)
-                except (CronrdError, asyncio.TimeoutError) as exc:
-                    log.debug("event=lease_renewal_failed error=%r after_s=%.2f", exc,
-                              self.clock.monotonic() - sent)
-            await asyncio.sleep(interval)
+        """May this node start a run now? (lease_keeper.py)"""
+        return self.lease.fresh()
 
     # -- leadership -----------------------------------------------------------------
     async def _watch_role(self) -> None:
@@ -340,7 +294,7 @@ class Cluster:
         while True:
             leading = self.node.is_leader
             if leading and not self._leading:
-                self.lead_since = self.clock.monotonic()
+                self.lease.started_leading()
                 self._refresh_peers()
             self._leading = leading
             members = self.member_ids()
@@ -368,7 +322,7 @@ class Cluster:
     async def _declare_lost(self) -> None:
         now = self.clock.monotonic()
         for lost in duties.nodes_lost(now, self.node_id, Q.active_by_node(self.conn),
-                                      self.member_ids(), self.acked, self.lead_since,
+                                      self.member_ids(), self.lease.acked, self.lease.lead_since,
                                       self.cc.node_timeout, self._lost_proposed):
             self._lost_proposed[lost.node] = now
             log.warning("event=node_lost node=%s runs=%d reason=\"%s\"", lost.node, lost.runs,
@@ -406,8 +360,9 @@ class Cluster:
         raft = self.node.raft
         conf = raft.conf
         n = len(self.member_ids())
+        healthy = [l for l in conf.learners if self.lease.healthy(l)]
         learner = duties.learner_to_promote(
-            n, len(conf.voters), conf.learners, [l for l in conf.learners if self.healthy(l)],
+            n, len(conf.voters), conf.learners, healthy,
             {l: raft.prs[l].match for l in conf.learners if l in raft.prs}, raft.commit)
         if learner is not None:
             log.info("event=promoting node=%s voters=%d target=%d", learner,
