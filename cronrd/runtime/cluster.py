@@ -40,7 +40,7 @@ from .placement import NodeView
 from .raft_node import RaftNode
 from .raft_log import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
 from .raft_storage import RaftStorage
-from .tls import EXPIRY_WARNING_DAYS, cert_info
+from .tls import cert_info, cert_status
 from .transport import TLSConfig, Transport
 
 log = logging.getLogger("cronrd.cluster")
@@ -113,6 +113,7 @@ class Cluster:
         self._lost_proposed: dict[str, float] = {}
         self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
         self._refused_propose = 0
+        # This node's certificate, read once: a new one needs a restart.
         self._cert = cert_info(cc.tls.cert) if cc.tls else None
         self.transport.join_token = cc.join_token or ""
 
@@ -382,22 +383,7 @@ class Cluster:
                 # shown on every `cronrd status`: without TLS anyone can be a node
                 "peer_transport": "insecure" if self.cc.insecure else "tls",
                 "insecure_network": self.cc.insecure_network,
-                "certificate": self._cert_status()}
-
-    def _cert_status(self) -> dict | None:
-        """This node's certificate: serial, expiry, and a warning within
-        EXPIRY_WARNING_DAYS of it (read once at start: a new one needs a restart)."""
-        info = self._cert
-        if info is None:
-            return None
-        days = (info["expires_at"] - self.clock.now()) / 86400
-        out = {"serial": info["serial"], "not_after": info["not_after"],
-               "days_left": round(days, 1)}
-        if days < EXPIRY_WARNING_DAYS:
-            out["warning"] = (f"this node's certificate {'expired' if days < 0 else 'expires'} "
-                              f"{info['not_after']}: issue a new one with `cronrd cluster "
-                              f"rotate-cert {self.node_id} DIR` and restart cronrd here")
-        return out
+                "certificate": cert_status(self._cert, self.clock.now(), self.node_id)}
 
     def members(self) -> dict:
         conf = self.node.raft.conf
