@@ -282,8 +282,9 @@ class Cluster:
             views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why))
         return views
 
+    # -- the lease (lease_keeper.py) -------------------------------------------------
     def lease_fresh(self) -> bool:
-        """May this node start a run now? (lease_keeper.py)"""
+        """May this node start a run now?"""
         return self.lease.fresh()
 
     # -- leadership -----------------------------------------------------------------
