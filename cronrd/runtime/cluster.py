@@ -1,12 +1,14 @@
 """cronrd as a cluster: the ``Members`` (members.py) of a node on Raft.
 
 ``Cluster`` owns the Raft node (its log is ``RaftLog``, raft_log.py), the
-transport and the peer requests, and who may speak on the peer port
-(membership, vouching, join tokens). It answers "may this node start a run
-now?" (the lease), keeps the members' views for placement, and gives the
-leader its membership duties: declare unreachable nodes' runs lost after
-``node_timeout``, promote caught-up learners, finish interrupted membership
-changes. Leadership (leadership.py) runs them, with the scheduler and the
+transport and the peer requests. Who may speak on the peer port (membership,
+vouching, join tokens) is its ``PeerTrust`` (peer_trust.py), and the
+``cronrd cluster`` requests only the leader carries out are its
+``ClusterAdmin`` (cluster_admin.py). It answers "may this node start a run
+now?" (the lease, which its ``LeaseKeeper`` keeps, lease_keeper.py), keeps
+the members' views for placement, and gives the leader its membership
+duties: declare unreachable nodes' runs lost after ``node_timeout``,
+promote caught-up learners, finish interrupted membership changes. Leadership (leadership.py) runs them, with the scheduler and the
 placement of pending runs, on whichever node leads.
 """
 
@@ -14,16 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
-import hmac
 import logging
 import os
-import secrets
 from typing import Any, Callable
 
-from ..config import Config, format_address, is_loopback, parse_address
-from ..errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped,
-                      RequestError, StateError, StorageError, UsageError)
+from ..config import Config, format_address, parse_address
+from ..errors import (CronrdError, NotLeader, PermissionDenied, RequestError, StateError,
+                      StorageError)
 from ..raft.core import VOTER_ONLY
 from ..raft.types import ConfChangeType, ConfState, Message, MsgType
 from ..schedule import iso_utc, parse_schedule
@@ -31,16 +30,17 @@ from ..state import commands as C
 from ..state import queries as Q
 from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
-from ..decisions import duties, lease
+from ..decisions import duties
 from .clock import Clock
-from .peer_rpc import PeerError, PeerRPC
+from .cluster_admin import ClusterAdmin
+from .lease_keeper import LeaseKeeper
+from .peer_rpc import Handler, PeerError, PeerRPC
+from .peer_trust import PeerTrust
 from .placement import NodeView
 from .raft_node import RaftNode
 from .raft_log import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
 from .raft_storage import RaftStorage
-from ..ids import node_id_problem
-from .tasks import TaskSet
-from .tls import EXPIRY_WARNING_DAYS, cert_info
+from .tls import cert_info, cert_status
 from .transport import TLSConfig, Transport
 
 log = logging.getLogger("cronrd.cluster")
@@ -48,11 +48,8 @@ log = logging.getLogger("cronrd.cluster")
 TICK = 0.05              # seconds per Raft tick (heartbeats go out every tick)
 DUTY_INTERVAL = 0.25     # the leader's housekeeping: node loss, placement, promotion
 ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
-VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
-JOIN_TOKEN_TTL = 86400.0  # seconds a join token works
 PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
-TRANSFER_TIMEOUT = 5.0   # seconds a leadership transfer may take
 
 
 class Cluster:
@@ -66,9 +63,6 @@ class Cluster:
         self.clock = clock
         self.conn = machine.conn
         self.machine = machine
-        # How long a node keeps starting its committed runs after its last
-        # round trip with a leader (decisions/lease.py says why).
-        self.lease = lease.lease_length(cc.node_timeout, cc.election_timeout)
         self.stopping = False
         self.give_up_waiting = False
         # Raft's log is the durable record: the state database need not fsync
@@ -84,8 +78,7 @@ class Cluster:
         self.storage = RaftStorage(config.raft_db)
         tls = TLSConfig(cc.tls.ca, cc.tls.cert, cc.tls.key) if cc.tls else None
         self.transport = Transport(self.node_id, cc.listen, {}, self._on_message, tls=tls,
-                                   insecure=cc.insecure, authorize=self._authorize,
-                                   clock=clock)
+                                   insecure=cc.insecure, clock=clock)
         bootstrap = self._bootstrap(config)
         self.node = RaftNode(self.node_id, bootstrap, self.storage, self.transport, self.state,
                              tick_interval=TICK,
@@ -93,27 +86,34 @@ class Cluster:
                              snapshot_every=20000, proposal_timeout=PROPOSE_DEADLINE)
         self.log = RaftLog(self.node, self.state, self._forward)
         self.changes = self.node.changes  # the leader or the membership changed
-        self.rpc = PeerRPC(self.node_id, self.transport, {
+        self.lease = LeaseKeeper(self.node_id, self.node, clock, cc.node_timeout,
+                                 cc.election_timeout)
+        handlers: dict[str, Handler] = {}
+        self.rpc = PeerRPC(self.node_id, self.transport, handlers)
+        # Who may speak on the peer port (peer_trust.py), and the requests
+        # only the leader carries out (cluster_admin.py).
+        self.trust = PeerTrust(self.node_id, cc, clock, self.conn, self.node, self.log,
+                               self.rpc, self.transport.peer_serials, self._refresh_peers)
+        self.transport.authorize = self.trust.authorize
+        self.admin_requests = ClusterAdmin(self.node_id, cc, clock, self.node, self.log,
+                                           self.rpc, self.transport.peer_serials,
+                                           self.trust.require_voter, self.lease.healthy,
+                                           self._refresh_peers)
+        handlers.update({
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
-            "cluster_add": self._rpc_admin, "cluster_remove": self._rpc_admin,
-            "cluster_transfer_leader": self._rpc_admin, "is_member": self._rpc_is_member,
+            "cluster_add": self.admin_requests.serve,
+            "cluster_remove": self.admin_requests.serve,
+            "cluster_transfer_leader": self.admin_requests.serve,
+            "is_member": self.trust.rpc_is_member,
         })
-        # Both directions proven (monotonic times): a follower's last ReadIndex
-        # round trip through a leader (its lease), and, on the leader, each
-        # peer's last answer to what the leader sent (health, node loss).
-        self.leader_contact = 0.0
-        self.acked: dict[str, float] = {}
-        self.lead_since = 0.0
         self.was_member = self.node_id in self.member_ids()
         self.removed = asyncio.Event()
         self.fatal = asyncio.Event()  # the Raft node stopped on an error
-        self._requests = TaskSet("cluster")  # vouching, admitting a joiner
         self._leading = False
         self._lost_proposed: dict[str, float] = {}
         self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
-        self._vouch_asked: dict[str, float] = {}
-        self._admitting: set[str] = set()
         self._refused_propose = 0
+        # This node's certificate, read once: a new one needs a restart.
         self._cert = cert_info(cc.tls.cert) if cc.tls else None
         self.transport.join_token = cc.join_token or ""
 
@@ -152,12 +152,12 @@ class Cluster:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._watch_node(), name="raft-node")
             tg.create_task(self._watch_role(), name="membership")
-            tg.create_task(self._renew_lease(), name="lease")
+            tg.create_task(self.lease.renew(), name="lease")
 
     async def stop(self) -> None:
         self.stopping = True
         self.log.stopping = True
-        await self._requests.close()
+        await self.trust.close()
         await self.node.stop()
         self.rpc.close()
         await self.transport.close()
@@ -188,7 +188,7 @@ class Cluster:
             try:
                 sent = self.clock.monotonic()
                 await self.read_barrier()
-                self.leader_contact = max(self.leader_contact, sent)  # a round trip
+                self.lease.round_trip(sent)
                 return
             except CronrdError as exc:
                 if not warned and self.clock.monotonic() - start > 10:
@@ -220,10 +220,10 @@ class Cluster:
                             "dropped\"", msg.frm, self._refused_propose)
             return
         if msg.type in VOTER_ONLY and not self.node.raft.knows_member(msg.frm, voter=True):
-            self._ask_vouch(msg.frm)  # a voter this node has not seen promoted yet?
+            self.trust.ask_vouch(msg.frm)  # a voter this node has not seen promoted yet?
         self.node.step(msg)
         if msg.type in ACKS:
-            self.acked[msg.frm] = self.clock.monotonic()
+            self.lease.answered(msg.frm)
 
     # -- membership views -----------------------------------------------------------
     def address(self) -> str:
@@ -255,140 +255,7 @@ class Cluster:
         peers = {n: a for n, a in addrs.items() if n in members and n != self.node_id}
         self.transport.set_peers(peers)
         self.transport.revoke([p for p in self.transport.connected_peers()
-                               if self._authorize(p, ask=False) is not None])
-
-    # -- who may speak ----------------------------------------------------------------
-    def _authorize(self, peer: str, info: dict | None = None, ask: bool = True) -> str | None:
-        """Why ``peer`` may not speak to this node, or None if it may: a
-        member (as far as this node knows, see Raft.knows_member), the node
-        whose addition is in progress (its "joining" record), or, while this
-        node is outside the configuration itself (joining), the members it
-        was told of. A certificate signed by the cluster CA is not enough.
-        An unknown id makes this node ask the members it knows (vouching):
-        a member added while this node lagged is admitted once one of the
-        voters it knows confirms it. Denied ids and certificate serials (removed
-        nodes, rotated certificates) are refused whatever else holds, and a
-        node added with a join token is admitted only with that token."""
-        info = info or {}
-        denied = Q.denied(self.conn)
-        serial = info.get("serial") or self.transport.peer_serials.get(peer, "")
-        if serial and serial in denied["serial"]:
-            return (f"the certificate of {peer} (serial {serial}) is refused: "
-                    f"{denied['serial'][serial]}; give it a new one (`cronrd cluster "
-                    f"rotate-cert {peer} DIR`)")
-        raft = self.node.raft
-        if peer in denied["node"]:
-            return (f"{peer} was removed from the cluster ({denied['node'][peer]}); to add it "
-                    f"again run `cronrd cluster add {peer} ADDR` on a voter")
-        if raft.knows_member(peer):
-            return None
-        if self.node_id not in raft.conf.voters and self.node_id not in raft.conf.learners \
-                and peer in self.cc.members_dict():
-            return None
-        for row in Q.nodes(self.conn):
-            if row["node"] == peer and row.get("state") == "joining":
-                return None
-        expected = Q.join_token(self.conn, peer)
-        if expected is not None and self.clock.now() - expected["at"] > JOIN_TOKEN_TTL:
-            return (f"the join token for {peer} expired (tokens work for "
-                    f"{JOIN_TOKEN_TTL / 3600:.0f} hours); run `cronrd cluster add {peer} "
-                    "ADDR --token` again for a new one")
-        if expected is not None:
-            token = info.get("token") or ""
-            given = hashlib.sha256(token.encode()).hexdigest()
-            if token and hmac.compare_digest(given, expected["hash"]):
-                self._admit_joiner(peer, expected["addr"])
-                return None
-            return (f"{peer} was added with a join token and must present it (cluster: "
-                    f"{{join: {{token: ...}}}} in its config){'; the token it gave is wrong' if token else ''}")
-        if ask:
-            self._ask_vouch(peer)
-        return (f"{peer} is not a member of this cluster as far as {self.node_id} knows "
-                f"(applied index {raft.applied}); a certificate from the cluster CA is not "
-                "enough: add it with `cronrd cluster add` on a voter")
-
-    def _ask_vouch(self, peer: str) -> None:
-        now = self.clock.monotonic()
-        if now - self._vouch_asked.get(peer, 0.0) < VOUCH_INTERVAL or self.stopping:
-            return
-        self._vouch_asked[peer] = now
-        if len(self._vouch_asked) > 1024:  # bounded: forget the oldest askers
-            for old in sorted(self._vouch_asked, key=self._vouch_asked.get)[:512]:
-                del self._vouch_asked[old]
-        self._requests.spawn(self._vouch(peer), f"vouch-{peer}")
-
-    async def _vouch(self, peer: str) -> None:
-        """Ask the other voters this node knows whether ``peer`` is a member;
-        vouch for it when one of them says so."""
-        raft = self.node.raft
-        voters = [v for v in raft.conf.voters if v != self.node_id]
-        if self.node_id not in raft.conf.voters and self.node_id not in raft.conf.learners:
-            voters = [v for v in self.cc.members_dict() if v != self.node_id]  # joining
-        if not voters:
-            return
-        answers = await asyncio.gather(*(self.rpc.call(v, "is_member", {"node": peer},
-                                                       timeout=2.0) for v in voters),
-                                       return_exceptions=True)
-        if any(isinstance(a, dict) and a.get("voter") is True for a in answers):
-            log.info("event=member_vouched node=%s as=voter", peer)
-            raft.vouch(peer, voter=True)
-            return
-        # One voter's word suffices: it answers from its applied configuration,
-        # so a "yes" means a committed entry added ``peer``. (A majority could
-        # not be had: this node counts itself, and it is the one behind.)
-        yes = [v for v, a in zip(voters, answers)
-               if isinstance(a, dict) and a.get("member") is True]
-        if yes:
-            log.info("event=member_vouched node=%s by=%s hint=\"this node is behind on the "
-                     "membership; it hears %s until it has caught up\"", peer,
-                     ",".join(yes), peer)
-            self.node.raft.vouch(peer)
-
-    def _admit_joiner(self, peer: str, addr: str) -> None:
-        """A node presented the join token it was added with: the leader
-        spends the token (one use) and makes it a learner."""
-        if not self.node.is_leader or peer in self._admitting:
-            return
-        self._admitting.add(peer)
-
-        async def admit() -> None:
-            try:
-                now = self.clock.now()
-                # The joining record first (it admits the node from now on),
-                # then the token is spent; the learner is added here, or, if
-                # this leader goes, by the next one (_finish_joins).
-                await self.log.propose_as_leader(C.NodeInfo(node=peer, state="joining",
-                                                            addr=addr, tags=(), at=now))
-                await self.log.propose_as_leader(C.JoinToken(node=peer, token_hash="",
-                                                             addr="", at=now))
-                self._refresh_peers()
-                await self.node.change_membership(ConfChangeType.ADD_LEARNER, peer)
-                self._refresh_peers()
-                log.info("event=joined_with_token node=%s addr=%s", peer, addr)
-            except CronrdError as exc:
-                log.warning("event=join_failed node=%s error=\"%s\"", peer, exc)
-            finally:
-                self._admitting.discard(peer)
-        if self._requests.spawn(admit(), f"admit-{peer}") is None:
-            self._admitting.discard(peer)  # stopping
-
-    async def _rpc_is_member(self, frm: str, args: dict) -> dict:
-        self._require_member(frm)
-        node = args.get("node")
-        if not isinstance(node, str):
-            raise RequestError("is_member needs a node id")
-        return {"member": node in self.member_ids(),
-                "voter": node in self.node.raft.conf.voters}
-
-    def _require_member(self, frm: str) -> None:
-        if not self.node.raft.knows_member(frm):
-            raise PermissionDenied(f"{frm} is not a member of this cluster; only members may "
-                                   "make peer requests")
-
-    def _require_voter(self, frm: str) -> None:
-        if frm not in self.node.raft.conf.voters:
-            raise PermissionDenied(f"{frm} is not a voter; membership and leadership changes "
-                                   "are accepted only from voters")
+                               if self.trust.authorize(p, ask=False) is not None])
 
     def contact_age(self, node: str) -> float | None:
         """Seconds since any frame came from ``node`` (for display)."""
@@ -397,28 +264,16 @@ class Cluster:
         last = self.transport.last_contact(node)
         return None if last is None else self.clock.monotonic() - last
 
-    def ack_age(self, node: str) -> float | None:
-        """Seconds since ``node`` last answered this leader: proof that traffic
-        flows both ways (a node that can send but not receive does not count)."""
-        if node == self.node_id:
-            return 0.0
-        last = self.acked.get(node)
-        return None if last is None else self.clock.monotonic() - last
-
-    def healthy(self, node: str) -> bool:
-        age = self.ack_age(node)
-        return age is not None and age < max(self.cc.election_timeout, 1.0)
-
     def node_views(self) -> list[NodeView]:
         rows = {r["node"]: r for r in Q.nodes(self.conn)}
         views = []
         for node in self.member_ids():
             row = rows.get(node) or {}
             state = row.get("state") or "unknown"
-            healthy = self.healthy(node)
+            healthy = self.lease.healthy(node)
             why = ""
             if not healthy:
-                age = self.ack_age(node)
+                age = self.lease.ack_age(node)
                 why = "never reached" if age is None else f"no answer for {age:.1f}s"
             elif state not in ("up", "unknown"):
                 why = {"draining": "draining (stopping)", "joining": "still joining",
@@ -427,37 +282,10 @@ class Cluster:
             views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why))
         return views
 
-    # -- the lease ------------------------------------------------------------------
+    # -- the lease (lease_keeper.py) -------------------------------------------------
     def lease_fresh(self) -> bool:
-        """May this node start a run now? Only within one lease of its last
-        ReadIndex round trip through a leader (for the leader: while a quorum
-        of voters has answered it within the lease). Round trips, not any
-        message: a node the leader cannot hear from must not keep a lease.
-        A node cut off stops starting runs before the leader can have
-        declared them lost (see the lease's definition above)."""
-        now = self.clock.monotonic()
-        if self.node.is_leader:
-            return lease.leader_fresh(now, self.node_id, self.node.raft.conf.voters,
-                                      self.acked, self.lead_since, self.lease)
-        return lease.follower_fresh(now, self.leader_contact, self.lease)
-
-    async def _renew_lease(self) -> None:
-        """On a follower: a ReadIndex round trip through the leader every
-        quarter lease; the lease counts from when the request was sent."""
-        interval = min(0.25, self.lease / 4)
-        # A request sent to a leader that just died is never answered: give
-        # up on it soon and ask the next leader, rather than wait out the lease.
-        patience = min(self.lease / 2, 2 * self.cc.election_timeout)
-        while True:
-            if not self.node.is_leader and self.node.leader:
-                sent = self.clock.monotonic()
-                try:
-                    await asyncio.wait_for(self.node.read_barrier(), patience)
-                    self.leader_contact = max(self.leader_contact, sent)
-                except (CronrdError, asyncio.TimeoutError) as exc:
-                    log.debug("event=lease_renewal_failed error=%r after_s=%.2f", exc,
-                              self.clock.monotonic() - sent)
-            await asyncio.sleep(interval)
+        """May this node start a run now?"""
+        return self.lease.fresh()
 
     # -- leadership -----------------------------------------------------------------
     async def _watch_role(self) -> None:
@@ -468,7 +296,7 @@ class Cluster:
         while True:
             leading = self.node.is_leader
             if leading and not self._leading:
-                self.lead_since = self.clock.monotonic()
+                self.lease.started_leading()
                 self._refresh_peers()
             self._leading = leading
             members = self.member_ids()
@@ -496,7 +324,7 @@ class Cluster:
     async def _declare_lost(self) -> None:
         now = self.clock.monotonic()
         for lost in duties.nodes_lost(now, self.node_id, Q.active_by_node(self.conn),
-                                      self.member_ids(), self.acked, self.lead_since,
+                                      self.member_ids(), self.lease.acked, self.lease.lead_since,
                                       self.cc.node_timeout, self._lost_proposed):
             self._lost_proposed[lost.node] = now
             log.warning("event=node_lost node=%s runs=%d reason=\"%s\"", lost.node, lost.runs,
@@ -523,14 +351,8 @@ class Cluster:
                                 "cluster add` again\"", node, age)
                     await self.log.propose_as_leader(C.RemoveNode(node=node, at=now,
                                                                   deny=False))
-                elif node not in self._admitting and not self.node.raft.knows_member(node):
-                    log.info("event=join_resumed node=%s", node)
-                    self._admitting.add(node)
-                    try:
-                        await self.node.change_membership(ConfChangeType.ADD_LEARNER, node)
-                    finally:
-                        self._admitting.discard(node)
-                    self._refresh_peers()
+                else:
+                    await self.trust.resume_join(node)
             elif age > 60:
                 log.info("event=forget_removed node=%s", node)
                 await self.log.propose_as_leader(C.RemoveNode(
@@ -540,8 +362,9 @@ class Cluster:
         raft = self.node.raft
         conf = raft.conf
         n = len(self.member_ids())
+        healthy = [l for l in conf.learners if self.lease.healthy(l)]
         learner = duties.learner_to_promote(
-            n, len(conf.voters), conf.learners, [l for l in conf.learners if self.healthy(l)],
+            n, len(conf.voters), conf.learners, healthy,
             {l: raft.prs[l].match for l in conf.learners if l in raft.prs}, raft.commit)
         if learner is not None:
             log.info("event=promoting node=%s voters=%d target=%d", learner,
@@ -561,22 +384,7 @@ class Cluster:
                 # shown on every `cronrd status`: without TLS anyone can be a node
                 "peer_transport": "insecure" if self.cc.insecure else "tls",
                 "insecure_network": self.cc.insecure_network,
-                "certificate": self._cert_status()}
-
-    def _cert_status(self) -> dict | None:
-        """This node's certificate: serial, expiry, and a warning within
-        EXPIRY_WARNING_DAYS of it (read once at start: a new one needs a restart)."""
-        info = self._cert
-        if info is None:
-            return None
-        days = (info["expires_at"] - self.clock.now()) / 86400
-        out = {"serial": info["serial"], "not_after": info["not_after"],
-               "days_left": round(days, 1)}
-        if days < EXPIRY_WARNING_DAYS:
-            out["warning"] = (f"this node's certificate {'expired' if days < 0 else 'expires'} "
-                              f"{info['not_after']}: issue a new one with `cronrd cluster "
-                              f"rotate-cert {self.node_id} DIR` and restart cronrd here")
-        return out
+                "certificate": cert_status(self._cert, self.clock.now(), self.node_id)}
 
     def members(self) -> dict:
         conf = self.node.raft.conf
@@ -599,143 +407,17 @@ class Cluster:
             })
         return {"leader": self.node.leader or None, "members": out}
 
-    # -- requests that only the leader can carry out ------------------------------------
+    # -- requests that only the leader can carry out (cluster_admin.py) -------------------
     async def admin(self, method: str, args: dict) -> dict:
-        """``cluster add|remove|transfer-leader`` from any node."""
-        if not self.node.is_leader:
-            leader = self.node.leader
-            if not leader:
-                raise NotLeader(None)
-            try:
-                return await self.rpc.call(leader, method, {**args, "_method": method},
-                                           timeout=30.0)
-            except PeerError as exc:
-                raise local_error(exc) from None
-        return await getattr(self, "_" + method)(args)
-
-    async def _rpc_admin(self, frm: str, args: dict) -> dict:
-        self._require_voter(frm)
-        method = args.pop("_method", None)
-        if method not in ("cluster_add", "cluster_remove", "cluster_transfer_leader",
-                          "cluster_revoke_cert"):
-            raise RequestError(f"unknown membership request {method!r}; run the same cronrd "
-                               "version on every node")
-        if not self.node.is_leader:
-            raise NotLeader(self.node.leader or None)
-        return await getattr(self, "_" + method)(args)
-
-    async def _cluster_add(self, args: dict) -> dict:
-        node, address = args.get("node"), args.get("address")
-        problem = node_id_problem(node)
-        if problem:
-            raise UsageError(problem)
-        try:
-            address = format_address(parse_address(str(address)))
-        except ValueError as exc:
-            raise UsageError(f"invalid address {address!r}: {exc}; use HOST:PORT") from None
-        if self.cc.insecure and not self.cc.insecure_network \
-                and not is_loopback(parse_address(address)[0]):
-            raise UsageError(f"refusing to add {node} at {address}: this cluster runs with "
-                             "insecure: true (no TLS), which is allowed only on loopback "
-                             "addresses; configure tls (`cronrd cluster init-tls`) or "
-                             "insecure: {allow_network: true} on every member")
-        conf = self.node.raft.conf
-        if node in conf.voters or node in conf.learners:
-            raise RequestError(f"node {node} is already a member; `cronrd cluster members` "
-                               "lists them")
-        now = self.clock.now()
-        await self.log.propose_as_leader(C.Deny(kind="node", value=node, reason="added again", at=now,
-                                      lift=True))
-        if args.get("token"):
-            # The operator's word travels with the node: it is admitted only
-            # when it presents this token (once), not for holding a certificate.
-            token = secrets.token_urlsafe(24)
-            await self.log.propose_as_leader(C.JoinToken(
-                node=node, token_hash=hashlib.sha256(token.encode()).hexdigest(),
-                addr=address, at=now))
-            return {"node": node, "address": address, "role": "expected", "token": token,
-                    "hint": f"start {node} with cluster: {{join: {{token: {token}}}, "
-                            "initial_members: {...}}; the token works once, and only for "
-                            f"{node}; it becomes a learner when it connects"}
-        await self.log.propose_as_leader(C.NodeInfo(node=node, state="joining", addr=address,
-                                                    tags=(),
-                                          at=now))
-        self._refresh_peers()
-        # Applying it makes every node snapshot (see RaftNode._handle): the new
-        # member starts from a snapshot, which carries the membership.
-        await self.node.change_membership(ConfChangeType.ADD_LEARNER, node)
-        self._refresh_peers()
-        return {"node": node, "address": address, "role": "learner",
-                "hint": "it runs jobs once it has caught up and announced itself; it is "
-                        "promoted to voter when that keeps the voters odd and at most 5"}
-
-    async def _cluster_remove(self, args: dict) -> dict:
-        node = args.get("node")
-        conf = self.node.raft.conf
-        if node not in conf.voters and node not in conf.learners:
-            raise RequestError(f"node {node!r} is not a member; `cronrd cluster members` "
-                               "lists them")
-        if node == self.node_id:
-            new = await self._cluster_transfer_leader({"node": None})
-            return await self.rpc.call(new["leader"], "cluster_remove",
-                                       {"_method": "cluster_remove", "node": node},
-                                       timeout=30.0)
-        if node in conf.voters and len(conf.voters) == 1:
-            raise RequestError(f"node {node} is the only voter; add another node first")
-        await self.node.change_membership(ConfChangeType.REMOVE, node)
-        await self.log.propose_as_leader(C.RemoveNode(node=node, at=self.clock.now(),
-                                            serial=self.transport.peer_serials.get(node, "")))
-        self._refresh_peers()
-        return {"removed": node}
-
-    async def _cluster_revoke_cert(self, args: dict) -> dict:
-        raw = str(args.get("serial") or "").strip().lower().replace(":", "")
-        try:
-            serial = format(int(raw[2:] if raw.startswith("0x") else raw, 16), "x")
-        except ValueError:
-            raise UsageError(f"invalid certificate serial {args.get('serial')!r}: give it in "
-                             "hex, as `openssl x509 -noout -serial` prints it") from None
-        await self.log.propose_as_leader(C.Deny(kind="serial", value=serial, at=self.clock.now(),
-                                      reason=str(args.get("reason") or "revoked by the operator")))
-        self._refresh_peers()
-        return {"revoked": serial}
-
-    async def _cluster_transfer_leader(self, args: dict) -> dict:
-        raft = self.node.raft
-        to = args.get("node")
-        voters = [v for v in raft.conf.voters if v != self.node_id]
-        if to is None:
-            if not voters:
-                raise RequestError("there is no other voter to hand leadership to")
-            to = max(voters, key=lambda v: (self.healthy(v), raft.prs[v].match
-                                            if v in raft.prs else 0, v))
-        elif to == self.node_id:
-            return {"leader": self.node_id}
-        elif to not in voters:
-            raise RequestError(f"node {to!r} is not a voter; `cronrd cluster members` "
-                               "lists the voters")
-        self.node.transfer_leadership(to)
-        if await self.changes.until(lambda: not self.node.is_leader and bool(self.node.leader),
-                                    TRANSFER_TIMEOUT):
-            return {"leader": self.node.leader}
-        raise ProposalDropped(f"leadership did not move to {to} within 5s (is it caught "
-                              "up and reachable?); the leader is still "
-                              f"{self.node.leader or 'unknown'}")
+        """``cluster add|remove|revoke-cert|transfer-leader`` from any node."""
+        return await self.admin_requests.request(method, args)
 
     async def transfer_before_stop(self) -> None:
-        """SIGTERM on the leader: hand leadership over before exiting."""
-        if not self.node.is_leader or not any(
-                self.healthy(v) for v in self.node.raft.conf.voters if v != self.node_id):
-            return  # nobody to hand over to
-        try:
-            res = await self._cluster_transfer_leader({"node": None})
-            log.info("event=leadership_transferred to=%s", res["leader"])
-        except CronrdError as exc:
-            log.warning("event=leadership_transfer_failed error=\"%s\"", exc)
+        return await self.admin_requests.transfer_before_stop()
 
     # -- peer requests ------------------------------------------------------------------
     async def _rpc_propose(self, frm: str, args: dict) -> Any:
-        self._require_member(frm)
+        self.trust.require_member(frm)
         if not self.node.is_leader:
             raise NotLeader(self.node.leader or None)
         try:
@@ -774,7 +456,7 @@ class Cluster:
                                    timeout=FORWARD_TIMEOUT)
 
     async def _rpc_read_log(self, frm: str, args: dict) -> dict:
-        self._require_member(frm)
+        self.trust.require_member(frm)
         if self.read_log is None:
             raise RequestError("this node is still starting; retry in a few seconds")
         run_id, offset = args.get("run_id"), args.get("offset", 0)

@@ -133,6 +133,22 @@ def cert_info(path: str) -> dict | None:
             "not_after": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires))}
 
 
+def cert_status(info: dict | None, now: float, node_id: str) -> dict | None:
+    """A node's certificate as `cronrd status` shows it (``info`` from
+    ``cert_info``): serial, expiry, and a warning within EXPIRY_WARNING_DAYS
+    of it."""
+    if info is None:
+        return None
+    days = (info["expires_at"] - now) / 86400
+    out = {"serial": info["serial"], "not_after": info["not_after"],
+           "days_left": round(days, 1)}
+    if days < EXPIRY_WARNING_DAYS:
+        out["warning"] = (f"this node's certificate {'expired' if days < 0 else 'expires'} "
+                          f"{info['not_after']}: issue a new one with `cronrd cluster "
+                          f"rotate-cert {node_id} DIR` and restart cronrd here")
+    return out
+
+
 def init_tls(dir: str | os.PathLike, node_ids, days: int = NODE_DAYS) -> dict[str, TLSPaths]:
     """Create the cluster CA in ``dir`` (kept if it already exists) and one
     certificate and key per node id. Returns node id -> paths."""

@@ -151,7 +151,8 @@ def test_a_join_token_works_for_its_node_for_a_day(tmp_path):
     import apsw
 
     from cronrd.config import parse_config
-    from cronrd.runtime.cluster import JOIN_TOKEN_TTL, Cluster
+    from cronrd.runtime.cluster import Cluster
+    from cronrd.runtime.peer_trust import JOIN_TOKEN_TTL
     from cronrd.state import commands as C
     from cronrd.state.machine import StateMachine
 
@@ -177,12 +178,12 @@ def test_a_join_token_works_for_its_node_for_a_day(tmp_path):
         with machine.conn:
             machine.apply(1, C.JoinToken(node="d", token_hash=hashlib.sha256(b"tok").hexdigest(),
                                          addr="127.0.0.9:1", at=clock.t))
-        assert cl._authorize("d", {"token": "tok"}, ask=False) is None
-        assert "wrong" in cl._authorize("d", {"token": "nope"}, ask=False)
-        assert "must present it" in cl._authorize("d", {}, ask=False)
-        assert "not a member" in cl._authorize("e", {"token": "tok"}, ask=False)
+        assert cl.trust.authorize("d", {"token": "tok"}, ask=False) is None
+        assert "wrong" in cl.trust.authorize("d", {"token": "nope"}, ask=False)
+        assert "must present it" in cl.trust.authorize("d", {}, ask=False)
+        assert "not a member" in cl.trust.authorize("e", {"token": "tok"}, ask=False)
         clock.t += JOIN_TOKEN_TTL + 1
-        assert "expired" in cl._authorize("d", {"token": "tok"}, ask=False)
+        assert "expired" in cl.trust.authorize("d", {"token": "tok"}, ask=False)
     finally:
         cl.storage.close()
 
@@ -210,9 +211,9 @@ def test_revoke_cert_refuses_what_is_not_a_hex_serial(serial, tmp_path):
     import asyncio
 
     from cronrd.errors import UsageError
-    from cronrd.runtime.cluster import Cluster
+    from cronrd.runtime.cluster_admin import ClusterAdmin
 
     class Stub:  # only the parsing runs before anything is proposed
         clock = None
     with pytest.raises(UsageError, match="invalid certificate serial"):
-        asyncio.run(Cluster._cluster_revoke_cert(Stub(), {"serial": serial}))
+        asyncio.run(ClusterAdmin.revoke_cert(Stub(), {"serial": serial}))

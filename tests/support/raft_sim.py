@@ -502,7 +502,7 @@ class Sim:
         self.check.after_op(node)
 
     def maybe_vouch(self, node: SimNode, m: Message) -> None:
-        """The runtime's vouching (cronrd.runtime.cluster): a node that hears
+        """The runtime's vouching (cronrd.runtime.peer_trust): a node that hears
         from a node it does not know as a member (or, for a message only a
         voter sends, as a voter) asks the other voters it knows; one that has
         it as a member (voter) in its applied configuration, so added by a

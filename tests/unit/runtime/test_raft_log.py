@@ -281,7 +281,7 @@ def with_net(body):
 
 
 async def cluster_add(leader: RaftNode, node: str) -> None:
-    """What Cluster._cluster_add does with the Raft node."""
+    """What ClusterAdmin.add (runtime/cluster_admin.py) does with the Raft node."""
     await leader.change_membership(ConfChangeType.ADD_LEARNER, node)
     leader.snapshot_now()
 
