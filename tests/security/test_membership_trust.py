@@ -124,7 +124,11 @@ def test_revoking_a_certificate_closes_its_connections(cluster, tls_dir):
     lead = c.leader()
     victim = next(n for n in ("a", "b", "c") if n != lead.config["node_id"])
     serial = _serial(f"{tls_dir}/{victim}.crt")
-    out = lead.cli("cluster", "revoke-cert", serial.upper())
+    # Run on a follower (the operator may use any node): it is forwarded to
+    # the leader. Refused as "unknown peer request" before the leader served
+    # every membership request to peers.
+    follower = next(n for n in c if n.config["node_id"] not in (victim, lead.config["node_id"]))
+    out = follower.cli("cluster", "revoke-cert", serial.upper())
     assert out.returncode == 0, out.stderr
     wait_for(lambda: f"serial {serial}) is refused" in lead.log_file.read_text(), 20,
              what="the revoked certificate refused", on_fail=c.logs)
