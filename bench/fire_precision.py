@@ -180,11 +180,14 @@ class Sampler(threading.Thread):
             total = ct.user + ct.system + ct.children_user + ct.children_system
             for child in self.proc.children():
                 if _is_forkserver(child):
-                    try:
-                        c = child.cpu_times()
-                        total += c.user + c.system + c.children_user + c.children_system
-                    except psutil.Error:
-                        pass
+                    # The fork server, and its C zygote (which forks the
+                    # supervisors and reaps them) while it lives.
+                    for p in (child, *child.children()):
+                        try:
+                            c = p.cpu_times()
+                            total += c.user + c.system + c.children_user + c.children_system
+                        except psutil.Error:
+                            pass
         except psutil.Error:
             return
         self.samples.append((time.time(), ct.user + ct.system, rss, total))

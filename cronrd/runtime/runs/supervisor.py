@@ -371,8 +371,55 @@ def check_request(req) -> None:
         raise ValueError("bad spawn request: cap must be an integer from 0 to 2**63-1")
 
 
+class Zygote:
+    """The fork server's C zygote (``_supervise.c`` says why): it forks the
+    C supervisors, so the fork server itself never forks per run."""
+
+    def __init__(self, boot: str, close_fd: int):
+        self.boot, self.close_fd = boot, close_fd
+        self.sock: socket.socket | None = None
+        self.restarts = 0
+        self._start()
+
+    def _start(self) -> None:
+        _, fd = _native.start_zygote(self.boot, self.close_fd)
+        self.sock = socket.socket(fileno=fd)
+
+    def _restart(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.restarts += 1
+        self._start()
+
+    def spawn(self, req: dict, fds: list[int]) -> tuple[int, int]:
+        """Raises ValueError (the request) or OSError (the zygote: it is
+        started again, and the caller forks this one itself)."""
+        env = req["env"]
+        fields = [req["key"], req["notify"], req["record"], req["cwd"], str(req["cap"]),
+                  "1" if req.get("switch") else "0", str(len(req["argv"])), *req["argv"],
+                  str(len(env)), *(f"{k}={v}" for k, v in env.items())]
+        data = b"".join(os.fsencode(f) + b"\0" for f in fields)
+        if len(data) > MAX_REQUEST:
+            raise ValueError(f"spawn request of {len(data)} bytes is over {MAX_REQUEST}")
+        try:
+            socket.send_fds(self.sock, [data], fds)
+            msg, rfds, _, _ = socket.recv_fds(self.sock, 512, 1)
+        except OSError:
+            self._restart()
+            raise
+        if not msg:
+            self._restart()
+            raise OSError("the zygote ended")
+        text = msg.decode(errors="replace")
+        if text.startswith("ok ") and rfds:
+            return int(text[3:]), rfds[0]
+        for f in rfds:
+            os.close(f)
+        raise ValueError(f"the supervisor could not be started: {text.removeprefix('error ')}")
+
+
 def _start(sock: socket.socket, req: dict, fds: list[int], boot: str,
-           native: bool) -> tuple[int, int]:
+           native: bool, zygote: "Zygote | None" = None) -> tuple[int, int]:
     """Fork one supervisor for ``req``: its pid and a pidfd of it. The
     supervisor waits for a go from the fork server, sent once the pidfd is
     taken: so a supervisor that would end at once cannot be reaped (and its
@@ -380,6 +427,11 @@ def _start(sock: socket.socket, req: dict, fds: list[int], boot: str,
     check_request(req)
     env_fd = fds[2] if len(fds) > 2 else -1
     if native and not req.get("ids"):
+        if zygote is not None:
+            try:
+                return zygote.spawn(req, fds)
+            except OSError:
+                pass  # started again for the next run; this one forks here
         return _native.spawn(req["key"], req["notify"], req["record"], boot, req["cwd"],
                              req["argv"], req["env"], req["cap"], bool(req.get("switch")),
                              fds[0], fds[1], env_fd, sock.fileno())
@@ -416,6 +468,12 @@ def serve(fd: int) -> int:
     signal.signal(signal.SIGCHLD, _reap)
     sock = socket.socket(fileno=fd)
     boot, native = boot_id(), native_supervisor()
+    zygote = None
+    if native:
+        try:
+            zygote = Zygote(boot, fd)
+        except OSError:
+            zygote = None  # the fork server forks the supervisors itself
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)
@@ -427,7 +485,7 @@ def serve(fd: int) -> int:
             req = json.loads(msg)
             if len(fds) not in (2, 3):
                 raise ValueError(f"expected 2 or 3 descriptors, got {len(fds)}")
-            pid, pidfd = _start(sock, req, fds, boot, native)
+            pid, pidfd = _start(sock, req, fds, boot, native, zygote)
         except (ValueError, OSError, KeyError, TypeError, ArithmeticError) as exc:
             why = (str(exc) if isinstance(exc, (ValueError, OSError))
                    else f"bad spawn request ({type(exc).__name__}: {exc})")
