@@ -24,8 +24,9 @@ collects the real exit status of those that ended meanwhile. The record, not
 the datagram, is the truth; the datagram only saves a wait.
 
 The supervisor exists twice, with the same behaviour: in C (``_supervise.c``,
-built at install when a compiler is there; a fork of the fork server that
-never runs Python: a fraction of a millisecond per run) and in Python
+built at install when a compiler is there; forked by the fork server's
+zygote, a process that runs only C, so neither it nor the fork server runs
+Python per run) and in Python
 (``_Supervisor`` below: ~5 ms of CPU per run, used when the C one is not
 built, for jobs that must switch their ids themselves, or when
 ``CRONRD_SUPERVISOR=python`` is in the fork server's environment).

@@ -448,3 +448,61 @@ def test_the_pidfd_names_the_supervisor_even_if_it_ends_at_once(tmp_path, native
             os.close(fd)
         a.close()
         b.close()
+
+
+def _zygote(spawner):
+    import psutil
+    kids = [p for p in psutil.Process(spawner._proc.pid).children()
+            if p.name() == "cronrd-zygote"]
+    return kids[0] if kids else None
+
+
+@pytest.fixture
+def native_sup(tmp_path):
+    if not S.native_supervisor():
+        pytest.skip("the C supervisor is not built")
+    return Harness(tmp_path)
+
+
+def test_c_supervisors_are_forked_by_the_zygote_not_by_the_fork_server(native_sup):
+    """The Python fork server forking each supervisor itself took ~240
+    copy-on-write faults per run afterwards; its C zygote forks them."""
+    import psutil
+    sup = native_sup
+
+    async def main():
+        sup.spawner.start()
+        key, _ = sup.start("sleep 0.5")
+        await sup.wait(lambda: key in sup.spawned)
+        pid = sup.spawned[key][0]
+        parent = psutil.Process(pid).ppid()
+        zygote = _zygote(sup.spawner)
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return parent, zygote
+    parent, zygote = run(main())
+    assert zygote is not None and parent == zygote.pid
+    # The fork server gone, its zygote ends too (it reads EOF).
+    zygote.wait(10)
+
+
+def test_a_dead_zygote_costs_no_run_and_is_started_again(native_sup):
+    sup = native_sup
+
+    async def main():
+        sup.spawner.start()
+        first = sup.start("exit 3")[0]
+        await sup.wait(lambda: sup.event(first, "exited"))
+        old = _zygote(sup.spawner)
+        old.kill()
+        old.wait(10)
+        second = sup.start("exit 5")[0]  # forked by the fork server itself
+        await sup.wait(lambda: sup.event(second, "exited"))
+        third = sup.start("exit 6")[0]   # through the new zygote
+        await sup.wait(lambda: sup.event(third, "exited"))
+        new = _zygote(sup.spawner)
+        sup.spawner.close()
+        return [sup.event(k, "exited")["status"] for k in (first, second, third)], old, new
+    statuses, old, new = run(main())
+    assert [exit_code(s) for s in statuses] == [3, 5, 6]
+    assert new is not None and new.pid != old.pid
