@@ -518,6 +518,60 @@ static int supervise(struct sup *s)
     return 0;
 }
 
+/* Fork the supervisor of ``s``: its pidfd (and *pid), or -1 with errno
+ * set (*what names the step). The child closes close_fd and waits for a go,
+ * sent once its pidfd is taken: a supervisor that would end at once cannot
+ * be reaped (its pid reused) first, and one whose pidfd cannot be taken
+ * never starts a job. */
+static int fork_supervisor(struct sup *s, int close_fd, pid_t *pid, const char **what)
+{
+    int go[2], pidfd, err;
+    *what = "pipe";
+    if (pipe2(go, O_CLOEXEC) < 0)
+        return -1;
+    *what = "fork";
+    *pid = fork();
+    if (*pid == 0) {
+        /* The supervisor: plain C from here on, never back into Python. */
+        char c = 0;
+        ssize_t r;
+        if (close_fd >= 0)
+            close(close_fd);
+        close(go[1]);
+        while ((r = read(go[0], &c, 1)) < 0 && errno == EINTR)
+            ;
+        if (r != 1 || c != 'g')
+            _exit(1);
+        close(go[0]);
+        _exit(supervise(s));
+    }
+    err = errno;
+    close(go[0]);
+    if (*pid < 0) {
+        close(go[1]);
+        errno = err;
+        return -1;
+    }
+    *what = "pidfd_open";
+    pidfd = (int)syscall(SYS_pidfd_open, *pid, 0);
+    if (pidfd < 0) {
+        err = errno;
+        close(go[1]);  /* the supervisor ends without starting anything */
+        errno = err;
+        return -1;
+    }
+    *what = "write";
+    if (write(go[1], "g", 1) != 1) {
+        err = errno;
+        close(go[1]);
+        close(pidfd);
+        errno = err;
+        return -1;
+    }
+    close(go[1]);
+    return pidfd;
+}
+
 /* -- the Python side: spawn() in the fork server -------------------------- */
 
 /* str -> bytes in the filesystem encoding, without NUL; appended to keep. */
@@ -547,7 +601,8 @@ static PyObject *py_spawn(PyObject *self, PyObject *args)
 {
     PyObject *key, *notify_path, *record, *boot, *cwd, *argv, *env, *keep = NULL;
     long long cap;
-    int ready, gate_fd, log_fd, env_fd, close_fd, go[2], pidfd;
+    int ready, gate_fd, log_fd, env_fd, close_fd, pidfd;
+    const char *what;
     char **cargv = NULL, **cenv = NULL;
     struct sup s;
     Py_ssize_t n, i, pos = 0;
@@ -614,48 +669,11 @@ static PyObject *py_spawn(PyObject *self, PyObject *args)
     s.env_fd = env_fd;
     s.sock = -1;
     s.out = -1;
-    /* The supervisor waits for a go, sent once its pidfd is taken: one
-     * that would end at once cannot be reaped (its pid reused) first, and
-     * one whose pidfd cannot be taken never starts a job. */
-    if (pipe2(go, O_CLOEXEC) < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    pid = fork();
-    if (pid == 0) {
-        /* The supervisor: plain C from here on, never back into Python. */
-        char c = 0;
-        ssize_t r;
-        if (close_fd >= 0)
-            close(close_fd);
-        close(go[1]);
-        while ((r = read(go[0], &c, 1)) < 0 && errno == EINTR)
-            ;
-        if (r != 1 || c != 'g')
-            _exit(1);
-        close(go[0]);
-        _exit(supervise(&s));
-    }
-    close(go[0]);
-    if (pid < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        close(go[1]);
-        goto done;
-    }
-    pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    pidfd = fork_supervisor(&s, close_fd, &pid, &what);
     if (pidfd < 0) {
-        int err = errno;
-        close(go[1]);  /* the supervisor ends without starting anything */
-        PyErr_Format(PyExc_OSError, "pidfd_open: %s", strerror(err));
+        PyErr_Format(PyExc_OSError, "%s: %s", what, strerror(errno));
         goto done;
     }
-    if (write(go[1], "g", 1) != 1) {
-        close(go[1]);
-        close(pidfd);
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    close(go[1]);
     result = Py_BuildValue("(ii)", (int)pid, pidfd);
 done:
     PyMem_Free(cargv);
@@ -728,7 +746,7 @@ static int zygote_spawn(int sock, char *buf, size_t len, int *fds, int nfds, con
     struct sup s;
     long argc, envc, i;
     char **argv = NULL, **envp = NULL;
-    int go[2], pidfd = -1;
+    int pidfd = -1;
     pid_t pid;
 
     memset(&s, 0, sizeof(s));
@@ -768,43 +786,11 @@ static int zygote_spawn(int sock, char *buf, size_t len, int *fds, int nfds, con
     s.env_fd = nfds > 2 ? fds[2] : -1;
     s.sock = -1;
     s.out = -1;
-    if (pipe2(go, O_CLOEXEC) < 0) {
-        *why = strerror(errno);
-        goto fail;
-    }
-    pid = fork();
-    if (pid == 0) {
-        char c = 0;
-        ssize_t r;
-        close(sock);
-        close(go[1]);
-        while ((r = read(go[0], &c, 1)) < 0 && errno == EINTR)
-            ;
-        if (r != 1 || c != 'g')
-            _exit(1);
-        close(go[0]);
-        _exit(supervise(&s));
-    }
-    close(go[0]);
-    if (pid < 0) {
-        *why = strerror(errno);
-        close(go[1]);
-        goto fail;
-    }
-    pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    pidfd = fork_supervisor(&s, sock, &pid, why);
     if (pidfd < 0) {
         *why = strerror(errno);
-        close(go[1]);  /* the supervisor ends without starting anything */
         goto fail;
     }
-    if (write(go[1], "g", 1) != 1) {
-        *why = strerror(errno);
-        close(go[1]);
-        close(pidfd);
-        pidfd = -1;
-        goto fail;
-    }
-    close(go[1]);
     *pid_out = pid;
 fail:
     free(argv);
