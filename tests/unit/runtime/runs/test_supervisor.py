@@ -506,3 +506,37 @@ def test_a_dead_zygote_costs_no_run_and_is_started_again(native_sup):
     statuses, old, new = run(main())
     assert [exit_code(s) for s in statuses] == [3, 5, 6]
     assert new is not None and new.pid != old.pid
+
+
+@pytest.mark.parametrize("payload, nfds", [
+    (b"x\0" * (50 * 1024), 2), (b"no-nul-at-all", 2), (b"k\0n\0r\0/\0" + b"1\0" + b"0\0" + b"99999999\0", 2),
+    (b"k\0n\0r\0/\0" + b"1\0" + b"0\0" + b"1\0/bin/true\0" + b"5\0A=1\0", 2),
+    (b"k\0n\0r\0/\0" + b"1\0" + b"0\0" + b"1\0/bin/true\0" + b"0\0", 0),
+])
+def test_the_zygote_refuses_a_malformed_request_and_serves_the_next(tmp_path, payload, nfds):
+    """Only the fork server speaks to its zygote, but a request it cannot
+    parse (oversized, truncated, counts beyond the data, descriptors missing) is
+    answered with an error, forks nothing, and the zygote goes on."""
+    if not S.native_supervisor():
+        pytest.skip("the C supervisor is not built")
+    zygote = S.Zygote("boot", -1)
+    r, w = os.pipe()
+    log_fd = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fds = [r, log_fd][:nfds]
+        if fds:
+            socket.send_fds(zygote.sock, [payload], fds)
+        else:
+            zygote.sock.send(payload)
+        msg, rfds, _, _ = socket.recv_fds(zygote.sock, 512, 1)
+        assert msg.startswith(b"error ") and rfds == []
+        # Still serving: a good request starts a supervisor.
+        req = {**GOOD_REQUEST, "notify": str(tmp_path / "n"), "record": str(tmp_path / "rec")}
+        pid, pidfd = zygote.spawn(req, [r, log_fd])
+        os.write(w, b"\n")
+        assert zygote.restarts == 0 and pid > 0
+        os.close(pidfd)
+    finally:
+        for fd in (r, w, log_fd):
+            os.close(fd)
+        zygote.sock.close()
