@@ -169,6 +169,8 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=15)
     ap.add_argument("--runs", type=int, default=100, help="runs released by one gate")
     ap.add_argument("--ways", default="direct,c,python")
+    ap.add_argument("--dir", default=None,
+                    help="where the temporary directory goes (default: $TMPDIR or /tmp)")
     args = ap.parse_args()
     from cronrd.runtime.runs import supervisor
     ways = args.ways.split(",")
@@ -177,7 +179,7 @@ def main() -> int:
               "skipping 'c'", file=sys.stderr)
         ways.remove("c")
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    root = Path(tempfile.mkdtemp(prefix="gw-"))
+    root = Path(tempfile.mkdtemp(prefix="gw-", dir=args.dir))
     try:
         (root / "records").mkdir()
         stamp = build_stamp(root)

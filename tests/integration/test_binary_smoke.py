@@ -207,6 +207,11 @@ def test_daemon_schedules_runs_now_logs_and_stops(bnode):
     # re-executing itself.
     assert all(c.exe() != os.path.realpath(BINARY)
                for c in daemon.children(recursive=True) if c.is_running())
+    # The supervisors' zygote is the small C program the binary ships, not a
+    # copy of the frozen interpreter (setup.py says why).
+    zygotes = [c for c in daemon.children(recursive=True)
+               if c.is_running() and c.name() == "cronrd-zygote"]
+    assert zygotes and os.path.basename(zygotes[0].exe()) == "cronrd-zygote", zygotes
 
     # SIGTERM: a clean exit.
     assert bnode.terminate() == 0, bnode.daemon_log()

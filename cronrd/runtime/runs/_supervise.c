@@ -25,8 +25,12 @@
  *   "exited" with the raw wait status, and record "closed" once every writer
  *   of the output pipe is gone.
  */
+#ifdef CRONRD_ZYGOTE_PROGRAM
+#define _GNU_SOURCE  /* Python.h defines it for the module */
+#else
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -572,6 +576,7 @@ static int fork_supervisor(struct sup *s, int close_fd, pid_t *pid, const char *
     return pidfd;
 }
 
+#ifndef CRONRD_ZYGOTE_PROGRAM
 /* -- the Python side: spawn() in the fork server -------------------------- */
 
 /* str -> bytes in the filesystem encoding, without NUL; appended to keep. */
@@ -682,6 +687,8 @@ done:
     return result;
 }
 
+
+#endif /* !CRONRD_ZYGOTE_PROGRAM */
 
 /* -- the zygote: supervisors forked from a process that runs no Python ---- */
 
@@ -876,13 +883,24 @@ static void zygote_serve(int sock, const char *boot)
     }
 }
 
+#ifdef CRONRD_ZYGOTE_PROGRAM
+int main(int argc, char **argv)
+{
+    if (argc != 3 || !argv[1][0] || strspn(argv[1], "0123456789") != strlen(argv[1])) {
+        fprintf(stderr, "usage: cronrd-zygote FD BOOT_ID (started by cronrd's fork server)\n");
+        return 2;
+    }
+    zygote_serve(atoi(argv[1]), argv[2]);
+    return 0;
+}
+#else
 static PyObject *py_start_zygote(PyObject *self, PyObject *args)
 {
-    const char *boot;
+    const char *boot, *program = NULL;
     int close_fd, sv[2];
     pid_t pid;
     (void)self;
-    if (!PyArg_ParseTuple(args, "si", &boot, &close_fd))
+    if (!PyArg_ParseTuple(args, "si|z", &boot, &close_fd, &program))
         return NULL;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
@@ -892,6 +910,14 @@ static PyObject *py_start_zygote(PyObject *self, PyObject *args)
         close(sv[0]);
         if (close_fd >= 0)
             close(close_fd);
+        if (program) {
+            char fd[16];
+            int keep = fcntl(sv[1], F_GETFD);
+            snprintf(fd, sizeof(fd), "%d", sv[1]);
+            if (keep >= 0 && fcntl(sv[1], F_SETFD, keep & ~FD_CLOEXEC) == 0)
+                execl(program, "cronrd-zygote", fd, boot, (char *)NULL);
+            /* no program: serve from this copy of the fork server */
+        }
         zygote_serve(sv[1], boot);
         _exit(0);
     }
@@ -923,3 +949,4 @@ PyMODINIT_FUNC PyInit__supervise(void)
 {
     return PyModule_Create(&module);
 }
+#endif /* CRONRD_ZYGOTE_PROGRAM */

@@ -25,8 +25,9 @@ the datagram, is the truth; the datagram only saves a wait.
 
 The supervisor exists twice, with the same behaviour: in C (``_supervise.c``,
 built at install when a compiler is there; forked by the fork server's
-zygote, a process that runs only C, so neither it nor the fork server runs
-Python per run) and in Python
+zygote, the small C program ``cronrd-zygote``, so neither it nor the fork
+server runs Python per run, and no supervisor carries the interpreter's
+memory) and in Python
 (``_Supervisor`` below: ~5 ms of CPU per run, used when the C one is not
 built, for jobs that must switch their ids themselves, or when
 ``CRONRD_SUPERVISOR=python`` is in the fork server's environment).
@@ -92,6 +93,13 @@ def start_ticks(pid: int) -> int | None:
         return int(data[data.rindex(b")") + 2:].split()[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def zygote_program() -> str | None:
+    """The zygote as a program of its own (built beside ``_supervise``; see
+    setup.py), or None: the fork server then forks its zygote from itself."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cronrd-zygote")
+    return path if os.access(path, os.X_OK) else None
 
 
 def native_supervisor() -> bool:
@@ -383,7 +391,7 @@ class Zygote:
         self._start()
 
     def _start(self) -> None:
-        _, fd = _native.start_zygote(self.boot, self.close_fd)
+        _, fd = _native.start_zygote(self.boot, self.close_fd, zygote_program())
         self.sock = socket.socket(fileno=fd)
 
     def _restart(self) -> None:

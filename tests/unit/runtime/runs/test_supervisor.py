@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import socket
+import subprocess
 
 import pytest
 
@@ -86,7 +88,8 @@ def test_a_run_passes_its_gate_and_its_exit_status_is_recorded(sup):
     async def main():
         sup.spawner.start()
         key, log_path = sup.start("echo hello; exit 3")
-        await sup.wait(lambda: sup.event(key, "exited"))
+        # The news may overtake the fork server's reply: wait for both.
+        await sup.wait(lambda: sup.event(key, "exited") and key in sup.spawned)
         sup.spawner.close()
         return key, log_path
     key, log_path = run(main())
@@ -397,6 +400,9 @@ def test_the_c_supervisor_is_built_where_a_compiler_and_headers_are():
     assert S.native_supervisor(), (
         "cronrd/runtime/runs/_supervise.c was not built: reinstall with "
         "`pip install -e .` and read the compiler's output")
+    assert S.zygote_program(), (
+        "the cronrd-zygote program was not built beside _supervise (setup.py): reinstall "
+        "with `pip install -e .` and read the compiler's output")
 
 
 def test_the_python_supervisor_can_be_forced(monkeypatch):
@@ -513,12 +519,19 @@ def test_a_dead_zygote_costs_no_run_and_is_started_again(native_sup):
     (b"k\0n\0r\0/\0" + b"1\0" + b"0\0" + b"1\0/bin/true\0" + b"5\0A=1\0", 2),
     (b"k\0n\0r\0/\0" + b"1\0" + b"0\0" + b"1\0/bin/true\0" + b"0\0", 0),
 ])
-def test_the_zygote_refuses_a_malformed_request_and_serves_the_next(tmp_path, payload, nfds):
+@pytest.mark.parametrize("program", ["program", "forked"])
+def test_the_zygote_refuses_a_malformed_request_and_serves_the_next(tmp_path, monkeypatch,
+                                                                     payload, nfds, program):
     """Only the fork server speaks to its zygote, but a request it cannot
     parse (oversized, truncated, counts beyond the data, descriptors missing) is
-    answered with an error, forks nothing, and the zygote goes on."""
+    answered with an error, forks nothing, and the zygote goes on: the
+    cronrd-zygote program and a zygote forked from the fork server alike."""
     if not S.native_supervisor():
         pytest.skip("the C supervisor is not built")
+    if program == "forked":
+        monkeypatch.setattr(S, "zygote_program", lambda: None)
+    elif S.zygote_program() is None:
+        pytest.skip("the cronrd-zygote program is not built")
     zygote = S.Zygote("boot", -1)
     r, w = os.pipe()
     log_fd = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT, 0o600)
@@ -540,3 +553,66 @@ def test_the_zygote_refuses_a_malformed_request_and_serves_the_next(tmp_path, pa
         for fd in (r, w, log_fd):
             os.close(fd)
         zygote.sock.close()
+
+
+def test_the_zygote_is_a_program_of_its_own_and_carries_no_interpreter(native_sup):
+    """Forked from the fork server, the zygote carried the interpreter's
+    memory (6.5 MB, 74 mappings), copied by every supervisor fork and torn
+    down by every supervisor exit. It is now the cronrd-zygote program."""
+    if S.zygote_program() is None:
+        pytest.skip("the cronrd-zygote program is not built")
+    sup = native_sup
+
+    async def main():
+        sup.spawner.start()
+        key, _ = sup.start("exit 4")
+        await sup.wait(lambda: sup.event(key, "exited"))
+        zygote = _zygote(sup.spawner)
+        maps = [m.path for m in zygote.memory_maps(grouped=True)]
+        exe = zygote.exe()
+        status = sup.event(key, "exited")["status"]
+        sup.spawner.close()
+        return exe, maps, status
+    exe, maps, status = run(main())
+    assert os.path.realpath(exe) == os.path.realpath(S.zygote_program())
+    assert not [m for m in maps if "python" in os.path.basename(m).lower()], maps
+    assert exit_code(status) == 4
+
+
+def test_a_zygote_program_that_cannot_run_leaves_the_zygote_forked(tmp_path, monkeypatch):
+    """If exec of the program fails (a noexec mount, a broken file), the
+    forked child serves as the zygote itself: runs still start."""
+    if not S.native_supervisor():
+        pytest.skip("the C supervisor is not built")
+    broken = tmp_path / "cronrd-zygote"
+    broken.write_bytes(b"\x7fELF not really")
+    broken.chmod(0o755)
+    monkeypatch.setattr(S, "zygote_program", lambda: str(broken))
+    zygote = S.Zygote("boot", -1)
+    r, w = os.pipe()
+    log_fd = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        record = tmp_path / GOOD_REQUEST["key"]
+        req = {**GOOD_REQUEST, "notify": str(tmp_path / "n"), "record": str(record),
+               "argv": ["/bin/sh", "-c", "read _; exit 9"]}
+        pid, pidfd = zygote.spawn(req, [r, log_fd])
+        os.write(w, b"\n")
+        ended, _, _ = select.select([pidfd], [], [], 15)  # the supervisor is gone
+        assert ended, "the supervisor did not end within 15 s"
+        rec = records.read(str(record))
+        assert rec is not None and exit_code(rec.status) == 9, record.read_text()
+        os.close(pidfd)
+    finally:
+        for fd in (r, w, log_fd):
+            os.close(fd)
+        zygote.sock.close()
+
+
+def test_the_zygote_program_says_how_it_is_used():
+    program = S.zygote_program()
+    if program is None:
+        pytest.skip("the cronrd-zygote program is not built")
+    for argv in ([], ["x", "boot"], ["3"]):
+        done = subprocess.run([program, *argv], capture_output=True, text=True, timeout=10)
+        assert done.returncode == 2
+        assert "usage: cronrd-zygote FD BOOT_ID" in done.stderr
