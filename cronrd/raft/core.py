@@ -832,15 +832,23 @@ class Raft:
             self._send(type=MsgType.READ_INDEX_RESP, to=read.requester, index=read.index,
                        context=read.context)
 
-    def compact(self, index: int, data: bytes) -> Snapshot:
-        """The application saved a snapshot of its state at ``index`` (== applied)."""
-        if index != self.log.applied:
-            raise RaftError(f"snapshot index {index} must equal the applied index "
+    def compact(self, index: int, data: bytes, conf: ConfState | None = None) -> Snapshot:
+        """The application saved a snapshot of its state at ``index``.
+
+        ``index`` is the applied index, or an earlier one when the copy was
+        made off the event loop while entries went on being applied: then
+        ``conf`` is the membership as it was at ``index`` (the caller noted
+        it with the index; by default the current one)."""
+        if index > self.log.applied:
+            raise RaftError(f"snapshot index {index} is beyond the applied index "
                             f"{self.log.applied}")
+        if conf is None and index != self.log.applied:
+            raise RaftError(f"a snapshot at {index}, before the applied index "
+                            f"{self.log.applied}, needs the membership at {index}")
         term = self.log.term(index)
         if term is None:
             raise RaftError(f"cannot snapshot at {index}: entry already compacted")
-        snap = Snapshot(SnapshotMeta(index, term, self.conf), data)
+        snap = Snapshot(SnapshotMeta(index, term, conf or self.conf), data)
         self.snapshot = snap
         self.log.compact(index)
         return snap

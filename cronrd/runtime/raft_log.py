@@ -82,6 +82,40 @@ class ReplicatedState:
     def snapshot(self) -> bytes:
         return self.conn.serialize("main")
 
+    def snapshot_job(self) -> Callable[[str], bytes] | None:
+        """Fix the state as applied now and return the copy to make of it.
+
+        On the event loop this only opens a read transaction on a connection
+        of its own (WAL mode: it goes on seeing this state while entries are
+        applied). The returned function copies that state into a new
+        database file at the path it is given and returns its bytes; it runs
+        in a worker thread (SQLite's backup releases the GIL), so a copy of a
+        large state does not hold the loop (``RaftNode`` says more). None
+        for a state in memory (tests): there is no file to read it from."""
+        if not self.conn.filename:
+            return None
+        reader = apsw.Connection(self.conn.filename, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        except apsw.Error:
+            reader.close()
+            raise
+
+        def copy(path: str) -> bytes:
+            try:
+                dest = apsw.Connection(path)
+                try:
+                    with dest.backup("main", reader, "main") as backup:
+                        backup.step(-1)
+                finally:
+                    dest.close()
+                with open(path, "rb") as f:
+                    return f.read()
+            finally:
+                reader.close()
+        return copy
+
     def restore(self, data: bytes, index: int) -> None:
         """Replace the whole state with a snapshot from the leader."""
         fd, path = tempfile.mkstemp(prefix="snapshot-", suffix=".db", dir=self.scratch_dir)

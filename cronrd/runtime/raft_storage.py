@@ -9,6 +9,13 @@ Every record carries a checksum over a canonical encoding of its fields
 detected and reported instead of being applied. The entry checksum covers the
 index too, so a record that lands under the wrong index is also detected.
 
+A snapshot's data is stored in the row (one received from the leader, or
+taken on the event loop when a member joins) or, when the daemon copied its
+state off the event loop, in a file of its own beside the database
+(``<raft.db>.snapshot-<index>``, written and fsynced by the worker thread;
+the row then names the file and carries its checksum). Writing a large
+blob into the database would hold the event loop for its whole length.
+
 Invariants kept by this module (and verified by ``load``):
 
 * stored entries are exactly ``snapshot_index + 1 .. last_index``, contiguous;
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -29,7 +37,7 @@ from ..errors import StorageError
 from ..raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
 from .storage import open_db
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: raft_snapshot.file (snapshot data in a file of its own)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS raft_entry (
@@ -54,9 +62,11 @@ CREATE TABLE IF NOT EXISTS raft_snapshot (
     learners      TEXT    NOT NULL,
     data          BLOB    NOT NULL,
     data_checksum BLOB    NOT NULL,
-    checksum      BLOB    NOT NULL
+    checksum      BLOB    NOT NULL,
+    file          TEXT
 );
 """
+SNAPSHOT_FILE = ".snapshot-"   # <raft.db>.snapshot-<index>
 
 _RESTORE = "the node stops rather than apply it: restore this node from a peer (see cronrd(8))"
 
@@ -109,14 +119,18 @@ class RaftStorage:
         try:
             self._conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'OFF'}")
             version = self._conn.execute("PRAGMA user_version").fetchall()[0][0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):  # 1 is upgraded below
                 raise StorageError(
                     f"raft log {path} has schema version {version}, this cronrd knows "
                     f"version {SCHEMA_VERSION}; run the cronrd version that wrote it")
             with self._conn:
                 self._conn.execute(_SCHEMA)
+                columns = [r[1] for r in self._conn.execute("PRAGMA table_info(raft_snapshot)")]
+                if "file" not in columns:  # written by version 1
+                    self._conn.execute("ALTER TABLE raft_snapshot ADD COLUMN file TEXT")
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._refresh_bounds()
+            self._remove_stale_files(at_open=True)
         except apsw.Error as exc:
             self._conn.close()
             self._conn = None
@@ -196,10 +210,61 @@ class RaftStorage:
                 f"(checksum mismatch); {_RESTORE}")
         return HardState(term=term, vote=vote, commit=commit)
 
+    def snapshot_file(self, index: int) -> str:
+        """Where a snapshot at ``index`` taken off the event loop is kept."""
+        return f"{self.path}{SNAPSHOT_FILE}{index}"
+
+    def seal_snapshot_file(self, tmp: str, index: int, data: bytes) -> tuple[str, bytes]:
+        """Make ``tmp`` (a snapshot's data, ``data``, just written there) the
+        durable snapshot file for ``index``: fsync, atomic rename, fsync of
+        the directory. Returns (path, data checksum) for ``save_snapshot``.
+        Touches no database, so a worker thread may call it while the event
+        loop goes on appending entries."""
+        path = self.snapshot_file(index)
+        try:
+            if self.fsync:
+                fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.replace(tmp, path)
+            if self.fsync:
+                dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        except OSError as exc:
+            raise StorageError(f"raft log {self.path}: cannot write the snapshot file {path}: "
+                               f"{exc}; check the disk (space, permissions)") from exc
+        return path, _digest(b"snapdata1", data)
+
+    def _remove_stale_files(self, keep: str | None = None, at_open: bool = False) -> None:
+        """Snapshot files no row names (a replaced snapshot, or one whose row
+        was never committed: the daemon died in between)."""
+        if at_open:
+            rows = self._db().execute("SELECT file FROM raft_snapshot WHERE id = 1").fetchall()
+            keep = rows[0][0] if rows else None
+        folder, base = os.path.split(os.path.abspath(self.path))
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for name in names:
+            if not name.startswith(base + SNAPSHOT_FILE) or name == keep:
+                continue
+            if ".tmp" in name and not at_open:
+                continue  # a copy being written now (worker thread)
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
     def _read_snapshot(self, with_data: bool) -> tuple[SnapshotMeta, bytes | None] | None:
         rows = self._db().execute(
             "SELECT idx, term, voters, learners, data_checksum, checksum"
-            + (", data" if with_data else "") + " FROM raft_snapshot WHERE id = 1").fetchall()
+            + (", data, file" if with_data else "") + " FROM raft_snapshot WHERE id = 1").fetchall()
         if not rows:
             return None
         idx, term, voters, learners, data_checksum, checksum = rows[0][:6]
@@ -214,7 +279,15 @@ class RaftStorage:
             raise bad from None
         data = None
         if with_data:
-            data = rows[0][6]
+            data, name = rows[0][6], rows[0][7]
+            if name is not None:
+                path = os.path.join(os.path.dirname(os.path.abspath(self.path)), str(name))
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                except OSError as exc:
+                    raise StorageError(f"raft snapshot file {path} cannot be read ({exc}); "
+                                       f"{_RESTORE}") from exc
             if not isinstance(data, bytes) or _digest(b"snapdata1", data) != data_checksum:
                 raise bad
         return SnapshotMeta(index=idx, term=term, conf=conf), data
@@ -295,8 +368,12 @@ class RaftStorage:
             if rows:
                 self._last = rows[-1][0]
 
-    def save_snapshot(self, snapshot: Snapshot) -> None:
+    def save_snapshot(self, snapshot: Snapshot, file: str | None = None,
+                      data_checksum: bytes | None = None) -> None:
         """Store a snapshot (replacing the previous one) and drop the entries it covers.
+
+        With ``file`` (and its ``data_checksum``, from ``write_snapshot_file``)
+        the row names the file instead of holding the data.
 
         Entries after the snapshot are kept only if the stored entry at the
         snapshot's index has the snapshot's term (log matching then makes the
@@ -305,7 +382,10 @@ class RaftStorage:
         """
         meta = snapshot.meta
         voters, learners = _conf_json(meta.conf.voters), _conf_json(meta.conf.learners)
-        data_checksum = _digest(b"snapdata1", snapshot.data)
+        if file is None:
+            data_checksum, blob, name = _digest(b"snapdata1", snapshot.data), snapshot.data, None
+        else:
+            blob, name = b"", os.path.basename(file)
         checksum = _snapshot_checksum(meta.index, meta.term, voters, learners, data_checksum)
         with self._lock:
             db = self._db()
@@ -317,8 +397,9 @@ class RaftStorage:
                 with db:
                     db.execute(
                         "INSERT OR REPLACE INTO raft_snapshot (id, idx, term, voters, learners, data, "
-                        "data_checksum, checksum) VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
-                        (meta.index, meta.term, voters, learners, snapshot.data, data_checksum, checksum))
+                        "data_checksum, checksum, file) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (meta.index, meta.term, voters, learners, blob, data_checksum, checksum,
+                         name))
                     same = db.execute("SELECT term FROM raft_entry WHERE idx = ?",
                                       (meta.index,)).fetchall()
                     keep_suffix = bool(same) and same[0][0] == meta.term
@@ -332,6 +413,7 @@ class RaftStorage:
                 raise self._db_error("save the snapshot", exc) from exc
             self._snap_index, self._snap_term = meta.index, meta.term
             self._last = last if last is not None else meta.index
+            self._remove_stale_files(keep=name)
 
     def load_snapshot(self) -> Snapshot | None:
         with self._lock:

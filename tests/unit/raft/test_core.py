@@ -383,6 +383,25 @@ def test_compact_requires_the_applied_index():
     assert a.compact(6, b"again").meta.index == 6  # re-snapshot at the same index
 
 
+def test_a_snapshot_copied_off_the_loop_is_taken_at_the_index_it_was_copied_at():
+    """The daemon copies the state in a worker thread while entries go on
+    being applied: the snapshot is at the index (and membership) the copy
+    began at, behind the applied index."""
+    net = Net(["a"])
+    a = net.elect("a")
+    for k in range(5):
+        a.propose(b"%d" % k)
+    net.settle()
+    noted = a.conf
+    snap = a.compact(4, b"state-at-4", noted)
+    assert (snap.meta.index, snap.meta.conf, a.applied) == (4, noted, 6)
+    assert a.log.first_index() == 5 and a.log.term(6) == 1
+    with pytest.raises(RaftError):
+        a.compact(3, b"older", noted)  # its entry is compacted already
+    with pytest.raises(RaftError):
+        a.compact(7, b"ahead", noted)
+
+
 def test_snapshot_is_sent_in_chunks_and_installed():
     net = Net(["a", "b"], learners=[], snapshot_chunk_bytes=8)
     a = net.elect("a")

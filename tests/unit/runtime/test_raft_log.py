@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import random
 
 import apsw
@@ -326,3 +327,61 @@ def test_a_joining_node_gets_the_membership_after_a_leader_change(tmp_path):
         assert d.sm.machine.full_digest() == new.sm.machine.full_digest()
         assert d.raft.conf == ConfState(("a", "b", "c"), ("d",))
     with_net(body)(tmp_path)
+
+
+# -- periodic snapshots, off the event loop -------------------------------------------------------
+def test_a_periodic_snapshot_is_copied_off_the_event_loop_and_restores_the_state(tmp_path):
+    """Every snapshot_every entries the node snapshots its state. The copy
+    (and its fsync) runs in a worker thread while entries go on being
+    applied; the snapshot is at the index the copy began at, and that
+    state plus the log after it is the node's state."""
+    import threading
+
+    async def main():
+        port = free_ports(1)[0]
+        box = {}
+        t = Transport("a", ("127.0.0.1", port), {}, lambda m: box["n"].step(m), tls=None,
+                      insecure=True)
+        rs = state(tmp_path, "a-state")
+        copied_in = []
+        job = rs.snapshot_job
+
+        def spying_job():
+            copy = job()
+
+            def spy(path):
+                copied_in.append(threading.get_ident())
+                return copy(path)
+            return spy
+        rs.snapshot_job = spying_job
+        storage = RaftStorage(str(tmp_path / "a.raft"))
+        n = RaftNode("a", ConfState(("a",)), storage, t, rs, tick_interval=0.02,
+                     proposal_timeout=5.0, rng=random.Random(1), snapshot_every=15)
+        box["n"] = n
+        await t.start()
+        await n.start()
+        try:
+            await until(lambda: n.is_leader)
+            await n.propose(put().encode())
+            for i in range(1, 40):
+                await n.propose(fire(T0 + i).encode())
+            await until(lambda: storage.snapshot_index() > 0)
+            loaded = storage.load_snapshot()
+            index = loaded.meta.index
+            rest = storage.entries(index + 1, storage.last_index() + 1)
+            final = rs.machine.full_digest(), rs.applied_index
+        finally:
+            await n.stop()
+            await t.close()
+            storage.close()
+        return copied_in, loaded, rest, final
+
+    copied_in, loaded, rest, (digest, applied) = asyncio.run(asyncio.wait_for(main(), 60))
+    assert copied_in and threading.main_thread().ident not in copied_in
+    assert os.path.exists(f"{tmp_path}/a.raft.snapshot-{loaded.meta.index}")
+    assert loaded.meta.conf == ConfState(("a",))
+    # The snapshot, then the entries after it, give the node's state.
+    dst = state(tmp_path, "replay")
+    dst.restore(loaded.data, loaded.meta.index)
+    dst.apply_batch([(e.index, e.data) for e in rest if e.type.name == "NORMAL"])
+    assert (dst.machine.full_digest(), dst.applied_index) == (digest, applied)

@@ -202,6 +202,92 @@ def test_snapshot_round_trip(db):
     s.close()
 
 
+def _file_snapshot(s: RaftStorage, index: int, term: int, data: bytes) -> str:
+    tmp = s.snapshot_file(index) + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    path, checksum = s.seal_snapshot_file(tmp, index, data)
+    s.save_snapshot(snap(index, term, data), file=path, data_checksum=checksum)
+    return path
+
+
+def test_a_snapshot_in_a_file_of_its_own_round_trips_and_replaces_the_previous(db):
+    """A snapshot copied off the event loop lives in its own file; the row
+    names it. Replaced by the next snapshot (in a file or in the row), the
+    old file goes."""
+    s = RaftStorage(db)
+    s.save(HardState(2, "a", 12), ents(1, 12))
+    first = _file_snapshot(s, 4, 1, b"state-at-4")
+    assert os.path.exists(first) and not os.path.exists(first + ".tmp")
+    assert s.load_snapshot() == snap(4, 1, b"state-at-4")
+    second = _file_snapshot(s, 8, 1, b"state-at-8")
+    assert not os.path.exists(first) and os.path.exists(second)
+    assert (s.first_index(), s.last_index()) == (9, 12)
+    s.close()
+    s = RaftStorage(db)
+    assert s.load().snapshot_meta == snap(8, 1).meta
+    assert s.load_snapshot().data == b"state-at-8"
+    s.save_snapshot(snap(10, 1, b"inline"))   # e.g. one received from the leader
+    assert not os.path.exists(second) and s.load_snapshot().data == b"inline"
+    s.close()
+
+
+def test_a_damaged_or_missing_snapshot_file_is_refused_with_what_to_do(db):
+    s = RaftStorage(db)
+    s.save(None, ents(1, 5))
+    path = _file_snapshot(s, 3, 1, b"state-at-3")
+    s.close()
+    with open(path, "r+b") as f:
+        f.write(b"X")
+    s = RaftStorage(db)
+    with pytest.raises(StorageError, match="damaged.*restore this node"):
+        s.load_snapshot()
+    os.unlink(path)
+    with pytest.raises(StorageError, match="cannot be read.*restore this node"):
+        s.load_snapshot()
+    s.close()
+
+
+def test_snapshot_files_no_row_names_are_removed_at_open(db):
+    """A daemon that died after writing a copy but before storing its row
+    leaves a file (or a .tmp) no row names: removed at the next open."""
+    s = RaftStorage(db)
+    s.save(None, ents(1, 6))
+    kept = _file_snapshot(s, 4, 1, b"kept")
+    s.close()
+    strays = [s.snapshot_file(5), s.snapshot_file(6) + ".tmp", s.snapshot_file(6) + ".tmp-journal"]
+    for p in strays:
+        with open(p, "wb") as f:
+            f.write(b"stray")
+    s = RaftStorage(db)
+    assert [os.path.exists(p) for p in strays] == [False, False, False]
+    assert os.path.exists(kept) and s.load_snapshot().data == b"kept"
+    s.close()
+
+
+def test_a_version_1_log_is_upgraded_in_place(db):
+    """Version 1 had no file column: it is added, and the snapshot it holds
+    in its row still loads."""
+    conn = apsw.Connection(db)
+    with conn:
+        conn.execute("""CREATE TABLE raft_snapshot (id INTEGER PRIMARY KEY CHECK (id = 1),
+            idx INTEGER NOT NULL, term INTEGER NOT NULL, voters TEXT NOT NULL,
+            learners TEXT NOT NULL, data BLOB NOT NULL, data_checksum BLOB NOT NULL,
+            checksum BLOB NOT NULL)""")
+        conn.execute("PRAGMA user_version=1")
+    conn.close()
+    s = RaftStorage(db)
+    s.save(None, ents(1, 5))
+    s.save_snapshot(snap(3, 1, b"in-the-row"))
+    s.close()
+    s = RaftStorage(db)
+    assert s.load_snapshot().data == b"in-the-row"
+    s.close()
+    conn = apsw.Connection(db)
+    assert conn.execute("PRAGMA user_version").fetchall()[0][0] == 2
+    conn.close()
+
+
 def test_snapshot_past_the_log(store):
     """A follower installing a leader's snapshot beyond its log drops the whole log."""
     store.save(None, ents(1, 5))
