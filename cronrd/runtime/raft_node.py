@@ -49,6 +49,13 @@ class _Pending:
     deadline: float
 
 
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 class RaftNode:
     def __init__(self, node_id: str, bootstrap: ConfState, storage: RaftStorage, transport,
                  sm: StateMachine, *, tick_interval: float = 0.05, election_tick: int = 10,
@@ -87,6 +94,7 @@ class RaftNode:
         self._snapshot_wanted = False
         self._snapshotting: asyncio.Task | None = None  # a snapshot off the loop
         self._snapshot_copied: tuple | None = None      # ... copied, to be stored
+        self._snapshot_retry_at = 0   # after a failed copy: the applied index to try again at
         # Notified when the leader, this node's role or the membership changes.
         self.changes = Changes()
 
@@ -125,6 +133,9 @@ class RaftNode:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._snapshotting is not None:  # its thread finishes; its result is dropped
             await asyncio.gather(self._snapshotting, return_exceptions=True)
+        if self._snapshot_copied is not None:
+            _unlink(self._snapshot_copied[3])
+            self._snapshot_copied = None
         self._fail_all(ProposalDropped("the node is stopping"))
 
     async def wait_stopped(self) -> None:
@@ -407,38 +418,59 @@ class RaftNode:
         if self._snapshot_wanted:
             self._snapshot_wanted = False
             self.snapshot_now()
-        elif self.raft.applied - self.raft.log.snap_index >= self.snapshot_every and \
-                self._snapshotting is None:
-            job = getattr(self.sm, "snapshot_job", None)
+            return
+        applied = self.raft.applied
+        if applied - self.raft.log.snap_index < self.snapshot_every or \
+                self._snapshotting is not None or applied < self._snapshot_retry_at:
+            return
+        job = getattr(self.sm, "snapshot_job", None)
+        try:
             copy = job() if job is not None else None  # fixes the state as applied now
-            if copy is None:
-                self.snapshot_now()
-            else:
-                self._snapshotting = loop.create_task(
-                    self._snapshot_off_loop(copy, self.raft.applied, self.raft.conf))
+        except Exception as exc:
+            self._snapshot_failed(applied, exc)
+            return
+        if copy is None:
+            self.snapshot_now()
+        else:
+            self._snapshotting = loop.create_task(
+                self._snapshot_off_loop(copy, applied, self.raft.conf))
+
+    def _snapshot_failed(self, index: int, exc: Exception) -> None:
+        """A copy that failed (a full disk?) is tried again after
+        snapshot_every more entries, not at every Ready."""
+        self._snapshotting = None
+        self._snapshot_retry_at = self.raft.applied + self.snapshot_every
+        log.warning("event=snapshot_failed index=%d error=\"%s\" hint=\"tried again after "
+                    "%d more entries; check the disk of the data_dir\"", index, exc,
+                    self.snapshot_every)
 
     async def _snapshot_off_loop(self, copy, index: int, conf: ConfState) -> None:
         """The periodic snapshot, without holding the event loop: the state
         was fixed at ``index`` (``copy`` holds it; ``conf`` is the membership
-        at it) by the caller, on the loop; here
-        a worker thread copies it into the snapshot file and fsyncs it; back
-        on the loop (``_finish_snapshot``, in the Ready loop, so a storage
-        error stops the node as any other) only the small row that names the
-        file is written and the log compacted. Copying a 30 MB state and
-        storing it as a blob held the loop for ~260 ms
-        (bench/snapshot_stall.py)."""
+        at it) by the caller, on the loop; here a worker thread copies it
+        into the snapshot file and fsyncs it; back on the loop
+        (``_finish_snapshot``, in the Ready loop, so a storage error stops
+        the node as any other) only the small row that names the file is
+        written and the log compacted. Copying a 30 MB state and storing it
+        as a blob held the loop for ~317 ms (bench/snapshot_stall.py)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        try:
-            tmp = self.storage.snapshot_file(index) + ".tmp"
+        tmp = self.storage.snapshot_file(index) + ".tmp"
 
-            def work():
+        def work():
+            try:
                 data = copy(tmp)
                 return (data, *self.storage.seal_snapshot_file(tmp, index, data))
+            except BaseException:
+                _unlink(tmp)   # a failed copy leaves no file behind
+                raise
+        try:
             data, path, checksum = await loop.run_in_executor(None, work)
-        except Exception as exc:  # tried again after snapshot_every more entries
-            log.warning("event=snapshot_failed index=%d error=\"%s\"", index, exc)
+        except asyncio.CancelledError:
             self._snapshotting = None
+            raise
+        except Exception as exc:
+            self._snapshot_failed(index, exc)
             return
         self._snapshot_copied = (index, conf, data, path, checksum, loop.time() - started)
         self._wake.set()
@@ -448,7 +480,8 @@ class RaftNode:
         self._snapshot_copied = None
         self._snapshotting = None
         if index <= self.raft.log.snap_index or not os.path.exists(path):
-            return  # overtaken (a snapshot installed or taken since): drop this one
+            _unlink(path)  # overtaken (a snapshot installed or taken since): dropped
+            return
         loop = asyncio.get_running_loop()
         on_loop = loop.time()
         snap = self.raft.compact(index, data, conf)

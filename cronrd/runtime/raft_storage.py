@@ -372,7 +372,7 @@ class RaftStorage:
                       data_checksum: bytes | None = None) -> None:
         """Store a snapshot (replacing the previous one) and drop the entries it covers.
 
-        With ``file`` (and its ``data_checksum``, from ``write_snapshot_file``)
+        With ``file`` (and its ``data_checksum``, from ``seal_snapshot_file``)
         the row names the file instead of holding the data.
 
         Entries after the snapshot are kept only if the stored entry at the

@@ -385,3 +385,89 @@ def test_a_periodic_snapshot_is_copied_off_the_event_loop_and_restores_the_state
     dst.restore(loaded.data, loaded.meta.index)
     dst.apply_batch([(e.index, e.data) for e in rest if e.type.name == "NORMAL"])
     assert (dst.machine.full_digest(), dst.applied_index) == (digest, applied)
+
+
+async def _one_node(tmp_path, rs, storage, snapshot_every):
+    box = {}
+    t = Transport("a", ("127.0.0.1", free_ports(1)[0]), {}, lambda m: box["n"].step(m),
+                  tls=None, insecure=True)
+    n = box["n"] = RaftNode("a", ConfState(("a",)), storage, t, rs, tick_interval=0.02,
+                            proposal_timeout=5.0, rng=random.Random(1),
+                            snapshot_every=snapshot_every)
+    await t.start()
+    await n.start()
+    await until(lambda: n.is_leader)
+    return n, t
+
+
+def test_a_failing_snapshot_copy_leaves_no_file_and_waits_before_trying_again(tmp_path):
+    """Found in review: a copy failing (a full disk) was tried again at the
+    very next Ready, and each try left a whole copy of the state behind as
+    a .tmp file: 46 entries, 19 copies, 19 files."""
+    from cronrd.errors import StorageError
+    attempts = []
+
+    async def main():
+        rs = state(tmp_path, "a-state")
+        storage = RaftStorage(str(tmp_path / "a.raft"))
+
+        def failing_seal(tmp, index, data):
+            attempts.append(index)
+            raise StorageError("cannot write the snapshot file: [Errno 28] No space left")
+        storage.seal_snapshot_file = failing_seal
+        n, t = await _one_node(tmp_path, rs, storage, 15)
+        try:
+            await n.propose(put().encode())
+            for i in range(1, 45):
+                await n.propose(fire(T0 + i).encode())
+                await asyncio.sleep(0.005)
+            await until(lambda: n._snapshotting is None)
+        finally:
+            await n.stop()
+            await t.close()
+            storage.close()
+        return sorted(f for f in os.listdir(tmp_path) if ".snapshot-" in f)
+    left = asyncio.run(asyncio.wait_for(main(), 60))
+    assert left == []
+    assert 1 <= len(attempts) <= 3 and all(b - a >= 15 for a, b in zip(attempts, attempts[1:]))
+
+
+def test_a_copy_overtaken_by_a_snapshot_on_the_loop_is_dropped_with_its_file(tmp_path):
+    """A member joins (snapshot_now, on the loop) while a periodic copy is
+    still being made: the copy, now older than the stored snapshot, is
+    dropped, and so is its file."""
+    import threading
+    release = threading.Event()
+
+    async def main():
+        rs = state(tmp_path, "a-state")
+        job = rs.snapshot_job
+
+        def held_job():
+            copy = job()
+
+            def held(path):
+                release.wait(20)
+                return copy(path)
+            return held
+        rs.snapshot_job = held_job
+        storage = RaftStorage(str(tmp_path / "a.raft"))
+        n, t = await _one_node(tmp_path, rs, storage, 15)
+        try:
+            await n.propose(put().encode())
+            for i in range(1, 20):
+                await n.propose(fire(T0 + i).encode())
+            await until(lambda: n._snapshotting is not None)
+            n.snapshot_now()                 # at the applied index, ahead of the copy
+            stored = storage.snapshot_index()
+            release.set()
+            await until(lambda: n._snapshotting is None)
+            return stored, storage.snapshot_index(), sorted(
+                f for f in os.listdir(tmp_path) if ".snapshot-" in f)
+        finally:
+            release.set()
+            await n.stop()
+            await t.close()
+            storage.close()
+    stored, after, files = asyncio.run(asyncio.wait_for(main(), 60))
+    assert after == stored >= 15 and files == []
