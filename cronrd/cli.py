@@ -125,6 +125,18 @@ def _conflict_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def _clock_text(offset_ms, error_ms=None) -> str:
+    """'12ms ahead of' / '1.5s behind' / 'in step with' / 'not measured yet against'."""
+    if not isinstance(offset_ms, (int, float)):
+        return "not measured yet against"
+    a = abs(offset_ms)
+    size = f"{a / 1000:.1f}s" if a >= 1000 else f"{a:.0f}ms"
+    err = f" (+-{error_ms:.0f}ms)" if isinstance(error_ms, (int, float)) and error_ms >= 1 else ""
+    if a < 0.5:
+        return f"in step{err} with"
+    return f"{size} {'ahead of' if offset_ms > 0 else 'behind'}{err}"
+
+
 @main.command()
 @consistent_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -150,6 +162,13 @@ def status(obj: Ctx, consistent, as_json):
                    f" ({cert.get('days_left')} days)")
         if cert.get("warning"):
             click.echo(f"WARNING   {cert['warning']}")
+    if "max_clock_offset_ms" in st:
+        click.echo("clock     " + _clock_text(st.get("clock_offset_ms"), st.get("clock_error_ms"))
+                   + " the cluster's median clock")
+        if st.get("clock_off"):
+            click.echo(f"WARNING   this node's clock is beyond cluster.max_clock_offset "
+                       f"({st['max_clock_offset_ms']:g}ms): check its time sync "
+                       "(timedatectl, chronyc tracking)")
     if st.get("peer_transport") == "insecure":
         click.echo("peer transport: INSECURE (no TLS, anyone reaching the port can impersonate "
                    "a node" + ("; allow_network: reachable beyond loopback)"
@@ -469,11 +488,24 @@ def _ago(seconds: Any) -> str | None:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h ago"
 
 
+def _clock_column(offset_ms) -> str | None:
+    """A member's clock against the cluster's median: '+12ms', '-1.5s'."""
+    if not isinstance(offset_ms, (int, float)):
+        return None
+    a = abs(offset_ms)
+    if a < 0.5:
+        return "0ms"
+    return ("+" if offset_ms >= 0 else "-") + (f"{a / 1000:.1f}s" if a >= 1000 else f"{a:.0f}ms")
+
+
 @cluster.command("members")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def cluster_members(obj: Ctx, as_json):
-    """List members: role, reachability, last contact, leader."""
+    """List members: role, reachability, last contact, leader, clock offset.
+
+    The clock column is each member's offset from the members' median clock,
+    known for every member on the leader (for this node elsewhere)."""
     res = obj.client().call("cluster_members")
     if as_json:
         emit_json(res)
@@ -488,8 +520,10 @@ def cluster_members(obj: Ctx, as_json):
                      None if reach is None else ("yes" if reach else "NO"),
                      "-" if m.get("self") else _ago(m.get("last_contact_s")),
                      "yes" if m.get("leader") else "no",
+                     _clock_column(m.get("clock_offset_ms")),
                      ",".join(m.get("tags") or []) or None])
-    table(rows, ["id", "address", "role", "reachable", "last-contact", "leader", "tags"])
+    table(rows, ["id", "address", "role", "reachable", "last-contact", "leader", "clock",
+                 "tags"])
     leader = res.get("leader")
     click.echo(f"\n* this node; leader: {leader}" if leader else
                "\n* this node; no leader known (an election is running, or no majority of "

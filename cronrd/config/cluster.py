@@ -13,7 +13,8 @@ from cronrd.ids import is_node_id, node_id_problem
 from cronrd.schedule import parse_duration
 
 from .addresses import format_address, is_loopback, parse_address
-from .model import (CLUSTER_KEYS, MAX_ELECTION_TIMEOUT, MIN_ELECTION_TIMEOUT, MIN_NODE_TIMEOUT,
+from .model import (CLUSTER_KEYS, MAX_CLOCK_OFFSET, MAX_ELECTION_TIMEOUT, MIN_CLOCK_OFFSET,
+                    MIN_ELECTION_TIMEOUT, MIN_NODE_TIMEOUT,
                     TLS_KEYS, Address, ClusterConfig, TLSPaths)
 from .problems import ConfigProblems
 
@@ -186,13 +187,20 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str,
                        "before the leader declares a silent node's runs lost, or it could "
                        "retry them elsewhere while that node still starts them; raise "
                        "node_timeout" + (" or lower election_timeout" if election > 1 else ""))
+    max_offset = duration("max_clock_offset", "500ms")
+    if max_offset is not None and not MIN_CLOCK_OFFSET <= max_offset <= MAX_CLOCK_OFFSET:
+        report.add(C + ("max_clock_offset",),
+                   f"cluster.max_clock_offset must be between {MIN_CLOCK_OFFSET * 1000:g}ms "
+                   f"and {MAX_CLOCK_OFFSET:g}s (got {max_offset:g}s); the default 500ms suits "
+                   "hosts kept in sync by NTP or chrony")
+        max_offset = None
     if len(report.problems) > before:
         return None
     return ClusterConfig(listen=listen, initial_members=members, join=join,
                          join_token=join_token, tls=tls,
                          insecure=insecure, insecure_network=insecure_network,
                          tags=tuple(tags), node_timeout=node_timeout,
-                         election_timeout=election)
+                         election_timeout=election, max_clock_offset=max_offset)
 
 
 def _parse_insecure(value: object, report: ConfigProblems) -> tuple[bool | None, bool]:

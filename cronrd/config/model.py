@@ -25,13 +25,14 @@ KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "time
               "watch_interval", "max_running", "accept_jobs_from", "cluster")
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
-                "node_timeout", "election_timeout")
+                "node_timeout", "election_timeout", "max_clock_offset")
 TLS_KEYS = ("ca", "cert", "key")
 
 DEFAULT_MAX_RUNNING = 256  # concurrent runs on one node
 
 MIN_NODE_TIMEOUT = 2.0
 MIN_ELECTION_TIMEOUT, MAX_ELECTION_TIMEOUT = 0.2, 60.0
+MIN_CLOCK_OFFSET, MAX_CLOCK_OFFSET = 0.01, 3600.0
 
 Address = tuple[str, int]
 
@@ -54,6 +55,7 @@ class ClusterConfig:
     tags: tuple[str, ...] = ()
     node_timeout: float = 10.0       # leader declares a silent node's runs lost after this
     election_timeout: float = 0.5    # base Raft election timeout, seconds
+    max_clock_offset: float = 0.5    # a clock further than this from the cluster's is "off"
 
     def __post_init__(self):  # a private sorted copy: nobody can change it afterwards
         object.__setattr__(self, "initial_members", types.MappingProxyType(
@@ -66,7 +68,7 @@ class ClusterConfig:
     def __hash__(self) -> int:  # MappingProxyType is not hashable; its items are
         return hash((self.listen, tuple(self.initial_members.items()), self.join, self.tls,
                      self.insecure, self.insecure_network, self.tags, self.node_timeout,
-                     self.election_timeout))
+                     self.election_timeout, self.max_clock_offset))
 
 
 @dataclass(frozen=True)

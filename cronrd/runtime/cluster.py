@@ -32,6 +32,7 @@ from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
 from ..decisions import duties
 from .clock import Clock
+from .clock_watch import ClockWatch
 from .cluster_admin import ClusterAdmin
 from .lease_keeper import LeaseKeeper
 from .peer_rpc import Handler, PeerError, PeerRPC
@@ -99,8 +100,12 @@ class Cluster:
                                            self.rpc, self.transport.peer_serials,
                                            self.trust.require_voter, self.lease.healthy,
                                            self._refresh_peers)
+        self.clocks = ClockWatch(self.node_id, clock, cc.max_clock_offset,
+                                 lambda: self.node.leader or None, lambda: self.node.is_leader,
+                                 self.member_ids, self.call)
         handlers.update({
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
+            "clock": self._rpc_clock,
             # Every membership request a follower may forward (one list: a
             # request left out here failed on followers as "unknown").
             **{method: self.admin_requests.serve for method in self.admin_requests.methods},
@@ -153,6 +158,7 @@ class Cluster:
             tg.create_task(self._watch_node(), name="raft-node")
             tg.create_task(self._watch_role(), name="membership")
             tg.create_task(self.lease.renew(), name="lease")
+            tg.create_task(self.clocks.run(), name="clocks")
 
     async def stop(self) -> None:
         self.stopping = True
@@ -384,13 +390,25 @@ class Cluster:
                 # shown on every `cronrd status`: without TLS anyone can be a node
                 "peer_transport": "insecure" if self.cc.insecure else "tls",
                 "insecure_network": self.cc.insecure_network,
-                "certificate": cert_status(self._cert, self.clock.now(), self.node_id)}
+                "certificate": cert_status(self._cert, self.clock.now(), self.node_id),
+                **self._clock_status()}
+
+    def _clock_status(self) -> dict:
+        own = self.clocks.own()
+
+        def ms(v):
+            return None if v is None else round(v * 1000, 1)
+        return {"clock_offset_ms": ms(own["offset"]), "clock_error_ms": ms(own["error"]),
+                "clock_vs_leader_ms": ms(own["vs_leader"]),
+                "max_clock_offset_ms": round(self.cc.max_clock_offset * 1000, 1),
+                "clock_off": self.clocks.is_off()}
 
     def members(self) -> dict:
         conf = self.node.raft.conf
         rows = {r["node"]: r for r in Q.nodes(self.conn)}
         addrs = self._addresses()
         now_wall = self.clock.now()
+        offsets = self.clocks.members()
         out = []
         for node in self.member_ids():
             age = self.contact_age(node)
@@ -404,6 +422,8 @@ class Cluster:
                 "last_contact_s": None if age is None else round(age, 3),
                 "leader": node == self.node.leader, "self": node == self.node_id,
                 "state": row.get("state"), "tags": list(row.get("tags") or ()),
+                "clock_offset_ms": None if offsets.get(node) is None
+                else round(offsets[node] * 1000, 1),
             })
         return {"leader": self.node.leader or None, "members": out}
 
@@ -454,6 +474,13 @@ class Cluster:
         """A follower's proposal, to the leader through the checked request."""
         return await self.rpc.call(leader, "propose", {"cmd": data.decode()},
                                    timeout=FORWARD_TIMEOUT)
+
+    async def _rpc_clock(self, frm: str, args: dict) -> dict:
+        self.trust.require_member(frm)
+        try:
+            return await self.clocks.rpc(frm, args)
+        except ValueError as exc:
+            raise RequestError(f"clock: {exc}") from None
 
     async def _rpc_read_log(self, frm: str, args: dict) -> dict:
         self.trust.require_member(frm)

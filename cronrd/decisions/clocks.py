@@ -1,0 +1,93 @@
+"""Clock offsets between members, from round trips (NTP's way, without NTP).
+
+A follower asks the leader for its wall clock about once a second. One
+answer is a ``Sample``: the local wall clock when the question left, the
+round trip by the local monotonic clock, and the leader's wall clock in the
+answer. Assuming the answer was taken halfway through the round trip, the
+local clock is ``sent + rtt/2 - remote`` ahead of the leader's, give or take
+``rtt/2``. Of the samples of the last ``WINDOW`` seconds the one with the
+shortest round trip is the most accurate (queueing only ever adds delay).
+
+"The leader's clock" is not the truth either: the leader's own clock may be
+the wrong one. So every member's offset is also taken relative to the
+members' median (``from_median``): with a majority of good clocks, the
+median is a good clock. That is the offset ``status`` shows and
+``max_clock_offset`` bounds.
+
+Nothing here reads a clock: times come in as arguments.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+WINDOW = 30.0          # seconds of samples an estimate is taken from
+MAX_SAMPLES = 64
+
+
+@dataclass(frozen=True)
+class Sample:
+    sent: float     # local wall clock when the question left (epoch s)
+    rtt: float      # round trip, by the local monotonic clock (s)
+    remote: float   # the peer's wall clock in its answer (epoch s)
+    at: float       # local monotonic clock when the answer came (s)
+
+    @property
+    def offset(self) -> float:
+        """How far the local clock is ahead of the peer's (s; negative: behind)."""
+        return self.sent + self.rtt / 2.0 - self.remote
+
+
+@dataclass(frozen=True)
+class Estimate:
+    offset: float   # local clock minus the peer's (s)
+    error: float    # +- this much (half the round trip of the sample used)
+    at: float       # local monotonic time of that sample
+
+
+def estimate(samples: Iterable[Sample], now: float, window: float = WINDOW) -> Estimate | None:
+    """The offset from the shortest round trip among the samples of the last
+    ``window`` seconds (``now``: local monotonic), or None without any."""
+    recent = [s for s in samples if now - s.at <= window and s.rtt >= 0]
+    if not recent:
+        return None
+    best = min(recent, key=lambda s: (s.rtt, -s.at))
+    return Estimate(best.offset, best.rtt / 2.0, best.at)
+
+
+def keep(samples: list[Sample], sample: Sample, now: float,
+         window: float = WINDOW) -> list[Sample]:
+    """``samples`` with ``sample`` added, those older than ``window`` gone,
+    at most MAX_SAMPLES kept (the newest)."""
+    out = [s for s in samples if now - s.at <= window] + [sample]
+    return out[-MAX_SAMPLES:]
+
+
+def from_median(ahead_of_leader: Mapping[str, float]) -> dict[str, float]:
+    """Each member's offset from the members' median clock, given each
+    member's offset from the leader's clock (the leader's own is 0)."""
+    if not ahead_of_leader:
+        return {}
+    median = statistics.median(ahead_of_leader.values())
+    return {node: off - median for node, off in ahead_of_leader.items()}
+
+
+def median_of(ahead_of_leader: Mapping[str, float]) -> float:
+    """The members' median clock, as an offset from the leader's (0 alone)."""
+    return statistics.median(ahead_of_leader.values()) if ahead_of_leader else 0.0
+
+
+def off(offset: float | None, limit: float) -> bool:
+    """Is an offset (s) beyond ``limit`` (max_clock_offset) either way?"""
+    return offset is not None and abs(offset) > limit
+
+
+def describe(offset: float) -> str:
+    """'1.2s ahead', '350ms behind', 'in step'."""
+    a = abs(offset)
+    if a < 0.0005:
+        return "in step"
+    size = f"{a:.1f}s" if a >= 1 else f"{a * 1000:.0f}ms"
+    return f"{size} {'ahead' if offset > 0 else 'behind'}"

@@ -1,0 +1,173 @@
+"""How far each member's wall clock is from the cluster's (decisions/clocks.py).
+
+A follower asks the leader for its wall clock every ``PROBE_EVERY`` seconds
+(the peer request ``clock``), telling it its own latest offset in the same
+request; the leader answers with its wall clock and the members' median
+clock (as an offset from its own). So every node knows its offset from the
+members' median, and the leader knows everyone's.
+
+What is shown: ``status`` (this node), ``cluster members`` (every member, on
+the leader; this node elsewhere), and the log, once when a node's offset
+goes beyond ``cluster.max_clock_offset`` (``event=clock_off``) and once when
+it is back (``event=clock_ok``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from typing import Awaitable, Callable
+
+from ..decisions import clocks as K
+from .clock import Clock
+
+log = logging.getLogger("cronrd.cluster")
+
+PROBE_EVERY = 1.0      # seconds between a follower's questions to the leader
+PROBE_TIMEOUT = 2.0
+MAX_ABS_OFFSET = 1e7   # seconds; a report beyond this is nonsense and refused
+
+
+def _number(value, what: str, limit: float = MAX_ABS_OFFSET) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or abs(value) > limit:
+        raise ValueError(f"{what} must be a finite number of seconds within +-{limit:g}")
+    return float(value)
+
+
+class ClockWatch:
+    def __init__(self, node_id: str, clock: Clock, limit: float,
+                 leader: Callable[[], str | None], is_leader: Callable[[], bool],
+                 members: Callable[[], list[str]],
+                 call: Callable[[str, str, dict, float], Awaitable[dict]]):
+        self.node_id = node_id
+        self.clock = clock
+        self.limit = limit
+        self._leader = leader
+        self._is_leader = is_leader
+        self._members = members
+        self._call = call
+        self.samples: list[K.Sample] = []
+        self._sampled_leader: str | None = None
+        # The members' median clock minus the leader's, as last told (None:
+        # not known yet, fewer than a majority have reported).
+        self.median: float | None = None
+        # On the leader: each member's reported offset from the leader's clock
+        # (s), its error and when it came (monotonic).
+        self.reports: dict[str, tuple[float, float, float]] = {}
+        self._logged_off: dict[str, bool] = {}
+
+    # -- views ------------------------------------------------------------------------------
+    def _ahead_of_leader(self) -> dict[str, float]:
+        """(Leader) every member's offset from this leader's clock, fresh ones only."""
+        now = self.clock.monotonic()
+        members = set(self._members())
+        out = {self.node_id: 0.0}
+        for node, (offset, _err, at) in self.reports.items():
+            if node in members and now - at <= K.WINDOW:
+                out[node] = offset
+        return out
+
+    def _median(self) -> float | None:
+        """(Leader) the members' median clock minus this leader's, once at
+        least three clocks, and more than half the members', are known: the
+        median of two is their mean, and would call a good clock half as
+        wrong as the bad one. A cluster of one or two has only the leader's
+        clock to go by."""
+        members = set(self._members()) | {self.node_id}
+        if len(members) <= 2:
+            return 0.0
+        known = self._ahead_of_leader()
+        if len(known) < 3 or len(known) <= len(members) // 2:
+            return None
+        return K.median_of(known)
+
+    def own(self) -> dict:
+        """This node's offset from the cluster's median clock (s; None until
+        known), from the leader's, and the error of the estimate."""
+        if self._is_leader():
+            median = self._median()
+            return {"offset": None if median is None else -median, "vs_leader": 0.0,
+                    "error": 0.0}
+        est = K.estimate(self.samples, self.clock.monotonic())
+        if est is None or self._sampled_leader != self._leader():
+            return {"offset": None, "vs_leader": None, "error": None}
+        return {"offset": None if self.median is None else est.offset - self.median,
+                "vs_leader": est.offset, "error": est.error}
+
+    def members(self) -> dict[str, float | None]:
+        """Offsets from the median clock: every member's on the leader, this
+        node's elsewhere."""
+        if self._is_leader():
+            return K.from_median(self._ahead_of_leader()) if self._median() is not None else {}
+        return {self.node_id: self.own()["offset"]}
+
+    def is_off(self) -> bool:
+        """Is this node's clock beyond max_clock_offset from the cluster's?"""
+        return K.off(self.own()["offset"], self.limit)
+
+    # -- the leader's side: the peer request ------------------------------------------------
+    async def rpc(self, frm: str, args: dict) -> dict:
+        offset = _number(args.get("offset"), "offset")
+        error = _number(args.get("error"), "error") or 0.0
+        if offset is not None:
+            self.reports[frm] = (offset, error, self.clock.monotonic())
+        return {"wall": self.clock.now(), "median": self._median()}
+
+    # -- the follower's side -----------------------------------------------------------------
+    async def probe(self) -> None:
+        """One question to the leader (a follower)."""
+        leader = self._leader()
+        if not leader or leader == self.node_id:
+            return
+        if leader != self._sampled_leader:
+            self.samples, self._sampled_leader, self.median = [], leader, None
+        mine = K.estimate(self.samples, self.clock.monotonic())
+        sent, t0 = self.clock.now(), self.clock.monotonic()
+        reply = await self._call(leader, "clock",
+                                 {"offset": mine.offset if mine else None,
+                                  "error": mine.error if mine else None}, PROBE_TIMEOUT)
+        t1 = self.clock.monotonic()
+        if not isinstance(reply, dict):
+            raise ValueError("the leader's clock answer is not an object")
+        wall = _number(reply.get("wall"), "wall", limit=1e11)
+        median = _number(reply.get("median"), "median")
+        if wall is None:
+            raise ValueError("the leader's clock answer has no wall clock")
+        self.samples = K.keep(self.samples, K.Sample(sent, t1 - t0, wall, t1), t1)
+        self.median = median
+
+    def check(self) -> None:
+        """Log a clock that went beyond max_clock_offset, or came back
+        (this node's; every member's on the leader)."""
+        offsets = self.members()
+        for node, offset in offsets.items():
+            if offset is None:
+                continue
+            now_off = K.off(offset, self.limit)
+            if now_off == self._logged_off.get(node, False):
+                continue
+            self._logged_off[node] = now_off
+            whose = "this node's clock" if node == self.node_id else f"node {node}'s clock"
+            if now_off:
+                log.warning("event=clock_off node=%s offset_ms=%.0f max_ms=%.0f hint=\"%s is %s "
+                            "of the cluster's median clock, beyond cluster.max_clock_offset: "
+                            "check its time sync (timedatectl, chronyc tracking)\"", node,
+                            offset * 1000, self.limit * 1000, whose, K.describe(offset))
+            else:
+                log.info("event=clock_ok node=%s offset_ms=%.0f", node, offset * 1000)
+
+    async def run(self) -> None:
+        """Ask, check, every PROBE_EVERY seconds, until cancelled."""
+        while True:
+            try:
+                await self.probe()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # no leader, a timeout, a bad answer: the next try
+                log.debug("event=clock_probe_failed error=\"%s\"", exc)
+            self.check()
+            await asyncio.sleep(PROBE_EVERY)

@@ -1,0 +1,62 @@
+"""Clock offsets from round trips (decisions/clocks.py), on given times."""
+
+from __future__ import annotations
+
+import pytest
+
+from cronrd.decisions import clocks as K
+
+
+def sample(local_ahead: float, rtt: float, at: float, asked_at: float = 5000.0,
+           reply_delay: float | None = None) -> K.Sample:
+    """A round trip to a peer whose clock is ``local_ahead`` behind ours; the
+    answer is taken ``reply_delay`` after the question left (default: half
+    way through the round trip)."""
+    d = rtt / 2 if reply_delay is None else reply_delay
+    return K.Sample(sent=asked_at, rtt=rtt, remote=asked_at + d - local_ahead, at=at)
+
+
+def test_a_symmetric_round_trip_gives_the_offset_exactly():
+    assert sample(0.25, 0.004, at=1.0).offset == pytest.approx(0.25)
+    assert sample(-30.0, 0.010, at=1.0).offset == pytest.approx(-30.0)
+
+
+def test_the_shortest_round_trip_of_the_window_wins_and_bounds_the_error():
+    # A slow answer (queued on the way back) is off by up to half its round trip.
+    slow = sample(0.1, 0.200, at=10.0, reply_delay=0.010)
+    fast = sample(0.1, 0.002, at=11.0)
+    est = K.estimate([slow, fast], now=12.0)
+    assert est.offset == pytest.approx(0.1) and est.error == pytest.approx(0.001)
+    assert abs(slow.offset - 0.1) > 0.05  # the slow one alone would have been wrong
+
+
+def test_old_samples_age_out_of_the_estimate_and_the_list():
+    old = sample(5.0, 0.001, at=0.0)
+    new = sample(0.0, 0.050, at=K.WINDOW + 1)
+    est = K.estimate([old, new], now=K.WINDOW + 1)
+    assert est.offset == pytest.approx(0.0)   # the old best sample no longer counts
+    assert K.estimate([old], now=K.WINDOW + 1) is None
+    kept = K.keep([old], new, now=K.WINDOW + 1)
+    assert kept == [new]
+    many: list[K.Sample] = []
+    for i in range(K.MAX_SAMPLES + 10):
+        many = K.keep(many, sample(0.0, 0.001, at=float(i) / 100), now=float(i) / 100)
+    assert len(many) == K.MAX_SAMPLES and many[-1].at == pytest.approx((K.MAX_SAMPLES + 9) / 100)
+
+
+def test_the_median_tells_which_clock_is_wrong_the_leaders_included():
+    # A follower 30 s fast: it alone is off.
+    assert K.from_median({"a": 0.0, "b": 0.01, "c": 30.0}) == pytest.approx(
+        {"a": -0.01, "b": 0.0, "c": 29.99})
+    # The leader (a) 30 s fast: both followers see themselves 30 s behind it;
+    # against the median the leader is the one off.
+    rel = K.from_median({"a": 0.0, "b": -30.0, "c": -30.02})
+    assert rel["a"] == pytest.approx(30.0) and abs(rel["b"]) < 0.05
+    assert K.median_of({"a": 0.0}) == 0.0 and K.from_median({}) == {}
+
+
+def test_off_is_beyond_the_limit_either_way_and_unknown_is_not_off():
+    assert K.off(0.6, 0.5) and K.off(-0.6, 0.5)
+    assert not K.off(0.5, 0.5) and not K.off(None, 0.5)
+    assert K.describe(30.0) == "30.0s ahead" and K.describe(-0.35) == "350ms behind"
+    assert K.describe(0.0) == "in step"
