@@ -25,6 +25,7 @@ from .clock import Clock
 log = logging.getLogger("cronrd.cluster")
 
 PROBE_EVERY = 1.0      # seconds between a follower's questions to the leader
+FIRST_PROBE_EVERY = 0.1  # ... while it has no measurement yet
 PROBE_TIMEOUT = 2.0
 MAX_ABS_OFFSET = 1e7   # seconds; a report beyond this is nonsense and refused
 
@@ -93,7 +94,7 @@ class ClockWatch:
             return {"offset": None if median is None else -median, "vs_leader": 0.0,
                     "error": 0.0}
         est = K.estimate(self.samples, self.clock.monotonic())
-        if est is None or self._sampled_leader != self._leader():
+        if est is None:
             return {"offset": None, "vs_leader": None, "error": None}
         return {"offset": None if self.median is None else est.offset - self.median,
                 "vs_leader": est.offset, "error": est.error}
@@ -109,6 +110,25 @@ class ClockWatch:
         """Is this node's clock beyond max_clock_offset from the cluster's?"""
         return K.off(self.own()["offset"], self.limit)
 
+    def fence(self) -> str | None:
+        """Why this node's clock keeps it from starting runs now, or None.
+
+        A follower goes by its offset from the median clock, or from the
+        leader's while the median is not known yet; with no measurement at
+        all (the first second after it found its leader) it waits for one:
+        a clock 30 s fast would otherwise start runs 30 s early. The leader's
+        clock is the reference until the median is known."""
+        own = self.own()
+        offset = own["offset"] if own["offset"] is not None else own["vs_leader"]
+        if offset is None:
+            if self._is_leader() or not self._leader():
+                return None
+            return "has not measured its clock against the leader's yet"
+        if K.off(offset, self.limit):
+            return (f"has its clock {K.describe(offset)} of the cluster's, beyond "
+                    f"cluster.max_clock_offset ({self.limit * 1000:g}ms): check its time sync")
+        return None
+
     # -- the leader's side: the peer request ------------------------------------------------
     async def rpc(self, frm: str, args: dict) -> dict:
         offset = _number(args.get("offset"), "offset")
@@ -123,8 +143,10 @@ class ClockWatch:
         leader = self._leader()
         if not leader or leader == self.node_id:
             return
-        if leader != self._sampled_leader:
-            self.samples, self._sampled_leader, self.median = [], leader, None
+        # Samples taken against an earlier leader stay: a node's clock does
+        # not jump when the leader changes, and starting afresh would hold
+        # its runs back (fence) until the new leader answered.
+        self._sampled_leader = leader
         mine = K.estimate(self.samples, self.clock.monotonic())
         sent, t0 = self.clock.now(), self.clock.monotonic()
         reply = await self._call(leader, "clock",
@@ -161,7 +183,9 @@ class ClockWatch:
                 log.info("event=clock_ok node=%s offset_ms=%.0f", node, offset * 1000)
 
     async def run(self) -> None:
-        """Ask, check, every PROBE_EVERY seconds, until cancelled."""
+        """Ask, check, every PROBE_EVERY seconds (every FIRST_PROBE_EVERY
+        while this node has no measurement: it starts no run until it has
+        one), until cancelled."""
         while True:
             try:
                 await self.probe()
@@ -170,4 +194,5 @@ class ClockWatch:
             except Exception as exc:  # no leader, a timeout, a bad answer: the next try
                 log.debug("event=clock_probe_failed error=\"%s\"", exc)
             self.check()
-            await asyncio.sleep(PROBE_EVERY)
+            measured = self._is_leader() or self.own()["vs_leader"] is not None
+            await asyncio.sleep(PROBE_EVERY if measured else FIRST_PROBE_EVERY)

@@ -32,6 +32,7 @@ from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
 from ..decisions import duties
 from .clock import Clock
+from ..decisions.clocks import describe as describe_offset
 from .clock_watch import ClockWatch
 from .cluster_admin import ClusterAdmin
 from .lease_keeper import LeaseKeeper
@@ -272,15 +273,24 @@ class Cluster:
 
     def node_views(self) -> list[NodeView]:
         rows = {r["node"]: r for r in Q.nodes(self.conn)}
+        offsets = self.clocks.members()
         views = []
         for node in self.member_ids():
             row = rows.get(node) or {}
             state = row.get("state") or "unknown"
             healthy = self.lease.healthy(node)
             why = ""
+            clock_off = offsets.get(node) is not None and \
+                abs(offsets[node]) > self.cc.max_clock_offset
             if not healthy:
                 age = self.lease.ack_age(node)
                 why = "never reached" if age is None else f"no answer for {age:.1f}s"
+            elif clock_off:
+                # It would start the run early or late by its offset (it
+                # refuses to: Cluster.start_fence).
+                healthy = False
+                why = (f"its clock is {describe_offset(offsets[node])} of the cluster's "
+                       "(max_clock_offset)")
             elif state not in ("up", "unknown"):
                 why = {"draining": "draining (stopping)", "joining": "still joining",
                        "unknown": "has not announced itself yet (starting?)"}.get(
@@ -290,8 +300,18 @@ class Cluster:
 
     # -- the lease (lease_keeper.py) -------------------------------------------------
     def lease_fresh(self) -> bool:
-        """May this node start a run now?"""
+        """Has this node heard from a leader within its lease?"""
         return self.lease.fresh()
+
+    def start_fence(self) -> str | None:
+        """Why this node may not start a run now, or None: no fresh lease
+        (the leader may have given its runs to another node), or its clock
+        beyond max_clock_offset from the cluster's or not measured yet (it
+        would start them early or late by its offset: ClockWatch.fence)."""
+        if not self.lease.fresh():
+            return ("had no fresh lease from the leader at the fire time (cut off from the "
+                    "cluster?)")
+        return self.clocks.fence()
 
     # -- leadership -----------------------------------------------------------------
     async def _watch_role(self) -> None:

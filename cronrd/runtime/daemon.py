@@ -130,7 +130,7 @@ class Daemon:
         self.log = self.members.log
         self.outbox = Outbox(cfg.local_db)
         self.executor = Executor(cfg, self.log, self.conn, self.clock,
-                                 lease=self.members.lease_fresh, outbox=self.outbox,
+                                 fence=self.members.start_fence, outbox=self.outbox,
                                  others_can_run=lambda: len(self.members.member_ids()) > 1)
         self.executor.job_nofile = job_nofile
         self.leadership = Leadership(cfg, self.log, self.conn, self.clock, self.members)

@@ -81,3 +81,45 @@ def test_a_node_whose_clock_is_off_is_shown_and_logged_off(offset, sign):
         assert skewed_node.daemon_log().count("event=clock_off node=c") == 1
     finally:
         c.cleanup()
+
+
+@pytest.mark.parametrize("offset, first_ip", [("+30s", 161), ("-30s", 171)])
+def test_a_follower_whose_clock_is_off_starts_no_run_and_its_runs_go_elsewhere(
+        tmp_path, offset, first_ip):
+    """The issue's measurement: a node under faketime +30s executed 576 of
+    738 runs 30 s early. Now a follower whose clock is off starts nothing:
+    each run placed on it is handed back, not started, and runs on a node
+    with a good clock, on time; none ever starts early on the true clock."""
+    out = tmp_path / "starts"
+    out.touch()
+    out.chmod(0o666)
+    c = Cluster(first_ip=first_ip)
+    jobs = {"jobs": [{"name": f"tick{i}", "schedule": "* * * * * *",
+                      "concurrency": "allow", "catchup": "none",
+                      "command": f'echo "$CRONRD_FIRE_TIME $(date +%s.%N) $CRONRD_NODE '
+                                 f'$CRONRD_ATTEMPT" >> {out}'} for i in range(4)]}
+    try:
+        c.write_job("ticks", jobs)
+        c["a"].start(wait=False)
+        c["b"].start(wait=False)
+        c["a"].wait_ready(timeout=40)
+        c["b"].wait_ready(timeout=40)
+        c.leader()   # a or b: this test is about a follower
+        c["c"].start(env=skewed(offset), wait=False)
+        c["c"].wait_ready(timeout=40)
+        wait_for(lambda: c["c"].call("status").get("clock_off"), 30, what="c judged off")
+        start = len(out.read_text().splitlines())
+        wait_for(lambda: len(out.read_text().splitlines()) >= start + 40, 30,
+                 what="40 more runs")
+        lines = [ln.split() for ln in out.read_text().splitlines() if ln.strip()]
+        from cronrd.schedule import parse_iso
+        early = [ln for ln in lines if float(ln[1]) < parse_iso(ln[0]) - 0.5]
+        assert early == [], early[:5]
+        assert all(ln[2] != "c" for ln in lines), [ln for ln in lines if ln[2] == "c"][:5]
+        # c's own word, in the runs it handed back, says why.
+        on_c = [r for r in c.leader().runs() if r.get("node") == "c"]
+        assert all(r["state"] != "succeeded" for r in on_c), on_c[:3]
+        assert all("clock" in (r.get("reason") or "") for r in on_c if r["state"] == "lost"), \
+            on_c[:3]
+    finally:
+        c.cleanup()

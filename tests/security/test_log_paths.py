@@ -46,7 +46,7 @@ def bare_daemon(tmp_path):
     d = Daemon(cfg)
     forged = ForgedState(cfg.state_db)
     d.conn, d.machine = forged.conn, forged.machine
-    d.executor = Executor(cfg, None, d.conn, d.clock, lease=lambda: True,
+    d.executor = Executor(cfg, None, d.conn, d.clock, fence=lambda: None,
                           outbox=Outbox(cfg.local_db))
     return d, forged
 

@@ -53,14 +53,14 @@ PRESPAWN = 1.0    # seconds before the fire time a run's supervisor is asked for
 
 class Executor:
     def __init__(self, config: Config, proposer, conn, clock: Clock, *,
-                 lease: Callable[[], bool], outbox: Outbox,
+                 fence: Callable[[], str | None], outbox: Outbox,
                  others_can_run: Callable[[], bool] = lambda: False):
         self.config = config
         self.node_id = config.node_id
-        # May this node start a run now (its lease from the leader is fresh)?
-        # Is there another member to hand unstarted runs to when this daemon
+        # Why this node may not start a run now (no fresh lease from the
+        # leader, its clock off), or None. Is there another member to hand unstarted runs to when this daemon
         # stops? Results go to the durable outbox first (reports.py).
-        self.lease = lease
+        self.fence = fence
         self.others_can_run = others_can_run
         self.reporter = Reporter(proposer, outbox)
         self.conn = conn
@@ -243,10 +243,10 @@ class Executor:
     def _release(self, gate: Gate) -> None:
         """The gate's time has come: which of its runs go, and let them through."""
         now = self.clock.now()
-        fenced = not self.lease()
-        if fenced:
-            log.warning("event=runs_fenced count=%d reason=\"no fresh lease from the leader "
-                        "(cut off from the cluster?)\"", len(gate.runs))
+        fenced = self.fence()
+        if fenced is not None:
+            log.warning("event=runs_fenced count=%d reason=\"node %s %s\"", len(gate.runs),
+                        self.node_id, fenced)
         mine = self._still_mine([a.run for a in gate.runs])
         go = []
         for act in gate.runs:
@@ -254,12 +254,13 @@ class Executor:
                 continue
             if not mine.get(act.run.run_id, True):
                 verdict = L.GateOpen(now, "final", "no longer assigned here")
-            elif fenced:
-                # Not heard from the leader within the lease: the leader may
-                # already have given this run to another node. Nothing ran.
-                verdict = L.GateOpen(now, "lost", (
-                    f"node {self.node_id} had no fresh lease from the leader at the fire "
-                    "time (cut off from the cluster?); not started here"))
+            elif fenced is not None:
+                # Not heard from the leader within the lease (the leader may
+                # already have given this run to another node), or this node's
+                # clock is off (it would start the run early or late). Nothing
+                # ran: the run is retried elsewhere.
+                verdict = L.GateOpen(now, "lost", f"node {self.node_id} {fenced}; not started "
+                                                  "here")
             elif not act.life.pid:
                 verdict = L.GateOpen(now, "failed", (
                     f"its supervisor did not start within {READY_WAIT:g}s of the fire time "

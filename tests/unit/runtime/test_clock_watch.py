@@ -95,13 +95,16 @@ def test_a_bad_report_is_refused_and_changes_nothing(args):
     assert watches["a"].reports == {}
 
 
-def test_unknown_until_measured_and_a_new_leader_starts_afresh():
+def test_unknown_until_measured_and_kept_across_a_leader_change():
     watches, rounds = cluster({"a": 0.0, "b": 0.3})
     assert watches["b"].own()["offset"] is None and not watches["b"].is_off()
     asyncio.run(rounds())
     assert watches["b"].own()["vs_leader"] == pytest.approx(0.3, abs=0.002)
-    watches["b"]._leader = lambda: "z"   # another leader now: its samples are not ours
-    assert watches["b"].own()["offset"] is None
+    # Another leader now: the clock did not move, and a node must not stop
+    # starting runs until the new leader has answered.
+    watches["b"]._leader = lambda: "z"
+    assert watches["b"].own()["vs_leader"] == pytest.approx(0.3, abs=0.002)
+    assert watches["b"].fence() is None
 
 
 def test_no_clock_is_judged_before_a_majority_has_reported():
@@ -122,3 +125,16 @@ def test_two_clocks_of_three_are_not_enough_to_judge():
     reply = asyncio.run(watches["a"].rpc("b", {"offset": 0.001, "error": 0.001}))
     assert reply["median"] == pytest.approx(0.001)
     assert watches["a"].members()["c"] == pytest.approx(29.999)
+
+
+def test_a_follower_starts_no_run_until_its_clock_is_measured_and_within_bounds():
+    watches, rounds = cluster({"a": 0.0, "b": 0.0, "c": 30.0})
+    assert watches["c"].fence() == "has not measured its clock against the leader's yet"
+    assert watches["a"].fence() is None           # the leader: the reference until the median
+    asyncio.run(rounds(1))
+    # Measured against the leader (the median not known yet): already fenced.
+    assert "30.0s ahead" in watches["c"].fence() and "max_clock_offset" in watches["c"].fence()
+    assert watches["b"].fence() is None
+    asyncio.run(rounds(2))
+    assert "30.0s ahead" in watches["c"].fence() and watches["b"].fence() is None
+    assert watches["a"].fence() is None
