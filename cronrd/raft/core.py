@@ -170,6 +170,7 @@ class Raft:
         self.dropped: list[tuple[bytes, str]] = []
         self.snap_recv: tuple[SnapshotMeta, bytearray] | None = None
         self.pending_install: Snapshot | None = None
+        self.campaign_held = False  # see _promotable
         self.prev_hs = HardState(self.term, self.vote, self.log.commit)
         self.prev_ss = SoftState("", self.public_role)
         self._self_match = self.log.last_index()
@@ -318,7 +319,9 @@ class Raft:
         (self.vouched_voters if voter else self.vouched).add(node)
 
     def _promotable(self) -> bool:
-        return self.is_voter() and self.pending_install is None
+        # campaign_held: set by the driver while this node must not lead
+        # (its wall clock is off: runtime/clock_watch.py). It still votes.
+        return self.is_voter() and self.pending_install is None and not self.campaign_held
 
     def _tick_leader(self) -> None:
         self.heartbeat_elapsed += 1

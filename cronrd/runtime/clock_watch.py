@@ -21,6 +21,7 @@ from typing import Awaitable, Callable
 
 from ..decisions import clocks as K
 from .clock import Clock
+from .tasks import Changes
 
 log = logging.getLogger("cronrd.cluster")
 
@@ -43,7 +44,9 @@ class ClockWatch:
     def __init__(self, node_id: str, clock: Clock, limit: float,
                  leader: Callable[[], str | None], is_leader: Callable[[], bool],
                  members: Callable[[], list[str]],
-                 call: Callable[[str, str, dict, float], Awaitable[dict]]):
+                 call: Callable[[str, str, dict, float], Awaitable[dict]],
+                 hold: Callable[[bool], None] = lambda held: None,
+                 hand_over: Callable[[list[str]], Awaitable[str]] | None = None):
         self.node_id = node_id
         self.clock = clock
         self.limit = limit
@@ -51,6 +54,13 @@ class ClockWatch:
         self._is_leader = is_leader
         self._members = members
         self._call = call
+        # hold(True): this node must not campaign (its clock is off);
+        # hand_over(good): a leader whose clock is off hands leadership to
+        # one of these voters (their clocks are within bounds).
+        self._hold = hold
+        self._hand_over = hand_over
+        self.held = False
+        self.changes = Changes()   # notified when a measurement or a report came
         self.samples: list[K.Sample] = []
         self._sampled_leader: str | None = None
         # The members' median clock minus the leader's, as last told (None:
@@ -91,8 +101,14 @@ class ClockWatch:
         known), from the leader's, and the error of the estimate."""
         if self._is_leader():
             median = self._median()
-            return {"offset": None if median is None else -median, "vs_leader": 0.0,
-                    "error": 0.0}
+            if median is None:
+                # Just elected, the followers' reports not in yet: its clock
+                # as last measured against the previous leader, if it was a
+                # follower before (else not known).
+                est = K.estimate(self.samples, self.clock.monotonic())
+                return {"offset": None, "vs_leader": None if est is None else est.offset,
+                        "error": None if est is None else est.error}
+            return {"offset": -median, "vs_leader": 0.0, "error": 0.0}
         est = K.estimate(self.samples, self.clock.monotonic())
         if est is None:
             return {"offset": None, "vs_leader": None, "error": None}
@@ -121,8 +137,12 @@ class ClockWatch:
         own = self.own()
         offset = own["offset"] if own["offset"] is not None else own["vs_leader"]
         if offset is None:
-            if self._is_leader() or not self._leader():
+            if not self._leader():
                 return None
+            if self._is_leader():
+                if len(set(self._members()) | {self.node_id}) <= 2:
+                    return None   # its clock is the cluster's
+                return "has not measured its clock against the cluster's yet (just elected)"
             return "has not measured its clock against the leader's yet"
         if K.off(offset, self.limit):
             return (f"has its clock {K.describe(offset)} of the cluster's, beyond "
@@ -135,6 +155,7 @@ class ClockWatch:
         error = _number(args.get("error"), "error") or 0.0
         if offset is not None:
             self.reports[frm] = (offset, error, self.clock.monotonic())
+            self.changes.notify()
         return {"wall": self.clock.now(), "median": self._median()}
 
     # -- the follower's side -----------------------------------------------------------------
@@ -161,6 +182,7 @@ class ClockWatch:
             raise ValueError("the leader's clock answer has no wall clock")
         self.samples = K.keep(self.samples, K.Sample(sent, t1 - t0, wall, t1), t1)
         self.median = median
+        self.changes.notify()
 
     def check(self) -> None:
         """Log a clock that went beyond max_clock_offset, or came back
@@ -182,6 +204,28 @@ class ClockWatch:
             else:
                 log.info("event=clock_ok node=%s offset_ms=%.0f", node, offset * 1000)
 
+    async def act(self) -> None:
+        """Hold this node from campaigning while its clock is known to be off
+        the cluster's median; a leader in that state hands leadership over
+        to a voter whose clock is good."""
+        offset = self.own()["offset"]
+        held = K.off(offset, self.limit)
+        if held != self.held:
+            self.held = held
+            self._hold(held)
+            if held:
+                log.warning("event=clock_hold node=%s hint=\"its clock is %s of the cluster's: "
+                            "it will not lead until it is back within max_clock_offset\"",
+                            self.node_id, K.describe(offset))
+        if held and self._is_leader() and self._hand_over is not None:
+            good = sorted(n for n, off in self.members().items()
+                          if n != self.node_id and off is not None and not K.off(off, self.limit))
+            if good:
+                to = await self._hand_over(good)
+                log.warning("event=clock_step_down node=%s to=%s hint=\"this leader's clock is "
+                            "%s of the cluster's; leadership handed over\"", self.node_id, to,
+                            K.describe(offset))
+
     async def run(self) -> None:
         """Ask, check, every PROBE_EVERY seconds (every FIRST_PROBE_EVERY
         while this node has no measurement: it starts no run until it has
@@ -194,5 +238,17 @@ class ClockWatch:
             except Exception as exc:  # no leader, a timeout, a bad answer: the next try
                 log.debug("event=clock_probe_failed error=\"%s\"", exc)
             self.check()
+            try:
+                await self.act()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a hand-over that did not happen: tried next time
+                log.warning("event=clock_step_down_failed error=\"%s\"", exc)
+            leader = self._leader()
             measured = self._is_leader() or self.own()["vs_leader"] is not None
-            await asyncio.sleep(PROBE_EVERY if measured else FIRST_PROBE_EVERY)
+            pause = PROBE_EVERY if measured else FIRST_PROBE_EVERY
+            # A new leader is asked at once: it needs the followers' offsets
+            # (in their questions) to know the cluster's clock.
+            until = self.clock.monotonic() + pause
+            while self.clock.monotonic() < until and self._leader() == leader:
+                await asyncio.sleep(FIRST_PROBE_EVERY)

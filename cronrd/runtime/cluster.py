@@ -103,7 +103,8 @@ class Cluster:
                                            self._refresh_peers)
         self.clocks = ClockWatch(self.node_id, clock, cc.max_clock_offset,
                                  lambda: self.node.leader or None, lambda: self.node.is_leader,
-                                 self.member_ids, self.call)
+                                 self.member_ids, self.call, hold=self._hold_campaign,
+                                 hand_over=self._hand_over)
         handlers.update({
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
             "clock": self._rpc_clock,
@@ -291,6 +292,9 @@ class Cluster:
                 healthy = False
                 why = (f"its clock is {describe_offset(offsets[node])} of the cluster's "
                        "(max_clock_offset)")
+            elif node == self.node_id and self.clocks.fence() is not None:
+                healthy = False   # this leader, its own clock not known good yet
+                why = f"its clock: {self.clocks.fence()}"
             elif state not in ("up", "unknown"):
                 why = {"draining": "draining (stopping)", "joining": "still joining",
                        "unknown": "has not announced itself yet (starting?)"}.get(
@@ -494,6 +498,23 @@ class Cluster:
         """A follower's proposal, to the leader through the checked request."""
         return await self.rpc.call(leader, "propose", {"cmd": data.decode()},
                                    timeout=FORWARD_TIMEOUT)
+
+    async def clock_ready(self) -> None:
+        """Return once this leader's clock is known to be within bounds (it
+        would otherwise schedule fires early or late by its offset); a
+        leader whose clock is off hands leadership over instead
+        (ClockWatch.act), which ends its term."""
+        await self.clocks.changes.until(lambda: self.clocks.fence() is None
+                                        or not self.node.is_leader)
+
+    def _hold_campaign(self, held: bool) -> None:
+        self.node.raft.campaign_held = held
+
+    async def _hand_over(self, good: list[str]) -> str:
+        voters = [n for n in good if n in self.node.raft.conf.voters and self.lease.healthy(n)]
+        if not voters:
+            raise RequestError("no healthy voter with a good clock to hand leadership to")
+        return (await self.admin_requests.transfer_leader({"node": voters[0]}))["leader"]
 
     async def _rpc_clock(self, frm: str, args: dict) -> dict:
         self.trust.require_member(frm)

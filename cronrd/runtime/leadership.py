@@ -83,6 +83,9 @@ class Leadership:
         # Everything committed by earlier leaders is applied before this
         # one schedules: the cursors it resumes from are then current.
         await self.log.read_barrier()
+        # Nor before its clock is known to be within bounds: a leader 30 s
+        # fast would commit every fire 30 s early (Members.clock_ready).
+        await self.members.clock_ready()
         if not self.log.is_leader:
             return
         sched = Scheduler(self.config, _LeaderOnly(self.log), self.conn, self.clock,

@@ -52,6 +52,7 @@ class Members(Protocol):
     async def stop(self) -> None: ...
     def lease_fresh(self) -> bool: ...
     def start_fence(self) -> str | None: ...  # why runs may not start here now, or None
+    async def clock_ready(self) -> None: ...  # returns once this node's clock may schedule
     def member_ids(self) -> list[str]: ...
     def node_views(self) -> list[NodeView]: ...
     def leader_duties(self) -> list[Duty]: ...
@@ -98,6 +99,9 @@ class OneHost:
 
     def start_fence(self) -> str | None:
         return None  # its clock is the only one: nothing to hold it against
+
+    async def clock_ready(self) -> None:
+        pass
 
     def member_ids(self) -> list[str]:
         return [self.config.node_id]

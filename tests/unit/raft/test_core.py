@@ -308,6 +308,28 @@ def test_transfer_leadership_with_timeout_now():
     assert any(m.type == MsgType.VOTE and m.context == b"transfer" for m in net.sent)
 
 
+def test_a_node_held_from_campaigning_neither_campaigns_nor_takes_a_transfer_but_votes():
+    """The driver holds a node whose wall clock is off from leading
+    (runtime/clock_watch.py): its election timeout passes without a
+    campaign, a TimeoutNow does not make it campaign, and it still votes."""
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    c = net["c"]
+    c.campaign_held = True
+    a.transfer_leadership("c")
+    net.settle()
+    assert a.role == LEADER and c.role == FOLLOWER and c.term == a.term
+    for _ in range(3 * c.cfg.election_tick):
+        c.tick()
+    assert c.role == FOLLOWER and not any(m.frm == "c" and m.type in (
+        MsgType.VOTE, MsgType.PREVOTE) for m in c.msgs)
+    for _ in range(a.cfg.election_tick):   # b's lease on a runs out: b campaigns, c votes
+        net["b"].tick()
+        c.tick()
+    net.campaign("b")
+    assert net["b"].role == LEADER
+
+
 def test_transfer_to_a_lagging_follower_catches_it_up_first():
     net = Net(["a", "b", "c"])
     a = net.elect("a")

@@ -130,7 +130,9 @@ def test_two_clocks_of_three_are_not_enough_to_judge():
 def test_a_follower_starts_no_run_until_its_clock_is_measured_and_within_bounds():
     watches, rounds = cluster({"a": 0.0, "b": 0.0, "c": 30.0})
     assert watches["c"].fence() == "has not measured its clock against the leader's yet"
-    assert watches["a"].fence() is None           # the leader: the reference until the median
+    # A leader of three waits for the followers' reports: its own clock may
+    # be the wrong one.
+    assert "just elected" in watches["a"].fence()
     asyncio.run(rounds(1))
     # Measured against the leader (the median not known yet): already fenced.
     assert "30.0s ahead" in watches["c"].fence() and "max_clock_offset" in watches["c"].fence()
@@ -138,3 +140,34 @@ def test_a_follower_starts_no_run_until_its_clock_is_measured_and_within_bounds(
     asyncio.run(rounds(2))
     assert "30.0s ahead" in watches["c"].fence() and watches["b"].fence() is None
     assert watches["a"].fence() is None
+
+
+def test_a_new_leader_goes_by_its_last_measurement_until_the_reports_are_in():
+    """After a failover the new leader knows its clock against the old
+    leader's: its runs are not held back while the followers report."""
+    watches, rounds = cluster({"a": 0.0, "b": 0.002, "c": 0.0})
+    asyncio.run(rounds())
+    b = watches["b"]
+    b._is_leader = lambda: True
+    b.reports.clear()
+    assert b.own()["offset"] is None and b.own()["vs_leader"] == pytest.approx(0.002, abs=0.002)
+    assert b.fence() is None
+
+
+def test_a_leader_whose_clock_is_off_holds_itself_and_hands_over_to_a_good_clock(caplog):
+    watches, rounds = cluster({"a": 30.0, "b": 0.0, "c": 0.001})
+    held, handed = [], []
+
+    async def hand_over(good):
+        handed.append(good)
+        return good[0]
+    a = watches["a"]
+    a._hold = held.append
+    a._hand_over = hand_over
+    with caplog.at_level(logging.WARNING, logger="cronrd.cluster"):
+        asyncio.run(rounds())
+        asyncio.run(a.act())
+    assert held == [True] and handed and handed[-1] == ["b", "c"]
+    assert "event=clock_step_down node=a to=b" in caplog.text
+    # A follower with a good clock is not held.
+    assert not watches["b"].held
