@@ -158,20 +158,23 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str,
             tags.append(tag)
 
     # timeouts (None: invalid, reported)
-    def duration(key: str, default: str) -> float | None:
+    def duration(key: str, default: str, bounds: tuple[str, str, float, float] | None = None,
+                 hint: str = "") -> float | None:
+        """``bounds``: (low, high) as written in the message, then as seconds."""
         try:
-            return parse_duration(raw.get(key, default))
+            value = parse_duration(raw.get(key, default))
         except ScheduleError as exc:
             report.add(C + (key,), f"cluster.{key}: {exc.message}")
             return None
+        if bounds is not None and not bounds[2] <= value <= bounds[3]:
+            report.add(C + (key,), f"cluster.{key} must be between {bounds[0]} and "
+                                   f"{bounds[1]} (got {value:g}s); the default {default} {hint}")
+            return None
+        return value
 
-    election = duration("election_timeout", "500ms")
-    if election is not None and not MIN_ELECTION_TIMEOUT <= election <= MAX_ELECTION_TIMEOUT:
-        report.add(C + ("election_timeout",),
-                   f"cluster.election_timeout must be between {MIN_ELECTION_TIMEOUT:g}s "
-                   f"and {MAX_ELECTION_TIMEOUT:g}s (got {election:g}s); the default 500ms "
-                   "suits a LAN, raise it for slow or distant links")
-        election = None
+    election = duration("election_timeout", "500ms", (
+        f"{MIN_ELECTION_TIMEOUT:g}s", f"{MAX_ELECTION_TIMEOUT:g}s", MIN_ELECTION_TIMEOUT,
+        MAX_ELECTION_TIMEOUT), "suits a LAN, raise it for slow or distant links")
     node_timeout = duration("node_timeout", "10s")
     # A node stops starting runs once it has not heard from a leader for one
     # lease (election_timeout). A follower cut off together with the old
@@ -187,13 +190,9 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str,
                        "before the leader declares a silent node's runs lost, or it could "
                        "retry them elsewhere while that node still starts them; raise "
                        "node_timeout" + (" or lower election_timeout" if election > 1 else ""))
-    max_offset = duration("max_clock_offset", "500ms")
-    if max_offset is not None and not MIN_CLOCK_OFFSET <= max_offset <= MAX_CLOCK_OFFSET:
-        report.add(C + ("max_clock_offset",),
-                   f"cluster.max_clock_offset must be between {MIN_CLOCK_OFFSET * 1000:g}ms "
-                   f"and {MAX_CLOCK_OFFSET:g}s (got {max_offset:g}s); the default 500ms suits "
-                   "hosts kept in sync by NTP or chrony")
-        max_offset = None
+    max_offset = duration("max_clock_offset", "500ms", (
+        f"{MIN_CLOCK_OFFSET * 1000:g}ms", f"{MAX_CLOCK_OFFSET:g}s", MIN_CLOCK_OFFSET,
+        MAX_CLOCK_OFFSET), "suits hosts kept in sync by NTP or chrony")
     if len(report.problems) > before:
         return None
     return ClusterConfig(listen=listen, initial_members=members, join=join,

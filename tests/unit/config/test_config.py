@@ -197,6 +197,9 @@ def test_tls_file_missing_names_it_and_suggests_init_tls(tmp_path):
     ({"node_timeout": "soon"}, "cluster.node_timeout: bad duration 'soon'"),
     ({"election_timeout": "100ms"}, "cluster.election_timeout must be between 0.2s and 60s"),
     ({"election_timeout": "2m"}, "cluster.election_timeout must be between 0.2s and 60s"),
+    ({"max_clock_offset": "1ms"}, "cluster.max_clock_offset must be between 10ms and 3600s"),
+    ({"max_clock_offset": "2h"}, "cluster.max_clock_offset must be between 10ms and 3600s"),
+    ({"max_clock_offset": "soon"}, "cluster.max_clock_offset: "),
     ({"election_timeout": -1}, "cluster.election_timeout: bad duration"),
 ])
 def test_bad_cluster_section_is_refused_with_a_clear_message(over, message):
