@@ -65,13 +65,37 @@ def keep(samples: list[Sample], sample: Sample, now: float,
     return out[-MAX_SAMPLES:]
 
 
-def from_median(ahead_of_leader: Mapping[str, float]) -> dict[str, float]:
-    """Each member's offset from the members' median clock, given each
-    member's offset from the leader's clock (the leader's own is 0)."""
+def from_median(ahead_of_leader: Mapping[str, float],
+                median: float | None = None) -> dict[str, float]:
+    """Each member's offset from the cluster's clock (by default the
+    members' median), given each member's offset from the leader's clock
+    (the leader's own is 0)."""
     if not ahead_of_leader:
         return {}
-    median = statistics.median(ahead_of_leader.values())
+    if median is None:
+        median = statistics.median(ahead_of_leader.values())
     return {node: off - median for node, off in ahead_of_leader.items()}
+
+
+def reference(ahead_of_leader: Mapping[str, float], limit: float,
+              members: int) -> float | None:
+    """The cluster's clock, as an offset from the leader's: the median of
+    the largest group of clocks that agree (all within ``limit`` of each
+    other), if that group holds more than half of the ``members``; None
+    when no such majority agrees (no telling which clocks are wrong). A
+    plain median of an even count averages the two middle clocks: two good
+    and two 30 s fast gave +15 s and called every clock wrong."""
+    values = sorted(ahead_of_leader.values())
+    best: list[float] = []
+    lo = 0
+    for hi in range(len(values)):
+        while values[hi] - values[lo] > limit:
+            lo += 1
+        if hi - lo + 1 > len(best):
+            best = values[lo:hi + 1]
+    if len(best) <= members // 2:
+        return None
+    return statistics.median(best)
 
 
 def median_of(ahead_of_leader: Mapping[str, float]) -> float:
@@ -82,6 +106,13 @@ def median_of(ahead_of_leader: Mapping[str, float]) -> float:
 def off(offset: float | None, limit: float) -> bool:
     """Is an offset (s) beyond ``limit`` (max_clock_offset) either way?"""
     return offset is not None and abs(offset) > limit
+
+
+def relative(offset: float) -> str:
+    """'1.2s ahead of', '350ms behind', 'in step with' (the cluster's clock)."""
+    text = describe(offset)
+    return "in step with" if text == "in step" else (
+        text + " of" if text.endswith("ahead") else text)
 
 
 def describe(offset: float) -> str:

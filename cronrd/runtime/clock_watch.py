@@ -29,6 +29,8 @@ PROBE_EVERY = 1.0      # seconds between a follower's questions to the leader
 FIRST_PROBE_EVERY = 0.1  # ... while it has no measurement yet
 PROBE_TIMEOUT = 2.0
 MAX_ABS_OFFSET = 1e7   # seconds; a report beyond this is nonsense and refused
+CARRY = 5.0            # seconds a node's last offset from the median stands in for a new one
+JUMP_MARGIN = 0.05     # s: a sample further than its error (and this) from the estimate: a jump
 
 
 def _number(value, what: str, limit: float = MAX_ABS_OFFSET) -> float | None:
@@ -61,8 +63,11 @@ class ClockWatch:
         self._hand_over = hand_over
         self.held = False
         self.changes = Changes()   # notified when a measurement or a report came
-        self.samples: list[K.Sample] = []
+        self.samples: list[K.Sample] = []   # against _sampled_leader only
         self._sampled_leader: str | None = None
+        # This node's offset from the median, when last known from fresh
+        # data, and when (monotonic): it carries over a leader change.
+        self._last: tuple[float, float] | None = None
         # The members' median clock minus the leader's, as last told (None:
         # not known yet, fewer than a majority have reported).
         self.median: float | None = None
@@ -83,43 +88,47 @@ class ClockWatch:
         return out
 
     def _median(self) -> float | None:
-        """(Leader) the members' median clock minus this leader's, once at
-        least three clocks, and more than half the members', are known: the
-        median of two is their mean, and would call a good clock half as
-        wrong as the bad one. A cluster of one or two has only the leader's
-        clock to go by."""
+        """(Leader) the cluster's clock minus this leader's: the median of
+        the largest group of agreeing clocks, once that group is more than
+        half the members (decisions/clocks.reference). A cluster of one or
+        two has only the leader's clock to go by."""
         members = set(self._members()) | {self.node_id}
         if len(members) <= 2:
             return 0.0
-        known = self._ahead_of_leader()
-        if len(known) < 3 or len(known) <= len(members) // 2:
-            return None
-        return K.median_of(known)
+        return K.reference(self._ahead_of_leader(), self.limit, len(members))
 
     def own(self) -> dict:
         """This node's offset from the cluster's median clock (s; None until
         known), from the leader's, and the error of the estimate."""
+        now = self.clock.monotonic()
         if self._is_leader():
             median = self._median()
-            if median is None:
-                # Just elected, the followers' reports not in yet: its clock
-                # as last measured against the previous leader, if it was a
-                # follower before (else not known).
-                est = K.estimate(self.samples, self.clock.monotonic())
-                return {"offset": None, "vs_leader": None if est is None else est.offset,
-                        "error": None if est is None else est.error}
-            return {"offset": -median, "vs_leader": 0.0, "error": 0.0}
-        est = K.estimate(self.samples, self.clock.monotonic())
+            if median is not None:
+                self._last = (-median, now)
+                return {"offset": -median, "vs_leader": 0.0, "error": 0.0}
+            return {"offset": None, "vs_leader": 0.0, "error": None}
+        est = K.estimate(self.samples, now) if self._sampled_leader == self._leader() else None
         if est is None:
             return {"offset": None, "vs_leader": None, "error": None}
-        return {"offset": None if self.median is None else est.offset - self.median,
-                "vs_leader": est.offset, "error": est.error}
+        if self.median is None:
+            return {"offset": None, "vs_leader": est.offset, "error": est.error}
+        self._last = (est.offset - self.median, now)
+        return {"offset": est.offset - self.median, "vs_leader": est.offset, "error": est.error}
+
+    def carried(self) -> float | None:
+        """This node's last offset from the median, if known within CARRY
+        seconds: it stands in while a new leader has no answer or no median
+        yet (a clock does not move when the leader changes)."""
+        if self._last is None or self.clock.monotonic() - self._last[1] > CARRY:
+            return None
+        return self._last[0]
 
     def members(self) -> dict[str, float | None]:
         """Offsets from the median clock: every member's on the leader, this
         node's elsewhere."""
         if self._is_leader():
-            return K.from_median(self._ahead_of_leader()) if self._median() is not None else {}
+            median = self._median()
+            return {} if median is None else K.from_median(self._ahead_of_leader(), median)
         return {self.node_id: self.own()["offset"]}
 
     def is_off(self) -> bool:
@@ -135,22 +144,27 @@ class ClockWatch:
         a clock 30 s fast would otherwise start runs 30 s early. The leader's
         clock is the reference until the median is known."""
         own = self.own()
-        offset = own["offset"] if own["offset"] is not None else own["vs_leader"]
+        offset = own["offset"]
+        if offset is None:
+            offset = self.carried()
+        if offset is None and not self._is_leader():
+            offset = own["vs_leader"]
         if offset is None:
             if not self._leader():
                 return None
             if self._is_leader():
-                if len(set(self._members()) | {self.node_id}) <= 2:
-                    return None   # its clock is the cluster's
-                return "has not measured its clock against the cluster's yet (just elected)"
+                return ("has not measured its clock against the cluster's yet (just elected, "
+                        "or the clocks known disagree)")
             return "has not measured its clock against the leader's yet"
         if K.off(offset, self.limit):
-            return (f"has its clock {K.describe(offset)} of the cluster's, beyond "
+            return (f"has its clock {K.relative(offset)} the cluster's, beyond "
                     f"cluster.max_clock_offset ({self.limit * 1000:g}ms): check its time sync")
         return None
 
     # -- the leader's side: the peer request ------------------------------------------------
     async def rpc(self, frm: str, args: dict) -> dict:
+        if not self._is_leader():
+            raise ValueError("only the leader answers; ask the leader")
         offset = _number(args.get("offset"), "offset")
         error = _number(args.get("error"), "error") or 0.0
         if offset is not None:
@@ -164,10 +178,10 @@ class ClockWatch:
         leader = self._leader()
         if not leader or leader == self.node_id:
             return
-        # Samples taken against an earlier leader stay: a node's clock does
-        # not jump when the leader changes, and starting afresh would hold
-        # its runs back (fence) until the new leader answered.
-        self._sampled_leader = leader
+        if leader != self._sampled_leader:
+            # Samples measure against one leader's clock: start afresh (the
+            # last offset from the median carries over meanwhile: carried()).
+            self.samples, self._sampled_leader, self.median = [], leader, None
         mine = K.estimate(self.samples, self.clock.monotonic())
         sent, t0 = self.clock.now(), self.clock.monotonic()
         reply = await self._call(leader, "clock",
@@ -180,7 +194,11 @@ class ClockWatch:
         median = _number(reply.get("median"), "median")
         if wall is None:
             raise ValueError("the leader's clock answer has no wall clock")
-        self.samples = K.keep(self.samples, K.Sample(sent, t1 - t0, wall, t1), t1)
+        sample = K.Sample(sent, t1 - t0, wall, t1)
+        if mine is not None and abs(sample.offset - mine.offset) > \
+                sample.rtt / 2 + mine.error + JUMP_MARGIN:
+            self.samples = []   # a clock jumped (either one): what came before is void
+        self.samples = K.keep(self.samples, sample, t1)
         self.median = median
         self.changes.notify()
 
@@ -198,9 +216,9 @@ class ClockWatch:
             whose = "this node's clock" if node == self.node_id else f"node {node}'s clock"
             if now_off:
                 log.warning("event=clock_off node=%s offset_ms=%.0f max_ms=%.0f hint=\"%s is %s "
-                            "of the cluster's median clock, beyond cluster.max_clock_offset: "
-                            "check its time sync (timedatectl, chronyc tracking)\"", node,
-                            offset * 1000, self.limit * 1000, whose, K.describe(offset))
+                            "the cluster's, beyond cluster.max_clock_offset: check its time "
+                            "sync (timedatectl, chronyc tracking)\"", node,
+                            offset * 1000, self.limit * 1000, whose, K.relative(offset))
             else:
                 log.info("event=clock_ok node=%s offset_ms=%.0f", node, offset * 1000)
 
@@ -214,17 +232,17 @@ class ClockWatch:
             self.held = held
             self._hold(held)
             if held:
-                log.warning("event=clock_hold node=%s hint=\"its clock is %s of the cluster's: "
+                log.warning("event=clock_hold node=%s hint=\"its clock is %s the cluster's: "
                             "it will not lead until it is back within max_clock_offset\"",
-                            self.node_id, K.describe(offset))
+                            self.node_id, K.relative(offset))
         if held and self._is_leader() and self._hand_over is not None:
             good = sorted(n for n, off in self.members().items()
                           if n != self.node_id and off is not None and not K.off(off, self.limit))
             if good:
                 to = await self._hand_over(good)
                 log.warning("event=clock_step_down node=%s to=%s hint=\"this leader's clock is "
-                            "%s of the cluster's; leadership handed over\"", self.node_id, to,
-                            K.describe(offset))
+                            "%s the cluster's; leadership handed over\"", self.node_id, to,
+                            K.relative(offset))
 
     async def run(self) -> None:
         """Ask, check, every PROBE_EVERY seconds (every FIRST_PROBE_EVERY

@@ -32,7 +32,7 @@ from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
 from ..decisions import duties
 from .clock import Clock
-from ..decisions.clocks import describe as describe_offset
+from ..decisions.clocks import relative as describe_offset
 from .clock_watch import ClockWatch
 from .cluster_admin import ClusterAdmin
 from .lease_keeper import LeaseKeeper
@@ -290,7 +290,7 @@ class Cluster:
                 # It would start the run early or late by its offset (it
                 # refuses to: Cluster.start_fence).
                 healthy = False
-                why = (f"its clock is {describe_offset(offsets[node])} of the cluster's "
+                why = (f"its clock is {describe_offset(offsets[node])} the cluster's "
                        "(max_clock_offset)")
             elif node == self.node_id and self.clocks.fence() is not None:
                 healthy = False   # this leader, its own clock not known good yet

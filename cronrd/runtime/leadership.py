@@ -30,6 +30,9 @@ from .tasks import HEALTHY_AFTER, RESTART_MAX, RESTART_MIN
 log = logging.getLogger("cronrd.leader")
 
 
+REPLACE_AFTER = 1.0  # s before a lost run goes back to the node that lost it (no other)
+
+
 class _LeaderOnly:
     """The scheduler's proposer: leader-only, never forwarded."""
 
@@ -179,8 +182,21 @@ class Leadership:
             elif not ready:
                 continue  # waits until an eligible node is up
             else:
-                node = self.placement.pick(ready, f"{run.job}/{run.fire_time}/"
-                                                  f"{run.attempt}")
+                # Not straight back on the node that lost the attempt before
+                # (it may have refused to start it: its clock is off, or it
+                # was cut off), or a refusal bounces between it and the log
+                # at commit speed. Another node if there is one; else the
+                # same one, once REPLACE_AFTER has passed (a lone node).
+                lost = Q.lost_by(self.conn, run)
+                choices = [n for n in ready if lost is None or n != lost[0]]
+                if not choices:
+                    wait = lost[1] + REPLACE_AFTER - self.clock.now()
+                    if wait > 0:
+                        asyncio.get_running_loop().call_later(wait, self._pending.set)
+                        continue
+                    choices = ready
+                node = self.placement.pick(choices, f"{run.job}/{run.fire_time}/"
+                                                    f"{run.attempt}")
             self._assigning.add(run.run_id)
             proposals.append((run.run_id, self.log.propose_as_leader(C.AssignRun(
                 run_id=run.run_id, node=node, at=self.clock.now()))))

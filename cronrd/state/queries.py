@@ -113,6 +113,20 @@ def pending_runs(conn: apsw.Connection) -> list[Run]:
         "ORDER BY run_id")]
 
 
+def lost_by(conn: apsw.Connection, run: Run) -> tuple[str, float] | None:
+    """(node, when) the attempt before ``run`` ended lost, if it did: a
+    retry is not put straight back on that node (it may have refused to
+    start it)."""
+    if run.attempt <= 1:
+        return None
+    for node, finished in conn.execute(
+            "SELECT node, finished_at FROM runs WHERE job=? AND origin=? AND fire_time=? "
+            "AND target=? AND attempt=? AND state='lost'",
+            (run.job, run.origin, run.fire_time, run.target, run.attempt - 1)):
+        return (node, finished or 0.0) if node else None
+    return None
+
+
 def last_run(conn: apsw.Connection, job: str) -> Run | None:
     """The job's most recent run record (index lookup, not a scan)."""
     for row in conn.execute(f"{SELECT_RUNS} WHERE job=? "

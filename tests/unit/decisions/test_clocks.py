@@ -60,3 +60,17 @@ def test_off_is_beyond_the_limit_either_way_and_unknown_is_not_off():
     assert not K.off(0.5, 0.5) and not K.off(None, 0.5)
     assert K.describe(30.0) == "30.0s ahead" and K.describe(-0.35) == "350ms behind"
     assert K.describe(0.0) == "in step"
+
+
+
+def test_the_reference_is_the_largest_group_of_clocks_that_agree_if_a_majority():
+    # Two good and two 30 s fast of five: no majority agrees (a median of
+    # four would have said +15 s and called every clock wrong).
+    assert K.reference({"a": 0.0, "b": 0.01, "c": 30.0, "d": 30.0}, 0.5, 5) is None
+    # Three agree of five: their median.
+    assert K.reference({"a": 0.0, "b": 0.01, "c": 0.02, "d": 30.0}, 0.5, 5) == \
+        pytest.approx(0.01)
+    # Two of three that agree are enough; two that disagree are not.
+    assert K.reference({"a": 0.0, "b": 0.2}, 0.5, 3) == pytest.approx(0.1)
+    assert K.reference({"a": 0.0, "b": 30.0}, 0.5, 3) is None
+    assert K.relative(-0.35) == "350ms behind" and K.relative(2.0) == "2.0s ahead of"

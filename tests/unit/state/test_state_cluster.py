@@ -182,6 +182,9 @@ def test_node_lost_retries_its_runs_as_pending_and_the_leader_places_them():
     assert c.kinds("assign") == []
     assert [r.run_id for r in Q.pending_runs(c.sm.conn)] == [retry.run_id]
     assert Q.count_active(c.sm.conn) == {"pending": 1}
+    # The leader does not put it straight back where it was lost.
+    assert Q.lost_by(c.sm.conn, retry) == ("a", T0 + 30)
+    assert Q.lost_by(c.sm.conn, lost) is None   # attempt 1: nothing before it
     # Idempotent: nothing left to lose.
     assert c.apply(C.NodeLost(node="a", at=T0 + 31, reason="again")) == {
         "lost": [], "retries": []}
