@@ -126,15 +126,16 @@ def _conflict_text(value: Any) -> str:
 
 
 def _clock_text(offset_ms, error_ms=None) -> str:
-    """'12ms ahead of' / '1.5s behind' / 'in step with' / 'not measured yet against'."""
+    """'12ms ahead of the cluster's clock (+-1ms)', '1.5s behind ...', 'in step
+    with ...', 'not measured yet against ...'."""
     if not isinstance(offset_ms, (int, float)):
-        return "not measured yet against"
+        return "not measured yet against the cluster's clock"
     a = abs(offset_ms)
     size = f"{a / 1000:.1f}s" if a >= 1000 else f"{a:.0f}ms"
     err = f" (+-{error_ms:.0f}ms)" if isinstance(error_ms, (int, float)) and error_ms >= 1 else ""
     if a < 0.5:
-        return f"in step{err} with"
-    return f"{size} {'ahead of' if offset_ms > 0 else 'behind'}{err}"
+        return f"in step with the cluster's clock{err}"
+    return f"{size} {'ahead of' if offset_ms > 0 else 'behind'} the cluster's clock{err}"
 
 
 @main.command()
@@ -163,8 +164,7 @@ def status(obj: Ctx, consistent, as_json):
         if cert.get("warning"):
             click.echo(f"WARNING   {cert['warning']}")
     if "max_clock_offset_ms" in st:
-        click.echo("clock     " + _clock_text(st.get("clock_offset_ms"), st.get("clock_error_ms"))
-                   + " the cluster's median clock")
+        click.echo("clock     " + _clock_text(st.get("clock_offset_ms"), st.get("clock_error_ms")))
         if st.get("clock_off"):
             click.echo(f"WARNING   this node's clock is beyond cluster.max_clock_offset "
                        f"({st['max_clock_offset_ms']:g}ms): check its time sync "

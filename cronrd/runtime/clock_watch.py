@@ -129,11 +129,17 @@ class ClockWatch:
         if self._is_leader():
             median = self._median()
             return {} if median is None else K.from_median(self._ahead_of_leader(), median)
-        return {self.node_id: self.own()["offset"]}
+        return {self.node_id: self.offset()}
+
+    def offset(self) -> float | None:
+        """This node's offset from the cluster's clock as best known: fresh,
+        else carried over a leader change (``carried``)."""
+        fresh = self.own()["offset"]
+        return fresh if fresh is not None else self.carried()
 
     def is_off(self) -> bool:
         """Is this node's clock beyond max_clock_offset from the cluster's?"""
-        return K.off(self.own()["offset"], self.limit)
+        return K.off(self.offset(), self.limit)
 
     def fence(self) -> str | None:
         """Why this node's clock keeps it from starting runs now, or None.
@@ -226,7 +232,7 @@ class ClockWatch:
         """Hold this node from campaigning while its clock is known to be off
         the cluster's median; a leader in that state hands leadership over
         to a voter whose clock is good."""
-        offset = self.own()["offset"]
+        offset = self.offset()
         held = K.off(offset, self.limit)
         if held != self.held:
             self.held = held

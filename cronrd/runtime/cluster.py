@@ -422,7 +422,7 @@ class Cluster:
 
         def ms(v):
             return None if v is None else round(v * 1000, 1)
-        return {"clock_offset_ms": ms(own["offset"]), "clock_error_ms": ms(own["error"]),
+        return {"clock_offset_ms": ms(self.clocks.offset()), "clock_error_ms": ms(own["error"]),
                 "clock_vs_leader_ms": ms(own["vs_leader"]),
                 "max_clock_offset_ms": round(self.cc.max_clock_offset * 1000, 1),
                 "clock_off": self.clocks.is_off()}
