@@ -277,3 +277,43 @@ def test_a_forged_reboot_fire_is_refused(tls_cluster, tls_dir):
     assert isinstance(res, PeerError) and res.kind == "PermissionDenied", res
     assert "not an @reboot job" in str(res)
     assert not [r for r in lead.runs("hourly")]
+
+
+def test_a_member_lying_about_its_clock_harms_only_itself(tls_cluster, tls_dir):
+    """The peer request ``clock`` (issue 11) from a member: nonsense values
+    are refused, and a plausible lie (its clock 30 s off) marks only that
+    member off; the others stay in bounds and the leader stays."""
+    lead = tls_cluster.leader()
+    lid = lead.config["node_id"]
+    victim = "b" if lid != "b" else "c"
+
+    def offsets():
+        return {m["id"]: m["clock_offset_ms"] for m in lead.call("cluster_members")["members"]}
+    wait_for(lambda: all(v is not None for v in offsets().values()), 20,
+             what="every member's clock measured")
+    tls_cluster[victim].terminate()
+    host, port = _addr(tls_cluster.addrs[victim])  # speak as that member, on its address
+
+    async def go():
+        t, rpc = _rogue(victim, host, port, tls_dir, {lid: _addr(tls_cluster.addrs[lid])})
+        await t.start()
+        out = []
+        try:
+            for args in ({"offset": "30"}, {"offset": 1e12}, {"offset": True},
+                         {"offset": float("inf")}, {"offset": 0.0, "error": []},
+                         {"offset": 30.0, "error": 0.001}):
+                try:
+                    out.append(await rpc.call(lid, "clock", args, timeout=4.0))
+                except (PeerError, PeerUnavailable) as exc:
+                    out.append(exc)
+        finally:
+            rpc.close()
+            await t.close()
+        return out
+    res = asyncio.run(go())
+    assert all(isinstance(r, PeerError) and "clock:" in str(r) for r in res[:5]), res
+    assert isinstance(res[5], dict) and isinstance(res[5]["wall"], float)
+    members = offsets()
+    assert members[victim] is not None and abs(members[victim] - 30000) < 1000, members
+    assert all(abs(v) < 500 for n, v in members.items() if n != victim and v is not None)
+    assert lead.call("status")["clock_off"] is False and tls_cluster.leader() is lead
