@@ -59,17 +59,16 @@ def _addr(a: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _propose_as(rogue_id, host, port, tls_dir, to, addr, cmds, timeout=4.0):
-    """Send each command as a ``propose`` peer request; return each outcome."""
+def _call_as(rogue_id, host, port, tls_dir, to, addr, method, many_args, timeout=4.0):
+    """Make the peer request ``method`` once per args dict; each outcome."""
     async def go():
         t, rpc = _rogue(rogue_id, host, port, tls_dir, {to: addr})
         await t.start()
         out = []
         try:
-            for cmd in cmds:
+            for args in many_args:
                 try:
-                    out.append(await rpc.call(to, "propose", {"cmd": cmd.encode().decode()},
-                                              timeout=timeout))
+                    out.append(await rpc.call(to, method, args, timeout=timeout))
                 except (PeerError, PeerUnavailable) as exc:
                     out.append(exc)
         finally:
@@ -77,6 +76,12 @@ def _propose_as(rogue_id, host, port, tls_dir, to, addr, cmds, timeout=4.0):
             await t.close()
         return out
     return asyncio.run(go())
+
+
+def _propose_as(rogue_id, host, port, tls_dir, to, addr, cmds, timeout=4.0):
+    """Send each command as a ``propose`` peer request; return each outcome."""
+    return _call_as(rogue_id, host, port, tls_dir, to, addr, "propose",
+                    [{"cmd": cmd.encode().decode()} for cmd in cmds], timeout)
 
 
 def _put_job(node: str, marker: str) -> C.PutJob:
@@ -294,23 +299,9 @@ def test_a_member_lying_about_its_clock_harms_only_itself(tls_cluster, tls_dir):
     tls_cluster[victim].terminate()
     host, port = _addr(tls_cluster.addrs[victim])  # speak as that member, on its address
 
-    async def go():
-        t, rpc = _rogue(victim, host, port, tls_dir, {lid: _addr(tls_cluster.addrs[lid])})
-        await t.start()
-        out = []
-        try:
-            for args in ({"offset": "30"}, {"offset": 1e12}, {"offset": True},
-                         {"offset": float("inf")}, {"offset": 0.0, "error": []},
-                         {"offset": 30.0, "error": 0.001}):
-                try:
-                    out.append(await rpc.call(lid, "clock", args, timeout=4.0))
-                except (PeerError, PeerUnavailable) as exc:
-                    out.append(exc)
-        finally:
-            rpc.close()
-            await t.close()
-        return out
-    res = asyncio.run(go())
+    res = _call_as(victim, host, port, tls_dir, lid, _addr(tls_cluster.addrs[lid]), "clock", [
+        {"offset": "30"}, {"offset": 1e12}, {"offset": True}, {"offset": float("inf")},
+        {"offset": 0.0, "error": []}, {"offset": 30.0, "error": 0.001}])
     assert all(isinstance(r, PeerError) and "clock:" in str(r) for r in res[:5]), res
     assert isinstance(res[5], dict) and isinstance(res[5]["wall"], float)
     members = offsets()
