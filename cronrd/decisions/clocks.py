@@ -10,9 +10,10 @@ shortest round trip is the most accurate (queueing only ever adds delay).
 
 "The leader's clock" is not the truth either: the leader's own clock may be
 the wrong one. So every member's offset is also taken relative to the
-members' median (``from_median``): with a majority of good clocks, the
-median is a good clock. That is the offset ``status`` shows and
-``max_clock_offset`` bounds.
+cluster's clock (``reference``: the median of the largest group of clocks
+that agree, when that group is a majority; ``from_median``): with a
+majority of good clocks, it is a good clock. That is the offset ``status``
+shows and ``max_clock_offset`` bounds.
 
 Nothing here reads a clock: times come in as arguments.
 """
@@ -65,15 +66,10 @@ def keep(samples: list[Sample], sample: Sample, now: float,
     return out[-MAX_SAMPLES:]
 
 
-def from_median(ahead_of_leader: Mapping[str, float],
-                median: float | None = None) -> dict[str, float]:
-    """Each member's offset from the cluster's clock (by default the
-    members' median), given each member's offset from the leader's clock
-    (the leader's own is 0)."""
-    if not ahead_of_leader:
-        return {}
-    if median is None:
-        median = statistics.median(ahead_of_leader.values())
+def from_median(ahead_of_leader: Mapping[str, float], median: float) -> dict[str, float]:
+    """Each member's offset from the cluster's clock (``median``, from
+    ``reference``), given each member's offset from the leader's clock (the
+    leader's own is 0)."""
     return {node: off - median for node, off in ahead_of_leader.items()}
 
 
@@ -96,11 +92,6 @@ def reference(ahead_of_leader: Mapping[str, float], limit: float,
     if len(best) <= members // 2:
         return None
     return statistics.median(best)
-
-
-def median_of(ahead_of_leader: Mapping[str, float]) -> float:
-    """The members' median clock, as an offset from the leader's (0 alone)."""
-    return statistics.median(ahead_of_leader.values()) if ahead_of_leader else 0.0
 
 
 def off(offset: float | None, limit: float) -> bool:

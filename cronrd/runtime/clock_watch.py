@@ -144,17 +144,15 @@ class ClockWatch:
     def fence(self) -> str | None:
         """Why this node's clock keeps it from starting runs now, or None.
 
-        A follower goes by its offset from the median clock, or from the
-        leader's while the median is not known yet; with no measurement at
-        all (the first second after it found its leader) it waits for one:
-        a clock 30 s fast would otherwise start runs 30 s early. The leader's
-        clock is the reference until the median is known."""
-        own = self.own()
-        offset = own["offset"]
-        if offset is None:
-            offset = self.carried()
+        A node goes by its offset from the cluster's clock (``offset``: fresh,
+        or carried over a leader change); a follower without one by its
+        offset from the leader's; with no measurement at all (the moment
+        after it found its leader, or a leader whose followers have not
+        reported) it waits for one: a clock 30 s fast would otherwise start
+        runs 30 s early."""
+        offset = self.offset()
         if offset is None and not self._is_leader():
-            offset = own["vs_leader"]
+            offset = self.own()["vs_leader"]
         if offset is None:
             if not self._leader():
                 return None

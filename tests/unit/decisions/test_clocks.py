@@ -44,15 +44,17 @@ def test_old_samples_age_out_of_the_estimate_and_the_list():
     assert len(many) == K.MAX_SAMPLES and many[-1].at == pytest.approx((K.MAX_SAMPLES + 9) / 100)
 
 
-def test_the_median_tells_which_clock_is_wrong_the_leaders_included():
+def test_the_reference_tells_which_clock_is_wrong_the_leaders_included():
     # A follower 30 s fast: it alone is off.
-    assert K.from_median({"a": 0.0, "b": 0.01, "c": 30.0}) == pytest.approx(
-        {"a": -0.01, "b": 0.0, "c": 29.99})
+    ahead = {"a": 0.0, "b": 0.01, "c": 30.0}
+    assert K.from_median(ahead, K.reference(ahead, 0.5, 3)) == pytest.approx(
+        {"a": -0.005, "b": 0.005, "c": 29.995})
     # The leader (a) 30 s fast: both followers see themselves 30 s behind it;
-    # against the median the leader is the one off.
-    rel = K.from_median({"a": 0.0, "b": -30.0, "c": -30.02})
-    assert rel["a"] == pytest.approx(30.0) and abs(rel["b"]) < 0.05
-    assert K.median_of({"a": 0.0}) == 0.0 and K.from_median({}) == {}
+    # against the reference the leader is the one off.
+    ahead = {"a": 0.0, "b": -30.0, "c": -30.02}
+    rel = K.from_median(ahead, K.reference(ahead, 0.5, 3))
+    assert rel["a"] == pytest.approx(30.01) and abs(rel["b"]) < 0.05
+    assert K.reference({"a": 0.0}, 0.5, 1) == 0.0 and K.from_median({}, 0.0) == {}
 
 
 def test_off_is_beyond_the_limit_either_way_and_unknown_is_not_off():
