@@ -261,6 +261,19 @@ class Raft:
         self.pending_conf_index = last
         self.log.append([Entry(self.term, last + 1, EntryType.NOOP)])
 
+    def leader_gone(self) -> None:
+        """The driver saw the leader's connection close (its process died: the
+        kernel closes a killed process's sockets). A follower stops counting
+        on the leader's lease (it grants votes now) and campaigns within 1-3
+        ticks (randomised) instead of a whole election timeout. A false alarm
+        costs nothing: PreVote needs a quorum, and a node that still hears
+        the leader refuses; the leader's next heartbeat resets the timer."""
+        if self.role != FOLLOWER or not self.lead:
+            return
+        self.election_elapsed = max(self.election_elapsed, self.cfg.election_tick)
+        self.randomized_timeout = min(self.randomized_timeout,
+                                      self.election_elapsed + 1 + self.rng.randrange(3))
+
     # -- ticks --------------------------------------------------------------------------
     def tick(self) -> None:
         if self.role == LEADER:

@@ -6,6 +6,12 @@ request; the leader answers with its wall clock and the members' median
 clock (as an offset from its own). So every node knows its offset from the
 members' median, and the leader knows everyone's.
 
+A step of this node's own wall clock (settimeofday, a VM resumed, an NTP
+step) counts at once: every offset is kept with this node's wall clock
+minus its monotonic clock (``_base``) when it was measured, and corrected
+by how much that has moved since. A clock that jumps 30 s ahead is fenced
+the moment it jumps, not at the next measurement.
+
 What is shown: ``status`` (this node), ``cluster members`` (every member, on
 the leader; this node elsewhere), and the log, once when a node's offset
 goes beyond ``cluster.max_clock_offset`` (``event=clock_off``) and once when
@@ -65,26 +71,33 @@ class ClockWatch:
         self.changes = Changes()   # notified when a measurement or a report came
         self.samples: list[K.Sample] = []   # against _sampled_leader only
         self._sampled_leader: str | None = None
+        self._sample_base: float | None = None  # _base() when the samples were taken
         # This node's offset from the median, when last known from fresh
-        # data, and when (monotonic): it carries over a leader change.
-        self._last: tuple[float, float] | None = None
+        # data, when (monotonic) and _base() then: it carries over a leader change.
+        self._last: tuple[float, float, float] | None = None
         # The members' median clock minus the leader's, as last told (None:
         # not known yet, fewer than a majority have reported).
         self.median: float | None = None
         # On the leader: each member's reported offset from the leader's clock
-        # (s), its error and when it came (monotonic).
-        self.reports: dict[str, tuple[float, float, float]] = {}
+        # (s), its error, when it came (monotonic) and this leader's _base() then.
+        self.reports: dict[str, tuple[float, float, float, float]] = {}
         self._logged_off: dict[str, bool] = {}
 
     # -- views ------------------------------------------------------------------------------
+    def _base(self) -> float:
+        """This node's wall clock minus its monotonic clock: it moves only
+        when the wall clock is stepped (or slewed, a few ppm)."""
+        return self.clock.now() - self.clock.monotonic()
+
     def _ahead_of_leader(self) -> dict[str, float]:
-        """(Leader) every member's offset from this leader's clock, fresh ones only."""
-        now = self.clock.monotonic()
+        """(Leader) every member's offset from this leader's clock, fresh ones
+        only, corrected for any step of this leader's clock since."""
+        now, base = self.clock.monotonic(), self._base()
         members = set(self._members())
         out = {self.node_id: 0.0}
-        for node, (offset, _err, at) in self.reports.items():
+        for node, (offset, _err, at, then) in self.reports.items():
             if node in members and now - at <= K.WINDOW:
-                out[node] = offset
+                out[node] = offset - (base - then)
         return out
 
     def _median(self) -> float | None:
@@ -104,16 +117,20 @@ class ClockWatch:
         if self._is_leader():
             median = self._median()
             if median is not None:
-                self._last = (-median, now)
+                self._last = (-median, now, self._base())
                 return {"offset": -median, "vs_leader": 0.0, "error": 0.0}
             return {"offset": None, "vs_leader": 0.0, "error": None}
         est = K.estimate(self.samples, now) if self._sampled_leader == self._leader() else None
         if est is None:
             return {"offset": None, "vs_leader": None, "error": None}
+        # Samples are taken on one _base (probe voids them when it moves).
+        vs_leader = est.offset
+        if self._sample_base is not None:
+            vs_leader += self._base() - self._sample_base
         if self.median is None:
-            return {"offset": None, "vs_leader": est.offset, "error": est.error}
-        self._last = (est.offset - self.median, now)
-        return {"offset": est.offset - self.median, "vs_leader": est.offset, "error": est.error}
+            return {"offset": None, "vs_leader": vs_leader, "error": est.error}
+        self._last = (vs_leader - self.median, now, self._base())
+        return {"offset": vs_leader - self.median, "vs_leader": vs_leader, "error": est.error}
 
     def carried(self) -> float | None:
         """This node's last offset from the median, if known within CARRY
@@ -121,7 +138,7 @@ class ClockWatch:
         yet (a clock does not move when the leader changes)."""
         if self._last is None or self.clock.monotonic() - self._last[1] > CARRY:
             return None
-        return self._last[0]
+        return self._last[0] + (self._base() - self._last[2])
 
     def members(self) -> dict[str, float | None]:
         """Offsets from the median clock: every member's on the leader, this
@@ -172,7 +189,7 @@ class ClockWatch:
         offset = _number(args.get("offset"), "offset")
         error = _number(args.get("error"), "error") or 0.0
         if offset is not None:
-            self.reports[frm] = (offset, error, self.clock.monotonic())
+            self.reports[frm] = (offset, error, self.clock.monotonic(), self._base())
             self.changes.notify()
         return {"wall": self.clock.now(), "median": self._median()}
 
@@ -192,6 +209,9 @@ class ClockWatch:
                                  {"offset": mine.offset if mine else None,
                                   "error": mine.error if mine else None}, PROBE_TIMEOUT)
         t1 = self.clock.monotonic()
+        base = sent - t0
+        if self._sample_base is not None and abs(base - self._sample_base) > JUMP_MARGIN:
+            self.samples = []   # this node's clock was stepped: its samples are void
         if not isinstance(reply, dict):
             raise ValueError("the leader's clock answer is not an object")
         wall = _number(reply.get("wall"), "wall", limit=1e11)
@@ -203,6 +223,7 @@ class ClockWatch:
                 sample.rtt / 2 + mine.error + JUMP_MARGIN:
             self.samples = []   # a clock jumped (either one): what came before is void
         self.samples = K.keep(self.samples, sample, t1)
+        self._sample_base = base
         self.median = median
         self.changes.notify()
 

@@ -56,6 +56,7 @@ PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
 
 class Cluster:
     duty_interval = DUTY_INTERVAL
+    claims = True   # a node starts a run only once its claim is committed (claims.py)
 
     def __init__(self, config: Config, machine: StateMachine, clock: Clock):
         cc = config.cluster
@@ -87,6 +88,9 @@ class Cluster:
                              election_tick=max(3, round(cc.election_timeout / TICK)),
                              snapshot_every=20000, proposal_timeout=PROPOSE_DEADLINE)
         self.log = RaftLog(self.node, self.state, self._forward)
+        # A killed leader's sockets close at once: campaign then, not after
+        # an election timeout (Raft.leader_gone).
+        self.transport.on_peer_closed = self.node.peer_closed
         self.changes = self.node.changes  # the leader or the membership changed
         self.lease = LeaseKeeper(self.node_id, self.node, clock, cc.node_timeout,
                                  cc.election_timeout)
@@ -315,6 +319,12 @@ class Cluster:
         if not self.lease.fresh():
             return ("had no fresh lease from the leader at the fire time (cut off from the "
                     "cluster?)")
+        return self.clock_fence()
+
+    def clock_fence(self) -> str | None:
+        """Why this node's clock may not be used to schedule or start runs
+        now (stepped since it was measured, off the cluster's, or not
+        measured yet), or None (ClockWatch.fence)."""
         return self.clocks.fence()
 
     # -- leadership -----------------------------------------------------------------

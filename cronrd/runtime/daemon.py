@@ -131,7 +131,8 @@ class Daemon:
         self.outbox = Outbox(cfg.local_db)
         self.executor = Executor(cfg, self.log, self.conn, self.clock,
                                  fence=self.members.start_fence, outbox=self.outbox,
-                                 others_can_run=lambda: len(self.members.member_ids()) > 1)
+                                 others_can_run=lambda: len(self.members.member_ids()) > 1,
+                                 claims=self.members.claims)
         self.executor.job_nofile = job_nofile
         self.leadership = Leadership(cfg, self.log, self.conn, self.clock, self.members)
         self.watcher = Watcher(cfg.jobs_dir, self.log, self.conn, self.clock,

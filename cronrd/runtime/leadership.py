@@ -13,9 +13,11 @@ must not reach the next leader after this one was deposed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from ..config import Config
+from ..decisions import claims
 from ..errors import CronrdError
 from ..state import commands as C
 from ..state import queries as Q
@@ -48,7 +50,12 @@ class Leadership:
         self.conn = conn
         self.clock = clock
         self.members = members
-        self.placement = Placement(conn, members.node_views)
+        self.placement = Placement(conn, self._node_views)
+        # In a cluster, runs nobody claimed in time move to another node
+        # (decisions/claims.py); the nodes that missed, by when (monotonic).
+        self.claims = members.claims
+        self.suspects: dict[str, float] = {}
+        self._moving: set[int] = set()
         self.scheduler: Scheduler | None = None
         self._assigning: set[int] = set()
         self._pending = asyncio.Event()  # pending runs were committed: place them
@@ -92,7 +99,7 @@ class Leadership:
         if not self.log.is_leader:
             return
         sched = Scheduler(self.config, _LeaderOnly(self.log), self.conn, self.clock,
-                          self.placement)
+                          self.placement, hold=self.members.clock_fence)
         self.scheduler = sched
         self._leading = True
         try:
@@ -102,6 +109,8 @@ class Leadership:
                 tasks = [tg.create_task(sched.run(), name="scheduler"),
                          tg.create_task(self._placer(), name="placement"),
                          tg.create_task(self._duties(), name="leader-duties")]
+                if self.claims:
+                    tasks.append(tg.create_task(self._mover(), name="claims"))
                 await self.members.changes.until(lambda: not self.log.is_leader)
                 for task in tasks:
                     task.cancel()
@@ -109,6 +118,7 @@ class Leadership:
         finally:
             self._leading = False
             self._assigning.clear()
+            self._moving.clear()
             sched.stop()
             self.scheduler = None
 
@@ -135,6 +145,66 @@ class Leadership:
                 await self._place_pending()
             except CronrdError as exc:
                 log.info("event=placement_failed error=\"%s\"", exc)
+
+    # -- runs nobody claimed ----------------------------------------------------------
+    def _node_views(self):
+        """The members as placement sees them: a node that missed a claim
+        within SUSPECT_FOR is a suspect (others first)."""
+        now = self.clock.monotonic()
+        for node, since in list(self.suspects.items()):
+            if now - since >= claims.SUSPECT_FOR:
+                del self.suspects[node]
+        return [dataclasses.replace(v, suspect=True) if v.id in self.suspects else v
+                for v in self.members.node_views()]
+
+    async def _mover(self) -> None:
+        """Move the runs nobody claimed by their deadline, as each deadline
+        passes (a timer; at least every CLAIM_GRACE, for runs placed meanwhile)."""
+        while True:
+            try:
+                await self._move_unclaimed()
+            except CronrdError as exc:
+                log.info("event=move_failed error=\"%s\"", exc)
+            # Overdue runs that could not move are looked at again in a grace.
+            now = self.clock.now()
+            due = claims.next_deadline(Q.unclaimed_runs(self.conn), after=now)
+            wait = claims.CLAIM_GRACE if due is None else due - now
+            await asyncio.sleep(min(claims.CLAIM_GRACE, max(0.005, wait)))
+
+    async def _move_unclaimed(self) -> None:
+        if not self.log.is_leader or self.members.clock_fence() is not None:
+            return  # deadlines by a clock that is off would move runs not yet due
+        late = [r for r in claims.overdue(self.clock.now(), Q.unclaimed_runs(self.conn))
+                if r.run_id not in self._moving]
+        if not late:
+            return
+        now = self.clock.monotonic()
+        for run in late:
+            self.suspects[run.node] = now
+        self.placement.begin()
+        moves = []
+        for run in late:
+            spec = Q.job_spec(self.conn, run.job)
+            ready = [] if spec is None else [n for n in self.placement.eligible(spec)
+                                             if n != run.node]
+            if not ready:
+                continue  # nowhere else to go: it waits for its node (or node loss)
+            moves.append([run.run_id, run.token,
+                          self.placement.pick(ready, f"{run.job}/{run.fire_time}/"
+                                                     f"{run.attempt}/moved")])
+        if not moves:
+            return
+        reason = (f"not claimed within {claims.CLAIM_GRACE:g}s of its fire time (its node "
+                  "dead, cut off, paused or overloaded?)")
+        log.warning("event=runs_moved count=%d from=%s reason=\"%s\"", len(moves),
+                    ",".join(sorted({r.node for r in late})), reason)
+        ids = {m[0] for m in moves}
+        self._moving |= ids
+        try:
+            await self.log.propose_as_leader(C.ReplaceRuns(moves=moves, at=self.clock.now(),
+                                                           reason=reason))
+        finally:
+            self._moving -= ids
 
     # -- effects -------------------------------------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:

@@ -44,6 +44,8 @@ class Members(Protocol):
     read_log: Callable[[int, int], dict] | None  # serves other nodes' `cronrd logs`
     changes: Changes           # notified when the leader or the membership changes
     duty_interval: float       # seconds between the leader's housekeeping passes
+    claims: bool               # runs start only once their claim is committed (others
+                               # could start them); one host: no one else could
 
     async def start(self) -> None: ...
     async def run(self) -> None: ...  # the membership's upkeep, a service the daemon owns
@@ -52,6 +54,7 @@ class Members(Protocol):
     async def stop(self) -> None: ...
     def lease_fresh(self) -> bool: ...
     def start_fence(self) -> str | None: ...  # why runs may not start here now, or None
+    def clock_fence(self) -> str | None: ...  # why this node's clock may not schedule now
     async def clock_ready(self) -> None: ...  # returns once this node's clock may schedule
     def member_ids(self) -> list[str]: ...
     def node_views(self) -> list[NodeView]: ...
@@ -68,6 +71,7 @@ class OneHost:
     """The members of a one-host node: itself."""
 
     duty_interval = 1.0   # placement is driven by effects; this pass is a fallback
+    claims = False        # nobody else could start its runs
 
     def __init__(self, config: Config, machine: StateMachine):
         self.config = config
@@ -99,6 +103,9 @@ class OneHost:
 
     def start_fence(self) -> str | None:
         return None  # its clock is the only one: nothing to hold it against
+
+    def clock_fence(self) -> str | None:
+        return None
 
     async def clock_ready(self) -> None:
         pass

@@ -56,6 +56,7 @@ class NodeView:
     state: str               # up | draining | unknown
     tags: frozenset[str]
     why_not: str = ""        # why it cannot take runs now
+    suspect: bool = False    # missed a claim lately: others first (decisions/claims.py)
 
 
 class Placement:
@@ -94,7 +95,7 @@ class Placement:
             return [Choice(n.id, n.id, None) if n.healthy and n.state in TAKES_RUNS
                     else Choice("", n.id, f"node {n.id} cannot run it: {n.why_not}")
                     for n in members]
-        ready = [n for n in members if n.healthy and n.state in TAKES_RUNS]
+        ready = _trusted([n for n in members if n.healthy and n.state in TAKES_RUNS])
         if not ready:
             why = "; ".join(f"{n.id}: {n.why_not}" for n in members)
             return [Choice("", "", f"no eligible node is up ({why})")]
@@ -103,8 +104,8 @@ class Placement:
 
     def eligible(self, spec: JobSpec) -> list[str]:
         """The members that may take a run of ``spec`` now (for a retry)."""
-        return [n.id for n in self._views()
-                if n.healthy and n.state in TAKES_RUNS and fits(spec.run_on, n)]
+        return [n.id for n in _trusted([n for n in self._views() if n.healthy and
+                                        n.state in TAKES_RUNS and fits(spec.run_on, n)])]
 
     def pick(self, candidates: list[str], key: str) -> str:
         load = self._loads()
@@ -115,3 +116,9 @@ class Placement:
         best = min(order, key=lambda n: load.get(n, 0))  # min keeps the first of equals
         load[best] = load.get(best, 0) + 1
         return best
+
+
+def _trusted(nodes: list[NodeView]) -> list[NodeView]:
+    """The nodes that did not miss a claim lately, if any; else all of them
+    (a suspect is still better than no run)."""
+    return [n for n in nodes if not n.suspect] or nodes

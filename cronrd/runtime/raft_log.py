@@ -134,6 +134,8 @@ class ReplicatedState:
                     os.unlink(path + suffix)
                 except FileNotFoundError:
                     pass
+        # A snapshot file written before an upgrade has the older schema.
+        self.machine.migrate()
         log.info("event=snapshot_installed index=%d applied_index=%d", index,
                  self.machine.applied_index)
         self._deliver([Effect("restored")])

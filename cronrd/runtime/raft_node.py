@@ -171,6 +171,14 @@ class RaftNode:
             return
         self._wake.set()
 
+    def peer_closed(self, peer: str) -> None:
+        """The transport's connection from ``peer`` closed: if it is the
+        leader, it has probably died (Raft.leader_gone)."""
+        if not self._stopped and peer and peer == self.raft.lead and not self.is_leader:
+            log.info("event=leader_connection_closed leader=%s", peer)
+            self.raft.leader_gone()
+            self._wake.set()
+
     # -- requests ----------------------------------------------------------------------
     async def propose(self, data: bytes) -> tuple[int, Any]:
         return await self.submit(data)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+from typing import Callable
 from dataclasses import dataclass
 
 from ..config import Config
@@ -33,6 +34,7 @@ log = logging.getLogger("cronrd.scheduler")
 LEAD = 0.7             # seconds a fire is committed ahead (< executor PRESPAWN; off the
                        # whole second, so spawning never competes with the gates opening)
 MAX_SLEEP = 5.0        # re-read the wall clock at least this often (clock steps)
+HOLD_CHECK = 0.05      # seconds between looks at a held clock (hold())
 JUMP = 5.0             # a fire this far behind the clock is caught up, not fired
 RETRY_DELAY = 0.5      # seconds before a fire that failed to commit is proposed again
 MAX_SKIP_RECORDS = 100  # beyond this many missed fires, one gap record sums them up
@@ -77,8 +79,13 @@ class Entry:
 
 class Scheduler:
     def __init__(self, config: Config, proposer, conn, clock: Clock,
-                 placement: Placement | None = None):
+                 placement: Placement | None = None,
+                 hold: Callable[[], str | None] = lambda: None):
+        """``hold()``: why this node's clock may not schedule now (stepped,
+        or off the cluster's), or None: no fire is committed meanwhile."""
         self.config = config
+        self.hold = hold
+        self._held = False
         self.node_id = config.node_id
         self.placement = placement or Placement(conn, lambda: [local_node(config)])
         self.proposer = proposer
@@ -267,6 +274,17 @@ class Scheduler:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while not self.stopped:
+            held = self.hold()
+            if held is not None:
+                if not self._held:
+                    log.warning("event=scheduling_held node=%s reason=\"its clock %s\"",
+                                self.node_id, held)
+                self._held = True
+                await asyncio.sleep(HOLD_CHECK)
+                continue
+            if self._held:
+                log.info("event=scheduling_resumed node=%s", self.node_id)
+                self._held = False
             now = self.clock.now()
             while self.heap and self.heap[0][0] - LEAD <= now:
                 fire, seq, name = heapq.heappop(self.heap)

@@ -249,6 +249,8 @@ class Transport:
         self.member_slots = member_slots
         self.auth_timeout = auth_timeout
         self.authorize = authorize
+        # Called with a peer's id when its current incoming connection ends.
+        self.on_peer_closed: Callable[[str], None] | None = None
         self.join_token = ""                    # sent in our hello while we join with one
         self.peer_serials: dict[str, str] = {}  # member -> serial of its certificate
         self._by_address: dict[str, int] = {}   # open incoming connections per source IP
@@ -744,6 +746,10 @@ class Transport:
             self._release_slot(conn)
             if conn.peer is not None and self._incoming_by_peer.get(conn.peer) is conn:
                 del self._incoming_by_peer[conn.peer]
+                if not self._closed and self.on_peer_closed is not None:
+                    # The peer's current connection to us ended (it died, or
+                    # restarts its transport): the driver may act on it.
+                    self.on_peer_closed(conn.peer)
             if conn.writer is not None:
                 conn.writer.transport.abort()
 

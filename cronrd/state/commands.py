@@ -226,6 +226,32 @@ class AssignRun(Command):
 
 
 @dataclass(frozen=True)
+class ClaimRuns(Command):
+    """A node claims runs assigned to it: "I start these now". It starts a
+    run only once its claim is committed, and the leader moves only runs
+    nobody claimed (ReplaceRuns), so the log's order decides who starts a
+    run, and no two nodes do. ``claims``: ``[run_id, token]`` pairs (one
+    entry for every run of a gate)."""
+
+    op: ClassVar[str] = "claim_runs"
+    node: str
+    claims: list
+    at: float
+
+
+@dataclass(frozen=True)
+class ReplaceRuns(Command):
+    """The leader moves runs their node did not claim in time (dead, cut off,
+    paused, overloaded) to other nodes. ``moves``: ``[run_id, token, node]``;
+    a run claimed meanwhile (or moved, or ended) stays as it is."""
+
+    op: ClassVar[str] = "replace_runs"
+    moves: list
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True)
 class Audit(Command):
     """Record who asked a node for a change over its control socket, and
     whether it was allowed (the caller as the kernel reported it)."""
@@ -246,7 +272,7 @@ COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SetPaused, Fire, RecordGap, ManualRun,
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
-              AssignRun, Deny, JoinToken, Audit)
+              AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit)
 }
 
 

@@ -27,6 +27,7 @@ FORWARDABLE: dict[str, str] = {
     C.RemoveJob.op: "node",
     C.RunStarted.op: "node",
     C.RunFinished.op: "node",
+    C.ClaimRuns.op: "node",
     C.NodeInfo.op: "node",
     C.ManualRun.op: "node",
     C.Fire.op: "node",

@@ -24,7 +24,7 @@ from . import commands as C
 from . import queries as Q
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
-from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1
+from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1, UPGRADE_TO_V5
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,14 @@ class StateMachine:
         """``node_id`` is used only to upgrade a version 1 database, whose jobs
         all came from this node's jobs_dir."""
         self.conn = conn
+        self.node_id = node_id
+        self.migrate()
+
+    def migrate(self) -> None:
+        """Bring the database to this version's schema (at start, and after
+        a snapshot from the leader replaced it: a snapshot file written
+        before an upgrade has the older schema)."""
+        conn = self.conn
         with conn:
             conn.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value)")
             version = self._meta("schema_version")
@@ -66,6 +74,11 @@ class StateMachine:
                                  f"than this cronrd knows ({SCHEMA_VERSION}); upgrade cronrd")
             if version == 1:
                 conn.execute(UPGRADE_FROM_V1)
+            if version is not None and version < 5:
+                have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+                for column, sql in UPGRADE_TO_V5:
+                    if have and column not in have:
+                        conn.execute(sql)
             conn.execute(SCHEMA)
             if version is None:
                 self._set_meta("schema_version", SCHEMA_VERSION)
@@ -74,7 +87,7 @@ class StateMachine:
                 if version == 1:  # each job gets a source row: this node's file
                     conn.execute("INSERT INTO job_sources(name, node, spec, digest, source, "
                                  "updated_at) SELECT name, ?, spec, digest, source, "
-                                 "updated_at FROM jobs", (node_id,))
+                                 "updated_at FROM jobs", (self.node_id,))
                 self._set_meta("schema_version", SCHEMA_VERSION)
 
     # -- meta ---------------------------------------------------------------
@@ -273,9 +286,11 @@ class StateMachine:
         try:
             self.conn.execute(
                 "INSERT INTO runs(job, origin, kind, fire_time, attempt, target, state,"
-                " node, token, due_at, created_at, reason) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                " node, token, due_at, created_at, reason, assigned_at)"
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (job, origin, kind, fire_time, attempt, target, state, node,
-                 index if state == "assigned" else None, due_at, at, reason))
+                 index if state == "assigned" else None, due_at, at, reason,
+                 at if state == "assigned" else None))
         except apsw.ConstraintError:
             raise Refused(f"a run record for job {job!r} at fire time {fire_time} "
                           f"attempt {attempt} already exists") from None
@@ -373,8 +388,9 @@ class StateMachine:
             effects.append(Effect("cancel", run=self._get_run(cmd.run_id)))
             return {"state": run.state.value, "cancel": True}
         self.conn.execute(
-            "UPDATE runs SET state='running', pid=?, started_at=?, log_path=? WHERE run_id=?",
-            (cmd.pid, cmd.started_at, cmd.log_path, cmd.run_id))
+            "UPDATE runs SET state='running', pid=?, started_at=?, log_path=?, "
+            "claimed_at=COALESCE(claimed_at, ?) WHERE run_id=?",
+            (cmd.pid, cmd.started_at, cmd.log_path, cmd.started_at, cmd.run_id))
         return {"state": "running", "cancel": bool(run.cancel_requested)}
 
     def _apply_run_finished(self, index, cmd: C.RunFinished, effects):
@@ -390,6 +406,16 @@ class StateMachine:
                 out["retry_run_id"] = self._retry_never_started(index, run, cmd.finished_at,
                                                                 effects)
             return out
+        if (run.token, run.node, run.state.value) == (cmd.token, cmd.node, "lost") \
+                and not cmd.not_started:
+            # The node's own word on an attempt declared lost while it could
+            # not report (dead, cut off): the record keeps "lost" (a retry
+            # may have run meanwhile) but says what really happened there.
+            self._late_word(run, cmd)
+        elif cmd.not_started and cmd.state == "lost" and run.token != cmd.token:
+            # Never started on a node that had lost the run already (moved):
+            # nothing to keep.
+            return {"state": run.state.value, "late": True}
         if run.token != cmd.token or run.state not in TRANSITIONS:
             # Stale attempt or already final: keep as history, do not overwrite.
             self.conn.execute(
@@ -410,6 +436,22 @@ class StateMachine:
                              not_started=cmd.not_started and cmd.state == "lost")
         return {"state": cmd.state, "retry_run_id": retry}
 
+    def _late_word(self, run: Run, cmd: C.RunFinished) -> None:
+        """Fill in a lost attempt from its node's late report: when it
+        started, its pid, exit code and log, and a note saying so."""
+        outcome = cmd.state if cmd.exit_code is None else f"{cmd.state} (exit {cmd.exit_code})"
+        if cmd.signal is not None:
+            outcome = f"{cmd.state} (signal {cmd.signal})"
+        started = cmd.started_at is not None
+        note = (f"node {cmd.node} reported later that it ran: {outcome}" if started else
+                f"node {cmd.node} reported later: {outcome}")
+        self.conn.execute(
+            "UPDATE runs SET started_at=COALESCE(started_at, ?), pid=COALESCE(pid, ?), "
+            "exit_code=COALESCE(exit_code, ?), signal=COALESCE(signal, ?), "
+            "log_path=COALESCE(log_path, ?), reason=? WHERE run_id=?",
+            (cmd.started_at, cmd.pid, cmd.exit_code, cmd.signal, cmd.log_path,
+             f"{run.reason}; {note}" if run.reason else note, run.run_id))
+
     def _retry_never_started(self, index: int, run: Run, at: float, effects) -> int | None:
         """A run declared lost (node silent) whose node now says it never
         started: give it its next attempt if nothing else did (the policy may
@@ -423,7 +465,8 @@ class StateMachine:
             return None
         new = self._insert_run(index, job=run.job, origin=run.origin, kind="retry",
                                fire_time=run.fire_time, attempt=run.attempt + 1,
-                               state="pending", node=None, due_at=at, at=at,
+                               state="pending", node=None, due_at=max(at, run.due_at or at),
+                               at=at,
                                target=run.target)
         effects.append(Effect("pending", run=new))
         return new.run_id
@@ -472,7 +515,10 @@ class StateMachine:
         new = self._insert_run(index, job=run.job, origin=run.origin, kind="retry",
                                fire_time=run.fire_time, attempt=attempt,
                                state="pending" if lost else "assigned",
-                               node=None if lost else run.node, due_at=at + delay, at=at,
+                               # never before the attempt it replaces was due (one
+                               # handed back before its fire time waits for it)
+                               node=None if lost else run.node,
+                               due_at=max(at + delay, run.due_at or at), at=at,
                                target=run.target)
         effects.append(Effect("pending" if lost else "assign", run=new))
         return new.run_id
@@ -489,11 +535,58 @@ class StateMachine:
         if run.state != "pending":
             raise Refused(f"run {cmd.run_id} is {run.state}, not pending; only pending "
                           "runs are placed")
-        self.conn.execute("UPDATE runs SET state='assigned', node=?, token=? WHERE run_id=?",
-                          (cmd.node, index, cmd.run_id))
+        self.conn.execute("UPDATE runs SET state='assigned', node=?, token=?, assigned_at=? "
+                          "WHERE run_id=?", (cmd.node, index, cmd.at, cmd.run_id))
         run = self._get_run(cmd.run_id)
         effects.append(Effect("assign", run=run))
         return {"run_id": cmd.run_id, "state": "assigned", "node": cmd.node, "token": index}
+
+    # -- claims: who starts a run is decided by the log --------------------------------
+    def _apply_claim_runs(self, index, cmd: C.ClaimRuns, effects):
+        """A node may start a run once its claim is committed: the run is
+        assigned to it under the same token and nobody moved it first. A
+        claim again is won again (a retried proposal)."""
+        won, lost = [], {}
+        for run_id, token in _pairs(cmd.claims, 2, "claims"):
+            run = Q.get_run(self.conn, run_id)
+            if run is None:
+                lost[str(run_id)] = "no such run"
+            elif run.node != cmd.node or run.token != token:
+                lost[str(run_id)] = (f"moved to node {run.node}" if run.state == "assigned"
+                                     else f"no longer this node's attempt ({run.state})")
+            elif run.state != "assigned":
+                if run.claimed_at is not None and run.state == "running":
+                    won.append(run_id)  # claimed, and started: a retried claim
+                else:
+                    lost[str(run_id)] = f"already {run.state}"
+            else:
+                if run.claimed_at is None:
+                    self.conn.execute("UPDATE runs SET claimed_at=? WHERE run_id=?",
+                                      (cmd.at, run_id))
+                won.append(run_id)
+        return {"won": won, "lost": lost}
+
+    def _apply_replace_runs(self, index, cmd: C.ReplaceRuns, effects):
+        """Move runs nobody claimed to other nodes (a new token: the old
+        node's claim, if it still comes, loses). Claimed, moved or ended
+        meanwhile: left alone."""
+        moved, kept = [], []
+        for run_id, token, node in _pairs(cmd.moves, 3, "moves"):
+            run = Q.get_run(self.conn, run_id)
+            if (run is None or run.state != "assigned" or run.token != token
+                    or run.claimed_at is not None or run.target or not isinstance(node, str)
+                    or not node or node == run.node):
+                kept.append(run_id)
+                continue
+            trail = ",".join(filter(None, [run.moved_from, run.node]))
+            self.conn.execute("UPDATE runs SET node=?, token=?, assigned_at=?, moved_from=?, "
+                              "reason=? WHERE run_id=?",
+                              (node, index, cmd.at, trail,
+                               f"moved from {run.node}: {cmd.reason}", run_id))
+            effects.append(Effect("moved", run=run))
+            effects.append(Effect("assign", run=self._get_run(run_id)))
+            moved.append(run_id)
+        return {"moved": moved, "kept": kept}
 
     # -- nodes ----------------------------------------------------------------
     def _apply_node_info(self, index, cmd: C.NodeInfo, effects):
@@ -522,7 +615,13 @@ class StateMachine:
                 "'assigned','running') AND state != 'pending' AND node=? ORDER BY run_id",
                 (node,))):
             run = Run.from_row(row)
-            retry = self._finish(run, "lost", at, reason=reason, effects=effects, index=index)
+            # An assigned run nobody claimed cannot have started (a node
+            # starts only what its committed claim gave it): it is run again
+            # whatever on_node_loss says.
+            unclaimed = run.state == "assigned" and run.claimed_at is None
+            retry = self._finish(run, "lost", at, effects=effects, index=index,
+                                 reason=f"{reason}; it had not started (never claimed)"
+                                 if unclaimed else reason, not_started=unclaimed)
             lost.append(run.run_id)
             if retry is not None:
                 retries.append(retry)
@@ -627,3 +726,17 @@ def conflict_text(name: str, rows: list[dict], in_force: str) -> str:
             f"from {' and '.join(who(groups[d]) for d in order[1:])} (digests "
             f"{', '.join(d[:8] for d in order)}); make the job files identical on every "
             f"node (until then the version with digest {in_force[:8]} stays in force)")
+
+
+def _pairs(items, width: int, what: str) -> list[tuple]:
+    """``items`` as tuples of ``width`` (run id and token first, integers);
+    Refused if the command is malformed (it came from a peer)."""
+    if not isinstance(items, list) or not items:
+        raise Refused(f"{what}: a non-empty list is required")
+    out = []
+    for item in items:
+        if (not isinstance(item, list) or len(item) != width
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in item[:2])):
+            raise Refused(f"{what}: each entry must be [run_id, token{', node' * (width > 2)}]")
+        out.append(tuple(item))
+    return out

@@ -113,6 +113,14 @@ def pending_runs(conn: apsw.Connection) -> list[Run]:
         "ORDER BY run_id")]
 
 
+def unclaimed_runs(conn: apsw.Connection) -> list[Run]:
+    """Runs placed on a node that has not claimed them yet (a cluster's
+    leader moves the ones overdue: decisions/claims.py)."""
+    return [Run.from_row(r) for r in conn.execute(
+        f"{SELECT_RUNS} WHERE {ACTIVE_SQL} AND state = 'assigned' AND claimed_at IS NULL "
+        "ORDER BY run_id")]
+
+
 def lost_by(conn: apsw.Connection, run: Run) -> tuple[str, float] | None:
     """(node, when) the attempt before ``run`` ended lost, if it did: a
     retry is not put straight back on that node (it may have refused to

@@ -37,16 +37,20 @@ class Run:
     log_path: str | None = None
     reason: str | None = None
     cancel_requested: bool = False
+    assigned_at: float | None = None   # when its current placement was committed
+    claimed_at: float | None = None    # when its node's claim was committed (it may start)
+    moved_from: str | None = None      # nodes it was taken from unclaimed ("a,b")
 
     @classmethod
     def from_row(cls, row: tuple) -> "Run":
         """A row of ``SELECT <COLUMNS> FROM runs``, in the order of ``COLUMNS``."""
         (run_id, job, origin, kind, fire_time, attempt, target, state, node, token, due_at,
          created_at, started_at, finished_at, pid, exit_code, signal, log_path, reason,
-         cancel_requested) = row
+         cancel_requested, assigned_at, claimed_at, moved_from) = row
         return cls(run_id, job, origin, kind, fire_time, attempt, target, RunState(state),
                    node, token, due_at, created_at, started_at, finished_at, pid,
-                   exit_code, signal, log_path, reason, bool(cancel_requested))
+                   exit_code, signal, log_path, reason, bool(cancel_requested),
+                   assigned_at, claimed_at, moved_from)
 
     def row(self) -> tuple:
         """The value as a ``runs`` row again (``from_row``'s inverse)."""
@@ -80,6 +84,8 @@ class Run:
             "reason": self.reason,
             "due_at": iso_utc(self.due_at),
             "run_key": self.key,
+            "claimed_at": iso_utc(self.claimed_at),
+            "moved_from": self.moved_from.split(",") if self.moved_from else [],
         }
 
 

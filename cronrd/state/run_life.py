@@ -8,6 +8,17 @@ supervisor is asked for until the result is handed to the log:
         \\                  \\--gate_open(no)/stop: kill at gate--> (exits) done
          \\--spawn_failed--> done                       \\--stop: terminate
 
+In a cluster a run passes its gate only with its claim won: the node asks
+the log "I start this run now" (ClaimRuns) just before the fire time, and
+the leader moves a run nobody claimed in time to another node
+(ReplaceRuns); the log's order decides, so no two nodes start one run. A
+claim lost (the run was moved, or ended) stops the waiting run at once,
+unreported: the cluster settled it. On one host nobody else could start it:
+its claim is won from the start.
+
+    claim: none --claim_asked--> asking --claim_decided(won)--> won
+                                       \\--claim_decided(lost)--> lost (stop: final)
+
 ``step(life, event)`` is pure: it returns the next ``Life`` and the actions
 the executor performs (signal, report, forget). The executor holds no
 other flags about a run; everything it knows is a ``Life``.
@@ -49,6 +60,14 @@ class Life:
     started_at: float | None = None
     stop_state: str | None = None    # what we decided, if we stopped it
     stop_reason: str | None = None
+    claim: str = "none"              # none | asking | won | lost (see the module doc)
+
+    @property
+    def at_gate_ready(self) -> bool:
+        """May its gate open for it (or has it stopped waiting)? Ready, with
+        its claim decided; or stopped; or over."""
+        return (self.over or self.stop_state is not None
+                or (self.ready and self.claim in ("won", "lost")))
 
     @property
     def started(self) -> bool:
@@ -79,6 +98,17 @@ class Ready:
 @dataclass(frozen=True)
 class SpawnFailed:
     error: str
+
+
+@dataclass(frozen=True)
+class ClaimAsked:
+    pass
+
+
+@dataclass(frozen=True)
+class ClaimDecided:
+    won: bool
+    reason: str | None = None   # why it was lost
 
 
 @dataclass(frozen=True)
@@ -143,7 +173,7 @@ class Defer:
     when the daemon is back. Nothing to report."""
 
 
-Event = Spawned | Ready | SpawnFailed | GateOpen | Stop | Exited
+Event = Spawned | Ready | SpawnFailed | ClaimAsked | ClaimDecided | GateOpen | Stop | Exited
 Action = KillWaiting | Terminate | DropLog | Report | Defer
 
 
@@ -174,12 +204,25 @@ def step(life: Life, event: Event) -> tuple[Life, list[Action]]:
             return life, []
         return _to(life, Phase.DONE), [Report("failed", f"cannot start the run: {event.error}",
                                               exit_code=127, finished_at=None)]
+    if isinstance(event, ClaimAsked):
+        return (replace(life, claim="asking"), []) if life.claim == "none" else (life, [])
+    if isinstance(event, ClaimDecided):
+        if life.claim not in ("none", "asking"):
+            return life, []  # decided already: a retried claim's answer
+        if event.won:
+            return replace(life, claim="won"), []
+        life = replace(life, claim="lost")
+        if life.started:  # cannot happen: it passed its gate only with the claim won
+            raise IllegalTransition("a started run lost its claim")
+        return _stop(life, "final", event.reason or "claimed by no one: moved")
     if isinstance(event, GateOpen):
         if life.phase is Phase.STARTED or life.stop_state is not None:
             return life, []
         if event.state is None:
             if life.phase is not Phase.WAITING:
                 raise IllegalTransition("a run without a process cannot pass its gate")
+            if life.claim != "won":
+                raise IllegalTransition("a run passes its gate only with its claim won")
             return _to(life, Phase.STARTED, started_at=event.at), []
         return _stop(life, event.state, event.reason or event.state)
     if isinstance(event, Stop):

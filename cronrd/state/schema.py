@@ -1,6 +1,6 @@
 """The replicated state's SQLite schema (one database per node)."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
@@ -57,7 +57,11 @@ CREATE TABLE IF NOT EXISTS runs(
     signal INTEGER,
     log_path TEXT,
     reason TEXT,
-    cancel_requested INTEGER NOT NULL DEFAULT 0
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    assigned_at REAL,                -- when its current placement was committed
+    claimed_at REAL,                 -- when its node's claim was committed: the
+                                     -- node may start it (NULL: it has not)
+    moved_from TEXT                  -- nodes it was taken from unclaimed, in order
 );
 -- Guarantee 1: exactly one record per scheduled (job, fire_time[, node], attempt).
 CREATE UNIQUE INDEX IF NOT EXISTS runs_key
@@ -125,9 +129,17 @@ CREATE TABLE IF NOT EXISTS join_tokens(
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:
 # version 3 only adds the audit table, version 4 the denied and join_tokens tables).
+# Version 5 adds the claim columns of runs (UPGRADE_TO_V5, for a runs table
+# that exists already).
 UPGRADE_FROM_V1 = """
 ALTER TABLE jobs ADD COLUMN conflict TEXT;
 DROP INDEX IF EXISTS runs_active;
 """
+
+UPGRADE_TO_V5 = (
+    ("assigned_at", "ALTER TABLE runs ADD COLUMN assigned_at REAL"),
+    ("claimed_at", "ALTER TABLE runs ADD COLUMN claimed_at REAL"),
+    ("moved_from", "ALTER TABLE runs ADD COLUMN moved_from TEXT"),
+)
 
 NODE_STATES = ("joining", "up", "draining")  # joining: added, not yet announced

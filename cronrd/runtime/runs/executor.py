@@ -37,6 +37,7 @@ from ..clock import Clock
 from . import records
 from . import restart
 from .active import ActiveRun
+from .claims import Claims
 from .gates import READY_WAIT, Gate, Gates
 from .launch import Identities
 from .logs import prune_logs
@@ -54,7 +55,7 @@ PRESPAWN = 1.0    # seconds before the fire time a run's supervisor is asked for
 class Executor:
     def __init__(self, config: Config, proposer, conn, clock: Clock, *,
                  fence: Callable[[], str | None], outbox: Outbox,
-                 others_can_run: Callable[[], bool] = lambda: False):
+                 others_can_run: Callable[[], bool] = lambda: False, claims: bool = False):
         self.config = config
         self.node_id = config.node_id
         # Why this node may not start a run now (no fresh lease from the
@@ -72,7 +73,11 @@ class Executor:
         # which outlives the daemon; its records live here.
         self.runs_dir = os.path.join(config.data_dir, "runs")
         self.spawner = Spawner(self.runs_dir, self._on_spawned, self._on_event)
-        self.gates = Gates(clock, self._release)
+        # In a cluster a run starts only once the log holds this node's claim
+        # on it (claims.py); on one host nobody else could start it.
+        self.claims = Claims(self.node_id, proposer, clock, self.apply) if claims else None
+        self.gates = (Gates(clock, self._release, self._claim_gate, self.claims.lead)
+                      if self.claims else Gates(clock, self._release))
         self._waiters: list[asyncio.Future] = []  # woken when a run ends
         # False until reconcile(): runs assigned meanwhile (a cluster applies
         # entries while the daemon starts) are settled there, once, rather
@@ -154,6 +159,16 @@ class Executor:
                 # Final already (cancelled, job removed...) while it waited
                 # at its gate: it must not start, and it is not reported again.
                 self.apply(act, L.Stop("final", run.reason or "final"))
+        elif eff.kind == "moved":
+            # The leader gave it to another node: this node did not claim it
+            # in time. Whatever waits for it here goes, unreported.
+            handle = self.timers.pop(run.run_id, None)
+            if handle is not None:
+                handle.cancel()
+            act = self.active.get(run.run_id)
+            if act is not None and not act.life.started:
+                self.apply(act, L.ClaimDecided(False, "moved to another node: not claimed "
+                                                      "in time"))
 
     def schedule(self, run: Run) -> None:
         """Prepare ``run`` PRESPAWN seconds before it is due (at once if sooner)."""
@@ -208,7 +223,7 @@ class Executor:
         self._deferred.discard(run.run_id)
         act = spawn(run, spec, now, self.config.log_dir, self.runs_dir, node_id=self.node_id,
                     identities=self.identities, job_nofile=self.job_nofile,
-                    gates=self.gates, spawner=self.spawner)
+                    gates=self.gates, spawner=self.spawner, claimed=self.claims is None)
         if isinstance(act, NotStarted):
             self._not_started(run, "failed", now, reason=act.reason, log_path=act.log_path,
                               exit_code=act.exit_code)
@@ -216,6 +231,19 @@ class Executor:
         self.active[run.run_id] = act
         self.by_key[act.key] = act
         act.gate.runs.append(act)
+        if self.claims is not None and act.gate.claiming:
+            self._claim_gate(act.gate, [act])  # its gate's claims were asked for already
+
+    def _claim_gate(self, gate: Gate, acts: list[ActiveRun] | None = None) -> None:
+        """Claim the runs of ``gate`` (or just ``acts``), unless this node may
+        not start runs now: then the leader moves them to another node,
+        sooner than a claim won and given back."""
+        fenced = self.fence()
+        if fenced is not None:
+            log.warning("event=claims_withheld count=%d reason=\"node %s %s\"",
+                        len(acts if acts is not None else gate.runs), self.node_id, fenced)
+            return
+        self.claims.want(acts if acts is not None else gate.runs)
 
     def _admit(self, act: ActiveRun) -> str | None:
         """The overlap policy, decided at the fire time against the runs of the
@@ -261,6 +289,13 @@ class Executor:
                 # ran: the run is retried elsewhere.
                 verdict = L.GateOpen(now, "lost", f"node {self.node_id} {fenced}; not started "
                                                   "here")
+            elif act.life.claim != "won":
+                # Its claim is not committed (no leader reachable?): it must
+                # not start, and whoever holds it next runs it.
+                verdict = L.GateOpen(now, "lost", (
+                    f"node {self.node_id} could not get its claim on the run committed "
+                    f"within {READY_WAIT:g}s of the fire time (no leader reachable?); not "
+                    "started here"))
             elif not act.life.pid:
                 verdict = L.GateOpen(now, "failed", (
                     f"its supervisor did not start within {READY_WAIT:g}s of the fire time "
@@ -365,13 +400,13 @@ class Executor:
     # -- the run's life: events in, actions out ------------------------------------
     def apply(self, act: ActiveRun, event: L.Event, note: str | None = None) -> None:
         """Step the run's life (run_life.step) and perform what it asks."""
-        was_ready = act.life.ready or act.life.stop_state is not None
+        was_ready = act.life.at_gate_ready
         act.life, actions = L.step(act.life, event)
         for action in actions:
             self._perform(act, action, note)
         if act.life.over:
             self._forget(act)
-        elif not was_ready and (act.life.ready or act.life.stop_state is not None):
+        elif not was_ready and act.life.at_gate_ready:
             self.gates.settled(act)
 
     def _perform(self, act: ActiveRun, action: L.Action, note: str | None) -> None:

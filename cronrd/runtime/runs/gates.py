@@ -33,6 +33,8 @@ class Gate:
     wfd: int
     runs: list = field(default_factory=list)
     handle: asyncio.TimerHandle | None = None
+    claim_handle: asyncio.TimerHandle | None = None
+    claiming: bool = False           # its runs' claims were asked for (or need none)
     waiting: bool = False            # due, but a run is not ready yet
     ready_by: float = 0.0            # wall time after which it opens for whoever is ready
 
@@ -49,20 +51,29 @@ class Gate:
         """Without a byte: every run waiting here exits unrun."""
         if self.handle is not None:
             self.handle.cancel()
+        if self.claim_handle is not None:
+            self.claim_handle.cancel()
         os.close(self.wfd)
         os.close(self.rfd)
 
 
 def _settled(act: "ActiveRun") -> bool:
-    """Ready to pass, or not going to (stopped, or over)."""
-    return act.life.ready or act.life.stop_state is not None or act.life.over
+    """Ready to pass (with its claim decided, in a cluster), or not going to
+    (stopped, or over)."""
+    return act.life.at_gate_ready
 
 
 class Gates:
-    def __init__(self, clock: Clock, release: Callable[[Gate], None]):
-        """``release(gate)``: at the gate's time, decide and ``gate.open``."""
+    def __init__(self, clock: Clock, release: Callable[[Gate], None],
+                 claim: Callable[[Gate], None] | None = None,
+                 lead: Callable[[], float] = lambda: 0.0):
+        """``release(gate)``: at the gate's time, decide and ``gate.open``.
+        ``claim(gate)``: ``lead()`` seconds before it (in a cluster), ask for
+        the claims of its runs; a gate made later asks at once."""
         self.clock = clock
         self.release = release
+        self.claim = claim
+        self.lead = lead
         self.by_due: dict[float, Gate] = {}
 
     def __bool__(self) -> bool:
@@ -77,14 +88,26 @@ class Gates:
         gate = self.by_due.get(due)
         if gate is None:
             rfd, wfd = os.pipe2(os.O_CLOEXEC)
-            gate = Gate(due, rfd, wfd)
-            delay = max(0.0, due - self.clock.now())
-            gate.handle = asyncio.get_running_loop().call_later(delay, self._due, gate)
+            gate = Gate(due, rfd, wfd, claiming=self.claim is None)
+            now = self.clock.now()
+            loop = asyncio.get_running_loop()
+            gate.handle = loop.call_later(max(0.0, due - now), self._due, gate)
+            if self.claim is not None:
+                gate.claim_handle = loop.call_later(max(0.0, due - self.lead() - now),
+                                                    self._claim, gate)
             self.by_due[due] = gate
         # Each run gets READY_WAIT from the later of its due time and now to say
         # it is ready: a run prepared late (a catch-up) is not failed at once.
         gate.ready_by = max(gate.ready_by, max(due, self.clock.now()) + READY_WAIT)
         return gate
+
+    def _claim(self, gate: Gate) -> None:
+        """Its claim time: ask for the claims of the runs waiting here (a
+        run that arrives after this asks for its own, Executor.prepare)."""
+        gate.claim_handle = None
+        gate.claiming = True
+        if self.claim is not None:
+            self.claim(gate)
 
     def _due(self, gate: Gate) -> None:
         early = gate.due - self.clock.now()
@@ -92,10 +115,14 @@ class Gates:
         if early > 0.0005:  # timers may fire a hair early: re-arm
             gate.handle = loop.call_later(early, self._due, gate)
             return
+        if gate.claim_handle is not None:  # its claim timer has not run yet: claim first
+            gate.claim_handle.cancel()
+            self._claim(gate)
         left = gate.ready_by - self.clock.now()
         if left > 0 and not all(_settled(a) for a in gate.runs):
             # A run's supervisor has not said spawned (or, switching to the
-            # job's user, ready) yet: opened when it does, or at ready_by.
+            # job's user, ready) yet, or its claim is not decided: opened
+            # when they are, or at ready_by.
             gate.waiting = True
             gate.handle = loop.call_later(left, self._due, gate)
             return

@@ -64,9 +64,10 @@ def refused_source(conn, node_id: str, accept: list[str] | None, job: str) -> st
 
 def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
           node_id: str, identities: Identities, job_nofile: int, gates: Gates,
-          spawner: Spawner) -> ActiveRun | NotStarted:
+          spawner: Spawner, claimed: bool) -> ActiveRun | NotStarted:
     """Ask for the run's supervisor: the run, waiting at its gate (not yet on
-    it: the caller registers it), or why it could not be asked for."""
+    it: the caller registers it), or why it could not be asked for.
+    ``claimed``: it needs no claim (one host: nobody else could start it)."""
     log_path = run_log_path(log_dir, run)
     try:
         logfd = open_run_log(log_dir, run, create=True)
@@ -104,4 +105,4 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
             os.close(envfd)
     return ActiveRun(run=run, spec=spec, key=key, log_path=log_path,
                      kill_grace=spec.kill_grace, user=how.user, gate=gate,
-                     life=L.Life(switch=how.switch))
+                     life=L.Life(switch=how.switch, claim="won" if claimed else "none"))

@@ -118,6 +118,39 @@ def test_prevote_of_a_partitioned_node_does_not_disrupt_the_leader():
     assert net["a"].role == LEADER and net["a"].term == 1 and c.lead == "a"
 
 
+def test_a_follower_told_its_leader_is_gone_campaigns_within_three_ticks():
+    net = Net(["a", "b", "c"])
+    net.elect("a")
+    net.drop = lambda m: "a" in (m.to, m.frm)   # a is dead
+    b, c = net["b"], net["c"]
+    b.leader_gone()
+    c.leader_gone()
+    for ticks in range(1, 4):
+        b.tick()
+        c.tick()
+        net.settle()
+        if LEADER in (b.role, c.role):
+            break
+    assert LEADER in (b.role, c.role) and ticks <= 3 < b.cfg.election_tick
+    assert max(b.term, c.term) == 2
+
+
+def test_a_false_alarm_of_leader_gone_does_not_depose_a_live_leader():
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    b = net["b"]
+    b.leader_gone()   # its connection from a closed, but a is alive and c hears it
+    for _ in range(3 * b.cfg.election_tick):
+        b.tick()
+        net["c"].tick()
+        a.tick()
+        net.settle()
+    assert a.role == LEADER and a.term == 1 and b.lead == "a" and b.term == 1
+    # Not a follower of a known leader: nothing to do.
+    a.leader_gone()
+    assert a.role == LEADER
+
+
 def test_check_quorum_leader_steps_down_when_isolated():
     net = Net(["a", "b", "c"])
     a = net.elect("a")

@@ -266,3 +266,38 @@ def test_only_the_leader_answers():
     w, rounds, world = review_cluster({"a": 0.0, "b": 0.0, "c": 0.0})
     with pytest.raises(ValueError, match="only the leader"):
         asyncio.run(w["b"].rpc("c", {"offset": 0.0}))
+
+
+@pytest.mark.parametrize("who", ["c", "a"])
+@pytest.mark.parametrize("step", [30.0, -30.0, 0.6])
+def test_a_step_of_this_nodes_clock_fences_it_at_once_not_at_the_next_answer(who, step):
+    """Found by the fault suite (seed 20): a leader whose clock jumped 30 s
+    ahead started catch-up runs 30 s early in the ~1.5 s before its next
+    measurement. Its wall clock minus its monotonic one moved: that is a
+    step, counted the moment it happens, with no message."""
+    w, rounds, world = review_cluster({"a": 0.0, "b": 0.0, "c": 0.0})
+    rounds(3)
+    assert w[who].fence() is None
+    w[who].clock.offset = step      # no round of messages after this
+    fenced = w[who].fence()
+    assert fenced is not None and ("ahead" if step > 0 else "behind") in fenced
+    assert w[who].offset() == pytest.approx(step, abs=0.01)
+    others = [n for n in "abc" if n != who]
+    assert all(w[n].fence() is None for n in others)  # the others are not fooled
+    # Stepped back: within bounds again at once, and after the next answers too
+    # (no stale offset keeps it fenced).
+    w[who].clock.offset = 0.0
+    assert w[who].fence() is None
+    rounds(2)
+    assert all(w[n].fence() is None for n in "abc")
+    assert not any(w[n].is_off() for n in "abc")
+
+
+def test_a_step_within_bounds_is_counted_but_does_not_fence():
+    w, rounds, world = review_cluster({"a": 0.0, "b": 0.0, "c": 0.0})
+    rounds(3)
+    w["c"].clock.offset = 0.2
+    assert w["c"].fence() is None and w["c"].offset() == pytest.approx(0.2, abs=0.01)
+    w["c"].clock.offset = 0.45
+    rounds(2)
+    assert w["c"].offset() == pytest.approx(0.45, abs=0.01) and w["c"].fence() is None

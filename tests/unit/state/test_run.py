@@ -92,7 +92,9 @@ def test_the_wire_form_is_the_clis_json():
         "attempt": 1, "state": "running", "node": "n1", "pid": 4242, "exit_code": None,
         "signal": None, "started_at": "2027-01-15T08:00:00.250Z", "finished_at": None,
         "log_path": "/var/log/cronrd/j/x.log", "reason": None,
-        "due_at": "2027-01-15T08:00:00Z", "run_key": "j/2027-01-15T08:00:00Z/1"}
+        "due_at": "2027-01-15T08:00:00Z", "run_key": "j/2027-01-15T08:00:00Z/1",
+        # Started: claimed then at the latest (a node claims before it starts).
+        "claimed_at": "2027-01-15T08:00:00.250Z", "moved_from": []}
     assert type(run.view()["state"]) is str
     assert json.loads(json.dumps(run.view())) == run.view()
     assert run.key == "j/2027-01-15T08:00:00Z/1"

@@ -13,8 +13,8 @@ EXIT3 = 3 << 8           # raw wait status of exit(3)
 KILLED_BY_TERM = signal.SIGTERM
 
 
-def spawned(switch=False, pid=4242):
-    life, acts = L.step(L.Life(switch=switch), L.Spawned(pid))
+def spawned(switch=False, pid=4242, claim="won"):
+    life, acts = L.step(L.Life(switch=switch, claim=claim), L.Spawned(pid))
     assert acts == []
     return life
 
@@ -125,3 +125,37 @@ def test_slots_count_runs_that_will_or_do_run():
 def test_decided_states_are_checked():
     with pytest.raises(ValueError):
         L.step(started(), L.Stop("succeeded", "a node cannot decide success"))
+
+
+# -- claims (a cluster: a run passes its gate only with its claim won) ------------------
+def test_a_run_never_passes_its_gate_without_its_claim_won():
+    for claim in ("none", "asking"):
+        life = spawned(claim=claim)
+        assert not life.at_gate_ready  # its gate waits for the claim
+        with pytest.raises(L.IllegalTransition):
+            L.step(life, L.GateOpen(1.0))
+
+
+def test_a_claim_is_asked_once_and_decided_once():
+    life = spawned(claim="none")
+    life, acts = L.step(life, L.ClaimAsked())
+    assert (life.claim, acts) == ("asking", [])
+    assert L.step(life, L.ClaimAsked())[0] == life
+    life, acts = L.step(life, L.ClaimDecided(True))
+    assert (life.claim, acts, life.at_gate_ready) == ("won", [], True)
+    # A retried claim's answer changes nothing.
+    assert L.step(life, L.ClaimDecided(False, "moved"))[0] == life
+    life, acts = L.step(life, L.GateOpen(5.0))
+    assert life.phase is L.Phase.STARTED
+
+
+def test_a_lost_claim_stops_the_waiting_run_unreported():
+    life = L.step(spawned(claim="none"), L.ClaimAsked())[0]
+    life, acts = L.step(life, L.ClaimDecided(False, "moved to node b"))
+    assert life.claim == "lost" and life.stop_state == "final" and life.at_gate_ready
+    assert acts == [L.KillWaiting(4242)]
+    life, acts = L.step(life, L.Exited(9, 0, 7.0))
+    assert life.over and all(not isinstance(a, L.Report) for a in acts)
+    # Lost before its process was known: killed when its pid arrives.
+    life = L.step(L.Life(), L.ClaimDecided(False, "moved"))[0]
+    assert L.step(life, L.Spawned(77))[1] == [L.KillWaiting(77)]

@@ -35,6 +35,15 @@ class Cluster(Log):
     def kinds(self, kind):
         return [e for e in self.effects if e.kind == kind]
 
+    def claim(self, node, *run_ids, at=T0):
+        return self.apply(C.ClaimRuns(node=node, at=at, claims=[
+            [rid, self.run(rid).token] for rid in run_ids]))
+
+    def move(self, run_id, to, at=T0 + 2, token=None):
+        run = self.run(run_id)
+        return self.apply(C.ReplaceRuns(moves=[[run_id, run.token if token is None else
+                                                token, to]], at=at, reason="not claimed"))
+
 
 def digest(s: dict) -> str:
     return hashlib.sha256(json.dumps(s, sort_keys=True).encode()).hexdigest()
@@ -218,6 +227,7 @@ def test_on_node_loss_fail_is_not_retried_and_says_so():
     c = Cluster()
     c.put_on("a", on_node_loss="fail")
     rid = c.fire(T0 + 1, node="a")["run_id"]
+    c.claim("a", rid)  # claimed: it may have started
     res = c.apply(C.NodeLost(node="a", at=T0 + 30, reason="node a missed heartbeats"))
     assert res == {"lost": [rid], "retries": []}
     assert c.run(rid).reason == ("node a missed heartbeats; not retried "
@@ -229,8 +239,10 @@ def test_a_lost_retry_may_itself_be_lost_only_within_the_policy():
     c = Cluster()
     c.put_on("a")
     rid = c.fire(T0 + 1, node="a")["run_id"]
+    c.claim("a", rid)  # each attempt claimed: each may have run
     (retry,) = c.apply(C.NodeLost(node="a", at=T0 + 2, reason="x"))["retries"]
     c.apply(C.AssignRun(run_id=retry, node="b", at=T0 + 3))
+    c.claim("b", retry)
     res = c.apply(C.NodeLost(node="b", at=T0 + 4, reason="y"))
     assert res == {"lost": [retry], "retries": []}   # attempt 2 used the one lost retry
     assert c.run(rid).state == "lost"
@@ -538,6 +550,7 @@ def test_node_lost_first_then_the_node_says_it_never_started_gives_a_retry():
     c = Cluster()
     c.put_on("a", on_node_loss="fail")
     run_id = c.apply(C.ManualRun(job="j", node="a", at=T0 + 1))["run_id"]
+    c.claim("a", run_id)  # claimed, then cut off: fenced at its gate
     run = c.run(run_id)
     assert c.apply(C.NodeLost(node="a", at=T0 + 5, reason="silent"))["retries"] == []
     res = c.apply(C.RunFinished(run_id=run_id, token=run.token, node="a", state="lost",
@@ -617,3 +630,166 @@ def test_a_version_3_database_gains_the_deny_and_join_token_tables(tmp_path):
     with sm.conn:
         sm.apply(1, C.Deny(kind="serial", value="0xff", reason="rotated", at=T0))
     assert Q.denied(sm.conn)["serial"] == {"0xff": "rotated"}
+
+
+# -- claims: who starts a run is decided by the log ---------------------------------------
+def test_a_claim_is_won_by_the_runs_node_with_its_token_and_again_when_retried():
+    c = Cluster()
+    c.put_on("a")
+    r1 = c.fire(T0 + 1, node="a")["run_id"]
+    r2 = c.fire(T0 + 2, node="b")["run_id"]
+    res = c.apply(C.ClaimRuns(node="a", at=T0 + 0.9, claims=[
+        [r1, c.run(r1).token], [r2, c.run(r2).token], [999, 1]]))
+    assert res["won"] == [r1]
+    assert res["lost"] == {str(r2): "moved to node b", "999": "no such run"}
+    assert c.run(r1).claimed_at == T0 + 0.9 and c.run(r2).claimed_at is None
+    # The same claim again (a retried proposal) is won again; the time stays.
+    assert c.claim("a", r1, at=T0 + 5)["won"] == [r1]
+    assert c.run(r1).claimed_at == T0 + 0.9
+    c.start(r1, node="a")
+    assert c.claim("a", r1)["won"] == [r1]  # claimed and running: still its own
+    # A wrong token (an older placement) loses.
+    res = c.apply(C.ClaimRuns(node="b", at=T0, claims=[[r2, c.run(r2).token - 1]]))
+    assert res == {"won": [], "lost": {str(r2): "moved to node b"}}
+
+
+def test_a_malformed_claim_or_move_is_refused_and_changes_nothing():
+    c = Cluster()
+    c.put_on("a")
+    rid = c.fire(T0 + 1, node="a")["run_id"]
+    before = c.sm.full_digest()
+    for claims in ([], "x", [[rid]], [["1", 2]], [[True, 1]], [[rid, None]]):
+        with pytest.raises(Refused):
+            c.apply(C.ClaimRuns(node="a", at=T0, claims=claims))
+    for moves in ([], [[rid, 1]], [[rid, "t", "b"]]):
+        with pytest.raises(Refused):
+            c.apply(C.ReplaceRuns(moves=moves, at=T0, reason="x"))
+    assert c.run(rid).claimed_at is None and c.run(rid).node == "a"
+    assert c.sm.full_digest() != before  # only the applied index moved
+    assert Q.get_run(c.sm.conn, rid).state == "assigned"
+
+
+def test_an_unclaimed_run_moves_and_the_old_claim_then_loses():
+    c = Cluster()
+    c.put_on("a")
+    rid = c.fire(T0 + 1, node="a")["run_id"]
+    old = c.run(rid)
+    assert old.assigned_at is not None
+    c.effects.clear()
+    res = c.move(rid, "b", at=T0 + 1.3)
+    assert res == {"moved": [rid], "kept": []}
+    run = c.run(rid)
+    assert (run.node, run.token, run.assigned_at, run.moved_from) == ("b", c.index,
+                                                                      T0 + 1.3, "a")
+    assert run.reason == "moved from a: not claimed" and run.attempt == 1
+    assert [(e.kind, e.run.node) for e in c.effects] == [("moved", "a"), ("assign", "b")]
+    assert c.apply(C.ClaimRuns(node="a", at=T0 + 1.4, claims=[[rid, old.token]]))[
+        "won"] == []  # the move came first in the log: a does not start it
+    assert c.claim("b", rid, at=T0 + 1.5)["won"] == [rid]
+    # Claimed: it stays put, whoever asks.
+    assert c.move(rid, "c")["moved"] == []
+    assert c.run(rid).moved_from == "a"
+    view = c.run(rid).view()
+    assert view["moved_from"] == ["a"] and view["claimed_at"] is not None
+
+
+def test_a_run_is_not_moved_claimed_stale_to_its_own_node_or_when_per_node():
+    c = Cluster()
+    c.put_on("a")
+    claimed = c.fire(T0 + 1, node="a")["run_id"]
+    c.claim("a", claimed)
+    assert c.move(claimed, "b")["kept"] == [claimed]
+    rid = c.fire(T0 + 2, node="a")["run_id"]
+    assert c.move(rid, "b", token=c.run(rid).token - 1)["kept"] == [rid]  # stale
+    assert c.move(rid, "a")["kept"] == [rid]                               # same node
+    per_node = c.fire(T0 + 3, node="a", target="a")["run_id"]
+    assert c.move(per_node, "b")["kept"] == [per_node]
+    c.apply(C.CancelRun(run_id=rid, at=T0, reason="x"))
+    assert c.move(rid, "b")["kept"] == [rid]                               # ended
+
+
+def test_node_loss_reruns_what_its_node_never_claimed_whatever_the_policy():
+    c = Cluster()
+    c.put_on("a", on_node_loss="fail")
+    unclaimed = c.fire(T0 + 1, node="a")["run_id"]
+    claimed = c.fire(T0 + 2, node="a")["run_id"]
+    c.claim("a", claimed)
+    res = c.apply(C.NodeLost(node="a", at=T0 + 30, reason="node a is silent"))
+    assert res["lost"] == [unclaimed, claimed] and len(res["retries"]) == 1
+    assert c.run(unclaimed).reason == "node a is silent; it had not started (never claimed)"
+    assert "not retried (on_node_loss: fail)" in c.run(claimed).reason
+    (retry,) = Q.pending_runs(c.sm.conn)
+    assert (retry.fire_time, retry.attempt) == (c.run(unclaimed).fire_time, 2)
+
+
+def test_a_lost_attempts_late_word_is_written_into_its_record():
+    c = Cluster()
+    c.put_on("a")
+    rid = c.fire(T0 + 1, node="a")["run_id"]
+    c.claim("a", rid)
+    c.start(rid, node="a")
+    c.apply(C.NodeLost(node="a", at=T0 + 30, reason="node a is silent"))
+    run = c.run(rid)
+    c.apply(C.RunFinished(run_id=rid, token=run.token, node="a", state="succeeded",
+                          exit_code=0, signal=None, started_at=T0 + 1, finished_at=T0 + 2,
+                          log_path="/l", pid=7))
+    after = c.run(rid)
+    assert after.state == "lost" and after.exit_code == 0
+    assert after.reason.endswith("node a reported later that it ran: succeeded (exit 0)")
+    (retry,) = Q.pending_runs(c.sm.conn)  # attempt 2 stands (it may have run already)
+    assert retry.attempt == 2
+
+
+def test_a_not_started_report_for_a_run_moved_away_is_dropped():
+    c = Cluster()
+    c.put_on("a")
+    rid = c.fire(T0 + 1, node="a")["run_id"]
+    old = c.run(rid)
+    c.move(rid, "b")
+    res = c.apply(C.RunFinished(run_id=rid, token=old.token, node="a", state="lost",
+                                exit_code=None, signal=None, started_at=None,
+                                finished_at=T0 + 2, log_path=None, not_started=True))
+    assert res == {"state": "assigned", "late": True}
+    assert c.run(rid).node == "b"
+    assert list(c.sm.conn.execute("SELECT COUNT(*) FROM late_reports")) == [(0,)]
+
+
+def test_a_version_4_database_gains_the_claim_columns_and_keeps_its_runs(tmp_path):
+    path = str(tmp_path / "state.db")
+    c = Cluster()
+    c.put_on("a")
+    rid = c.fire(T0 + 1, node="a")["run_id"]
+    c.sm.conn.execute(f"VACUUM INTO '{path}'")
+    old = apsw.Connection(path)
+    for column in ("assigned_at", "claimed_at", "moved_from"):
+        old.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    old.execute("UPDATE meta SET value=4 WHERE key='schema_version'")
+    old.close()
+    sm = StateMachine(apsw.Connection(path))
+    run = Q.get_run(sm.conn, rid)
+    assert (run.state, run.node, run.claimed_at, run.assigned_at) == ("assigned", "a", None,
+                                                                      None)
+    assert sm._meta("schema_version") == SCHEMA_VERSION == 5
+    sm.apply(sm.applied_index + 1, C.ClaimRuns(node="a", at=T0, claims=[[rid, run.token]]))
+    assert Q.get_run(sm.conn, rid).claimed_at == T0
+
+
+def test_a_run_handed_back_before_its_fire_time_is_retried_at_that_time_not_at_once():
+    """Found by the fault suite (seed 516617770): a daemon stopping before
+    the fire time hands its run back; attempt 2 started 0.6 s early, due
+    when it was handed back."""
+    c = Cluster()
+    c.put_on("a")
+    rid = c.fire(T0 + 10, node="a", due_at=T0 + 10, at=T0 + 9.3)["run_id"]
+    run = c.run(rid)
+    res = c.apply(C.RunFinished(run_id=rid, token=run.token, node="a", state="lost",
+                                exit_code=None, signal=None, started_at=None,
+                                finished_at=T0 + 9.4, log_path=None, not_started=True,
+                                reason="node a stopped before the run was due"))
+    retry = c.run(res["retry_run_id"])
+    assert (retry.attempt, retry.due_at) == (2, T0 + 10)
+    # Lost after its time: the retry is due at once.
+    rid2 = c.fire(T0 + 20, node="a")["run_id"]
+    c.claim("a", rid2)
+    (r2,) = c.apply(C.NodeLost(node="a", at=T0 + 25, reason="silent"))["retries"]
+    assert c.run(r2).due_at == T0 + 25

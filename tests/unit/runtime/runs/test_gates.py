@@ -28,7 +28,8 @@ class Clock:
 
 
 def act(ready=True):
-    return SimpleNamespace(life=L.Life(phase=L.Phase.WAITING, pid=10, ready=ready), gate=None)
+    return SimpleNamespace(life=L.Life(phase=L.Phase.WAITING, pid=10, ready=ready, claim="won"),
+                           gate=None)
 
 
 def test_the_runs_due_at_one_time_share_a_gate_that_opens_then():
@@ -64,7 +65,7 @@ def test_a_gate_waits_for_a_run_not_ready_until_it_is():
         gate.runs += [act(), slow]
         await asyncio.sleep(0.1)
         assert released == [] and gate.waiting
-        slow.life = L.Life(phase=L.Phase.WAITING, pid=11, ready=True)
+        slow.life = L.Life(phase=L.Phase.WAITING, pid=11, ready=True, claim="won")
         gates.settled(slow)
         assert len(released) == 1 and not gate.waiting
     asyncio.run(main())

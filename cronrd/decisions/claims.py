@@ -1,0 +1,48 @@
+"""The leader's side of claims: which runs to move because nobody claimed
+them in time (a function of the runs and ``now``; no clock, no state).
+
+A node starts a run only once its claim is committed (state/run_life.py).
+A run its node has not claimed ``grace`` seconds after its fire time (or
+after it was placed, if that was later) is moved to another node: the node
+is dead, cut off, paused or overloaded, and the log's order makes the move
+safe (its claim, if it still comes, loses). Each move gives the next node
+one more ``grace`` to claim, so a cluster too slow to commit within
+``grace`` moves a run ever more slowly rather than back and forth.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..state.run import Run
+
+CLAIM_GRACE = 0.25   # s after its fire time a run must be claimed by (leader's clock)
+SUSPECT_FOR = 2.0    # s a node that missed a claim gets no new runs (unless nothing else can)
+
+
+def moves(run: Run) -> int:
+    """How many times the run was moved unclaimed."""
+    return len(run.moved_from.split(",")) if run.moved_from else 0
+
+
+def claim_deadline(run: Run, grace: float = CLAIM_GRACE) -> float:
+    """When the run must be claimed by (wall clock)."""
+    return max(run.due_at or 0.0, run.assigned_at or 0.0) + grace * (1 + moves(run))
+
+
+def overdue(now: float, runs: Iterable[Run], grace: float = CLAIM_GRACE) -> list[Run]:
+    """Assigned runs nobody has claimed by their deadline, that may move: a
+    per-node run (run_on: all) belongs to its node and waits for it."""
+    return [r for r in runs
+            if r.state == "assigned" and r.claimed_at is None and not r.target
+            and r.node and now >= claim_deadline(r, grace)]
+
+
+def next_deadline(runs: Iterable[Run], after: float,
+                  grace: float = CLAIM_GRACE) -> float | None:
+    """The earliest claim deadline later than ``after`` among ``runs`` that
+    may move, if any."""
+    times = [d for d in (claim_deadline(r, grace) for r in runs
+                         if r.state == "assigned" and r.claimed_at is None
+                         and not r.target and r.node) if d > after]
+    return min(times) if times else None

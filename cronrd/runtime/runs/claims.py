@@ -1,0 +1,114 @@
+"""A node's claims: "I start these runs now", committed before they start.
+
+In a cluster a node starts a run only once the log holds its claim
+(state/run_life.py says why). ``Claims`` gathers the runs to claim in one
+loop turn into one ``ClaimRuns`` command (a gate's runs, or several gates':
+one commit, not one per run), proposes it until it is decided, and tells
+the executor each run's answer.
+
+When to ask: ``lead()`` seconds before the fire time, the median time a
+claim has taken to commit lately. Claiming earlier costs nothing on the
+healthy path, but a node that dies between its claim's commit and the fire
+time leaves a run nobody else may start until node_timeout declares it lost
+(it might have started): the lead is that window, so it is kept as short as
+the commits allow. A claim not committed by the fire time holds the gate
+until it is, up to the gate's READY_WAIT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+from collections import deque
+from typing import Callable, Iterable
+
+from ...errors import CronrdError
+from ...state import commands as C
+from ...state import run_life as L
+from ...state.machine import Refused
+from ..clock import Clock
+from .active import ActiveRun
+
+log = logging.getLogger("cronrd.executor")
+
+LEAD_MIN = 0.003      # s: the least lead (a claim on loopback commits in ~1-3 ms)
+LEAD_MAX = 0.25       # s: the most (a claim slower than this is late, not early)
+LEAD_FIRST = 0.02     # s: before any claim was timed
+RETRY = 0.05          # s between tries while there is no leader
+TRY_TIMEOUT = 0.5     # s one try may take (a forward to a dead leader)
+
+
+class Claims:
+    def __init__(self, node_id: str, proposer, clock: Clock,
+                 step: Callable[[ActiveRun, L.Event], None]):
+        """``step(act, event)``: the executor steps the run's life with the
+        claim's news (run_life.ClaimAsked, ClaimDecided)."""
+        self.node_id = node_id
+        self.proposer = proposer
+        self.clock = clock
+        self.step = step
+        self._batch: list[ActiveRun] = []
+        self._armed = False
+        self._took: deque[float] = deque(maxlen=32)  # recent commit times (s)
+        self.tasks: set[asyncio.Task] = set()
+
+    def lead(self) -> float:
+        """How long before the fire time to ask: the median commit time of
+        recent claims, a little more, within LEAD_MIN..LEAD_MAX."""
+        if not self._took:
+            return LEAD_FIRST
+        return min(LEAD_MAX, max(LEAD_MIN, 1.2 * statistics.median(self._took)))
+
+    def want(self, acts: Iterable[ActiveRun]) -> None:
+        """Claim these runs (with this loop turn's others, in one command)."""
+        for act in acts:
+            if act.life.claim == "none" and not act.life.over and act.life.stop_state is None:
+                self.step(act, L.ClaimAsked())
+                self._batch.append(act)
+        if self._batch and not self._armed:
+            self._armed = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._armed = False
+        batch, self._batch = self._batch, []
+        task = asyncio.get_running_loop().create_task(self._claim(batch))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _claim(self, acts: list[ActiveRun]) -> None:
+        """Propose the claim of ``acts`` until it is decided, or until none of
+        them waits for it any more (its gate gave up, or it was stopped)."""
+        while True:
+            acts = [a for a in acts if not a.life.over and a.life.claim == "asking"
+                    and a.life.stop_state is None]
+            if not acts:
+                return
+            cmd = C.ClaimRuns(node=self.node_id, at=self.clock.now(),
+                              claims=[[a.run.run_id, a.run.token] for a in acts])
+            sent = self.clock.monotonic()
+            try:
+                result = await asyncio.wait_for(self.proposer.propose(cmd), TRY_TIMEOUT)
+            except Refused as exc:  # malformed: cannot happen; say so and give up
+                log.error("event=claim_refused runs=%d error=\"%s\"", len(acts), exc)
+                for act in acts:
+                    self.step(act, L.ClaimDecided(False, f"claim refused: {exc}"))
+                return
+            except (CronrdError, asyncio.TimeoutError) as exc:
+                log.info("event=claim_retry runs=%d error=\"%s\"", len(acts),
+                         exc or "no answer within %gs" % TRY_TIMEOUT)
+                await asyncio.sleep(RETRY)
+                continue
+            self._took.append(self.clock.monotonic() - sent)
+            won = set(result.get("won", ())) if isinstance(result, dict) else set()
+            lost = result.get("lost", {}) if isinstance(result, dict) else {}
+            for act in acts:
+                rid = act.run.run_id
+                self.step(act, L.ClaimDecided(rid in won, None if rid in won else
+                                              lost.get(str(rid), "claim not granted")))
+            return
+
+    async def drain(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
