@@ -175,7 +175,9 @@ def check(runs: list[dict], executions: list[Execution], jobs: dict[str, dict],
                               if late > max_lateness)
     faults = faults or []
     for (job, t), late in rep.lateness.items():
-        kinds = [f["kind"] for f in faults if f["t0"] <= t <= f["t1"] + settle]
-        for kind in kinds or ["(no fault)"]:
-            rep.by_kind.setdefault(kind, []).append(late)
+        # The fault that started last before this fire time, while it held or
+        # within ``settle`` s after its heal.
+        during = [f for f in faults if f["t0"] <= t <= f["t1"] + settle]
+        kind = max(during, key=lambda f: f["t0"])["kind"] if during else "(no fault)"
+        rep.by_kind.setdefault(kind, []).append(late)
     return rep

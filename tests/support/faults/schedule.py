@@ -37,8 +37,10 @@ KINDS: dict[str, tuple[str, tuple[float, float]]] = {
     "disk-full": ("fill the daemon's data_dir (a small tmpfs)", (4, 10)),
     "slow-fsync": ("make every fsync/fdatasync wait (LD_PRELOAD)", (5, 12)),
 }
-PROCESS_KINDS = ("kill", "kill-long", "pause")
 CLOCK_KINDS = ("clock-skew", "clock-jump")
+# Faults whose node is prepared before the start (faketime, the fsync
+# library, a tmpfs data_dir): their target is always a node id.
+PREPARED_KINDS = (*CLOCK_KINDS, "slow-fsync", "disk-full")
 GAP = (1.0, 3.0)
 
 
@@ -81,7 +83,7 @@ def make_schedule(seed: int, duration: float, nodes: list[str], node_timeout: fl
         hold = round(rng.uniform(low, high), 1)
         if kind == "kill-long":
             hold = round(node_timeout + rng.uniform(2, 6), 1)
-        target = rng.choice(["leader", "follower", *nodes])
+        target = rng.choice(nodes if kind in PREPARED_KINDS else ["leader", "follower", *nodes])
         f = Fault(kind, round(t, 1), hold, target, _params(rng, kind, nodes))
         out.append(f)
         t = f.end + rng.uniform(*GAP)
