@@ -7,8 +7,10 @@ own network namespace, plus the per-node knobs the faults turn.
   clock at once, without a restart. Jobs do not inherit it: the daemon
   builds a job's environment from scratch (cronrd/runtime/runs/launch.py),
   and the job command also runs ``date`` through ``env -u LD_PRELOAD``.
-- Slow fsync: slow_fsync.c, preloaded, waits the milliseconds written in a
-  control file before each fsync/fdatasync (needs gcc).
+- Slow fsync: preload.c, preloaded, waits the milliseconds written in a
+  control file before each fsync/fdatasync (needs gcc). Preloaded before
+  libfaketime, it also works around libfaketime's EINVAL from an absolute
+  CLOCK_MONOTONIC clock_nanosleep (Python's time.sleep).
 - Disk full: the node's data_dir is a small tmpfs; a filler file takes all
   of its free space.
 """
@@ -42,14 +44,14 @@ def faketime_lib() -> str | None:
     return found[0] if found else None
 
 
-def build_fsync_shim(into: Path) -> tuple[str | None, str | None]:
-    """(path of the slow-fsync library, None) or (None, why it cannot be built)."""
+def build_preload(into: Path) -> tuple[str | None, str | None]:
+    """(path of the suite's preload library, None) or (None, why it cannot be built)."""
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         return None, "no C compiler (apt-get install gcc)"
-    out = into / "slow_fsync.so"
+    out = into / "preload.so"
     res = subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-o", str(out),
-                          str(HERE / "slow_fsync.c"), "-ldl"], capture_output=True, text=True)
+                          str(HERE / "preload.c"), "-ldl"], capture_output=True, text=True)
     if res.returncode != 0:
         return None, f"gcc failed: {res.stderr.strip()[:200]}"
     return str(out), None
@@ -63,7 +65,7 @@ class FaultCluster(Cluster):
     the seed's schedule says which nodes get which faults)."""
 
     def __init__(self, lab: Lab, work: Path, *, node_timeout: str, election_timeout: str,
-                 clock_nodes=(), fsync_nodes=(), disk_nodes=(), fsync_lib: str | None = None,
+                 clock_nodes=(), fsync_nodes=(), disk_nodes=(), preload: str | None = None,
                  log_level: str = "info"):
         super().__init__(ids=tuple(lab.ns), node_timeout=node_timeout,
                          election_timeout=election_timeout,
@@ -80,21 +82,22 @@ class FaultCluster(Cluster):
             node.wrap = lab.wrap(nid)
             node.config["log_level"] = log_level
             node.config_path.write_text(yaml.safe_dump(node.config))
-            preload = []
-            if nid in fsync_nodes and fsync_lib:
+            libs = []
+            if nid in fsync_nodes and preload:
                 self.fsync_file[nid] = work / f"fsync-{nid}"
                 self.fsync_file[nid].write_text("0\n")
-                preload.append(fsync_lib)
                 self.env[nid]["CRONRD_FAULT_FSYNC_FILE"] = str(self.fsync_file[nid])
             if nid in clock_nodes and ft:
                 self.clock_file[nid] = work / f"clock-{nid}"
                 self.set_clock(nid, 0.0)
-                preload.append(ft)
+                libs.append(ft)
                 self.env[nid].update({"FAKETIME_TIMESTAMP_FILE": str(self.clock_file[nid]),
                                       "FAKETIME_NO_CACHE": "1",
                                       "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
-            if preload:
-                self.env[nid]["LD_PRELOAD"] = ":".join(preload)
+            if preload and (libs or nid in self.fsync_file):
+                libs.insert(0, preload)
+            if libs:
+                self.env[nid]["LD_PRELOAD"] = ":".join(libs)
             if nid in disk_nodes:
                 data = Path(node.config["data_dir"])
                 data.mkdir(mode=0o700)

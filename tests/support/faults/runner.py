@@ -22,7 +22,7 @@ from harness import wait_for
 from .actions import run_fault, sleep_until
 from .checker import ACTIVE, Execution, Report, check, epoch
 from .net import Lab
-from .nodes import FaultCluster, build_fsync_shim, faketime_lib
+from .nodes import FaultCluster, build_preload, faketime_lib
 from .schedule import CLOCK_KINDS, KINDS, Fault, make_schedule
 
 NODE_IDS = ("a", "b", "c", "d", "e")
@@ -109,7 +109,7 @@ def probe(work: Path, lab: Lab) -> tuple[dict[str, str | None], str | None]:
     }
     if reasons["netem"]:
         reasons["netem"] = f"tc netem unavailable ({reasons['netem']}; the kernel needs sch_netem)"
-    lib, why = build_fsync_shim(work)
+    lib, why = build_preload(work)
     reasons["fsync"] = why
     probe_dir = work / "tmpfs-probe"
     probe_dir.mkdir()
@@ -138,14 +138,14 @@ def run_seed(opts: Options, log: Callable[[str], None] = print) -> SeedResult:
         f"{opts.jobs} jobs, node_timeout {opts.node_timeout}; work dir {work}")
     try:
         with Lab(node_ids) as lab:
-            reasons, fsync_lib = probe(work, lab)
+            reasons, preload = probe(work, lab)
             wanted = lambda kinds: {f.target for f in schedule if f.kind in kinds}  # noqa: E731
             c = FaultCluster(lab, work, node_timeout=opts.node_timeout,
                              election_timeout=opts.election_timeout,
                              clock_nodes=wanted(CLOCK_KINDS) if not reasons["faketime"] else (),
                              fsync_nodes=wanted(("slow-fsync",)),
                              disk_nodes=wanted(("disk-full",)) if not reasons["tmpfs"] else (),
-                             fsync_lib=fsync_lib, log_level=opts.log_level)
+                             preload=preload, log_level=opts.log_level)
             names = [j["name"] for j in jobs_body(opts.jobs, out_dir)["jobs"]]
             specs = {j["name"]: j for j in jobs_body(opts.jobs, out_dir)["jobs"]}
             c.write_job("faultsuite", jobs_body(opts.jobs, out_dir))
