@@ -132,14 +132,9 @@ def run_fault(c: FaultCluster, f: Fault, origin: float, seed: int, index: int,
         for undo in reversed(heal):
             undo()
     t1 = time.time()
-    exited = []
-    for nid in c.nodes:
-        if not c.alive(nid):          # a daemon that stopped on its own: start it again
-            code = c.nodes[nid].proc.returncode if c.nodes[nid].proc else None
-            exited.append(f"{nid} (exit {code})")
-            c.start_node(nid)
+    exited = [f"{nid} (exit {code})" for nid, _, code in c.take_exits()]
     if exited:
         log(f"  NOTE  daemon(s) exited on their own during {f.kind}: {', '.join(exited)}; "
-            "started again")
+            "started again after RestartSec, as systemd would")
     return {"kind": f.kind, "target": tid, "t0": t0, "t1": t1, "detail": detail,
             "params": f.params, "exited": exited}

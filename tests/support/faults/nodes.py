@@ -23,6 +23,8 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -34,6 +36,7 @@ from .net import Lab
 PEER_PORT = 7000
 HERE = Path(__file__).resolve().parent
 DATA_TMPFS_SIZE = "256m"
+RESTART_SEC = 5.0    # systemd/cronrd.service: Restart=on-failure, RestartSec=5s
 
 
 def faketime_lib() -> str | None:
@@ -105,14 +108,50 @@ class FaultCluster(Cluster):
                                 f"cfx-{nid}", str(data)], check=True)
                 self.mounts.append(data)
                 self.fill_file[nid] = data / "fault-filler"
+        # A daemon that exits on its own (it does on a storage error, for
+        # systemd to restart it) is started again RESTART_SEC later, as
+        # systemd would; one killed on purpose is not.
+        self._lock = threading.RLock()
+        self._down: set[str] = set()            # killed by a fault, on purpose
+        self._restart_at: dict[str, float] = {}
+        self.exits: list[tuple[str, float, int | None]] = []   # (node, when, exit code)
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="restarter", daemon=True)
 
     # -- processes --------------------------------------------------------------------
     def start_node(self, nid: str) -> None:
-        self.nodes[nid].start(env=self.env[nid], wait=False)
+        with self._lock:
+            self._down.discard(nid)
+            self._restart_at.pop(nid, None)
+            self.nodes[nid].start(env=self.env[nid], wait=False)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            with self._lock:
+                now = time.time()
+                for nid, node in self.nodes.items():
+                    if nid in self._down or node.proc is None or node.proc.poll() is None:
+                        continue
+                    if nid not in self._restart_at:
+                        self.exits.append((nid, now, node.proc.returncode))
+                        self._restart_at[nid] = now + RESTART_SEC
+                    elif now >= self._restart_at[nid]:
+                        self.start_node(nid)
+
+    def stop_restarting(self) -> None:
+        self._stop.set()
+        if self._watcher.is_alive():
+            self._watcher.join(5)
+
+    def take_exits(self) -> list[tuple[str, float, int | None]]:
+        with self._lock:
+            out, self.exits = self.exits, []
+            return out
 
     def start(self) -> "FaultCluster":
         for nid in self.nodes:
             self.start_node(nid)
+        self._watcher.start()
         for n in self:
             n.wait_ready(timeout=60)
         self.leader(timeout=30)
@@ -127,9 +166,11 @@ class FaultCluster(Cluster):
             self.nodes[nid].proc.send_signal(sig)
 
     def kill9(self, nid: str) -> None:
-        if self.alive(nid):
-            self.signal(nid, signal.SIGCONT)   # a stopped process dies as well
-            self.nodes[nid].kill9()
+        with self._lock:
+            self._down.add(nid)
+            if self.alive(nid):
+                self.signal(nid, signal.SIGCONT)   # a stopped process dies as well
+                self.nodes[nid].kill9()
 
     def role(self, nid: str) -> str | None:
         try:
@@ -180,12 +221,13 @@ class FaultCluster(Cluster):
         """SIGCONT every daemon, start the ones that are not running; returns
         the ids started (their daemon had been killed or had exited)."""
         started = []
-        for nid in self.nodes:
-            if self.alive(nid):
-                self.signal(nid, signal.SIGCONT)
-            else:
-                self.start_node(nid)
-                started.append(nid)
+        with self._lock:
+            for nid in self.nodes:
+                if self.alive(nid):
+                    self.signal(nid, signal.SIGCONT)
+                else:
+                    self.start_node(nid)
+                    started.append(nid)
         return started
 
     def wait_all_ready(self, timeout: float = 60.0) -> None:
@@ -195,6 +237,7 @@ class FaultCluster(Cluster):
     def cleanup(self) -> None:
         """Stop everything; a tmpfs data_dir survives Node.cleanup's rmtree as
         an empty mount point: unmount it, then remove the rest."""
+        self.stop_restarting()
         for nid in self.nodes:
             self.signal(nid, signal.SIGCONT)
         for n in self:

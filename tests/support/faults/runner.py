@@ -138,74 +138,78 @@ def run_seed(opts: Options, log: Callable[[str], None] = print) -> SeedResult:
         f"{opts.jobs} jobs, node_timeout {opts.node_timeout}; work dir {work}")
     try:
         with Lab(node_ids) as lab:
-            reasons, preload = probe(work, lab)
-            wanted = lambda kinds: {f.target for f in schedule if f.kind in kinds}  # noqa: E731
-            c = FaultCluster(lab, work, node_timeout=opts.node_timeout,
-                             election_timeout=opts.election_timeout,
-                             clock_nodes=wanted(CLOCK_KINDS) if not reasons["faketime"] else (),
-                             fsync_nodes=wanted(("slow-fsync",)),
-                             disk_nodes=wanted(("disk-full",)) if not reasons["tmpfs"] else (),
-                             preload=preload, log_level=opts.log_level)
-            names = [j["name"] for j in jobs_body(opts.jobs, out_dir)["jobs"]]
-            specs = {j["name"]: j for j in jobs_body(opts.jobs, out_dir)["jobs"]}
-            c.write_job("faultsuite", jobs_body(opts.jobs, out_dir))
-            c.start()
-            wait_for(lambda: all(n.call("status", timeout=2)["jobs"] == opts.jobs for n in c),
-                     40, what="every node to load the jobs", on_fail=c.logs)
-            t_ready = time.time()
-            first = int(t_ready) + 3
-            origin = t_ready + opts.warmup
-            for i, f in enumerate(schedule):
-                result.faults.append(run_fault(c, f, origin, opts.seed, i, reasons, log))
-            # Heal everything (each fault healed itself; this is the belt and braces).
-            lab.heal_all()
-            for nid in c.clock_file:
-                c.set_clock(nid, 0.0)
-            for nid in c.fsync_file:
-                c.set_fsync_delay(nid, 0)
-            for nid in c.fill_file:
-                c.free_disk(nid)
-            started = c.heal_processes()
-            if started:
-                log(f"  heal: started {', '.join(started)} again")
-            c.wait_all_ready(timeout=60)
-            c.leader(timeout=30)
-            t_heal = time.time()
-            log(f"  healed at +{t_heal - origin:.1f} s; {opts.after:g} s of steady state")
-            sleep_until(t_heal + opts.after)
-            # The end of the judged window: pause every job so the state settles.
-            lead = c.leader(timeout=30)
-            for name in names:
-                wait_for(lambda name=name: lead.call("pause", {"job": name}, timeout=10) or True,
-                         30, what=f"pause {name}")
-            t_pause = time.time()
-            last = int(t_pause) - 3
-            result.window = (first, last)
-
-            def settled():
-                runs = lead.call("runs", {"limit": RUNS_LIMIT}, timeout=60)["runs"]
-                return [r for r in runs if r["state"] in ACTIVE
-                        and epoch(r["fire_time"]) <= last] or None
-            stuck = _until_none(settled, opts.stuck_timeout)
             try:
-                c.converged(timeout=60)
-                digests = True
-            except AssertionError:
-                digests = False
-            runs = lead.call("runs", {"limit": RUNS_LIMIT}, timeout=60)["runs"]
-            execs = read_executions(out_dir)
-            done = [f for f in result.faults if not f.get("skipped")]
-            rep = check(runs, execs, {n: specs[n] for n in names}, first, last, done,
-                        max_offset=opts.max_clock_offset, slack=opts.early_slack,
-                        stuck=stuck, max_lateness=opts.max_lateness)
-            rep.digests_equal = digests
-            if not digests:
-                rep.notes.append("state digests differ: " + "; ".join(
-                    f"{n.config['node_id']}={_digest(n)}" for n in c))
-            result.report = rep
-            (work / "runs.json").write_text(json.dumps(runs))
-            if not result.ok:
-                result.evidence = evidence(rep, runs, c)
+                reasons, preload = probe(work, lab)
+                wanted = lambda kinds: {f.target for f in schedule if f.kind in kinds}  # noqa: E731
+                c = FaultCluster(lab, work, node_timeout=opts.node_timeout,
+                                 election_timeout=opts.election_timeout,
+                                 clock_nodes=wanted(CLOCK_KINDS) if not reasons["faketime"] else (),
+                                 fsync_nodes=wanted(("slow-fsync",)),
+                                 disk_nodes=wanted(("disk-full",)) if not reasons["tmpfs"] else (),
+                                 preload=preload, log_level=opts.log_level)
+                names = [j["name"] for j in jobs_body(opts.jobs, out_dir)["jobs"]]
+                specs = {j["name"]: j for j in jobs_body(opts.jobs, out_dir)["jobs"]}
+                c.write_job("faultsuite", jobs_body(opts.jobs, out_dir))
+                c.start()
+                wait_for(lambda: all(n.call("status", timeout=2)["jobs"] == opts.jobs for n in c),
+                         40, what="every node to load the jobs", on_fail=c.logs)
+                t_ready = time.time()
+                first = int(t_ready) + 3
+                origin = t_ready + opts.warmup
+                for i, f in enumerate(schedule):
+                    result.faults.append(run_fault(c, f, origin, opts.seed, i, reasons, log))
+                # Heal everything (each fault healed itself; this is the belt and braces).
+                lab.heal_all()
+                for nid in c.clock_file:
+                    c.set_clock(nid, 0.0)
+                for nid in c.fsync_file:
+                    c.set_fsync_delay(nid, 0)
+                for nid in c.fill_file:
+                    c.free_disk(nid)
+                started = c.heal_processes()
+                if started:
+                    log(f"  heal: started {', '.join(started)} again")
+                c.wait_all_ready(timeout=60)
+                c.leader(timeout=30)
+                t_heal = time.time()
+                log(f"  healed at +{t_heal - origin:.1f} s; {opts.after:g} s of steady state")
+                sleep_until(t_heal + opts.after)
+                # The end of the judged window: pause every job so the state settles.
+                lead = c.leader(timeout=30)
+                for name in names:
+                    wait_for(lambda name=name: lead.call("pause", {"job": name}, timeout=10) or True,
+                             30, what=f"pause {name}")
+                t_pause = time.time()
+                last = int(t_pause) - 3
+                result.window = (first, last)
+
+                def settled():
+                    runs = lead.call("runs", {"limit": RUNS_LIMIT}, timeout=60)["runs"]
+                    return [r for r in runs if r["state"] in ACTIVE
+                            and epoch(r["fire_time"]) <= last] or None
+                stuck = _until_none(settled, opts.stuck_timeout)
+                try:
+                    c.converged(timeout=60)
+                    digests = True
+                except AssertionError:
+                    digests = False
+                runs = lead.call("runs", {"limit": RUNS_LIMIT}, timeout=60)["runs"]
+                execs = read_executions(out_dir)
+                done = [f for f in result.faults if not f.get("skipped")]
+                rep = check(runs, execs, {n: specs[n] for n in names}, first, last, done,
+                            max_offset=opts.max_clock_offset, slack=opts.early_slack,
+                            stuck=stuck, max_lateness=opts.max_lateness)
+                rep.digests_equal = digests
+                if not digests:
+                    rep.notes.append("state digests differ: " + "; ".join(
+                        f"{n.config['node_id']}={_digest(n)}" for n in c))
+                result.report = rep
+                (work / "runs.json").write_text(json.dumps(runs))
+                if not result.ok:
+                    result.evidence = evidence(rep, runs, c)
+            finally:
+                if c is not None:      # before the namespaces go
+                    c.stop_restarting()
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     except BaseException:          # Ctrl-C, SIGTERM: clean up, then stop
