@@ -21,12 +21,17 @@ def free_port(host: str) -> int:
 class Cluster:
     def __init__(self, ids=("a", "b", "c"), node_timeout: str = "3s",
                  election_timeout: str = "0.5s", first_ip: int = 21,
-                 tls_dir: str | None = None):
+                 tls_dir: str | None = None, addrs: dict[str, str] | None = None):
         """``tls_dir``: a directory made by `cronrd cluster init-tls` holding a
-        certificate for every id (mutual TLS instead of insecure: true)."""
+        certificate for every id (mutual TLS instead of insecure: true).
+        ``addrs``: node id -> "HOST:PORT" instead of 127.0.0.x with a free port
+        (addresses that are not loopback are insecure: {allow_network: true})."""
         self.tls_dir = tls_dir
-        self.hosts = {nid: f"127.0.0.{first_ip + i}" for i, nid in enumerate(ids)}
-        self.addrs = {nid: f"{h}:{free_port(h)}" for nid, h in self.hosts.items()}
+        if addrs is None:
+            hosts = {nid: f"127.0.0.{first_ip + i}" for i, nid in enumerate(ids)}
+            addrs = {nid: f"{h}:{free_port(h)}" for nid, h in hosts.items()}
+        self.addrs = dict(addrs)
+        self.hosts = {nid: a.rsplit(":", 1)[0] for nid, a in self.addrs.items()}
         self.node_timeout = node_timeout
         self.election_timeout = election_timeout
         self.nodes: dict[str, Node] = {nid: self._node(nid, self.addrs) for nid in ids}
@@ -39,8 +44,10 @@ class Cluster:
         if self.tls_dir:
             cluster["tls"] = {"ca": f"{self.tls_dir}/ca.crt", "cert": f"{self.tls_dir}/{nid}.crt",
                               "key": f"{self.tls_dir}/{nid}.key"}
-        else:
+        elif self.hosts[nid].startswith("127."):
             cluster["insecure"] = True
+        else:
+            cluster["insecure"] = {"allow_network": True}
         if join:
             cluster["join"] = True
         return Node(nid, cluster=cluster, shutdown={"mode": "wait", "grace": "5s"})

@@ -65,6 +65,9 @@ class Node:
         self.proc: subprocess.Popen | None = None
         self.log_file = self.base / "daemon.log"
         self.starts = 0
+        # Words put before the daemon's command line, e.g. ``ip netns exec NS``
+        # (tests/support/faults runs each node in its own network namespace).
+        self.wrap: list[str] = []
 
     # -- files -------------------------------------------------------------------
     def write_job(self, name: str, body: dict | str, mode: int = 0o644) -> Path:
@@ -90,7 +93,8 @@ class Node:
         full_env["PYTHONPATH"] = str(REPO)
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cronrd", "--config", str(self.config_path), "daemon"],
+            [*self.wrap, sys.executable, "-m", "cronrd", "--config", str(self.config_path),
+             "daemon"],
             stdout=logf, stderr=subprocess.STDOUT, env=full_env, cwd=str(self.base),
             preexec_fn=None if nofile is None else
             (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))))
