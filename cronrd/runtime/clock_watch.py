@@ -72,6 +72,7 @@ class ClockWatch:
         self.samples: list[K.Sample] = []   # against _sampled_leader only
         self._sampled_leader: str | None = None
         self._sample_base: float | None = None  # _base() when the samples were taken
+        self._leader_base: float | None = None  # the leader's _base() then (its answer)
         # This node's offset from the median, when last known from fresh
         # data, when (monotonic) and _base() then: it carries over a leader change.
         self._last: tuple[float, float, float] | None = None
@@ -79,7 +80,8 @@ class ClockWatch:
         # not known yet, fewer than a majority have reported).
         self.median: float | None = None
         # On the leader: each member's reported offset from the leader's clock
-        # (s), its error, when it came (monotonic) and this leader's _base() then.
+        # (s), its error, when it came (monotonic) and this leader's _base()
+        # when the member measured it (it says, from the leader's answers).
         self.reports: dict[str, tuple[float, float, float, float]] = {}
         self._logged_off: dict[str, bool] = {}
 
@@ -188,10 +190,14 @@ class ClockWatch:
             raise ValueError("only the leader answers; ask the leader")
         offset = _number(args.get("offset"), "offset")
         error = _number(args.get("error"), "error") or 0.0
+        # Measured against this leader's clock as it was then: a report
+        # measured before a step of this leader's clock is corrected by it.
+        base = _number(args.get("base"), "base", limit=1e11)
         if offset is not None:
-            self.reports[frm] = (offset, error, self.clock.monotonic(), self._base())
+            self.reports[frm] = (offset, error, self.clock.monotonic(),
+                                 self._base() if base is None else base)
             self.changes.notify()
-        return {"wall": self.clock.now(), "median": self._median()}
+        return {"wall": self.clock.now(), "median": self._median(), "base": self._base()}
 
     # -- the follower's side -----------------------------------------------------------------
     async def probe(self) -> None:
@@ -203,11 +209,13 @@ class ClockWatch:
             # Samples measure against one leader's clock: start afresh (the
             # last offset from the median carries over meanwhile: carried()).
             self.samples, self._sampled_leader, self.median = [], leader, None
+            self._leader_base = None
         mine = K.estimate(self.samples, self.clock.monotonic())
         sent, t0 = self.clock.now(), self.clock.monotonic()
         reply = await self._call(leader, "clock",
                                  {"offset": mine.offset if mine else None,
-                                  "error": mine.error if mine else None}, PROBE_TIMEOUT)
+                                  "error": mine.error if mine else None,
+                                  "base": self._leader_base if mine else None}, PROBE_TIMEOUT)
         t1 = self.clock.monotonic()
         base = sent - t0
         if self._sample_base is not None and abs(base - self._sample_base) > JUMP_MARGIN:
@@ -216,6 +224,7 @@ class ClockWatch:
             raise ValueError("the leader's clock answer is not an object")
         wall = _number(reply.get("wall"), "wall", limit=1e11)
         median = _number(reply.get("median"), "median")
+        leader_base = _number(reply.get("base"), "base", limit=1e11)
         if wall is None:
             raise ValueError("the leader's clock answer has no wall clock")
         sample = K.Sample(sent, t1 - t0, wall, t1)
@@ -224,6 +233,7 @@ class ClockWatch:
             self.samples = []   # a clock jumped (either one): what came before is void
         self.samples = K.keep(self.samples, sample, t1)
         self._sample_base = base
+        self._leader_base = leader_base
         self.median = median
         self.changes.notify()
 

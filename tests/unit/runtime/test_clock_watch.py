@@ -301,3 +301,27 @@ def test_a_step_within_bounds_is_counted_but_does_not_fence():
     w["c"].clock.offset = 0.45
     rounds(2)
     assert w["c"].offset() == pytest.approx(0.45, abs=0.01) and w["c"].fence() is None
+
+
+@pytest.mark.parametrize("step", [30.0, -30.0])
+def test_a_leader_that_stepped_stays_fenced_while_the_reports_measured_before_arrive(step):
+    """Found by the fault suite (seed 1): a leader's clock stepped -30 s;
+    the followers' next questions carried offsets measured before the step,
+    which the leader took as measured after it: it judged itself good again
+    (scheduling_resumed after 0.5 s) and the followers 30 s off."""
+    w, rounds, world = review_cluster({"a": 0.0, "b": 0.0, "c": 0.0})
+    rounds(3)
+    w["a"].clock.offset = step
+    seen = []
+
+    async def one_round():
+        for n in "bc":   # each question carries the offset measured before the step
+            await w[n].probe()
+            seen.append((w["a"].fence(), w["a"].members()))
+    asyncio.run(one_round())
+    for fenced, members in seen:
+        assert fenced is not None
+        assert members["a"] == pytest.approx(step, abs=0.01)
+        assert all(abs(members[n]) < 0.01 for n in "bc" if n in members)
+    rounds(2)
+    assert w["a"].fence() is not None and not w["b"].is_off() and not w["c"].is_off()
