@@ -151,24 +151,24 @@ class Executor:
         elif eff.kind == "cancel":
             self.cancel(run.run_id, run.reason or "cancelled")
         elif eff.kind == "run_done":
-            handle = self.timers.pop(run.run_id, None)
-            if handle is not None:
-                handle.cancel()
-            act = self.active.get(run.run_id)
-            if act is not None and not act.life.started:
-                # Final already (cancelled, job removed...) while it waited
-                # at its gate: it must not start, and it is not reported again.
-                self.apply(act, L.Stop("final", run.reason or "final"))
+            # Final already (cancelled, job removed...) while it waited at its
+            # gate: it must not start, and it is not reported again.
+            self._unwait(run.run_id, L.Stop("final", run.reason or "final"))
         elif eff.kind == "moved":
             # The leader gave it to another node: this node did not claim it
             # in time. Whatever waits for it here goes, unreported.
-            handle = self.timers.pop(run.run_id, None)
-            if handle is not None:
-                handle.cancel()
-            act = self.active.get(run.run_id)
-            if act is not None and not act.life.started:
-                self.apply(act, L.ClaimDecided(False, "moved to another node: not claimed "
-                                                      "in time"))
+            self._unwait(run.run_id, L.ClaimDecided(False, "moved to another node: not "
+                                                            "claimed in time"))
+
+    def _unwait(self, run_id: int, event: L.Event) -> None:
+        """A run that must not start here any more: no longer prepared, and
+        whatever waits at its gate goes (``event``)."""
+        handle = self.timers.pop(run_id, None)
+        if handle is not None:
+            handle.cancel()
+        act = self.active.get(run_id)
+        if act is not None and not act.life.started:
+            self.apply(act, event)
 
     def schedule(self, run: Run) -> None:
         """Prepare ``run`` PRESPAWN seconds before it is due (at once if sooner)."""
