@@ -492,6 +492,11 @@ class Cluster:
         the state: a forwarded fire must be an @reboot fire of an @reboot job,
         not in the future."""
         now = self.clock.now()
+        if isinstance(cmd, C.PutJob) and self.clocks.fence() is not None \
+                and Q.job_spec(self.conn, cmd.name) is None:
+            # A new job's schedule starts at its creation time, this clock's.
+            raise StateError(f"the leader's clock {self.clocks.fence()}; a new job waits until "
+                             "it is measured good (the sender tries again)")
         if dataclasses.is_dataclass(cmd) and "at" in {f.name for f in dataclasses.fields(cmd)}:
             cmd = dataclasses.replace(cmd, at=now)
         if isinstance(cmd, C.Fire):

@@ -136,7 +136,9 @@ class Daemon:
         self.executor.job_nofile = job_nofile
         self.leadership = Leadership(cfg, self.log, self.conn, self.clock, self.members)
         self.watcher = Watcher(cfg.jobs_dir, self.log, self.conn, self.clock,
-                               interval=cfg.watch_interval, node=cfg.node_id)
+                               interval=cfg.watch_interval, node=cfg.node_id,
+                               hold=lambda: (self.members.clock_fence() if self.log.is_leader
+                                             else None))
         self.handlers = Handlers(cfg, self.clock, self.conn, self.machine, self.log,
                                  self.members, self.executor, self.watcher, self.leadership,
                                  started_at=self.started_at, is_ready=lambda: self.ready)

@@ -12,13 +12,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import Callable
 
 from ..jobspec import DirResult, FileResult, Problem, load_jobs_dir
 from ..state import commands as C
 from ..state import queries as Q
+from ..errors import NotLeader, ProposalDropped, StateError, StorageError
+from ..state.machine import Refused
 from .clock import Clock
 
 log = logging.getLogger("cronrd.watcher")
+
+
+def _transient(exc: BaseException) -> bool:
+    """A failed proposal worth trying again (not a refusal of the change)."""
+    return isinstance(exc, (NotLeader, ProposalDropped, StorageError, asyncio.TimeoutError)) \
+        or (isinstance(exc, StateError) and not isinstance(exc, Refused))
 
 
 def fingerprint(path: str) -> tuple:
@@ -40,8 +49,14 @@ def fingerprint(path: str) -> tuple:
 
 class Watcher:
     def __init__(self, jobs_dir: str, proposer, conn, clock: Clock, interval: float = 1.0,
-                 allowed_uids: set[int] | None = None, node: str = ""):
+                 allowed_uids: set[int] | None = None, node: str = "",
+                 hold: Callable[[], str | None] = lambda: None):
+        """``hold()``: why this node's clock may not date a new job now (a
+        leader's clock not yet measured or off: a job's schedule starts at
+        its creation time), or None; its changes wait meanwhile."""
         self.jobs_dir = jobs_dir
+        self.hold = hold
+        self._held = False
         self.node = node  # whose jobs_dir this is: the state keeps one source per node
         self.proposer = proposer
         self.conn = conn
@@ -83,6 +98,19 @@ class Watcher:
         # This node's own definitions: other nodes propose theirs, and the
         # state merges them (identical = one job, different = a conflict).
         current = Q.job_sources(self.conn, self.node)
+        held = self.hold()
+        if held is not None and any(name not in current for name in desired):
+            # A new job's first fire time is counted from its creation time:
+            # a clock 30 s fast would skip its first 30 s of fire times.
+            if not self._held:
+                log.warning("event=job_changes_held reason=\"this leader's clock %s\" "
+                            "hint=\"retried every %gs until it is measured good\"", held,
+                            self.interval)
+            self._held = True
+            self._fingerprint = None  # again at the next look
+            return {"jobs": len(desired), "changes": 0, "kept": [], "held": held,
+                    "problems": [str(p) for p in problems]}
+        self._held = False
         at = self.clock.now()
         futures = []
         for name, spec in desired.items():
@@ -109,6 +137,11 @@ class Watcher:
         errors = [r for r in results if isinstance(r, BaseException)]
         for e in errors:
             log.error("event=job_update_failed error=\"%s\"", e)
+        if any(_transient(e) for e in errors):
+            # No leader, a timeout, a forward that failed, a leader's clock
+            # not measured yet: not the change's fault. Only differences are
+            # proposed: the next look tries again.
+            self._fingerprint = None
         return {"jobs": len(desired), "changes": len(futures), "kept": kept,
                 "problems": [str(p) for p in problems]}
 

@@ -76,7 +76,6 @@ NO_UNIT_TEST_FILE = {
     "runtime/leadership.py": "integration/test_cluster.py, integration/test_daemon.py",
     "runtime/local_log.py": "unit/runtime/test_log_contract.py (both Log implementations)",
     "runtime/storage.py": "used by most state and runtime unit tests (open_db)",
-    "runtime/watcher.py": "integration/test_daemon.py (job file edits picked up)",
     "runtime/runs/active.py": "a dataclass of a run's handles; unit/runtime/runs/test_reports.py, "
                               "test_starting.py build them",
     "runtime/runs/executor.py": "integration/test_daemon.py, security/test_log_paths.py",

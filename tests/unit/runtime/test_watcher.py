@@ -1,0 +1,90 @@
+"""The job-file watcher (cronrd/runtime/watcher.py), against the real state
+machine on the one-member log: what it proposes, when it tries again, and
+when it waits for the leader's clock. Job-file edits picked up by a real
+daemon: integration/test_daemon.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import apsw
+
+from cronrd.errors import NotLeader, RequestError
+from cronrd.runtime import watcher as W
+from cronrd.runtime.local_log import LocalLog
+from cronrd.state import queries as Q
+from cronrd.state.machine import Refused, StateMachine
+
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def now(self):
+        return T0
+
+    def monotonic(self):
+        return 0.0
+
+
+class Flaky:
+    """The log, after ``fail`` proposals that raise ``exc``."""
+
+    def __init__(self, log, fail=0, exc=NotLeader(None)):
+        self.log, self.fail, self.exc, self.sent = log, fail, exc, []
+
+    def propose(self, cmd):
+        self.sent.append(cmd)
+        if self.fail:
+            self.fail -= 1
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(self.exc)
+            return fut
+        return self.log.propose(cmd)
+
+
+def setup(tmp_path, **kw):
+    (tmp_path / "a.yaml").write_text("schedule: '* * * * *'\ncommand: 'true'\n")
+    sm = StateMachine(apsw.Connection(":memory:"))
+    log = LocalLog(sm)
+    prop = Flaky(log, **{k: v for k, v in kw.items() if k in ("fail", "exc")})
+    w = W.Watcher(str(tmp_path), prop, sm.conn, Clock(), node="n1",
+                  hold=kw.get("hold", lambda: None))
+    return sm, prop, w
+
+
+def test_a_change_that_failed_for_want_of_a_leader_is_proposed_again(tmp_path):
+    async def main():
+        sm, prop, w = setup(tmp_path, fail=1)
+        await w.reload()
+        assert Q.job_names(sm.conn) == [] and w._fingerprint is None  # looked at again
+        await w.reload()
+        assert Q.job_names(sm.conn) == ["a"] and len(prop.sent) == 2
+        assert w._fingerprint is not None
+        await w.reload()
+        assert len(prop.sent) == 2  # nothing differs: nothing proposed
+    asyncio.run(main())
+
+
+def test_a_change_refused_is_not_proposed_again_until_the_files_change(tmp_path):
+    for exc in (Refused("no"), RequestError("bad definition")):
+        async def main():
+            sm, prop, w = setup(tmp_path, fail=1, exc=exc)
+            await w.reload()
+            assert w._fingerprint is not None and len(prop.sent) == 1
+        asyncio.run(main())
+
+
+def test_a_new_job_waits_while_this_leaders_clock_is_not_good(tmp_path, caplog):
+    held = {"why": "has not measured its clock against the cluster's yet"}
+
+    async def main():
+        sm, prop, w = setup(tmp_path, hold=lambda: held["why"])
+        res = await w.reload()
+        assert res["held"] == held["why"] and prop.sent == [] and w._fingerprint is None
+        held["why"] = None
+        res = await w.reload()
+        assert "held" not in res and Q.job_names(sm.conn) == ["a"]
+        job = Q.job_schedule(sm.conn, "a")
+        assert job[2] == int(T0)  # its schedule starts at its creation, by a good clock
+    asyncio.run(main())
+    assert sum("event=job_changes_held" in r.getMessage() for r in caplog.records) == 1
