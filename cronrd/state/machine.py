@@ -546,6 +546,10 @@ class StateMachine:
         """A node may start a run once its claim is committed: the run is
         assigned to it under the same token and nobody moved it first. A
         claim again is won again (a retried proposal)."""
+        if not isinstance(cmd.at, (int, float)) or isinstance(cmd.at, bool):
+            # A won claim must leave claimed_at set (ReplaceRuns moves only
+            # runs without one): a claim with no time would be won and moved.
+            raise Refused("claim_runs: at must be a number")
         won, lost = [], {}
         for run_id, token in _pairs(cmd.claims, 2, "claims"):
             run = Q.get_run(self.conn, run_id)

@@ -793,3 +793,20 @@ def test_a_run_handed_back_before_its_fire_time_is_retried_at_that_time_not_at_o
     c.claim("a", rid2)
     (r2,) = c.apply(C.NodeLost(node="a", at=T0 + 25, reason="silent"))["retries"]
     assert c.run(r2).due_at == T0 + 25
+
+
+
+def test_a_claim_without_a_time_is_refused_so_a_won_run_is_always_claimed():
+    """A ClaimRuns from a peer whose ``at`` is not a number (null) was won
+    but left claimed_at NULL: the leader could then move a run its node had
+    been told it may start, and two nodes started it."""
+    c = Cluster()
+    c.put_on("a")
+    rid = c.fire(T0 + 1, node="a")["run_id"]
+    token = c.run(rid).token
+    for at in (None, "soon", True, [1]):
+        with pytest.raises(Refused):
+            c.apply(C.ClaimRuns(node="a", at=at, claims=[[rid, token]]))
+    assert c.run(rid).claimed_at is None
+    assert c.claim("a", rid, at=T0 + 0.9)["won"] == [rid]
+    assert c.move(rid, "b")["kept"] == [rid]
