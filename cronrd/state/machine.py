@@ -450,6 +450,7 @@ class StateMachine:
             "exit_code=COALESCE(exit_code, ?), signal=COALESCE(signal, ?), "
             "log_path=COALESCE(log_path, ?), reason=? WHERE run_id=?",
             (cmd.started_at, cmd.pid, cmd.exit_code, cmd.signal, cmd.log_path,
+             run.reason if run.reason and run.reason.endswith(note) else
              f"{run.reason}; {note}" if run.reason else note, run.run_id))
 
     def _retry_never_started(self, index: int, run: Run, at: float, effects) -> int | None:
