@@ -19,6 +19,7 @@ import logging
 from ..config import Config
 from ..decisions import claims
 from ..errors import CronrdError
+from ..jobspec import JobSpec
 from ..state import commands as C
 from ..state import queries as Q
 from ..state.machine import Effect
@@ -228,10 +229,11 @@ class Leadership:
         self.placement.begin()
         proposals = []
         specs: dict[str, list[str] | None] = {}
+        spec_of: dict[str, JobSpec | None] = {}
         members = set(self.members.member_ids())
         for run in runs:
             if run.job not in specs:
-                spec = Q.job_spec(self.conn, run.job)
+                spec = spec_of[run.job] = Q.job_spec(self.conn, run.job)
                 specs[run.job] = [] if spec is None else self.placement.eligible(spec)
                 if spec is not None and spec.run_on.mode == "nodes" and \
                         not members & set(spec.run_on.values):
@@ -246,7 +248,10 @@ class Leadership:
                     reason="no member can run it any more (its node was removed)"))))
                 continue
             if run.target:
-                if run.target not in ready:
+                # Its node or none: a suspect (it missed another run's claim)
+                # still gets it, as nobody else could.
+                if spec_of[run.job] is None or run.target not in \
+                        self.placement.eligible(spec_of[run.job], trusted=False):
                     continue  # a per-node run waits for its node
                 node = run.target
             elif not ready:

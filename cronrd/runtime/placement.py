@@ -102,10 +102,12 @@ class Placement:
         node = self.pick([n.id for n in ready], f"{spec.name}/{fire_time}")
         return [Choice(node, "", None)]
 
-    def eligible(self, spec: JobSpec) -> list[str]:
-        """The members that may take a run of ``spec`` now (for a retry)."""
-        return [n.id for n in _trusted([n for n in self._views() if n.healthy and
-                                        n.state in TAKES_RUNS and fits(spec.run_on, n)])]
+    def eligible(self, spec: JobSpec, *, trusted: bool = True) -> list[str]:
+        """The members that may take a run of ``spec`` now (for a retry);
+        with ``trusted``, those that did not miss a claim lately first."""
+        ready = [n for n in self._views() if n.healthy and
+                 n.state in TAKES_RUNS and fits(spec.run_on, n)]
+        return [n.id for n in (_trusted(ready) if trusted else ready)]
 
     def pick(self, candidates: list[str], key: str) -> str:
         load = self._loads()

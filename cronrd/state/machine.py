@@ -450,6 +450,7 @@ class StateMachine:
             "exit_code=COALESCE(exit_code, ?), signal=COALESCE(signal, ?), "
             "log_path=COALESCE(log_path, ?), reason=? WHERE run_id=?",
             (cmd.started_at, cmd.pid, cmd.exit_code, cmd.signal, cmd.log_path,
+             run.reason if run.reason and run.reason.endswith(note) else
              f"{run.reason}; {note}" if run.reason else note, run.run_id))
 
     def _retry_never_started(self, index: int, run: Run, at: float, effects) -> int | None:
@@ -546,6 +547,10 @@ class StateMachine:
         """A node may start a run once its claim is committed: the run is
         assigned to it under the same token and nobody moved it first. A
         claim again is won again (a retried proposal)."""
+        if not isinstance(cmd.at, (int, float)) or isinstance(cmd.at, bool):
+            # A won claim must leave claimed_at set (ReplaceRuns moves only
+            # runs without one): a claim with no time would be won and moved.
+            raise Refused("claim_runs: at must be a number")
         won, lost = [], {}
         for run_id, token in _pairs(cmd.claims, 2, "claims"):
             run = Q.get_run(self.conn, run_id)

@@ -793,3 +793,38 @@ def test_a_run_handed_back_before_its_fire_time_is_retried_at_that_time_not_at_o
     c.claim("a", rid2)
     (r2,) = c.apply(C.NodeLost(node="a", at=T0 + 25, reason="silent"))["retries"]
     assert c.run(r2).due_at == T0 + 25
+
+
+
+def test_a_claim_without_a_time_is_refused_so_a_won_run_is_always_claimed():
+    """A ClaimRuns from a peer whose ``at`` is not a number (null) was won
+    but left claimed_at NULL: the leader could then move a run its node had
+    been told it may start, and two nodes started it."""
+    c = Cluster()
+    c.put_on("a")
+    rid = c.fire(T0 + 1, node="a")["run_id"]
+    token = c.run(rid).token
+    for at in (None, "soon", True, [1]):
+        with pytest.raises(Refused):
+            c.apply(C.ClaimRuns(node="a", at=at, claims=[[rid, token]]))
+    assert c.run(rid).claimed_at is None
+    assert c.claim("a", rid, at=T0 + 0.9)["won"] == [rid]
+    assert c.move(rid, "b")["kept"] == [rid]
+
+
+def test_a_lost_attempts_late_word_retried_is_written_once():
+    """The node's late report proposed again (a forward retried after a
+    timeout, the outbox replayed at restart) does not repeat the note."""
+    c = Cluster()
+    c.put_on("a")
+    rid = c.fire(T0 + 1, node="a")["run_id"]
+    c.claim("a", rid)
+    c.start(rid, node="a")
+    c.apply(C.NodeLost(node="a", at=T0 + 30, reason="node a is silent"))
+    token = c.run(rid).token
+    for _ in range(2):
+        c.apply(C.RunFinished(run_id=rid, token=token, node="a", state="succeeded",
+                              exit_code=0, signal=None, started_at=T0 + 1,
+                              finished_at=T0 + 2, log_path="/l", pid=7))
+    reason = c.run(rid).reason
+    assert reason.count("reported later") == 1, reason
