@@ -7,12 +7,15 @@ after it was placed, if that was later) is moved to another node: the node
 is dead, cut off, paused or overloaded, and the log's order makes the move
 safe (its claim, if it still comes, loses). Each move gives the next node
 one more ``grace`` to claim, so a cluster too slow to commit within
-``grace`` moves a run ever more slowly rather than back and forth.
+``grace`` moves a run ever more slowly rather than back and forth. A node
+whose clock is behind the leader's (within max_clock_offset) asks that much
+later by the leader's clock: its deadline moves back by as much
+(``behind``), or it would lose every run it is given.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from ..state.run import Run
 
@@ -25,24 +28,27 @@ def moves(run: Run) -> int:
     return len(run.moved_from.split(",")) if run.moved_from else 0
 
 
-def claim_deadline(run: Run, grace: float = CLAIM_GRACE) -> float:
-    """When the run must be claimed by (wall clock)."""
-    return max(run.due_at or 0.0, run.assigned_at or 0.0) + grace * (1 + moves(run))
+def claim_deadline(run: Run, grace: float = CLAIM_GRACE, behind: float = 0.0) -> float:
+    """When the run must be claimed by (the leader's wall clock); ``behind``:
+    how far its node's clock is behind the leader's (s)."""
+    return (max(run.due_at or 0.0, run.assigned_at or 0.0) + grace * (1 + moves(run))
+            + max(0.0, behind))
 
 
-def overdue(now: float, runs: Iterable[Run], grace: float = CLAIM_GRACE) -> list[Run]:
+def overdue(now: float, runs: Iterable[Run], grace: float = CLAIM_GRACE,
+            behind: Mapping[str, float] = {}) -> list[Run]:
     """Assigned runs nobody has claimed by their deadline, that may move: a
     per-node run (run_on: all) belongs to its node and waits for it."""
     return [r for r in runs
             if r.state == "assigned" and r.claimed_at is None and not r.target
-            and r.node and now >= claim_deadline(r, grace)]
+            and r.node and now >= claim_deadline(r, grace, behind.get(r.node, 0.0))]
 
 
-def next_deadline(runs: Iterable[Run], after: float,
-                  grace: float = CLAIM_GRACE) -> float | None:
+def next_deadline(runs: Iterable[Run], after: float, grace: float = CLAIM_GRACE,
+                  behind: Mapping[str, float] = {}) -> float | None:
     """The earliest claim deadline later than ``after`` among ``runs`` that
     may move, if any."""
-    times = [d for d in (claim_deadline(r, grace) for r in runs
+    times = [d for d in (claim_deadline(r, grace, behind.get(r.node or "", 0.0)) for r in runs
                          if r.state == "assigned" and r.claimed_at is None
                          and not r.target and r.node) if d > after]
     return min(times) if times else None

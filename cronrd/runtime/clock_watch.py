@@ -102,6 +102,10 @@ class ClockWatch:
                 out[node] = offset - (base - then)
         return out
 
+    def vs_leader(self) -> dict[str, float]:
+        """(Leader) every member's clock minus this leader's (s), fresh only."""
+        return self._ahead_of_leader() if self._is_leader() else {}
+
     def _median(self) -> float | None:
         """(Leader) the cluster's clock minus this leader's: the median of
         the largest group of agreeing clocks, once that group is more than

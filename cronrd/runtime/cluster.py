@@ -327,6 +327,13 @@ class Cluster:
         measured yet), or None (ClockWatch.fence)."""
         return self.clocks.fence()
 
+    def behind_leader(self) -> dict[str, float]:
+        """(On the leader) how many seconds each member's clock is behind
+        this leader's, as last measured (ahead: not listed)."""
+        if not self.node.is_leader:
+            return {}
+        return {n: -off for n, off in self.clocks.vs_leader().items() if off < 0}
+
     # -- leadership -----------------------------------------------------------------
     async def _watch_role(self) -> None:
         """Membership upkeep: when this node starts leading (its lease counts

@@ -168,14 +168,16 @@ class Leadership:
                 log.info("event=move_failed error=\"%s\"", exc)
             # Overdue runs that could not move are looked at again in a grace.
             now = self.clock.now()
-            due = claims.next_deadline(Q.unclaimed_runs(self.conn), after=now)
+            due = claims.next_deadline(Q.unclaimed_runs(self.conn), after=now,
+                                       behind=self.members.behind_leader())
             wait = claims.CLAIM_GRACE if due is None else due - now
             await asyncio.sleep(min(claims.CLAIM_GRACE, max(0.005, wait)))
 
     async def _move_unclaimed(self) -> None:
         if not self.log.is_leader or self.members.clock_fence() is not None:
             return  # deadlines by a clock that is off would move runs not yet due
-        late = [r for r in claims.overdue(self.clock.now(), Q.unclaimed_runs(self.conn))
+        late = [r for r in claims.overdue(self.clock.now(), Q.unclaimed_runs(self.conn),
+                                          behind=self.members.behind_leader())
                 if r.run_id not in self._moving]
         if not late:
             return

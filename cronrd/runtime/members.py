@@ -55,6 +55,7 @@ class Members(Protocol):
     def lease_fresh(self) -> bool: ...
     def start_fence(self) -> str | None: ...  # why runs may not start here now, or None
     def clock_fence(self) -> str | None: ...  # why this node's clock may not schedule now
+    def behind_leader(self) -> dict[str, float]: ...  # (leader) s each clock is behind it
     async def clock_ready(self) -> None: ...  # returns once this node's clock may schedule
     def member_ids(self) -> list[str]: ...
     def node_views(self) -> list[NodeView]: ...
@@ -106,6 +107,9 @@ class OneHost:
 
     def clock_fence(self) -> str | None:
         return None
+
+    def behind_leader(self) -> dict[str, float]:
+        return {}
 
     async def clock_ready(self) -> None:
         pass

@@ -32,7 +32,7 @@ from .active import ActiveRun
 
 log = logging.getLogger("cronrd.executor")
 
-LEAD_MIN = 0.003      # s: the least lead (a claim on loopback commits in ~1-3 ms)
+LEAD_MIN = 0.005      # s: the least lead (a claim on loopback commits in ~1-3 ms)
 LEAD_MAX = 0.25       # s: the most (a claim slower than this is late, not early)
 LEAD_FIRST = 0.02     # s: before any claim was timed
 RETRY = 0.05          # s between tries while there is no leader
@@ -54,11 +54,12 @@ class Claims:
         self.tasks: set[asyncio.Task] = set()
 
     def lead(self) -> float:
-        """How long before the fire time to ask: the median commit time of
-        recent claims, a little more, within LEAD_MIN..LEAD_MAX."""
+        """How long before the fire time to ask: twice the median commit time
+        of recent claims and 2 ms, within LEAD_MIN..LEAD_MAX (most claims are
+        in before the fire time; the window after is a few milliseconds)."""
         if not self._took:
             return LEAD_FIRST
-        return min(LEAD_MAX, max(LEAD_MIN, 1.2 * statistics.median(self._took)))
+        return min(LEAD_MAX, max(LEAD_MIN, 2 * statistics.median(self._took) + 0.002))
 
     def want(self, acts: Iterable[ActiveRun]) -> None:
         """Claim these runs (with this loop turn's others, in one command)."""
@@ -90,10 +91,11 @@ class Claims:
             sent = self.clock.monotonic()
             try:
                 result = await asyncio.wait_for(self.proposer.propose(cmd), TRY_TIMEOUT)
-            except Refused as exc:  # malformed: cannot happen; say so and give up
+            except Refused as exc:  # cannot happen (a bug): hand the runs back, unstarted
                 log.error("event=claim_refused runs=%d error=\"%s\"", len(acts), exc)
                 for act in acts:
-                    self.step(act, L.ClaimDecided(False, f"claim refused: {exc}"))
+                    self.step(act, L.Stop("lost", f"its claim was refused ({exc}); not "
+                                                  "started here"))
                 return
             except (CronrdError, asyncio.TimeoutError) as exc:
                 log.info("event=claim_retry runs=%d error=\"%s\"", len(acts),
@@ -109,6 +111,3 @@ class Claims:
                                               lost.get(str(rid), "claim not granted")))
             return
 
-    async def drain(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()

@@ -118,6 +118,9 @@ class Gates:
         if gate.claim_handle is not None:  # its claim timer has not run yet: claim first
             gate.claim_handle.cancel()
             self._claim(gate)
+        elif self.claim is not None and any(a.life.claim == "none" and not a.life.over
+                                            and a.life.stop_state is None for a in gate.runs):
+            self.claim(gate)  # held back at the claim time (fenced then): ask again now
         left = gate.ready_by - self.clock.now()
         if left > 0 and not all(_settled(a) for a in gate.runs):
             # A run's supervisor has not said spawned (or, switching to the

@@ -28,6 +28,10 @@ def test_a_run_must_be_claimed_a_grace_after_its_fire_time_or_its_placement():
     assert claims.claim_deadline(run(moved_from="b")) == T0 + 2 * G
     assert claims.claim_deadline(run(moved_from="b,c")) == T0 + 3 * G
     assert claims.moves(run()) == 0 and claims.moves(run(moved_from="b,c")) == 2
+    # A node whose clock is behind the leader's asks that much later; ahead: no change.
+    assert claims.claim_deadline(run(), behind=0.3) == T0 + G + 0.3
+    assert claims.claim_deadline(run(), behind=-0.3) == T0 + G
+    assert claims.overdue(T0 + G + 0.1, [run()], behind={"a": 0.3}) == []
 
 
 def test_only_assigned_unclaimed_movable_runs_past_their_deadline_are_overdue():

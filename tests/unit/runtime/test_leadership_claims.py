@@ -16,8 +16,10 @@ from tests.unit.state.test_state_cluster import Cluster
 
 
 class Clock:
+    at = T0 + 10
+
     def now(self) -> float:
-        return T0 + 10
+        return self.at
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -43,8 +45,13 @@ class Members:
     def member_ids(self):
         return ["a", "b"]
 
+    behind: dict = {}
+
     def clock_fence(self):
         return None
+
+    def behind_leader(self):
+        return self.behind
 
 
 def test_a_per_node_run_goes_to_its_node_even_while_that_node_is_a_suspect():
@@ -66,3 +73,29 @@ def test_a_per_node_run_goes_to_its_node_even_while_that_node_is_a_suspect():
     lead.suspects["a"] = time.monotonic()  # a missed another run's claim just now
     asyncio.run(lead._place_pending())
     assert (c.run(retry.run_id).state, c.run(retry.run_id).node) == ("assigned", "a")
+
+
+def test_an_unclaimed_run_moves_after_the_grace_and_a_node_behind_gets_as_much_longer():
+    """Found in review: a node 0.3 s behind the leader (within
+    max_clock_offset) asks for its claims 0.3 s later by the leader's clock;
+    with a fixed grace it would lose every run it is given."""
+    c = Cluster()
+    c.put_on("a")
+    ra = c.fire(T0 + 20, node="a")["run_id"]
+    rb = c.fire(T0 + 21, node="b", due_at=T0 + 20, at=T0 + 19.3)["run_id"]
+    members = Members()
+    members.behind = {"b": 0.3}
+    clock = Clock()
+    lead = Leadership(types.SimpleNamespace(node_id="a"), LeaderLog(c), c.sm.conn, clock,
+                      members)
+    clock.at = T0 + 20 + 0.24
+    asyncio.run(lead._move_unclaimed())
+    assert (c.run(ra).node, c.run(rb).node) == ("a", "b")   # within the grace
+    clock.at = T0 + 20 + 0.26
+    asyncio.run(lead._move_unclaimed())
+    assert c.run(ra).node == "b" and c.run(ra).moved_from == "a"
+    assert c.run(rb).node == "b"                             # 0.3 s more for b
+    assert "a" in lead.suspects and "b" not in lead.suspects
+    clock.at = T0 + 20 + 0.56
+    asyncio.run(lead._move_unclaimed())
+    assert c.run(rb).node == "a" and c.run(rb).moved_from == "b"

@@ -142,3 +142,22 @@ def test_the_lead_follows_how_long_claims_take_within_bounds():
         slow._took.extend([5.0] * 3)
         assert slow.lead() == CL.LEAD_MAX
     asyncio.run(main())
+
+
+def test_a_refused_claim_hands_the_run_back_not_started_to_be_reported():
+    class Refusing:
+        async def propose(self, cmd):
+            from cronrd.state.machine import Refused
+            raise Refused("claims: a non-empty list is required")
+
+    async def main():
+        sm, log, acts = await setup(1)
+        claims = CL.Claims("a", Refusing(), Clock(), stepper([]))
+        claims.want(acts)
+        await asyncio.sleep(0.05)
+        life = acts[0].life
+        assert (life.stop_state, life.claim) == ("lost", "asking")
+        life, actions = L.step(life, L.Exited(9, 0, T0))
+        (report,) = [a for a in actions if isinstance(a, L.Report)]
+        assert report.state == "lost" and report.not_started  # retried, whatever the policy
+    asyncio.run(main())

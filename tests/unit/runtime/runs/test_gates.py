@@ -115,3 +115,37 @@ def test_the_pending_gates_times_are_what_the_heap_waits_for():
         gates.close_all()
         assert gates.times() == []
     asyncio.run(main())
+
+
+def test_claims_are_asked_before_the_gate_and_again_at_it_for_runs_held_back():
+    """In a cluster a gate asks for its runs' claims ``lead`` before its time
+    and opens only for runs whose claim is decided; runs whose claim was held
+    back then (the node was fenced a moment) are asked for again at the gate."""
+    async def main():
+        clock = Clock()
+        released, asked = [], []
+        withhold = {"on": True}
+
+        def claim(gate):
+            asked.append((clock.now() - gate.due, [a.life.claim for a in gate.runs]))
+            for a in gate.runs:
+                if not withhold["on"] and a.life.claim == "none":
+                    a.life = L.step(a.life, L.ClaimAsked())[0]
+                    a.life = L.step(a.life, L.ClaimDecided(True))[0]
+                    gates.settled(a)
+        gates = Gates(clock, lambda g: (released.append(clock.now()), g.open(0)), claim,
+                      lead=lambda: 0.05)
+        due = clock.now() + 0.1
+        gate = gates.at(due)
+        run = act()
+        run.life = L.Life(phase=L.Phase.WAITING, pid=10, ready=True)  # claim: none
+        run.gate = gate
+        gate.runs.append(run)
+        await asyncio.sleep(0.07)
+        assert len(asked) == 1 and -0.06 < asked[0][0] < -0.04  # lead before its time
+        assert released == []
+        withhold["on"] = False  # the fence has cleared
+        await asyncio.sleep(0.1)
+        assert len(asked) == 2 and asked[1][0] >= 0 and run.life.claim == "won"
+        assert len(released) == 1
+    asyncio.run(main())
