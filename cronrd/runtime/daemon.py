@@ -48,6 +48,7 @@ HOUSEKEEPING_INTERVAL = 600.0
 ANNOUNCE_INTERVAL = 1.0   # seconds between checks that this node's record says what it wants
 HAND_OVER_PATIENCE = 3.0  # seconds a stopping node waits for its runs due in the next moments
 DUE_SOON = 2.0            # ... that is, due within this many seconds
+SETTLE_JOBS = 5.0         # seconds the first look at the job files waits for a leader to take them
 
 
 class JournalFormatter(logging.Formatter):
@@ -170,7 +171,7 @@ class Daemon:
         cfg = self.config
         # Job files first: runs left from before the restart are settled
         # against the current definitions (a fixed or deleted file counts).
-        await self.watcher.reload()
+        await self.watcher.settle(SETTLE_JOBS)
         replayed = self.executor.replay_outbox()
         settled = await self.executor.reconcile()
         if settled["lost"] or settled["resumed"] or replayed:

@@ -137,13 +137,26 @@ class Watcher:
         errors = [r for r in results if isinstance(r, BaseException)]
         for e in errors:
             log.error("event=job_update_failed error=\"%s\"", e)
-        if any(_transient(e) for e in errors):
+        again = any(_transient(e) for e in errors)
+        if again:
             # No leader, a timeout, a forward that failed, a leader's clock
             # not measured yet: not the change's fault. Only differences are
             # proposed: the next look tries again.
             self._fingerprint = None
         return {"jobs": len(desired), "changes": len(futures), "kept": kept,
-                "problems": [str(p) for p in problems]}
+                "problems": [str(p) for p in problems], **({"again": True} if again else {})}
+
+    async def settle(self, patience: float) -> dict:
+        """The first look at the daemon's start: again (every 0.1 s) while
+        its changes wait for a leader or the leader's clock, for at most
+        ``patience`` seconds, so that a started daemon has its jobs."""
+        deadline = self.clock.monotonic() + patience
+        while True:
+            result = await self.reload()
+            if not (result.get("held") or result.get("again")) or \
+                    self.clock.monotonic() >= deadline:
+                return result
+            await asyncio.sleep(0.1)
 
     def _dir_unreadable(self, result) -> bool:
         # A missing or unreadable directory must not wipe every job.

@@ -88,3 +88,23 @@ def test_a_new_job_waits_while_this_leaders_clock_is_not_good(tmp_path, caplog):
         assert job[2] == int(T0)  # its schedule starts at its creation, by a good clock
     asyncio.run(main())
     assert sum("event=job_changes_held" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_first_look_at_start_waits_a_bounded_while_for_the_leaders_clock(tmp_path):
+    held = {"why": "has not measured its clock against the cluster's yet", "looks": 0}
+
+    def hold():
+        held["looks"] += 1
+        return held["why"] if held["looks"] < 4 else None
+
+    async def main():
+        sm, prop, w = setup(tmp_path, hold=hold)
+        w.clock = type("C", (), {"now": lambda self: T0,
+                                 "monotonic": lambda self: asyncio.get_running_loop().time()})()
+        res = await w.settle(5.0)
+        assert "held" not in res and Q.job_names(sm.conn) == ["a"] and held["looks"] == 4
+        held["looks"], held["why"] = -10**6, "off"  # never good: gives up after patience
+        (tmp_path / "b.yaml").write_text("schedule: '* * * * *'\ncommand: 'true'\n")
+        res = await w.settle(0.3)
+        assert res["held"] == "off" and Q.job_names(sm.conn) == ["a"]
+    asyncio.run(main())
