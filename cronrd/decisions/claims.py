@@ -20,6 +20,7 @@ from typing import Iterable, Mapping
 from ..state.run import Run
 
 CLAIM_GRACE = 0.25   # s after its fire time a run must be claimed by (leader's clock)
+STUCK_AFTER = 2.0    # s more for a node that answers the leader: slow, not gone
 SUSPECT_FOR = 2.0    # s a node that missed a claim gets no new runs (unless nothing else can)
 
 
@@ -36,19 +37,27 @@ def claim_deadline(run: Run, grace: float = CLAIM_GRACE, behind: float = 0.0) ->
 
 
 def overdue(now: float, runs: Iterable[Run], grace: float = CLAIM_GRACE,
-            behind: Mapping[str, float] = {}) -> list[Run]:
+            behind: Mapping[str, float] = {}, responsive: Iterable[str] = ()) -> list[Run]:
     """Assigned runs nobody has claimed by their deadline, that may move: a
-    per-node run (run_on: all) belongs to its node and waits for it."""
+    per-node run (run_on: all) belongs to its node and waits for it. A node
+    that answers the leader (``responsive``: healthy, heartbeats answered
+    within a few ticks) is slow, not gone: its claims are on their way (a
+    cluster short of CPU commits late); its runs move only STUCK_AFTER later."""
+    alive = set(responsive)
     return [r for r in runs
             if r.state == "assigned" and r.claimed_at is None and not r.target
-            and r.node and now >= claim_deadline(r, grace, behind.get(r.node, 0.0))]
+            and r.node and now >= claim_deadline(r, grace, behind.get(r.node, 0.0))
+            + (STUCK_AFTER if r.node in alive else 0.0)]
 
 
 def next_deadline(runs: Iterable[Run], after: float, grace: float = CLAIM_GRACE,
-                  behind: Mapping[str, float] = {}) -> float | None:
+                  behind: Mapping[str, float] = {}, responsive: Iterable[str] = ()
+                  ) -> float | None:
     """The earliest claim deadline later than ``after`` among ``runs`` that
     may move, if any."""
-    times = [d for d in (claim_deadline(r, grace, behind.get(r.node or "", 0.0)) for r in runs
+    alive = set(responsive)
+    times = [d for d in (claim_deadline(r, grace, behind.get(r.node or "", 0.0))
+                         + (STUCK_AFTER if r.node in alive else 0.0) for r in runs
                          if r.state == "assigned" and r.claimed_at is None
                          and not r.target and r.node) if d > after]
     return min(times) if times else None

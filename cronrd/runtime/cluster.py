@@ -34,6 +34,7 @@ from ..decisions import duties
 from .clock import Clock
 from ..decisions.clocks import relative as describe_offset
 from .clock_watch import ClockWatch
+from .forwarding import BATCH as FORWARD_BATCH, Forwarder
 from .cluster_admin import ClusterAdmin
 from .lease_keeper import LeaseKeeper
 from .peer_rpc import Handler, PeerError, PeerRPC
@@ -52,6 +53,7 @@ DUTY_INTERVAL = 0.25     # the leader's housekeeping: node loss, placement, prom
 ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
+RESPONSIVE = 4 * TICK    # a member that answered the leader this recently is alive
 
 
 class Cluster:
@@ -96,6 +98,8 @@ class Cluster:
                                  cc.election_timeout)
         handlers: dict[str, Handler] = {}
         self.rpc = PeerRPC(self.node_id, self.transport, handlers)
+        self.forwarder = Forwarder(lambda leader, args: self.rpc.call(
+            leader, "propose", args, timeout=FORWARD_TIMEOUT))
         # Who may speak on the peer port (peer_trust.py), and the requests
         # only the leader carries out (cluster_admin.py).
         self.trust = PeerTrust(self.node_id, cc, clock, self.conn, self.node, self.log,
@@ -327,6 +331,13 @@ class Cluster:
         measured yet), or None (ClockWatch.fence)."""
         return self.clocks.fence()
 
+    def responsive(self) -> set[str]:
+        """(On the leader) the healthy members (clock within bounds, not
+        draining) that answered this leader within RESPONSIVE seconds: a run
+        they have not claimed yet is on its way, not stranded."""
+        ages = {v.id: self.lease.ack_age(v.id) for v in self.node_views() if v.healthy}
+        return {node for node, age in ages.items() if age is not None and age < RESPONSIVE}
+
     def behind_leader(self) -> dict[str, float]:
         """(On the leader) how many seconds each member's clock is behind
         this leader's, as last measured (ahead: not listed)."""
@@ -478,11 +489,25 @@ class Cluster:
 
     # -- peer requests ------------------------------------------------------------------
     async def _rpc_propose(self, frm: str, args: dict) -> Any:
+        """A member's proposals: one (``cmd``) or a batch (``cmds``, each
+        answered on its own: forwarding.py)."""
         self.trust.require_member(frm)
         if not self.node.is_leader:
             raise NotLeader(self.node.leader or None)
+        if "cmds" not in args:
+            return await self._propose_for(frm, args.get("cmd", ""))
+        cmds = args["cmds"]
+        if not isinstance(cmds, list) or not 0 < len(cmds) <= FORWARD_BATCH:
+            raise RequestError(f"propose: cmds must be a list of 1 to {FORWARD_BATCH} commands")
+        results = await asyncio.gather(*(self._propose_for(frm, c) for c in cmds),
+                                       return_exceptions=True)
+        return {"results": [
+            {"error": str(r), "kind": type(r).__name__, "leader": getattr(r, "leader", None)}
+            if isinstance(r, BaseException) else {"ok": r} for r in results]}
+
+    async def _propose_for(self, frm: str, text: Any) -> Any:
         try:
-            cmd = check_forwarded(C.decode(str(args.get("cmd", ""))), frm)
+            cmd = check_forwarded(C.decode(str(text)), frm)
             cmd = self._leader_view(cmd, frm)
         except CronrdError as exc:
             log.warning("event=forwarded_refused from=%s error=\"%s\"", frm, exc)
@@ -518,8 +543,7 @@ class Cluster:
 
     async def _forward(self, leader: str, data: bytes) -> Any:
         """A follower's proposal, to the leader through the checked request."""
-        return await self.rpc.call(leader, "propose", {"cmd": data.decode()},
-                                   timeout=FORWARD_TIMEOUT)
+        return await self.forwarder.forward(leader, data)
 
     async def clock_ready(self) -> None:
         """Return once this leader's clock is known to be within bounds (it

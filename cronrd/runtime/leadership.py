@@ -169,7 +169,8 @@ class Leadership:
             # Overdue runs that could not move are looked at again in a grace.
             now = self.clock.now()
             due = claims.next_deadline(Q.unclaimed_runs(self.conn), after=now,
-                                       behind=self.members.behind_leader())
+                                       behind=self.members.behind_leader(),
+                                       responsive=self.members.responsive())
             wait = claims.CLAIM_GRACE if due is None else due - now
             await asyncio.sleep(min(claims.CLAIM_GRACE, max(0.005, wait)))
 
@@ -177,7 +178,8 @@ class Leadership:
         if not self.log.is_leader or self.members.clock_fence() is not None:
             return  # deadlines by a clock that is off would move runs not yet due
         late = [r for r in claims.overdue(self.clock.now(), Q.unclaimed_runs(self.conn),
-                                          behind=self.members.behind_leader())
+                                          behind=self.members.behind_leader(),
+                                          responsive=self.members.responsive())
                 if r.run_id not in self._moving]
         if not late:
             return

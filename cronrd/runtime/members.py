@@ -56,6 +56,7 @@ class Members(Protocol):
     def start_fence(self) -> str | None: ...  # why runs may not start here now, or None
     def clock_fence(self) -> str | None: ...  # why this node's clock may not schedule now
     def behind_leader(self) -> dict[str, float]: ...  # (leader) s each clock is behind it
+    def responsive(self) -> set[str]: ...  # (leader) healthy members answering it just now
     async def clock_ready(self) -> None: ...  # returns once this node's clock may schedule
     def member_ids(self) -> list[str]: ...
     def node_views(self) -> list[NodeView]: ...
@@ -110,6 +111,9 @@ class OneHost:
 
     def behind_leader(self) -> dict[str, float]:
         return {}
+
+    def responsive(self) -> set[str]:
+        return {self.config.node_id}
 
     async def clock_ready(self) -> None:
         pass

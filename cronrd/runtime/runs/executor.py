@@ -38,7 +38,7 @@ from . import records
 from . import restart
 from .active import ActiveRun
 from .claims import Claims
-from .gates import READY_WAIT, Gate, Gates
+from .gates import CLAIM_WAIT, READY_WAIT, Gate, Gates
 from .launch import Identities
 from .logs import prune_logs
 from .outbox import Outbox
@@ -294,7 +294,7 @@ class Executor:
                 # not start, and whoever holds it next runs it.
                 verdict = L.GateOpen(now, "lost", (
                     f"node {self.node_id} could not get its claim on the run committed "
-                    f"within {READY_WAIT:g}s of the fire time (no leader reachable?); not "
+                    f"within {CLAIM_WAIT:g}s of the fire time (no leader reachable?); not "
                     "started here"))
             elif not act.life.pid:
                 verdict = L.GateOpen(now, "failed", (

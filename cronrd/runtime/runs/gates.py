@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("cronrd.executor")
 
 READY_WAIT = 2.0  # longest a gate waits for a run prepared at or before its time to be ready
+CLAIM_WAIT = 10.0  # ... and for the claims of runs that are ready (a cluster short of CPU
+                   # commits them late; the leader moves them if this node stops answering)
 
 
 @dataclass
@@ -121,8 +123,12 @@ class Gates:
         elif self.claim is not None and any(a.life.claim == "none" and not a.life.over
                                             and a.life.stop_state is None for a in gate.runs):
             self.claim(gate)  # held back at the claim time (fenced then): ask again now
-        left = gate.ready_by - self.clock.now()
-        if left > 0 and not all(_settled(a) for a in gate.runs):
+        now = self.clock.now()
+        left = gate.ready_by - now
+        waiting = [a for a in gate.runs if not _settled(a)]
+        if waiting and all(a.life.ready for a in waiting):
+            left = max(left, gate.due + CLAIM_WAIT - now)  # only claims outstanding
+        if left > 0 and waiting:
             # A run's supervisor has not said spawned (or, switching to the
             # job's user, ready) yet, or its claim is not decided: opened
             # when they are, or at ready_by.

@@ -32,6 +32,11 @@ def test_a_run_must_be_claimed_a_grace_after_its_fire_time_or_its_placement():
     assert claims.claim_deadline(run(), behind=0.3) == T0 + G + 0.3
     assert claims.claim_deadline(run(), behind=-0.3) == T0 + G
     assert claims.overdue(T0 + G + 0.1, [run()], behind={"a": 0.3}) == []
+    # A node answering the leader is slow, not gone: STUCK_AFTER more.
+    S = claims.STUCK_AFTER
+    assert claims.overdue(T0 + G + S - 0.01, [run()], responsive={"a"}) == []
+    assert len(claims.overdue(T0 + G + S, [run()], responsive={"a"})) == 1
+    assert claims.next_deadline([run()], after=T0, responsive={"a"}) == T0 + G + S
 
 
 def test_only_assigned_unclaimed_movable_runs_past_their_deadline_are_overdue():
