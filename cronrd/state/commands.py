@@ -280,6 +280,8 @@ def decode(data: bytes | str) -> Command:
     """Decode a command from the log. Raises StateError on garbage."""
     try:
         body: dict[str, Any] = json.loads(data)
+        if not isinstance(body, dict):
+            raise TypeError("a command is a JSON object")
         cls = COMMANDS[body.pop("op")]
         return cls(**body)
     except (ValueError, KeyError, TypeError) as exc:

@@ -308,3 +308,38 @@ def test_a_member_lying_about_its_clock_harms_only_itself(tls_cluster, tls_dir):
     assert members[victim] is not None and abs(members[victim] - 30000) < 1000, members
     assert all(abs(v) < 500 for n, v in members.items() if n != victim and v is not None)
     assert lead.call("status")["clock_off"] is False and tls_cluster.leader() is lead
+
+
+def test_a_batch_of_proposals_is_checked_one_by_one_and_bad_batches_are_refused(
+        tls_cluster, tls_dir, tmp_path):
+    """Forwarded proposals travel in batches (runtime/forwarding.py): each
+    command of a batch is checked as one alone would be, a forged one is
+    refused without taking the others with it, and a malformed batch is
+    refused whole, without harm to the leader."""
+    lead = tls_cluster.leader()
+    lid = lead.config["node_id"]
+    victim = "b" if lid != "b" else "c"
+    other = next(n for n in "abc" if n not in (lid, victim))
+    tls_cluster[victim].terminate()
+    host, port = _addr(tls_cluster.addrs[victim])
+    good = C.Audit(node=victim, uid=0, user="root", pid=1, command="pause", target="x",
+                   allowed=False, at=time.time(), detail="from a batch")
+    forged_claim = C.ClaimRuns(node=other, claims=[[1, 1]], at=time.time())
+    bad_claim = C.ClaimRuns(node=victim, claims="all of them", at=time.time())
+    batch = [good.encode().decode(), forged_claim.encode().decode(),
+             bad_claim.encode().decode(), "{not json", 42]
+    res = _call_as(victim, host, port, tls_dir, lid, _addr(tls_cluster.addrs[lid]), "propose",
+                   [{"cmds": batch}, {"cmds": "x"}, {"cmds": []},
+                    {"cmds": [good.encode().decode()] * 65}])
+    answer = res[0]
+    assert isinstance(answer, dict) and len(answer["results"]) == 5, answer
+    ok, forged, bad, garbage, number = answer["results"]
+    assert "ok" in ok
+    assert forged["kind"] == "PermissionDenied" and "speaks only for itself" in forged["error"]
+    assert bad["kind"] == "Refused" and "non-empty list" in bad["error"]
+    assert "error" in garbage and "error" in number
+    for refused in res[1:]:
+        assert isinstance(refused, PeerError) and refused.kind == "RequestError", refused
+    wait_for(lambda: any(a["detail"] == "from a batch" for a in lead.call("audit")["records"]),
+             10, what="the good command of the batch committed")
+    assert tls_cluster.leader() is lead and lead.call("status")["ready"]

@@ -268,10 +268,14 @@ def test_commands_round_trip_and_garbage_is_rejected():
             C.Fire(job="j", fire_time=5, kind="scheduled", node="n", due_at=5.2, at=4.9),
             C.RunFinished(run_id=1, token=2, node="n", state="failed", exit_code=1,
                           signal=None, started_at=1.0, finished_at=2.0, log_path=None),
-            C.Prune(before=1.0, at=2.0)]
+            C.Prune(before=1.0, at=2.0),
+            C.ClaimRuns(node="n", claims=[[1, 2]], at=3.0),
+            C.ReplaceRuns(moves=[[1, 2, "m"]], at=3.0, reason="not claimed")]
     for cmd in cmds:
         assert C.decode(cmd.encode()) == cmd
-    for junk in (b"", b"{}", b'{"op": "nope"}', b'{"op": "prune"}', b"\xff"):
+    # Not an object at all (a peer's forwarded batch may hold anything).
+    for junk in (b"", b"{}", b'{"op": "nope"}', b'{"op": "prune"}', b"\xff", b"42", b"[]",
+                 b'"op"', b"null"):
         with pytest.raises(StateError):
             C.decode(junk)
 
