@@ -56,6 +56,11 @@ PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
 RESPONSIVE = 4 * TICK    # a member that answered the leader this recently is alive
 
 
+class ClockNotGood(StateError):
+    """A forwarded new job while this leader's clock is not known good (the
+    sender sees a StateError and tries again)."""
+
+
 class Cluster:
     duty_interval = DUTY_INTERVAL
     claims = True   # a node starts a run only once its claim is committed (claims.py)
@@ -509,6 +514,9 @@ class Cluster:
         try:
             cmd = check_forwarded(C.decode(str(text)), frm)
             cmd = self._leader_view(cmd, frm)
+        except ClockNotGood as exc:  # not the sender's fault: it tries again
+            log.info("event=forwarded_deferred from=%s error=\"%s\"", frm, exc)
+            raise
         except CronrdError as exc:
             log.warning("event=forwarded_refused from=%s error=\"%s\"", frm, exc)
             raise
@@ -527,7 +535,7 @@ class Cluster:
         if isinstance(cmd, C.PutJob) and self.clocks.fence() is not None \
                 and Q.job_spec(self.conn, cmd.name) is None:
             # A new job's schedule starts at its creation time, this clock's.
-            raise StateError(f"the leader's clock {self.clocks.fence()}; a new job waits until "
+            raise ClockNotGood(f"the leader's clock {self.clocks.fence()}; a new job waits until "
                              "it is measured good (the sender tries again)")
         if dataclasses.is_dataclass(cmd) and "at" in {f.name for f in dataclasses.fields(cmd)}:
             cmd = dataclasses.replace(cmd, at=now)

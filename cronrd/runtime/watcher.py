@@ -136,8 +136,13 @@ class Watcher:
         results = await asyncio.gather(*futures, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for e in errors:
-            log.error("event=job_update_failed error=\"%s\"", e)
+            if not _transient(e):
+                log.error("event=job_update_failed error=\"%s\"", e)
         again = any(_transient(e) for e in errors)
+        if again:  # once per look, not once per job: it is tried again anyway
+            log.info("event=job_update_deferred count=%d error=\"%s\" hint=\"tried again "
+                     "in %gs\"", sum(map(_transient, errors)),
+                     next(e for e in errors if _transient(e)), self.interval)
         if again:
             # No leader, a timeout, a forward that failed, a leader's clock
             # not measured yet: not the change's fault. Only differences are

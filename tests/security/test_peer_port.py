@@ -84,6 +84,18 @@ def _propose_as(rogue_id, host, port, tls_dir, to, addr, cmds, timeout=4.0):
                     [{"cmd": cmd.encode().decode()} for cmd in cmds], timeout)
 
 
+def _impersonate(cluster):
+    """Stop a follower (the victim) so that a rogue can speak as it from its
+    own address: (leader, leader id, victim, the third node, host, port)."""
+    lead = cluster.leader()
+    lid = lead.config["node_id"]
+    victim = "b" if lid != "b" else "c"
+    other = next(n for n in "abc" if n not in (lid, victim))
+    cluster[victim].terminate()
+    host, port = _addr(cluster.addrs[victim])
+    return lead, lid, victim, other, host, port
+
+
 def _put_job(node: str, marker: str) -> C.PutJob:
     from cronrd.jobspec import parse_job_text
     (spec,) = parse_job_text(f"schedule: '* * * * * *'\ncommand: [touch, {marker}]\n"
@@ -135,12 +147,7 @@ def test_messages_of_every_type_from_a_stranger_change_nothing(tls_cluster, tls_
 
 def test_a_member_cannot_speak_for_another_node_or_for_the_leader(tls_cluster, tls_dir,
                                                                    tmp_path):
-    lead = tls_cluster.leader()
-    lid = lead.config["node_id"]
-    victim = "b" if lid != "b" else "c"
-    other = next(n for n in "abc" if n not in (lid, victim))
-    tls_cluster[victim].terminate()
-    host, port = _addr(tls_cluster.addrs[victim])  # impersonate it on its own address
+    lead, lid, victim, other, host, port = _impersonate(tls_cluster)
     forged = [
         C.RunStarted(run_id=1, token=1, node=other, pid=1, started_at=time.time(),
                      log_path="/etc/shadow"),
@@ -238,12 +245,7 @@ def test_a_raw_raft_proposal_from_a_member_commits_nothing(tls_cluster, tls_dir,
     propose peer request."""
     from cronrd.raft.types import ConfChange, ConfChangeType, Entry, EntryType
     marker = tmp_path / "raw"
-    lead = tls_cluster.leader()
-    lid = lead.config["node_id"]
-    victim = "b" if lid != "b" else "c"
-    other = next(n for n in "abc" if n not in (lid, victim))
-    tls_cluster[victim].terminate()
-    host, port = _addr(tls_cluster.addrs[victim])
+    lead, lid, victim, other, host, port = _impersonate(tls_cluster)
     entries = (Entry(0, 0, EntryType.NORMAL, _put_job(other, str(marker)).encode()),
                Entry(0, 0, EntryType.CONF, ConfChange(ConfChangeType.ADD_LEARNER,
                                                       "evil").encode()))
@@ -316,12 +318,7 @@ def test_a_batch_of_proposals_is_checked_one_by_one_and_bad_batches_are_refused(
     command of a batch is checked as one alone would be, a forged one is
     refused without taking the others with it, and a malformed batch is
     refused whole, without harm to the leader."""
-    lead = tls_cluster.leader()
-    lid = lead.config["node_id"]
-    victim = "b" if lid != "b" else "c"
-    other = next(n for n in "abc" if n not in (lid, victim))
-    tls_cluster[victim].terminate()
-    host, port = _addr(tls_cluster.addrs[victim])
+    lead, lid, victim, other, host, port = _impersonate(tls_cluster)
     good = C.Audit(node=victim, uid=0, user="root", pid=1, command="pause", target="x",
                    allowed=False, at=time.time(), detail="from a batch")
     forged_claim = C.ClaimRuns(node=other, claims=[[1, 1]], at=time.time())

@@ -736,6 +736,12 @@ def test_a_lost_attempts_late_word_is_written_into_its_record():
     after = c.run(rid)
     assert after.state == "lost" and after.exit_code == 0
     assert after.reason.endswith("node a reported later that it ran: succeeded (exit 0)")
+    # The same report again (a forward retried after a timeout, the outbox
+    # replayed at restart) does not repeat the note.
+    c.apply(C.RunFinished(run_id=rid, token=run.token, node="a", state="succeeded",
+                          exit_code=0, signal=None, started_at=T0 + 1, finished_at=T0 + 2,
+                          log_path="/l", pid=7))
+    assert c.run(rid).reason.count("reported later") == 1, c.run(rid).reason
     (retry,) = Q.pending_runs(c.sm.conn)  # attempt 2 stands (it may have run already)
     assert retry.attempt == 2
 
@@ -811,20 +817,3 @@ def test_a_claim_without_a_time_is_refused_so_a_won_run_is_always_claimed():
     assert c.claim("a", rid, at=T0 + 0.9)["won"] == [rid]
     assert c.move(rid, "b")["kept"] == [rid]
 
-
-def test_a_lost_attempts_late_word_retried_is_written_once():
-    """The node's late report proposed again (a forward retried after a
-    timeout, the outbox replayed at restart) does not repeat the note."""
-    c = Cluster()
-    c.put_on("a")
-    rid = c.fire(T0 + 1, node="a")["run_id"]
-    c.claim("a", rid)
-    c.start(rid, node="a")
-    c.apply(C.NodeLost(node="a", at=T0 + 30, reason="node a is silent"))
-    token = c.run(rid).token
-    for _ in range(2):
-        c.apply(C.RunFinished(run_id=rid, token=token, node="a", state="succeeded",
-                              exit_code=0, signal=None, started_at=T0 + 1,
-                              finished_at=T0 + 2, log_path="/l", pid=7))
-    reason = c.run(rid).reason
-    assert reason.count("reported later") == 1, reason
