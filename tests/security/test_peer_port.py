@@ -158,6 +158,8 @@ def test_a_member_cannot_speak_for_another_node_or_for_the_leader(tls_cluster, t
         C.NodeLost(node=other, at=time.time(), reason="forged"),
         C.RemoveNode(node=other, at=time.time()),
         C.Prune(before=time.time() + 1e6, at=time.time()),
+        C.ReplaceRuns(moves=[[1, 1, victim]], at=time.time(), reason="forged"),
+        C.ClaimRuns(node=other, claims=[[1, 1]], at=time.time()),
     ]
     res = _propose_as(victim, host, port, tls_dir, lid, _addr(tls_cluster.addrs[lid]), forged)
     for cmd, r in zip(forged, res):
@@ -303,9 +305,10 @@ def test_a_member_lying_about_its_clock_harms_only_itself(tls_cluster, tls_dir):
 
     res = _call_as(victim, host, port, tls_dir, lid, _addr(tls_cluster.addrs[lid]), "clock", [
         {"offset": "30"}, {"offset": 1e12}, {"offset": True}, {"offset": float("inf")},
-        {"offset": 0.0, "error": []}, {"offset": 30.0, "error": 0.001}])
-    assert all(isinstance(r, PeerError) and "clock:" in str(r) for r in res[:5]), res
-    assert isinstance(res[5], dict) and isinstance(res[5]["wall"], float)
+        {"offset": 0.0, "error": []}, {"offset": 0.0, "base": "x"},
+        {"offset": 0.0, "base": 1e300}, {"offset": 30.0, "error": 0.001}])
+    assert all(isinstance(r, PeerError) and "clock:" in str(r) for r in res[:7]), res
+    assert isinstance(res[7], dict) and isinstance(res[7]["wall"], float)
     members = offsets()
     assert members[victim] is not None and abs(members[victim] - 30000) < 1000, members
     assert all(abs(v) < 500 for n, v in members.items() if n != victim and v is not None)
