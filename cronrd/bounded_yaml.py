@@ -138,14 +138,56 @@ if hasattr(yaml, "CSafeLoader"):
             Resolver.__init__(self)
 
     FAST_LOADER: type = _BoundedCSafeLoader
+
+    def _plain(text: str) -> bool:
+        """True when the document has no alias and nests at most MAX_DEPTH
+        levels: then the bounds cannot be crossed (its tree is no bigger
+        than its text) and libyaml may compose it natively, which is twice
+        as fast as composing in Python. One pass over libyaml's events."""
+        from yaml.events import (AliasEvent as Alias, MappingEndEvent, MappingStartEvent,
+                                 ScalarEvent, SequenceEndEvent, SequenceStartEvent,
+                                 StreamEndEvent)
+        opening, closing = (MappingStartEvent, SequenceStartEvent), (MappingEndEvent,
+                                                                     SequenceEndEvent)
+        parser = CParser(text)
+        try:
+            depth = 0
+            get = parser.get_event
+            while True:
+                kind = type(get())
+                if kind is ScalarEvent:
+                    continue
+                if kind in opening:
+                    depth += 1
+                    if depth > MAX_DEPTH:
+                        return False
+                elif kind in closing:
+                    depth -= 1
+                elif kind is Alias:
+                    return False
+                elif kind is StreamEndEvent:
+                    return True
+        except yaml.YAMLError:
+            return False  # the bounded composer reports it
+        finally:
+            parser.dispose()
 else:  # pragma: no cover - PyYAML without libyaml
     FAST_LOADER = BoundedSafeLoader
+
+    def _plain(text: str) -> bool:
+        return False
 
 
 def compose(text: str, *, fast: bool = True) -> Node | None:
     """The node tree of a single-document string, or None if it is empty.
 
     Raises :class:`YAMLLimitError` past a bound, ``yaml.YAMLError`` on bad YAML."""
+    if fast and _plain(text):
+        loader = yaml.CSafeLoader(text)
+        try:
+            return loader.get_single_node()
+        finally:
+            loader.dispose()
     loader = (FAST_LOADER if fast else BoundedSafeLoader)(text)
     try:
         return loader.get_single_node()

@@ -56,12 +56,18 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
-def table(rows: list[list[Any]], headers: list[str]) -> None:
+def table(rows: list[list[Any]], headers: list[str], widths: list[int] | None = None,
+          header: bool = True) -> list[int]:
+    """Print rows in columns; ``widths``: the columns of the page before
+    (a later page keeps them, so its columns line up with the first's)."""
     cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths)).rstrip())
+    if widths is None:
+        widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    if header:
+        click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths)).rstrip())
     for r in cells:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return widths
 
 
 class Group(click.Group):
@@ -204,27 +210,60 @@ def status(obj: Ctx, consistent, as_json):
             click.echo(f"  {p}")
 
 
+JOBS_PAGE = 1000  # jobs asked for at once: the first page prints while the next is read
+
+
+def job_pages(client, consistent: bool, match: str | None):
+    """Every job, a page at a time (the daemon's `jobs` with limit/after)."""
+    after = None
+    while True:
+        page = client.call("jobs", read_args(consistent, {"limit": JOBS_PAGE, "after": after,
+                                                          "match": match}))
+        yield page["jobs"]
+        after = page["next"]
+        if after is None:
+            return
+        consistent = False  # the first page waited for the cluster already
+
+
 @main.command()
+@click.argument("pattern", required=False)
 @consistent_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def jobs(obj: Ctx, consistent, as_json):
-    """List jobs with their next fire time and last run."""
-    rows = obj.client().call("jobs", read_args(consistent))
+def jobs(obj: Ctx, pattern, consistent, as_json):
+    """List jobs with their next fire time and last run (PATTERN: only the
+    names it matches, shell-style, e.g. 'backup-*'). Printed a page at a
+    time: the first lines come at once however many jobs there are."""
+    pages = job_pages(obj.client(), consistent, pattern)
     if as_json:
-        emit_json(rows)
+        # One JSON list, written as it arrives (the same text as the whole
+        # list dumped with indent 2).
+        first = True
+        for page in pages:
+            for j in page:
+                item = json.dumps(j, indent=2, sort_keys=True).replace("\n", "\n  ")
+                click.echo(("[\n  " if first else ",\n  ") + item, nl=False)
+                first = False
+        click.echo("[]" if first else "\n]")
         return
-    out, conflicts = [], []
-    for j in rows:
-        state = "paused" if j["paused"] else ("disabled" if not j["enabled"] else "active")
-        if j.get("conflict") is not None:
-            state += " CONFLICT"
-            text = _conflict_text(j["conflict"])
-            conflicts.append(text if j["name"] in text else f"{j['name']}: {text}")
-        last = j["last_run"]
-        out.append([j["name"], j["schedule"], state, j["next_fire"],
-                    f"{last['state']} {last['fire_time']}" if last else None])
-    table(out, ["job", "schedule", "state", "next fire", "last run"])
+    headers = ["job", "schedule", "state", "next fire", "last run"]
+    widths: list[int] | None = None
+    conflicts: list[str] = []
+    for page in pages:
+        out = []
+        for j in page:
+            state = "paused" if j["paused"] else ("disabled" if not j["enabled"] else "active")
+            if j.get("conflict") is not None:
+                state += " CONFLICT"
+                text = _conflict_text(j["conflict"])
+                conflicts.append(text if j["name"] in text else f"{j['name']}: {text}")
+            last = j["last_run"]
+            out.append([j["name"], j["schedule"], state, j["next_fire"],
+                        f"{last['state']} {last['fire_time']}" if last else None])
+        widths = table(out, headers, widths, header=widths is None)
+    if widths is None:
+        table([], headers)
     if conflicts:
         click.echo("\nCONFLICT: defined differently on different nodes; the job keeps its "
                    "last agreed version until the job files agree:")

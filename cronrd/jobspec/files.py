@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import stat
+from dataclasses import dataclass
 
 from cronrd import bounded_yaml
 
@@ -93,7 +95,8 @@ def check_file_permissions(path: str, allowed_uids: set[int] | None) -> Problem 
     return refuse(msg) if msg else None
 
 
-def _read_checked(path: str, allowed: set[int] | None) -> tuple[str | None, Problem | None]:
+def _read_bytes_checked(path: str, allowed: set[int] | None
+                        ) -> tuple[bytes | None, Problem | None]:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -104,13 +107,16 @@ def _read_checked(path: str, allowed: set[int] | None) -> tuple[str | None, Prob
         if msg:
             return None, Problem(path, 0, 0, f"refusing job file: {msg}")
         try:
-            data = bounded_yaml.read_bounded(f.fileno(), MAX_FILE_BYTES)
+            return bounded_yaml.read_bounded(f.fileno(), MAX_FILE_BYTES), None
         except bounded_yaml.FileTooLarge as e:
             return None, Problem(path, 0, 0, f"refusing job file: it is larger than "
                                              f"{MAX_FILE_BYTES} bytes (1 MiB; it has at least "
                                              f"{e.size}); split its jobs into several files")
         except OSError as e:
             return None, Problem(path, 0, 0, f"cannot read job file: {e.strerror}")
+
+
+def _decode(path: str, data: bytes) -> tuple[str | None, Problem | None]:
     try:
         return data.decode("utf-8-sig"), None
     except UnicodeDecodeError as e:
@@ -118,6 +124,79 @@ def _read_checked(path: str, allowed: set[int] | None) -> tuple[str | None, Prob
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         return None, Problem(path, line, col, f"job file is not valid UTF-8 (byte 0x{data[e.start]:02x}); "
                                               "save it as UTF-8")
+
+
+def _read_checked(path: str, allowed: set[int] | None) -> tuple[str | None, Problem | None]:
+    data, problem = _read_bytes_checked(path, allowed)
+    if problem is not None:
+        return None, problem
+    return _decode(path, data)
+
+
+def _reader_digest() -> bytes:
+    """What a file's digest covers besides its bytes: this cronrd's reading
+    of job files (the source of the modules that parse and validate them),
+    so that an upgrade that reads a file differently parses it again."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256(b"cronrd job file reader\0")
+    for folder in (here, os.path.join(os.path.dirname(here), "schedule")):
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
+        except OSError:
+            names = []
+        for name in names:
+            try:
+                with open(os.path.join(folder, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+            except OSError:
+                h.update(name.encode() + b"\0?")
+    from cronrd import __version__
+    h.update(__version__.encode())
+    return h.digest()
+
+
+READER = _reader_digest()
+
+
+def file_digest(data: bytes) -> str:
+    """The digest of a job file's bytes as this cronrd reads them."""
+    return hashlib.sha256(READER + data).hexdigest()
+
+
+@dataclass
+class Scanned:
+    """One job file looked at by :func:`scan_job_file`: ``digest`` of its
+    bytes (None when it could not be read), and its jobs and problems, or
+    ``result`` None when its digest is the one it had (not parsed again)."""
+    path: str
+    digest: str | None
+    result: FileResult | None
+    positions: dict[str, tuple[int, int]]
+
+
+def scan_job_file(path: str, allowed: set[int] | None, known: str | None = None) -> Scanned:
+    """Check, read and (unless its digest is ``known``) parse one job file.
+    Never raises: every failure is a problem of the file."""
+    try:
+        if allowed is None:
+            msg = _refusal(os.stat(path), "it", path, None)
+            problem = Problem(path, 0, 0, f"refusing job file: {msg}") if msg else None
+        else:
+            problem = check_file_permissions(path, allowed)
+        if problem is None:
+            data, problem = _read_bytes_checked(path, allowed)
+        if problem is not None:
+            return Scanned(path, None, FileResult(path, (), (problem,)), {})
+        digest = file_digest(data)
+        if digest == known:
+            return Scanned(path, digest, None, {})
+        text, problem = _decode(path, data)
+        if problem is not None:
+            return Scanned(path, digest, FileResult(path, (), (problem,)), {})
+        result, positions = _parse_text(text, path)
+        return Scanned(path, digest, result, positions)
+    except Exception as e:  # RecursionError, MemoryError, a bug: one file's problem
+        return Scanned(path, None, _guarded_failure(path, e), {})
 
 
 def _load_file(path: str, allowed: set[int] | None) -> tuple[FileResult, dict[str, tuple[int, int]]]:
@@ -148,11 +227,15 @@ def _load_file_guarded(path: str, allowed: set[int] | None,
     try:
         return _load_file(path, allowed)
     except Exception as e:  # RecursionError, MemoryError, a bug: one file's problem
-        what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        return FileResult(path, (), (Problem(
-            path, 0, 0, f"cannot load job file ({what}); the file is skipped and the jobs it "
-                        "defined keep their last good version: simplify or fix the file, "
-                        "and report this to the cronrd developers with the file"),)), {}
+        return _guarded_failure(path, e), {}
+
+
+def _guarded_failure(path: str, e: Exception) -> FileResult:
+    what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return FileResult(path, (), (Problem(
+        path, 0, 0, f"cannot load job file ({what}); the file is skipped and the jobs it "
+                    "defined keep their last good version: simplify or fix the file, "
+                    "and report this to the cronrd developers with the file"),))
 
 
 def load_job_file(path: str, *, allowed_uids: set[int] | None = None,
@@ -176,6 +259,26 @@ def is_job_file_name(name: str) -> bool:
     )
 
 
+def list_job_files(path: str) -> tuple[list[str], Problem | None]:
+    """The job file names in a directory, sorted; or the directory's problem
+    (missing, not a directory, unreadable) at line 0."""
+    try:
+        return sorted(e.name for e in os.scandir(path) if is_job_file_name(e.name)), None
+    except FileNotFoundError:
+        return [], Problem(path, 0, 0, f"job directory {path} does not exist; create it with: "
+                                       f"install -d -m 0755 {path}")
+    except NotADirectoryError:
+        return [], Problem(path, 0, 0, f"{path} is not a directory; point cronrd at the "
+                                       "directory that holds the *.yaml job files")
+    except OSError as e:
+        return [], Problem(path, 0, 0, f"cannot read job directory {path}: {e.strerror}")
+
+
+def default_uids(allowed_uids: set[int] | None) -> set[int]:
+    """The owners a job file may have: root and this process's euid, unless given."""
+    return _default_uids(allowed_uids)
+
+
 def load_jobs_dir(path: str, *, allowed_uids: set[int] | None = None,
                   check_permissions: bool = True) -> DirResult:
     """Load every job file in a directory (sorted by name).
@@ -186,20 +289,9 @@ def load_jobs_dir(path: str, *, allowed_uids: set[int] | None = None,
     ``check_permissions=False``: as for :func:`load_job_file`.
     """
     allowed = _default_uids(allowed_uids) if check_permissions else None
-    try:
-        names = sorted(e.name for e in os.scandir(path) if is_job_file_name(e.name))
-    except FileNotFoundError:
-        return DirResult((FileResult(path, (), (Problem(
-            path, 0, 0, f"job directory {path} does not exist; create it with: "
-                        f"install -d -m 0755 {path}"),)),))
-    except NotADirectoryError:
-        return DirResult((FileResult(path, (), (Problem(
-            path, 0, 0, f"{path} is not a directory; point cronrd at the directory that holds "
-                        "the *.yaml job files"),)),))
-    except OSError as e:
-        return DirResult((FileResult(path, (), (Problem(
-            path, 0, 0, f"cannot read job directory {path}: {e.strerror}"),)),))
-
+    names, problem = list_job_files(path)
+    if problem is not None:
+        return DirResult((FileResult(path, (), (problem,)),))
     files: list[FileResult] = []
     first: dict[str, JobSpec] = {}
     for name in names:

@@ -77,7 +77,9 @@ class JobSpec:
             "timeout": self.timeout,
             "kill_grace": self.kill_grace,
             "concurrency": self.concurrency,
-            "retries": dataclasses.asdict(self.retries),
+            "retries": {"max": self.retries.max, "delay": self.retries.delay,
+                        "backoff": self.retries.backoff, "max_delay": self.retries.max_delay,
+                        "jitter": self.retries.jitter},
             "catchup": self.catchup,
             "catchup_window": self.catchup_window,
             "jitter": self.jitter,
@@ -133,10 +135,16 @@ class JobSpec:
             kwargs["timeout"] = float(kwargs["timeout"])
         return cls(source=source, line=line, **kwargs)
 
+    def canonical(self) -> tuple[str, str]:
+        """(text, digest): the canonical JSON of ``to_dict()`` (what the
+        state stores, once per definition) and its sha256 hex."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False)
+        return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
     def digest(self) -> str:
         """sha256 hex of the canonical JSON of ``to_dict()``."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return self.canonical()[1]
 
 
 @dataclass(frozen=True)

@@ -512,7 +512,9 @@ class Cluster:
 
     async def _propose_for(self, frm: str, text: Any) -> Any:
         try:
-            cmd = check_forwarded(C.decode(str(text)), frm)
+            cmd = check_forwarded(C.decode(str(text)), frm, known=lambda name, digest: any(
+                self.conn.execute("SELECT 1 FROM specs WHERE name=? AND digest=?",
+                                  (name, digest))))
             cmd = self._leader_view(cmd, frm)
         except ClockNotGood as exc:  # not the sender's fault: it tries again
             log.info("event=forwarded_deferred from=%s error=\"%s\"", frm, exc)
@@ -537,6 +539,11 @@ class Cluster:
             # A new job's schedule starts at its creation time, this clock's.
             raise ClockNotGood(f"the leader's clock {self.clocks.fence()}; a new job waits until "
                              "it is measured good (the sender tries again)")
+        if isinstance(cmd, C.SyncJobs) and self.clocks.fence() is not None and any(
+                isinstance(p, list) and p and not any(self.conn.execute(
+                    "SELECT 1 FROM jobs WHERE name=?", (p[0],))) for p in cmd.puts):
+            raise ClockNotGood(f"the leader's clock {self.clocks.fence()}; new jobs wait until "
+                               "it is measured good (the sender tries again)")
         if dataclasses.is_dataclass(cmd) and "at" in {f.name for f in dataclasses.fields(cmd)}:
             cmd = dataclasses.replace(cmd, at=now)
         if isinstance(cmd, C.Fire):

@@ -195,7 +195,7 @@ class Daemon:
         services.start("heap", Heap(self.clock, self.executor.gates.times).run)
         if self.notifier.watchdog_interval:
             services.start("watchdog", self._watchdog)
-        jobs = len(Q.jobs(self.conn))
+        jobs = Q.count_jobs(self.conn)[0]
         self.ready = True
         self.notifier.ready(f"{jobs} jobs")
         log.info("event=ready jobs=%d applied_index=%d", jobs, self.machine.applied_index)

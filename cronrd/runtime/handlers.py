@@ -34,6 +34,7 @@ from .log import Log
 from .members import Members
 from .runs.executor import Executor
 from .runs.logs import read_run_log, run_log_path
+from .scheduler import Triggers
 from .watcher import Watcher
 
 log = logging.getLogger("cronrd.daemon")
@@ -50,6 +51,10 @@ CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
              "cluster_remove": "cluster remove",
              "cluster_transfer_leader": "cluster transfer-leader"}
 RUN_STATES = run_states.ALL
+
+
+UNPAGED_JOBS = 10_000   # jobs in one unpaged `jobs` answer
+MAX_PAGE = 5_000        # jobs in one page
 
 
 class Handlers:
@@ -72,6 +77,7 @@ class Handlers:
         self.is_ready = is_ready  # job files loaded and the scheduler running
         self.waiters: dict[int, list[asyncio.Future]] = {}  # run id -> `run-now --wait`
         self._refusals: dict[int, tuple[float, int]] = {}  # uid -> (window start, count)
+        self._triggers = Triggers(config.timezone)  # a follower's next fire times
 
     def on_effects(self, effects: list[Effect]) -> None:
         """Wake whoever waits for a run that is done (`run-now --wait`)."""
@@ -185,9 +191,8 @@ class Handlers:
         return Q.job_spec(self.conn, name)
 
     def _job_or_error(self, name: str) -> dict:
-        for job in Q.jobs(self.conn):
-            if job["name"] == name:
-                return job
+        for job in Q.jobs(self.conn, name=name):
+            return job
         raise RequestError(f"no job named {name!r}; `cronrd jobs` lists the known jobs "
                            f"(job files live in {self.config.jobs_dir})")
 
@@ -200,18 +205,18 @@ class Handlers:
     async def h_status(self, args: dict) -> dict:
         await self._consistent(args)
         active = Q.count_active(self.conn)
-        jobs = Q.jobs(self.conn)
+        jobs, paused = Q.count_jobs(self.conn)
         return {
             "node_id": self.config.node_id, **self.members.status(),
             "ready": self.is_ready(),
             "version": __version__, "pid": os.getpid(),
             "started_at": iso_utc(round(self.started_at, 3)),
             "uptime_s": round(self.clock.now() - self.started_at, 3),
-            "jobs": len(jobs), "paused": sum(1 for j in jobs if j["paused"]),
+            "jobs": jobs, "paused": paused,
             "running": active.get("running", 0),
             "assigned": active.get("assigned", 0), "pending": active.get("pending", 0),
             "running_here": self.executor.running_here(),
-            "conflicts": [j["conflict"] for j in jobs if j.get("conflict")],
+            "conflicts": Q.conflicts(self.conn),
             "applied_index": self.machine.applied_index,
             "state_digest": self.machine.state_digest,
             "problems": [str(p) for p in self.watcher.problems],
@@ -243,15 +248,32 @@ class Handlers:
         if job["paused"] or not spec.enabled:
             return None
         try:
-            trig = make_trigger(parse_schedule(spec.schedule),
-                                spec.timezone or self.config.timezone)
-            return trig.next_after(max(job["cursor"], int(self.clock.now())))
+            trig = self._triggers.get(spec.schedule, spec.timezone)
+            return self._triggers.next_after(trig, max(job["cursor"], int(self.clock.now())))
         except CronrdError:
             return None
 
-    async def h_jobs(self, args: dict) -> list:
+    async def h_jobs(self, args: dict):
+        """The jobs by name. Paged (``limit``, and ``after``: the last name of
+        the page before; the answer is ``{"jobs": [...], "next": name or
+        null}``), optionally only the names matching ``match`` (shell
+        pattern). Without ``limit``: the list of every job, up to
+        UNPAGED_JOBS (more is refused: page)."""
         await self._consistent(args)
-        return [self._job_view(j, Q.last_run(self.conn, j["name"])) for j in Q.jobs(self.conn)]
+        after = arg(args, "after", str, None)
+        limit = arg(args, "limit", int, None)
+        match = arg(args, "match", str, None)
+        if limit is None:
+            rows = Q.jobs(self.conn, glob=match, limit=UNPAGED_JOBS + 1)
+            if len(rows) > UNPAGED_JOBS:
+                raise UsageError(f"more than {UNPAGED_JOBS} jobs: ask for pages (limit, after), "
+                                 "as `cronrd jobs` does")
+            return [self._job_view(j, Q.last_run(self.conn, j["name"])) for j in rows]
+        if not 1 <= limit <= MAX_PAGE:
+            raise UsageError(f"limit must be 1 to {MAX_PAGE}")
+        rows = Q.jobs(self.conn, after=after, glob=match, limit=limit)
+        return {"jobs": [self._job_view(j, Q.last_run(self.conn, j["name"])) for j in rows],
+                "next": rows[-1]["name"] if len(rows) == limit else None}
 
     async def h_job(self, args: dict) -> dict:
         await self._consistent(args)

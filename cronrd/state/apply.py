@@ -47,10 +47,11 @@ def apply_batch(machine: StateMachine, entries: Iterable[tuple[int, C.Command | 
                     machine.skip_undecodable(index, bytes(entry))
                     results[index] = Refused(str(exc))
                     continue
+                raw = bytes(entry)
             else:
-                cmd = entry
+                cmd, raw = entry, None
             try:
-                result, eff = machine.apply(index, cmd)
+                result, eff = machine.apply(index, cmd, raw)
             except CronrdError as exc:
                 results[index] = exc
             except apsw.Error:

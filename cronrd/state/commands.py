@@ -21,7 +21,9 @@ class Command:
     op: ClassVar[str] = ""
 
     def encode(self) -> bytes:
-        body = dataclasses.asdict(self)
+        # Fields hold JSON values only (no nested dataclasses): a shallow
+        # dict, not dataclasses.asdict's deep copy of a 1,000-job SyncJobs.
+        body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         body["op"] = self.op
         return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
@@ -52,6 +54,24 @@ class RemoveJob(Command):
     name: str
     at: float
     node: str = ""
+
+
+@dataclass(frozen=True)
+class SyncJobs(Command):
+    """A node's job files in bulk (the watcher's command): ``puts`` are
+    ``[name, digest, source, definition]`` with the definition's canonical
+    JSON text, or null when the state holds that digest already (another
+    node's identical file); ``removes`` the names its files no longer
+    define; ``files`` ``[path, digest, jobs]`` the files whose jobs this
+    command completes (digest null: forget the file), so that an unchanged
+    file is not parsed again."""
+
+    op: ClassVar[str] = "sync_jobs"
+    node: str
+    at: float
+    puts: list = field(default_factory=list)
+    removes: list = field(default_factory=list)
+    files: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -270,7 +290,7 @@ class Audit(Command):
 
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
-    for c in (PutJob, RemoveJob, SetPaused, Fire, RecordGap, ManualRun,
+    for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
               AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit)
 }

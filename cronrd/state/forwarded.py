@@ -12,6 +12,8 @@ itself. Pure: no I/O; the caller knows the authenticated sender.
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Callable
 
 import yaml
 
@@ -25,6 +27,7 @@ from . import commands as C
 FORWARDABLE: dict[str, str] = {
     C.PutJob.op: "node",
     C.RemoveJob.op: "node",
+    C.SyncJobs.op: "node",
     C.RunStarted.op: "node",
     C.RunFinished.op: "node",
     C.ClaimRuns.op: "node",
@@ -37,8 +40,11 @@ FORWARDABLE: dict[str, str] = {
 }
 
 
-def check_forwarded(cmd: C.Command, sender: str) -> C.Command:
-    """The command, if ``sender`` may forward it; PermissionDenied otherwise."""
+def check_forwarded(cmd: C.Command, sender: str,
+                    known: Callable[[str, str], bool] = lambda name, digest: False) -> C.Command:
+    """The command, if ``sender`` may forward it; PermissionDenied otherwise.
+    ``known(name, digest)``: the state holds that job definition (checked when it
+    came in), so a SyncJobs put of it needs no second check."""
     field = FORWARDABLE.get(cmd.op)
     if field is None:
         raise PermissionDenied(f"{cmd.op} is decided by the leader alone; node {sender} may "
@@ -64,7 +70,39 @@ def check_forwarded(cmd: C.Command, sender: str) -> C.Command:
         # What is committed is the validated definition, in canonical form,
         # never the sender's spelling of it (an int for retries, say).
         return dataclasses.replace(cmd, spec=checked.to_dict())
+    if isinstance(cmd, C.SyncJobs):
+        return dataclasses.replace(cmd, puts=_checked_puts(cmd.puts, sender, known))
     return cmd
+
+
+def _checked_puts(puts, sender: str, known: Callable[[str, str], bool]) -> list:
+    """A SyncJobs command's puts with every definition sent along checked by
+    the job-file validators and in canonical form (a definition the state
+    holds already is not sent on: its digest names it)."""
+    if not isinstance(puts, list):
+        raise RequestError(f"sync_jobs from {sender}: puts must be a list")
+    out = []
+    for put in puts:
+        if not (isinstance(put, list) and len(put) == 4 and all(
+                isinstance(v, str) for v in put[:3]) and (put[3] is None or isinstance(put[3], str))):
+            raise RequestError(f"sync_jobs from {sender}: each put is [name, digest, source, "
+                               "definition or null]")
+        name, digest, source, text = put
+        if text is not None and known(name, digest):
+            text = None
+        if text is not None:
+            try:
+                spec = json.loads(text)
+            except ValueError:
+                raise RequestError(f"job {name!r} from {sender}: its definition is not "
+                                   "JSON") from None
+            checked = revalidate_spec(spec, source or f"<job from {sender}>")
+            if checked.name != name or checked.canonical() != (text, digest):
+                raise RequestError(f"job {name!r} from {sender}: its name or digest does not "
+                                   "match its definition, or the definition is not in "
+                                   "canonical form")
+        out.append([name, digest, source, text])
+    return out
 
 
 def _file_form(key: str, value):

@@ -24,7 +24,7 @@ from . import commands as C
 from . import queries as Q
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
-from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1, UPGRADE_TO_V5
+from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1, UPGRADE_TO_V5, UPGRADE_TO_V6
 
 
 @dataclass(frozen=True)
@@ -38,18 +38,41 @@ class Refused(StateError):
     """The command is valid but the state does not allow it."""
 
 
-class _Raw:
-    """An undecodable entry, folded into the digest like a command."""
-
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def encode(self) -> bytes:
-        return self.data
-
-
 def canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def canon_text(spec: dict) -> str:
+    """A job definition's stored text: the JSON its digest is the sha256 of
+    (``JobSpec.canonical``)."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _sync_parts(cmd) -> tuple[list, list, list]:
+    """A SyncJobs command's lists, checked (it may come from a peer)."""
+    def bad(what: str):
+        return Refused(f"sync_jobs: {what}; run the same cronrd version on every node")
+    puts, removes, files = cmd.puts, cmd.removes, cmd.files
+    if not (isinstance(puts, list) and isinstance(removes, list) and isinstance(files, list)):
+        raise bad("puts, removes and files must be lists")
+    out_puts = []
+    for p in puts:
+        if not (isinstance(p, list) and len(p) == 4 and all(isinstance(v, str) for v in p[:3])
+                and (p[3] is None or isinstance(p[3], str)) and p[0] and len(p[1]) == 64):
+            raise bad("each put is [name, sha256 digest, source, definition or null]")
+        out_puts.append(tuple(p))
+    if not all(isinstance(n, str) and n for n in removes):
+        raise bad("each remove is a job name")
+    out_files = []
+    for f in files:
+        if not (isinstance(f, list) and len(f) == 3 and isinstance(f[0], str)
+                and (f[1] is None or isinstance(f[1], str))
+                and isinstance(f[2], int) and not isinstance(f[2], bool)):
+            raise bad("each file is [path, digest or null, number of jobs]")
+        out_files.append(tuple(f))
+    if len({p[0] for p in out_puts} | set(removes)) != len(out_puts) + len(removes):
+        raise bad("a job is named twice")
+    return out_puts, list(removes), out_files
 
 
 class StateMachine:
@@ -74,20 +97,26 @@ class StateMachine:
                                  f"than this cronrd knows ({SCHEMA_VERSION}); upgrade cronrd")
             if version == 1:
                 conn.execute(UPGRADE_FROM_V1)
+                # each job gets a source row: this node's file
+                conn.execute("CREATE TABLE job_sources(name TEXT NOT NULL, node TEXT NOT NULL, "
+                             "spec TEXT NOT NULL, digest TEXT NOT NULL, source TEXT NOT NULL, "
+                             "updated_at REAL NOT NULL, PRIMARY KEY(name, node))")
+                conn.execute("INSERT INTO job_sources(name, node, spec, digest, source, "
+                             "updated_at) SELECT name, ?, spec, digest, source, "
+                             "updated_at FROM jobs", (self.node_id,))
             if version is not None and version < 5:
                 have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
                 for column, sql in UPGRADE_TO_V5:
                     if have and column not in have:
                         conn.execute(sql)
+            if version is not None and version < 6 and "spec" in {
+                    row[1] for row in conn.execute("PRAGMA table_info(job_sources)")}:
+                conn.execute(UPGRADE_TO_V6)
             conn.execute(SCHEMA)
             if version is None:
                 self._set_meta("schema_version", SCHEMA_VERSION)
                 self._set_meta("applied_index", 0)
             elif version < SCHEMA_VERSION:
-                if version == 1:  # each job gets a source row: this node's file
-                    conn.execute("INSERT INTO job_sources(name, node, spec, digest, source, "
-                                 "updated_at) SELECT name, ?, spec, digest, source, "
-                                 "updated_at FROM jobs", (self.node_id,))
                 self._set_meta("schema_version", SCHEMA_VERSION)
 
     # -- meta ---------------------------------------------------------------
@@ -106,8 +135,11 @@ class StateMachine:
         return int(self._meta("applied_index") or 0)
 
     # -- apply ----------------------------------------------------------------
-    def apply(self, index: int, cmd: C.Command) -> tuple[Any, list[Effect]]:
-        """Apply one committed command at log ``index``.
+    def apply(self, index: int, cmd: C.Command, raw: bytes | None = None
+              ) -> tuple[Any, list[Effect]]:
+        """Apply one committed command at log ``index`` (``raw``: its bytes
+        in the log, when it came from there: hashed as they are, not encoded
+        again).
 
         Must run inside a transaction owned by the caller. A refused command
         changes nothing but the applied index and raises ``Refused``.
@@ -124,7 +156,7 @@ class StateMachine:
             outcome = json.dumps(result, sort_keys=True, separators=(",", ":"))
         finally:
             self._set_meta("applied_index", index)
-            self._chain(index, cmd, outcome)
+            self._chain(index, raw if raw is not None else cmd.encode(), outcome)
         return result, effects
 
     def skip_undecodable(self, index: int, data: bytes) -> None:
@@ -132,9 +164,9 @@ class StateMachine:
         the applied index and the digest (which folds in its bytes), alike on
         every node. Inside the caller's transaction, like ``apply``."""
         self._set_meta("applied_index", index)
-        self._chain(index, _Raw(data), "undecodable")
+        self._chain(index, data, "undecodable")
 
-    def _chain(self, index: int, cmd: C.Command, outcome: str) -> None:
+    def _chain(self, index: int, data: bytes, outcome: str) -> None:
         """Fold this command into the running state digest.
 
         The state is a deterministic function of the applied commands, so a
@@ -145,7 +177,7 @@ class StateMachine:
         """
         h = hashlib.sha256((self._meta("chain") or "").encode())
         h.update(f"{index}\0".encode())
-        h.update(cmd.encode())
+        h.update(data)
         h.update(outcome.encode())
         self._set_meta("chain", h.hexdigest())
 
@@ -155,13 +187,17 @@ class StateMachine:
 
     # -- jobs ---------------------------------------------------------------
     def _job(self, name: str) -> dict | None:
+        """The job's row (its definition as the digest of it, not decoded)."""
         for row in self.conn.execute(
-                "SELECT name, spec, digest, source, paused, cursor, conflict FROM jobs "
+                "SELECT name, digest, source, paused, cursor, conflict FROM jobs "
                 "WHERE name=?", (name,)):
-            return {"name": row[0], "spec": Q.decode_spec(row[1], row[3]), "digest": row[2],
-                    "source": row[3], "paused": bool(row[4]), "cursor": row[5],
-                    "conflict": row[6]}
+            return {"name": row[0], "digest": row[1], "source": row[2],
+                    "paused": bool(row[3]), "cursor": row[4], "conflict": row[5]}
         return None
+
+    def _job_spec(self, name: str):
+        """The job's definition in force, decoded (None: no such job)."""
+        return Q.job_spec(self.conn, name)
 
     def _need_job(self, name: str) -> dict:
         job = self._job(name)
@@ -171,33 +207,115 @@ class StateMachine:
 
     def _sources(self, name: str) -> list[dict]:
         """The job's definitions by node, most recently changed first."""
-        return [{"node": r[0], "spec": r[1], "digest": r[2], "source": r[3], "updated_at": r[4]}
+        return [{"node": r[0], "digest": r[1], "source": r[2], "updated_at": r[3]}
                 for r in self.conn.execute(
-                    "SELECT node, spec, digest, source, updated_at FROM job_sources "
+                    "SELECT node, digest, source, updated_at FROM job_sources "
                     "WHERE name=? ORDER BY updated_at DESC, node", (name,))]
 
-    def _apply_put_job(self, index, cmd: C.PutJob, effects):
-        same = any(r == (cmd.digest, cmd.source) for r in self.conn.execute(
-            "SELECT digest, source FROM job_sources WHERE name=? AND node=?",
-            (cmd.name, cmd.node)))
-        if not same:
+    def _keep_spec(self, name: str, digest: str, text: str) -> None:
+        self.conn.execute("INSERT OR IGNORE INTO specs(name, digest, spec) VALUES(?, ?, ?)",
+                          (name, digest, text))
+
+    def _forget_specs(self, name: str, digests) -> None:
+        """Drop the job's definitions nothing refers to any more (a
+        definition lives while the job or a node's source names it)."""
+        for digest in set(digests):
             self.conn.execute(
-                "INSERT INTO job_sources(name, node, spec, digest, source, updated_at) "
-                "VALUES(?,?,?,?,?,?) ON CONFLICT(name, node) DO UPDATE SET spec=excluded.spec,"
-                " digest=excluded.digest, source=excluded.source, updated_at=excluded.updated_at",
-                (cmd.name, cmd.node, canon(cmd.spec), cmd.digest, cmd.source, cmd.at))
+                "DELETE FROM specs WHERE name=?1 AND digest=?2 AND NOT EXISTS (SELECT 1 FROM "
+                "jobs WHERE name=?1 AND digest=?2) AND NOT EXISTS (SELECT 1 FROM job_sources "
+                "WHERE name=?1 AND digest=?2)", (name, digest))
+
+    def _put_source(self, name: str, node: str, digest: str, source: str, at: float) -> str | None:
+        """Record ``node``'s definition of a job; the digest it replaced, or
+        "" for a new source, or None when it is unchanged."""
+        old = None
+        for (d, src) in self.conn.execute(
+                "SELECT digest, source FROM job_sources WHERE name=? AND node=?", (name, node)):
+            if (d, src) == (digest, source):
+                return None
+            old = d
+        self.conn.execute(
+            "INSERT INTO job_sources(name, node, digest, source, updated_at) VALUES(?,?,?,?,?) "
+            "ON CONFLICT(name, node) DO UPDATE SET digest=excluded.digest, "
+            "source=excluded.source, updated_at=excluded.updated_at",
+            (name, node, digest, source, at))
+        return old or ""
+
+    def _apply_put_job(self, index, cmd: C.PutJob, effects):
+        """One job of one node (the form of earlier versions; SyncJobs is the bulk one)."""
+        self._keep_spec(cmd.name, cmd.digest, canon_text(cmd.spec))
+        old = self._put_source(cmd.name, cmd.node, cmd.digest, cmd.source, cmd.at)
         changed, created = self._reconcile(cmd.name, cmd.at, effects)
-        if same and not changed:
+        if old:
+            self._forget_specs(cmd.name, [old])
+        if old is None and not changed:
             return {"changed": False}
         return {"changed": True, "created": created, "conflict": self._job(cmd.name)["conflict"]}
 
     def _apply_remove_job(self, index, cmd: C.RemoveJob, effects):
+        gone = [d for (d,) in self.conn.execute(
+            "SELECT digest FROM job_sources WHERE name=? AND node=?", (cmd.name, cmd.node))]
+        if not gone:
+            self._need_job(cmd.name)
         self.conn.execute("DELETE FROM job_sources WHERE name=? AND node=?",
                           (cmd.name, cmd.node))
-        if not self.conn.changes():
-            self._need_job(cmd.name)
         self._reconcile(cmd.name, cmd.at, effects)
+        self._forget_specs(cmd.name, gone)
         return {"removed": cmd.name, "sources_left": len(self._sources(cmd.name))}
+
+    def _apply_sync_jobs(self, index, cmd: C.SyncJobs, effects):
+        """A node's job files in bulk: its new and changed definitions
+        (``puts``), the jobs its files no longer define (``removes``), and
+        the files these complete (``files``, recorded only when every put
+        applied). A put without the definition's text names a definition
+        the state holds already (another node's identical file); if it is
+        gone meanwhile, the put is left out and named in ``need_spec``: the
+        node sends it again with the text."""
+        puts, removes, files = _sync_parts(cmd)
+        for name, digest, source, text in puts:
+            if text is not None and hashlib.sha256(text.encode()).hexdigest() != digest:
+                raise Refused(f"sync_jobs: job {name!r}: its digest is not the sha256 of "
+                              "its definition; run the same cronrd version on every node")
+        need, changed, created = [], 0, 0
+        for name, digest, source, text in puts:
+            if text is not None:
+                self._keep_spec(name, digest, text)
+            elif not any(self.conn.execute("SELECT 1 FROM specs WHERE name=? AND digest=?",
+                                           (name, digest))):
+                need.append(name)
+                continue
+            old = self._put_source(name, cmd.node, digest, source, cmd.at)
+            if old is None:
+                continue
+            ch, cr = self._reconcile(name, cmd.at, effects)
+            changed += ch
+            created += cr
+            if old:
+                self._forget_specs(name, [old])
+        removed = 0
+        for name in removes:
+            gone = [d for (d,) in self.conn.execute(
+                "SELECT digest FROM job_sources WHERE name=? AND node=?", (name, cmd.node))]
+            self.conn.execute("DELETE FROM job_sources WHERE name=? AND node=?",
+                              (name, cmd.node))
+            if gone:
+                removed += 1
+                changed += self._reconcile(name, cmd.at, effects)[0]
+                self._forget_specs(name, gone)
+        if not need:
+            for path, digest, count in files:
+                if digest is None:
+                    self.conn.execute("DELETE FROM source_files WHERE node=? AND path=?",
+                                      (cmd.node, path))
+                else:
+                    self.conn.execute(
+                        "INSERT INTO source_files(node, path, digest, jobs, updated_at) "
+                        "VALUES(?,?,?,?,?) ON CONFLICT(node, path) DO UPDATE SET "
+                        "digest=excluded.digest, jobs=excluded.jobs, "
+                        "updated_at=excluded.updated_at",
+                        (cmd.node, path, digest, count, cmd.at))
+        return {"changed": changed, "created": created, "removed": removed,
+                **({"need_spec": need} if need else {})}
 
     def _reconcile(self, name: str, at: float, effects) -> tuple[bool, bool]:
         """Derive the job's effective row from its sources: the definition they
@@ -214,21 +332,22 @@ class StateMachine:
             # A new job starts fresh: fire times before it existed are not missed.
             first = agreed or min(rows, key=lambda r: (r["updated_at"], r["node"]))
             self.conn.execute(
-                "INSERT INTO jobs(name, spec, digest, source, paused, cursor, created_at,"
-                " updated_at) VALUES(?,?,?,?,0,?,?,?)",
-                (name, first["spec"], first["digest"], first["source"], int(at), at, at))
-            job = self._job(name)
+                "INSERT INTO jobs(name, digest, source, paused, cursor, created_at,"
+                " updated_at) VALUES(?,?,?,0,?,?,?)",
+                (name, first["digest"], first["source"], int(at), at, at))
+            job = {"digest": first["digest"], "source": first["source"], "conflict": None}
         changed = created
         if agreed is not None and (agreed["digest"], agreed["source"]) != (job["digest"],
                                                                          job["source"]):
-            self.conn.execute(
-                "UPDATE jobs SET spec=?, digest=?, source=?, updated_at=? WHERE name=?",
-                (agreed["spec"], agreed["digest"], agreed["source"], at, name))
+            self.conn.execute("UPDATE jobs SET digest=?, source=?, updated_at=? WHERE name=?",
+                              (agreed["digest"], agreed["source"], at, name))
             changed = True
-            if (agreed["digest"] != job["digest"]
-                    and not Q.decode_spec(agreed["spec"]).enabled):
-                self._skip_committed_ahead(name, at, "disabled: enabled is false in the "
-                                           "job file", effects)
+            if agreed["digest"] != job["digest"]:
+                self._forget_specs(name, [job["digest"]])
+                spec = self._job_spec(name)
+                if spec is not None and not spec.enabled:
+                    self._skip_committed_ahead(name, at, "disabled: enabled is false in the "
+                                               "job file", effects)
         conflict = None if agreed is not None else conflict_text(name, rows, job["digest"])
         if conflict != job["conflict"]:
             self.conn.execute("UPDATE jobs SET conflict=? WHERE name=?", (conflict, name))
@@ -238,7 +357,9 @@ class StateMachine:
         return changed, created
 
     def _delete_job(self, name: str, at: float, effects) -> None:
+        digest = self._job(name)["digest"]
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
+        self._forget_specs(name, [digest])
         # Runs not yet started will never start; running ones finish.
         for row in list(self.conn.execute(
                 f"{SELECT_RUNS} WHERE job=? AND state IN "
@@ -301,7 +422,7 @@ class StateMachine:
         (one assigned ahead of its fire time is decided at its own gate)."""
         active = {r.run_id: r for r in self._active_runs(job["name"])
                   if r.state == "running"}
-        decision = overlap.decide(job["spec"].concurrency,
+        decision = overlap.decide(self._job_spec(job["name"]).concurrency,
                                   [overlap.Running(rid) for rid in active])
         for other in decision.replace:
             self._request_cancel(active[other.run_id], decision.reason, at, effects)
@@ -327,7 +448,7 @@ class StateMachine:
         reason = cmd.skip_reason
         if reason is None and job["paused"]:
             reason = "paused: `cronrd resume` re-enables the job"
-        if reason is None and not job["spec"].enabled:
+        if reason is None and not self._job_spec(cmd.job).enabled:
             reason = "disabled: enabled is false in the job file"
         # The overlap policy is applied by the executor at the fire time (a fire
         # is committed ahead of it), against the runs then running.
@@ -483,8 +604,7 @@ class StateMachine:
         holds) nor optional (at-least-once needs it)."""
         if state not in TRANSITIONS.get(run.state, ()):
             raise Refused(f"run {run.run_id} cannot go from {run.state} to {state}")
-        job = None if index is None or run.cancel_requested else self._job(run.job)
-        spec = job["spec"] if job is not None else None
+        spec = None if index is None or run.cancel_requested else self._job_spec(run.job)
         no_retry = spec is not None and state == "lost" and spec.on_node_loss != "retry" \
             and not not_started
         if no_retry:
@@ -496,7 +616,7 @@ class StateMachine:
             " log_path=COALESCE(?, log_path), reason=COALESCE(?, reason) WHERE run_id=?",
             (state, at, exit_code, signal, log_path, reason, run.run_id))
         effects.append(Effect("run_done", run=self._get_run(run.run_id)))
-        if job is None or no_retry:
+        if spec is None or no_retry:
             return None
         policy = spec.retries
         allowed = 1 + policy.max
@@ -706,7 +826,8 @@ class StateMachine:
         """Hash of every replicated table (O(rows): for tests and audits)."""
         h = hashlib.sha256()
         h.update(str(self.applied_index).encode())
-        for table, order in (("jobs", "name"), ("job_sources", "name, node"),
+        for table, order in (("jobs", "name"), ("specs", "name, digest"),
+                             ("job_sources", "name, node"), ("source_files", "node, path"),
                              ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
                              ("late_reports", "report_id"), ("audit", "audit_id"),
                              ("denied", "kind, value"), ("join_tokens", "node")):

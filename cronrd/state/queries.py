@@ -61,28 +61,65 @@ def list_gaps(conn: apsw.Connection, job: str | None = None, limit: int = 50) ->
             for r in conn.execute(sql, args)]
 
 
-@functools.lru_cache(maxsize=16384)
+@functools.lru_cache(maxsize=2048)
 def decode_spec(spec_json: str, source: str = "") -> JobSpec:
-    """The one decoder of a stored job definition (``jobs.spec``): JobSpec's
+    """The one decoder of a stored job definition (``specs.spec``): JobSpec's
     defaults fill what an older version did not write, so nothing else
     restates them. Cached: a definition is decoded once, not per fire."""
     return JobSpec.from_dict(json.loads(spec_json), source=source)
 
 
-def jobs(conn: apsw.Connection) -> list[dict]:
-    """Every job with its effective spec, cursor, conflict and per-node sources."""
-    sources: dict[str, list[dict]] = {}
-    for name, node, digest, source in conn.execute(
-            "SELECT name, node, digest, source FROM job_sources ORDER BY name, node"):
-        sources.setdefault(name, []).append({"node": node, "digest": digest, "source": source})
+def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = None,
+         name: str | None = None, glob: str | None = None) -> list[dict]:
+    """Jobs with their effective spec, cursor, conflict and per-node
+    sources, by name: one page (names after ``after``, at most ``limit``),
+    one job (``name``) or the names matching a shell pattern (``glob``)."""
+    where, args = [], []
+    if name is not None:
+        where.append("jobs.name = ?")
+        args.append(name)
+    if after is not None:
+        where.append("jobs.name > ?")
+        args.append(after)
+    if glob is not None:
+        where.append("jobs.name GLOB ?")
+        args.append(glob)
+    sql = ("SELECT jobs.name, spec, digest, source, paused, cursor, conflict FROM jobs "
+           "JOIN specs USING(name, digest)")
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY jobs.name"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(limit)
     out = []
-    for name, spec, digest, source, paused, cursor, conflict in conn.execute(
-            "SELECT name, spec, digest, source, paused, cursor, conflict FROM jobs "
-            "ORDER BY name"):
-        out.append({"name": name, "spec": decode_spec(spec, source), "digest": digest,
+    for name_, spec, digest, source, paused, cursor, conflict in conn.execute(sql, args):
+        out.append({"name": name_, "spec": decode_spec(spec, source), "digest": digest,
                     "source": source, "paused": bool(paused), "cursor": cursor,
-                    "conflict": conflict, "sources": sources.get(name, [])})
+                    "conflict": conflict, "sources": []})
+    if out:
+        by_name = {j["name"]: j for j in out}
+        lo, hi = out[0]["name"], out[-1]["name"]
+        for name_, node, digest, source in conn.execute(
+                "SELECT name, node, digest, source FROM job_sources WHERE name >= ? AND "
+                "name <= ? ORDER BY name, node", (lo, hi)):
+            job = by_name.get(name_)
+            if job is not None:
+                job["sources"].append({"node": node, "digest": digest, "source": source})
     return out
+
+
+def count_jobs(conn: apsw.Connection) -> tuple[int, int]:
+    """(jobs, paused jobs)."""
+    for total, paused in conn.execute("SELECT COUNT(*), COALESCE(SUM(paused), 0) FROM jobs"):
+        return total, paused
+    return 0, 0
+
+
+def conflicts(conn: apsw.Connection, limit: int = 100) -> list[str]:
+    """The conflicts between nodes' job files (at most ``limit``), by job name."""
+    return [c for (c,) in conn.execute(
+        "SELECT conflict FROM jobs WHERE conflict IS NOT NULL ORDER BY name LIMIT ?", (limit,))]
 
 
 def job_sources(conn: apsw.Connection, node: str) -> dict[str, dict]:
@@ -202,7 +239,8 @@ def fire_recorded(conn: apsw.Connection, job: str, fire_time: int) -> bool:
 
 def job_spec(conn: apsw.Connection, name: str) -> JobSpec | None:
     """The definition in force of job ``name``."""
-    for spec, source in conn.execute("SELECT spec, source FROM jobs WHERE name=?", (name,)):
+    for spec, source in conn.execute("SELECT spec, source FROM jobs JOIN specs "
+                                     "USING(name, digest) WHERE name=?", (name,)):
         return decode_spec(spec, source)
     return None
 
@@ -227,13 +265,32 @@ def job_names(conn: apsw.Connection) -> list[str]:
 def job_specs(conn: apsw.Connection) -> list[tuple[str, JobSpec]]:
     """Every job's definition in force: (name, spec), by name."""
     return [(name, decode_spec(spec, source)) for name, spec, source
-            in conn.execute("SELECT name, spec, source FROM jobs ORDER BY name")]
+            in conn.execute("SELECT name, spec, source FROM jobs JOIN specs USING(name, digest) "
+                            "ORDER BY name")]
+
+
+# What the scheduler keeps of a job: its schedule, time zone, enabled flag
+# (read out of the stored definition by SQLite, not decoded per job), paused
+# flag and cursor.
+_SCHEDULE_ROWS = ("SELECT jobs.name, json_extract(spec, '$.schedule'), "
+                  "json_extract(spec, '$.timezone'), "
+                  "COALESCE(json_extract(spec, '$.enabled'), 1), paused, cursor "
+                  "FROM jobs JOIN specs USING(name, digest)")
+
+
+def schedule_rows(conn: apsw.Connection, name: str | None = None):
+    """(name, schedule, timezone or None, enabled, paused, cursor) of one job
+    or, streamed in name order, of every job."""
+    if name is not None:
+        return conn.execute(_SCHEDULE_ROWS + " WHERE jobs.name=?", (name,))
+    return conn.execute(_SCHEDULE_ROWS + " ORDER BY jobs.name")
 
 
 def job_schedule(conn: apsw.Connection, name: str) -> tuple[JobSpec, bool, int] | None:
     """What the scheduler needs of job ``name``: (spec in force, paused, cursor)."""
     for spec, source, paused, cursor in conn.execute(
-            "SELECT spec, source, paused, cursor FROM jobs WHERE name=?", (name,)):
+            "SELECT spec, source, paused, cursor FROM jobs JOIN specs USING(name, digest) "
+            "WHERE name=?", (name,)):
         return decode_spec(spec, source), bool(paused), cursor
     return None
 

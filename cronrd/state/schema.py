@@ -1,6 +1,6 @@
 """The replicated state's SQLite schema (one database per node)."""
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
@@ -9,8 +9,7 @@ CREATE TABLE IF NOT EXISTS meta(
 );
 CREATE TABLE IF NOT EXISTS jobs(
     name TEXT PRIMARY KEY,
-    spec TEXT NOT NULL,
-    digest TEXT NOT NULL,
+    digest TEXT NOT NULL,            -- the definition in force (specs.digest)
     source TEXT NOT NULL,
     paused INTEGER NOT NULL DEFAULT 0,
     cursor INTEGER NOT NULL,
@@ -18,18 +17,38 @@ CREATE TABLE IF NOT EXISTS jobs(
     updated_at REAL NOT NULL,
     conflict TEXT                    -- NULL while every source node agrees
 );
--- Each node's own definition of a job (the file in its jobs_dir); the row in
--- jobs is the version they all agree on.
+-- Job definitions, once each, by job name and the sha256 of their canonical
+-- JSON: the same job on every node of a cluster is one row, not one per
+-- node. (Keyed by name first: a file's jobs are written in order, not at
+-- random places of an index of digests.)
+CREATE TABLE IF NOT EXISTS specs(
+    name TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    UNIQUE(name, digest)
+);
+-- Each node's own definition of a job (the file in its jobs_dir), as the
+-- digest of its definition; the row in jobs is the version they all agree on.
 CREATE TABLE IF NOT EXISTS job_sources(
     name TEXT NOT NULL,
     node TEXT NOT NULL,
-    spec TEXT NOT NULL,
     digest TEXT NOT NULL,
     source TEXT NOT NULL,
     updated_at REAL NOT NULL,
     PRIMARY KEY(name, node)
-);
-CREATE INDEX IF NOT EXISTS job_sources_node ON job_sources(node);
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS job_sources_file ON job_sources(node, source);
+-- The job files each node's jobs of job_sources came from, by content: a
+-- file whose bytes (and cronrd's reading of them) did not change since is
+-- not parsed again at start or reload. Only files without problems.
+CREATE TABLE IF NOT EXISTS source_files(
+    node TEXT NOT NULL,
+    path TEXT NOT NULL,
+    digest TEXT NOT NULL,            -- sha256 of the file's bytes and the parser version
+    jobs INTEGER NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY(node, path)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS nodes(
     node TEXT PRIMARY KEY,
     state TEXT NOT NULL,             -- joining | up | draining
@@ -134,6 +153,23 @@ CREATE TABLE IF NOT EXISTS join_tokens(
 UPGRADE_FROM_V1 = """
 ALTER TABLE jobs ADD COLUMN conflict TEXT;
 DROP INDEX IF EXISTS runs_active;
+"""
+
+# Version 6 keeps each definition once (specs) and adds source_files: the
+# spec columns of jobs and job_sources move into specs (UPGRADE_TO_V6, run
+# before SCHEMA on a version 1 to 5 database).
+UPGRADE_TO_V6 = """
+CREATE TABLE specs(name TEXT NOT NULL, digest TEXT NOT NULL, spec TEXT NOT NULL,
+                   UNIQUE(name, digest));
+INSERT OR IGNORE INTO specs(name, digest, spec) SELECT name, digest, spec FROM job_sources;
+INSERT OR IGNORE INTO specs(name, digest, spec) SELECT name, digest, spec FROM jobs;
+CREATE TABLE job_sources_v6(
+    name TEXT NOT NULL, node TEXT NOT NULL, digest TEXT NOT NULL, source TEXT NOT NULL,
+    updated_at REAL NOT NULL, PRIMARY KEY(name, node)) WITHOUT ROWID;
+INSERT INTO job_sources_v6 SELECT name, node, digest, source, updated_at FROM job_sources;
+DROP TABLE job_sources;
+ALTER TABLE job_sources_v6 RENAME TO job_sources;
+ALTER TABLE jobs DROP COLUMN spec;
 """
 
 UPGRADE_TO_V5 = (

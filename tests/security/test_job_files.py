@@ -190,28 +190,32 @@ def test_too_many_problems_in_one_file_are_summed_up():
 def test_the_watcher_survives_a_loader_that_raises(monkeypatch, tmp_path):
     import asyncio
 
+    import apsw
+
     from cronrd.runtime import watcher as W
-
-    proposed = []
-
-    class Proposer:
-        async def propose(self, cmd):
-            proposed.append(cmd)
+    from cronrd.runtime.local_log import LocalLog
+    from cronrd.state import queries as Q
+    from cronrd.state.machine import StateMachine
 
     class Clock:
         def now(self):
             return 1000.0
 
+    (tmp_path / "old.yaml").write_text("schedule: '@daily'\ncommand: 'true'\n")
+    sm = StateMachine(apsw.Connection(":memory:"))
+    w = W.Watcher(str(tmp_path), LocalLog(sm), sm.conn, Clock(), node="n1")
+    asyncio.run(w.reload())
+    assert Q.job_names(sm.conn) == ["old"]
+
     def explode(*a, **kw):
         raise RecursionError("maximum recursion depth exceeded")
-    monkeypatch.setattr(W, "load_jobs_dir", explode)
-    monkeypatch.setattr(W.Q, "job_sources", lambda conn, node: {
-        "old": {"digest": "d", "source": str(tmp_path / "old.yaml")}})
-    w = W.Watcher(str(tmp_path), Proposer(), None, Clock(), node="n1")
+    monkeypatch.setattr(W, "scan_job_file", explode)
+    (tmp_path / "old.yaml").write_text("schedule: '@hourly'\ncommand: 'true'\n")
     res = asyncio.run(w.reload())
-    assert res["kept"] == ["old"] and proposed == []  # nothing removed
+    assert res["kept"] == ["old"] and Q.job_names(sm.conn) == ["old"]  # nothing removed
+    assert Q.job_spec(sm.conn, "old").schedule == "@daily"  # its last good version
     assert len(res["problems"]) == 1
-    assert res["problems"][0].startswith(f"{tmp_path}:0:0: cannot load the job files "
+    assert res["problems"][0].startswith(f"{tmp_path}/old.yaml:0:0: cannot load the job file "
                                          "(RecursionError")
 
 

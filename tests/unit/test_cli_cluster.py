@@ -224,14 +224,15 @@ JOB = {"name": "backup", "schedule": "0 2 * * *", "paused": False, "enabled": Tr
 @pytest.mark.parametrize("argv, cmd, args", [
     (["status"], "status", {}),
     (["status", "--consistent"], "status", {"consistent": True}),
-    (["jobs"], "jobs", {}),
-    (["jobs", "--consistent"], "jobs", {"consistent": True}),
+    (["jobs"], "jobs", {"limit": 1000, "after": None, "match": None}),
+    (["jobs", "--consistent"], "jobs", {"limit": 1000, "after": None, "match": None,
+                                        "consistent": True}),
     (["runs", "backup", "--limit", "3"], "runs", {"job": "backup", "state": None, "limit": 3}),
     (["runs", "--consistent"], "runs",
      {"job": None, "state": None, "limit": 20, "consistent": True}),
 ])
 def test_reads_send_consistent_only_when_asked(daemon, argv, cmd, args):
-    d = daemon(status=STATUS, jobs=[JOB], runs={"runs": [], "gaps": []})
+    d = daemon(status=STATUS, jobs={"jobs": [JOB], "next": None}, runs={"runs": [], "gaps": []})
     res = cli(d, *argv)
     assert res.exit_code == 0, res.output
     assert d.requests == [{"cmd": cmd, "args": args}]
@@ -268,7 +269,7 @@ def test_jobs_marks_conflicts_and_lists_them_under_the_table(daemon):
             "5678ef01); make the job files identical on every node")
     other = dict(JOB, name="report", schedule="@hourly", conflict=text)
     third = dict(JOB, name="sync", conflict={"message": "a and b disagree"})
-    d = daemon(jobs=[JOB, other, third])
+    d = daemon(jobs={"jobs": [JOB, other, third], "next": None})
     out = cli(d, "jobs").output
     rows = {line.split()[0]: line for line in out.splitlines()[1:4]}
     assert "CONFLICT" not in rows["backup"] and "active CONFLICT" in rows["report"]

@@ -775,7 +775,7 @@ def test_a_version_4_database_gains_the_claim_columns_and_keeps_its_runs(tmp_pat
     run = Q.get_run(sm.conn, rid)
     assert (run.state, run.node, run.claimed_at, run.assigned_at) == ("assigned", "a", None,
                                                                       None)
-    assert sm._meta("schema_version") == SCHEMA_VERSION == 5
+    assert sm._meta("schema_version") == SCHEMA_VERSION == 6
     sm.apply(sm.applied_index + 1, C.ClaimRuns(node="a", at=T0, claims=[[rid, run.token]]))
     assert Q.get_run(sm.conn, rid).claimed_at == T0
 

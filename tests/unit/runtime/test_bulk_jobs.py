@@ -1,0 +1,241 @@
+"""Loading job files in bulk (issue 12): SyncJobs commands, definitions kept
+once, files not parsed again when their bytes did not change, a job moved
+between files kept (not removed and created again), and the paged reads.
+Against the real state machine on the one-member log."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+import apsw
+import pytest
+
+from cronrd.errors import RequestError
+from cronrd.runtime import watcher as W
+from cronrd.runtime.local_log import LocalLog
+from cronrd.state import commands as C
+from cronrd.state import queries as Q
+from cronrd.state.forwarded import check_forwarded
+from cronrd.state.machine import Refused, StateMachine
+
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def now(self):
+        return T0
+
+    def monotonic(self):
+        return 0.0
+
+
+class Counting:
+    def __init__(self, log):
+        self.log, self.sent = log, []
+
+    def propose(self, cmd):
+        self.sent.append(cmd)
+        return self.log.propose(cmd)
+
+
+def fleet(path, files: int, per: int, command: str = "true") -> None:
+    for f in range(files):
+        body = "jobs:\n" + "".join(
+            f"  - name: f{f}j{i:04d}\n    schedule: '{i % 60} * * * *'\n    command: '{command}'\n"
+            for i in range(per))
+        (path / f"fleet{f}.yaml").write_text(body)
+
+
+def setup(tmp_path, node="n1", sm=None):
+    sm = sm or StateMachine(apsw.Connection(":memory:"))
+    prop = Counting(LocalLog(sm))
+    return sm, prop, W.Watcher(str(tmp_path), prop, sm.conn, Clock(), node=node)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_thousands_of_jobs_are_a_handful_of_commands_and_unchanged_files_are_not_parsed(tmp_path):
+    fleet(tmp_path, files=3, per=1500)
+    sm, prop, w = setup(tmp_path)
+    res = run(w.reload())
+    assert res["jobs"] == 4500 and len(Q.job_names(sm.conn)) == 4500
+    assert all(isinstance(c, C.SyncJobs) for c in prop.sent)
+    # bounded by jobs and by bytes (a Raft entry): ~500 such jobs a command
+    assert len(prop.sent) <= 12
+    assert all(len(c.puts) <= W.MAX_PUTS and len(c.encode()) <= 1.5 * W.MAX_BYTES
+               for c in prop.sent)
+    # A restarted daemon (a new watcher on the same state) reads the bytes,
+    # finds their digests in the state and parses nothing.
+    sm2, prop2, w2 = setup(tmp_path, sm=sm)
+    res = run(w2.reload())
+    assert (res["files_parsed"], res["files_unchanged"], res["jobs"]) == (0, 3, 4500)
+    assert prop2.sent == []
+    # One job changed: that file is parsed and only that job proposed.
+    text = (tmp_path / "fleet1.yaml").read_text().replace(
+        "name: f1j0007\n    schedule: '7 * * * *'", "name: f1j0007\n    schedule: '8 * * * *'")
+    (tmp_path / "fleet1.yaml").write_text(text)
+    res = run(w2.reload())
+    assert (res["files_parsed"], res["changes"]) == (1, 1)
+    (cmd,) = prop2.sent
+    assert [p[0] for p in cmd.puts] == ["f1j0007"] and cmd.removes == []
+    assert Q.job_spec(sm.conn, "f1j0007").schedule == "8 * * * *"
+
+
+def test_a_definition_is_stored_once_however_many_nodes_have_it(tmp_path):
+    fleet(tmp_path, files=1, per=50)
+    sm, prop, w = setup(tmp_path, node="a")
+    run(w.reload())
+    _, prop_b, w_b = setup(tmp_path, node="b", sm=sm)
+    run(w_b.reload())
+    # b's identical definitions travel as digests only, and are stored once.
+    assert all(p[3] is None for c in prop_b.sent for p in c.puts)
+    (specs,) = next(iter(sm.conn.execute("SELECT COUNT(*) FROM specs")))
+    (sources,) = next(iter(sm.conn.execute("SELECT COUNT(*) FROM job_sources")))
+    assert (specs, sources) == (50, 100)
+    assert Q.conflicts(sm.conn) == []
+    # a's file goes: its sources go, the jobs stay (b has them), no definition lost.
+    (tmp_path / "fleet0.yaml").unlink()
+    run(w.reload())
+    assert len(Q.job_names(sm.conn)) == 50
+    assert Q.job_spec(sm.conn, "f0j0003").schedule == "3 * * * *"
+
+
+def test_a_job_moved_to_another_file_keeps_its_history(tmp_path):
+    (tmp_path / "a.yaml").write_text("jobs:\n  - name: x\n    schedule: '@daily'\n"
+                                     "    command: 'true'\n")
+    sm, prop, w = setup(tmp_path)
+    run(w.reload())
+    created = list(sm.conn.execute("SELECT created_at, cursor FROM jobs WHERE name='x'"))
+    (tmp_path / "a.yaml").unlink()
+    (tmp_path / "z.yaml").write_text("jobs:\n  - name: x\n    schedule: '@daily'\n"
+                                     "    command: 'true'\n")
+    res = run(w.reload())
+    assert res["changes"] == 1 and prop.sent[-1].removes == []  # moved, not removed
+    assert list(sm.conn.execute("SELECT created_at, cursor FROM jobs WHERE name='x'")) == created
+    assert Q.jobs(sm.conn, name="x")[0]["source"] == str(tmp_path / "z.yaml")
+
+
+def test_a_name_taken_by_an_earlier_file_is_a_problem_of_the_unchanged_later_file(tmp_path):
+    (tmp_path / "b.yaml").write_text("jobs:\n  - name: x\n    schedule: '@daily'\n"
+                                     "    command: 'b'\n")
+    sm, prop, w = setup(tmp_path)
+    run(w.reload())
+    (tmp_path / "a.yaml").write_text("jobs:\n  - name: x\n    schedule: '@hourly'\n"
+                                     "    command: 'a'\n")
+    res = run(w.reload())
+    assert res["problems"] == [f"{tmp_path}/b.yaml:2:11: duplicate job name 'x': already "
+                               f"defined at {tmp_path}/a.yaml:2; rename one of them"]
+    assert Q.job_spec(sm.conn, "x").command == "a"  # the first file (by name) wins
+    # the file with the problem is not remembered as synced: it is read again
+    assert [p for (p,) in sm.conn.execute("SELECT path FROM source_files")] == [
+        str(tmp_path / "a.yaml")]
+
+
+def test_a_file_that_goes_bad_keeps_its_jobs_and_is_read_again(tmp_path):
+    fleet(tmp_path, files=1, per=3)
+    sm, prop, w = setup(tmp_path)
+    run(w.reload())
+    (tmp_path / "fleet0.yaml").write_text("jobs: [\n")
+    res = run(w.reload())
+    assert len(res["kept"]) == 3 and len(Q.job_names(sm.conn)) == 3
+    assert list(sm.conn.execute("SELECT path FROM source_files")) == []
+
+
+def sync(sm, index, **kw):
+    cmd = C.SyncJobs(node=kw.pop("node", "n1"), at=T0, **kw)
+    with sm.conn:
+        return sm.apply(index, cmd)[0]
+
+
+def canon(name, schedule="@daily"):
+    from cronrd.jobspec import JobSpec
+    return JobSpec(name=name, schedule=schedule, command="true").canonical()
+
+
+def test_sync_jobs_checks_digests_and_asks_again_for_a_definition_it_lacks():
+    sm = StateMachine(apsw.Connection(":memory:"))
+    text, digest = canon("a")
+    with pytest.raises(Refused, match="not the sha256"):
+        sync(sm, 1, puts=[["a", "0" * 64, "/f.yaml", text]])
+    res = sync(sm, 2, puts=[["a", digest, "/f.yaml", None]], files=[["/f.yaml", "d", 1]])
+    assert res["need_spec"] == ["a"] and Q.job_names(sm.conn) == []
+    assert list(sm.conn.execute("SELECT * FROM source_files")) == []  # not complete: not recorded
+    res = sync(sm, 3, puts=[["a", digest, "/f.yaml", text]], files=[["/f.yaml", "d", 1]])
+    assert res["created"] == 1 and "need_spec" not in res
+    with pytest.raises(Refused, match="named twice"):
+        sync(sm, 4, puts=[["b", digest, "/f.yaml", None]], removes=["b"])
+    assert sm.full_digest()  # the specs and source_files tables are part of it
+
+
+def test_a_forwarded_sync_is_checked_like_a_job_file_and_known_definitions_are_not_resent():
+    text, digest = canon("a")
+    cmd = C.SyncJobs(node="b", at=T0, puts=[["a", digest, "/f.yaml", text]])
+    with pytest.raises(Exception, match="speaks only for itself"):
+        check_forwarded(cmd, "c")
+    assert check_forwarded(cmd, "b").puts == [["a", digest, "/f.yaml", text]]
+    known = check_forwarded(cmd, "b", known=lambda name, d: (name, d) == ("a", digest))
+    assert known.puts == [["a", digest, "/f.yaml", None]]
+    # a definition the validators refuse, or one whose text is not canonical
+    bad = json.loads(text)
+    bad["schedule"] = "61 * * * *"
+    bad_text = json.dumps(bad, sort_keys=True, separators=(",", ":"))
+    bad_digest = hashlib.sha256(bad_text.encode()).hexdigest()
+    with pytest.raises(RequestError, match="validators"):
+        check_forwarded(C.SyncJobs(node="b", at=T0, puts=[["a", bad_digest, "/f", bad_text]]),
+                        "b")
+    spaced = json.dumps(json.loads(text), sort_keys=True)
+    with pytest.raises(RequestError, match="canonical"):
+        check_forwarded(C.SyncJobs(node="b", at=T0, puts=[
+            ["a", hashlib.sha256(spaced.encode()).hexdigest(), "/f", spaced]]), "b")
+
+
+def test_jobs_are_read_a_page_at_a_time(tmp_path):
+    fleet(tmp_path, files=1, per=25)
+    sm, prop, w = setup(tmp_path)
+    run(w.reload())
+    seen, after = [], None
+    while True:
+        page = Q.jobs(sm.conn, after=after, limit=10)
+        seen += [j["name"] for j in page]
+        if len(page) < 10:
+            break
+        after = page[-1]["name"]
+    assert seen == sorted(Q.job_names(sm.conn)) and len(seen) == 25
+    assert all(j["sources"] == [{"node": "n1", "digest": j["digest"],
+                                 "source": str(tmp_path / "fleet0.yaml")}]
+               for j in Q.jobs(sm.conn, after="f0j0010", limit=3))
+    assert [j["name"] for j in Q.jobs(sm.conn, glob="f0j000[1-3]")] == [
+        "f0j0001", "f0j0002", "f0j0003"]
+    assert Q.count_jobs(sm.conn) == (25, 0)
+
+
+def test_a_version_5_database_keeps_its_definitions_once(tmp_path):
+    text, digest = canon("a")
+    sm = StateMachine(apsw.Connection(":memory:"))
+    sync(sm, 1, puts=[["a", digest, "/f.yaml", text]])
+    sync(sm, 2, node="n2", puts=[["a", digest, "/g.yaml", None]])
+    path = str(tmp_path / "v5.db")
+    sm.conn.execute(f"VACUUM INTO '{path}'")
+    old = apsw.Connection(path)  # the version 5 shape: a spec column in both tables
+    old.execute("""
+        ALTER TABLE jobs ADD COLUMN spec TEXT;
+        UPDATE jobs SET spec = (SELECT spec FROM specs WHERE specs.name = jobs.name);
+        CREATE TABLE js(name TEXT NOT NULL, node TEXT NOT NULL, spec TEXT NOT NULL,
+            digest TEXT NOT NULL, source TEXT NOT NULL, updated_at REAL NOT NULL,
+            PRIMARY KEY(name, node));
+        INSERT INTO js SELECT name, node, (SELECT spec FROM specs s WHERE s.name = j.name),
+            digest, source, updated_at FROM job_sources j;
+        DROP TABLE job_sources; ALTER TABLE js RENAME TO job_sources;
+        DROP TABLE specs; DROP TABLE source_files;
+        UPDATE meta SET value = 5 WHERE key = 'schema_version';""")
+    old.close()
+    up = StateMachine(apsw.Connection(path))
+    assert up._meta("schema_version") == 6
+    assert list(up.conn.execute("SELECT name, digest, spec FROM specs")) == [("a", digest, text)]
+    assert "spec" not in {r[1] for r in up.conn.execute("PRAGMA table_info(jobs)")}
+    assert Q.job_spec(up.conn, "a").schedule == "@daily"
+    assert [s["node"] for s in Q.jobs(up.conn)[0]["sources"]] == ["n1", "n2"]
