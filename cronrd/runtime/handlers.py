@@ -226,29 +226,34 @@ class Handlers:
         }
 
     def _job_view(self, job: dict, last: Run | None) -> dict:
-        spec: JobSpec = job["spec"]
+        spec = job["spec"]
+        d = spec if isinstance(spec, dict) else spec.to_dict()
         return {
-            "name": job["name"], "schedule": spec.schedule,
-            "timezone": spec.timezone or self.config.timezone,
-            "command": spec.to_dict()["command"], "enabled": spec.enabled,
-            "paused": job["paused"], "description": spec.description,
-            "source": job["source"], "next_fire": iso_utc(self._next_fire(job)),
+            "name": job["name"], "schedule": d["schedule"],
+            "timezone": d["timezone"] or self.config.timezone,
+            "command": d["command"], "enabled": d["enabled"],
+            "paused": job["paused"], "description": d["description"],
+            "source": job["source"], "next_fire": iso_utc(self._next_fire(job, d)),
             "conflict": job.get("conflict"), "sources": job.get("sources", []),
             "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
             "last_run": last.view() if last else None,
-            "concurrency": spec.concurrency, "catchup": spec.catchup,
-            "run_on": spec.to_dict()["run_on"], "digest": job["digest"],
+            "concurrency": d["concurrency"], "catchup": d["catchup"],
+            "run_on": d["run_on"], "digest": job["digest"],
         }
 
-    def _next_fire(self, job: dict) -> int | None:
+    def _page_views(self, rows: list[dict]) -> list[dict]:
+        last = Q.last_runs(self.conn, [j["name"] for j in rows])
+        return [self._job_view(j, last.get(j["name"])) for j in rows]
+
+    def _next_fire(self, job: dict, d: dict) -> int | None:
         sched = self.leadership.scheduler
         if sched is not None and job["name"] in sched.entries:
             return sched.next_fire(job["name"])
-        spec: JobSpec = job["spec"]  # a follower works it out from the replicated cursor
-        if job["paused"] or not spec.enabled:
+        # a follower works it out from the replicated cursor
+        if job["paused"] or not d["enabled"]:
             return None
         try:
-            trig = self._triggers.get(spec.schedule, spec.timezone)
+            trig = self._triggers.get(d["schedule"], d["timezone"])
             return self._triggers.next_after(trig, max(job["cursor"], int(self.clock.now())))
         except CronrdError:
             return None
@@ -264,15 +269,15 @@ class Handlers:
         limit = arg(args, "limit", int, None)
         match = arg(args, "match", str, None)
         if limit is None:
-            rows = Q.jobs(self.conn, glob=match, limit=UNPAGED_JOBS + 1)
+            rows = Q.jobs(self.conn, glob=match, limit=UNPAGED_JOBS + 1, as_dicts=True)
             if len(rows) > UNPAGED_JOBS:
                 raise UsageError(f"more than {UNPAGED_JOBS} jobs: ask for pages (limit, after), "
                                  "as `cronrd jobs` does")
-            return [self._job_view(j, Q.last_run(self.conn, j["name"])) for j in rows]
+            return self._page_views(rows)
         if not 1 <= limit <= MAX_PAGE:
             raise UsageError(f"limit must be 1 to {MAX_PAGE}")
-        rows = Q.jobs(self.conn, after=after, glob=match, limit=limit)
-        return {"jobs": [self._job_view(j, Q.last_run(self.conn, j["name"])) for j in rows],
+        rows = Q.jobs(self.conn, after=after, glob=match, limit=limit, as_dicts=True)
+        return {"jobs": self._page_views(rows),
                 "next": rows[-1]["name"] if len(rows) == limit else None}
 
     async def h_job(self, args: dict) -> dict:

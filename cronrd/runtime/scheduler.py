@@ -40,6 +40,7 @@ RETRY_DELAY = 0.5      # seconds before a fire that failed to commit is proposed
 MAX_SKIP_RECORDS = 100  # beyond this many missed fires, one gap record sums them up
 RECENT_CURSOR = 60.0   # seconds: a new leader completes a run_on: all fire this recent
 MAX_TRIGGERS = 4096    # distinct (schedule, time zone) triggers kept (~1.5 KB each)
+MAX_REMEMBERED = 65536  # next fire times remembered by (trigger, second)
 
 
 def local_node(config: Config) -> NodeView:
@@ -98,7 +99,6 @@ class Triggers:
         self.default_tz = default_tz
         self._cache: dict[tuple[str, str], Trigger] = {}
         self._next: dict[tuple[int, int], int | None] = {}
-        self._next_at: int | None = None
 
     def get(self, schedule: str, timezone: str | None) -> Trigger:
         key = (schedule, timezone or self.default_tz)
@@ -111,15 +111,17 @@ class Triggers:
         return trigger
 
     def next_after(self, trigger: Trigger, t: int) -> int | None:
-        if t != self._next_at:
-            self._next.clear()
-            self._next_at = t
         key = (id(trigger), t)
-        if key not in self._next:
-            if len(self._next) >= MAX_TRIGGERS:
-                self._next.clear()
-            self._next[key] = trigger.next_after(t)
-        return self._next[key]
+        try:
+            return self._next[key]
+        except KeyError:
+            pass
+        if len(self._next) >= MAX_REMEMBERED:
+            self._next.clear()
+        if len(self._cache) >= MAX_TRIGGERS - 1:
+            self._next.clear()  # ids of evicted triggers may be reused
+        got = self._next[key] = trigger.next_after(t)
+        return got
 
 
 class Scheduler:
@@ -203,8 +205,9 @@ class Scheduler:
         neither of which is a fire to complete."""
         now = self.clock.now()
         for (name,) in list(self.conn.execute(
-                "SELECT name FROM jobs WHERE cursor > ? AND cursor < ? ORDER BY name",
-                (now - RECENT_CURSOR, now))):
+                "SELECT jobs.name FROM jobs JOIN specs USING(name, digest) WHERE cursor > ? "
+                "AND cursor < ? AND json_extract(spec, '$.run_on.mode') = 'all' "
+                "ORDER BY jobs.name", (now - RECENT_CURSOR, now))):
             try:
                 entry = self._load(name)
                 spec = self._spec(name)

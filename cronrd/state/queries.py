@@ -70,10 +70,13 @@ def decode_spec(spec_json: str, source: str = "") -> JobSpec:
 
 
 def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = None,
-         name: str | None = None, glob: str | None = None) -> list[dict]:
+         name: str | None = None, glob: str | None = None,
+         as_dicts: bool = False) -> list[dict]:
     """Jobs with their effective spec, cursor, conflict and per-node
     sources, by name: one page (names after ``after``, at most ``limit``),
-    one job (``name``) or the names matching a shell pattern (``glob``)."""
+    one job (``name``) or the names matching a shell pattern (``glob``).
+    ``as_dicts``: each spec as ``JobSpec.to_dict()`` gives it (decoded by
+    json alone: a page of 1,000 jobs is not 1,000 JobSpecs)."""
     where, args = [], []
     if name is not None:
         where.append("jobs.name = ?")
@@ -94,7 +97,8 @@ def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = No
         args.append(limit)
     out = []
     for name_, spec, digest, source, paused, cursor, conflict in conn.execute(sql, args):
-        out.append({"name": name_, "spec": decode_spec(spec, source), "digest": digest,
+        out.append({"name": name_, "digest": digest,
+                    "spec": spec_dict(spec) if as_dicts else decode_spec(spec, source),
                     "source": source, "paused": bool(paused), "cursor": cursor,
                     "conflict": conflict, "sources": []})
     if out:
@@ -107,6 +111,28 @@ def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = No
             if job is not None:
                 job["sources"].append({"node": node, "digest": digest, "source": source})
     return out
+
+
+_SPEC_KEYS = frozenset(JobSpec(name="", schedule="", command="").to_dict())
+
+
+def spec_dict(text: str) -> dict:
+    """A stored definition as ``JobSpec.to_dict()`` gives it; one written by
+    an older version (keys missing) goes through JobSpec for its defaults."""
+    d = json.loads(text)
+    if not _SPEC_KEYS <= d.keys():
+        d = JobSpec.from_dict(d).to_dict()
+    return d
+
+
+def last_runs(conn: apsw.Connection, jobs: list[str]) -> dict[str, Run]:
+    """Each job's most recent run record, in one query."""
+    if not jobs:
+        return {}
+    marks = ",".join("?" * len(jobs))
+    return {r.job: r for r in map(Run.from_row, conn.execute(
+        f"{SELECT_RUNS} WHERE run_id IN (SELECT MAX(run_id) FROM runs WHERE job IN ({marks}) "
+        "GROUP BY job)", jobs))}
 
 
 def count_jobs(conn: apsw.Connection) -> tuple[int, int]:
