@@ -7,6 +7,11 @@ if sys.argv[1:2] == ["__forkserver"]:
     from cronrd.runtime.runs.supervisor import main as forkserver
     sys.exit(forkserver(sys.argv[2:]))
 
+if sys.argv[1:2] == ["__parse-jobs"]:
+    # The watcher's job-file parsers (cronrd/jobspec/worker.py).
+    from cronrd.jobspec.worker import main as parse_jobs
+    sys.exit(parse_jobs())
+
 from cronrd.cli import main
 
 sys.exit(main(prog_name="cronrd"))

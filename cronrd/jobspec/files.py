@@ -174,8 +174,10 @@ class Scanned:
     positions: dict[str, tuple[int, int]]
 
 
-def scan_job_file(path: str, allowed: set[int] | None, known: str | None = None) -> Scanned:
+def scan_job_file(path: str, allowed: set[int] | None, known: str | None = None,
+                  parse: bool = True) -> Scanned:
     """Check, read and (unless its digest is ``known``) parse one job file.
+    ``parse=False``: only its digest (``result`` None) or its problem.
     Never raises: every failure is a problem of the file."""
     try:
         if allowed is None:
@@ -188,7 +190,7 @@ def scan_job_file(path: str, allowed: set[int] | None, known: str | None = None)
         if problem is not None:
             return Scanned(path, None, FileResult(path, (), (problem,)), {})
         digest = file_digest(data)
-        if digest == known:
+        if digest == known or not parse:
             return Scanned(path, digest, None, {})
         text, problem = _decode(path, data)
         if problem is not None:

@@ -10,6 +10,7 @@ file is fixed or deleted.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from typing import Callable
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 from ..jobspec import FileResult, Problem
 from ..jobspec.files import default_uids, list_job_files, scan_job_file
+from ..jobspec.worker import argv as worker_argv, problems_of, scan_for_sync
 from ..state import commands as C
 from ..state import queries as Q
 from ..errors import NotLeader, ProposalDropped, StateError, StorageError
@@ -29,15 +31,125 @@ log = logging.getLogger("cronrd.watcher")
 MAX_PUTS = 1000           # jobs in one SyncJobs command
 MAX_BYTES = 256 * 1024    # bytes of definitions in one SyncJobs command (a Raft entry)
 WINDOW = 4                # SyncJobs commands in flight at once
+PARSER_BYTES = 256 * 1024  # job files to parse at least this big: worker processes parse them
+MAX_PARSERS = 2           # worker processes at most (and at most one per CPU but one)
+LOOKAHEAD = 2             # files asked of each worker ahead of the one being synced
+PARSER_ANSWER = 64 << 20  # bytes of one worker answer (a 1 MiB file's jobs, canonical)
 LOG_JOBS_PER_FILE = 20    # a line per job added/updated/removed up to this, then a sum
 
 
 @dataclass
+class _Job:
+    name: str
+    line: int
+    text: str      # canonical JSON of the definition
+    digest: str
+
+
+@dataclass
 class _Scan:
+    """A parsed file as the watcher needs it (jobspec/worker.py's answer)."""
     digest: str | None
-    result: FileResult | None
+    problems: tuple
     positions: dict
-    canon: dict               # job name -> (canonical text, digest)
+    jobs: list
+
+    @classmethod
+    def of(cls, answer: dict) -> "_Scan":
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return cls(answer["digest"], problems_of(answer),
+                   {k: tuple(v) for k, v in answer["positions"].items()},
+                   [_Job(*j) for j in answer["jobs"]])
+
+
+class _Parsers:
+    """Worker processes that parse job files (jobspec/worker.py) for a big
+    load, up to LOOKAHEAD files ahead of the one the watcher is at. Any
+    failure of theirs (cannot start, died, answered nonsense) leaves that
+    file to the watcher's own thread."""
+
+    def __init__(self, procs, allowed: set[int], todo: list[str]):
+        self.procs = procs
+        self.allowed = sorted(allowed)
+        self.todo = list(todo)
+        self.asked: dict[str, asyncio.Task] = {}
+        self.locks = [asyncio.Lock() for _ in procs]
+        self.next = 0
+
+    @classmethod
+    async def start_for(cls, changed: list[tuple[str, str | None]],
+                        allowed: set[int]) -> "_Parsers | None":
+        size = 0
+        for path, _digest in changed:
+            try:
+                size += os.stat(path).st_size
+            except OSError:
+                pass
+        if size < PARSER_BYTES:
+            return None
+        count = max(1, min(MAX_PARSERS, os.cpu_count() or 1, len(changed)))
+        procs = []
+        try:
+            for _ in range(count):
+                procs.append(await asyncio.create_subprocess_exec(
+                    *worker_argv(), stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE, limit=PARSER_ANSWER))
+        except Exception as exc:
+            log.warning("event=job_parsers_unavailable error=\"%s\" hint=\"the job files "
+                        "are parsed in the daemon (slower for many jobs)\"", exc)
+            for proc in procs:
+                proc.kill()
+            return None
+        parsers = cls(procs, allowed, [p for p, _d in changed])
+        parsers._ask_ahead()
+        return parsers
+
+    def _ask_ahead(self) -> None:
+        while self.todo and len(self.asked) < LOOKAHEAD * len(self.procs):
+            path = self.todo.pop(0)
+            slot = self.next % len(self.procs)
+            self.next += 1
+            self.asked[path] = asyncio.ensure_future(self._ask(slot, path))
+
+    async def _ask(self, slot: int, path: str) -> "_Scan | None":
+        proc = self.procs[slot]
+        async with self.locks[slot]:
+            try:
+                proc.stdin.write(json.dumps({"path": path, "allowed": self.allowed,
+                                             "known": None}).encode() + b"\n")
+                await proc.stdin.drain()
+                line = await proc.stdout.readline()
+                return _Scan.of(json.loads(line))
+            except Exception as exc:
+                log.warning("event=job_parser_failed file=%s error=\"%s\"", path, exc)
+                return None
+
+    async def take(self, path: str) -> "_Scan | None":
+        task = self.asked.pop(path, None)
+        if task is None:
+            if path in self.todo:
+                self.todo.remove(path)
+            return None
+        try:
+            return await task
+        finally:
+            self._ask_ahead()
+
+    async def close(self) -> None:
+        for task in self.asked.values():
+            task.cancel()
+        for proc in self.procs:
+            try:
+                proc.stdin.close()
+            except Exception:
+                pass
+        for proc in self.procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 5)
+            except (asyncio.TimeoutError, ProcessLookupError):
+                proc.kill()
+                await proc.wait()
 
 
 class _Batch:
@@ -170,81 +282,42 @@ class Watcher:
         held_reason = None
         counts = {"jobs": 0, "parsed": 0, "unchanged": 0, "deferred": 0}
         batch = _Batch(self, self.clock.now())
-        for fname in names:
-            path = os.path.join(self.jobs_dir, fname)
-            scanned = await self._scan(loop, path, allowed, known.get(path))
-            if scanned.result is None:  # unchanged since last synced: the state has its jobs
-                mine = [n for (n,) in self._query(
-                    "SELECT name FROM job_sources WHERE node=? AND source=?", (self.node, path))]
-                if not any(n in seen for n in mine):
-                    counts["unchanged"] += 1
-                    counts["jobs"] += len(mine)
-                    seen.update(dict.fromkeys(mine, path))
-                    continue
-                # an earlier file defines one of its jobs now: read it again
-                scanned = await self._scan(loop, path, allowed, None)
-            counts["parsed"] += 1
-            result, canon = scanned.result, scanned.canon
-            jobs, file_problems = [], list(result.problems)
-            for job in result.jobs:
-                prev = seen.get(job.name)
-                if prev is not None:
-                    line, col = scanned.positions.get(job.name, (job.line, 1))
-                    where = f"{prev}:{lines[job.name]}" if job.name in lines else prev
-                    file_problems.append(Problem(
-                        path, line, col, f"duplicate job name {job.name!r}: already defined "
-                                         f"at {where}; rename one of them"))
-                    continue
-                seen[job.name] = path
-                lines[job.name] = job.line
-                jobs.append(job)
-            file_problems.sort(key=lambda p: (p.line, p.col))
-            problems.extend(file_problems)
-            if file_problems or scanned.digest is None:
-                broken.add(path)
-            counts["jobs"] += len(jobs)
-            have = {n: (d, src) for n, d, src in self._query(
-                "SELECT name, digest, source FROM job_sources WHERE node=? AND source=?",
-                (self.node, path))}
-            deferred, added, updated = 0, 0, 0
-            for job in jobs:
-                text, digest = canon[job.name]
-                before = have.get(job.name)
-                if before == (digest, path):
-                    continue
-                if before is None:
-                    before = next(iter(self._query(
-                        "SELECT digest, source FROM job_sources WHERE node=? AND name=?",
-                        (self.node, job.name))), None)
-                    if before == (digest, path):
+        paths = [os.path.join(self.jobs_dir, fname) for fname in names]
+        # First only the bytes: which files changed since they were last synced.
+        def digest_of(path: str) -> str | None:
+            try:
+                return scan_job_file(path, allowed, known.get(path), parse=False).digest
+            except Exception:  # never (one file's problem): parsed below, which says why
+                return None
+        digests = await loop.run_in_executor(None, lambda: [digest_of(p) for p in paths])
+        changed = [(path, digest) for path, digest in zip(paths, digests)
+                   if digest is None or digest != known.get(path)]
+        parsers = await _Parsers.start_for(changed, allowed)
+        try:
+            for path, digest in zip(paths, digests):
+                if digest is not None and digest == known.get(path):
+                    # unchanged since last synced: the state has its jobs
+                    mine = [n for (n,) in self._query(
+                        "SELECT name FROM job_sources WHERE node=? AND source=?",
+                        (self.node, path))]
+                    if not any(n in seen for n in mine):
+                        counts["unchanged"] += 1
+                        counts["jobs"] += len(mine)
+                        seen.update(dict.fromkeys(mine, path))
                         continue
-                if before is None:
-                    held = self.hold()
-                    if held is not None and not any(self._query(
-                            "SELECT 1 FROM jobs WHERE name=?", (job.name,))):
-                        # A new job's first fire time is counted from its
-                        # creation time: a clock 30 s fast would skip its
-                        # first 30 s of fire times.
-                        held_reason, deferred = held, deferred + 1
-                        continue
-                have_text = any(self._query("SELECT 1 FROM specs WHERE name=? AND digest=?",
-                                            (job.name, digest)))
-                if before is None:
-                    added += 1
+                    # an earlier file defines one of its jobs now: read it again
+                    scanned = None
                 else:
-                    updated += 1
-                if added + updated <= LOG_JOBS_PER_FILE:
-                    log.info("event=job_%s job=%s file=%s", "added" if before is None
-                             else "updated", job.name, path)
-                await batch.put([job.name, digest, path, None if have_text else text],
-                                len(text) + 200 if not have_text else 200)
-            counts["deferred"] += deferred
-            if added + updated > LOG_JOBS_PER_FILE:
-                log.info("event=jobs_synced file=%s added=%d updated=%d", path, added, updated)
-            if path not in broken and not deferred:
-                await batch.file([path, scanned.digest, len(jobs)])
-            elif path in known:
-                await batch.file([path, None, 0])  # read it again next time
+                    scanned = await parsers.take(path) if parsers is not None else None
+                if scanned is None:
+                    scanned = await self._scan(loop, path, allowed)
+                counts["parsed"] += 1
+                held = await self._sync_file(path, scanned, seen, lines, broken, problems,
+                                             counts, known, batch)
+                held_reason = held or held_reason
+        finally:
+            if parsers is not None:
+                await parsers.close()
         # Jobs this node defined before that no file defines now go, except
         # those of a file with problems (they keep their last good version)
         # or when the directory itself cannot be read.
@@ -318,25 +391,87 @@ class Watcher:
             out["again"] = True
         return out
 
+    async def _sync_file(self, path: str, scanned: "_Scan", seen: dict, lines: dict,
+                         broken: set, problems: list, counts: dict, known: dict,
+                         batch: "_Batch") -> str | None:
+        """One parsed file: its problems (a name an earlier file took is one
+        of them), and its new and changed jobs into ``batch``. Returns why
+        new jobs were held back, if they were."""
+        jobs, file_problems = [], list(scanned.problems)
+        for job in scanned.jobs:
+            prev = seen.get(job.name)
+            if prev is not None:
+                line, col = scanned.positions.get(job.name, (job.line, 1))
+                where = f"{prev}:{lines[job.name]}" if job.name in lines else prev
+                file_problems.append(Problem(
+                    path, line, col, f"duplicate job name {job.name!r}: already defined "
+                                     f"at {where}; rename one of them"))
+                continue
+            seen[job.name] = path
+            lines[job.name] = job.line
+            jobs.append(job)
+        file_problems.sort(key=lambda p: (p.line, p.col))
+        problems.extend(file_problems)
+        if file_problems or scanned.digest is None:
+            broken.add(path)
+        counts["jobs"] += len(jobs)
+        # What the state has of this file's jobs, in a few queries.
+        names = json.dumps([job.name for job in jobs])
+        in_list = "name IN (SELECT value FROM json_each(?))"
+        have = {n: (d, src) for n, d, src in self._query(
+            f"SELECT name, digest, source FROM job_sources WHERE node=? AND {in_list}",
+            (self.node, names))}
+        texts = {(n, d) for n, d in self._query(
+            f"SELECT name, digest FROM specs WHERE {in_list}", (names,))}
+        held = self.hold()
+        existing = None if held is None else {n for (n,) in self._query(
+            f"SELECT name FROM jobs WHERE {in_list}", (names,))}
+        deferred, added, updated = 0, 0, 0
+        for job in jobs:
+            text, digest = job.text, job.digest
+            before = have.get(job.name)
+            if before == (digest, path):
+                continue
+            if before is None and existing is not None and job.name not in existing:
+                # A new job's first fire time is counted from its
+                # creation time: a clock 30 s fast would skip its
+                # first 30 s of fire times.
+                deferred += 1
+                continue
+            have_text = (job.name, digest) in texts
+            if before is None:
+                added += 1
+            else:
+                updated += 1
+            if added + updated <= LOG_JOBS_PER_FILE:
+                log.info("event=job_%s job=%s file=%s", "added" if before is None
+                         else "updated", job.name, path)
+            await batch.put([job.name, digest, path, None if have_text else text],
+                            len(text) + 200 if not have_text else 200)
+        counts["deferred"] += deferred
+        if added + updated > LOG_JOBS_PER_FILE:
+            log.info("event=jobs_synced file=%s added=%d updated=%d", path, added, updated)
+        if path not in broken and not deferred:
+            await batch.file([path, scanned.digest, len(jobs)])
+        elif path in known:
+            await batch.file([path, None, 0])  # read it again next time
+        return held if deferred else None
+
     def _query(self, sql: str, args: tuple):
         return self.conn.execute(sql, args)
 
-    async def _scan(self, loop, path: str, allowed: set[int], known: str | None) -> "_Scan":
-        """scan_job_file off the event loop, with each job's canonical form;
+    async def _scan(self, loop, path: str, allowed: set[int]) -> "_Scan":
+        """Parse one file in a thread (a small load, or no parser process);
         any failure is a problem of that one file."""
-        def work():
-            scanned = scan_job_file(path, allowed, known)
-            canon = {} if scanned.result is None else {
-                job.name: job.canonical() for job in scanned.result.jobs}
-            return _Scan(scanned.digest, scanned.result, scanned.positions, canon)
         try:
-            return await loop.run_in_executor(None, work)
+            return _Scan.of(await loop.run_in_executor(
+                None, lambda: scan_for_sync(path, allowed, None)))
         except Exception as exc:  # the backstop: this file's jobs keep their last version
             log.exception("event=job_file_load_failed file=%s", path)
-            return _Scan(None, FileResult(path, (), (Problem(
+            return _Scan(None, (Problem(
                 path, 0, 0, f"cannot load the job file ({type(exc).__name__}: {exc}); the "
                             "jobs it defined keep their last good version: fix the file, "
-                            "then run `cronrd reload`"),)), {}, {})
+                            "then run `cronrd reload`"),), {}, [])
 
     async def settle(self, patience: float) -> dict:
         """The first look at the daemon's start: again (every 0.1 s) while

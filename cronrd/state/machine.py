@@ -276,14 +276,32 @@ class StateMachine:
             if text is not None and hashlib.sha256(text.encode()).hexdigest() != digest:
                 raise Refused(f"sync_jobs: job {name!r}: its digest is not the sha256 of "
                               "its definition; run the same cronrd version on every node")
-        need, changed, created = [], 0, 0
+        # What the state has of these jobs, in three queries (not six per job).
+        names = json.dumps([p[0] for p in puts])
+        in_list = "name IN (SELECT value FROM json_each(?))"
+        jobs = {n for (n,) in self.conn.execute(f"SELECT name FROM jobs WHERE {in_list}",
+                                                (names,))}
+        mine = {n: (d, src) for n, d, src in self.conn.execute(
+            f"SELECT name, digest, source FROM job_sources WHERE node=? AND {in_list}",
+            (cmd.node, names))}
+        known = {(n, d) for n, d in self.conn.execute(
+            f"SELECT name, digest FROM specs WHERE {in_list}", (names,))} if any(
+            p[3] is None for p in puts) else set()
+        need, changed, created, fresh = [], 0, 0, []
         for name, digest, source, text in puts:
-            if text is not None:
-                self._keep_spec(name, digest, text)
-            elif not any(self.conn.execute("SELECT 1 FROM specs WHERE name=? AND digest=?",
-                                           (name, digest))):
+            if text is None and (name, digest) not in known:
                 need.append(name)
                 continue
+            if mine.get(name) == (digest, source):
+                continue  # unchanged
+            if name not in jobs:
+                # A new job (a job exists while any node has a source of it):
+                # this is its only source and its definition is agreed.
+                fresh.append((name, digest, source, text))
+                effects.append(Effect("jobs_changed", job=name))
+                continue
+            if text is not None:
+                self._keep_spec(name, digest, text)
             old = self._put_source(name, cmd.node, digest, source, cmd.at)
             if old is None:
                 continue
@@ -292,6 +310,19 @@ class StateMachine:
             created += cr
             if old:
                 self._forget_specs(name, [old])
+        if fresh:
+            # A new job starts fresh: fire times before it existed are not missed.
+            self.conn.executemany("INSERT OR IGNORE INTO specs(name, digest, spec) VALUES(?,?,?)",
+                                  [(n, d, t) for n, d, _src, t in fresh if t is not None])
+            self.conn.executemany(
+                "INSERT INTO job_sources(name, node, digest, source, updated_at) "
+                "VALUES(?,?,?,?,?)", [(n, cmd.node, d, src, cmd.at) for n, d, src, _t in fresh])
+            self.conn.executemany(
+                "INSERT INTO jobs(name, digest, source, paused, cursor, created_at, updated_at) "
+                "VALUES(?,?,?,0,?,?,?)",
+                [(n, d, src, int(cmd.at), cmd.at, cmd.at) for n, d, src, _t in fresh])
+            changed += len(fresh)
+            created += len(fresh)
         removed = 0
         for name in removes:
             gone = [d for (d,) in self.conn.execute(

@@ -210,6 +210,7 @@ def test_the_watcher_survives_a_loader_that_raises(monkeypatch, tmp_path):
     def explode(*a, **kw):
         raise RecursionError("maximum recursion depth exceeded")
     monkeypatch.setattr(W, "scan_job_file", explode)
+    monkeypatch.setattr(W, "scan_for_sync", explode)
     (tmp_path / "old.yaml").write_text("schedule: '@hourly'\ncommand: 'true'\n")
     res = asyncio.run(w.reload())
     assert res["kept"] == ["old"] and Q.job_names(sm.conn) == ["old"]  # nothing removed

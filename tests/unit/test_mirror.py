@@ -54,7 +54,6 @@ NO_UNIT_TEST_FILE = {
     # schedule/: tested as a package.
     "schedule/delays.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/durations.py": "unit/schedule/test_schedule.py (the package as a whole)",
-    "schedule/expressions.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/timestamps.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/triggers.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/zones.py": "unit/schedule/test_schedule.py (the package as a whole)",
