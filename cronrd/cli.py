@@ -235,18 +235,22 @@ def jobs(obj: Ctx, pattern, consistent, as_json):
     """List jobs with their next fire time and last run (PATTERN: only the
     names it matches, shell-style, e.g. 'backup-*'). Printed a page at a
     time: the first lines come at once however many jobs there are."""
-    pages = job_pages(obj.client(), consistent, pattern)
     if as_json:
-        # One JSON list, written as it arrives (the same text as the whole
-        # list dumped with indent 2).
-        first = True
-        for page in pages:
-            for j in page:
-                item = json.dumps(j, indent=2, sort_keys=True).replace("\n", "\n  ")
-                click.echo(("[\n  " if first else ",\n  ") + item, nl=False)
-                first = False
-        click.echo("[]" if first else "\n]")
+        # One JSON list, a job per line, written as the daemon streams it:
+        # its text is not decoded and encoded again here.
+        out = click.get_text_stream("stdout")
+        first = [True]
+
+        def write(msg: dict) -> None:
+            if msg.get("data"):
+                out.write(("[\n" if first[0] else ",\n") + msg["data"])
+                out.flush()
+                first[0] = False
+        obj.client().call("jobs", read_args(consistent, {"stream": True, "match": pattern}),
+                          on_message=write)
+        out.write("[]\n" if first[0] else "\n]\n")
         return
+    pages = job_pages(obj.client(), consistent, pattern)
     headers = ["job", "schedule", "state", "next fire", "last run"]
     widths: list[int] | None = None
     conflicts: list[str] = []

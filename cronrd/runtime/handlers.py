@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import json
 import logging
 import os
 from typing import Callable
@@ -55,6 +56,7 @@ RUN_STATES = run_states.ALL
 
 UNPAGED_JOBS = 10_000   # jobs in one unpaged `jobs` answer
 MAX_PAGE = 5_000        # jobs in one page
+STREAM_PAGE = 1_000     # jobs in one message of a streamed listing
 
 
 class Handlers:
@@ -245,6 +247,20 @@ class Handlers:
         last = Q.last_runs(self.conn, [j["name"] for j in rows])
         return [self._job_view(j, last.get(j["name"])) for j in rows]
 
+    async def _stream_jobs(self, match: str | None):
+        after, count = None, 0
+        while True:
+            rows = Q.jobs(self.conn, after=after, glob=match, limit=STREAM_PAGE, as_dicts=True)
+            if rows:
+                count += len(rows)
+                yield {"data": ",\n".join(json.dumps(v, sort_keys=True)
+                                           for v in self._page_views(rows))}
+            if len(rows) < STREAM_PAGE:
+                yield {"result": {"jobs": count}}
+                return
+            after = rows[-1]["name"]
+            await asyncio.sleep(0)  # the loop's other work between pages
+
     def _next_fire(self, job: dict, d: dict) -> int | None:
         sched = self.leadership.scheduler
         if sched is not None and job["name"] in sched.entries:
@@ -262,12 +278,16 @@ class Handlers:
         """The jobs by name. Paged (``limit``, and ``after``: the last name of
         the page before; the answer is ``{"jobs": [...], "next": name or
         null}``), optionally only the names matching ``match`` (shell
-        pattern). Without ``limit``: the list of every job, up to
-        UNPAGED_JOBS (more is refused: page)."""
+        pattern). ``stream``: every job as JSON text, a page per ``data``
+        message (jobs separated by ",\\n"; `jobs --json` writes them as they
+        come), then ``{"jobs": count}``. Without ``limit`` or ``stream``: the
+        list of every job, up to UNPAGED_JOBS (more is refused: page)."""
         await self._consistent(args)
         after = arg(args, "after", str, None)
         limit = arg(args, "limit", int, None)
         match = arg(args, "match", str, None)
+        if arg(args, "stream", bool, False):
+            return Stream(self._stream_jobs(match))
         if limit is None:
             rows = Q.jobs(self.conn, glob=match, limit=UNPAGED_JOBS + 1, as_dicts=True)
             if len(rows) > UNPAGED_JOBS:

@@ -75,8 +75,9 @@ def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = No
     """Jobs with their effective spec, cursor, conflict and per-node
     sources, by name: one page (names after ``after``, at most ``limit``),
     one job (``name``) or the names matching a shell pattern (``glob``).
-    ``as_dicts``: each spec as ``JobSpec.to_dict()`` gives it (decoded by
-    json alone: a page of 1,000 jobs is not 1,000 JobSpecs)."""
+    ``as_dicts``: each spec as a dict of the fields a listing shows
+    (VIEW_KEYS, read out of the stored JSON by SQLite: a page of 1,000 jobs
+    is not 1,000 JobSpecs, nor 1,000 whole definitions decoded)."""
     where, args = [], []
     if name is not None:
         where.append("jobs.name = ?")
@@ -87,7 +88,8 @@ def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = No
     if glob is not None:
         where.append("jobs.name GLOB ?")
         args.append(glob)
-    sql = ("SELECT jobs.name, spec, digest, source, paused, cursor, conflict FROM jobs "
+    fields = _VIEW_SQL if as_dicts else "spec"
+    sql = (f"SELECT jobs.name, {fields}, digest, source, paused, cursor, conflict FROM jobs "
            "JOIN specs USING(name, digest)")
     if where:
         sql += " WHERE " + " AND ".join(where)
@@ -96,9 +98,11 @@ def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = No
         sql += " LIMIT ?"
         args.append(limit)
     out = []
-    for name_, spec, digest, source, paused, cursor, conflict in conn.execute(sql, args):
-        out.append({"name": name_, "digest": digest,
-                    "spec": spec_dict(spec) if as_dicts else decode_spec(spec, source),
+    width = len(VIEW_KEYS) if as_dicts else 1
+    for row in conn.execute(sql, args):
+        name_, digest, source, paused, cursor, conflict = row[0], *row[1 + width:]
+        spec = _view_dict(row[1:1 + width]) if as_dicts else decode_spec(row[1], source)
+        out.append({"name": name_, "digest": digest, "spec": spec,
                     "source": source, "paused": bool(paused), "cursor": cursor,
                     "conflict": conflict, "sources": []})
     if out:
@@ -114,6 +118,26 @@ def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = No
 
 
 _SPEC_KEYS = frozenset(JobSpec(name="", schedule="", command="").to_dict())
+_DEFAULTS = JobSpec(name="", schedule="", command="").to_dict()
+# What `cronrd jobs` shows of a definition; (key, holds JSON: a list or mapping)
+VIEW_KEYS = (("schedule", False), ("timezone", False), ("command", True), ("enabled", False),
+             ("description", False), ("concurrency", False), ("catchup", False),
+             ("run_on", True))
+# JSON values come back as JSON text (->), plain ones as SQL values (->>).
+_VIEW_SQL = ", ".join(f"spec {'->' if js else '->>'} '$.{key}'" for key, js in VIEW_KEYS)
+
+
+def _view_dict(values) -> dict:
+    out = {}
+    for (key, js), value in zip(VIEW_KEYS, values):
+        if value is None:
+            value = _DEFAULTS[key]  # written by a version without the key
+        elif js:
+            value = json.loads(value)
+        elif key == "enabled":
+            value = bool(value)
+        out[key] = value
+    return out
 
 
 def spec_dict(text: str) -> dict:

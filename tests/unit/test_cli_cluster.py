@@ -52,12 +52,16 @@ class FakeDaemon:
                 req = json.loads(line)
                 self.requests.append(req)
                 answer = self.answers.get(req["cmd"])
+                if callable(answer):
+                    answer = answer(req["args"])
                 if isinstance(answer, dict) and answer.get("__error__"):
                     reply = {"ok": False, "code": answer.get("code", 1),
                              "error": answer["__error__"]}
                 elif req["cmd"] not in self.answers:
                     reply = {"ok": False, "code": 2, "error": f"unknown command {req['cmd']!r}"}
                 else:
+                    for msg in getattr(self, "stream", []):  # a streaming command's messages
+                        conn.sendall(json.dumps(msg).encode() + b"\n")
                     reply = {"ok": True, "result": answer}
                 conn.sendall(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
 
@@ -366,3 +370,32 @@ def test_cluster_subcommands_and_options_are_in_the_man_page():
                     assert opt in text, f"cluster {name} {opt}"
     for word in ("--consistent", "ReadIndex", "conflict", "openssl", "cryptography"):
         assert word in text, word
+
+
+def test_jobs_are_read_and_printed_a_page_at_a_time(daemon, monkeypatch):
+    import cronrd.cli as cli_module
+    monkeypatch.setattr(cli_module, "JOBS_PAGE", 2)
+    names = [f"job{i}" for i in range(5)]
+
+    def page(args):
+        rest = [n for n in names if args["after"] is None or n > args["after"]]
+        got = rest[:args["limit"]]
+        return {"jobs": [{**JOB, "name": n} for n in got],
+                "next": got[-1] if len(got) == args["limit"] else None}
+    d = daemon(jobs=page)
+    text = cli(d, "jobs", "job*").output.splitlines()
+    assert [r["args"]["after"] for r in d.requests] == [None, "job1", "job3"]
+    assert text[0].split() == ["JOB", "SCHEDULE", "STATE", "NEXT", "FIRE", "LAST", "RUN"]
+    assert [line.split()[0] for line in text[1:]] == names  # one header, pages line up
+    assert d.requests[-1]["args"]["match"] == "job*"
+
+
+def test_jobs_json_writes_the_daemons_stream_as_one_list(daemon):
+    pages = [[{**JOB, "name": "a"}, {**JOB, "name": "b"}], [{**JOB, "name": "c"}]]
+    d = daemon(jobs=lambda args: {"jobs": 3})
+    d.stream = [{"data": ",\n".join(json.dumps(j) for j in p)} for p in pages]
+    out = cli(d, "jobs", "--json", "c*").output
+    assert [j["name"] for j in json.loads(out)] == ["a", "b", "c"]
+    assert d.requests == [{"cmd": "jobs", "args": {"stream": True, "match": "c*"}}]
+    empty = daemon(jobs=lambda args: {"jobs": 0})
+    assert json.loads(cli(empty, "jobs", "--json").output) == []

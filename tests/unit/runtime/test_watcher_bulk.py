@@ -239,3 +239,21 @@ def test_a_version_5_database_keeps_its_definitions_once(tmp_path):
     assert "spec" not in {r[1] for r in up.conn.execute("PRAGMA table_info(jobs)")}
     assert Q.job_spec(up.conn, "a").schedule == "@daily"
     assert [s["node"] for s in Q.jobs(up.conn)[0]["sources"]] == ["n1", "n2"]
+
+
+def test_a_listing_reads_the_same_fields_as_the_whole_definition():
+    from cronrd.jobspec import JobSpec
+    sm = StateMachine(apsw.Connection(":memory:"))
+    specs = [JobSpec(name="a", schedule="@daily", command="true"),
+             JobSpec(name="b", schedule="5 4 * * *", command=("x", "y z"), enabled=False,
+                     description="d\u00e9j\u00e0", timezone="Europe/Berlin")]
+    for i, job in enumerate(specs):
+        text, digest = job.canonical()
+        sync(sm, i + 1, puts=[[job.name, digest, "/f.yaml", text]])
+    # an older version's definition, without the keys added since
+    with sm.conn:
+        sm.conn.execute("UPDATE specs SET spec=? WHERE name='a'",
+                        (json.dumps({"name": "a", "schedule": "@daily", "command": "true"}),))
+    for listed, whole in zip(Q.jobs(sm.conn, as_dicts=True), Q.jobs(sm.conn)):
+        full = whole["spec"].to_dict()
+        assert listed["spec"] == {k: full[k] for k, _ in Q.VIEW_KEYS}
