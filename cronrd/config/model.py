@@ -21,7 +21,8 @@ class TLSPaths:
     key: str
 
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
-              "log_dir", "log_retention", "history_retention", "shutdown", "log_level",
+              "log_dir", "log_retention", "history_retention", "history_max_runs_per_job",
+              "shutdown", "log_level",
               "watch_interval", "max_running", "accept_jobs_from", "cluster")
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
@@ -83,6 +84,7 @@ class Config:
     log_max_age: float = 30 * 86400.0       # delete run logs older than this
     log_max_files_per_job: int = 500        # and keep at most this many per job
     history_retention: float = 30 * 86400.0  # run records kept in the state
+    history_max_runs_per_job: int = 10_000    # and at most this many per job
     # detach: running jobs go on under their supervisors (adopted at the next
     # start); wait: let them finish within grace, then stop them; stop: at once.
     shutdown_mode: str = "detach"           # detach | wait | stop

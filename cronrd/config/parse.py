@@ -88,6 +88,11 @@ def check_config(raw: object, path: str, report: ConfigProblems) -> Config | Non
         report.add(("log_retention", "max_files_per_job"),
                    "log_retention.max_files_per_job must be a positive integer")
     history = duration(("history_retention",), raw.get("history_retention", "30d"), "30d")
+    keep_runs = raw.get("history_max_runs_per_job", 10_000)
+    if not isinstance(keep_runs, int) or isinstance(keep_runs, bool) or keep_runs < 1:
+        report.add(("history_max_runs_per_job",),
+                   f"history_max_runs_per_job must be a positive whole number, the run records "
+                   f"kept per job (got {keep_runs!r}); the default is 10000")
     shutdown = raw.get("shutdown") or {}
     if not isinstance(shutdown, dict):
         report.add(("shutdown",), "shutdown must be a mapping "
@@ -134,6 +139,7 @@ def check_config(raw: object, path: str, report: ConfigProblems) -> Config | Non
     return Config(node_id=node_id, data_dir=data_dir, jobs_dir=jobs_dir, socket=sock,
                   log_dir=log_dir, timezone=tz, socket_group=socket_group,
                   log_max_age=max_age, log_max_files_per_job=max_files,
-                  history_retention=history, shutdown_mode=mode, shutdown_grace=grace,
+                  history_retention=history, history_max_runs_per_job=keep_runs,
+                  shutdown_mode=mode, shutdown_grace=grace,
                   log_level=level, watch_interval=min(max(watch, 0.1), 60.0), path=path,
                   max_running=max_running, accept_jobs_from=accept, cluster=cluster)

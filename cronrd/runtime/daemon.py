@@ -340,7 +340,16 @@ class Daemon:
                 res = {}
                 if self.log.is_leader:  # history is pruned once, for every node
                     res = await self.log.propose_as_leader(C.Prune(
-                        before=now - self.config.history_retention, at=now))
+                        before=now - self.config.history_retention, at=now,
+                        keep=self.config.history_max_runs_per_job))
+                    deleted = res.get("runs_deleted", 0)
+                    while res.get("more") and self.log.is_leader:  # in bounded steps
+                        await asyncio.sleep(0.1)
+                        res = await self.log.propose_as_leader(C.Prune(
+                            before=now - self.config.history_retention, at=self.clock.now(),
+                            keep=self.config.history_max_runs_per_job))
+                        deleted += res.get("runs_deleted", 0)
+                    res = {"runs_deleted": deleted}
                 if removed or res.get("runs_deleted"):
                     log.info("event=pruned logs=%d runs=%d", removed, res.get("runs_deleted", 0))
             except (CronrdError, OSError) as exc:

@@ -164,11 +164,14 @@ class CancelRun(Command):
 
 @dataclass(frozen=True)
 class Prune(Command):
-    """Delete finished run records older than ``before`` (retention)."""
+    """Delete finished run records older than ``before`` and, with ``keep``,
+    beyond the newest ``keep`` of each job (retention), at most
+    ``PRUNE_BATCH`` records by count at once (the result says ``more``)."""
 
     op: ClassVar[str] = "prune"
     before: float
     at: float
+    keep: int = 0
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,9 @@ class Refused(StateError):
     """The command is valid but the state does not allow it."""
 
 
+PRUNE_BATCH = 50_000  # run records one Prune deletes by count at most
+
+
 def canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -815,7 +818,27 @@ class StateMachine:
         self.conn.execute("DELETE FROM gaps WHERE created_at < ?", (cmd.before,))
         self.conn.execute("DELETE FROM late_reports WHERE finished_at < ?", (cmd.before,))
         self.conn.execute("DELETE FROM audit WHERE at < ?", (cmd.before,))
-        return {"runs_deleted": runs}
+        more = False
+        if isinstance(cmd.keep, int) and not isinstance(cmd.keep, bool) and cmd.keep > 0:
+            # An every-second job makes 86,400 records a day: a count keeps
+            # the newest ``keep`` of each job whatever its rate.
+            budget = PRUNE_BATCH
+            for job, _count in list(self.conn.execute(
+                    "SELECT job, COUNT(*) FROM runs GROUP BY job HAVING COUNT(*) > ? "
+                    "ORDER BY job", (cmd.keep,))):
+                cutoff = next(iter(self.conn.execute(
+                    "SELECT run_id FROM runs WHERE job=? ORDER BY run_id DESC LIMIT 1 OFFSET ?",
+                    (job, cmd.keep - 1))))[0]
+                self.conn.execute(
+                    f"DELETE FROM runs WHERE run_id IN (SELECT run_id FROM runs WHERE job=? AND "
+                    f"run_id < ? AND state NOT IN {sql_in(ACTIVE)} ORDER BY run_id LIMIT ?)",
+                    (job, cutoff, budget))
+                runs += self.conn.changes()
+                budget -= self.conn.changes()
+                if budget <= 0:  # maybe more: the next Prune goes on
+                    more = True
+                    break
+        return {"runs_deleted": runs, **({"more": True} if more else {})}
 
     # -- audit ----------------------------------------------------------------
     def _deny(self, kind: str, value: str, reason: str, at: float) -> None:

@@ -127,6 +127,7 @@ socket_group: cronrd
 timezone: Europe/Berlin
 log_retention: {max_age: 7d, max_files_per_job: 20}
 history_retention: 2w
+history_max_runs_per_job: 500
 shutdown: {mode: stop, grace: 1m30s}
 log_level: debug
 watch_interval: 250ms
@@ -155,6 +156,7 @@ def test_a_good_config_loads_as_yaml_safe_load_then_parse_config_read_it(tmp_pat
     assert cfg == parse_config(yaml.safe_load(GOOD), str(path))
     assert cfg.data_dir == str(tmp_path / "state") and cfg.shutdown_mode == "stop"
     assert cfg.shutdown_grace == 90.0 and cfg.watch_interval == 0.25
+    assert cfg.history_max_runs_per_job == 500
     assert cfg.accept_jobs_from == ("a", "b") and cfg.cluster.tags == ("ssd", "eu-west")
     assert cfg.cluster.tls.key == str(tmp_path / "tls" / "a.key")
     assert cfg.cluster.members_dict() == {"a": ("::1", 7100), "b": ("localhost", 7101)}
@@ -186,3 +188,12 @@ def test_the_daemon_command_prints_every_problem_and_exits_1(tmp_path):
     assert out[0].startswith(f"cronrd: {path}:2:19: shutdown.grace: bad duration 'soon'")
     assert out[1].startswith(f"{path}:3:1: unknown key 'log_levl'")
     assert out[2].startswith(f"{path}:4:14: max_running must be a positive whole number")
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "true", "1.5"])
+def test_history_max_runs_per_job_is_a_positive_whole_number(tmp_path, value):
+    path = tmp_path / "cronrd.yaml"
+    path.write_text(f"history_max_runs_per_job: {value}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    assert "history_max_runs_per_job must be a positive whole number" in str(err.value)

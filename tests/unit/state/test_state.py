@@ -255,6 +255,31 @@ def test_prune_deletes_only_old_finished_runs():
         log.fire(T0 + 1)
 
 
+def test_prune_keeps_the_newest_records_of_each_job_in_bounded_steps(monkeypatch):
+    from cronrd.state import machine
+    monkeypatch.setattr(machine, "PRUNE_BATCH", 4)
+    log = Log()
+    log.put(concurrency="allow")
+    log.put(name="k", concurrency="allow")
+    done = []
+    for t in range(1, 9):  # 8 finished runs of j, 2 of k, then one still running of j
+        done.append(log.fire(T0 + t)["run_id"])
+        log.finish(done[-1], at=T0 + t + 0.5)
+    for t in range(1, 3):
+        log.finish(log.fire(T0 + t, name="k")["run_id"], at=T0 + t + 0.5)
+    active = log.fire(T0 + 20)["run_id"]
+    res = log.apply(C.Prune(before=T0 - 1, at=T0 + 30, keep=3))
+    assert res == {"runs_deleted": 4, "more": True}  # a bounded step
+    res = log.apply(C.Prune(before=T0 - 1, at=T0 + 30, keep=3))
+    assert res == {"runs_deleted": 2}
+    left = [r.run_id for r in Q.list_runs(log.sm.conn, job="j", limit=100)]
+    assert left == [active, done[-1], done[-2]]  # the newest 3 records, the running one kept
+    assert len(Q.list_runs(log.sm.conn, job="k", limit=100)) == 2  # under the cap
+    assert log.apply(C.Prune(before=T0 - 1, at=T0 + 30, keep=3)) == {"runs_deleted": 0}
+    with pytest.raises(Refused):  # cursors still protect what was pruned
+        log.fire(T0 + 1)
+
+
 def test_reapplying_an_index_is_an_error():
     log = Log()
     log.put()
