@@ -163,6 +163,17 @@ def _parse_text(text: str, path: str) -> tuple[FileResult, dict[str, tuple[int, 
     return FileResult(path, tuple(jobs), problems), name_pos
 
 
+def parse_job_node(node: Node, path: str) -> tuple[JobSpec | None, list[Problem]]:
+    """Validate one job's mapping node (a definition from another node, turned
+    into nodes): the job, or None, and the problems."""
+    ctx = FileProblems(path)
+    if not isinstance(node, MappingNode):
+        ctx.err(node, f"a job is a mapping ({_got(node)})")
+        return None, ctx.problems
+    spec, _name, _pos = _parse_job(ctx, node, None)
+    return (spec if not ctx.problems else None), ctx.problems
+
+
 def parse_job_text(text: str, path: str) -> FileResult:
     """Parse and validate the text of one job file (no file system access)."""
     return _parse_text(text, path)[0]

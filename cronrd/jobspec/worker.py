@@ -15,6 +15,7 @@ that file itself.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import IO
 
@@ -60,7 +61,14 @@ def argv() -> list[str]:
     return [sys.executable, "-m", "cronrd.jobspec.worker"]
 
 
+NICE = 10  # parsing yields the CPU to the daemons' event loops (Raft, the scheduler)
+
+
 def main() -> int:
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
     serve(sys.stdin, sys.stdout)
     return 0
 

@@ -104,7 +104,7 @@ class Leadership:
         self.scheduler = sched
         self._leading = True
         try:
-            sched.start()
+            await sched.start_async()
             log.info("event=leading node=%s jobs=%d", self.node_id, len(sched.entries))
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(sched.run(), name="scheduler"),

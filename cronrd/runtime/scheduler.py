@@ -40,6 +40,7 @@ RETRY_DELAY = 0.5      # seconds before a fire that failed to commit is proposed
 MAX_SKIP_RECORDS = 100  # beyond this many missed fires, one gap record sums them up
 RECENT_CURSOR = 60.0   # seconds: a new leader completes a run_on: all fire this recent
 MAX_TRIGGERS = 4096    # distinct (schedule, time zone) triggers kept (~1.5 KB each)
+START_PAGE = 2000      # jobs (re)loaded per turn of the event loop at start
 MAX_REMEMBERED = 65536  # next fire times remembered by (trigger, second)
 
 
@@ -183,6 +184,17 @@ class Scheduler:
         a job edited while the daemon was down still gets its catch-up. A new
         leader calls it too: it resumes where the old leader stopped.
         """
+        for _ in self._start():
+            pass
+
+    async def start_async(self) -> None:
+        """``start`` a page of START_PAGE jobs per turn of the event loop: a
+        new leader of 100,000 jobs goes on answering its peers meanwhile (a
+        loop blocked for seconds costs it the leadership)."""
+        for _ in self._start():
+            await asyncio.sleep(0)
+
+    def _start(self):
         self.started = True
         self.placement.begin()
         self.heap.clear()
@@ -190,8 +202,15 @@ class Scheduler:
         # Before any catch-up: a catch-up fire moves the cursor past the fire
         # time to complete, which would then be refused.
         self._complete_last_fires()
-        for row in Q.schedule_rows(self.conn):
-            self._refresh(row[0], row, startup=True)
+        after = None
+        while True:
+            rows = list(Q.schedule_rows(self.conn, after=after, limit=START_PAGE))
+            for row in rows:
+                self._refresh(row[0], row, startup=True)
+            if len(rows) < START_PAGE:
+                break
+            after = rows[-1][0]
+            yield
         self.wake()
 
     def _complete_last_fires(self) -> None:

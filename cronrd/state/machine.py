@@ -282,26 +282,41 @@ class StateMachine:
         # What the state has of these jobs, in three queries (not six per job).
         names = json.dumps([p[0] for p in puts])
         in_list = "name IN (SELECT value FROM json_each(?))"
-        jobs = {n for (n,) in self.conn.execute(f"SELECT name FROM jobs WHERE {in_list}",
-                                                (names,))}
+        jobs = {n: (d, src, c) for n, d, src, c in self.conn.execute(
+            f"SELECT name, digest, source, conflict FROM jobs WHERE {in_list}", (names,))}
         mine = {n: (d, src) for n, d, src in self.conn.execute(
             f"SELECT name, digest, source FROM job_sources WHERE node=? AND {in_list}",
             (cmd.node, names))}
         known = {(n, d) for n, d in self.conn.execute(
             f"SELECT name, digest FROM specs WHERE {in_list}", (names,))} if any(
             p[3] is None for p in puts) else set()
-        need, changed, created, fresh = [], 0, 0, []
+        latest = dict(self.conn.execute(
+            f"SELECT name, MAX(updated_at) FROM job_sources WHERE {in_list} GROUP BY name",
+            (names,)))
+        need, changed, created, fresh, agreeing, moved = [], 0, 0, [], [], []
         for name, digest, source, text in puts:
             if text is None and (name, digest) not in known:
                 need.append(name)
                 continue
             if mine.get(name) == (digest, source):
                 continue  # unchanged
-            if name not in jobs:
+            job = jobs.get(name)
+            if job is None:
                 # A new job (a job exists while any node has a source of it):
                 # this is its only source and its definition is agreed.
                 fresh.append((name, digest, source, text))
                 effects.append(Effect("jobs_changed", job=name))
+                continue
+            if name not in mine and job[0] == digest and job[2] is None \
+                    and cmd.at != latest.get(name):
+                # Another node's identical definition of a job all agree on
+                # (a cluster's common case): one more source. As _reconcile
+                # has it, the newest source names the job's file.
+                agreeing.append((name, cmd.node, digest, source, cmd.at))
+                if cmd.at > latest.get(name, cmd.at) and job[1] != source:
+                    moved.append((source, cmd.at, name))
+                    effects.append(Effect("jobs_changed", job=name))
+                    changed += 1
                 continue
             if text is not None:
                 self._keep_spec(name, digest, text)
@@ -313,6 +328,11 @@ class StateMachine:
             created += cr
             if old:
                 self._forget_specs(name, [old])
+        if agreeing:
+            self.conn.executemany(
+                "INSERT INTO job_sources(name, node, digest, source, updated_at) "
+                "VALUES(?,?,?,?,?)", agreeing)
+            self.conn.executemany("UPDATE jobs SET source=?, updated_at=? WHERE name=?", moved)
         if fresh:
             # A new job starts fresh: fire times before it existed are not missed.
             self.conn.executemany("INSERT OR IGNORE INTO specs(name, digest, spec) VALUES(?,?,?)",

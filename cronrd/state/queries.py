@@ -328,12 +328,17 @@ _SCHEDULE_ROWS = ("SELECT jobs.name, json_extract(spec, '$.schedule'), "
                   "FROM jobs JOIN specs USING(name, digest)")
 
 
-def schedule_rows(conn: apsw.Connection, name: str | None = None):
+def schedule_rows(conn: apsw.Connection, name: str | None = None, after: str | None = None,
+                  limit: int = -1):
     """(name, schedule, timezone or None, enabled, paused, cursor) of one job
-    or, streamed in name order, of every job."""
+    or, streamed in name order, of every job (after ``after``, at most
+    ``limit``)."""
     if name is not None:
         return conn.execute(_SCHEDULE_ROWS + " WHERE jobs.name=?", (name,))
-    return conn.execute(_SCHEDULE_ROWS + " ORDER BY jobs.name")
+    if after is not None:
+        return conn.execute(_SCHEDULE_ROWS + " WHERE jobs.name > ? ORDER BY jobs.name LIMIT ?",
+                            (after, limit))
+    return conn.execute(_SCHEDULE_ROWS + " ORDER BY jobs.name LIMIT ?", (limit,))
 
 
 def job_schedule(conn: apsw.Connection, name: str) -> tuple[JobSpec, bool, int] | None:

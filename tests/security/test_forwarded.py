@@ -124,3 +124,44 @@ def test_what_is_committed_is_the_validated_canonical_definition():
 def test_absurd_values_are_refused_like_in_job_files(key, value):
     with pytest.raises(RequestError):
         revalidate_spec({**GOOD.to_dict(), key: value}, "from b")
+
+
+def _by_text(spec: dict, source: str):
+    """The way definitions from peers were checked before: written out as a
+    job file with yaml.safe_dump and parsed (the reference for the nodes)."""
+    import yaml as _yaml
+    from cronrd.jobspec import parse_job_text
+    from cronrd.state.forwarded import _file_form
+    body = {k: _file_form(k, v) for k, v in spec.items() if v is not None}
+    result = parse_job_text(_yaml.safe_dump(body, sort_keys=False, allow_unicode=True), source)
+    return None if result.problems or len(result.jobs) != 1 else result.jobs[0]
+
+
+@pytest.mark.parametrize("over", [
+    {}, {"command": ["/bin/echo", "true", "1", "yes"]}, {"command": "true"},
+    {"env": [["A", "1"], ["B", "no"], ["C", "x: y"]]}, {"timeout": 2.5}, {"timeout": None},
+    {"retries": {"max": 3, "delay": 1.0, "backoff": 2.0, "max_delay": 60.0, "jitter": 0.1}},
+    {"run_on": {"mode": "tags", "values": ["ssd"]}}, {"run_on": {"mode": "nodes",
+                                                               "values": ["a", "b"]}},
+    {"run_on": {"mode": "all", "values": []}}, {"description": "d\u00e9j\u00e0 vu: *x &y"},
+    {"timezone": "Europe/Berlin"}, {"enabled": False}, {"max_running": 2},
+    {"schedule": "@every 90s"}, {"user": "nobody", "group": "nogroup", "working_dir": "/tmp"},
+    # refused
+    {"schedule": "61 * * * *"}, {"timeout": "soon"}, {"command": ""}, {"command": 5},
+    {"enabled": "yes"}, {"env": [["1A", "x"]]}, {"concurrency": "sometimes"},
+    {"name": "bad name"}, {"retries": {"max": -1}}, {"command": "a\0b"},
+    {"run_on": {"mode": "nodes", "values": []}}, {"jitter": True},
+])
+def test_checking_a_definition_as_nodes_agrees_with_writing_it_out(over):
+    from cronrd.errors import RequestError
+    from cronrd.jobspec import JobSpec
+    from cronrd.state.forwarded import revalidate_spec
+    spec = {**JobSpec(name="j", schedule="*/5 * * * *", command="true").to_dict(), **over}
+    reference = _by_text(spec, "<b>")
+    try:
+        got = revalidate_spec(spec, "<b>")
+    except RequestError:
+        got = None
+    assert (got is None) == (reference is None), (over, reference)
+    if got is not None:
+        assert got.to_dict() == reference.to_dict()

@@ -257,3 +257,49 @@ def test_a_listing_reads_the_same_fields_as_the_whole_definition():
     for listed, whole in zip(Q.jobs(sm.conn, as_dicts=True), Q.jobs(sm.conn)):
         full = whole["spec"].to_dict()
         assert listed["spec"] == {k: full[k] for k, _ in Q.VIEW_KEYS}
+
+
+def test_bulk_commands_leave_the_state_one_job_at_a_time_would():
+    """SyncJobs' fast paths (new jobs, another node's identical definition)
+    against PutJob/RemoveJob applied one by one, over random changes of three
+    nodes' files: the same jobs, sources and definitions."""
+    import random
+    from cronrd.jobspec import JobSpec
+    rng = random.Random(7)
+    bulk = StateMachine(apsw.Connection(":memory:"))
+    single = StateMachine(apsw.Connection(":memory:"))
+    have = {n: {} for n in ("a", "b", "c")}
+    bi = si = 0
+    for step in range(80):  # two steps share each time: ties of updated_at too
+        node = rng.choice("abc")
+        puts, removes, singles = [], [], []
+        for name in rng.sample([f"j{i}" for i in range(12)], rng.randint(1, 6)):
+            if name in have[node] and rng.random() < 0.3:
+                removes.append(name)
+                singles.append(C.RemoveJob(name=name, at=T0 + step // 2, node=node))
+                del have[node][name]
+                continue
+            job = JobSpec(name=name, schedule=rng.choice(["@daily", "@hourly"]),
+                          command="true")
+            text, digest = job.canonical()
+            source = rng.choice(["/x.yaml", "/y.yaml", "/z.yaml"])
+            if have[node].get(name) == (digest, source):
+                continue
+            have[node][name] = (digest, source)
+            puts.append([name, digest, source, text])
+            singles.append(C.PutJob(name=name, spec=json.loads(text), digest=digest,
+                                    source=source, at=T0 + step // 2, node=node))
+        bi += 1
+        with bulk.conn:
+            bulk.apply(bi, C.SyncJobs(node=node, at=T0 + step // 2, puts=puts, removes=removes))
+        for cmd in singles:
+            si += 1
+            with single.conn:
+                single.apply(si, cmd)
+    for table in ("jobs", "job_sources", "specs"):
+        rows = [list(sm.conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3"))
+                for sm in (bulk, single)]
+        if table == "specs":
+            rows = [[r[1:] for r in t] for t in rows]  # rowids differ
+        assert rows[0] == rows[1], table
+    assert Q.conflicts(bulk.conn) == Q.conflicts(single.conn)
