@@ -53,6 +53,7 @@ class RaftConfig:
     check_quorum: bool = True
     max_inflight: int = 256          # APP messages in flight per follower
     max_msg_bytes: int = 1 << 20     # entry bytes per APP message
+    max_committed_bytes: int = 1 << 20  # committed entry bytes per Ready (to apply at once)
     snapshot_chunk_bytes: int = 1 << 20
 
 
@@ -921,7 +922,7 @@ class Raft:
             hard_state=hs if hs != self.prev_hs else None,
             entries=self.log.unstable(),
             snapshot=self.pending_install,
-            committed=self.log.next_committed(),
+            committed=self.log.next_committed(self.cfg.max_committed_bytes),
             messages=self.msgs,
             read_states=self.read_states,
             soft_state=ss if ss != self.prev_ss else None,

@@ -67,8 +67,10 @@ class RaftLog:
     def unstable(self) -> list[Entry]:
         return self.slice(self.unstable_from, self.last_index() + 1)
 
-    def next_committed(self) -> list[Entry]:
-        return self.slice(self.applied + 1, self.commit + 1)
+    def next_committed(self, max_bytes: int | None = None) -> list[Entry]:
+        """The committed entries not applied yet (at least one, at most
+        ``max_bytes`` of them when given)."""
+        return self.slice(self.applied + 1, self.commit + 1, max_bytes)
 
     def find_conflict_by_term(self, index: int, term: int) -> int:
         """The largest index <= ``index`` whose term is <= ``term`` (fast back-off)."""

@@ -867,3 +867,17 @@ def test_a_node_that_cannot_campaign_forgets_a_silent_leader():
     l.propose(b"x", b"op")
     (dropped,) = l.ready().dropped
     assert dropped[0] == b"op" and "no leader" in dropped[1]
+
+
+def test_a_ready_carries_at_most_max_committed_bytes_of_committed_entries():
+    net = Net(["a", "b", "c"], max_committed_bytes=1000)
+    a = net.elect("a")
+    for i in range(20):
+        a.propose(bytes([i]) * 300)
+    net.settle()
+    for i in "abc":
+        got = [e.data for e in net.applied[i] if e.type == EntryType.NORMAL]
+        assert got == [bytes([k]) * 300 for k in range(20)]  # all of them, in order
+        sizes = [sum(len(e.data) + 24 for e in rd.committed) for rd in net.readies[i]]
+        # each Ready at most the bound (or one entry), so several carried them
+        assert max(sizes) <= 1000 and sum(1 for s in sizes if s) >= 7
