@@ -9,7 +9,7 @@ every-second job, starts cronrd on them and measures:
 * the daemon's peak RSS (VmHWM from /proc, MB);
 * seconds for ``cronrd jobs --json``;
 * the every-second job's lateness (p50/p99 of started_at - fire time) over
-  ``--steady`` seconds once loaded.
+  ``--steady`` seconds, from ``--settle`` seconds after loading.
 
 ``--cluster`` does the same on three nodes on loopback (127.0.0.25x, the
 same files on each; cluster_ready_s is until every node shows every job).
@@ -91,9 +91,15 @@ def wait_jobs(nodes: list[Node], want: int, start: float, timeout: float) -> flo
     return None
 
 
-def lateness(node: Node, steady: float) -> tuple[float, float] | None:
+def lateness(node: Node, steady: float, settle: float) -> tuple[float, float] | None:
+    """The every-second job's lateness over ``steady`` seconds, from ``settle``
+    seconds after the fleet is loaded (the load's own aftermath, such as the
+    first checkpoint of a WAL that grew by the whole fleet, is not steady state)."""
+    time.sleep(settle)
+    since = time.time()
     time.sleep(steady)
-    runs = [r for r in node.runs(job="tick", limit=10000) if r["started_at"]]
+    runs = [r for r in node.runs(job="tick", limit=10000)
+            if r["started_at"] and stamp(r["fire_time"]) >= since]
     late = sorted((stamp(r["started_at"]) - stamp(r["fire_time"])) * 1000 for r in runs)
     if not late:
         return None
@@ -117,7 +123,7 @@ def one_node(n: int, args) -> dict:
         ready = wait_jobs([node], n + 1, t0, args.timeout)
         out = {"ready_s": ready, "rss_mb": None, "jobs_json_s": None, "late": None}
         if ready is not None:
-            out["late"] = lateness(node, args.steady)
+            out["late"] = lateness(node, args.steady, args.settle)
             out["jobs_json_s"] = timed_jobs_json(node)
         out["rss_mb"] = peak_rss_mb(node.proc.pid)
         return out
@@ -150,6 +156,8 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--steady", type=float, default=20.0,
                     help="seconds of the every-second job measured once loaded")
+    ap.add_argument("--settle", type=float, default=10.0,
+                    help="seconds after loading before the every-second job is measured")
     ap.add_argument("--timeout", type=float, default=180.0)
     ap.add_argument("--cluster", action="store_true", help="also three nodes on loopback")
     args = ap.parse_args()

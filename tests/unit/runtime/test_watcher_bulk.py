@@ -20,15 +20,7 @@ from cronrd.state import queries as Q
 from cronrd.state.forwarded import check_forwarded
 from cronrd.state.machine import Refused, StateMachine
 
-T0 = 1_800_000_000.0
-
-
-class Clock:
-    def now(self):
-        return T0
-
-    def monotonic(self):
-        return 0.0
+from .test_watcher import T0, Clock
 
 
 class Counting:
