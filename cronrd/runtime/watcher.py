@@ -103,6 +103,8 @@ class _Parsers:
             return None
         parsers = cls(procs, allowed, [p for p, _d in changed])
         parsers._ask_ahead()
+        log.info("event=job_parsers_started count=%d files=%d bytes=%d", count, len(changed),
+                 size)
         return parsers
 
     def _ask_ahead(self) -> None:

@@ -295,6 +295,23 @@ def test_restart_keeps_the_state(bnode):
     assert [(r["kind"], r["state"]) for r in runs] == [("manual", "succeeded")]
 
 
+def test_a_big_load_is_parsed_by_the_binarys_worker_processes(bnode):
+    # More than 256 KiB of job files: the watcher starts `cronrd __parse-jobs`
+    # workers (the binary has no `python -m`).
+    for f in range(4):
+        (bnode.jobs_dir / f"fleet{f}.yaml").write_text("jobs:\n" + "".join(
+            f"  - name: f{f}j{i:04d}\n    schedule: '{i % 60} {i % 24} * * *'\n"
+            f"    command: 'echo {i}'\n" for i in range(1000)))
+    bnode.start()
+    res = bnode.cli("status", "--json")
+    assert json.loads(res.stdout)["jobs"] == 4000
+    text = bnode.log_file.read_text()
+    assert "event=job_parsers_started count=" in text
+    assert "job_parser_failed" not in text and "job_parsers_unavailable" not in text
+    res = bnode.cli("jobs", "--json", "f3j00*")
+    assert [j["name"] for j in json.loads(res.stdout)] == [f"f3j{i:04d}" for i in range(100)]
+
+
 # -- the launcher's unpacking cache ------------------------------------------------
 def test_cache_must_be_private(tmp_path):
     shared = tmp_path / "shared"

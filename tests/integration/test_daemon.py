@@ -207,6 +207,32 @@ def test_sighup_reloads_at_once(node_factory):
              what="job loaded after SIGHUP")
 
 
+def test_a_fleet_of_job_files_loads_in_bulk_and_a_restart_parses_nothing(node):
+    # 4,000 jobs (> 256 KiB): parsed by worker processes, committed in bulk;
+    # restarted, the unchanged files are not parsed again; read in pages.
+    for f in range(4):
+        (node.jobs_dir / f"fleet{f}.yaml").write_text("jobs:\n" + "".join(
+            f"  - name: f{f}j{i:04d}\n    schedule: '{i % 60} {i % 24} * * *'\n"
+            f"    command: 'echo {i}'\n" for i in range(1000)))
+    node.start()
+    assert node.call("status")["jobs"] == 4000
+    text = node.log_file.read_text()
+    assert "event=job_parsers_started count=" in text and "job_parser_failed" not in text
+    assert node.terminate() == 0
+    text = node.log_file.read_text()
+    node.start()
+    restarted = node.log_file.read_text()[len(text):]
+    assert "job_parsers_started" not in restarted and "event=job_added" not in restarted
+    assert node.call("status")["jobs"] == 4000
+    page = node.call("jobs", {"limit": 3, "after": "f1j0998"})
+    assert [j["name"] for j in page["jobs"]] == ["f1j0999", "f2j0000", "f2j0001"]
+    assert page["next"] == "f2j0001"
+    listed = json.loads(node.cli("jobs", "--json", "f2*").stdout)
+    assert len(listed) == 1000 and listed[0]["schedule"] == "0 0 * * *"
+    res = node.cli("jobs")
+    assert res.returncode == 0 and len(res.stdout.splitlines()) == 4001
+
+
 def test_group_writable_job_file_is_refused(node):
     node.write_job("loose", {"schedule": "@hourly", "command": "true"}, mode=0o664)
     node.write_job("tight", {"schedule": "@hourly", "command": "true"})
