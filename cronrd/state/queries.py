@@ -127,13 +127,20 @@ VIEW_KEYS = (("schedule", False), ("timezone", False), ("command", True), ("enab
 _VIEW_SQL = ", ".join(f"spec {'->' if js else '->>'} '$.{key}'" for key, js in VIEW_KEYS)
 
 
+@functools.lru_cache(maxsize=4096)
+def _small_json(text: str):
+    """A command or run_on, decoded (a listing repeats the same ones; the
+    value is only serialised again, never changed)."""
+    return json.loads(text)
+
+
 def _view_dict(values) -> dict:
     out = {}
     for (key, js), value in zip(VIEW_KEYS, values):
         if value is None:
             value = _DEFAULTS[key]  # written by a version without the key
         elif js:
-            value = json.loads(value)
+            value = _small_json(value)
         elif key == "enabled":
             value = bool(value)
         out[key] = value
