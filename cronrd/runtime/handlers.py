@@ -248,17 +248,28 @@ class Handlers:
         return [self._job_view(j, last.get(j["name"])) for j in rows]
 
     async def _stream_jobs(self, match: str | None):
+        """`jobs --json`: the same fields as a page's views, as JSON text that
+        SQLite builds (queries.job_view_texts), next_fire and last_run added."""
         after, count = None, 0
         while True:
-            rows = Q.jobs(self.conn, after=after, glob=match, limit=STREAM_PAGE, as_dicts=True)
+            rows = Q.job_view_texts(self.conn, self.config.timezone, after=after, glob=match,
+                                    limit=STREAM_PAGE)
             if rows:
                 count += len(rows)
-                yield {"data": ",\n".join(json.dumps(v, sort_keys=True)
-                                           for v in self._page_views(rows))}
+                last = Q.last_runs(self.conn, [r[0] for r in rows])
+                texts = []
+                for name, text, schedule, timezone, enabled, paused, cursor in rows:
+                    run = last.get(name)
+                    nxt = self._next_fire({"name": name, "paused": paused, "cursor": cursor},
+                                          {"enabled": enabled, "schedule": schedule,
+                                           "timezone": timezone})
+                    texts.append(f'{text[:-1]},"next_fire":{json.dumps(iso_utc(nxt))},'
+                                 f'"last_run":{json.dumps(run.view()) if run else "null"}}}')
+                yield {"data": ",\n".join(texts)}
             if len(rows) < STREAM_PAGE:
                 yield {"result": {"jobs": count}}
                 return
-            after = rows[-1]["name"]
+            after = rows[-1][0]
             await asyncio.sleep(0)  # the loop's other work between pages
 
     def _next_fire(self, job: dict, d: dict) -> int | None:

@@ -127,6 +127,48 @@ VIEW_KEYS = (("schedule", False), ("timezone", False), ("command", True), ("enab
 _VIEW_SQL = ", ".join(f"spec {'->' if js else '->>'} '$.{key}'" for key, js in VIEW_KEYS)
 
 
+# A listing's job as JSON text, built by SQLite (`jobs --json` of 100,000 jobs:
+# no dict per job in Python, no Python encoder). Only next_fire and last_run
+# are added by the caller (they need the scheduler and the runs).
+_VIEW_JSON = """
+SELECT jobs.name,
+  json_object(
+    'name', jobs.name,
+    'schedule', spec ->> '$.schedule',
+    'timezone', COALESCE(spec ->> '$.timezone', :tz),
+    'command', spec -> '$.command',
+    'enabled', COALESCE(spec -> '$.enabled', json('true')),
+    'paused', json(CASE WHEN paused THEN 'true' ELSE 'false' END),
+    'description', COALESCE(spec ->> '$.description', ''),
+    'source', jobs.source,
+    'conflict', conflict,
+    'sources', json((SELECT json_group_array(json_object('node', s.node, 'digest', s.digest,
+                                                         'source', s.source))
+                     FROM (SELECT node, digest, source FROM job_sources
+                           WHERE job_sources.name = jobs.name ORDER BY node) AS s)),
+    'last_fire', CASE WHEN cursor THEN strftime('%Y-%m-%dT%H:%M:%SZ', cursor, 'unixepoch')
+                 END,
+    'concurrency', COALESCE(spec ->> '$.concurrency', 'forbid'),
+    'catchup', COALESCE(spec ->> '$.catchup', 'latest'),
+    'run_on', COALESCE(spec -> '$.run_on', json('{"mode":"any","values":[]}')),
+    'digest', jobs.digest),
+  spec ->> '$.schedule', spec ->> '$.timezone',
+  COALESCE(spec ->> '$.enabled', 1), paused, cursor
+FROM jobs JOIN specs USING(name, digest)
+WHERE (:after IS NULL OR jobs.name > :after) AND (:glob IS NULL OR jobs.name GLOB :glob)
+ORDER BY jobs.name LIMIT :limit
+"""
+
+
+def job_view_texts(conn: apsw.Connection, default_tz: str, after: str | None = None,
+                   glob: str | None = None, limit: int = 1000) -> list[tuple]:
+    """A page of jobs as (name, JSON object text, schedule, timezone, enabled,
+    paused, cursor): the text has every field of a listing but next_fire and
+    last_run."""
+    return list(conn.execute(_VIEW_JSON, {"tz": default_tz, "after": after, "glob": glob,
+                                          "limit": limit}))
+
+
 @functools.lru_cache(maxsize=4096)
 def _small_json(text: str):
     """A command or run_on, decoded (a listing repeats the same ones; the

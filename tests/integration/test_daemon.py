@@ -233,6 +233,24 @@ def test_a_fleet_of_job_files_loads_in_bulk_and_a_restart_parses_nothing(node):
     assert res.returncode == 0 and len(res.stdout.splitlines()) == 4001
 
 
+def test_jobs_json_stream_has_the_fields_of_the_paged_views(node):
+    node.write_job("plain", {"schedule": "*/5 * * * *", "command": "true"})
+    node.write_job("argv", {"schedule": "0 3 * * *", "command": ["/bin/echo", "a b"],
+                            "timezone": "Europe/Berlin", "description": "d\u00e9j\u00e0",
+                            "run_on": {"tags": ["ssd"]}, "concurrency": "allow",
+                            "catchup": "all"})
+    node.write_job("off", {"schedule": "@hourly", "command": "true", "enabled": False})
+    node.write_job("ran", {"schedule": "@yearly", "command": "exit 3"})
+    node.start()
+    node.cli("pause", "plain")
+    node.cli("run-now", "ran", "--wait")
+    views = node.call("jobs")
+    streamed = json.loads(node.cli("jobs", "--json").stdout)
+    assert [j["name"] for j in streamed] == ["argv", "off", "plain", "ran"]
+    assert streamed == views
+    assert streamed[3]["last_run"]["exit_code"] == 3 and streamed[2]["paused"] is True
+
+
 def test_group_writable_job_file_is_refused(node):
     node.write_job("loose", {"schedule": "@hourly", "command": "true"}, mode=0o664)
     node.write_job("tight", {"schedule": "@hourly", "command": "true"})

@@ -295,3 +295,37 @@ def test_bulk_commands_leave_the_state_one_job_at_a_time_would():
             rows = [[r[1:] for r in t] for t in rows]  # rowids differ
         assert rows[0] == rows[1], table
     assert Q.conflicts(bulk.conn) == Q.conflicts(single.conn)
+
+
+def test_listing_text_from_sqlite_matches_the_dict_views():
+    """`jobs --json`'s JSON built by SQLite against the views built in Python
+    (handlers._job_view, without next_fire and last_run), old definitions
+    and conflicts included."""
+    from cronrd.jobspec import JobSpec
+    from cronrd.schedule import iso_utc
+    sm = StateMachine(apsw.Connection(":memory:"))
+    a = JobSpec(name="a", schedule="@daily", command="true")
+    b = JobSpec(name="b", schedule="5 4 * * *", command=("x", "y z"), enabled=False,
+                description="d\u00e9j\u00e0 \"q\"", timezone="Europe/Berlin")
+    b2 = JobSpec(name="b", schedule="6 4 * * *", command="other")
+    for i, (job, node) in enumerate([(a, "n1"), (b, "n1"), (b2, "n2")]):
+        text, digest = job.canonical()
+        sync(sm, i + 1, node=node, puts=[[job.name, digest, f"/{node}/f.yaml", text]])
+    with sm.conn:  # an older version's definition, without the keys added since
+        sm.conn.execute("UPDATE specs SET spec=? WHERE name='a'",
+                        (json.dumps({"name": "a", "schedule": "@daily", "command": "true"}),))
+        sm.conn.execute("UPDATE jobs SET paused=1 WHERE name='a'")
+    texts = Q.job_view_texts(sm.conn, "UTC")
+    for (name, text, *_), job in zip(texts, Q.jobs(sm.conn, as_dicts=True), strict=True):
+        d = job["spec"]
+        want = {"name": job["name"], "schedule": d["schedule"],
+                "timezone": d["timezone"] or "UTC", "command": d["command"],
+                "enabled": d["enabled"], "paused": job["paused"],
+                "description": d["description"], "source": job["source"],
+                "conflict": job["conflict"], "sources": job["sources"],
+                "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
+                "concurrency": d["concurrency"], "catchup": d["catchup"],
+                "run_on": d["run_on"], "digest": job["digest"]}
+        assert json.loads(text) == want
+    assert json.loads(texts[1][1])["conflict"]  # b is defined differently by n1 and n2
+    assert [t[0] for t in Q.job_view_texts(sm.conn, "UTC", after="a", glob="b*")] == ["b"]
