@@ -254,6 +254,10 @@ class Watcher:
         self._fingerprint: tuple | None = None
         self._kick = asyncio.Event()
         self.reloads = 0
+        # Jobs whose definition a follower sends by digest first (the leader
+        # may hold it already: its own identical file); those the state
+        # lacked come back as need_spec and go with their text next look.
+        self._send_text: set[str] = set()
         self.stopped = False
 
     def kick(self) -> None:
@@ -377,8 +381,10 @@ class Watcher:
             log.info("event=job_update_deferred count=%d error=\"%s\" hint=\"tried again "
                      "in %gs\"", sum(map(_transient, errors)),
                      next(e for e in errors if _transient(e)), self.interval)
-        if any(isinstance(r, dict) and r.get("need_spec") for r in results):
-            again = True  # a definition went meanwhile: sent again with its text
+        wanted = [n for r in results if isinstance(r, dict) for n in r.get("need_spec", ())]
+        self._send_text = set(wanted)
+        if wanted:
+            again = True  # sent again with the definitions at the next look
         if again:
             # No leader, a timeout, a forward that failed, a leader's clock
             # not measured yet: not the change's fault. Only differences are
@@ -399,6 +405,7 @@ class Watcher:
         """One parsed file: its problems (a name an earlier file took is one
         of them), and its new and changed jobs into ``batch``. Returns why
         new jobs were held back, if they were."""
+        leading = getattr(self.proposer, "is_leader", True)
         jobs, file_problems = [], list(scanned.problems)
         for job in scanned.jobs:
             prev = seen.get(job.name)
@@ -441,6 +448,11 @@ class Watcher:
                 deferred += 1
                 continue
             have_text = (job.name, digest) in texts
+            if not have_text and not leading and job.name not in self._send_text:
+                # A follower: the leader checks every definition a member
+                # sends (job-file validators); most are already there, from
+                # the leader's own identical file. Ask by digest first.
+                have_text = True
             if before is None:
                 added += 1
             else:

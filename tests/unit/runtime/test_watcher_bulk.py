@@ -329,3 +329,28 @@ def test_listing_text_from_sqlite_matches_the_dict_views():
         assert json.loads(text) == want
     assert json.loads(texts[1][1])["conflict"]  # b is defined differently by n1 and n2
     assert [t[0] for t in Q.job_view_texts(sm.conn, "UTC", after="a", glob="b*")] == ["b"]
+
+
+def test_a_follower_asks_by_digest_first_and_sends_what_the_state_lacks_next(tmp_path):
+    fleet(tmp_path, files=1, per=4)
+    sm = StateMachine(apsw.Connection(":memory:"))
+
+    class Follower(Counting):
+        is_leader = False
+
+    prop = Follower(LocalLog(sm))
+    w = W.Watcher(str(tmp_path), prop, sm.conn, Clock(), node="b")
+    res = run(w.reload())
+    # Nobody had these definitions: all asked by digest, all wanted, looked at again.
+    assert res.get("again") and [p[3] for p in prop.sent[0].puts] == [None] * 4
+    assert Q.job_names(sm.conn) == []
+    res = run(w.reload())
+    assert not res.get("again") and all(p[3] for p in prop.sent[1].puts)
+    assert len(Q.job_names(sm.conn)) == 4
+    # A definition another node committed first is never sent as text.
+    (tmp_path / "more.yaml").write_text("schedule: '@daily'\ncommand: 'true'\n")
+    _, _, w_a = setup(tmp_path, node="a", sm=sm)
+    run(w_a.reload())
+    prop.sent.clear()
+    run(w.reload())
+    assert [(p[0], p[3]) for c in prop.sent for p in c.puts] == [("more", None)]
