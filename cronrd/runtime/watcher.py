@@ -75,6 +75,7 @@ class _Parsers:
         self.todo = list(todo)
         self.asked: dict[str, asyncio.Task] = {}
         self.locks = [asyncio.Lock() for _ in procs]
+        self.dead: set[int] = set()
         self.next = 0
 
     @classmethod
@@ -117,14 +118,25 @@ class _Parsers:
     async def _ask(self, slot: int, path: str) -> "_Scan | None":
         proc = self.procs[slot]
         async with self.locks[slot]:
+            if slot in self.dead:
+                return None
             try:
                 proc.stdin.write(json.dumps({"path": path, "allowed": self.allowed,
                                              "known": None}).encode() + b"\n")
                 await proc.stdin.drain()
-                line = await proc.stdout.readline()
-                return _Scan.of(json.loads(line))
+                answer = json.loads(await proc.stdout.readline())
+                if answer.get("path") != path:
+                    raise ValueError(f"answered for {answer.get('path')!r}")
+                return _Scan.of(answer)
             except Exception as exc:
+                # Its pipe may be out of step now (an answer over the limit,
+                # half read): never ask it again; the daemon parses instead.
                 log.warning("event=job_parser_failed file=%s error=\"%s\"", path, exc)
+                self.dead.add(slot)
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
                 return None
 
     async def take(self, path: str) -> "_Scan | None":
@@ -152,6 +164,10 @@ class _Parsers:
             except (asyncio.TimeoutError, ProcessLookupError):
                 proc.kill()
                 await proc.wait()
+            # its pipes too (one killed with an answer half read keeps them)
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
 
 
 class _Batch:
@@ -163,6 +179,7 @@ class _Batch:
         self.puts: list = []
         self.removes: list = []
         self.files: list = []
+        self.records: list = []
         self.size = 0
         self.changes = 0
         self.flight: list[asyncio.Future] = []
@@ -182,7 +199,10 @@ class _Batch:
         self.changes += 1
 
     async def file(self, item: list) -> None:
-        self.files.append(item)
+        """A file's record; kept for the last command of the look (only if
+        every job command committed: a record says the state has all of the
+        file's jobs, and a file recorded is not read again)."""
+        self.records.append(item)
 
     async def flush(self) -> None:
         if not (self.puts or self.removes or self.files):
@@ -206,6 +226,15 @@ class _Batch:
     async def finish(self) -> list:
         await self.flush()
         while self.flight:
+            await self._collect(self.flight.pop(0))
+        failed = any(isinstance(r, BaseException) or (isinstance(r, dict) and r.get("need_spec"))
+                     for r in self.results)
+        # Forgetting a record is always safe (the file is read again); so
+        # only the records that say "all of it is in" wait for success.
+        records = [r for r in self.records if r[1] is None or not failed]
+        if records:
+            self.files = records
+            await self.flush()
             await self._collect(self.flight.pop(0))
         return self.results
 
@@ -279,8 +308,9 @@ class Watcher:
         loop = asyncio.get_running_loop()
         names, dir_problem = list_job_files(self.jobs_dir)
         allowed = default_uids(self.allowed_uids)
-        known = dict(self._query("SELECT path, digest FROM source_files WHERE node=?",
-                                 (self.node,)))
+        recorded = {path: (digest, count) for path, digest, count in self._query(
+            "SELECT path, digest, jobs FROM source_files WHERE node=?", (self.node,))}
+        known = {path: digest for path, (digest, _count) in recorded.items()}
         problems: list[Problem] = [dir_problem] if dir_problem else []
         seen: dict[str, str] = {}     # job name -> the file that defines it (first wins)
         lines: dict[str, int] = {}    # job name -> its line, for the files parsed
@@ -306,12 +336,13 @@ class Watcher:
                     mine = [n for (n,) in self._query(
                         "SELECT name FROM job_sources WHERE node=? AND source=?",
                         (self.node, path))]
-                    if not any(n in seen for n in mine):
+                    if len(mine) == recorded[path][1] and not any(n in seen for n in mine):
                         counts["unchanged"] += 1
                         counts["jobs"] += len(mine)
                         seen.update(dict.fromkeys(mine, path))
                         continue
-                    # an earlier file defines one of its jobs now: read it again
+                    # an earlier file defines one of its jobs now, or the state lost
+                    # some of them (the node was removed and came back): read it again
                     scanned = None
                 else:
                     scanned = await parsers.take(path) if parsers is not None else None

@@ -818,12 +818,15 @@ class StateMachine:
             self._deny("node", cmd.node, why, cmd.at)
         if cmd.serial:
             self._deny("serial", cmd.serial, why, cmd.at)
-        names = [n for (n,) in self.conn.execute(
-            "SELECT name FROM job_sources WHERE node=? ORDER BY name", (cmd.node,))]
+        had = list(self.conn.execute(
+            "SELECT name, digest FROM job_sources WHERE node=? ORDER BY name", (cmd.node,)))
         self.conn.execute("DELETE FROM job_sources WHERE node=?", (cmd.node,))
+        # Its files too: if it joins again, they are read again, not skipped.
+        self.conn.execute("DELETE FROM source_files WHERE node=?", (cmd.node,))
         deleted = []
-        for name in names:  # first, so runs of a job that goes are not retried
+        for name, digest in had:  # first, so runs of a job that goes are not retried
             self._reconcile(name, cmd.at, effects)
+            self._forget_specs(name, [digest])
             if self._job(name) is None:
                 deleted.append(name)
         result = self._lose_runs(index, cmd.node, cmd.at,

@@ -57,11 +57,14 @@ def test_a_change_that_failed_for_want_of_a_leader_is_proposed_again(tmp_path):
         sm, prop, w = setup(tmp_path, fail=1)
         await w.reload()
         assert Q.job_names(sm.conn) == [] and w._fingerprint is None  # looked at again
+        assert not any(c.files for c in prop.sent)  # a failed look records no file
         await w.reload()
-        assert Q.job_names(sm.conn) == ["a"] and len(prop.sent) == 2
+        # the job, then the file's record (only once every job command committed)
+        assert Q.job_names(sm.conn) == ["a"] and len(prop.sent) == 3
+        assert prop.sent[-1].files and not prop.sent[-1].puts
         assert w._fingerprint is not None
         await w.reload()
-        assert len(prop.sent) == 2  # nothing differs: nothing proposed
+        assert len(prop.sent) == 3  # nothing differs: nothing proposed
     asyncio.run(main())
 
 

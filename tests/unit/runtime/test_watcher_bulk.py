@@ -72,8 +72,9 @@ def test_thousands_of_jobs_are_a_handful_of_commands_and_unchanged_files_are_not
     (tmp_path / "fleet1.yaml").write_text(text)
     res = run(w2.reload())
     assert (res["files_parsed"], res["changes"]) == (1, 1)
-    (cmd,) = prop2.sent
+    cmd, record = prop2.sent  # the job, then the file's new digest
     assert [p[0] for p in cmd.puts] == ["f1j0007"] and cmd.removes == []
+    assert [f[0] for f in record.files] == [str(tmp_path / "fleet1.yaml")] and not record.puts
     assert Q.job_spec(sm.conn, "f1j0007").schedule == "8 * * * *"
 
 
@@ -354,3 +355,116 @@ def test_a_follower_asks_by_digest_first_and_sends_what_the_state_lacks_next(tmp
     prop.sent.clear()
     run(w.reload())
     assert [(p[0], p[3]) for c in prop.sent for p in c.puts] == [("more", None)]
+
+
+# -- found by review (each failed before its fix) ------------------------------------------
+from cronrd.errors import NotLeader  # noqa: E402
+
+
+class FailFirst:
+    """A proposer whose first SyncJobs is lost (no leader for a moment)."""
+    def __init__(self, log):
+        self.log, self.sent, self.failed = log, [], False
+
+    def propose(self, cmd):
+        self.sent.append(cmd)
+        if not self.failed:
+            self.failed = True
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(NotLeader("no leader"))
+            return fut
+        return self.log.propose(cmd)
+
+
+def test_file_record_not_written_when_an_earlier_command_of_the_file_failed(tmp_path, monkeypatch):
+    monkeypatch.setattr(W, "MAX_PUTS", 10)
+    fleet(tmp_path, files=1, per=15)
+    sm = StateMachine(apsw.Connection(":memory:"))
+    prop = FailFirst(LocalLog(sm))
+    w = W.Watcher(str(tmp_path), prop, sm.conn, Clock(), node="n1")
+    res = run(w.reload())
+    assert res.get("again")
+    run(w.reload())   # the next look must finish the job
+    assert len(Q.job_names(sm.conn)) == 15
+
+
+def test_a_removed_node_that_comes_back_gets_its_jobs_again(tmp_path):
+    fleet(tmp_path, files=1, per=3)
+    sm, prop, w = setup(tmp_path, node="n3")
+    run(w.reload())
+    assert len(Q.job_names(sm.conn)) == 3
+    # `cluster remove n3` (RemoveNode forgets its job files)...
+    run(_propose(sm, C.RemoveNode(node="n3", at=2e9, deny=False)))
+    assert Q.job_names(sm.conn) == []
+    # ... and n3 joins again with the same files: its jobs must come back
+    sm, prop, w = setup(tmp_path, node="n3", sm=sm)
+    run(w.reload())
+    assert len(Q.job_names(sm.conn)) == 3
+
+
+def test_remove_node_forgets_the_definitions_only_it_had(tmp_path):
+    (tmp_path / "a").mkdir(); (tmp_path / "b").mkdir()
+    fleet(tmp_path / "a", files=1, per=3)
+    fleet(tmp_path / "b", files=1, per=3, command="false")   # n3 disagrees
+    sm, _, wa = setup(tmp_path / "a", node="n1")
+    run(wa.reload())
+    _, _, wb = setup(tmp_path / "b", node="n3", sm=sm)
+    run(wb.reload())
+    assert list(sm.conn.execute("SELECT COUNT(*) FROM specs")) == [(6,)]
+    run(_propose(sm, C.RemoveNode(node="n3", at=2e9, deny=False)))
+    # n3's definitions are referred to by nothing now
+    assert list(sm.conn.execute("SELECT COUNT(*) FROM specs")) == [(3,)]
+
+
+async def _propose(sm, cmd):
+    return await LocalLog(sm).propose(cmd)
+
+
+class FailNth:
+    def __init__(self, log, n):
+        self.log, self.sent, self.n = log, [], n
+
+    def propose(self, cmd):
+        self.sent.append(cmd)
+        if len(self.sent) == self.n:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(NotLeader("no leader"))
+            return fut
+        return self.log.propose(cmd)
+
+
+def job(name, cmd="true"):
+    return f"  - name: {name}\n    schedule: '@daily'\n    command: '{cmd}'\n"
+
+
+def test_a_job_moved_to_a_later_file_when_the_move_fails_once(tmp_path, monkeypatch):
+    (tmp_path / "a.yaml").write_text("jobs:\n" + job("x") + job("a1"))
+    (tmp_path / "b.yaml").write_text("jobs:\n" + job("b1"))
+    sm = StateMachine(apsw.Connection(":memory:"))
+    prop = FailNth(LocalLog(sm), 0)
+    w = W.Watcher(str(tmp_path), prop, sm.conn, Clock(), node="n1")
+    run(w.reload())
+    monkeypatch.setattr(W, "MAX_PUTS", 1)
+    # x moves from a.yaml to b.yaml; a.yaml gains a2
+    (tmp_path / "a.yaml").write_text("jobs:\n" + job("a1") + job("a2"))
+    (tmp_path / "b.yaml").write_text("jobs:\n" + job("b1") + job("x"))
+    prop.n = len(prop.sent) + 2       # the command with x's put is lost once
+    run(w.reload())
+    res = run(w.reload())
+    res = run(w.reload())
+    assert res["problems"] == []      # no duplicate x reported in b.yaml
+    assert Q.jobs(sm.conn, name="x")[0]["source"] == str(tmp_path / "b.yaml")
+
+
+def test_a_worker_answer_over_the_limit_does_not_shift_later_answers(tmp_path, monkeypatch):
+    monkeypatch.setattr(W, "PARSER_BYTES", 0)
+    monkeypatch.setattr(W, "MAX_PARSERS", 1)
+    monkeypatch.setattr(W, "PARSER_ANSWER", 4000)
+    (tmp_path / "a.yaml").write_text("jobs:\n" + "".join(job(f"a{i}") for i in range(2000)))
+    for f in "bcdef":
+        (tmp_path / f"{f}.yaml").write_text("jobs:\n" + job(f"{f}1"))
+    sm = StateMachine(apsw.Connection(":memory:"))
+    w = W.Watcher(str(tmp_path), FailNth(LocalLog(sm), 0), sm.conn, Clock(), node="n1")
+    run(w.reload())
+    for f in "bcdef":
+        assert Q.jobs(sm.conn, name=f"{f}1")[0]["source"] == str(tmp_path / f"{f}.yaml")
