@@ -99,8 +99,7 @@ class _Parsers:
         except Exception as exc:
             log.warning("event=job_parsers_unavailable error=\"%s\" hint=\"the job files "
                         "are parsed in the daemon (slower for many jobs)\"", exc)
-            for proc in procs:
-                proc.kill()
+            await cls(procs, allowed, []).close()
             return None
         parsers = cls(procs, allowed, [p for p, _d in changed])
         parsers._ask_ahead()
@@ -232,10 +231,11 @@ class _Batch:
         # Forgetting a record is always safe (the file is read again); so
         # only the records that say "all of it is in" wait for success.
         records = [r for r in self.records if r[1] is None or not failed]
-        if records:
-            self.files = records
+        for i in range(0, len(records), MAX_PUTS):  # bounded commands, as the jobs
+            self.files = records[i:i + MAX_PUTS]
             await self.flush()
-            await self._collect(self.flight.pop(0))
+            while self.flight:
+                await self._collect(self.flight.pop(0))
         return self.results
 
 

@@ -468,3 +468,15 @@ def test_a_worker_answer_over_the_limit_does_not_shift_later_answers(tmp_path, m
     run(w.reload())
     for f in "bcdef":
         assert Q.jobs(sm.conn, name=f"{f}1")[0]["source"] == str(tmp_path / f"{f}.yaml")
+
+
+def test_file_records_go_in_bounded_commands_after_the_jobs(tmp_path, monkeypatch):
+    monkeypatch.setattr(W, "MAX_PUTS", 2)
+    fleet(tmp_path, files=5, per=1)
+    sm, prop, w = setup(tmp_path)
+    run(w.reload())
+    records = [c.files for c in prop.sent if c.files]
+    assert [len(r) for r in records] == [2, 2, 1]
+    assert all(not c.puts for c in prop.sent if c.files)  # after every job command
+    assert prop.sent.index(next(c for c in prop.sent if c.files)) == len(
+        [c for c in prop.sent if c.puts])
