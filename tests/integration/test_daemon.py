@@ -15,6 +15,7 @@ from collections import Counter
 import psutil
 import pytest
 
+from cronrd.errors import UsageError
 from cronrd.schedule import parse_iso
 from harness import wait_for
 
@@ -227,6 +228,10 @@ def test_a_fleet_of_job_files_loads_in_bulk_and_a_restart_parses_nothing(node):
     page = node.call("jobs", {"limit": 3, "after": "f1j0998"})
     assert [j["name"] for j in page["jobs"]] == ["f1j0999", "f2j0000", "f2j0001"]
     assert page["next"] == "f2j0001"
+    for bad in ({"limit": 0}, {"limit": 10**6}, {"limit": "9"}, {"after": 5},
+                {"stream": "yes"}, {"match": ["x"]}):
+        with pytest.raises(UsageError):
+            node.call("jobs", bad)
     listed = json.loads(node.cli("jobs", "--json", "f2*").stdout)
     assert len(listed) == 1000 and listed[0]["schedule"] == "0 0 * * *"
     res = node.cli("jobs")

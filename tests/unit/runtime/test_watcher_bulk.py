@@ -480,3 +480,19 @@ def test_file_records_go_in_bounded_commands_after_the_jobs(tmp_path, monkeypatc
     assert all(not c.puts for c in prop.sent if c.files)  # after every job command
     assert prop.sent.index(next(c for c in prop.sent if c.files)) == len(
         [c for c in prop.sent if c.puts])
+
+
+@pytest.mark.parametrize("field, value", [
+    ("puts", "not a list"), ("puts", [["a", "0" * 64, "/f"]]), ("puts", [[1, "0" * 64, "/f", None]]),
+    ("puts", [["a", "short", "/f", None]]), ("puts", [["", "0" * 64, "/f", None]]),
+    ("puts", [["a", "0" * 64, "/f", 5]]), ("removes", [""]), ("removes", [3]),
+    ("files", [["/f", "d"]]), ("files", [["/f", "d", True]]), ("files", [[1, None, 0]]),
+])
+def test_a_malformed_sync_is_refused_whole_and_changes_nothing(field, value):
+    sm = StateMachine(apsw.Connection(":memory:"))
+    before = sm.full_digest()
+    kw = {"puts": [], "removes": [], "files": [], field: value}
+    with pytest.raises(Refused, match="sync_jobs"):
+        sync(sm, 1, **kw)
+    assert Q.job_names(sm.conn) == [] and list(sm.conn.execute("SELECT * FROM specs")) == []
+    assert sm.full_digest() == before  # (this helper's transaction rolled back whole)
