@@ -117,7 +117,6 @@ def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = No
     return out
 
 
-_SPEC_KEYS = frozenset(JobSpec(name="", schedule="", command="").to_dict())
 _DEFAULTS = JobSpec(name="", schedule="", command="").to_dict()
 # What `cronrd jobs` shows of a definition; (key, holds JSON: a list or mapping)
 VIEW_KEYS = (("schedule", False), ("timezone", False), ("command", True), ("enabled", False),
@@ -187,15 +186,6 @@ def _view_dict(values) -> dict:
             value = bool(value)
         out[key] = value
     return out
-
-
-def spec_dict(text: str) -> dict:
-    """A stored definition as ``JobSpec.to_dict()`` gives it; one written by
-    an older version (keys missing) goes through JobSpec for its defaults."""
-    d = json.loads(text)
-    if not _SPEC_KEYS <= d.keys():
-        d = JobSpec.from_dict(d).to_dict()
-    return d
 
 
 def last_runs(conn: apsw.Connection, jobs: list[str]) -> dict[str, Run]:
@@ -359,13 +349,6 @@ def in_force_from(conn: apsw.Connection, name: str, nodes) -> bool:
 
 def job_names(conn: apsw.Connection) -> list[str]:
     return [n for (n,) in conn.execute("SELECT name FROM jobs ORDER BY name")]
-
-
-def job_specs(conn: apsw.Connection) -> list[tuple[str, JobSpec]]:
-    """Every job's definition in force: (name, spec), by name."""
-    return [(name, decode_spec(spec, source)) for name, spec, source
-            in conn.execute("SELECT name, spec, source FROM jobs JOIN specs USING(name, digest) "
-                            "ORDER BY name")]
 
 
 # What the scheduler keeps of a job: its schedule, time zone, enabled flag
