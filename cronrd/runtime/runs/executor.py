@@ -36,7 +36,7 @@ from ...state.run import Run
 from ..clock import Clock
 from . import records
 from . import restart
-from .active import ActiveRun
+from .active import ActiveRun, InFlight
 from .claims import Claims
 from .gates import CLAIM_WAIT, READY_WAIT, Gate, Gates
 from .launch import Identities
@@ -67,8 +67,10 @@ class Executor:
         self.conn = conn
         self.clock = clock
         self.timers: dict[int, asyncio.TimerHandle] = {}
-        self.active: dict[int, ActiveRun] = {}
-        self.by_key: dict[str, ActiveRun] = {}
+        # The runs held here (read-only views: change them through flight).
+        self.flight = InFlight()
+        self.active: dict[int, ActiveRun] = self.flight.by_id
+        self.by_key: dict[str, ActiveRun] = self.flight.by_key
         # Each run gets a supervisor process of its own (runs/supervisor.py),
         # which outlives the daemon; its records live here.
         self.runs_dir = os.path.join(config.data_dir, "runs")
@@ -207,7 +209,7 @@ class Executor:
         if refused is not None:
             self._not_started(run, "skipped", now, reason=refused)
             return
-        over = over_cap(self.active.values(), run, spec, self.node_id,
+        over = over_cap(self.flight, run, spec, self.node_id,
                         self.config.max_running)
         if over is not None:
             due = run.due_at or now
@@ -228,8 +230,7 @@ class Executor:
             self._not_started(run, "failed", now, reason=act.reason, log_path=act.log_path,
                               exit_code=act.exit_code)
             return
-        self.active[run.run_id] = act
-        self.by_key[act.key] = act
+        self.flight.add(act)
         act.gate.runs.append(act)
         if self.claims is not None and act.gate.claiming:
             self._claim_gate(act.gate, [act])  # its gate's claims were asked for already
@@ -249,8 +250,8 @@ class Executor:
         """The overlap policy, decided at the fire time against the runs of the
         same job that are running here, and (in a cluster) those the
         replicated state shows running on other nodes."""
-        others = [a for a in self.active.values()
-                  if a is not act and a.run.job == act.run.job and a.life.started]
+        others = [a for a in self.flight.of_job(act.run.job)
+                  if a is not act and a.life.started]
         # Alone, nothing runs elsewhere: no query on the path to the gate.
         remote = (Q.running_elsewhere(self.conn, act.run, self.node_id)
                   if self.others_can_run() else [])
@@ -325,8 +326,7 @@ class Executor:
 
     def adopt(self, act: ActiveRun, *, report_start: bool) -> None:
         """A run a previous daemon started goes on here (restart.py)."""
-        self.active[act.run.run_id] = act
-        self.by_key[act.key] = act
+        self.flight.add(act)
         if report_start:
             self._report_started(act)
 
@@ -402,6 +402,7 @@ class Executor:
         """Step the run's life (run_life.step) and perform what it asks."""
         was_ready = act.life.at_gate_ready
         act.life, actions = L.step(act.life, event)
+        self.flight.recount(act)
         for action in actions:
             self._perform(act, action, note)
         if act.life.over:
@@ -431,8 +432,7 @@ class Executor:
     def _forget(self, act: ActiveRun) -> None:
         for timer in act.timers:
             timer.cancel()
-        self.active.pop(act.run.run_id, None)
-        self.by_key.pop(act.key, None)
+        self.flight.remove(act)
         self.close_supervisor(act)
         if act.gate is not None:
             self.gates.settled(act)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable
 
 from ...errors import CronrdError
 from ...jobspec import JobSpec
 from ...state import queries as Q
 from ...state import run_life as L
 from ...state.run import Run
-from .active import ActiveRun
+from .active import ActiveRun, InFlight
 from .gates import Gates
 from .launch import Identities, env_memfd, launch
 from .logs import open_run_log, run_log_path, say
@@ -27,20 +26,14 @@ class NotStarted:
     exit_code: int | None = None
 
 
-def over_cap(active: Iterable[ActiveRun], run: Run, spec: JobSpec, node_id: str,
+def over_cap(flight: InFlight, run: Run, spec: JobSpec, node_id: str,
              node_max: int) -> str | None:
     """max_running: the reason ``run`` may not start now, or None. Runs
     waiting at a gate count: each holds a process and descriptors."""
-    total = same = 0
-    for act in active:
-        if not act.life.holds_slot:
-            continue
-        total += 1
-        same += act.run.job == run.job
-    if spec.max_running is not None and same >= spec.max_running:
+    if spec.max_running is not None and flight.job_slots.get(run.job, 0) >= spec.max_running:
         return (f"max_running ({spec.max_running}) of job {run.job} reached on node "
                 f"{node_id}")
-    if total >= node_max:
+    if flight.slots >= node_max:
         return f"max_running ({node_max}) reached on node {node_id}"
     return None
 

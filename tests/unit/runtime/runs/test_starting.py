@@ -6,7 +6,7 @@ from __future__ import annotations
 import apsw
 
 from cronrd.jobspec import JobSpec
-from cronrd.runtime.runs.active import ActiveRun
+from cronrd.runtime.runs.active import ActiveRun, InFlight
 from cronrd.runtime.runs.starting import over_cap, refused_source
 from cronrd.state import commands as C
 from cronrd.state import run_life as L
@@ -23,9 +23,17 @@ def run(job="j", run_id=1) -> Run:
                created_at=T0 - 1)
 
 
-def active(job, life) -> ActiveRun:
-    return ActiveRun(run=run(job), spec=None, key="k", log_path="/l", kill_grace=1.0,
-                     life=life)
+def active(job, life, run_id=1) -> ActiveRun:
+    return ActiveRun(run=run(job, run_id), spec=None, key=f"k{run_id}", log_path="/l",
+                     kill_grace=1.0, life=life)
+
+
+def flight(*lives) -> InFlight:
+    """An InFlight holding runs of (job, life) pairs, run ids 1, 2, ..."""
+    f = InFlight()
+    for i, (job, life) in enumerate(lives, 1):
+        f.add(active(job, life, i))
+    return f
 
 
 def test_max_running_counts_the_runs_holding_a_slot():
@@ -34,14 +42,32 @@ def test_max_running_counts_the_runs_holding_a_slot():
     waiting = L.Life(phase=L.Phase.WAITING, pid=6)
     told_to_go = L.Life(phase=L.Phase.WAITING, pid=7, stop_state="skipped", stop_reason="x")
     done = L.Life(phase=L.Phase.DONE)
-    assert over_cap([active("j", started), active("j", told_to_go), active("j", done)],
+    assert over_cap(flight(("j", started), ("j", told_to_go), ("j", done)),
                     run(), spec, "n1", 10) is None
-    assert over_cap([active("j", started), active("j", waiting)], run(), spec, "n1", 10) == (
+    assert over_cap(flight(("j", started), ("j", waiting)), run(), spec, "n1", 10) == (
         "max_running (2) of job j reached on node n1")
-    assert over_cap([active("k", started), active("k", waiting)], run(), spec, "n1", 3) \
-        is None
-    assert over_cap([active("k", started), active("k", waiting), active("k", started)],
+    assert over_cap(flight(("k", started), ("k", waiting)), run(), spec, "n1", 3) is None
+    assert over_cap(flight(("k", started), ("k", waiting), ("k", started)),
                     run(), spec, "n1", 3) == "max_running (3) reached on node n1"
+
+
+def test_in_flight_counts_slots_as_lives_change_and_runs_leave():
+    waiting = L.Life(phase=L.Phase.WAITING, pid=6)
+    f = flight(("j", waiting), ("j", waiting), ("k", waiting))
+    assert (f.slots, f.job_slots) == (3, {"j": 2, "k": 1})
+    a, b, c = f.by_id[1], f.by_id[2], f.by_id[3]
+    a.life = L.Life(phase=L.Phase.WAITING, pid=6, stop_state="skipped", stop_reason="x")
+    f.recount(a)  # told to go away unrun: its slot is free
+    assert (f.slots, f.job_slots) == (2, {"j": 1, "k": 1})
+    f.recount(a)  # counting twice changes nothing
+    assert f.slots == 2
+    f.remove(c)
+    f.remove(c)
+    assert (f.slots, f.job_slots, list(f.by_job)) == (1, {"j": 1}, ["j"])
+    assert [x.run.run_id for x in f.of_job("j")] == [1, 2]
+    f.remove(a)
+    f.remove(b)
+    assert (f.slots, f.job_slots, f.by_id, f.by_key, f.by_job) == (0, {}, {}, {}, {})
 
 
 def test_accept_jobs_from_wants_the_definition_in_force_from_a_trusted_node():
