@@ -11,24 +11,38 @@ every-second job, starts cronrd on them and measures:
 * the every-second job's lateness (p50/p99 of started_at - fire time) over
   ``--steady`` seconds, from ``--settle`` seconds after loading.
 
+``--runs N`` (default 10,000; 0: skip) then starts N runs at once across
+three nodes: N jobs ``sleep`` whose fire times are spread over
+``--runs-spread`` seconds, each sleeping until ``--runs-hold`` seconds after
+the last one started, so all N are in flight together. It prints the most
+runs in flight (the leader's ``status``), the runs' start lateness, each
+daemon's CPU (% of one core) while they start and while all of them run,
+peak RSS, and how many exits were collected (every run must end
+``succeeded``). Each run holds three processes (its supervisor, the shell,
+the command): as root the benchmark raises kernel.pid_max for the run if it
+is too small, and puts it back after.
+
 ``--cluster`` does the same on three nodes on loopback (127.0.0.25x, the
 same files on each; cluster_ready_s is until every node shows every job).
 The last line is ``RESULT jobs=... ready_s=... rss_mb=... cluster_ready_s=...
-cluster_rss_mb=...`` for the largest size (``-`` when not measured or not
+cluster_rss_mb=... runs_in_flight=... runs_cpu_pct=...`` for the largest size (``-`` when not measured or not
 reached within ``--timeout``).
 
     python bench/scale.py --sizes 10000            # quick
     python bench/scale.py                          # 10k, 50k, 100k, one node
     python bench/scale.py --cluster --sizes 10000,50000
+    python bench/scale.py --sizes 0 --runs 10000       # only the runs in flight
 
 Targets (issue 12): 100,000 jobs ready in <= 10 s on one node and <= 20 s on
 three, peak RSS <= 150 MB (one node) and <= 200 MB per cluster node,
-``jobs --json`` <= 3 s, the every-second job's p99 lateness unchanged.
+``jobs --json`` <= 3 s, the every-second job's p99 lateness unchanged,
+10,000 runs in flight across three nodes without falling behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import statistics
 import subprocess
@@ -37,6 +51,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,6 +161,98 @@ def three_nodes(n: int, args) -> dict:
         c.cleanup()
 
 
+PID_MAX = Path("/proc/sys/kernel/pid_max")
+
+
+def ensure_pids(n: int) -> str | None:
+    """Room for 3 processes per run; the old kernel.pid_max if raised, or
+    None. Raises SystemExit when it is too small and cannot be raised."""
+    need = 3 * n + 4096
+    have = int(PID_MAX.read_text())
+    if have >= need:
+        return None
+    if os.geteuid() != 0:
+        raise SystemExit(f"kernel.pid_max is {have}: {n} runs in flight need about {need} "
+                         f"processes; run as root, or sysctl -w kernel.pid_max={need}")
+    PID_MAX.write_text(str(max(need, 4194304)))
+    print(f"kernel.pid_max raised from {have} for the runs (put back after)", flush=True)
+    return str(have)
+
+
+def runs_in_flight(n: int, args) -> dict:
+    spread, hold = args.runs_spread, args.runs_hold
+    old_pid_max = ensure_pids(n)
+    c = Cluster(node_timeout="10s", first_ip=241)
+    try:
+        lead = 30 + n / 1000   # s until the first fire: every node loads the jobs first
+        first = int(time.time() + lead)
+        for node in c:
+            node.config.update(max_running=n, log_level="info")
+            node.config_path.write_text(yaml.safe_dump(node.config))
+            for f in range(0, n, 1000):
+                jobs = []
+                for i in range(f, min(n, f + 1000)):
+                    t = time.gmtime(first + i % spread)
+                    jobs.append({"name": f"s{i:06d}", "command": f"sleep {spread + hold}",
+                                 "schedule": f"{t.tm_sec} {t.tm_min} {t.tm_hour} * * *"})
+                (node.jobs_dir / f"sleep{f // 1000:03d}.yaml").write_text(
+                    yaml.safe_dump({"jobs": jobs}))
+        for node in c:
+            node.start(wait=False)
+        procs = [psutil.Process(node.proc.pid) for node in c]
+
+        def cpu() -> list[float]:
+            return [sum(p.cpu_times()[:2]) for p in procs]
+
+        def running() -> int:
+            try:
+                return int(c.leader(timeout=5).call("status", timeout=10)["running"])
+            except Exception:
+                return -1
+        while time.time() < first - 1:
+            time.sleep(0.2)
+        cpu0, t0 = cpu(), time.time()
+        peak, all_at = 0, None
+        while time.time() < first + spread + hold / 2:
+            peak = max(peak, running())
+            if all_at is None and peak >= n:
+                all_at = time.time() - first
+            time.sleep(1)
+        ramp_end = time.time()
+        cpu1 = cpu()
+        time.sleep(max(1.0, first + spread + hold - 2 - time.time()))
+        cpu2, steady_s = cpu(), time.time() - ramp_end
+        deadline = time.time() + 120 + n / 50
+        runs: list[dict] = []
+        while time.time() < deadline:
+            try:
+                runs = c.leader(timeout=5).runs(limit=n + 1000)
+            except Exception:
+                runs = []
+            if sum(r["state"] == "succeeded" for r in runs) >= n or \
+                    (runs and not any(r["state"] in ("running", "assigned", "pending")
+                                      for r in runs)):
+                break
+            time.sleep(2)
+        late = sorted((stamp(r["started_at"]) - stamp(r["fire_time"])) * 1000
+                      for r in runs if r.get("started_at"))
+        ramp_s = ramp_end - t0
+        return {
+            "peak": peak, "all_at": all_at,
+            "late": (statistics.median(late), late[min(len(late) - 1, int(0.99 * len(late)))])
+            if late else None,
+            "cpu_ramp": [100 * (b - a) / ramp_s for a, b in zip(cpu0, cpu1)],
+            "cpu_steady": [100 * (b - a) / steady_s for a, b in zip(cpu1, cpu2)],
+            "rss": [peak_rss_mb(node.proc.pid) for node in c],
+            "collected": sum(r["state"] == "succeeded" for r in runs),
+            "states": dict(sorted(collections.Counter(r["state"] for r in runs).items())),
+        }
+    finally:
+        c.cleanup()
+        if old_pid_max is not None:
+            PID_MAX.write_text(old_pid_max)
+
+
 def fmt(v, spec=".1f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -160,8 +267,14 @@ def main() -> None:
                     help="seconds after loading before the every-second job is measured")
     ap.add_argument("--timeout", type=float, default=180.0)
     ap.add_argument("--cluster", action="store_true", help="also three nodes on loopback")
+    ap.add_argument("--runs", type=int, default=10000,
+                    help="runs in flight at once across three nodes (0: skip)")
+    ap.add_argument("--runs-spread", type=int, default=100,
+                    help="seconds over which their fire times are spread")
+    ap.add_argument("--runs-hold", type=int, default=50,
+                    help="seconds all of them run together")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    sizes = [int(s) for s in args.sizes.split(",") if s and int(s) > 0]  # 0: none
     print(f"scale: sizes {sizes}, {args.files} files, {os.cpu_count()} CPUs, load "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'jobs':>8} {'ready s':>8} {'rss MB':>8} {'jobs --json s':>14} {'tick p50 ms':>12} "
@@ -176,8 +289,25 @@ def main() -> None:
               f"{fmt(three['ready_s']):>11} {fmt(three['rss_mb'], '.0f'):>10}", flush=True)
         last = {"jobs": n, "ready_s": one["ready_s"], "rss_mb": one["rss_mb"],
                 "cluster_ready_s": three["ready_s"], "cluster_rss_mb": three["rss_mb"]}
-    print("RESULT " + " ".join(f"{k}={fmt(v, '.1f') if k != 'jobs' else v}"
-                               for k, v in last.items()))
+    if args.runs:
+        r = runs_in_flight(args.runs, args)
+        pct = lambda xs: "/".join(f"{x:.0f}" for x in xs)  # noqa: E731
+        late = r["late"] or (None, None)
+        print(f"runs in flight, 3 nodes: {args.runs} jobs fired over {args.runs_spread} s, "
+              f"each running {args.runs_spread + args.runs_hold} s")
+        print(f"  most in flight {r['peak']} (all {args.runs} after "
+              f"{fmt(r['all_at'])} s); start lateness p50 {fmt(late[0])} ms, p99 "
+              f"{fmt(late[1])} ms")
+        print(f"  daemon CPU % of a core: {pct(r['cpu_ramp'])} while starting "
+              f"({args.runs / args.runs_spread:.0f} runs/s), {pct(r['cpu_steady'])} while all "
+              f"run; peak RSS MB {pct(r['rss'])}")
+        print(f"  exits collected: {r['collected']} of {args.runs} succeeded; states "
+              f"{r['states']}", flush=True)
+        last.update(runs_in_flight=r["peak"], runs_collected=r["collected"],
+                    runs_cpu_pct=max(r["cpu_steady"]), runs_rss_mb=max(r["rss"]))
+    print("RESULT " + " ".join(
+        f"{k}={v if isinstance(v, int) or k == 'jobs' else fmt(v, '.1f')}"
+        for k, v in last.items()))
 
 
 if __name__ == "__main__":

@@ -160,6 +160,11 @@ class RaftLog:
     def is_leader(self) -> bool:
         return self.node.is_leader
 
+    @property
+    def leader(self) -> str:
+        """The leader this node knows of ("" while there is none)."""
+        return self.node.leader or ""
+
     def subscribe(self, listener: EffectListener) -> None:
         self.state.listeners.append(listener)
 

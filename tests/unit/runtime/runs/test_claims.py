@@ -161,3 +161,69 @@ def test_a_refused_claim_hands_the_run_back_not_started_to_be_reported():
         (report,) = [a for a in actions if isinstance(a, L.Report)]
         assert report.state == "lost" and report.not_started  # retried, whatever the policy
     asyncio.run(main())
+
+
+class Held:
+    """A log whose answers wait until released; ``leader`` is whom it knows."""
+
+    def __init__(self, log, leader="b"):
+        self.log, self.leader, self.sent, self.gates = log, leader, [], []
+
+    async def propose(self, cmd):
+        self.sent.append(cmd)
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        await gate.wait()
+        return await self.log.propose(cmd)
+
+
+def test_a_slow_claim_is_waited_for_not_proposed_again_while_the_leader_stays():
+    async def main():
+        sm, log, acts = await setup(2)
+        prop, events = Held(log), []
+        claims = CL.Claims("a", prop, Clock(), stepper(events))
+        claims.want(acts)
+        await asyncio.sleep(CL.TRY_TIMEOUT * 3)  # three tries' worth, unanswered
+        assert len(prop.sent) == 1
+        assert [a.life.claim for a in acts] == ["asking"] * 2
+        prop.gates[0].set()
+        await asyncio.sleep(0.05)
+        assert len(prop.sent) == 1 and [a.life.claim for a in acts] == ["won"] * 2
+        assert not claims.tasks
+    asyncio.run(main())
+
+
+def test_a_claim_unanswered_when_the_leader_changes_is_proposed_to_the_new_one():
+    async def main():
+        sm, log, acts = await setup(2)
+        prop = Held(log, leader="b")
+        claims = CL.Claims("a", prop, Clock(), stepper([]))
+        claims.want(acts)
+        await asyncio.sleep(0.05)
+        prop.leader = "c"  # b died or was cut off with the claim
+        await asyncio.sleep(CL.TRY_TIMEOUT + 0.1)
+        assert len(prop.sent) == 2 and prop.sent[1].claims == prop.sent[0].claims
+        prop.gates[1].set()
+        await asyncio.sleep(0.05)
+        assert [a.life.claim for a in acts] == ["won"] * 2
+        prop.gates[0].set()  # the first one's late answer changes nothing
+        await asyncio.sleep(0.05)
+        assert [a.life.claim for a in acts] == ["won"] * 2 and not claims.tasks
+        assert all(Q.get_run(sm.conn, a.run.run_id).claimed_at for a in acts)
+    asyncio.run(main())
+
+
+def test_a_claim_sent_while_there_was_no_leader_is_waited_for_once_one_is_known():
+    async def main():
+        sm, log, acts = await setup(1)
+        prop = Held(log, leader="")
+        claims = CL.Claims("a", prop, Clock(), stepper([]))
+        claims.want(acts)
+        await asyncio.sleep(0.05)
+        prop.leader = "b"  # the proposal itself goes there (raft_log waits for a leader)
+        await asyncio.sleep(CL.TRY_TIMEOUT * 2.5)
+        assert len(prop.sent) == 1
+        prop.gates[0].set()
+        await asyncio.sleep(0.05)
+        assert acts[0].life.claim == "won"
+    asyncio.run(main())
