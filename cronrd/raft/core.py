@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..errors import CronrdError
 from .log import RaftLog
@@ -55,6 +56,12 @@ class RaftConfig:
     max_msg_bytes: int = 1 << 20     # entry bytes per APP message
     max_committed_bytes: int = 1 << 20  # committed entry bytes per Ready (to apply at once)
     snapshot_chunk_bytes: int = 1 << 20
+    # Where a snapshot being received goes: a callable returning a buffer
+    # with extend(bytes) and len(); if it has finish(), that gives the
+    # snapshot's data when the last chunk is in, and discard() drops an
+    # abandoned one. Default: bytes in memory (the node's runtime passes a
+    # file, so a 100 MB state is never held whole).
+    snapshot_sink: Callable[[], Any] | None = None
 
 
 @dataclass
@@ -68,6 +75,7 @@ class Progress:
     recent_active: bool = False
     pending_snapshot: int = 0        # snapshot index being sent
     snap_offset: int = 0
+    snap_moved: bool = False         # a chunk was acknowledged since the last heartbeat answer
 
     def become_probe(self) -> None:
         if self.state == SNAPSHOT:
@@ -89,6 +97,7 @@ class Progress:
         self.state = SNAPSHOT
         self.pending_snapshot = index
         self.snap_offset = 0
+        self.snap_moved = False
         self.inflight.clear()
 
     def paused(self, max_inflight: int) -> bool:
@@ -169,7 +178,7 @@ class Raft:
         self.read_states: list[ReadState] = []
         self.msgs: list[Message] = []
         self.dropped: list[tuple[bytes, str]] = []
-        self.snap_recv: tuple[SnapshotMeta, bytearray] | None = None
+        self.snap_recv: tuple[SnapshotMeta, Any] | None = None
         self.pending_install: Snapshot | None = None
         self.campaign_held = False  # see _promotable
         self.prev_hs = HardState(self.term, self.vote, self.log.commit)
@@ -522,7 +531,14 @@ class Raft:
                 # brings the follower back to probing.
                 pr.inflight.pop(0)
             if pr.state == SNAPSHOT:
-                self._send_snapshot_chunk(m.frm, pr)
+                # The chunk in flight is sent again only if none was answered
+                # since the last heartbeat answer (lost, not slow): resending
+                # at every heartbeat filled the send queue with copies of
+                # 1 MiB chunks and held a 64 MB transfer to 8 MB/s.
+                if pr.snap_moved:
+                    pr.snap_moved = False
+                else:
+                    self._send_snapshot_chunk(m.frm, pr)
             elif pr.match < self.log.last_index():
                 self._send_append(m.frm)
             if m.context:
@@ -535,6 +551,7 @@ class Raft:
                 self._send_append(m.frm)
                 return
             pr.snap_offset = m.offset
+            pr.snap_moved = True
             self._send_snapshot_chunk(m.frm, pr)
 
     def _maybe_decr(self, pr: Progress, m: Message) -> bool:
@@ -715,11 +732,13 @@ class Raft:
             return
         if meta.index <= self.log.commit:
             # Already have it all: just tell the leader where we are.
-            self.snap_recv = None
+            self._drop_snap_recv()
             self._send(type=MsgType.APP_RESP, to=m.frm, index=self.log.commit)
             return
         if m.offset == 0:
-            self.snap_recv = (meta, bytearray())
+            self._drop_snap_recv()
+            sink = self.cfg.snapshot_sink
+            self.snap_recv = (meta, sink() if sink is not None else bytearray())
         if self.snap_recv is None or self.snap_recv[0] != meta:
             self._send(type=MsgType.SNAP_RESP, to=m.frm, reject=True)
             return
@@ -732,16 +751,27 @@ class Raft:
             self._send(type=MsgType.SNAP_RESP, to=m.frm, offset=len(buf))
             return
         self.snap_recv = None
-        snap = Snapshot(meta, bytes(buf))
         if self.log.match_term(meta.index, meta.term):
             # Our log already has the snapshot's last entry: keep the suffix.
+            discard = getattr(buf, "discard", None)
+            if discard is not None:
+                discard()
             self.log.commit_to(meta.index)
         else:
+            finish = getattr(buf, "finish", None)
+            snap = Snapshot(meta, finish() if finish is not None else bytes(buf))
             self.log.restore(meta.index, meta.term)
             self.conf = meta.conf
             self.snapshot = snap
             self.pending_install = snap
         self._send(type=MsgType.APP_RESP, to=m.frm, index=self.log.last_index())
+
+    def _drop_snap_recv(self) -> None:
+        if self.snap_recv is not None:
+            discard = getattr(self.snap_recv[1], "discard", None)
+            if discard is not None:
+                discard()
+            self.snap_recv = None
 
     # -- requests from the application ----------------------------------------------------------------
     def propose(self, data: bytes, context: bytes = b"") -> None:

@@ -27,6 +27,7 @@ from ..state.machine import Effect, Refused, StateMachine
 from .log import EffectListener, result_of
 from .peer_rpc import PeerError, PeerUnavailable
 from .raft_node import RaftNode
+from .snapshot_data import FileData, write_data
 
 log = logging.getLogger("cronrd.cluster")
 
@@ -82,13 +83,14 @@ class ReplicatedState:
     def snapshot(self) -> bytes:
         return self.conn.serialize("main")
 
-    def snapshot_job(self) -> Callable[[str], bytes] | None:
+    def snapshot_job(self) -> Callable[[str], FileData] | None:
         """Fix the state as applied now and return the copy to make of it.
 
         On the event loop this only opens a read transaction on a connection
         of its own (WAL mode: it goes on seeing this state while entries are
         applied). The returned function copies that state into a new
-        database file at the path it is given and returns its bytes; it runs
+        database file at the path it is given and returns it (FileData: read
+        when sent, not held in memory); it runs
         in a worker thread (SQLite's backup releases the GIL), so a copy of a
         large state does not hold the loop (``RaftNode`` says more). None
         for a state in memory (tests): there is no file to read it from."""
@@ -102,7 +104,7 @@ class ReplicatedState:
             reader.close()
             raise
 
-        def copy(path: str) -> bytes:
+        def copy(path: str) -> FileData:
             try:
                 dest = apsw.Connection(path)
                 try:
@@ -110,18 +112,20 @@ class ReplicatedState:
                         backup.step(-1)
                 finally:
                     dest.close()
-                with open(path, "rb") as f:
-                    return f.read()
+                return FileData(path)
             finally:
                 reader.close()
         return copy
 
-    def restore(self, data: bytes, index: int) -> None:
-        """Replace the whole state with a snapshot from the leader."""
+    restores_from_files = True  # RaftNode may hand restore a received file (FileData)
+
+    def restore(self, data: bytes | FileData, index: int) -> None:
+        """Replace the whole state with a snapshot from the leader (bytes, or
+        a snapshot file: copied a chunk at a time)."""
         fd, path = tempfile.mkstemp(prefix="snapshot-", suffix=".db", dir=self.scratch_dir)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                write_data(f, data)
             src = apsw.Connection(path)
             try:
                 with self.conn.backup("main", src, "main") as backup:

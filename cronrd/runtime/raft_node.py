@@ -25,6 +25,7 @@ from ..raft.core import LEADER, Raft, RaftConfig
 from ..raft.types import (ConfChange, ConfChangeType, ConfState, EntryType, Message, MsgType,
                           Ready)
 from .raft_storage import RaftStorage
+from .snapshot_data import FileData, FileSink
 from .tasks import Changes
 
 log = logging.getLogger("cronrd.raft")
@@ -59,7 +60,8 @@ def _unlink(path: str) -> None:
 class RaftNode:
     def __init__(self, node_id: str, bootstrap: ConfState, storage: RaftStorage, transport,
                  sm: StateMachine, *, tick_interval: float = 0.05, election_tick: int = 10,
-                 snapshot_every: int = 10000, proposal_timeout: float = 10.0,
+                 snapshot_every: int = 10000, snapshot_bytes: int = 32 << 20,
+                 proposal_timeout: float = 10.0,
                  rng: random.Random | None = None, max_inflight: int = 256,
                  max_msg_bytes: int = 1 << 20):
         self.id = node_id
@@ -68,13 +70,21 @@ class RaftNode:
         self.sm = sm
         self.tick_interval = tick_interval
         self.snapshot_every = snapshot_every
+        # Or after this many bytes of entries: the log is in memory until a
+        # snapshot compacts it, and 100,000 jobs load in a few hundred
+        # entries of tens of MB (bench/scale.py), far from snapshot_every.
+        self.snapshot_bytes = snapshot_bytes
+        self._log_bytes = 0  # of the entries applied since the last snapshot
+        self._recv_seq = 0
         self.proposal_timeout = proposal_timeout
         state = storage.load()
         snap = storage.load_snapshot()
         if snap is not None and sm.applied_index < snap.meta.index:
             sm.restore(snap.data, snap.meta.index)
         cfg = RaftConfig(node_id, election_tick=election_tick, max_inflight=max_inflight,
-                         max_msg_bytes=max_msg_bytes)
+                         max_msg_bytes=max_msg_bytes,
+                         snapshot_sink=self._snapshot_sink
+                         if getattr(sm, "restores_from_files", False) else None)
         self.raft = Raft(cfg, rng or random.Random(int.from_bytes(os.urandom(8), "big")),
                          conf=bootstrap, hard_state=state.hard_state, entries=state.entries,
                          snapshot=snap, applied=sm.applied_index)
@@ -326,7 +336,7 @@ class RaftNode:
         # switch interval), and whatever arrives meanwhile waits in the kernel
         # and rides the next Ready's single fsync (group commit).
         if rd.snapshot is not None:
-            self.storage.save_snapshot(rd.snapshot)
+            self._save_received(rd.snapshot)
         hs = rd.hard_state or self._unsynced_hs
         if hs is not None and (hs.term, hs.vote) == self._synced_vote and not rd.entries:
             # Only the commit index moved: it need not be durable (a restarted
@@ -348,6 +358,7 @@ class RaftNode:
             self.changes.notify()
         if rd.snapshot is not None:
             self.sm.restore(rd.snapshot.data, rd.snapshot.meta.index)
+            self._log_bytes = 0
             self._covered(rd.snapshot.meta.index)
             self.changes.notify()  # the snapshot carries a membership
         if any(e.type == EntryType.CONF and e.data and
@@ -360,6 +371,7 @@ class RaftNode:
             applied = self.sm.applied_index
             batch = [(e.index, e.data) for e in rd.committed
                      if e.type == EntryType.NORMAL and e.index > applied]
+            self._log_bytes += sum(len(data) for _, data in batch)
             apply_batch = getattr(self.sm, "apply_batch", None)
             if apply_batch is not None:
                 # One state transaction (and one commit) for the whole batch.
@@ -433,9 +445,11 @@ class RaftNode:
             self.snapshot_now()
             return
         applied = self.raft.applied
-        if applied - self.raft.log.snap_index < self.snapshot_every or \
+        if (applied - self.raft.log.snap_index < self.snapshot_every
+                and self._log_bytes < self.snapshot_bytes) or \
                 self._snapshotting is not None or applied < self._snapshot_retry_at:
             return
+        self._log_bytes = 0
         job = getattr(self.sm, "snapshot_job", None)
         try:
             copy = job() if job is not None else None  # fixes the state as applied now
@@ -492,6 +506,8 @@ class RaftNode:
         index, conf, data, path, checksum, copy_s = self._snapshot_copied
         self._snapshot_copied = None
         self._snapshotting = None
+        if hasattr(data, "path"):
+            data.path = path
         if index <= self.raft.log.snap_index or not os.path.exists(path):
             _unlink(path)  # overtaken (a snapshot installed or taken since): dropped
             return
@@ -503,18 +519,52 @@ class RaftNode:
         log.info("event=snapshot index=%d bytes=%d copy_s=%.3f on_loop_s=%.3f", index,
                  len(data), copy_s, loop.time() - on_loop)
 
+    def _snapshot_sink(self) -> FileSink:
+        """Where a snapshot from the leader is received: a file beside the
+        log (removed at the next open if the daemon dies meanwhile)."""
+        self._recv_seq += 1
+        return FileSink(self.storage.snapshot_file(0) + f"recv-{os.getpid()}-"
+                        f"{self._recv_seq}.tmp")
+
+    def _save_received(self, snap) -> None:
+        """Store a snapshot received from the leader: a file received (moved
+        into place, its checksum read a chunk at a time) or bytes."""
+        data = snap.data
+        if isinstance(data, FileData):
+            path, checksum = self.storage.seal_snapshot_file(data.path, snap.meta.index, data)
+            data.path = path
+            self.storage.save_snapshot(snap, file=path, data_checksum=checksum)
+        else:
+            self.storage.save_snapshot(snap)
+
     def snapshot_now(self) -> None:
         """Snapshot the state at the applied index and compact the log.
 
         Also used when a node joins: the log does not hold the bootstrap
         membership (it is configuration, not an entry), so a new member must
-        start from a snapshot, which carries the membership."""
+        start from a snapshot, which carries the membership. A state in a
+        file is copied into the snapshot file (not into memory: the snapshot
+        is sent from the file)."""
         applied = self.raft.applied
         if applied <= self.raft.log.snap_index:
             return
-        data = self.sm.snapshot()
-        snap = self.raft.compact(applied, data)
-        self.storage.save_snapshot(snap)
+        self._log_bytes = 0
+        job = getattr(self.sm, "snapshot_job", None)
+        copy = job() if job is not None else None
+        if copy is None:
+            snap = self.raft.compact(applied, self.sm.snapshot())
+            self.storage.save_snapshot(snap)
+        else:
+            tmp = self.storage.snapshot_file(applied) + ".now.tmp"
+            try:
+                data = copy(tmp)
+                path, checksum = self.storage.seal_snapshot_file(tmp, applied, data)
+            except BaseException:
+                _unlink(tmp)
+                raise
+            data.path = path
+            snap = self.raft.compact(applied, data)
+            self.storage.save_snapshot(snap, file=path, data_checksum=checksum)
         self.storage.compact(applied)
 
     def _fail_all(self, exc: Exception) -> None:

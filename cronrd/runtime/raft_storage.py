@@ -36,6 +36,7 @@ import apsw
 from ..errors import StorageError
 from ..raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
 from .storage import open_db
+from .snapshot_data import FileData, hash_data
 
 SCHEMA_VERSION = 2   # 2: raft_snapshot.file (snapshot data in a file of its own)
 
@@ -77,6 +78,15 @@ def _digest(*parts: bytes) -> bytes:
     h = hashlib.blake2b(digest_size=8)
     for p in parts:
         h.update(p)
+    return h.digest()
+
+
+def _data_digest(data) -> bytes:
+    """The checksum of a snapshot's data (bytes, or a FileData read a chunk
+    at a time)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(b"snapdata1")
+    hash_data(h, data)
     return h.digest()
 
 
@@ -238,7 +248,7 @@ class RaftStorage:
         except OSError as exc:
             raise StorageError(f"raft log {self.path}: cannot write the snapshot file {path}: "
                                f"{exc}; check the disk (space, permissions)") from exc
-        return path, _digest(b"snapdata1", data)
+        return path, _data_digest(data)
 
     def _remove_stale_files(self, keep: str | None = None, at_open: bool = False) -> None:
         """Snapshot files no row names (a replaced snapshot, or one whose row
@@ -281,14 +291,18 @@ class RaftStorage:
         if with_data:
             data, name = rows[0][6], rows[0][7]
             if name is not None:
+                # Read when needed (sending it, restoring from it), not held:
+                # a whole state in memory for as long as it is the latest.
                 path = os.path.join(os.path.dirname(os.path.abspath(self.path)), str(name))
                 try:
-                    with open(path, "rb") as f:
-                        data = f.read()
+                    data = FileData(path)
+                    ok = _data_digest(data) == data_checksum
                 except OSError as exc:
                     raise StorageError(f"raft snapshot file {path} cannot be read ({exc}); "
                                        f"{_RESTORE}") from exc
-            if not isinstance(data, bytes) or _digest(b"snapdata1", data) != data_checksum:
+                if not ok:
+                    raise bad
+            elif not isinstance(data, bytes) or _data_digest(data) != data_checksum:
                 raise bad
         return SnapshotMeta(index=idx, term=term, conf=conf), data
 
@@ -383,7 +397,7 @@ class RaftStorage:
         meta = snapshot.meta
         voters, learners = _conf_json(meta.conf.voters), _conf_json(meta.conf.learners)
         if file is None:
-            data_checksum, blob, name = _digest(b"snapdata1", snapshot.data), snapshot.data, None
+            data_checksum, blob, name = _data_digest(snapshot.data), bytes(snapshot.data), None
         else:
             blob, name = b"", os.path.basename(file)
         checksum = _snapshot_checksum(meta.index, meta.term, voters, learners, data_checksum)

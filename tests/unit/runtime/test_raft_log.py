@@ -18,6 +18,7 @@ from cronrd.raft.types import ConfChangeType, ConfState
 from cronrd.runtime.raft_log import ReplicatedState
 from cronrd.runtime.raft_node import RaftNode
 from cronrd.runtime.raft_storage import RaftStorage
+from cronrd.runtime.snapshot_data import FileData
 from cronrd.runtime.storage import open_db
 from cronrd.runtime.transport import Transport
 from cronrd.state import commands as C
@@ -435,7 +436,8 @@ def test_a_failing_snapshot_copy_leaves_no_file_and_waits_before_trying_again(tm
 def test_a_copy_overtaken_by_a_snapshot_on_the_loop_is_dropped_with_its_file(tmp_path):
     """A member joins (snapshot_now, on the loop) while a periodic copy is
     still being made: the copy, now older than the stored snapshot, is
-    dropped, and so is its file."""
+    dropped, and so is its file; the one snapshot_now made is kept (a file
+    too: a state is never held whole in memory)."""
     import threading
     release = threading.Event()
 
@@ -470,4 +472,32 @@ def test_a_copy_overtaken_by_a_snapshot_on_the_loop_is_dropped_with_its_file(tmp
             await t.close()
             storage.close()
     stored, after, files = asyncio.run(asyncio.wait_for(main(), 60))
-    assert after == stored >= 15 and files == []
+    assert after == stored >= 15 and files == [f"a.raft.snapshot-{stored}"]
+
+
+def test_a_joining_node_receives_the_snapshot_into_a_file_and_keeps_it_there(tmp_path):
+    """The snapshot a new member receives goes to a file as its chunks come
+    (never whole in memory), is stored as that file, and is what the node
+    restores from when it starts again."""
+    async def body(net):
+        leader = await net.leader()
+        await some_history(leader)
+        await cluster_add(leader, "d")
+        d = await net.start("d", voters=())
+        await until(lambda: d.sm.applied_index == leader.sm.applied_index)
+        index = d.storage.snapshot_index()
+        files = sorted(f for f in os.listdir(net.tmp) if f.startswith("d.raft.snapshot-"))
+        assert index > 0 and files == [f"d.raft.snapshot-{index}"]
+        assert isinstance(d.raft.snapshot.data, FileData)
+        digest = d.sm.machine.full_digest()
+        await net.nodes.pop("d").stop()
+        await net.transports.pop("d").close()
+        d.storage.close()
+        again = RaftStorage(f"{net.tmp}/d.raft")
+        snap = again.load_snapshot()
+        assert isinstance(snap.data, FileData) and snap.meta.index == index
+        fresh = ReplicatedState(StateMachine(apsw.Connection(":memory:")), net.tmp)
+        fresh.restore(snap.data, index)
+        assert fresh.machine.full_digest() == digest
+        again.close()
+    with_net(body)(tmp_path)

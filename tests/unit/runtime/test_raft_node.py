@@ -44,7 +44,7 @@ class Net:
         self.nodes: dict[str, RaftNode] = {}
         self.transports: dict[str, Transport] = {}
 
-    async def start(self, node_id, voters=None, snapshot_every=10000):
+    async def start(self, node_id, voters=None, snapshot_every=10000, snapshot_bytes=32 << 20):
         peers = {i: ("127.0.0.1", p) for i, p in self.ports.items() if i != node_id}
         box = {}
         t = Transport(node_id, ("127.0.0.1", self.ports[node_id]), peers,
@@ -53,7 +53,7 @@ class Net:
                      RaftStorage(f"{self.tmp}/{node_id}.db"), t, Counter(),
                      tick_interval=0.02, proposal_timeout=3.0,
                      rng=random.Random(hash(node_id) & 0xffff),
-                     snapshot_every=snapshot_every)
+                     snapshot_every=snapshot_every, snapshot_bytes=snapshot_bytes)
         box["n"] = n
         await t.start()
         await n.start()
@@ -172,3 +172,21 @@ def test_membership_add_learner_promote_remove_and_snapshot_catch_up():
         assert len(leader.raft.conf.voters) == 3
         assert (await leader.propose(b"1"))[1] == 61
     with_net("abcd", body, start="abc", voters="abc", snapshot_every=20)
+
+
+def test_a_log_of_few_but_large_entries_is_compacted_by_its_bytes():
+    """100,000 jobs load in a few hundred entries of tens of MB: far from
+    snapshot_every entries, the log (in memory until compacted) must be
+    snapshotted by its size too."""
+    async def body(net):
+        leader = await net.leader()
+        big = b"1" + b" " * 10_000
+        for _ in range(2):
+            await leader.propose(big)
+        assert leader.raft.log.snap_index == 0  # 20 KB: below snapshot_bytes
+        for _ in range(3):
+            await leader.propose(big)
+        await until(lambda: leader.raft.log.snap_index >= 3)
+        assert leader.sm.total == 5
+        await until(lambda: all(n.raft.log.snap_index >= 3 for n in net.nodes.values()))
+    with_net("abc", body, snapshot_every=10_000, snapshot_bytes=25_000)

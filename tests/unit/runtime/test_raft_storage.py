@@ -15,6 +15,7 @@ import pytest
 from cronrd.errors import StorageError
 from cronrd.raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
 from cronrd.runtime.raft_storage import LoadedState, RaftStorage
+from cronrd.runtime.snapshot_data import FileData
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SUPPORT = os.path.join(ROOT, "tests", "support")
@@ -229,6 +230,25 @@ def test_a_snapshot_in_a_file_of_its_own_round_trips_and_replaces_the_previous(d
     assert s.load_snapshot().data == b"state-at-8"
     s.save_snapshot(snap(10, 1, b"inline"))   # e.g. one received from the leader
     assert not os.path.exists(second) and s.load_snapshot().data == b"inline"
+    s.close()
+
+
+def test_a_snapshot_file_is_read_when_needed_not_held_in_memory(db):
+    """A 100,000-job state is ~120 MB: loaded, the snapshot answers its
+    length and the chunks a follower needs from the file; replaced by the
+    next snapshot meanwhile, what was loaded still reads as it was."""
+    s = RaftStorage(db)
+    s.save(HardState(2, "a", 12), ents(1, 12))
+    data = bytes(range(256)) * 5000
+    _file_snapshot(s, 4, 1, data)
+    loaded = s.load_snapshot().data
+    assert isinstance(loaded, FileData) and not isinstance(loaded, bytes)
+    assert len(loaded) == len(data)
+    assert loaded[1000:1000 + 4096] == data[1000:1000 + 4096]
+    assert loaded[len(data) - 10:len(data) + 99] == data[-10:]
+    assert loaded[len(data):] == b"" and bytes(loaded) == data
+    _file_snapshot(s, 8, 1, b"state-at-8")
+    assert loaded[:256] == data[:256]  # its file is gone from the directory, not from us
     s.close()
 
 
