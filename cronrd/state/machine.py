@@ -29,7 +29,7 @@ from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1, UPGRAD
 
 @dataclass(frozen=True)
 class Effect:
-    kind: str  # assign | pending | cancel | run_done | jobs_changed | restored
+    kind: str  # assign | pending | cancel | run_done | jobs_changed | job_source_moved | restored
     run: Run | None = None
     job: str | None = None
 
@@ -315,7 +315,10 @@ class StateMachine:
                 agreeing.append((name, cmd.node, digest, source, cmd.at))
                 if cmd.at > latest.get(name, cmd.at) and job[1] != source:
                     moved.append((source, cmd.at, name))
-                    effects.append(Effect("jobs_changed", job=name))
+                    # Only the file it is read from: nothing to schedule anew
+                    # (a refresh per job per node held a leader for seconds
+                    # when nodes keep the same jobs under different paths).
+                    effects.append(Effect("job_source_moved", job=name))
                     changed += 1
                 continue
             if text is not None:

@@ -137,7 +137,7 @@ class Executor:
                 log.exception("event=effect_failed kind=%s", eff.kind)
 
     def _on_effect(self, eff: Effect) -> None:
-        if eff.kind == "jobs_changed":
+        if eff.kind in ("jobs_changed", "job_source_moved"):  # its spec names its file
             self._specs.pop(eff.job, None)
             return
         if eff.kind == "restored":  # a snapshot replaced the state

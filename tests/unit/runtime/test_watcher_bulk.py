@@ -164,6 +164,29 @@ def test_sync_jobs_checks_digests_and_asks_again_for_a_definition_it_lacks():
     assert sm.full_digest()  # the specs and source_files tables are part of it
 
 
+def test_another_node_with_the_same_job_under_another_path_does_not_reschedule_it():
+    """Nodes that keep the same jobs under different paths: the newest
+    source names the job's file (job_source_moved: the executor's cached
+    spec goes), but nothing changed for the scheduler (jobs_changed made
+    the leader rebuild every job's trigger once per node: seconds at
+    100,000 jobs, bench/scale.py --cluster)."""
+    sm = StateMachine(apsw.Connection(":memory:"))
+    text, digest = canon("a")
+    effects = []
+    cmd = C.SyncJobs(node="n1", at=T0, puts=[["a", digest, "/etc/n1/f.yaml", text]])
+    with sm.conn:
+        effects += sm.apply(1, cmd)[1]
+    assert [(e.kind, e.job) for e in effects] == [("jobs_changed", "a")]
+    cmd = C.SyncJobs(node="n2", at=T0 + 1, puts=[["a", digest, "/etc/n2/f.yaml", None]])
+    with sm.conn:
+        res, more = sm.apply(2, cmd)
+    assert [(e.kind, e.job) for e in more] == [("job_source_moved", "a")]
+    assert Q.job_spec(sm.conn, "a").source == "/etc/n2/f.yaml"
+    cmd = C.SyncJobs(node="n3", at=T0 + 2, puts=[["a", digest, "/etc/n2/f.yaml", None]])
+    with sm.conn:
+        assert sm.apply(3, cmd)[1] == []  # the same path: nothing at all
+
+
 def test_a_forwarded_sync_is_checked_like_a_job_file_and_known_definitions_are_not_resent():
     text, digest = canon("a")
     cmd = C.SyncJobs(node="b", at=T0, puts=[["a", digest, "/f.yaml", text]])
