@@ -22,6 +22,13 @@ peak RSS, and how many exits were collected (every run must end
 the command): as root the benchmark raises kernel.pid_max for the run if it
 is too small, and puts it back after.
 
+``--catchup`` (with ``--cluster``) then measures catch-up at the largest
+size: a node is removed from the loaded three-node cluster and added back
+with an empty data directory; it prints the seconds until the new node
+shows every job and has applied what the leader had, and both nodes' peak
+RSS (the snapshot is sent from a file and received into one, never whole
+in memory).
+
 ``--cluster`` does the same on three nodes on loopback (127.0.0.25x, the
 same files on each; cluster_ready_s is until every node shows every job).
 The last line is ``RESULT jobs=... ready_s=... rss_mb=... cluster_ready_s=...
@@ -146,7 +153,7 @@ def one_node(n: int, args) -> dict:
         node.cleanup()
 
 
-def three_nodes(n: int, args) -> dict:
+def three_nodes(n: int, args, catchup: bool = False) -> dict:
     c = Cluster(node_timeout="10s", first_ip=251)
     try:
         for node in c:
@@ -156,9 +163,41 @@ def three_nodes(n: int, args) -> dict:
             node.start(wait=False)
         ready = wait_jobs(list(c), n + 1, t0, args.timeout)
         rss = [peak_rss_mb(node.proc.pid) for node in c]
-        return {"ready_s": ready, "rss_mb": max((r for r in rss if r), default=None)}
+        out = {"ready_s": ready, "rss_mb": max((r for r in rss if r), default=None)}
+        if catchup and ready is not None:
+            out["catchup"] = rejoin(c, n, args)
+        return out
     finally:
         c.cleanup()
+
+
+def rejoin(c: Cluster, n: int, args) -> dict:
+    """Remove a follower, add it back empty; how long until it has caught up."""
+    lead = c.leader()
+    gid = next(node for node in c if node is not lead).config["node_id"]
+    if lead.cli("cluster", "remove", gid).returncode != 0:
+        return {}
+    deadline = time.monotonic() + 60
+    while c[gid].proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    node = c.replace_with_joiner(gid)
+    while lead.cli("cluster", "add", gid, c.addrs[gid]).returncode != 0:
+        if time.monotonic() > deadline:  # the removal's change is not applied yet
+            return {}
+        time.sleep(0.5)
+    index = int(lead.call("status")["applied_index"])
+    t0 = time.monotonic()
+    node.start(wait=False)
+    jobs_s = wait_jobs([node], n + 1, t0, args.timeout)
+    while time.monotonic() - t0 < args.timeout:
+        try:
+            if int(node.call("status", timeout=10)["applied_index"]) >= index:
+                break
+        except Exception:
+            pass
+        time.sleep(0.2)
+    return {"jobs_s": jobs_s, "applied_s": time.monotonic() - t0,
+            "rss_mb": peak_rss_mb(node.proc.pid), "leader_rss_mb": peak_rss_mb(lead.proc.pid)}
 
 
 PID_MAX = Path("/proc/sys/kernel/pid_max")
@@ -267,6 +306,8 @@ def main() -> None:
                     help="seconds after loading before the every-second job is measured")
     ap.add_argument("--timeout", type=float, default=180.0)
     ap.add_argument("--cluster", action="store_true", help="also three nodes on loopback")
+    ap.add_argument("--catchup", action="store_true",
+                    help="with --cluster: a node added back empty at the largest size")
     ap.add_argument("--runs", type=int, default=10000,
                     help="runs in flight at once across three nodes (0: skip)")
     ap.add_argument("--runs-spread", type=int, default=100,
@@ -282,13 +323,21 @@ def main() -> None:
     last = {}
     for n in sizes:
         one = one_node(n, args)
-        three = three_nodes(n, args) if args.cluster else {"ready_s": None, "rss_mb": None}
+        three = (three_nodes(n, args, catchup=args.catchup and n == sizes[-1]) if args.cluster
+                 else {"ready_s": None, "rss_mb": None})
         late = one["late"] or (None, None)
         print(f"{n:>8} {fmt(one['ready_s']):>8} {fmt(one['rss_mb'], '.0f'):>8} "
               f"{fmt(one['jobs_json_s']):>14} {fmt(late[0]):>12} {fmt(late[1]):>12} "
               f"{fmt(three['ready_s']):>11} {fmt(three['rss_mb'], '.0f'):>10}", flush=True)
         last = {"jobs": n, "ready_s": one["ready_s"], "rss_mb": one["rss_mb"],
                 "cluster_ready_s": three["ready_s"], "cluster_rss_mb": three["rss_mb"]}
+        cu = three.get("catchup")
+        if cu:
+            print(f"  catch-up of a node added back empty at {n} jobs: every job after "
+                  f"{fmt(cu['jobs_s'])} s, the leader's index applied after "
+                  f"{fmt(cu['applied_s'])} s; peak RSS MB new node {fmt(cu['rss_mb'], '.0f')}, "
+                  f"leader {fmt(cu['leader_rss_mb'], '.0f')}", flush=True)
+            last.update(catchup_s=cu["applied_s"], catchup_rss_mb=cu["rss_mb"])
     if args.runs:
         r = runs_in_flight(args.runs, args)
         pct = lambda xs: "/".join(f"{x:.0f}" for x in xs)  # noqa: E731

@@ -75,7 +75,7 @@ class Progress:
     recent_active: bool = False
     pending_snapshot: int = 0        # snapshot index being sent
     snap_offset: int = 0
-    snap_moved: bool = False         # a chunk was acknowledged since the last heartbeat answer
+    snap_sent_tick: int = 0          # the leader's tick count when the chunk in flight went out
 
     def become_probe(self) -> None:
         if self.state == SNAPSHOT:
@@ -97,7 +97,6 @@ class Progress:
         self.state = SNAPSHOT
         self.pending_snapshot = index
         self.snap_offset = 0
-        self.snap_moved = False
         self.inflight.clear()
 
     def paused(self, max_inflight: int) -> bool:
@@ -168,6 +167,7 @@ class Raft:
         self.lead = ""
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
+        self.ticks = 0  # ticks since this Raft was made (timing resends)
         self.randomized_timeout = self._random_timeout()
         self.votes: dict[str, bool] = {}
         self.prs: dict[str, Progress] = {}
@@ -286,6 +286,7 @@ class Raft:
 
     # -- ticks --------------------------------------------------------------------------
     def tick(self) -> None:
+        self.ticks += 1
         if self.role == LEADER:
             self._tick_leader()
         else:
@@ -531,13 +532,12 @@ class Raft:
                 # brings the follower back to probing.
                 pr.inflight.pop(0)
             if pr.state == SNAPSHOT:
-                # The chunk in flight is sent again only if none was answered
-                # since the last heartbeat answer (lost, not slow): resending
-                # at every heartbeat filled the send queue with copies of
-                # 1 MiB chunks and held a 64 MB transfer to 8 MB/s.
-                if pr.snap_moved:
-                    pr.snap_moved = False
-                else:
+                # The chunk in flight is sent again only when it has gone
+                # unanswered for an election timeout (lost, not slow):
+                # resending at every heartbeat answer filled the send queue
+                # with copies of 1 MiB chunks and held a 64 MB transfer to
+                # 8 MB/s.
+                if self.ticks - pr.snap_sent_tick >= self.cfg.election_tick:
                     self._send_snapshot_chunk(m.frm, pr)
             elif pr.match < self.log.last_index():
                 self._send_append(m.frm)
@@ -551,7 +551,6 @@ class Raft:
                 self._send_append(m.frm)
                 return
             pr.snap_offset = m.offset
-            pr.snap_moved = True
             self._send_snapshot_chunk(m.frm, pr)
 
     def _maybe_decr(self, pr: Progress, m: Message) -> bool:
@@ -620,6 +619,7 @@ class Raft:
             pr.become_probe()
             return
         lo = pr.snap_offset
+        pr.snap_sent_tick = self.ticks
         chunk = snap.data[lo: lo + self.cfg.snapshot_chunk_bytes]
         self._send(type=MsgType.SNAP, to=to, snapshot_meta=snap.meta, offset=lo, data=chunk,
                    done=lo + len(chunk) >= len(snap.data))
