@@ -457,20 +457,30 @@ def test_a_snapshot_copied_off_the_loop_is_taken_at_the_index_it_was_copied_at()
         a.compact(7, b"ahead", noted)
 
 
-def test_snapshot_is_sent_in_chunks_and_installed():
+SNAP_DATA = b"0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _leader_with_new_learner() -> tuple[Net, Raft, Raft]:
+    """Leader a (its log compacted into SNAP_DATA, 8-byte chunks) and a new,
+    empty learner n it must bring up from the snapshot."""
     net = Net(["a", "b"], learners=[], snapshot_chunk_bytes=8)
     a = net.elect("a")
     for k in range(4):
         a.propose(b"%d" % k)
     net.settle()
-    data = b"0123456789abcdefghijklmnopqrstuvwxyz"
-    a.compact(a.applied, data)
+    a.compact(a.applied, SNAP_DATA)
     a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "n"))
     net.settle()
     n = Raft(RaftConfig("n", snapshot_chunk_bytes=8), random.Random(1),
              conf=ConfState(("a", "b")))
     net.nodes["n"] = n
     net.applied["n"] = []
+    return net, a, n
+
+
+def test_snapshot_is_sent_in_chunks_and_installed():
+    net, a, n = _leader_with_new_learner()
+    data = SNAP_DATA
     for _ in range(3):
         a.tick()
         net.settle()
@@ -937,18 +947,7 @@ def _snapshot_rounds(drop_first_at=None):
     """A learner receiving a 5-chunk snapshot while the leader heartbeats
     every round (one delivery of the queued messages per round): the SNAP
     offsets sent, in order."""
-    net = Net(["a", "b"], learners=[], snapshot_chunk_bytes=8)
-    a = net.elect("a")
-    for k in range(4):
-        a.propose(b"%d" % k)
-    net.settle()
-    data = b"0123456789abcdefghijklmnopqrstuvwxyz"
-    a.compact(a.applied, data)
-    a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "n"))
-    net.settle()
-    net.nodes["n"] = Raft(RaftConfig("n", snapshot_chunk_bytes=8), random.Random(1),
-                          conf=ConfState(("a", "b")))
-    net.applied["n"] = []
+    net, a, _ = _leader_with_new_learner()
     dropped = []
 
     def drop(m):
@@ -966,7 +965,7 @@ def _snapshot_rounds(drop_first_at=None):
                 net.nodes[m.to].step(m)
         if "n" in net.snapshots:
             break
-    assert net.snapshots["n"].data == data
+    assert net.snapshots["n"].data == SNAP_DATA
     return [m.offset for m in net.sent if m.type == MsgType.SNAP and m.to == "n"]
 
 
