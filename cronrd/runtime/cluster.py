@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import json
 import logging
 import os
 from typing import Any, Callable
@@ -107,6 +109,7 @@ class Cluster:
             leader, "propose", args, timeout=FORWARD_TIMEOUT))
         # Who may speak on the peer port (peer_trust.py), and the requests
         # only the leader carries out (cluster_admin.py).
+        self._forwarded_order: dict[str, asyncio.Lock] = {}  # by member
         self.trust = PeerTrust(self.node_id, cc, clock, self.conn, self.node, self.log,
                                self.rpc, self.transport.peer_serials, self._refresh_peers)
         self.transport.authorize = self.trust.authorize
@@ -511,21 +514,41 @@ class Cluster:
             if isinstance(r, BaseException) else {"ok": r} for r in results]}
 
     async def _propose_for(self, frm: str, text: Any) -> Any:
+        # A member's commands are proposed in the order they came (a file's
+        # record after its jobs), even while one of them is checked in a thread.
+        order = self._forwarded_order.setdefault(frm, asyncio.Lock())
         try:
-            cmd = check_forwarded(C.decode(str(text)), frm, known=lambda name, digest: any(
-                self.conn.execute("SELECT 1 FROM specs WHERE name=? AND digest=?",
-                                  (name, digest))))
-            cmd = self._leader_view(cmd, frm)
+            async with order:
+                cmd = await self._check_forwarded(C.decode(str(text)), frm)
+                cmd = self._leader_view(cmd, frm)
+                fut = self.node.submit(cmd.encode())
         except ClockNotGood as exc:  # not the sender's fault: it tries again
             log.info("event=forwarded_deferred from=%s error=\"%s\"", frm, exc)
             raise
         except CronrdError as exc:
             log.warning("event=forwarded_refused from=%s error=\"%s\"", frm, exc)
             raise
-        _, result = await self.node.submit(cmd.encode())
+        _, result = await fut
         if isinstance(result, BaseException):
             raise result
         return result
+
+    async def _check_forwarded(self, cmd: C.Command, frm: str) -> C.Command:
+        """``check_forwarded``; a SyncJobs with definitions in a worker thread
+        (validating a thousand of them held the leader's loop for a second:
+        its peers, hearing no heartbeat, elected another)."""
+        puts = cmd.puts if isinstance(cmd, C.SyncJobs) and isinstance(cmd.puts, list) else []
+        names = [p[0] for p in puts if isinstance(p, list) and len(p) == 4
+                 and isinstance(p[0], str) and isinstance(p[3], str)]
+        if not names:
+            return check_forwarded(cmd, frm, known=lambda name, digest: any(
+                self.conn.execute("SELECT 1 FROM specs WHERE name=? AND digest=?",
+                                  (name, digest))))
+        held = {(n, d) for n, d in self.conn.execute(
+            "SELECT name, digest FROM specs WHERE name IN (SELECT value FROM json_each(?))",
+            (json.dumps(names),))}
+        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(
+            check_forwarded, cmd, frm, known=lambda name, digest: (name, digest) in held))
 
     def _leader_view(self, cmd: C.Command, frm: str) -> C.Command:
         """What the leader commits of a member's forwarded command: its own

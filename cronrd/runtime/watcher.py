@@ -23,7 +23,7 @@ from ..jobspec.worker import argv as worker_argv, problems_of, scan_for_sync
 from ..state import commands as C
 from ..state import queries as Q
 from ..errors import NotLeader, ProposalDropped, StateError, StorageError
-from ..state.machine import Refused
+from ..state.machine import CLAIM_TTL, Refused
 from .clock import Clock
 
 log = logging.getLogger("cronrd.watcher")
@@ -36,6 +36,7 @@ MAX_PARSERS = 2           # worker processes at most (and at most one per CPU bu
 LOOKAHEAD = 2             # files asked of each worker ahead of the one being synced
 PARSER_ANSWER = 64 << 20  # bytes of one worker answer (a 1 MiB file's jobs, canonical)
 LOG_JOBS_PER_FILE = 20    # a line per job added/updated/removed up to this, then a sum
+CLAIM_GRACE = 2.0         # seconds a follower leaves the leader to claim a big change first
 
 
 @dataclass
@@ -178,18 +179,36 @@ class _Batch:
         self.puts: list = []
         self.removes: list = []
         self.files: list = []
+        self.copies: list = []
+        self.weight = 0   # jobs the command applies: its puts and those its copies stand for
         self.records: list = []
+        self.release = False  # the look claimed files: its last command lets them go
+        self.claimed: set[str] = set()  # the paths of those: others wait for their jobs
         self.size = 0
         self.changes = 0
         self.flight: list[asyncio.Future] = []
         self.results: list = []
 
     async def put(self, item: list, size: int) -> None:
-        if self.puts and (len(self.puts) >= MAX_PUTS or self.size + size > MAX_BYTES):
+        if self.weight and (self.weight >= MAX_PUTS or self.size + size > MAX_BYTES):
             await self.flush()
         self.puts.append(item)
+        self.weight += 1
         self.size += size
         self.changes += 1
+
+    async def copy(self, item: list, names: list[str]) -> None:
+        """Another node's recorded file with this file's digest: its jobs
+        (``names``, sorted) without parsing or sending them, in parts of at
+        most MAX_PUTS jobs (the work of applying one command is bounded)."""
+        for i in range(0, len(names), MAX_PUTS):
+            part = names[i:i + MAX_PUTS]
+            if self.weight and self.weight + len(part) > MAX_PUTS:
+                await self.flush()
+            self.copies.append(item + [part[0], part[-1]])
+            self.weight += len(part)
+            self.size += 300
+            self.changes += len(part)
 
     async def remove(self, name: str) -> None:
         if len(self.puts) + len(self.removes) >= MAX_PUTS:
@@ -203,12 +222,16 @@ class _Batch:
         file's jobs, and a file recorded is not read again)."""
         self.records.append(item)
 
-    async def flush(self) -> None:
-        if not (self.puts or self.removes or self.files):
+    async def flush(self, last: bool = False) -> None:
+        release = last and self.release
+        if not (self.puts or self.removes or self.files or self.copies or release):
             return
         cmd = C.SyncJobs(node=self.w.node, at=self.at, puts=self.puts, removes=self.removes,
-                         files=self.files)
-        self.puts, self.removes, self.files, self.size = [], [], [], 0
+                         files=self.files, copies=self.copies, release=release)
+        self.puts, self.removes, self.files, self.copies = [], [], [], []
+        self.size = self.weight = 0
+        if release:
+            self.release = False
         fut = self.w.proposer.propose(cmd)
         if not isinstance(fut, asyncio.Future):
             fut = asyncio.ensure_future(fut)
@@ -226,14 +249,14 @@ class _Batch:
         await self.flush()
         while self.flight:
             await self._collect(self.flight.pop(0))
-        failed = any(isinstance(r, BaseException) or (isinstance(r, dict) and r.get("need_spec"))
-                     for r in self.results)
+        failed = any(isinstance(r, BaseException) or (isinstance(r, dict) and (
+            r.get("need_spec") or r.get("copy_refused"))) for r in self.results)
         # Forgetting a record is always safe (the file is read again); so
         # only the records that say "all of it is in" wait for success.
         records = [r for r in self.records if r[1] is None or not failed]
-        for i in range(0, len(records), MAX_PUTS):  # bounded commands, as the jobs
+        for i in range(0, max(len(records), 1), MAX_PUTS):  # bounded commands, as the jobs
             self.files = records[i:i + MAX_PUTS]
-            await self.flush()
+            await self.flush(last=i + MAX_PUTS >= len(records))
             while self.flight:
                 await self._collect(self.flight.pop(0))
         return self.results
@@ -287,6 +310,13 @@ class Watcher:
         # may hold it already: its own identical file); those the state
         # lacked come back as need_spec and go with their text next look.
         self._send_text: set[str] = set()
+        # Files whose copy the state refused (that node's record changed
+        # meanwhile), by digest: parsed instead.
+        self._no_copy: set[tuple[str, str]] = set()
+        self._waiting: str | None = None
+        # A follower's big change nobody claimed yet, by digest: when first
+        # seen (the leader is given CLAIM_GRACE to claim it).
+        self._unclaimed: dict[str, float] = {}
         self.stopped = False
 
     def kick(self) -> None:
@@ -316,7 +346,7 @@ class Watcher:
         lines: dict[str, int] = {}    # job name -> its line, for the files parsed
         broken: set[str] = set()
         held_reason = None
-        counts = {"jobs": 0, "parsed": 0, "unchanged": 0, "deferred": 0}
+        counts = {"jobs": 0, "parsed": 0, "unchanged": 0, "deferred": 0, "copied": 0}
         batch = _Batch(self, self.clock.now())
         paths = [os.path.join(self.jobs_dir, fname) for fname in names]
         # First only the bytes: which files changed since they were last synced.
@@ -328,9 +358,14 @@ class Watcher:
         digests = await loop.run_in_executor(None, lambda: [digest_of(p) for p in paths])
         changed = [(path, digest) for path, digest in zip(paths, digests)
                    if digest is None or digest != known.get(path)]
-        parsers = await _Parsers.start_for(changed, allowed)
+        plan = await self._plan(changed, batch)
+        parsers = await _Parsers.start_for(
+            [(p, d) for p, d in changed if plan.get(p) == "parse"], allowed)
+        waiting = None  # the file this look stopped at: another node is reading the same bytes
+        reached: set[str] = set()
         try:
             for path, digest in zip(paths, digests):
+                reached.add(path)
                 if digest is not None and digest == known.get(path):
                     # unchanged since last synced: the state has its jobs
                     mine = [n for (n,) in self._query(
@@ -345,6 +380,13 @@ class Watcher:
                     # some of them (the node was removed and came back): read it again
                     scanned = None
                 else:
+                    step = plan.get(path, "parse")
+                    if step == "wait":
+                        waiting = path
+                        break
+                    if isinstance(step, tuple) and await self._copy_file(
+                            path, digest, step, seen, counts, batch):
+                        continue
                     scanned = await parsers.take(path) if parsers is not None else None
                 if scanned is None:
                     scanned = await self._scan(loop, path, allowed)
@@ -359,7 +401,10 @@ class Watcher:
         # those of a file with problems (they keep their last good version)
         # or when the directory itself cannot be read.
         kept: list[str] = []
-        if dir_problem is None:
+        if waiting is not None:
+            # the files after it are not read yet: nothing is known gone
+            problems += [p for p in self.problems if p.path not in reached]
+        elif dir_problem is None:
             gone: list[str] = []
             for name, source in self._query(
                     "SELECT name, source FROM job_sources WHERE node=?", (self.node,)):
@@ -416,6 +461,18 @@ class Watcher:
         self._send_text = set(wanted)
         if wanted:
             again = True  # sent again with the definitions at the next look
+        refused = {p for r in results if isinstance(r, dict) for p in r.get("copy_refused", ())}
+        if refused:  # that record changed meanwhile: parse these next look
+            self._no_copy |= {(p, d) for p, d in changed if p in refused}
+            again = True
+        if waiting is not None:
+            again = True
+            if self._waiting != waiting:
+                log.info("event=job_file_waiting file=%s hint=\"the leader (or another "
+                         "node) reads a file with the same bytes: its jobs are copied when it "
+                         "is done (this node reads it itself if nobody claims it within %gs, "
+                         "or the claim is %gs old)\"", waiting, CLAIM_GRACE, CLAIM_TTL)
+        self._waiting = waiting
         if again:
             # No leader, a timeout, a forward that failed, a leader's clock
             # not measured yet: not the change's fault. Only differences are
@@ -424,6 +481,10 @@ class Watcher:
         out = {"jobs": counts["jobs"], "changes": batch.changes, "kept": kept,
                "problems": [str(p) for p in problems], "files_parsed": counts["parsed"],
                "files_unchanged": counts["unchanged"]}
+        if counts["copied"]:
+            out["files_copied"] = counts["copied"]
+        if waiting is not None:
+            out["waiting"] = waiting
         if held_reason is not None:
             out["held"] = held_reason
         if again:
@@ -479,10 +540,12 @@ class Watcher:
                 deferred += 1
                 continue
             have_text = (job.name, digest) in texts
-            if not have_text and not leading and job.name not in self._send_text:
+            if not have_text and not leading and job.name not in self._send_text \
+                    and path not in batch.claimed:
                 # A follower: the leader checks every definition a member
                 # sends (job-file validators); most are already there, from
                 # the leader's own identical file. Ask by digest first.
+                # (Not for a file it claimed: the others wait for its jobs.)
                 have_text = True
             if before is None:
                 added += 1
@@ -504,6 +567,97 @@ class Watcher:
 
     def _query(self, sql: str, args: tuple):
         return self.conn.execute(sql, args)
+
+    async def _plan(self, changed: list[tuple[str, str | None]], batch: "_Batch") -> dict:
+        """How to take each changed file, in order, up to the first one to
+        wait for: ``(node, path, jobs)`` to copy another node's record of
+        the same bytes, "wait" while another node's claim on them holds,
+        else "parse". A big change is claimed first (one command): a node
+        with the same bytes waits for this one's records, not parse them
+        too. The claims go with this look's last command."""
+        now = self.clock.now()
+        held: dict[str, str] = {}
+        mine = False
+        for digest, node, at in self._query("SELECT digest, node, at FROM file_claims", ()):
+            if node == self.node:
+                mine = True
+            elif now - at <= CLAIM_TTL:
+                held[digest] = node
+        batch.release = mine  # left over from a look that did not end
+        plan: dict = {}
+        claims, size = [], 0
+        for path, digest in changed:
+            if digest is None:
+                plan[path] = "parse"  # which says what is wrong with it
+                continue
+            if (path, digest) not in self._no_copy:
+                source = next(iter(self._query(
+                    "SELECT node, path, jobs FROM source_files WHERE digest=? AND node!=? "
+                    "ORDER BY node, path LIMIT 1", (digest, self.node))), None)
+                if source is not None:
+                    plan[path] = tuple(source)
+                    continue
+            if digest in held:
+                plan[path] = "wait"
+                break
+            plan[path] = "parse"
+            claims.append([digest, path])
+            try:
+                size += os.stat(path).st_size
+            except OSError:
+                pass
+        if claims and size >= PARSER_BYTES and not getattr(self.proposer, "is_leader", True):
+            # Most of the time the leader has the same files (one
+            # configuration pushed to every host): it claims them first
+            # (what a follower parses, the leader checks again).
+            t = self.clock.monotonic()
+            self._unclaimed = {d: self._unclaimed.get(d, t) for d, _path in claims}
+            if t - min(self._unclaimed.values()) < CLAIM_GRACE:
+                after = list(plan)[list(plan).index(claims[0][1]):]
+                for p in after:
+                    del plan[p]
+                plan[claims[0][1]] = "wait"
+                return plan
+        if claims and size >= PARSER_BYTES:
+            batch.release = True
+            try:
+                result = await self.proposer.propose(
+                    C.SyncJobs(node=self.node, at=batch.at, claims=claims))
+            except Exception as exc:  # parsed anyway: at worst twice in the cluster
+                log.info("event=job_files_claim_failed error=\"%s\"", exc)
+                result = {}
+            taken = result.get("claimed_by", {}) if isinstance(result, dict) else {}
+            for digest, path in claims:
+                if digest not in taken:
+                    batch.claimed.add(path)
+                else:
+                    # another node's claim committed first: wait from here on
+                    after = list(plan)[list(plan).index(path):]
+                    for p in after:
+                        del plan[p]
+                    plan[path] = "wait"
+                    break
+        return plan
+
+    async def _copy_file(self, path: str, digest: str, source: tuple, seen: dict,
+                         counts: dict, batch: "_Batch") -> bool:
+        """Take another node's record of a file with the same bytes as this
+        file's jobs; False (parse it) when that record has changed
+        meanwhile or an earlier file defines one of its jobs."""
+        node, their_path, count = source
+        names = [n for (n,) in self._query(
+            "SELECT name FROM job_sources WHERE node=? AND source=? ORDER BY name",
+            (node, their_path))]
+        if len(names) != count or any(n in seen for n in names):
+            return False
+        seen.update(dict.fromkeys(names, path))
+        counts["jobs"] += count
+        counts["copied"] += 1
+        await batch.copy([path, digest, node, their_path, count], names)
+        await batch.file([path, digest, count])
+        log.info("event=job_file_copied file=%s jobs=%d from=%s:%s", path, count, node,
+                 their_path)
+        return True
 
     async def _scan(self, loop, path: str, allowed: set[int]) -> "_Scan":
         """Parse one file in a thread (a small load, or no parser process);

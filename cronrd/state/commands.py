@@ -64,7 +64,14 @@ class SyncJobs(Command):
     node's identical file); ``removes`` the names its files no longer
     define; ``files`` ``[path, digest, jobs]`` the files whose jobs this
     command completes (digest null: forget the file), so that an unchanged
-    file is not parsed again."""
+    file is not parsed again.
+
+    A file another node has recorded with the same digest (same bytes, same
+    reader) is not parsed: ``copies`` ``[path, digest, from node, its path,
+    jobs]`` take that node's definitions of its jobs as this node's. Before
+    parsing a big change a node ``claims`` the files' digests; another node
+    with the same bytes waits for its records instead of parsing them too,
+    until ``release`` (the last command of its look) or CLAIM_TTL."""
 
     op: ClassVar[str] = "sync_jobs"
     node: str
@@ -72,6 +79,9 @@ class SyncJobs(Command):
     puts: list = field(default_factory=list)
     removes: list = field(default_factory=list)
     files: list = field(default_factory=list)
+    copies: list = field(default_factory=list)
+    claims: list = field(default_factory=list)
+    release: bool = False
 
 
 @dataclass(frozen=True)

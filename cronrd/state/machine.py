@@ -39,6 +39,7 @@ class Refused(StateError):
 
 
 PRUNE_BATCH = 50_000  # run records one Prune deletes by count at most
+CLAIM_TTL = 60.0      # seconds another node's claim on a job file's digest holds
 
 
 def canon(value: Any) -> str:
@@ -51,13 +52,16 @@ def canon_text(spec: dict) -> str:
     return json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _sync_parts(cmd) -> tuple[list, list, list]:
+def _sync_parts(cmd) -> tuple[list, list, list, list, list]:
     """A SyncJobs command's lists, checked (it may come from a peer)."""
     def bad(what: str):
         return Refused(f"sync_jobs: {what}; run the same cronrd version on every node")
     puts, removes, files = cmd.puts, cmd.removes, cmd.files
-    if not (isinstance(puts, list) and isinstance(removes, list) and isinstance(files, list)):
-        raise bad("puts, removes and files must be lists")
+    copies, claims = cmd.copies, cmd.claims
+    if not all(isinstance(v, list) for v in (puts, removes, files, copies, claims)):
+        raise bad("puts, removes, files, copies and claims must be lists")
+    if not isinstance(cmd.release, bool):
+        raise bad("release must be true or false")
     out_puts = []
     for p in puts:
         if not (isinstance(p, list) and len(p) == 4 and all(isinstance(v, str) for v in p[:3])
@@ -73,9 +77,21 @@ def _sync_parts(cmd) -> tuple[list, list, list]:
                 and isinstance(f[2], int) and not isinstance(f[2], bool)):
             raise bad("each file is [path, digest or null, number of jobs]")
         out_files.append(tuple(f))
+    for c in copies:
+        if not (isinstance(c, list) and len(c) == 7 and all(isinstance(v, str) and v
+                                                            for v in c[:4] + c[5:])
+                and len(c[1]) == 64 and isinstance(c[4], int) and not isinstance(c[4], bool)
+                and c[5] <= c[6]):
+            raise bad("each copy is [path, digest, node, its path, number of jobs, first "
+                      "job, last job]")
+    for c in claims:
+        if not (isinstance(c, list) and len(c) == 2 and all(isinstance(v, str) for v in c)
+                and len(c[0]) == 64 and c[1]):
+            raise bad("each claim is [digest, path]")
     if len({p[0] for p in out_puts} | set(removes)) != len(out_puts) + len(removes):
         raise bad("a job is named twice")
-    return out_puts, list(removes), out_files
+    return out_puts, list(removes), out_files, [tuple(c) for c in copies], \
+        [tuple(c) for c in claims]
 
 
 class StateMachine:
@@ -244,8 +260,19 @@ class StateMachine:
             (name, node, digest, source, at))
         return old or ""
 
+    def _unrecord(self, node: str, paths) -> None:
+        """Forget the records of a node's files whose jobs changed (a record
+        says which jobs a file's bytes define; another node may copy them)."""
+        for path in sorted(paths):
+            self.conn.execute("DELETE FROM source_files WHERE node=? AND path=?", (node, path))
+
+    def _sources_of(self, name: str, node: str) -> set[str]:
+        return {src for (src,) in self.conn.execute(
+            "SELECT source FROM job_sources WHERE name=? AND node=?", (name, node))}
+
     def _apply_put_job(self, index, cmd: C.PutJob, effects):
         """One job of one node (the form of earlier versions; SyncJobs is the bulk one)."""
+        self._unrecord(cmd.node, self._sources_of(cmd.name, cmd.node) | {cmd.source})
         self._keep_spec(cmd.name, cmd.digest, canon_text(cmd.spec))
         old = self._put_source(cmd.name, cmd.node, cmd.digest, cmd.source, cmd.at)
         changed, created = self._reconcile(cmd.name, cmd.at, effects)
@@ -260,6 +287,7 @@ class StateMachine:
             "SELECT digest FROM job_sources WHERE name=? AND node=?", (cmd.name, cmd.node))]
         if not gone:
             self._need_job(cmd.name)
+        self._unrecord(cmd.node, self._sources_of(cmd.name, cmd.node))
         self.conn.execute("DELETE FROM job_sources WHERE name=? AND node=?",
                           (cmd.name, cmd.node))
         self._reconcile(cmd.name, cmd.at, effects)
@@ -273,12 +301,24 @@ class StateMachine:
         applied). A put without the definition's text names a definition
         the state holds already (another node's identical file); if it is
         gone meanwhile, the put is left out and named in ``need_spec``: the
-        node sends it again with the text."""
-        puts, removes, files = _sync_parts(cmd)
+        node sends it again with the text.
+
+        A copy is the puts of another node's recorded file with the same
+        digest, read from the state; one that does not check out (that
+        record is gone or changed, or names a job twice) is left out and
+        named in ``copy_refused``: the node parses its file. A claim another
+        node holds is named in ``claimed_by``. A file whose jobs change here
+        loses its record (its record says what its jobs are: another node
+        may copy them) unless this command records it again."""
+        puts, removes, files, copies, claims = _sync_parts(cmd)
         for name, digest, source, text in puts:
             if text is not None and hashlib.sha256(text.encode()).hexdigest() != digest:
                 raise Refused(f"sync_jobs: job {name!r}: its digest is not the sha256 of "
                               "its definition; run the same cronrd version on every node")
+        claimed_by = self._claim_files(cmd.node, cmd.at, claims)
+        touched: set[str] = set()  # this node's files whose jobs change here
+        copy_refused, changed = self._apply_copies(cmd.node, cmd.at, copies, puts, removes,
+                                                   effects, touched)
         # What the state has of these jobs, in three queries (not six per job).
         names = json.dumps([p[0] for p in puts])
         in_list = "name IN (SELECT value FROM json_each(?))"
@@ -293,13 +333,17 @@ class StateMachine:
         latest = dict(self.conn.execute(
             f"SELECT name, MAX(updated_at) FROM job_sources WHERE {in_list} GROUP BY name",
             (names,)))
-        need, changed, created, fresh, agreeing, moved = [], 0, 0, [], [], []
+        need, created, fresh, agreeing, moved = [], 0, [], [], []
         for name, digest, source, text in puts:
             if text is None and (name, digest) not in known:
                 need.append(name)
                 continue
-            if mine.get(name) == (digest, source):
+            before = mine.get(name)
+            if before == (digest, source):
                 continue  # unchanged
+            touched.add(source)
+            if before is not None:
+                touched.add(before[1])
             job = jobs.get(name)
             if job is None:
                 # A new job (a job exists while any node has a source of it):
@@ -351,28 +395,105 @@ class StateMachine:
             created += len(fresh)
         removed = 0
         for name in removes:
-            gone = [d for (d,) in self.conn.execute(
-                "SELECT digest FROM job_sources WHERE name=? AND node=?", (name, cmd.node))]
+            rows = list(self.conn.execute(
+                "SELECT digest, source FROM job_sources WHERE name=? AND node=?",
+                (name, cmd.node)))
+            touched.update(src for _d, src in rows)
+            gone = [d for d, _src in rows]
             self.conn.execute("DELETE FROM job_sources WHERE name=? AND node=?",
                               (name, cmd.node))
             if gone:
                 removed += 1
                 changed += self._reconcile(name, cmd.at, effects)[0]
                 self._forget_specs(name, gone)
-        if not need:
-            for path, digest, count in files:
-                if digest is None:
-                    self.conn.execute("DELETE FROM source_files WHERE node=? AND path=?",
-                                      (cmd.node, path))
-                else:
-                    self.conn.execute(
-                        "INSERT INTO source_files(node, path, digest, jobs, updated_at) "
-                        "VALUES(?,?,?,?,?) ON CONFLICT(node, path) DO UPDATE SET "
-                        "digest=excluded.digest, jobs=excluded.jobs, "
-                        "updated_at=excluded.updated_at",
-                        (cmd.node, path, digest, count, cmd.at))
+        if need or copy_refused:  # the files are not all in: record none of them
+            files = [f for f in files if f[1] is None]
+        self._unrecord(cmd.node, touched - {f[0] for f in files})
+        for path, digest, count in files:
+            if digest is None:
+                self.conn.execute("DELETE FROM source_files WHERE node=? AND path=?",
+                                  (cmd.node, path))
+            else:
+                self.conn.execute(
+                    "INSERT INTO source_files(node, path, digest, jobs, updated_at) "
+                    "VALUES(?,?,?,?,?) ON CONFLICT(node, path) DO UPDATE SET "
+                    "digest=excluded.digest, jobs=excluded.jobs, "
+                    "updated_at=excluded.updated_at",
+                    (cmd.node, path, digest, count, cmd.at))
+        if cmd.release:
+            self.conn.execute("DELETE FROM file_claims WHERE node=?", (cmd.node,))
         return {"changed": changed, "created": created, "removed": removed,
-                **({"need_spec": need} if need else {})}
+                **({"need_spec": need} if need else {}),
+                **({"copy_refused": copy_refused} if copy_refused else {}),
+                **({"claimed_by": claimed_by} if claimed_by else {})}
+
+    def _claim_files(self, node: str, at: float, claims: list) -> dict[str, str]:
+        """Take the claims no other node holds (or held longer than
+        CLAIM_TTL ago: it died or stalled); those another holds, by digest."""
+        held: dict[str, str] = {}
+        for digest, path in claims:
+            row = next(iter(self.conn.execute(
+                "SELECT node, at FROM file_claims WHERE digest=?", (digest,))), None)
+            if row is not None and row[0] != node and at - row[1] <= CLAIM_TTL:
+                held[digest] = row[0]
+                continue
+            self.conn.execute(
+                "INSERT INTO file_claims(digest, node, path, at) VALUES(?,?,?,?) "
+                "ON CONFLICT(digest) DO UPDATE SET node=excluded.node, path=excluded.path, "
+                "at=excluded.at", (digest, node, path, at))
+        return held
+
+    def _apply_copies(self, node: str, at: float, copies: list, puts: list, removes: list,
+                      effects: list, touched: set) -> tuple[list[str], int]:
+        """Each copy: the jobs another node's record of a file with the same
+        digest says it defines, those named ``first`` to ``last`` (a big
+        file is copied in parts, each a bounded amount of work), become this
+        node's, from ``path``. The common
+        case (none of them this node's yet, each agreed on by every source,
+        this command the newest source of each) is a few statements over the
+        whole file; any other becomes puts (appended to ``puts``) that take
+        the path each put takes. Returns the paths of the copies that do not
+        check out, and how many jobs changed."""
+        refused: list[str] = []
+        changed = 0
+        named = {p[0] for p in puts} | set(removes)
+        for path, digest, frm, frm_path, count, first, last in copies:
+            record = next(iter(self.conn.execute(
+                "SELECT digest, jobs FROM source_files WHERE node=? AND path=?",
+                (frm, frm_path))), None)
+            # their jobs in the part: ?1 their node, ?2 their path, ?3 first, ?4 last
+            part = "m.node=?1 AND m.source=?2 AND m.name BETWEEN ?3 AND ?4"
+            args = (frm, frm_path, first, last)
+            names = [] if record != (digest, count) or frm == node else [n for (n,) in (
+                self.conn.execute(f"SELECT m.name FROM job_sources m WHERE {part}", args))]
+            if record != (digest, count) or frm == node or not names \
+                    or not named.isdisjoint(names):
+                refused.append(path)
+                continue
+            named.update(names)
+            touched.add(path)
+            simple = next(iter(self.conn.execute(
+                "SELECT count(*) FROM job_sources m JOIN jobs j ON j.name = m.name "
+                f"WHERE {part} AND j.digest = m.digest AND j.conflict IS NULL AND NOT EXISTS "
+                "(SELECT 1 FROM job_sources s WHERE s.name = m.name AND (s.node = ?5 OR "
+                "s.updated_at >= ?6))", args + (node, at))))[0] == len(names)
+            if not simple:
+                puts.extend((name, d, path, None) for name, d in self.conn.execute(
+                    f"SELECT m.name, m.digest FROM job_sources m WHERE {part}", args))
+                continue
+            # As a put of each: one more source of an agreed job; the newest
+            # source names the job's file.
+            for (name,) in self.conn.execute(
+                    "UPDATE jobs SET source=?5, updated_at=?6 WHERE name IN (SELECT m.name "
+                    f"FROM job_sources m WHERE {part}) AND source != ?5 RETURNING name",
+                    args + (path, at)):
+                effects.append(Effect("job_source_moved", job=name))
+                changed += 1
+            self.conn.execute(
+                "INSERT INTO job_sources(name, node, digest, source, updated_at) "
+                f"SELECT m.name, ?5, m.digest, ?6, ?7 FROM job_sources m WHERE {part}",
+                args + (node, path, at))
+        return refused, changed
 
     def _reconcile(self, name: str, at: float, effects) -> tuple[bool, bool]:
         """Derive the job's effective row from its sources: the definition they
@@ -810,6 +931,8 @@ class StateMachine:
         return {"lost": lost, "retries": retries}
 
     def _apply_node_lost(self, index, cmd: C.NodeLost, effects):
+        # a lost node finishes no job file it was reading: others need not wait
+        self.conn.execute("DELETE FROM file_claims WHERE node=?", (cmd.node,))
         return self._lose_runs(index, cmd.node, cmd.at, cmd.reason, effects)
 
     def _apply_remove_node(self, index, cmd: C.RemoveNode, effects):
@@ -826,6 +949,7 @@ class StateMachine:
         self.conn.execute("DELETE FROM job_sources WHERE node=?", (cmd.node,))
         # Its files too: if it joins again, they are read again, not skipped.
         self.conn.execute("DELETE FROM source_files WHERE node=?", (cmd.node,))
+        self.conn.execute("DELETE FROM file_claims WHERE node=?", (cmd.node,))
         deleted = []
         for name, digest in had:  # first, so runs of a job that goes are not retried
             self._reconcile(name, cmd.at, effects)
@@ -908,6 +1032,7 @@ class StateMachine:
         h.update(str(self.applied_index).encode())
         for table, order in (("jobs", "name"), ("specs", "name, digest"),
                              ("job_sources", "name, node"), ("source_files", "node, path"),
+                             ("file_claims", "digest"),
                              ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
                              ("late_reports", "report_id"), ("audit", "audit_id"),
                              ("denied", "kind, value"), ("join_tokens", "node")):

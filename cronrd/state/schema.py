@@ -49,6 +49,16 @@ CREATE TABLE IF NOT EXISTS source_files(
     updated_at REAL NOT NULL,
     PRIMARY KEY(node, path)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS source_files_digest ON source_files(digest);
+-- Job files a node is parsing now, by digest (SyncJobs.claims): a node
+-- with the same bytes waits for that node's source_files record and copies
+-- it rather than parse the same file too. Gone when the look ends.
+CREATE TABLE IF NOT EXISTS file_claims(
+    digest TEXT PRIMARY KEY,
+    node TEXT NOT NULL,
+    path TEXT NOT NULL,
+    at REAL NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS nodes(
     node TEXT PRIMARY KEY,
     state TEXT NOT NULL,             -- joining | up | draining

@@ -56,8 +56,14 @@ def test_thousands_of_jobs_are_a_handful_of_commands_and_unchanged_files_are_not
     res = run(w.reload())
     assert res["jobs"] == 4500 and len(Q.job_names(sm.conn)) == 4500
     assert all(isinstance(c, C.SyncJobs) for c in prop.sent)
-    # bounded by jobs and by bytes (a Raft entry): ~500 such jobs a command
-    assert len(prop.sent) <= 12
+    # bounded by jobs and by bytes (a Raft entry): ~500 such jobs a command,
+    # after one that claims the files (a big load: another node with the
+    # same bytes waits for this one's records and copies them)
+    claim, *sent = prop.sent
+    assert [c[1] for c in claim.claims] == [str(tmp_path / f"fleet{f}.yaml") for f in range(3)]
+    assert (claim.puts, claim.copies, claim.release) == ([], [], False)
+    assert len(sent) <= 12 and sent[-1].release and not any(c.release for c in sent[:-1])
+    assert sm.conn.execute("SELECT count(*) FROM file_claims").fetchone()[0] == 0
     assert all(len(c.puts) <= W.MAX_PUTS and len(c.encode()) <= 1.5 * W.MAX_BYTES
                for c in prop.sent)
     # A restarted daemon (a new watcher on the same state) reads the bytes,
@@ -371,13 +377,18 @@ def test_a_follower_asks_by_digest_first_and_sends_what_the_state_lacks_next(tmp
     res = run(w.reload())
     assert not res.get("again") and all(p[3] for p in prop.sent[1].puts)
     assert len(Q.job_names(sm.conn)) == 4
-    # A definition another node committed first is never sent as text.
+    # A definition another node committed first is never sent as text (its
+    # file differs from this node's in a comment: parsed, asked by digest).
+    a_dir = tmp_path / "a"
+    a_dir.mkdir()
+    (a_dir / "more.yaml").write_text("# a's\nschedule: '@daily'\ncommand: 'true'\n")
     (tmp_path / "more.yaml").write_text("schedule: '@daily'\ncommand: 'true'\n")
-    _, _, w_a = setup(tmp_path, node="a", sm=sm)
+    _, _, w_a = setup(a_dir, node="a", sm=sm)
     run(w_a.reload())
     prop.sent.clear()
-    run(w.reload())
+    res = run(w.reload())
     assert [(p[0], p[3]) for c in prop.sent for p in c.puts] == [("more", None)]
+    assert res["files_parsed"] == 1 and "files_copied" not in res
 
 
 # -- found by review (each failed before its fix) ------------------------------------------
