@@ -17,6 +17,8 @@ import logging
 import os
 from typing import Callable
 
+import apsw
+
 from .. import __version__
 from ..config import Config
 from ..errors import CronrdError, RequestError, UsageError
@@ -250,11 +252,10 @@ class Handlers:
     async def _stream_jobs(self, match: str | None):
         """`jobs --json`: the same fields as a page's views, as JSON text that
         SQLite builds (queries.job_view_texts), next_fire and last_run added."""
-        after, count = None, 0
-        while True:
-            rows = Q.job_view_texts(self.conn, self.config.timezone, after=after, glob=match,
-                                    limit=STREAM_PAGE)
-            if rows:
+        count = 0
+        pages = _Pages(self.conn, self.config.timezone, match)
+        try:
+            async for rows in pages:
                 count += len(rows)
                 last = Q.last_runs(self.conn, [r[0] for r in rows])
                 texts = []
@@ -266,11 +267,9 @@ class Handlers:
                     texts.append(f'{text[:-1]},"next_fire":{json.dumps(iso_utc(nxt))},'
                                  f'"last_run":{json.dumps(run.view()) if run else "null"}}}')
                 yield {"data": ",\n".join(texts)}
-            if len(rows) < STREAM_PAGE:
-                yield {"result": {"jobs": count}}
-                return
-            after = rows[-1][0]
-            await asyncio.sleep(0)  # the loop's other work between pages
+        finally:
+            pages.close()
+        yield {"result": {"jobs": count}}
 
     def _next_fire(self, job: dict, d: dict) -> int | None:
         sched = self.leadership.scheduler
@@ -517,3 +516,60 @@ def read_log_chunk(config: Config, conn, run_id: int, offset: int) -> dict:
                            f"{config.node_id}: {exc.strerror}") from None
     return {"data": base64.b64encode(data).decode(), "offset": offset + len(data),
             "more": len(data) == LOG_CHUNK}
+
+
+class _Pages:
+    """The pages of a streamed listing (``queries.job_view_texts``), each
+    read by a worker thread on a read-only connection of its own while the
+    loop sends the one before: SQLite builds the JSON without the
+    interpreter lock, so reading and sending overlap. A state in memory
+    (tests) is read on the loop."""
+
+    def __init__(self, conn, tz: str, match: str | None):
+        self.tz, self.match = tz, match
+        self.reader = None
+        if conn.filename:
+            try:
+                self.reader = apsw.Connection(conn.filename, flags=apsw.SQLITE_OPEN_READONLY)
+                self.reader.setbusytimeout(5000)
+            except apsw.Error:
+                self.reader = None
+        self.conn = self.reader or conn
+        self.next: asyncio.Future | None = None
+
+    def _read(self, after: str | None) -> list:
+        return Q.job_view_texts(self.conn, self.tz, after=after, glob=self.match,
+                                limit=STREAM_PAGE)
+
+    def _ask(self, after: str | None) -> None:
+        if self.reader is None:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(self._read(after))
+        else:
+            fut = asyncio.get_running_loop().run_in_executor(None, self._read, after)
+        self.next = fut
+
+    def __aiter__(self):
+        self._ask(None)
+        return self
+
+    async def __anext__(self) -> list:
+        if self.next is None:
+            raise StopAsyncIteration
+        rows = await self.next
+        self.next = None
+        if len(rows) == STREAM_PAGE:
+            self._ask(rows[-1][0])  # the next page while this one is sent
+        elif not rows:
+            raise StopAsyncIteration
+        await asyncio.sleep(0)  # the loop's other work between pages
+        return rows
+
+    def close(self) -> None:
+        reader, self.reader = self.reader, None
+        if reader is None:
+            return
+        if self.next is not None and not self.next.done():
+            self.next.add_done_callback(lambda _f: reader.close())  # after its last read
+        else:
+            reader.close()

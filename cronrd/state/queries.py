@@ -141,10 +141,6 @@ SELECT jobs.name,
     'description', COALESCE(spec ->> '$.description', ''),
     'source', jobs.source,
     'conflict', conflict,
-    'sources', json((SELECT json_group_array(json_object('node', s.node, 'digest', s.digest,
-                                                         'source', s.source))
-                     FROM (SELECT node, digest, source FROM job_sources
-                           WHERE job_sources.name = jobs.name ORDER BY node) AS s)),
     'last_fire', CASE WHEN cursor THEN strftime('%Y-%m-%dT%H:%M:%SZ', cursor, 'unixepoch')
                  END,
     'concurrency', COALESCE(spec ->> '$.concurrency', 'forbid'),
@@ -154,8 +150,15 @@ SELECT jobs.name,
   spec ->> '$.schedule', spec ->> '$.timezone',
   COALESCE(spec ->> '$.enabled', 1), paused, cursor
 FROM jobs JOIN specs USING(name, digest)
-WHERE (:after IS NULL OR jobs.name > :after) AND (:glob IS NULL OR jobs.name GLOB :glob)
+WHERE jobs.name > :after AND (:glob IS NULL OR jobs.name GLOB :glob)
 ORDER BY jobs.name LIMIT :limit
+"""
+# Each job's sources, for a page of names (one query, not a subquery per job).
+_VIEW_SOURCES = """
+SELECT name, json_group_array(json_object('node', node, 'digest', digest, 'source', source))
+FROM (SELECT name, node, digest, source FROM job_sources
+      WHERE name >= :lo AND name <= :hi ORDER BY name, node)
+GROUP BY name
 """
 
 
@@ -164,8 +167,16 @@ def job_view_texts(conn: apsw.Connection, default_tz: str, after: str | None = N
     """A page of jobs as (name, JSON object text, schedule, timezone, enabled,
     paused, cursor): the text has every field of a listing but next_fire and
     last_run."""
-    return list(conn.execute(_VIEW_JSON, {"tz": default_tz, "after": after, "glob": glob,
-                                          "limit": limit}))
+    # ("after" as a bound of the index range: an OR with "no after" made
+    # every page scan the names from the first, 100 pages of 1,000 jobs
+    # reading 5 million index entries)
+    rows = list(conn.execute(_VIEW_JSON, {"tz": default_tz, "after": after or "",
+                                          "glob": glob, "limit": limit}))
+    if not rows:
+        return rows
+    sources = dict(conn.execute(_VIEW_SOURCES, {"lo": rows[0][0], "hi": rows[-1][0]}))
+    return [(name, f'{text[:-1]},"sources":{sources.get(name, "[]")}}}', *rest)
+            for name, text, *rest in rows]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -30,3 +30,16 @@ def test_keys_an_older_version_did_not_write_take_the_specs_defaults():
 def test_a_definition_is_decoded_once_and_shared():
     text = json.dumps({"name": "k", "schedule": "@hourly", "command": "true"})
     assert Q.decode_spec(text, "f") is Q.decode_spec(text, "f")
+
+
+def test_a_page_of_the_streamed_listing_seeks_to_its_first_name():
+    """`jobs --json` reads 1,000 jobs a page. With "no after" spelled as an
+    OR in SQL, every page scanned the names from the first one (100 pages of
+    100,000 jobs: 5 million index entries read)."""
+    import apsw
+    from cronrd.state.machine import StateMachine
+    conn = StateMachine(apsw.Connection(":memory:")).conn
+    plan = " ".join(str(row) for row in conn.execute(
+        "EXPLAIN QUERY PLAN " + Q._VIEW_JSON,
+        {"tz": "UTC", "after": "x", "glob": None, "limit": 1000}))
+    assert "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (name>?)" in plan, plan
