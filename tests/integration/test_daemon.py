@@ -234,6 +234,17 @@ def test_a_fleet_of_job_files_loads_in_bulk_and_a_restart_parses_nothing(node):
             node.call("jobs", bad)
     listed = json.loads(node.cli("jobs", "--json", "f2*").stdout)
     assert len(listed) == 1000 and listed[0]["schedule"] == "0 0 * * *"
+    every = json.loads(node.cli("jobs", "--json").stdout)  # pages read ahead by a thread
+    assert [j["name"] for j in every] == sorted(f"f{f}j{i:04d}" for f in range(4)
+                                                for i in range(1000))
+    # a client that hangs up after the first page: the page read ahead is
+    # dropped, the daemon goes on answering
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(node.socket)
+    sock.sendall(json.dumps({"cmd": "jobs", "args": {"stream": True}}).encode() + b"\n")
+    assert sock.makefile("rb").readline().startswith(b'{"data"')
+    sock.close()
+    assert node.call("status")["jobs"] == 4000
     res = node.cli("jobs")
     assert res.returncode == 0 and len(res.stdout.splitlines()) == 4001
 
