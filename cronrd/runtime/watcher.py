@@ -395,8 +395,9 @@ class Watcher:
                                              counts, known, batch)
                 held_reason = held or held_reason
         finally:
-            if parsers is not None:
-                await parsers.close()
+            # (their exits are waited for after this look's last commands:
+            # waiting first held the last jobs of a load back for a second)
+            closing = asyncio.ensure_future(parsers.close()) if parsers is not None else None
         # Jobs this node defined before that no file defines now go, except
         # those of a file with problems (they keep their last good version)
         # or when the directory itself cannot be read.
@@ -431,6 +432,8 @@ class Watcher:
             log.warning("event=job_kept job=%s reason=\"its file has problems; the last good "
                         "version keeps running until the file is fixed\"", name)
         results = await batch.finish()
+        if closing is not None:
+            await closing
         del seen, lines
 
         self._fingerprint = fp

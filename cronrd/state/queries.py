@@ -211,9 +211,9 @@ def last_runs(conn: apsw.Connection, jobs: list[str]) -> dict[str, Run]:
 
 def count_jobs(conn: apsw.Connection) -> tuple[int, int]:
     """(jobs, paused jobs)."""
-    for total, paused in conn.execute("SELECT COUNT(*), COALESCE(SUM(paused), 0) FROM jobs"):
-        return total, paused
-    return 0, 0
+    (total,), (paused,) = conn.execute(
+        "SELECT COUNT(*) FROM jobs UNION ALL SELECT COUNT(*) FROM jobs WHERE paused != 0")
+    return total, paused
 
 
 def conflicts(conn: apsw.Connection, limit: int = 100) -> list[str]:
@@ -391,10 +391,12 @@ def schedule_rows_of(conn: apsw.Connection, names: list[str]):
 
 
 def reboot_rows(conn: apsw.Connection):
-    """``schedule_rows`` of the jobs whose schedule is @reboot (SQL picks
-    them: a daemon's start does not walk 100,000 rows in Python)."""
-    return conn.execute(_SCHEDULE_ROWS + " WHERE json_extract(spec, '$.schedule') "
-                        "LIKE '%@reboot%' ORDER BY jobs.name")
+    """``schedule_rows`` of the jobs whose schedule may be @reboot (a
+    superset: those whose definition says @reboot anywhere, in any case;
+    the caller checks the schedule). A pattern over the stored text, not a
+    JSON extraction per job: 100,000 of those held a daemon's start for
+    0.4 s."""
+    return conn.execute(_SCHEDULE_ROWS + " WHERE spec LIKE '%@reboot%' ORDER BY jobs.name")
 
 
 def job_schedule(conn: apsw.Connection, name: str) -> tuple[JobSpec, bool, int] | None:

@@ -17,6 +17,10 @@ CREATE TABLE IF NOT EXISTS jobs(
     updated_at REAL NOT NULL,
     conflict TEXT                    -- NULL while every source node agrees
 );
+-- `status` counts the paused jobs and lists the conflicts: from these, not
+-- a scan of 100,000 rows at each call.
+CREATE INDEX IF NOT EXISTS jobs_paused ON jobs(name) WHERE paused != 0;
+CREATE INDEX IF NOT EXISTS jobs_conflict ON jobs(name) WHERE conflict IS NOT NULL;
 -- Job definitions, once each, by job name and the sha256 of their canonical
 -- JSON: the same job on every node of a cluster is one row, not one per
 -- node. (Keyed by name first: a file's jobs are written in order, not at
