@@ -7,7 +7,7 @@ every-second job, starts cronrd on them and measures:
 
 * seconds from the daemon's start until ``status`` shows every job;
 * the daemon's peak RSS (VmHWM from /proc, MB);
-* seconds for ``cronrd jobs --json``;
+* seconds for ``cronrd jobs --json`` (the median of three);
 * the every-second job's lateness (p50/p99 of started_at - fire time) over
   ``--steady`` seconds, from ``--settle`` seconds after loading.
 
@@ -38,6 +38,7 @@ reached within ``--timeout``).
     python bench/scale.py --sizes 10000            # quick
     python bench/scale.py                          # 10k, 50k, 100k, one node
     python bench/scale.py --cluster --sizes 10000,50000
+    python bench/scale.py --cluster --sizes 100000 --repeat 3 --runs 0   # medians
     python bench/scale.py --sizes 0 --runs 10000       # only the runs in flight
 
 Targets (issue 12): 100,000 jobs ready in <= 10 s on one node and <= 20 s on
@@ -128,12 +129,33 @@ def lateness(node: Node, steady: float, settle: float) -> tuple[float, float] | 
     return statistics.median(late), late[min(len(late) - 1, int(0.99 * len(late)))]
 
 
-def timed_jobs_json(node: Node) -> float:
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "cronrd", "--config", str(node.config_path), "jobs",
-                    "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600, check=False)
-    return time.monotonic() - t0
+def timed_jobs_json(node: Node, times: int = 3) -> float:
+    """The median of ``times`` runs of ``cronrd jobs --json`` (a shared,
+    noisy machine: one run can be a second off)."""
+    took = []
+    for _ in range(times):
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-m", "cronrd", "--config", str(node.config_path),
+                        "jobs", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600, check=False)
+        took.append(time.monotonic() - t0)
+    return statistics.median(took)
+
+
+def median_of(results: list[dict]) -> dict:
+    """Repeated measurements of one size: the median of each time, the
+    largest RSS, and every ready time (to show the spread)."""
+    def med(key):
+        xs = [r[key] for r in results if r.get(key) is not None]
+        return statistics.median(xs) if xs else None
+    out = dict(results[0])
+    for key in ("ready_s", "jobs_json_s"):
+        if key in out:
+            out[key] = med(key)
+    rss = [r["rss_mb"] for r in results if r.get("rss_mb") is not None]
+    out["rss_mb"] = max(rss) if rss else None
+    out["ready_each"] = [r.get("ready_s") for r in results]
+    return out
 
 
 def one_node(n: int, args) -> dict:
@@ -308,6 +330,8 @@ def main() -> None:
     ap.add_argument("--cluster", action="store_true", help="also three nodes on loopback")
     ap.add_argument("--catchup", action="store_true",
                     help="with --cluster: a node added back empty at the largest size")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measure each size this many times: medians (RSS: the largest)")
     ap.add_argument("--runs", type=int, default=10000,
                     help="runs in flight at once across three nodes (0: skip)")
     ap.add_argument("--runs-spread", type=int, default=100,
@@ -322,13 +346,18 @@ def main() -> None:
           f"{'tick p99 ms':>12} {'3n ready s':>11} {'3n rss MB':>10}")
     last = {}
     for n in sizes:
-        one = one_node(n, args)
-        three = (three_nodes(n, args, catchup=args.catchup and n == sizes[-1]) if args.cluster
-                 else {"ready_s": None, "rss_mb": None})
+        one = median_of([one_node(n, args) for _ in range(max(1, args.repeat))])
+        three = (median_of([three_nodes(n, args, catchup=args.catchup and n == sizes[-1]
+                                        and i == 0) for i in range(max(1, args.repeat))])
+                 if args.cluster else {"ready_s": None, "rss_mb": None})
         late = one["late"] or (None, None)
         print(f"{n:>8} {fmt(one['ready_s']):>8} {fmt(one['rss_mb'], '.0f'):>8} "
               f"{fmt(one['jobs_json_s']):>14} {fmt(late[0]):>12} {fmt(late[1]):>12} "
               f"{fmt(three['ready_s']):>11} {fmt(three['rss_mb'], '.0f'):>10}", flush=True)
+        if args.repeat > 1:
+            each = lambda r: ", ".join(fmt(x) for x in r.get("ready_each", []))  # noqa: E731
+            print(f"{'':>8} ready s of each run: one node {each(one)}"
+                  + (f"; three nodes {each(three)}" if args.cluster else ""), flush=True)
         last = {"jobs": n, "ready_s": one["ready_s"], "rss_mb": one["rss_mb"],
                 "cluster_ready_s": three["ready_s"], "cluster_rss_mb": three["rss_mb"]}
         cu = three.get("catchup")

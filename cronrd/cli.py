@@ -402,6 +402,10 @@ def reload(obj: Ctx):
     """Re-read the job files now (as SIGHUP does)."""
     res = obj.client().call("reload")
     click.echo(f"{res['jobs']} jobs, {res['changes']} changed")
+    if res.get("waiting"):
+        click.echo(f"from {res['waiting']} on, waiting for another node that reads the same "
+                   "bytes: their jobs are copied from it when it is done (`cronrd status` "
+                   "shows the count)", err=True)
     for p in res["problems"]:
         click.echo(p, err=True)
     if res["problems"]:

@@ -399,3 +399,13 @@ def test_jobs_json_writes_the_daemons_stream_as_one_list(daemon):
     assert d.requests == [{"cmd": "jobs", "args": {"stream": True, "match": "c*"}}]
     empty = daemon(jobs=lambda args: {"jobs": 0})
     assert json.loads(cli(empty, "jobs", "--json").output) == []
+
+
+def test_reload_says_when_it_waits_for_another_node_reading_the_same_files(daemon):
+    d = daemon(reload={"jobs": 3000, "changes": 0, "problems": [], "again": True,
+                       "waiting": "/etc/cronrd.d/fleet.yaml"})
+    res = cli(d, "reload")
+    assert res.exit_code == 0 and res.output.startswith("3000 jobs, 0 changed")
+    assert "from /etc/cronrd.d/fleet.yaml on, waiting for another node" in res.output
+    quiet = daemon(reload={"jobs": 3, "changes": 1, "problems": []})
+    assert cli(quiet, "reload").output == "3 jobs, 1 changed\n"
