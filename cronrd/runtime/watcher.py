@@ -37,6 +37,7 @@ LOOKAHEAD = 2             # files asked of each worker ahead of the one being sy
 PARSER_ANSWER = 64 << 20  # bytes of one worker answer (a 1 MiB file's jobs, canonical)
 LOG_JOBS_PER_FILE = 20    # a line per job added/updated/removed up to this, then a sum
 CLAIM_GRACE = 2.0         # seconds a follower leaves the leader to claim a big change first
+HOLD_PATIENCE = 5.0       # seconds a look with changes waits for the clock hold to lift
 
 
 @dataclass
@@ -317,6 +318,7 @@ class Watcher:
         # A follower's big change nobody claimed yet, by digest: when first
         # seen (the leader is given CLAIM_GRACE to claim it).
         self._unclaimed: dict[str, float] = {}
+        self._held_since: float | None = None  # when hold() began to hold a look with changes
         self.stopped = False
 
     def kick(self) -> None:
@@ -358,6 +360,9 @@ class Watcher:
         digests = await loop.run_in_executor(None, lambda: [digest_of(p) for p in paths])
         changed = [(path, digest) for path, digest in zip(paths, digests)
                    if digest is None or digest != known.get(path)]
+        early = self._hold_early(changed)
+        if early is not None:
+            return early
         plan = await self._plan(changed, batch)
         parsers = await _Parsers.start_for(
             [(p, d) for p, d in changed if plan.get(p) == "parse"], allowed)
@@ -570,6 +575,35 @@ class Watcher:
 
     def _query(self, sql: str, args: tuple):
         return self.conn.execute(sql, args)
+
+    def _hold_early(self, changed: list) -> dict | None:
+        """A leader elected a moment ago has not measured its clock yet, so
+        new jobs would be held back (their schedules start at their creation
+        time) and their files read again at the next look: 10,000 jobs of a
+        fleet's load parsed twice. For HOLD_PATIENCE seconds of such a hold,
+        a look with changes reads nothing and is tried again (``settle``
+        every 0.1 s at the start); past it, what the hold allows goes on as
+        before (changes to jobs that exist)."""
+        reason = self.hold() if changed else None
+        if reason is None:
+            self._held_since = None
+            return None
+        now = self.clock.monotonic()
+        if self._held_since is None:
+            self._held_since = now
+        if now - self._held_since >= HOLD_PATIENCE:
+            return None
+        self._fingerprint = None  # again at the next look
+        if not self._held:
+            log.warning("event=job_changes_held reason=\"this leader's clock %s\" files=%d "
+                        "hint=\"the changed files are read once it is measured good (tried "
+                        "again every %gs)\"", reason, len(changed), self.interval)
+        self._held = True
+        jobs = next(iter(self._query("SELECT count(*) FROM job_sources WHERE node=?",
+                                     (self.node,))))[0]
+        return {"jobs": jobs, "changes": 0, "kept": [],
+                "problems": [str(p) for p in self.problems], "files_parsed": 0,
+                "files_unchanged": 0, "held": reason, "again": True}
 
     async def _plan(self, changed: list[tuple[str, str | None]], batch: "_Batch") -> dict:
         """How to take each changed file, in order, up to the first one to

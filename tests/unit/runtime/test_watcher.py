@@ -105,7 +105,7 @@ def test_the_first_look_at_start_waits_a_bounded_while_for_the_leaders_clock(tmp
         w.clock = type("C", (), {"now": lambda self: T0,
                                  "monotonic": lambda self: asyncio.get_running_loop().time()})()
         res = await w.settle(5.0)
-        assert "held" not in res and Q.job_names(sm.conn) == ["a"] and held["looks"] == 4
+        assert "held" not in res and Q.job_names(sm.conn) == ["a"] and held["looks"] >= 4
         held["looks"], held["why"] = -10**6, "off"  # never good: gives up after patience
         (tmp_path / "b.yaml").write_text("schedule: '* * * * *'\ncommand: 'true'\n")
         res = await w.settle(0.3)

@@ -299,3 +299,25 @@ def test_a_follower_leaves_the_leader_a_grace_to_claim_a_big_change_first(tmp_pa
 
 async def _propose(sm, cmd):
     return await LocalLog(sm).propose(cmd)
+
+
+def test_a_look_with_changes_reads_nothing_while_a_new_leaders_clock_is_unmeasured(tmp_path):
+    """A leader elected a moment ago held back the new jobs of the files it
+    read meanwhile, and read those files again at its next look (10,000
+    jobs of a load parsed twice): for HOLD_PATIENCE it reads nothing."""
+    sm = StateMachine(apsw.Connection(":memory:"))
+    fleet(tmp_path / "a", files=2, per=3)
+    clock, why = Clock(), {"v": "has not measured its clock against the cluster's yet"}
+    prop = Proposer(LocalLog(sm))
+    w = W.Watcher(str(tmp_path / "a"), prop, sm.conn, clock, node="a", hold=lambda: why["v"])
+    res = run(w.reload())
+    assert res["held"] == why["v"] and res["again"] and res["files_parsed"] == 0
+    assert prop.sent == [] and sources(sm.conn, "a") == []
+    clock.mono += W.HOLD_PATIENCE  # held this long: read, the new jobs held back as before
+    res = run(w.reload())
+    assert res["files_parsed"] == 2 and res["held"] and sources(sm.conn, "a") == []
+    why["v"] = None
+    res = run(w.reload())
+    assert "held" not in res and len(sources(sm.conn, "a")) == 6
+    # a look without changes is not held at all
+    assert "held" not in run(w.reload()) and w._held_since is None
