@@ -321,3 +321,22 @@ def test_a_look_with_changes_reads_nothing_while_a_new_leaders_clock_is_unmeasur
     assert "held" not in res and len(sources(sm.conn, "a")) == 6
     # a look without changes is not held at all
     assert "held" not in run(w.reload()) and w._held_since is None
+
+
+def test_a_malformed_copy_or_claim_from_a_peer_is_refused_and_changes_nothing():
+    import pytest
+    from cronrd.state.machine import Refused
+    m = Machine()
+    a_file(m)
+    before = {t: m.table(f"SELECT * FROM {t} ORDER BY 1, 2")
+              for t in ("jobs", "job_sources", "source_files", "file_claims")}
+    good = ["/b/jobs.yaml", DIGEST, "a", "/a/jobs.yaml", 5, "j0", "j4"]
+    for bad in (dict(copies=[good[:5]]),                       # no part
+                dict(copies=[[*good[:4], True, *good[5:]]]),    # count not an int
+                dict(copies=[[*good[:5], "j4", "j0"]]),         # part backwards
+                dict(copies=[[*good[:1], "short", *good[2:]]]),  # not a digest
+                dict(copies="all"), dict(claims=[[DIGEST]]), dict(claims=[["x", "/p"]]),
+                dict(claims=[[DIGEST, ""]]), dict(release="yes")):
+        with pytest.raises(Refused):
+            m.apply(C.SyncJobs(node="b", at=T0 + 1, **bad))
+    assert {t: m.table(f"SELECT * FROM {t} ORDER BY 1, 2") for t in before} == before
