@@ -263,6 +263,16 @@ class _Batch:
         return self.results
 
 
+def _wait_from(plan: dict, path: str) -> dict:
+    """``plan`` up to ``path``, which is waited for (the files after it are
+    not reached this look)."""
+    names = list(plan)
+    for later in names[names.index(path):]:
+        del plan[later]
+    plan[path] = "wait"
+    return plan
+
+
 def _transient(exc: BaseException) -> bool:
     """A failed proposal worth trying again (not a refusal of the change)."""
     return isinstance(exc, (NotLeader, ProposalDropped, StorageError, asyncio.TimeoutError)) \
@@ -650,11 +660,7 @@ class Watcher:
             t = self.clock.monotonic()
             self._unclaimed = {d: self._unclaimed.get(d, t) for d, _path in claims}
             if t - min(self._unclaimed.values()) < CLAIM_GRACE:
-                after = list(plan)[list(plan).index(claims[0][1]):]
-                for p in after:
-                    del plan[p]
-                plan[claims[0][1]] = "wait"
-                return plan
+                return _wait_from(plan, claims[0][1])
         if claims and size >= PARSER_BYTES:
             batch.release = True
             try:
@@ -669,11 +675,7 @@ class Watcher:
                     batch.claimed.add(path)
                 else:
                     # another node's claim committed first: wait from here on
-                    after = list(plan)[list(plan).index(path):]
-                    for p in after:
-                        del plan[p]
-                    plan[path] = "wait"
-                    break
+                    return _wait_from(plan, path)
         return plan
 
     async def _copy_file(self, path: str, digest: str, source: tuple, seen: dict,
