@@ -70,7 +70,58 @@ def table(rows: list[list[Any]], headers: list[str], widths: list[int] | None = 
     return widths
 
 
+# Options of the whole CLI that an operator may also type after the
+# subcommand (`cronrd status --config FILE`), as most tools accept them.
+GLOBAL_VALUE_OPTIONS = ("--config", "-c", "--socket")
+
+
+def hoist_global_options(args: list[str], subcommands) -> list[str]:
+    """``args`` with --config/--socket moved in front of the subcommand and a
+    --json typed before it moved behind it: `cronrd status --config F`,
+    `cronrd --config F status` and `cronrd --json status` all mean the same.
+    Nothing after a ``--`` moves."""
+    front: list[str] = []
+    rest: list[str] = []
+    json_first = False
+    seen_command = False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest.extend(args[i:])
+            break
+        name = a.split("=", 1)[0]
+        if name in GLOBAL_VALUE_OPTIONS:
+            if "=" in a or i + 1 >= len(args):
+                front.append(a)
+                i += 1
+            else:
+                front.extend(args[i:i + 2])
+                i += 2
+            continue
+        if a == "--json" and not seen_command:
+            json_first = True
+            i += 1
+            continue
+        if not seen_command and a in subcommands:
+            seen_command = True
+        rest.append(a)
+        i += 1
+    if json_first:
+        try:
+            end = rest.index("--")
+        except ValueError:
+            end = len(rest)
+        rest.insert(end, "--json")
+    return front + rest
+
+
 class Group(click.Group):
+    def parse_args(self, ctx, args):
+        if ctx.parent is None:
+            args = hoist_global_options(list(args), self.commands)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
