@@ -234,6 +234,14 @@ def status(obj: Ctx, consistent, as_json):
         up = st.get("uptime_s")
         click.echo(f"version   {st['version']}, pid {st.get('pid', '?')}"
                    + (f", up {up:.0f}s" if isinstance(up, (int, float)) else ""))
+    m = st.get("maintenance")
+    if m:
+        click.echo(f"PAUSED    every job is paused for maintenance{_pause_text(m)}; fire "
+                   "times are recorded as skipped until `cronrd resume --all`")
+    for d in st.get("down") or []:
+        click.echo(f"DOWN      member {d['id']}: " + (
+            "never reached from this node" if d.get("last_contact_s") is None else
+            f"last heard from {_ago(d['last_contact_s'])}"))
     if "jobs" in st:
         click.echo(f"jobs      {st['jobs']} ({st.get('paused', 0)} paused), "
                    f"{st.get('running', 0)} running, {st.get('assigned', 0)} about to start")
@@ -305,10 +313,14 @@ def jobs(obj: Ctx, pattern, consistent, as_json):
     headers = ["job", "schedule", "state", "next fire", "last run"]
     widths: list[int] | None = None
     conflicts: list[str] = []
+    last_good: list[str] = []
     for page in pages:
         out = []
         for j in page:
             state = "paused" if j["paused"] else ("disabled" if not j["enabled"] else "active")
+            if j.get("file_problem"):
+                state += " (last good)"
+                last_good.append(f"{j['name']}: {j['file_problem']}")
             if j.get("conflict") is not None:
                 state += " CONFLICT"
                 text = _conflict_text(j["conflict"])
@@ -324,29 +336,196 @@ def jobs(obj: Ctx, pattern, consistent, as_json):
                    "last agreed version until the job files agree:")
         for c in conflicts:
             click.echo(f"  {c}")
+    if last_good:
+        click.echo("\nLAST GOOD: these jobs keep running their last good version because "
+                   "their file has a problem (`cronrd validate`):")
+        for c in last_good:
+            click.echo(f"  {c}")
+
+
+def _when(text: str | None, now: float, what: str) -> float | None:
+    """--since/--until: ISO 8601 (UTC unless it says otherwise) or a
+    duration back from now (90m, 2h, 1d)."""
+    if text is None:
+        return None
+    from .schedule import parse_duration, parse_iso
+    try:
+        return now - parse_duration(text)
+    except CronrdError:
+        pass
+    try:
+        return float(parse_iso(text))
+    except CronrdError:
+        raise UsageError(f"{what} {text!r}: give an ISO time (2026-12-01T06:00:00Z) or a "
+                         "duration back from now (90m, 2h, 1d)") from None
+
+
+def _time_text(iso: str | None, tz: str | None, local: bool) -> str | None:
+    """A time as listings show it: ISO UTC, or with --local in the job's zone."""
+    if iso is None or not local or not tz:
+        return iso
+    import datetime as dt
+    from .schedule import resolve_timezone
+    t = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return t.astimezone(resolve_timezone(tz)).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _seconds(iso: str | None) -> float | None:
+    if iso is None:
+        return None
+    import datetime as dt
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _short_duration(seconds: float) -> str:
+    from .schedule import human_duration
+    return human_duration(round(seconds) if seconds >= 10 else round(seconds, 1))
+
+
+def run_row(r: dict, now: float, local: bool) -> list:
+    """One line of `cronrd runs`."""
+    tz = r.get("timezone")
+    started, finished = _seconds(r.get("started_at")), _seconds(r.get("finished_at"))
+    duration = None
+    if started is not None:
+        duration = _short_duration((finished if finished is not None else now) - started)
+        if finished is None:
+            duration += "+"   # still running
+    exit_text = f"sig {r['signal']}" if r.get("signal") else r.get("exit_code")
+    reason = r.get("reason")
+    due = _seconds(r.get("due_at"))
+    if r["state"] in ("pending", "assigned") and due is not None and started is None:
+        when = _time_text(r["due_at"], tz, local)
+        due_text = f"due {when}" + (f" (in {_short_duration(due - now)})" if due > now else "")
+        reason = f"{due_text}; {reason}" if reason else due_text
+    return [r["run_id"], r["job"], _time_text(r["fire_time"], tz, local), r["kind"],
+            r["attempt"], r.get("node"), r["state"], _time_text(r.get("started_at"), tz, local),
+            duration, exit_text, reason]
+
+
+RUN_HEADERS = ["run", "job", "fire time", "kind", "attempt", "node", "state", "started",
+               "duration", "exit", "reason"]
 
 
 @main.command()
 @click.argument("job", required=False)
-@click.option("--state", "state", metavar="STATE", help="Only runs in this state.")
+@click.option("--state", "states", metavar="STATE", multiple=True,
+              help="Only runs in this state (repeat, or a comma list: failed,lost).")
+@click.option("--kind", "kinds", metavar="KIND", multiple=True,
+              help="Only scheduled, catchup, manual or retry runs (repeatable).")
+@click.option("--node", metavar="NODE", help="Only runs placed on this node.")
+@click.option("--since", metavar="TIME", help="Fire times from TIME on (ISO 8601, or back "
+              "from now: 90m, 2h, 1d).")
+@click.option("--until", metavar="TIME", help="Fire times before TIME.")
+@click.option("--before", type=int, metavar="RUN", help="Only runs older than run id RUN "
+              "(page back from the last id shown).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--local", is_flag=True, help="Times in each job's time zone, not UTC.")
 @consistent_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def runs(obj: Ctx, job, state, limit, consistent, as_json):
-    """List recent runs (newest first), with skip and failure reasons."""
-    res = obj.client().call("runs", read_args(consistent,
-                                              {"job": job, "state": state, "limit": limit}))
+def runs(obj: Ctx, job, states, kinds, node, since, until, before, limit, local, consistent,
+         as_json):
+    """List runs, newest first: where and when each ran, how long, how it
+    ended and why (a waiting retry shows when it is due)."""
+    now = Clock().now()
+    args = {"job": job, "limit": limit, "node": node, "before": before,
+            "since": _when(since, now, "--since"), "until": _when(until, now, "--until")}
+    for name, values in (("state", states), ("kind", kinds)):
+        flat = [v.strip() for value in values for v in value.split(",") if v.strip()]
+        if flat:
+            args[name] = flat
+    args = {k: v for k, v in args.items() if v is not None}
+    res = obj.client().call("runs", read_args(consistent, args))
     if as_json:
         emit_json(res["runs"])
         return
-    table([[r["run_id"], r["job"], r["kind"], r["fire_time"], r["attempt"], r["state"],
-            r["exit_code"] if r["signal"] is None else f"sig {r['signal']}", r["reason"]]
-           for r in res["runs"]],
-          ["id", "job", "kind", "fire time", "try", "state", "exit", "reason"])
+    table([run_row(r, now, local) for r in res["runs"]], RUN_HEADERS)
     for g in res["gaps"]:
         click.echo(f"gap: {g['job']} skipped {g['count']} fire times from {g['first']} to "
                    f"{g['last']}: {g['reason']}")
+    if len(res["runs"]) == limit:
+        click.echo(f"(the newest {limit}; `--before {res['runs'][-1]['run_id']}` shows older "
+                   "ones, --limit more at once)", err=True)
+
+
+@main.command()
+@click.argument("job")
+@click.option("--next", "count", default=5, show_default=True, type=click.IntRange(0, 100),
+              help="How many next fire times to show.")
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def show(obj: Ctx, job, count, consistent, as_json):
+    """Everything about one job: state, definition, source file(s), next
+    fire times, running runs and the last runs."""
+    j = obj.client().call("job", read_args(consistent, {"name": job, "next": count}))
+    if as_json:
+        emit_json(j)
+        return
+    print_job(j, Clock().now())
+
+
+def _pause_text(p: dict | None) -> str:
+    if not p:
+        return ""
+    by = f" by {p['by']}" if p.get("by") else ""
+    note = f": {p['note']}" if p.get("note") else ""
+    return f"{by} at {p.get('at')}{note}"
+
+
+def print_job(j: dict, now: float) -> None:
+    import yaml
+    state = j.get("state") or ("paused" if j["paused"] else "active")
+    if state == "paused":
+        state += _pause_text(j.get("pause")) + "; `cronrd resume " + j["name"] + "` ends it"
+    elif state == "disabled":
+        state += " (enabled: false in its job file)"
+    elif state.startswith("paused (maintenance)"):
+        state = "paused for maintenance" + _pause_text(j.get("maintenance")) + \
+            "; `cronrd resume --all` ends it"
+    if j.get("file_problems"):
+        state += ", running its last good version because its file has problems:"
+    click.echo(f"job        {j['name']}")
+    click.echo(f"state      {state}")
+    for p in j.get("file_problems") or []:
+        click.echo(f"             {p}")
+    if j.get("conflict") is not None:
+        click.echo(f"CONFLICT   {_conflict_text(j['conflict'])}")
+    if j.get("description"):
+        click.echo(f"about      {j['description']}")
+    click.echo(f"schedule   {j['schedule']}  ({j['timezone']})")
+    cmd = j["command"]
+    click.echo(f"command    {cmd if isinstance(cmd, str) else json.dumps(cmd)}")
+    sources = j.get("sources") or []
+    if sources:
+        click.echo("source     " + "\n           ".join(
+            f"{s.get('node')}: {s.get('source')}" + ("" if s.get("digest") == j.get("digest")
+                                                     else " (a different definition)")
+            for s in sources))
+    elif j.get("source"):
+        click.echo(f"source     {j['source']}")
+    nxt = j.get("next_fires") or []
+    if nxt:
+        from .schedule import format_fire, parse_iso
+        click.echo("next       " + "\n           ".join(
+            format_fire(parse_iso(t), j["timezone"]) for t in nxt))
+    else:
+        click.echo("next       none (" + ("not scheduled while " + state.split(" ")[0]
+                                          if not state.startswith("active") else
+                                          "the schedule fires no more, or only at boot")
+                   + ")")
+    active = j.get("active_runs") or []
+    if active:
+        click.echo(f"active     {len(active)} run(s):")
+        table([run_row(r, now, False) for r in active], RUN_HEADERS)
+    recent = j.get("recent_runs") or []
+    click.echo(f"\nlast {len(recent)} run(s):" if recent else "\nno runs yet")
+    if recent:
+        table([run_row(r, now, False) for r in recent], RUN_HEADERS)
+    click.echo("\ndefinition:")
+    text = yaml.safe_dump(j.get("spec") or {}, sort_keys=False, default_flow_style=False)
+    click.echo("  " + text.rstrip("\n").replace("\n", "\n  "))
 
 
 @main.command()
@@ -396,29 +575,64 @@ def wait_exit_code(run: dict) -> int:
     return run["exit_code"] or 1
 
 
+def _job_or_all(job: str | None, all_jobs: bool, command: str) -> None:
+    if all_jobs and job:
+        raise UsageError(f"give a JOB or --all, not both (`cronrd {command} --all`)")
+    if not all_jobs and not job:
+        raise UsageError(f"name the job to {command} (`cronrd jobs` lists them), or pass "
+                         f"--all for every job")
+
+
 @main.command()
-@click.argument("job")
+@click.argument("job", required=False)
+@click.option("--all", "all_jobs", is_flag=True, help="Every job, for maintenance (root): "
+              "`cronrd resume --all` ends it; jobs paused on their own stay paused.")
+@click.option("--note", default="", metavar="TEXT", help="Why (shown by show and status).")
 @click.pass_obj
-def pause(obj: Ctx, job):
-    """Stop scheduling a job; its fire times are recorded as skipped."""
-    res = obj.client().call("pause", {"job": job})
+def pause(obj: Ctx, job, all_jobs, note):
+    """Stop scheduling a job (or --all); its fire times are recorded as skipped."""
+    _job_or_all(job, all_jobs, "pause")
+    res = obj.client().call("pause", {"job": job, "all": all_jobs, "note": note})
+    if all_jobs:
+        click.echo("every job paused for maintenance; `cronrd resume --all` ends it"
+                   if res["changed"] else "already paused for maintenance (note updated)")
+        return
     click.echo(f"{job} paused" if res["changed"] else f"{job} was already paused")
 
 
 @main.command()
-@click.argument("job")
+@click.argument("job", required=False)
+@click.option("--all", "all_jobs", is_flag=True, help="End the maintenance pause of every job.")
 @click.pass_obj
-def resume(obj: Ctx, job):
-    """Schedule a paused job again (missed fires stay skipped)."""
-    res = obj.client().call("resume", {"job": job})
+def resume(obj: Ctx, job, all_jobs):
+    """Schedule a paused job again, or end `pause --all` (missed fires stay skipped)."""
+    _job_or_all(job, all_jobs, "resume")
+    res = obj.client().call("resume", {"job": job, "all": all_jobs})
+    if all_jobs:
+        click.echo("maintenance pause ended; jobs are scheduled again" if res["changed"]
+                   else "there was no maintenance pause")
+        return
     click.echo(f"{job} resumed" if res["changed"] else f"{job} was not paused")
 
 
 @main.command()
-@click.argument("run_id", metavar="RUN_ID", type=int)
+@click.argument("run_id", metavar="[RUN_ID]", type=int, required=False)
+@click.option("--job", metavar="JOB", help="Cancel every run of JOB that has not ended.")
 @click.pass_obj
-def cancel(obj: Ctx, run_id):
-    """Cancel a run that has not finished (its process is stopped)."""
+def cancel(obj: Ctx, run_id, job):
+    """Cancel a run that has not ended: its processes get SIGTERM, then
+    SIGKILL after the job's kill_grace; it ends `cancelled` and is not retried."""
+    if (run_id is None) == (job is None):
+        raise UsageError("give a RUN_ID (`cronrd runs` lists them) or --job JOB")
+    if job is not None:
+        res = obj.client().call("cancel", {"job": job})
+        if not res["runs"]:
+            click.echo(f"{job} has no run in progress; nothing to cancel")
+            return
+        for r in res["runs"]:
+            click.echo(f"run {r['run_id']} of {job}: " + (
+                "cancelled" if r["state"] == "cancelled" else f"{r['state']}, asked to stop"))
+        return
     res = obj.client().call("cancel", {"run_id": run_id})
     click.echo(f"run {run_id} of {res['job']}: "
                + ("cancelled" if res["state"] == "cancelled" else

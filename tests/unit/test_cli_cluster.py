@@ -184,9 +184,9 @@ JOB = {"name": "backup", "schedule": "0 2 * * *", "paused": False, "enabled": Tr
     (["jobs"], "jobs", {"limit": 1000, "after": None, "match": None}),
     (["jobs", "--consistent"], "jobs", {"limit": 1000, "after": None, "match": None,
                                         "consistent": True}),
-    (["runs", "backup", "--limit", "3"], "runs", {"job": "backup", "state": None, "limit": 3}),
+    (["runs", "backup", "--limit", "3"], "runs", {"job": "backup", "limit": 3}),
     (["runs", "--consistent"], "runs",
-     {"job": None, "state": None, "limit": 20, "consistent": True}),
+     {"limit": 20, "consistent": True}),
 ])
 def test_reads_send_consistent_only_when_asked(daemon, argv, cmd, args):
     d = daemon(status=STATUS, jobs={"jobs": [JOB], "next": None}, runs={"runs": [], "gaps": []})
