@@ -771,7 +771,7 @@ def import_crontab(file, system, owner, include_commented, output):
         raise UsageError("--owner is for a user crontab; a system crontab (--system) names "
                          "the user on each line: drop --owner or --system")
     if file == "-":
-        path, text = "<stdin>", click.get_text_stream("stdin", errors="replace").read()
+        path, text = "<stdin>", sys.stdin.buffer.read().decode("utf-8", errors="replace")
     else:
         path = file
         with open(file, encoding="utf-8", errors="replace") as f:
