@@ -655,7 +655,9 @@ def convert_crontab(text: str, *, path: str, system: bool | None = None,
                         f"uses bash syntax ({what}) but runs under {runs_under}; add "
                         "SHELL=/bin/bash to the crontab or rewrite the command")
 
-        job: dict = {"name": "", "description": f"imported from {path} line {lineno}"}
+        # No line number in the job itself: converting the file again after an edit
+        # that shifts the lines leaves the other jobs unchanged (it is a comment).
+        job: dict = {"name": "", "description": f"imported from {path}"}
         if not enabled:
             job["enabled"] = False
         job["schedule"] = schedule
@@ -673,7 +675,7 @@ def convert_crontab(text: str, *, path: str, system: bool | None = None,
         job["catchup"] = "none"
         job["concurrency"] = "allow"
         jobs.append(job)
-        comments.append(pending)
+        comments.append(pending + [f"# line {lineno}" + ("" if enabled else " (commented out)")])
         pending = []
 
     _assign_names(jobs)

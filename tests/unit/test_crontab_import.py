@@ -77,7 +77,8 @@ def test_system_crontab():
     assert hourly.env == (path_env,)  # SHELL=/bin/sh is the default shell, not an env var
     assert (hourly.catchup, hourly.concurrency) == ("none", "allow")
     assert hourly.timezone is None
-    assert hourly.description == "imported from /etc/crontab line 11"
+    assert hourly.description == "imported from /etc/crontab"
+    assert "# line 11\n- name: run-parts-cron-hourly\n" in result.yaml_text
 
     assert by_name["run-parts-cron-daily"].command == (
         "test -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.daily; }")
@@ -125,7 +126,7 @@ def test_mailto_is_a_comment_before_the_jobs_it_applies_to():
     assert result.problems == [] and [j["name"] for j in result.jobs] == ["a", "b", "c"]
     body = result.yaml_text[result.yaml_text.index("jobs:"):].splitlines()
     note = "# MAILTO=ops@example.com: cronrd has no mail yet; notifications (issue 15) will map this"
-    assert body[body.index(note) + 1] == "- name: b"
+    assert body[body.index(note) + 1:body.index(note) + 3] == ["# line 3", "- name: b"]
     assert body[-1] == ("# MAILTO=dev@example.com,root: cronrd has no mail yet; notifications "
                         "(issue 15) will map this")
     assert [p.line for p in result.warnings] == [2, 5]
@@ -364,7 +365,7 @@ def test_commented_out_job_lines_become_disabled_jobs_when_asked():
         ("rotate", False, "@daily"),
         ("poll-slow", True, "0 2 * * *"),
     ]
-    assert result.jobs[0]["description"] == "imported from /tmp/c line 4"
+    assert "# line 4 (commented out)\n- name: tar-home-tgz\n" in result.yaml_text
     assert result.problems == [] and result.warnings == []  # a% in a comment: stays a comment
     assert all(not j.enabled for j in specs(result).values() if j.name != "poll-slow")
 

@@ -52,7 +52,7 @@ def test_a_copied_system_crontab_is_read_as_one_and_says_so(tmp_path):
                       "run log (cronrd logs JOB)")
     assert err[-1] == "4 job(s) converted, 0 line(s) not converted, 1 warning(s)"
     assert ("# MAILTO=ops@example.com: cronrd has no mail yet; notifications (issue 15) will "
-            "map this\n- name: run-parts-cron-hourly") in res.stdout
+            "map this\n# line 9\n- name: run-parts-cron-hourly") in res.stdout
 
     forced = run("--user", "--owner", "alice", str(bak))
     assert forced.exit_code == 0
@@ -65,7 +65,8 @@ def test_dash_reads_stdin():
     assert res.exit_code == 0, res.stderr
     jobs = yaml.safe_load(res.stdout)["jobs"]
     assert jobs[-1]["name"] == "old-cleanup-all" and jobs[-1]["enabled"] is False
-    assert jobs[0]["description"] == "imported from <stdin> line 9"
+    assert jobs[0]["description"] == "imported from <stdin>"
+    assert "# line 9\n- name: run-parts-cron-hourly" in res.stdout
     assert res.stderr.startswith("<stdin>: read as a system crontab")
 
 

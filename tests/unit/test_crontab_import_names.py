@@ -103,3 +103,10 @@ def test_long_names_stay_valid():
     text = "".join(f"0 {h} * * * /opt/{'x' * 120}{h}.sh\n" for h in range(2))
     got = names(text)
     assert len(set(got)) == 2 and all(len(n) <= 100 for n in got)
+
+
+def test_shifting_the_lines_changes_no_job():
+    def jobs(text):
+        return convert_crontab(text, path="/tmp/c", user="u", system=False).jobs
+
+    assert jobs("# new comment\n\n" + CRONTAB) == jobs(CRONTAB)
