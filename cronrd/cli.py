@@ -785,8 +785,13 @@ def import_crontab(file, system, owner, include_commented, output):
     if res.format_note:
         click.echo(res.format_note, err=True)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(res.yaml_text)
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(res.yaml_text)
+        except OSError as e:
+            raise CronrdError(f"{output}: cannot write the job file ({e.strerror}); check that "
+                              "its directory exists and is writable, or leave out -o to print "
+                              "it") from None
     else:
         click.echo(res.yaml_text, nl=False)
     for p in res.warnings:

@@ -102,6 +102,15 @@ def test_usage_errors_exit_2(tmp_path):
     assert run(str(tab), "--no-such-option").exit_code == 2
 
 
+def test_an_output_that_cannot_be_written_is_an_error(tmp_path):
+    res = run("-", "--owner", "alice", "-o", str(tmp_path / "no" / "x.yaml"),
+              input="0 1 * * * /bin/a\n")
+    assert res.exit_code == 1
+    assert res.stderr.splitlines()[-1] == (
+        f"cronrd: {tmp_path}/no/x.yaml: cannot write the job file (No such file or directory); "
+        "check that its directory exists and is writable, or leave out -o to print it")
+
+
 def validate(d) -> tuple[int, str]:
     res = CliRunner().invoke(main, ["validate", str(d)], catch_exceptions=False)
     return res.exit_code, res.stdout + res.stderr
