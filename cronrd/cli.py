@@ -1016,28 +1016,56 @@ def _load_dir_unchecked(path):
 
 
 @main.command("import-crontab")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--system/--user", "system", default=None,
               help="Whether FILE has a user column (/etc/crontab, /etc/cron.d). Default: "
-                   "system for /etc/crontab and /etc/cron.d/*, user otherwise.")
+                   "system for /etc/crontab and /etc/cron.d/*, user for cron's spool files, "
+                   "otherwise decided from the lines (stderr says which and why).")
 @click.option("--owner", metavar="USER", help="For a user crontab: the user its jobs run "
               "as (default: from the spool path, e.g. /var/spool/cron/crontabs/USER).")
+@click.option("--include-commented", is_flag=True, help="Convert commented-out job lines "
+              "too, as jobs with enabled: false.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the YAML here.")
-def import_crontab(file, system, owner, output):
-    """Convert a crontab into cronrd job YAML; name what cannot be converted."""
+def import_crontab(file, system, owner, include_commented, output):
+    """Convert a crontab (FILE, or - for stdin) into cronrd job YAML.
+
+    Exit 0 when every line was converted (warnings allowed), 1 when a line
+    could not be (each is named), 2 for usage errors."""
     from .crontab_import import convert_crontab
-    with open(file, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    res = convert_crontab(text, path=file, system=system, user=owner)
+    if system and owner:
+        raise UsageError("--owner is for a user crontab; a system crontab (--system) names "
+                         "the user on each line: drop --owner or --system")
+    if file == "-":
+        path, text = "<stdin>", sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    else:
+        path = file
+        with open(file, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    res = convert_crontab(text, path=path, system=system, user=owner,
+                          include_commented=include_commented)
+    if res.system and owner:
+        raise UsageError(f"{path} is read as a system crontab ({res.format_why}), which names "
+                         f"the user on each line, so --owner does not apply: drop --owner, or "
+                         f"pass --user to read it as {owner}'s crontab")
+    if res.format_note:
+        click.echo(res.format_note, err=True)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(res.yaml_text)
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(res.yaml_text)
+        except OSError as e:
+            raise CronrdError(f"{output}: cannot write the job file ({e.strerror}); check that "
+                              "its directory exists and is writable, or leave out -o to print "
+                              "it") from None
     else:
         click.echo(res.yaml_text, nl=False)
+    for p in res.warnings:
+        where = f"{p.path}:{p.line}:{p.col}" if p.line else p.path
+        click.echo(f"{where}: warning: {p.message}", err=True)
     for p in res.problems:
         click.echo(str(p), err=True)
-    click.echo(f"{len(res.jobs)} job(s) converted, {len(res.problems)} line(s) need "
-               "attention", err=True)
+    click.echo(f"{len(res.jobs)} job(s) converted, {len(res.problems)} line(s) not converted, "
+               f"{len(res.warnings)} warning(s)", err=True)
     if res.problems:
         sys.exit(1)
 
