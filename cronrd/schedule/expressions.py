@@ -52,7 +52,7 @@ _STAR_RE = re.compile(r"\*(?:/(?P<step>[^/]*))?")
 _RANDOM_RE = re.compile(r"[hr](?:$|\(|/)")
 _NEAREST_RE = re.compile(r"(?:(?P<a>[0-9]+)w|w(?P<b>[0-9]+))")  # 15W (and croniter's W15)
 _LAST_DOW_RE = re.compile(r"(?:(?P<a>[0-9]+)l|l(?P<b>[0-9]+))")  # 5L (and croniter's L5)
-_NTH_RE = re.compile(r"(?P<a>[0-9a-z]+)#(?P<n>[0-9]*)")
+_NTH_RE = re.compile(r"(?P<a>[0-9]+|[a-z]+)#(?P<n>[0-9]*)")
 _DOM_FORMS = ("the day-of-month forms are L (the last day of the month), LW (its last weekday) "
               "and 15W (the weekday nearest the 15th), each alone between commas")
 _DOW_FORMS = ("the day-of-week forms are 5L (the last Friday of the month) and 5#2 (its second "
@@ -305,6 +305,11 @@ def parse_schedule(expr: str) -> Schedule:
     # A schedule that can never match (Feb 30, the 1st that is a fourth Monday)
     # is an error, not a silent no-op.
     if not cron.ever_matches():
+        why = ""
+        if not cron.day_or and "*" not in (fields[_DOM], fields[_DOW]):
+            starred = "day-of-month" if fields[_DOM].startswith("*") else "day-of-week"
+            why = (f"; as in cron, the {starred} field begins with '*', so a day must match both "
+                   "day fields, not either (man 5 cronrd.d, SCHEDULES)")
         raise ScheduleError(
-            f"schedule '{text}' never fires: no date matches its day and month fields", tokens[3][1])
+            f"schedule '{text}' never fires: no date matches its day and month fields{why}", tokens[3][1])
     return Schedule("cron", text, fields, cron=cron)
