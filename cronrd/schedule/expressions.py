@@ -49,6 +49,7 @@ _FIELD_SPECS = (
 _DOM, _DOW = 3, 5
 _ITEM_RE = re.compile(r"(?P<a>[0-9a-z]+)(?:-(?P<b>[0-9a-z]+))?(?:/(?P<step>[^/]*))?")
 _STAR_RE = re.compile(r"\*(?:/(?P<step>[^/]*))?")
+_DIGITS = re.compile(r"[0-9]+")
 _RANDOM_RE = re.compile(r"[hr](?:$|\(|/)")
 _NEAREST_RE = re.compile(r"(?:(?P<a>[0-9]+)w|w(?P<b>[0-9]+))")  # 15W (and croniter's W15)
 _LAST_DOW_RE = re.compile(r"(?:(?P<a>[0-9]+)l|l(?P<b>[0-9]+))")  # 5L (and croniter's L5)
@@ -111,7 +112,7 @@ def _is_value(text: str | None, spec) -> bool:
 def _step(step: str | None, spec, field: str, column: int) -> int:
     if step is None:
         return 1
-    if not step.isdigit() or int(step) < 1:
+    if not _DIGITS.fullmatch(step) or int(step) < 1:  # not str.isdigit: '¹' and '٣' are digits to it
         raise ScheduleError(
             f"{spec[0]} field '{field}': step '{step}' must be a whole number of 1 or more", column)
     return int(step)  # larger than the range is fine: '*/100' is the range's start, as in cron

@@ -66,6 +66,9 @@ def test_accepted(expr):
         ("*/0 * * * *", 0, ["minute field '*/0': step '0' must be a whole number of 1 or more"]),
         ("0 0 1-10/0 * *", 4, ["step '0'"]),
         ("0 0 */ * *", 4, ["step ''"]),
+        ("*/\u00b9 * * * *", 0, ["step '\u00b9' must be a whole number"]),  # superscript one: crashed with ValueError
+        ("1-5/\u00b2 * * * *", 0, ["step '\u00b2' must be a whole number"]),
+        ("*/\u0663 * * * *", 0, ["step '\u0663' must be a whole number"]),  # Arabic-Indic three: not a cron digit
         # never fires: the 1st AND a fourth Monday (the day of month starts with '*')
         ("1 1 */100 * MON#4", 4, ["never fires: no date matches its day and month fields; as in cron, "
                                   "the day-of-month field begins with '*', so a day must match both"]),
