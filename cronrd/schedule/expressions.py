@@ -215,7 +215,7 @@ def _check_field(index: int, field: str, column: int) -> tuple[str, _Field]:
                         f"{name} field '{field}': range '{m.group('a')}-{b}' starts after it ends", column
                     )
                 if end == a and step is None:
-                    item = m.group("a")  # '5-5' is 5 (croniter read it as the whole cycle)
+                    item = m.group("a")  # '5-5' is written 5
             else:
                 end = a if step is None else high  # '5/15' is 5, 20, 35, 50
             out.values.update(range(a, end + 1, stride))
