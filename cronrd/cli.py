@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .client import Client
 
 # The CLI is interactive: modules a command does not need are imported lazily
-# (`cronrd --version` must not load YAML, SQLite or croniter).
+# (`cronrd --version` must not load YAML or SQLite).
 DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"  # = config.DEFAULT_CONFIG_PATH
 
 DEFAULT_SOCKET = "/run/cronrd/cronrd.sock"
