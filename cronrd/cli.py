@@ -48,8 +48,12 @@ class Ctx:
         return cfg.socket if cfg is not None else DEFAULT_SOCKET
 
     def client(self, timeout: float | None = 30.0) -> "Client":
+        """The daemon's control socket; with the daemon down, its read
+        commands are answered from the state database (offline.py)."""
         from .client import Client
-        return Client(self.socket(), timeout=timeout)
+        from .offline import ReadClient
+        return ReadClient(Client(self.socket(), timeout=timeout), self.try_config,
+                          lambda text: click.echo(f"cronrd: {text}", err=True))
 
 
 def emit_json(value: Any) -> None:
@@ -207,13 +211,17 @@ def status(obj: Ctx, consistent, as_json):
         return
     starting = "" if st.get("ready", True) else " (starting up)"
     click.echo(f"node      {st.get('node_id', '?')}{starting}")
+    if st.get("offline"):
+        click.echo(f"daemon    NOT RUNNING: the state below is this node's copy as of "
+                   f"{st.get('state_as_of')}; start it with `systemctl start cronrd`")
     role = st.get("role") or "unknown"
     term = st.get("term")
     leader = st.get("leader")
     click.echo(f"role      {role}" + (f", term {term}" if term is not None else ""))
-    click.echo(f"leader    {leader}" if leader else
-               "leader    none known (an election is running, or no majority of the "
-               "members can reach each other)")
+    if not st.get("offline"):
+        click.echo(f"leader    {leader}" if leader else
+                   "leader    none known (an election is running, or no majority of the "
+                   "members can reach each other)")
     cert = st.get("certificate")
     if isinstance(cert, dict):
         click.echo(f"cert      serial {cert.get('serial')}, valid until {cert.get('not_after')}"

@@ -33,7 +33,7 @@ from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .clock import Clock
 from .control import Handler, Stream, arg
 from .leadership import Leadership
-from .reads import job_details, runs_listing
+from .reads import job_details, job_view, runs_listing
 from .log import Log
 from .members import Members
 from .runs.executor import Executor
@@ -232,20 +232,7 @@ class Handlers:
         }
 
     def _job_view(self, job: dict, last: Run | None) -> dict:
-        spec = job["spec"]
-        d = spec if isinstance(spec, dict) else spec.to_dict()
-        return {
-            "name": job["name"], "schedule": d["schedule"],
-            "timezone": d["timezone"] or self.config.timezone,
-            "command": d["command"], "enabled": d["enabled"],
-            "paused": job["paused"], "description": d["description"],
-            "source": job["source"], "next_fire": iso_utc(self._next_fire(job, d)),
-            "conflict": job.get("conflict"), "sources": job.get("sources", []),
-            "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
-            "last_run": last.view() if last else None,
-            "concurrency": d["concurrency"], "catchup": d["catchup"],
-            "run_on": d["run_on"], "digest": job["digest"],
-        }
+        return job_view(job, last, self.config.timezone, self._next_fire)
 
     def _page_views(self, rows: list[dict]) -> list[dict]:
         last = Q.last_runs(self.conn, [j["name"] for j in rows])

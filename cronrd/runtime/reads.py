@@ -7,7 +7,7 @@ opened read-only when the daemon is down (offline.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import CronrdError, RequestError, UsageError
 from ..schedule import iso_utc, make_trigger, parse_iso, parse_schedule
@@ -18,6 +18,27 @@ from .control import arg
 RUN_KINDS = ("scheduled", "catchup", "manual", "retry")
 MAX_RUNS = 100_000
 RECENT_RUNS = 10   # `cronrd show`: the last runs
+
+
+def job_view(job: dict, last, default_tz: str,
+             next_fire: Callable[[dict, dict], int | None]) -> dict:
+    """A job as listings show it (``job``: a row of ``queries.jobs``;
+    ``last``: its last run; ``next_fire(job, spec dict)``: its next fire
+    time, from the scheduler on a leader, from the cursor elsewhere)."""
+    spec = job["spec"]
+    d = spec if isinstance(spec, dict) else spec.to_dict()
+    return {
+        "name": job["name"], "schedule": d["schedule"],
+        "timezone": d["timezone"] or default_tz,
+        "command": d["command"], "enabled": d["enabled"],
+        "paused": job["paused"], "description": d["description"],
+        "source": job["source"], "next_fire": iso_utc(next_fire(job, d)),
+        "conflict": job.get("conflict"), "sources": job.get("sources", []),
+        "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
+        "last_run": last.view() if last else None,
+        "concurrency": d["concurrency"], "catchup": d["catchup"],
+        "run_on": d["run_on"], "digest": job["digest"],
+    }
 
 
 def _values(args: dict, name: str, allowed: tuple[str, ...]) -> list[str] | None:
@@ -148,5 +169,5 @@ def job_details(conn, job: dict, view: dict, now: float, count: int,
     }
 
 
-__all__ = ["runs_listing", "job_details", "next_fires", "need_job_or_history",
+__all__ = ["job_view", "runs_listing", "job_details", "next_fires", "need_job_or_history",
            "RUN_KINDS", "RECENT_RUNS"]

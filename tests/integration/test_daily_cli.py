@@ -158,3 +158,37 @@ def test_pause_all_for_maintenance_and_resume_all(node):
     assert json.loads(node.cli("show", "own", "--json").stdout)["state"] == "paused"
     res = node.cli("pause")
     assert res.returncode == 2 and "--all" in res.stderr
+
+
+def test_history_reads_work_with_the_daemon_down(node):
+    node.write_job("hello", {"schedule": "@yearly", "command": "echo out; echo err >&2"})
+    node.write_job("other", {"schedule": "@yearly", "command": "true"})
+    node.start()
+    assert node.cli("run-now", "hello", "--wait").returncode == 0
+    assert node.cli("pause", "other", "--note", "broken upstream").returncode == 0
+    node.terminate()
+
+    res = node.cli("status")
+    assert res.returncode == 0, res.stderr
+    assert "daemon not running; state as of" in res.stderr
+    assert "NOT RUNNING" in res.stdout and "jobs      2 (1 paused)" in res.stdout
+    res = node.cli("jobs")
+    assert res.returncode == 0 and "hello" in res.stdout and "other" in res.stdout
+    runs = json.loads(node.cli("runs", "--json").stdout)
+    assert [(r["job"], r["state"]) for r in runs] == [("hello", "succeeded")]
+    res = node.cli("show", "other")
+    assert res.returncode == 0 and "broken upstream" in res.stdout
+    res = node.cli("logs", "hello")
+    assert res.returncode == 0 and "out" in res.stdout and "err" in res.stdout
+    assert node.cli("runs", "nosuch").returncode == 1
+    # changes still need the daemon, and say how to start it
+    res = node.cli("run-now", "hello")
+    assert res.returncode == 1 and "cronrd daemon" in res.stderr
+
+
+def test_a_daemon_on_another_socket_is_not_mistaken_for_none(node, tmp_path):
+    node.write_job("hello", {"schedule": "@yearly", "command": "true"})
+    node.start()
+    res = node.cli("status", "--socket", str(tmp_path / "elsewhere.sock"))
+    assert res.returncode == 1
+    assert "a daemon holds" in res.stderr and "--socket" in res.stderr
