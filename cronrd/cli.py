@@ -47,13 +47,30 @@ class Ctx:
         cfg = self.try_config()
         return cfg.socket if cfg is not None else DEFAULT_SOCKET
 
-    def client(self, timeout: float | None = 30.0) -> "Client":
+    def client(self, timeout: float | None = 30.0, quiet: bool = False) -> "Client":
         """The daemon's control socket; with the daemon down, its read
-        commands are answered from the state database (offline.py)."""
+        commands are answered from the state database (offline.py), which
+        is said on stderr unless ``quiet``."""
         from .client import Client
         from .offline import ReadClient
         return ReadClient(Client(self.socket(), timeout=timeout), self.try_config,
-                          lambda text: click.echo(f"cronrd: {text}", err=True))
+                          (lambda text: None) if quiet else
+                          (lambda text: click.echo(f"cronrd: {text}", err=True)))
+
+
+def complete_jobs(ctx, param, incomplete: str):
+    """Job names for shell completion, from the daemon (or, with the daemon
+    down, its state database); nothing when neither answers quickly."""
+    from click.shell_completion import CompletionItem
+    root = ctx.find_root()
+    obj = Ctx(root.params.get("config"), root.params.get("socket"))
+    pattern = "".join(f"[{c}]" if c in "*?[]" else c for c in incomplete) + "*"
+    try:
+        page = obj.client(timeout=2.0, quiet=True).call(
+            "jobs", {"limit": 200, "match": pattern})
+    except Exception:  # noqa: BLE001 - completion must never print a traceback
+        return []
+    return [CompletionItem(j["name"]) for j in page.get("jobs", [])]
 
 
 def emit_json(value: Any) -> None:
@@ -416,7 +433,7 @@ RUN_HEADERS = ["run", "job", "fire time", "kind", "attempt", "node", "state", "s
 
 
 @main.command()
-@click.argument("job", required=False)
+@click.argument("job", required=False, shell_complete=complete_jobs)
 @click.option("--state", "states", metavar="STATE", multiple=True,
               help="Only runs in this state (repeat, or a comma list: failed,lost).")
 @click.option("--kind", "kinds", metavar="KIND", multiple=True,
@@ -458,7 +475,7 @@ def runs(obj: Ctx, job, states, kinds, node, since, until, before, limit, local,
 
 
 @main.command()
-@click.argument("job")
+@click.argument("job", shell_complete=complete_jobs)
 @click.option("--next", "count", default=5, show_default=True, type=click.IntRange(0, 100),
               help="How many next fire times to show.")
 @consistent_option
@@ -504,7 +521,8 @@ def print_job(j: dict, now: float) -> None:
         click.echo(f"about      {j['description']}")
     click.echo(f"schedule   {j['schedule']}  ({j['timezone']})")
     cmd = j["command"]
-    click.echo(f"command    {cmd if isinstance(cmd, str) else json.dumps(cmd)}")
+    text = cmd.rstrip("\n") if isinstance(cmd, str) else json.dumps(cmd)
+    click.echo("command    " + text.replace("\n", "\n           "))
     sources = j.get("sources") or []
     if sources:
         click.echo("source     " + "\n           ".join(
@@ -537,7 +555,7 @@ def print_job(j: dict, now: float) -> None:
 
 
 @main.command()
-@click.argument("job")
+@click.argument("job", shell_complete=complete_jobs)
 @click.option("--run", "run_id", type=int, metavar="ID", help="This run (default: latest).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")
 @click.pass_obj
@@ -552,7 +570,7 @@ def logs(obj: Ctx, job, run_id, follow):
 
 
 @main.command("run-now")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_jobs)
 @click.option("--wait", is_flag=True, help="Wait for the run (and its retries); exit with "
               "its exit code.")
 @click.pass_obj
@@ -592,7 +610,7 @@ def _job_or_all(job: str | None, all_jobs: bool, command: str) -> None:
 
 
 @main.command()
-@click.argument("job", required=False)
+@click.argument("job", required=False, shell_complete=complete_jobs)
 @click.option("--all", "all_jobs", is_flag=True, help="Every job, for maintenance (root): "
               "`cronrd resume --all` ends it; jobs paused on their own stay paused.")
 @click.option("--note", default="", metavar="TEXT", help="Why (shown by show and status).")
@@ -609,7 +627,7 @@ def pause(obj: Ctx, job, all_jobs, note):
 
 
 @main.command()
-@click.argument("job", required=False)
+@click.argument("job", required=False, shell_complete=complete_jobs)
 @click.option("--all", "all_jobs", is_flag=True, help="End the maintenance pause of every job.")
 @click.pass_obj
 def resume(obj: Ctx, job, all_jobs):
@@ -625,7 +643,8 @@ def resume(obj: Ctx, job, all_jobs):
 
 @main.command()
 @click.argument("run_id", metavar="[RUN_ID]", type=int, required=False)
-@click.option("--job", metavar="JOB", help="Cancel every run of JOB that has not ended.")
+@click.option("--job", metavar="JOB", shell_complete=complete_jobs,
+              help="Cancel every run of JOB that has not ended.")
 @click.pass_obj
 def cancel(obj: Ctx, run_id, job):
     """Cancel a run that has not ended: its processes get SIGTERM, then
@@ -1079,7 +1098,7 @@ def import_crontab(file, system, owner, include_commented, output):
 
 
 @main.command("next")
-@click.argument("what")
+@click.argument("what", shell_complete=complete_jobs)
 @click.option("--count", "-n", default=5, show_default=True, type=click.IntRange(1, 10000))
 @click.option("--timezone", "tz", metavar="TZ", help="IANA zone (default: the job's, else "
               "the daemon's).")
@@ -1123,6 +1142,20 @@ def _schedule_of(obj: Ctx, what: str) -> tuple[str, str | None]:
         return spec.schedule, spec.timezone
     raise UsageError(f"{what!r} is neither a schedule expression nor a known job; quote "
                      "an expression, e.g. cronrd next '*/5 * * * *'")
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell):
+    """Print the completion script for SHELL (commands, options, job names).
+
+    bash: eval "$(cronrd completion bash)" in ~/.bashrc; zsh: eval "$(cronrd
+    completion zsh)" in ~/.zshrc; fish: cronrd completion fish >
+    ~/.config/fish/completions/cronrd.fish. The Debian package installs all
+    three."""
+    from click.shell_completion import get_completion_class
+    cls = get_completion_class(shell)
+    click.echo(cls(main, {}, "cronrd", "_CRONRD_COMPLETE").source())
 
 
 if __name__ == "__main__":

@@ -86,3 +86,41 @@ def test_the_no_daemon_hint_is_a_command_that_parses(tmp_path):
     res = run("daemon", "--config", str(tmp_path / "missing.yaml"))
     assert "No such option" not in res.output
     assert "missing.yaml" in res.output and res.exit_code == 1
+
+
+# -- shell completion ---------------------------------------------------------------------
+def complete(argv_words: list[str], env_extra: dict | None = None) -> list[str]:
+    """What bash completion offers for the last word (click's protocol)."""
+    env = {"_CRONRD_COMPLETE": "bash_complete", "COMP_WORDS": " ".join(argv_words),
+           "COMP_CWORD": str(len(argv_words) - 1), **(env_extra or {})}
+    res = CliRunner().invoke(main, [], env=env, prog_name="cronrd",
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return [line.split(",", 1)[1] for line in res.output.splitlines() if "," in line]
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete -o nosort -F"),
+                                           ("zsh", "#compdef cronrd"),
+                                           ("fish", "complete --no-files --command cronrd")])
+def test_completion_prints_the_script_for_each_shell(shell, marker):
+    res = run("completion", shell)
+    assert res.exit_code == 0
+    assert marker in res.output and "_CRONRD_COMPLETE" in res.output
+
+
+def test_completion_offers_commands_and_options():
+    assert {"show", "status"} <= set(complete(["cronrd", "s"]))
+    assert "--since" in complete(["cronrd", "runs", "--s"])
+
+
+def test_completion_offers_job_names_from_the_daemon(daemon):
+    d = daemon(jobs=lambda args: {"jobs": [{"name": n} for n in ("backup", "backfill")
+                                           if n.startswith(args["match"].rstrip("*"))],
+                                  "next": None})
+    assert complete(["cronrd", "--socket", d.path, "show", "ba"]) == ["backup", "backfill"]
+    assert complete(["cronrd", "--socket", d.path, "logs", "backu"]) == ["backup"]
+    assert d.requests[0]["args"]["match"] == "ba*"
+
+
+def test_completion_without_a_daemon_offers_nothing_and_says_nothing(tmp_path):
+    assert complete(["cronrd", "--socket", str(tmp_path / "none"), "show", "b"]) == []
