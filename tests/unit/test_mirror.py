@@ -73,7 +73,6 @@ NO_UNIT_TEST_FILE = {
     "runtime/control.py": "security/test_control_server.py, integration/test_daemon.py",
     "runtime/daemon.py": "integration/test_daemon.py, integration/test_run_survival.py",
     "runtime/handlers.py": "integration/test_daemon.py (every control command, through the socket)",
-    "runtime/reads.py": "integration/test_daily_cli.py (runs filters and columns, show, through a daemon)",
     "runtime/local_log.py": "unit/runtime/test_log_contract.py (both Log implementations)",
     "runtime/storage.py": "used by most state and runtime unit tests (open_db)",
     "runtime/runs/active.py": "a dataclass of a run's handles; unit/runtime/runs/test_reports.py, "
