@@ -85,6 +85,7 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
     gate = gates.at(run.due_at or now)
     req = {"key": key, "argv": how.argv, "env": how.env, "cwd": how.cwd,
            "cap": spec.max_log_bytes, "switch": how.switch, "ids": how.ids,
+           "controls": list(how.controls),
            "record": os.path.join(runs_dir, key)}
     try:
         spawner.spawn(req, [gate.rfd, logfd] + ([envfd] if envfd >= 0 else []))
