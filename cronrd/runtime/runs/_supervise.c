@@ -372,6 +372,17 @@ static int apply_controls(struct sup *s, char *msg, size_t size)
         } else if (sscanf(c, "ioprio %lld%n", &v, &n) == 1 && c[n] == '\0') {
             what = "ioclass/ioprio";
             ok = syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, (int)v) == 0;
+        } else if (strncmp(c, "cgroup /", 8) == 0) {
+            char path[4096];
+            int fd, k = snprintf(path, sizeof(path), "%s/cgroup.procs", c + 7);
+            what = "limits (the run's cgroup)";
+            fd = k > 0 && (size_t)k < sizeof(path) ? open(path, O_WRONLY | O_CLOEXEC) : -1;
+            ok = fd >= 0 && write(fd, "0", 1) == 1;
+            if (fd >= 0) {
+                int saved = errno;
+                close(fd);
+                errno = saved;
+            }
         } else if (sscanf(c, "umask %lld%n", &v, &n) == 1 && c[n] == '\0') {
             what = "umask";
             umask((mode_t)v);

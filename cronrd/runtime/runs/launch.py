@@ -219,20 +219,26 @@ IOCLASS_NUMBERS = {"none": 0, "realtime": 1, "best-effort": 2, "idle": 3}
 IOPRIO_DEFAULT_LEVEL = 4  # what the kernel gives best-effort by default
 
 
-def controls(spec: JobSpec) -> tuple[str, ...]:
+def controls(spec: JobSpec, cgroup: str | None = None,
+             controllers: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """The process controls of ``spec`` as the supervisors apply them to the
     job's process, in order, just before it execs (so, for a job of
     another user, before the switch: a negative nice, the realtime I/O
     class and limits above the daemon's need root, as they do in
-    systemd). One string each: ``rlimit RESOURCE SOFT HARD LABEL``,
+    systemd). One string each: ``cgroup DIR`` (the run's cgroup, whose
+    ``controllers`` then enforce memory, tasks and cpu),
+    ``rlimit RESOURCE SOFT HARD LABEL`` (what no cgroup enforces),
     ``nice N``, ``ioprio VALUE``, ``umask MODE`` (numbers in decimal)."""
     out: list[str] = []
+    if cgroup is not None:
+        out.append(f"cgroup {cgroup}")
     lim = spec.limits
     if lim is not None:
-        for value, res, label in ((lim.memory, resource.RLIMIT_AS, "limits.memory"),
-                                  (lim.tasks, resource.RLIMIT_NPROC, "limits.tasks"),
-                                  (lim.open_files, resource.RLIMIT_NOFILE, "limits.open_files")):
-            if value is not None:
+        for value, res, label, ctl in (
+                (lim.memory, resource.RLIMIT_AS, "limits.memory", "memory"),
+                (lim.tasks, resource.RLIMIT_NPROC, "limits.tasks", "pids"),
+                (lim.open_files, resource.RLIMIT_NOFILE, "limits.open_files", None)):
+            if value is not None and not (cgroup is not None and ctl in controllers):
                 out.append(f"rlimit {res} {value} {value} {label}")
     if spec.nice is not None:
         out.append(f"nice {spec.nice}")
@@ -247,7 +253,8 @@ def controls(spec: JobSpec) -> tuple[str, ...]:
 
 
 def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
-           job_nofile: int) -> Launch:
+           job_nofile: int, cgroup: str | None = None,
+           controllers: frozenset[str] = frozenset()) -> Launch:
     """What the supervisor execs for ``run``. Raises CronrdError when the run
     cannot be prepared here (its working directory or shell is missing...)."""
     fire_iso = iso_utc(run.fire_time)
@@ -271,7 +278,7 @@ def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
         command = [shell, "-c", spec.command]
     else:
         command = list(spec.command)
-    ctl = controls(spec)
+    ctl = controls(spec, cgroup, controllers)
     if spec.limits is not None and spec.limits.open_files is not None:
         job_nofile = spec.limits.open_files  # the gate shell sets the soft limit to it
     argv = ["/bin/sh", "-c", GATE_SCRIPT, "cronrd-run", str(job_nofile), *command]

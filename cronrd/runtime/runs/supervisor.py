@@ -336,12 +336,19 @@ class ControlError(Exception):
 
 def apply_controls(controls) -> None:
     """Apply the job's process controls (launch.controls) to this process;
-    ControlError with the reason, worded as the C supervisor words it."""
+    ControlError with the reason, worded as the C supervisor words it.
+    ``cgroup DIR``: join the run's cgroup (cgroups.py), first."""
     for ctl in controls:
         name, _, rest = ctl.partition(" ")
-        what = "ioclass/ioprio" if name == "ioprio" else name
+        what = {"ioprio": "ioclass/ioprio", "cgroup": "limits (the run's cgroup)"}.get(name, name)
         try:
-            if name == "rlimit":
+            if name == "cgroup" and rest.startswith("/"):
+                fd = os.open(os.path.join(rest, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+            elif name == "rlimit":
                 res, soft, hard, what = rest.split(" ", 3)
                 _setrlimit(int(res), int(soft), int(hard))
             elif name == "nice":

@@ -231,6 +231,29 @@ def test_a_control_that_cannot_be_applied_fails_the_run_with_the_reason(sup, tmp
     assert not witness.exists()
 
 
+def test_the_job_joins_its_runs_cgroup_first(sup, tmp_path):
+    # A stand-in for the run's cgroup: the job's process writes "0" (itself)
+    # into its cgroup.procs before anything else; a missing one fails the run.
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    (cg / "cgroup.procs").write_text("")
+
+    async def main():
+        sup.spawner.start()
+        ok, _ = sup.start("echo in", controls=[f"cgroup {cg}", "nice 1"])
+        bad, bad_log = sup.start("echo in", controls=[f"cgroup {tmp_path}/gone"])
+        await sup.wait(lambda: sup.event(ok, "exited") and sup.event(bad, "exited"))
+        sup.spawner.close()
+        return ok, bad, bad_log
+    ok, bad, bad_log = run(main())
+    assert exit_code(sup.event(ok, "exited")["status"]) == 0
+    assert (cg / "cgroup.procs").read_text() == "0"
+    assert sup.event(bad, "exited")["started"] is False
+    assert open(bad_log).read() == (
+        f"cronrd: run not started: cannot apply limits (the run's cgroup) (cgroup "
+        f"{tmp_path}/gone): No such file or directory\n")
+
+
 def test_a_malformed_control_is_refused_before_a_supervisor_starts(sup):
     async def main():
         sup.spawner.start()
