@@ -1,19 +1,20 @@
 """A cgroup (v2) per run, where the host gives cronrd one: ``limits:``
 enforced by the kernel for the job's whole process tree.
 
-The daemon's own cgroup is the root of its runs' cgroups when it may be
-(systemd gives cronrd.service one with ``Delegate=yes``; a daemon started
-by hand uses the cgroup it was started in). The no-internal-processes rule
-of cgroup v2 lets a cgroup hand controllers to its children only while it
-holds no process itself, so at its start the daemon moves itself (only
-itself: nothing else is ever moved) into ``ROOT/daemon``, where its fork
-server and the runs' supervisors are then born, and turns the controllers
-on for ``ROOT`` and ``ROOT/runs``. Each run that has limits gets
-``ROOT/runs/KEY``; its job's process joins it just before its exec (the
-``cgroup`` control, see launch.controls), so everything the job starts is
-counted and limited there. If any step is refused (the root cgroup, a
-cgroup shared with other processes, no cgroup v2, controllers not
-available), the daemon moves itself back and limits fall back to rlimits.
+The no-internal-processes rule of cgroup v2 lets a cgroup hand
+controllers to its children only while it holds no process itself. So the
+daemon uses run cgroups only when it starts in a leaf named ``daemon`` of a
+cgroup delegated to it, ROOT: systemd 254 and later do that for
+cronrd.service (``Delegate=`` and ``DelegateSubgroup=daemon``), and an
+operator can do it by hand. The daemon moves no process, not even itself:
+its fork server and the runs' supervisors are born in ``ROOT/daemon`` with
+it. It turns the controllers on for ``ROOT`` and ``ROOT/runs``; each run
+that has limits gets ``ROOT/runs/KEY``, which its job's process joins just
+before its exec (the ``cgroup`` control, see launch.controls), so
+everything the job starts is counted and limited there. Anywhere else (no
+cgroup v2, an older systemd, controllers not delegated, other processes in
+ROOT) limits fall back to rlimits and cpu is not enforced; ``cronrd
+validate`` says so.
 
 Only the standard library and plain files: this runs in the daemon.
 """
@@ -106,12 +107,12 @@ class RunCgroups:
             return None, f"cannot read this process's cgroup: {exc.strerror}"
         if mount is None or own is None:
             return None, "this host has no cgroup v2 hierarchy"
-        if own in ("", "/"):
-            return None, "the daemon runs in the root cgroup (give it one: Delegate=yes)"
-        root = os.path.join(mount, own.lstrip("/"))
-        if os.path.basename(root) == LEAF and os.path.isdir(os.path.join(
-                os.path.dirname(root), RUNS)):
-            root = os.path.dirname(root)  # already moved (a daemon started again in it)
+        parent, leaf = os.path.split(own.rstrip("/"))
+        if leaf != LEAF or parent in ("", "/"):
+            return None, (f"the daemon runs in cgroup {own or '/'}, not in a {LEAF!r} "
+                          "sub-cgroup of a cgroup delegated to it (Delegate= and "
+                          f"DelegateSubgroup={LEAF} in cronrd.service, systemd 254 or later)")
+        root = os.path.join(mount, parent.lstrip("/"))
         try:
             offered = frozenset(_read(os.path.join(root, "cgroup.controllers")).split())
         except OSError as exc:
@@ -119,28 +120,17 @@ class RunCgroups:
         wanted = frozenset(CONTROLLERS) & offered
         if not wanted:
             return None, (f"the daemon's cgroup {root} has none of the "
-                          f"{', '.join(CONTROLLERS)} controllers (Delegate=yes?)")
-        leaf = os.path.join(root, LEAF)
-        moved = False
+                          f"{', '.join(CONTROLLERS)} controllers (Delegate=?)")
+        enable = " ".join(f"+{c}" for c in sorted(wanted))
+        runs = os.path.join(root, RUNS)
         try:
-            os.makedirs(leaf, exist_ok=True)
-            if own.rstrip("/") != "/" + os.path.relpath(leaf, mount):
-                _write(os.path.join(leaf, "cgroup.procs"), "0")
-                moved = True
-            enable = " ".join(f"+{c}" for c in sorted(wanted))
             _write(os.path.join(root, "cgroup.subtree_control"), enable)
-            runs = os.path.join(root, RUNS)
-            os.makedirs(runs, exist_ok=True)
+            if not os.path.isdir(runs):
+                os.mkdir(runs, 0o755)
             _write(os.path.join(runs, "cgroup.subtree_control"), enable)
         except OSError as exc:
-            why = ("other processes share the daemon's cgroup"
+            why = (f"processes other than the daemon's are in {root}"
                    if exc.errno == errno.EBUSY else exc.strerror)
-            if moved:
-                try:
-                    _write(os.path.join(root, "cgroup.procs"), "0")
-                    os.rmdir(leaf)
-                except OSError:
-                    pass
             return None, f"cannot set up run cgroups under {root}: {why}"
         return cls(root, wanted), ""
 

@@ -97,8 +97,7 @@ class Executor:
 
     def setup_cgroups(self) -> None:
         """Give runs with limits a cgroup each where the host allows it
-        (cgroups.py). The daemon calls it at its start, before any process
-        of its own is forked: it may move the daemon into a child cgroup."""
+        (cgroups.py). The daemon calls it once, at its start."""
         self.cgroups, why = RunCgroups.setup()
         self.cgroups_why = why
         if self.cgroups is None:

@@ -46,26 +46,37 @@ def test_the_v2_mount_and_own_cgroup_are_read():
     assert CG.own_cgroup("4:memory:/x\n") is None
 
 
-def test_setup_moves_only_the_daemon_and_turns_controllers_on(tree):
+OWN = "/system.slice/cronrd.service/daemon"   # systemd's DelegateSubgroup=daemon
+
+
+def test_setup_turns_the_controllers_on_and_moves_nobody(tree):
     mount, service = tree
-    cgs, why = CG.RunCgroups.setup(str(mount), "/system.slice/cronrd.service")
+    cgs, why = CG.RunCgroups.setup(str(mount), OWN)
     assert why == "" and cgs.root == str(service)
     assert cgs.controllers == {"cpu", "memory", "pids"}
-    assert (service / "daemon" / "cgroup.procs").read_text() == "0"   # itself, by "0"
     assert (service / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
     assert (service / "runs" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert (service / "cgroup.procs").read_text() == ""
+    # A daemon started again finds it all there.
+    assert CG.RunCgroups.setup(str(mount), OWN)[1] == ""
 
 
 @pytest.mark.parametrize("own, controllers, why", [
-    ("/", "cpu memory pids", "the daemon runs in the root cgroup"),
-    ("/system.slice/cronrd.service", "io cpuset", "has none of the memory, pids, cpu controllers"),
+    ("/", "cpu memory pids", "the daemon runs in cgroup /, not in a 'daemon' sub-cgroup"),
+    ("/daemon", "cpu memory pids", "not in a 'daemon' sub-cgroup of a cgroup delegated to it"),
+    ("/system.slice/cronrd.service", "cpu memory pids",
+     "the daemon runs in cgroup /system.slice/cronrd.service, not in a 'daemon' sub-cgroup of "
+     "a cgroup delegated to it (Delegate= and DelegateSubgroup=daemon in cronrd.service, "
+     "systemd 254 or later)"),
+    (OWN, "io cpuset", "has none of the memory, pids, cpu controllers"),
 ])
 def test_setup_refuses_what_it_must_not_touch(tree, own, controllers, why):
     mount, service = tree
     (service / "cgroup.controllers").write_text(controllers)
     cgs, got = CG.RunCgroups.setup(str(mount), own)
     assert cgs is None and why in got, got
-    assert not (service / "daemon").exists()
+    assert (service / "cgroup.subtree_control").read_text() == ""
+    assert not (service / "runs").exists()
 
 
 def test_setup_without_cgroup_v2(tmp_path):
@@ -78,24 +89,23 @@ def test_setup_without_cgroup_v2(tmp_path):
                                                               "hierarchy")
 
 
-def test_a_refused_step_moves_the_daemon_back(tree, monkeypatch):
+def test_other_processes_in_the_delegated_cgroup_mean_no_run_cgroups(tree, monkeypatch):
     mount, service = tree
     real = CG._write
 
     def write(path, text):
-        if path.endswith("runs/cgroup.subtree_control"):
-            raise OSError(16, "Device or resource busy")
+        if path.endswith("cronrd.service/cgroup.subtree_control"):
+            raise OSError(16, "Device or resource busy")  # what the kernel says then
         real(path, text)
     monkeypatch.setattr(CG, "_write", write)
-    cgs, why = CG.RunCgroups.setup(str(mount), "/system.slice/cronrd.service")
-    assert cgs is None and why == (f"cannot set up run cgroups under {service}: other "
-                                   "processes share the daemon's cgroup")
-    assert (service / "cgroup.procs").read_text() == "0"  # back where it was
+    cgs, why = CG.RunCgroups.setup(str(mount), OWN)
+    assert cgs is None and why == (f"cannot set up run cgroups under {service}: processes "
+                                   f"other than the daemon's are in {service}")
 
 
 def test_a_run_cgroup_carries_its_limits(tree):
     mount, service = tree
-    cgs, _ = CG.RunCgroups.setup(str(mount), "/system.slice/cronrd.service")
+    cgs, _ = CG.RunCgroups.setup(str(mount), OWN)
     path = cgs.create("7.abc", 512 << 20, 50.0, 100)
     assert path == str(service / "runs" / "7.abc")
     assert (service / "runs" / "7.abc" / "memory.max").read_text() == str(512 << 20)
@@ -110,7 +120,7 @@ def test_a_run_cgroup_carries_its_limits(tree):
 
 def test_oom_kills_are_counted_and_said(tree):
     mount, service = tree
-    cgs, _ = CG.RunCgroups.setup(str(mount), "/system.slice/cronrd.service")
+    cgs, _ = CG.RunCgroups.setup(str(mount), OWN)
     cgs.create("9.abc", 1 << 30, None, None)
     assert cgs.oom_killed("9.abc") == 0
     (service / "runs" / "9.abc" / "memory.events").write_text(
