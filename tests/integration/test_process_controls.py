@@ -158,3 +158,25 @@ def test_a_missing_env_file_fails_the_run(node):
     assert run["state"] == "failed" and run["started_at"] is None, run
     assert f"env_file {node.base}/gone.env does not exist" in run["reason"], run
     assert not (node.out / "gone").exists()
+
+
+def test_validate_warns_about_what_this_host_will_not_do(tmp_path):
+    import subprocess
+    from harness import REPO
+    from cronrd.runtime.runs.cgroups import host_controllers
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "a.yaml").write_text('schedule: "@daily"\ncommand: echo hi\nshell: /no/such/sh\n'
+                                 "limits: {cpu: 50%, open_files: 64}\n")
+    res = subprocess.run([sys.executable, "-m", "cronrd", "validate", "--no-permissions",
+                          str(jobs)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stdout + res.stderr  # warnings are not problems
+    lines = res.stdout.splitlines()
+    assert lines[0] == (f"{jobs}/a.yaml:1:1: warning: job a: shell /no/such/sh does not exist "
+                        "or is not executable on this host; the job's runs fail here until it "
+                        "is installed")
+    has_cpu = "cpu" in host_controllers()[1]
+    assert (f"{jobs}/a.yaml:1:1: warning: job a: limits.cpu: this host has no cgroup v2 cpu "
+            "controller to delegate to cronrd; the limit is not enforced" in lines) != has_cpu
+    assert res.stderr.strip() == f"1 job(s) valid, {len(lines)} warning(s) about this host"

@@ -301,6 +301,43 @@ def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
                   ctl)
 
 
+def host_warnings(spec: JobSpec, controllers: frozenset[str] | None = None) -> list[str]:
+    """What this host will not do as ``spec`` asks (for ``cronrd validate``):
+    a missing shell or env_file, limits no cgroup v2 controller enforces.
+    ``controllers``: the host's cgroup v2 controllers (default: read them)."""
+    out = []
+    if spec.shell is not None and isinstance(spec.command, str) and \
+            not os.access(spec.shell, os.X_OK):
+        out.append(f"shell {spec.shell} does not exist or is not executable on this host; "
+                   "the job's runs fail here until it is installed")
+    if spec.env_file is not None and not spec.env_file.startswith("-") and \
+            not os.path.exists(spec.env_file):
+        out.append(f"env_file {spec.env_file} does not exist on this host; the job's runs "
+                   f"fail here until it does (env_file: -{spec.env_file} for a file that may "
+                   "be missing)")
+    lim = spec.limits
+    if lim is None:
+        return out
+    if controllers is None:
+        from .cgroups import host_controllers
+        controllers = host_controllers()[1]
+    user = spec.user or "root"
+    for value, ctl, key, instead in (
+            (lim.memory, "memory", "limits.memory",
+             "it is enforced as RLIMIT_AS instead (address space: memory reserved but never "
+             "used counts too)"),
+            (lim.tasks, "pids", "limits.tasks",
+             "the limit is not enforced (RLIMIT_NPROC, the fallback, does not hold for root)"
+             if user in ("root", "0") else
+             f"it is enforced as RLIMIT_NPROC instead, which counts every process of user "
+             f"{user}, not only this job's"),
+            (lim.cpu, "cpu", "limits.cpu", "the limit is not enforced")):
+        if value is not None and ctl not in controllers:
+            out.append(f"{key}: this host has no cgroup v2 {ctl} controller to delegate to "
+                       f"cronrd; {instead}")
+    return out
+
+
 def env_memfd(script: bytes) -> int:
     """A memfd holding the job's environment script, read from its start
     (the switching shell's stdout; see ``env_script``)."""

@@ -13,7 +13,8 @@ import pytest
 
 from cronrd.errors import CronrdError
 from cronrd.jobspec import JobSpec, Limits
-from cronrd.runtime.runs.launch import controls, env_file_lines, env_script, launch
+from cronrd.runtime.runs.launch import (controls, env_file_lines, env_script, host_warnings,
+                                        launch)
 from cronrd.state.run import Run
 
 SPEC = JobSpec(name="j", schedule="@daily", command="echo hi", source="/etc/cronrd.d/j.yaml")
@@ -101,3 +102,30 @@ def test_an_optional_env_file_is_marked():
     assert env_file_lines("-/etc/x y").endswith("_cronrd_env_file '/etc/x y' optional\n")
     assert env_file_lines("/etc/x").endswith("_cronrd_env_file /etc/x ''\n")
     assert env_script({"A": "it's"}) == b"export A='it'\"'\"'s'\n"
+
+
+def test_host_warnings_name_what_this_host_will_not_do(tmp_path):
+    lim = Limits(memory=1 << 30, cpu=50.0, tasks=10, open_files=64)
+    everything = frozenset({"memory", "pids", "cpu"})
+    assert host_warnings(spec(shell="/bin/sh", env_file=f"-{tmp_path}/x", limits=lim),
+                         everything) == []
+    got = host_warnings(spec(shell="/no/sh", env_file=f"{tmp_path}/x", limits=lim,
+                             user="nobody"), frozenset())
+    assert got == [
+        "shell /no/sh does not exist or is not executable on this host; the job's runs fail "
+        "here until it is installed",
+        f"env_file {tmp_path}/x does not exist on this host; the job's runs fail here until "
+        f"it does (env_file: -{tmp_path}/x for a file that may be missing)",
+        "limits.memory: this host has no cgroup v2 memory controller to delegate to cronrd; "
+        "it is enforced as RLIMIT_AS instead (address space: memory reserved but never used "
+        "counts too)",
+        "limits.tasks: this host has no cgroup v2 pids controller to delegate to cronrd; it is "
+        "enforced as RLIMIT_NPROC instead, which counts every process of user nobody, not "
+        "only this job's",
+        "limits.cpu: this host has no cgroup v2 cpu controller to delegate to cronrd; the "
+        "limit is not enforced"]
+    assert "does not hold for root" in host_warnings(spec(limits=Limits(tasks=3)),
+                                                     frozenset())[0]
+    # A list command ignores shell; open_files needs no cgroup.
+    assert host_warnings(spec(shell="/no/sh", command=("true",),
+                              limits=Limits(open_files=64)), frozenset()) == []
