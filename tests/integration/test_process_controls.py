@@ -180,3 +180,66 @@ def test_validate_warns_about_what_this_host_will_not_do(tmp_path):
     assert (f"{jobs}/a.yaml:1:1: warning: job a: limits.cpu: this host has no cgroup v2 cpu "
             "controller to delegate to cronrd; the limit is not enforced" in lines) != has_cpu
     assert res.stderr.strip() == f"1 job(s) valid, {len(lines)} warning(s) about this host"
+
+
+# -- cgroup v2 (runs only where the host has the controllers, as root) --------------------
+@pytest.fixture
+def delegated(node):
+    """A cgroup of the test's own under the v2 root, with the daemon started
+    in its ``daemon`` leaf, as systemd's DelegateSubgroup=daemon starts it."""
+    from harness import wait_for
+    from cronrd.runtime.runs.cgroups import host_controllers
+    mount, offered = host_controllers()
+    if os.geteuid() != 0 or mount is None or not {"memory", "pids", "cpu"} <= offered:
+        pytest.skip("needs root and cgroup v2 with the memory, pids and cpu controllers")
+    with open(os.path.join(mount, "cgroup.subtree_control")) as f:
+        if not {"memory", "pids", "cpu"} <= set(f.read().split()):
+            pytest.skip("the cgroup v2 root does not hand memory, pids and cpu down")
+    base = os.path.join(mount, f"crd-test-{os.getpid()}-{node.base.name}")
+    os.makedirs(os.path.join(base, "daemon"))
+    node.wrap = ["/bin/sh", "-c", f'echo $$ > {base}/daemon/cgroup.procs && exec "$@"', "sh"]
+    yield mount, base
+    node.cleanup()
+
+    def gone():
+        for sub in ("runs", ""):
+            top = os.path.join(base, sub)
+            for name in (os.listdir(top) if os.path.isdir(top) else []):
+                if os.path.isdir(os.path.join(top, name)):
+                    try:
+                        os.rmdir(os.path.join(top, name))
+                    except OSError:
+                        pass
+        try:
+            os.rmdir(base)
+        except OSError:
+            return False
+        return True
+    wait_for(gone, 15, what=f"{base} removed")
+
+
+def test_limits_hold_in_a_cgroup_of_the_runs_own(node, delegated):
+    mount, base = delegated
+    show = (f'p=$(sed -n "s/^0:://p" /proc/self/cgroup); echo "$p"; '
+            f'cat "{mount}$p/memory.max" "{mount}$p/pids.max" "{mount}$p/cpu.max"; ulimit -v')
+    node.write_job("caged", {"schedule": "@yearly", "command": f"{{ {show}; }} > {node.out}/caged",
+                             "limits": {"memory": "64MiB", "tasks": 50, "cpu": "25%"}})
+    node.write_job("hog", {"schedule": "@yearly", "limits": {"memory": "64MiB"},
+                           "command": f"{sys.executable} -c 'b = b\"x\" * (512 << 20)'"})
+    node.start()
+    assert run_now(node, "caged")["state"] == "succeeded"
+    lines = seen(node, "caged")
+    assert lines[0].startswith(base[len(mount):] + "/runs/"), lines
+    assert lines[1:] == [str(64 << 20), "50", "25000 100000", "unlimited"], lines
+    with open("/proc/swaps") as f:
+        swap = len(f.read().splitlines()) > 1
+    hog = run_now(node, "hog")
+    if not swap:  # with swap the kernel may page out instead of killing
+        assert hog["state"] == "failed", hog
+        assert "the memory limit (limits.memory 64MiB) killed 1 of its process" in \
+            hog["reason"], hog
+    # The runs' cgroups go with them.
+    runs = os.path.join(base, "runs")
+    from harness import wait_for
+    wait_for(lambda: not [d for d in os.listdir(runs)
+                          if os.path.isdir(os.path.join(runs, d))], 10, what="run cgroups gone")
