@@ -353,7 +353,7 @@ static int apply_controls(struct sup *s, char *msg, size_t size)
     long i;
     for (i = 0; i < s->ncontrols; i++) {
         const char *c = s->controls[i];
-        const char *what = c;
+        const char *what = "a control";
         char label[64] = "";
         unsigned long long soft, hard;
         long long v;

@@ -339,29 +339,46 @@ def apply_controls(controls) -> None:
     ControlError with the reason, worded as the C supervisor words it.
     ``cgroup DIR``: join the run's cgroup (cgroups.py), first."""
     for ctl in controls:
-        name, _, rest = ctl.partition(" ")
-        what = {"ioprio": "ioclass/ioprio", "cgroup": "limits (the run's cgroup)"}.get(name, name)
+        what, act = _parse_control(ctl)
         try:
-            if name == "cgroup" and rest.startswith("/"):
-                fd = os.open(os.path.join(rest, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-                try:
-                    os.write(fd, b"0")
-                finally:
-                    os.close(fd)
-            elif name == "rlimit":
-                res, soft, hard, what = rest.split(" ", 3)
-                _setrlimit(int(res), int(soft), int(hard))
-            elif name == "nice":
-                os.setpriority(os.PRIO_PROCESS, 0, int(rest))
-            elif name == "ioprio":
-                _ioprio_set(int(rest))
-            elif name == "umask":
-                os.umask(int(rest))
-            else:
-                raise OSError(22, "Invalid argument")
-        except (OSError, ValueError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ControlError(f"cannot apply {what} ({ctl}): {why}") from None
+            if act is None:
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+            act()
+        except OSError as exc:
+            raise ControlError(f"cannot apply {what} ({ctl}): "
+                               f"{exc.strerror or exc}") from None
+
+
+def _parse_control(ctl: str):
+    """(what it is called in messages, what applies it), or ("a control",
+    None) for a string that is not a control (as the C supervisor's sscanf)."""
+    name, _, rest = ctl.partition(" ")
+    words = rest.split(" ")
+    try:
+        if name == "cgroup" and rest.startswith("/"):
+            return "limits (the run's cgroup)", lambda: _join_cgroup(rest)
+        if name == "rlimit" and len(words) == 4 and words[3]:
+            res, soft, hard = int(words[0]), int(words[1]), int(words[2])
+            return words[3], lambda: _setrlimit(res, soft, hard)
+        if len(words) == 1:
+            n = int(words[0])
+            if name == "nice":
+                return "nice", lambda: os.setpriority(os.PRIO_PROCESS, 0, n)
+            if name == "ioprio":
+                return "ioclass/ioprio", lambda: _ioprio_set(n)
+            if name == "umask":
+                return "umask", lambda: os.umask(n)
+    except ValueError:
+        pass
+    return "a control", None
+
+
+def _join_cgroup(path: str) -> None:
+    fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)
 
 
 def _setrlimit(res: int, soft: int, hard: int) -> None:

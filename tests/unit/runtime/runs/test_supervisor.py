@@ -254,6 +254,19 @@ def test_the_job_joins_its_runs_cgroup_first(sup, tmp_path):
         f"{tmp_path}/gone): No such file or directory\n")
 
 
+def test_a_string_that_is_no_control_fails_the_run_alike_in_both(sup):
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("true", controls=["nice 1", "nice x", "bogus 1"])
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    assert sup.event(key, "exited")["started"] is False
+    assert open(log_path).read() == ("cronrd: run not started: cannot apply a control "
+                                     "(nice x): Invalid argument\n")
+
+
 def test_a_malformed_control_is_refused_before_a_supervisor_starts(sup):
     async def main():
         sup.spawner.start()
