@@ -98,8 +98,58 @@ def main(ctx, config, socket):
 @click.pass_obj
 def daemon(obj: Ctx):
     """Run the daemon in the foreground (systemd starts it this way)."""
+    from .config import config_path, load_config
+    from .errors import ConfigError
     from .runtime.daemon import run_daemon
-    sys.exit(run_daemon(obj.config()))
+    path = config_path(obj.config_arg)
+    try:
+        cfg = load_config(path, daemon_files=True)
+    except ConfigError as exc:
+        _print_config_problems(exc)
+        click.echo(f"cronrd: {_count_problems(exc)} in {path}; the daemon did not start. Fix "
+                   f"them, then check again with `cronrd check-config {path}`", err=True)
+        sys.exit(1)
+    sys.exit(run_daemon(cfg))
+
+
+@main.command("check-config")
+@click.argument("file", required=False, type=click.Path())
+@click.pass_obj
+def check_config(obj: Ctx, file):
+    """Check the daemon config FILE (default: the one the daemon reads: --config,
+    $CRONRD_CONFIG or /etc/cronrd/cronrd.yaml) and the directories and certificate
+    files it names; print every problem as FILE:LINE:COL: message. Exit 1 on any
+    problem."""
+    from .config import config_path, format_address, load_config
+    from .errors import ConfigError
+    path = file or config_path(obj.config_arg)
+    try:
+        cfg = load_config(path, daemon_files=True, jobs_dir_exists=True)
+    except ConfigError as exc:
+        _print_config_problems(exc)
+        click.echo(f"{_count_problems(exc)} in {path}", err=True)
+        sys.exit(1)
+    if cfg.cluster is None:
+        where = "single host (no cluster section)"
+    else:
+        c = cfg.cluster
+        members = ", ".join(c.initial_members)
+        where = (f"cluster node listening on {format_address(c.listen)}, "
+                 f"{'joining' if c.join else 'initial members'} {members}, "
+                 f"{'mutual TLS' if c.tls else 'INSECURE (no TLS)'}")
+    click.echo(f"{path}: ok: node {cfg.node_id}, jobs_dir {cfg.jobs_dir}, data_dir "
+               f"{cfg.data_dir}, {where}")
+
+
+def _print_config_problems(exc) -> None:
+    """The problems of a config, one line each (FILE:LINE:COL: message) on stdout."""
+    for line in str(exc).splitlines():
+        click.echo(line)
+
+
+def _count_problems(exc) -> str:
+    n = len(exc.problems) or 1
+    return f"{n} problem{'s' if n != 1 else ''}"
 
 
 # -- status / jobs / runs -----------------------------------------------------------------

@@ -22,13 +22,15 @@ def config_path(explicit: str | None) -> str:
     return explicit or os.environ.get("CRONRD_CONFIG") or DEFAULT_CONFIG_PATH
 
 
-def load_config(path: str) -> Config:
+def load_config(path: str, *, daemon_files: bool = False, jobs_dir_exists: bool = False) -> Config:
     """Read, parse and validate the config file; every failure is a ConfigError.
 
     Reading is bounded like the job files' (``bounded_yaml``): at most 1 MiB,
     64 levels of nesting, no alias bomb. A file that cannot be read or is not
     YAML is one problem; otherwise every problem of the config is reported,
-    each with the line and column of its key or value (FILE:LINE:COL)."""
+    each with the line and column of its key or value (FILE:LINE:COL).
+    ``daemon_files`` and ``jobs_dir_exists`` add the checks of the file system
+    (see :func:`check_config`): the daemon's start and ``cronrd check-config``."""
     report = ConfigProblems(path)
     try:
         with open(path, "rb") as f:
@@ -58,7 +60,8 @@ def load_config(path: str) -> Config:
         raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    config = check_config(raw or {}, path, report)
+    config = check_config(raw or {}, path, report, daemon_files=daemon_files,
+                          jobs_dir_exists=jobs_dir_exists)
     report.raise_if_any()
     return config
 
