@@ -748,27 +748,37 @@ def cluster_transfer_leader(obj: Ctx, node):
               help="Skip the ownership and mode checks (for files not yet installed).")
 @click.pass_obj
 def validate(obj: Ctx, paths, no_permissions):
-    """Check job files (default: the configured jobs_dir); exit 1 on any problem."""
+    """Check job files (default: the configured jobs_dir); exit 1 on any problem.
+
+    A daemon config among the files is named as one (not checked as a job
+    file: `cronrd check-config FILE` checks it) and also makes the exit code 1."""
+    from .config import daemon_config_jobs_dir
     from .jobspec import DirResult, load_job_file, load_jobs_dir
     if not paths:
         cfg = obj.try_config()
         paths = (cfg.jobs_dir if cfg else "/etc/cronrd.d",)
     uids = None
-    problems, jobs, seen = [], 0, {}
+    problems, jobs, seen, configs = [], 0, {}, 0
     for path in paths:
         if os.path.isdir(path):
             res = load_jobs_dir(path, allowed_uids=uids) if not no_permissions else \
                 _load_dir_unchecked(path)
             files = res.files
-            problems.extend(res.problems)
         else:
             if not os.path.exists(path):
                 raise UsageError(f"{path}: no such file or directory")
             fr = load_job_file(path, allowed_uids=uids) if not no_permissions else \
                 _load_file_unchecked(path)
             files = (fr,)
-            problems.extend(fr.problems)
         for fr in files:
+            # A config never parses as a job (it has no schedule): only files
+            # with problems are looked at again.
+            jobs_dir = daemon_config_jobs_dir(fr.path) if fr.problems else None
+            if jobs_dir is not None:
+                configs += 1
+                click.echo(_not_a_job_file(fr.path, jobs_dir, paths))
+                continue
+            problems.extend(fr.problems)
             for job in fr.jobs:
                 if job.name in seen:
                     problems.append(_dup(job, seen[job.name]))
@@ -777,10 +787,23 @@ def validate(obj: Ctx, paths, no_permissions):
                     jobs += 1
     for p in problems:
         click.echo(str(p))
-    if problems:
-        click.echo(f"{len(problems)} problem(s); {jobs} job(s) valid", err=True)
+    skipped = f"{configs} daemon config(s) not checked; " if configs else ""
+    if problems or configs:
+        click.echo(f"{len(problems)} problem(s); {skipped}{jobs} job(s) valid", err=True)
         sys.exit(1)
     click.echo(f"{jobs} job(s) valid", err=True)
+
+
+def _not_a_job_file(path: str, jobs_dir: str, checked: tuple[str, ...]) -> str:
+    """The line validate prints for a daemon config found among job files
+    (pointing at its jobs_dir unless that is being checked already)."""
+    line = (f"{path}: this is a daemon config, not a job file; check it with "
+            f"`cronrd check-config {path}`")
+    if os.path.isdir(jobs_dir) and jobs_dir not in {os.path.abspath(p) for p in checked}:
+        rel = os.path.relpath(jobs_dir)
+        shown = rel if not rel.startswith("..") else jobs_dir
+        line += f"; its jobs_dir is {shown}: `cronrd validate {shown}`"
+    return line
 
 
 def _dup(job, first):
