@@ -139,7 +139,8 @@ def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files
     socket_group = text("socket_group", None)
     cluster = None
     if raw.get("cluster") is not None:
-        cluster = parse_cluster(raw["cluster"], path, base, node_id, report)
+        cluster = parse_cluster(raw["cluster"], path, base, node_id, report,
+                                load_tls=daemon_files)
     paths = {"data_dir": data_dir, "log_dir": log_dir, "jobs_dir": jobs_dir, "socket": sock}
     found = []
     if daemon_files:

@@ -5,6 +5,7 @@ Config as before."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,30 @@ def test_as_root_every_directory_others_can_change_is_reported_at_its_key(tmp_pa
     assert all("writable by group and others (mode 0777)" in p.message
                for p in err.value.problems)
     assert f"chmod go-w {base}/logs" in err.value.problems[1].message
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_files_are_loaded_as_the_transport_will(tmp_path):
+    res = CliRunner().invoke(cli.main, ["cluster", "init-tls", str(tmp_path / "tls"),
+                                        "--nodes", "a,b"])
+    assert res.exit_code == 0, res.output
+    (tmp_path / "jobs").mkdir()
+    path = tmp_path / "cronrd.yaml"
+    head = ("node_id: a\njobs_dir: jobs\ndata_dir: d\nlog_dir: l\nsocket: s.sock\n"
+            "cluster:\n  listen: 127.0.0.1:7000\n"
+            "  initial_members: {a: 127.0.0.1:7000, b: 127.0.0.1:7001}\n")
+    path.write_text(head + "  tls: {ca: tls/ca.crt, cert: tls/a.crt, key: tls/b.key}\n")
+    load_config(str(path))  # without the file system checks: paths only
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), daemon_files=True)
+    assert str(err.value) == (
+        f"{path}:9:47: cluster.tls.key: {tmp_path}/tls/b.key is not the private key of "
+        f"{tmp_path}/tls/a.crt, or not a PEM key (KEY_VALUES_MISMATCH); `cronrd cluster "
+        "init-tls DIR --nodes ...` creates them")
+    path.write_text(head + "  tls: {ca: tls/ca.key, cert: tls/a.crt, key: tls/a.key}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), daemon_files=True)
+    assert str(err.value).startswith(
+        f"{path}:9:13: cluster.tls.ca: {tmp_path}/tls/ca.key is not a PEM certificate")
+    path.write_text(head + "  tls: {ca: tls/ca.crt, cert: tls/a.crt, key: tls/a.key}\n")
+    assert load_config(str(path), daemon_files=True).cluster.tls.cert == f"{tmp_path}/tls/a.crt"
