@@ -106,8 +106,9 @@ def daemon(obj: Ctx):
         cfg = load_config(path, daemon_files=True)
     except ConfigError as exc:
         _print_config_problems(exc)
+        them = "them" if len(exc.problems) > 1 else "it"
         click.echo(f"cronrd: {_count_problems(exc)} in {path}; the daemon did not start. Fix "
-                   f"them, then check again with `cronrd check-config {path}`", err=True)
+                   f"{them}, then check again with `cronrd check-config {path}`", err=True)
         sys.exit(1)
     sys.exit(run_daemon(cfg))
 
