@@ -760,6 +760,7 @@ def validate(obj: Ctx, paths, no_permissions):
         paths = (cfg.jobs_dir if cfg else "/etc/cronrd.d",)
     uids = None
     problems, jobs, seen, configs = [], 0, {}, 0
+    hinted: set[str] = set()  # directories a line has pointed at already
     for path in paths:
         if os.path.isdir(path):
             res = load_jobs_dir(path, allowed_uids=uids) if not no_permissions else \
@@ -777,7 +778,8 @@ def validate(obj: Ctx, paths, no_permissions):
             jobs_dir = daemon_config_jobs_dir(fr.path) if fr.problems else None
             if jobs_dir is not None:
                 configs += 1
-                click.echo(_not_a_job_file(fr.path, jobs_dir, paths))
+                click.echo(_not_a_job_file(fr.path, jobs_dir, paths + tuple(hinted)))
+                hinted.add(jobs_dir)
                 continue
             problems.extend(fr.problems)
             for job in fr.jobs:
@@ -786,6 +788,10 @@ def validate(obj: Ctx, paths, no_permissions):
                 else:
                     seen[job.name] = job
                     jobs += 1
+        if os.path.isdir(path):
+            for sub in _subdirs_with_job_files(path, paths + tuple(hinted)):
+                click.echo(f"{sub}: a subdirectory with YAML files, which neither validate "
+                           f"nor the daemon reads; check them with `cronrd validate {sub}`")
     for p in problems:
         click.echo(str(p))
     skipped = f"{configs} daemon config(s) not checked; " if configs else ""
@@ -793,6 +799,29 @@ def validate(obj: Ctx, paths, no_permissions):
         click.echo(f"{len(problems)} problem(s); {skipped}{jobs} job(s) valid", err=True)
         sys.exit(1)
     click.echo(f"{jobs} job(s) valid", err=True)
+
+
+def _subdirs_with_job_files(path: str, checked: tuple[str, ...]) -> list[str]:
+    """The subdirectories of ``path`` (not hidden, not among ``checked``) that
+    hold files with job-file names."""
+    from .jobspec import is_job_file_name
+    given = {os.path.abspath(p) for p in checked}
+    out = []
+    try:
+        entries = sorted(e.name for e in os.scandir(path)
+                         if e.is_dir() and not e.name.startswith("."))
+    except OSError:
+        return []
+    for name in entries:
+        sub = os.path.join(path, name)
+        if os.path.abspath(sub) in given:
+            continue
+        try:
+            if any(is_job_file_name(e.name) for e in os.scandir(sub)):
+                out.append(sub)
+        except OSError:
+            continue
+    return out
 
 
 def _not_a_job_file(path: str, jobs_dir: str, checked: tuple[str, ...]) -> str:

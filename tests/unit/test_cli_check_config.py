@@ -123,10 +123,15 @@ def test_validate_the_shipped_examples_directory(monkeypatch):
     res = run("validate", "--no-permissions", "examples")
     assert res.exit_code == 1
     lines = res.stdout.splitlines()
-    assert len(lines) == 1, lines  # no job problems: the config is not read as a job
+    # No job problems: the config is not read as a job; the example jobs and
+    # the cluster configs, in subdirectories, are pointed at.
     assert lines[0].startswith(
         "examples/cronrd.yaml: this is a daemon config, not a job file; check it with "
         "`cronrd check-config examples/cronrd.yaml`"), lines
+    assert "`cronrd validate examples/jobs`" in res.stdout
+    assert lines[-1] == ("examples/cluster: a subdirectory with YAML files, which neither "
+                         "validate nor the daemon reads; check them with `cronrd validate "
+                         "examples/cluster`")
     assert res.stderr == "0 problem(s); 1 daemon config(s) not checked; 0 job(s) valid\n"
 
 
@@ -147,3 +152,37 @@ def test_validate_tells_job_files_from_configs(tmp_path):
                for line in lines[1:]), lines
     assert any(line.startswith(f"{tmp_path}/job.yaml:") for line in lines)
     assert any(line.startswith(f"{tmp_path}/list.yaml:") for line in lines)
+
+
+def test_validate_points_at_subdirectories_it_does_not_read(tmp_path, monkeypatch):
+    (tmp_path / "top.yaml").write_text("schedule: '@daily'\ncommand: 'true'\n")
+    for sub in ("more", "empty", ".hidden"):
+        (tmp_path / sub).mkdir()
+    (tmp_path / "more" / "a.yaml").write_text("schedule: '@daily'\ncommand: 'true'\n")
+    (tmp_path / ".hidden" / "b.yaml").write_text("schedule: '@daily'\ncommand: 'true'\n")
+    (tmp_path / "empty" / "notes.txt").write_text("")
+    monkeypatch.chdir(tmp_path)
+    res = run("validate", "--no-permissions", ".")
+    assert res.exit_code == 0  # a note, not a problem: the daemon does not read them either
+    assert res.stdout == ("./more: a subdirectory with YAML files, which neither validate nor "
+                          "the daemon reads; check them with `cronrd validate ./more`\n")
+    assert res.stderr == "1 job(s) valid\n"
+    res = run("validate", "--no-permissions", ".", "more")  # given too: no note
+    assert res.exit_code == 0 and res.stdout == "" and res.stderr == "2 job(s) valid\n"
+    res = run("validate", "--no-permissions", "./more")
+    assert res.exit_code == 0 and res.stderr == "1 job(s) valid\n"
+
+
+def test_validate_points_at_the_jobs_next_to_a_config_whose_jobs_dir_is_missing(tmp_path):
+    # As in a checkout: the example config names a live jobs_dir made later,
+    # its example jobs are in a subdirectory next to it.
+    (tmp_path / "cronrd.yaml").write_text("node_id: n1\njobs_dir: ../live/jobs\n")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "a.yaml").write_text("schedule: '@daily'\ncommand: 'true'\n")
+    res = run("validate", "--no-permissions", str(tmp_path))
+    assert res.exit_code == 1
+    assert res.stdout.splitlines() == [
+        f"{tmp_path}/cronrd.yaml: this is a daemon config, not a job file; check it with "
+        f"`cronrd check-config {tmp_path}/cronrd.yaml`",
+        f"{tmp_path}/jobs: a subdirectory with YAML files, which neither validate nor the "
+        f"daemon reads; check them with `cronrd validate {tmp_path}/jobs`"]
