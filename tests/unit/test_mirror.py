@@ -37,6 +37,7 @@ NO_UNIT_TEST_FILE = {
     "bounded_yaml.py": "security/test_job_files.py (alias bombs, nesting, sizes)",
     "client.py": "through the CLI and the daemons in integration/ (support/harness.py)",
     "errors.py": "the exception tree; used by every test",
+    "offline.py": "integration/test_daily_cli.py (status, jobs, show, runs, logs with the daemon down)",
     "ids.py": "unit/test_layers.py::test_one_node_id_rule, unit/config/test_config.py",
     # config/: tested as a package (unit/config/test_config.py) and load.py on its own.
     "config/addresses.py": "unit/config/test_config.py (the package as a whole)",
@@ -77,7 +78,6 @@ NO_UNIT_TEST_FILE = {
     "runtime/runs/active.py": "a dataclass of a run's handles; unit/runtime/runs/test_reports.py, "
                               "test_starting.py build them",
     "runtime/runs/executor.py": "integration/test_daemon.py, security/test_log_paths.py",
-    "runtime/runs/launch.py": "integration/test_daemon.py, security/test_privilege_drop.py",
     "runtime/runs/legacy.py": "integration/test_run_survival.py (runs of an older daemon)",
     "runtime/runs/logs.py": "security/test_log_paths.py, integration/test_daemon.py",
     "runtime/runs/restart.py": "integration/test_run_survival.py (detach, adopt, collect, lose), "
