@@ -22,7 +22,8 @@ def config_path(explicit: str | None) -> str:
     return explicit or os.environ.get("CRONRD_CONFIG") or DEFAULT_CONFIG_PATH
 
 
-def load_config(path: str, *, daemon_files: bool = False, jobs_dir_exists: bool = False) -> Config:
+def load_config(path: str, *, daemon_files: bool = False,
+                jobs_dir_exists: bool = False) -> Config:
     """Read, parse and validate the config file; every failure is a ConfigError.
 
     Reading is bounded like the job files' (``bounded_yaml``): at most 1 MiB,
