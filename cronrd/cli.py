@@ -170,8 +170,59 @@ def main(ctx, config, socket):
 @click.pass_obj
 def daemon(obj: Ctx):
     """Run the daemon in the foreground (systemd starts it this way)."""
+    from .config import config_path, load_config
+    from .errors import ConfigError
     from .runtime.daemon import run_daemon
-    sys.exit(run_daemon(obj.config()))
+    path = config_path(obj.config_arg)
+    try:
+        cfg = load_config(path, daemon_files=True)
+    except ConfigError as exc:
+        _print_config_problems(exc)
+        them = "them" if len(exc.problems) > 1 else "it"
+        click.echo(f"cronrd: {_count_problems(exc)} in {path}; the daemon did not start. Fix "
+                   f"{them}, then check again with `cronrd check-config {path}`", err=True)
+        sys.exit(1)
+    sys.exit(run_daemon(cfg))
+
+
+@main.command("check-config")
+@click.argument("file", required=False, type=click.Path())
+@click.pass_obj
+def check_config(obj: Ctx, file):
+    """Check the daemon config FILE (default: the one the daemon reads: --config,
+    $CRONRD_CONFIG or /etc/cronrd/cronrd.yaml) and the directories and certificate
+    files it names; print every problem as FILE:LINE:COL: message. Exit 1 on any
+    problem."""
+    from .config import config_path, format_address, load_config
+    from .errors import ConfigError
+    path = file or config_path(obj.config_arg)
+    try:
+        cfg = load_config(path, daemon_files=True, jobs_dir_exists=True)
+    except ConfigError as exc:
+        _print_config_problems(exc)
+        click.echo(f"{_count_problems(exc)} in {path}", err=True)
+        sys.exit(1)
+    if cfg.cluster is None:
+        where = "single host (no cluster section)"
+    else:
+        c = cfg.cluster
+        members = ", ".join(c.initial_members)
+        where = (f"cluster node listening on {format_address(c.listen)}, "
+                 f"{'joining' if c.join else 'initial members'} {members}, "
+                 f"{'mutual TLS' if c.tls else 'INSECURE (no TLS)'}")
+    click.echo(f"{path}: ok: node {cfg.node_id}, jobs_dir {cfg.jobs_dir}, data_dir "
+               f"{cfg.data_dir}, {where}")
+
+
+def _print_config_problems(exc) -> None:
+    """The problems of a config, one line each (FILE:LINE:COL: message) on stdout."""
+    for line in str(exc).splitlines():
+        click.echo(line)
+
+
+def _count_problems(exc) -> str:
+    n = len(exc.problems) or 1
+    return f"{n} problem{'s' if n != 1 else ''}"
 
 
 # -- status / jobs / runs -----------------------------------------------------------------
@@ -990,33 +1041,49 @@ def cluster_transfer_leader(obj: Ctx, node):
               help="Skip the ownership and mode checks (for files not yet installed).")
 @click.pass_obj
 def validate(obj: Ctx, paths, no_permissions):
-    """Check job files (default: the configured jobs_dir); exit 1 on any problem."""
+    """Check job files (default: the configured jobs_dir); exit 1 on any problem.
+
+    A daemon config among the files is named as one (not checked as a job
+    file: `cronrd check-config FILE` checks it) and also makes the exit code 1."""
+    from .config import daemon_config_jobs_dir
     from .jobspec import DirResult, load_job_file, load_jobs_dir
     if not paths:
         cfg = obj.try_config()
         paths = (cfg.jobs_dir if cfg else "/etc/cronrd.d",)
     uids = None
-    problems, jobs, seen = [], 0, {}
+    problems, jobs, seen, configs = [], 0, {}, 0
+    hinted: set[str] = set()  # directories a line has pointed at already
     for path in paths:
         if os.path.isdir(path):
             res = load_jobs_dir(path, allowed_uids=uids) if not no_permissions else \
                 _load_dir_unchecked(path)
             files = res.files
-            problems.extend(res.problems)
         else:
             if not os.path.exists(path):
                 raise UsageError(f"{path}: no such file or directory")
             fr = load_job_file(path, allowed_uids=uids) if not no_permissions else \
                 _load_file_unchecked(path)
             files = (fr,)
-            problems.extend(fr.problems)
         for fr in files:
+            # A config never parses as a job (it has no schedule): only files
+            # with problems are looked at again.
+            jobs_dir = daemon_config_jobs_dir(fr.path) if fr.problems else None
+            if jobs_dir is not None:
+                configs += 1
+                click.echo(_not_a_job_file(fr.path, jobs_dir, paths + tuple(hinted)))
+                hinted.add(jobs_dir)
+                continue
+            problems.extend(fr.problems)
             for job in fr.jobs:
                 if job.name in seen:
                     problems.append(_dup(job, seen[job.name]))
                 else:
                     seen[job.name] = job
                     jobs += 1
+        if os.path.isdir(path):
+            for sub in _subdirs_with_job_files(path, paths + tuple(hinted)):
+                click.echo(f"{sub}: a subdirectory with YAML files, which neither validate "
+                           f"nor the daemon reads; check them with `cronrd validate {sub}`")
     for p in problems:
         click.echo(str(p))
     # What this host will not do as a valid job asks (not problems: the file
@@ -1029,10 +1096,47 @@ def validate(obj: Ctx, paths, no_permissions):
     for w in warnings:
         click.echo(w)
     noted = f", {len(warnings)} warning(s) about this host" if warnings else ""
-    if problems:
-        click.echo(f"{len(problems)} problem(s); {jobs} job(s) valid{noted}", err=True)
+    skipped = f"{configs} daemon config(s) not checked; " if configs else ""
+    if problems or configs:
+        click.echo(f"{len(problems)} problem(s); {skipped}{jobs} job(s) valid{noted}",
+                   err=True)
         sys.exit(1)
     click.echo(f"{jobs} job(s) valid{noted}", err=True)
+
+
+def _subdirs_with_job_files(path: str, checked: tuple[str, ...]) -> list[str]:
+    """The subdirectories of ``path`` (not hidden, not among ``checked``) that
+    hold files with job-file names."""
+    from .jobspec import is_job_file_name
+    given = {os.path.abspath(p) for p in checked}
+    out = []
+    try:
+        entries = sorted(e.name for e in os.scandir(path)
+                         if e.is_dir() and not e.name.startswith("."))
+    except OSError:
+        return []
+    for name in entries:
+        sub = os.path.join(path, name)
+        if os.path.abspath(sub) in given:
+            continue
+        try:
+            if any(is_job_file_name(e.name) for e in os.scandir(sub)):
+                out.append(sub)
+        except OSError:
+            continue
+    return out
+
+
+def _not_a_job_file(path: str, jobs_dir: str, checked: tuple[str, ...]) -> str:
+    """The line validate prints for a daemon config found among job files
+    (pointing at its jobs_dir unless that is being checked already)."""
+    line = (f"{path}: this is a daemon config, not a job file; check it with "
+            f"`cronrd check-config {path}`")
+    if os.path.isdir(jobs_dir) and jobs_dir not in {os.path.abspath(p) for p in checked}:
+        rel = os.path.relpath(jobs_dir)
+        shown = rel if not rel.startswith("..") else jobs_dir
+        line += f"; its jobs_dir is {shown}: `cronrd validate {shown}`"
+    return line
 
 
 def _dup(job, first):

@@ -20,14 +20,16 @@ from .problems import ConfigProblems
 
 
 def parse_cluster(raw: object, path: str, base: str, node_id: str,
-                  report: ConfigProblems | None = None) -> ClusterConfig | None:
+                  report: ConfigProblems | None = None, *,
+                  load_tls: bool = False) -> ClusterConfig | None:
     """Validate the ``cluster:`` section; ``base`` is the config file's directory.
 
     Every problem goes to ``report`` (then the result is None); without one,
-    the problems are raised at the end as one ConfigError."""
+    the problems are raised at the end as one ConfigError. ``load_tls``: also
+    load the TLS files as the peer transport will (PEM, key matching cert)."""
     if report is None:
         report = ConfigProblems(path)
-        cluster = parse_cluster(raw, path, base, node_id, report)
+        cluster = parse_cluster(raw, path, base, node_id, report, load_tls=load_tls)
         report.raise_if_any()
         return cluster
     before = len(report.problems)
@@ -138,6 +140,8 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str,
         _check_loopback(listen, members or {}, report)
     if tls_raw is not None:
         tls = _parse_tls(tls_raw, base, report)
+        if tls is not None and load_tls:
+            _load_tls(tls, report)
 
     # tags
     tags_raw = raw.get("tags", [])
@@ -284,3 +288,29 @@ def _parse_tls(raw: object, base: str, report: ConfigProblems) -> TLSPaths | Non
     if len(report.problems) > before:
         return None
     return TLSPaths(ca=files["ca"], cert=files["cert"], key=files["key"])
+
+
+def _load_tls(tls: TLSPaths, report: ConfigProblems) -> None:
+    """Load the CA, then the certificate with its key, as the peer transport
+    does at start; a file this user may not read is left to the daemon."""
+    import ssl
+    T = ("cluster", "tls")
+    hint = "`cronrd cluster init-tls DIR --nodes ...` creates them"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    for key, path in (("ca", tls.ca), ("cert", tls.cert)):
+        try:
+            ctx.load_verify_locations(cafile=path)
+        except PermissionError:
+            return
+        except (OSError, ssl.SSLError) as exc:
+            report.add(T + (key,), f"cluster.tls.{key}: {path} is not a PEM certificate "
+                                   f"({getattr(exc, 'reason', None) or exc}); {hint}")
+            return
+    try:
+        ctx.load_cert_chain(tls.cert, tls.key)
+    except PermissionError:
+        return
+    except (OSError, ssl.SSLError) as exc:
+        report.add(T + ("key",), f"cluster.tls.key: {tls.key} is not the private key of "
+                                 f"{tls.cert}, or not a PEM key "
+                                 f"({getattr(exc, 'reason', None) or exc}); {hint}")

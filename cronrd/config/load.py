@@ -22,13 +22,16 @@ def config_path(explicit: str | None) -> str:
     return explicit or os.environ.get("CRONRD_CONFIG") or DEFAULT_CONFIG_PATH
 
 
-def load_config(path: str) -> Config:
+def load_config(path: str, *, daemon_files: bool = False,
+                jobs_dir_exists: bool = False) -> Config:
     """Read, parse and validate the config file; every failure is a ConfigError.
 
     Reading is bounded like the job files' (``bounded_yaml``): at most 1 MiB,
     64 levels of nesting, no alias bomb. A file that cannot be read or is not
     YAML is one problem; otherwise every problem of the config is reported,
-    each with the line and column of its key or value (FILE:LINE:COL)."""
+    each with the line and column of its key or value (FILE:LINE:COL).
+    ``daemon_files`` and ``jobs_dir_exists`` add the checks of the file system
+    (see :func:`check_config`): the daemon's start and ``cronrd check-config``."""
     report = ConfigProblems(path)
     try:
         with open(path, "rb") as f:
@@ -58,7 +61,8 @@ def load_config(path: str) -> Config:
         raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    config = check_config(raw or {}, path, report)
+    config = check_config(raw or {}, path, report, daemon_files=daemon_files,
+                          jobs_dir_exists=jobs_dir_exists)
     report.raise_if_any()
     return config
 
@@ -84,3 +88,32 @@ def _values(node: Node, key: KeyPath, report: ConfigProblems, constructor: SafeC
             items.append(_values(item, key + (i,), report, constructor))
         return items
     return constructor.construct_object(node, deep=True)  # scalars, and other tags
+
+
+def daemon_config_jobs_dir(path: str) -> str | None:
+    """If the YAML file at ``path`` is a daemon config rather than a job file,
+    the jobs_dir it names (absolute, as the daemon resolves it; the default
+    when it names none); None for anything else, including unreadable files.
+
+    A config is a mapping with at least one key only a config has (node_id,
+    data_dir, cluster ...) and none only a job has (schedule, command, jobs
+    ...): a config with a misspelt key is still one; a job file is never one."""
+    from cronrd.jobspec import DEFAULT_JOBS_DIR, JOB_KEYS
+    from .model import KNOWN_KEYS
+    try:
+        with open(path, "rb") as f:
+            data = read_bounded(f.fileno(), MAX_FILE_BYTES)
+        root = compose(data.decode("utf-8-sig"))
+    except (OSError, FileTooLarge, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(root, MappingNode):
+        return None
+    keys = {k.value: v for k, v in root.value if isinstance(k, yaml.ScalarNode)}
+    config_only, job_only = set(KNOWN_KEYS) - set(JOB_KEYS), set(JOB_KEYS) - set(KNOWN_KEYS)
+    if not keys.keys() & config_only or keys.keys() & (job_only | {"jobs"}):
+        return None
+    value = keys.get("jobs_dir")
+    jobs_dir = value.value if isinstance(value, yaml.ScalarNode) and value.value else None
+    base = os.path.dirname(os.path.abspath(path))
+    return os.path.normpath(os.path.join(base, os.path.expanduser(jobs_dir or
+                                                                 DEFAULT_JOBS_DIR)))

@@ -10,6 +10,7 @@ from cronrd.errors import ScheduleError
 from cronrd.schedule import host_timezone, parse_duration, resolve_timezone
 
 from .cluster import parse_cluster
+from .directories import creation_problems, jobs_dir_problems, ownership_problems
 from .model import DEFAULT_MAX_RUNNING, KNOWN_KEYS, Config
 from .problems import ConfigProblems
 
@@ -26,8 +27,13 @@ def parse_config(raw: object, path: str = "<config>") -> Config:
     return config
 
 
-def check_config(raw: object, path: str, report: ConfigProblems) -> Config | None:
-    """The Config, or None once a problem has gone to ``report``."""
+def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files: bool = False,
+                 jobs_dir_exists: bool = False) -> Config | None:
+    """The Config, or None once a problem has gone to ``report``.
+
+    ``daemon_files``: also report the directories the daemon could not create
+    or, as root, may not trust (what would stop its start); ``jobs_dir_exists``:
+    also a jobs_dir that is not a directory (the daemon starts, runs nothing)."""
     before = len(report.problems)
     if not isinstance(raw, dict):
         report.add((), "the config must be a mapping of keys such as node_id, data_dir")
@@ -133,7 +139,16 @@ def check_config(raw: object, path: str, report: ConfigProblems) -> Config | Non
     socket_group = text("socket_group", None)
     cluster = None
     if raw.get("cluster") is not None:
-        cluster = parse_cluster(raw["cluster"], path, base, node_id, report)
+        cluster = parse_cluster(raw["cluster"], path, base, node_id, report,
+                                load_tls=daemon_files)
+    paths = {"data_dir": data_dir, "log_dir": log_dir, "jobs_dir": jobs_dir, "socket": sock}
+    found = []
+    if daemon_files:
+        found += creation_problems(paths) + ownership_problems(paths)
+    if jobs_dir_exists:
+        found += jobs_dir_problems(paths)
+    for key, message in found:
+        report.add((key,), message)
     if len(report.problems) > before:
         return None
     return Config(node_id=node_id, data_dir=data_dir, jobs_dir=jobs_dir, socket=sock,

@@ -69,4 +69,4 @@ class ConfigProblems(FileProblems):
 
 def format_problem(p: Problem) -> str:
     """``FILE:LINE:COL: message``, or ``FILE: message`` without a position."""
-    return str(p) if p.line else f"{p.path}: {p.message}"
+    return str(p)

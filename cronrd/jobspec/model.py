@@ -193,6 +193,12 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
+        """``FILE:LINE:COL: message``; ``FILE:LINE: message`` without a column,
+        ``FILE: message`` for a problem of the whole file (line 0)."""
+        if not self.line:
+            return f"{self.path}: {self.message}"
+        if not self.col:
+            return f"{self.path}:{self.line}: {self.message}"
         return f"{self.path}:{self.line}:{self.col}: {self.message}"
 
 

@@ -32,6 +32,7 @@ from .control import ControlServer
 from .handlers import Handlers, read_log_chunk
 from .heap import Heap
 from .leadership import Leadership
+from .logfmt import JournalFormatter, LogfmtFormatter
 from .members import open_members
 from .runs.executor import Executor
 from .runs.outbox import Outbox
@@ -51,22 +52,12 @@ DUE_SOON = 2.0            # ... that is, due within this many seconds
 SETTLE_JOBS = 5.0         # seconds the first look at the job files waits for a leader to take them
 
 
-class JournalFormatter(logging.Formatter):
-    """``<prio>message`` for journald (it adds its own timestamps)."""
-
-    PRIO = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
-            logging.CRITICAL: 2}
-
-    def format(self, record):
-        return f"<{self.PRIO.get(record.levelno, 6)}>{super().format(record)}"
-
-
 def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if os.environ.get("JOURNAL_STREAM"):
         handler.setFormatter(JournalFormatter("%(name)s %(message)s"))
     else:
-        handler.setFormatter(logging.Formatter(
+        handler.setFormatter(LogfmtFormatter(
             "%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger("cronrd")
     root.handlers[:] = [handler]

@@ -216,7 +216,7 @@ def test_the_watcher_survives_a_loader_that_raises(monkeypatch, tmp_path):
     assert res["kept"] == ["old"] and Q.job_names(sm.conn) == ["old"]  # nothing removed
     assert Q.job_spec(sm.conn, "old").schedule == "@daily"  # its last good version
     assert len(res["problems"]) == 1
-    assert res["problems"][0].startswith(f"{tmp_path}/old.yaml:0:0: cannot load the job file "
+    assert res["problems"][0].startswith(f"{tmp_path}/old.yaml: cannot load the job file "
                                          "(RecursionError")
 
 

@@ -4,6 +4,8 @@ Config as before."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -185,9 +187,16 @@ def test_the_daemon_command_prints_every_problem_and_exits_1(tmp_path):
     res = CliRunner().invoke(cli.main, ["--config", str(path), "daemon"])
     assert res.exit_code == 1
     out = res.output.splitlines()
-    assert out[0].startswith(f"cronrd: {path}:2:19: shutdown.grace: bad duration 'soon'")
+    assert out[0].startswith(f"{path}:2:19: shutdown.grace: bad duration 'soon'")
     assert out[1].startswith(f"{path}:3:1: unknown key 'log_levl'")
     assert out[2].startswith(f"{path}:4:14: max_running must be a positive whole number")
+    assert out[3] == (f"cronrd: 3 problems in {path}; the daemon did not start. Fix them, "
+                      f"then check again with `cronrd check-config {path}`")
+    # The same lines as check-config prints for the file (which also reports
+    # that the default jobs_dir /etc/cronrd.d is missing, if it is).
+    check = CliRunner().invoke(cli.main, ["check-config", str(path)])
+    assert check.exit_code == 1
+    assert [line for line in check.stdout.splitlines() if "jobs_dir" not in line] == out[:3]
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "many", "true", "1.5"])
@@ -197,3 +206,112 @@ def test_history_max_runs_per_job_is_a_positive_whole_number(tmp_path, value):
     with pytest.raises(ConfigError) as err:
         load_config(str(path))
     assert "history_max_runs_per_job must be a positive whole number" in str(err.value)
+
+
+# -- the file system: what the daemon's start and `cronrd check-config` look at ----------
+
+def test_problems_of_the_file_system_come_with_the_others_at_their_keys(tmp_path):
+    (tmp_path / "afile").write_text("not a directory\n")
+    (tmp_path / "ca.crt").write_text("")
+    path = tmp_path / "cronrd.yaml"
+    path.write_text(
+        "node_id: a\n"                              # 1
+        "data_dir: afile/state\n"                   # 2
+        "log_dir: logs\n"                           # 3
+        "jobs_dir: nowhere\n"                       # 4
+        "max_running: 0\n"                          # 5
+        "cluster:\n"                                # 6
+        "  listen: 127.0.0.1:7000\n"                # 7
+        "  initial_members: {a: 127.0.0.1:7000}\n"  # 8
+        "  tls:\n"                                  # 9
+        "    ca: ca.crt\n"                          # 10
+        "    cert: a.crt\n"                         # 11
+        "    key: afile\n")                         # 12
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), daemon_files=True, jobs_dir_exists=True)
+    lines = str(err.value).splitlines()
+    assert [str(p) for p in err.value.problems] == lines
+    got = {line.split(": ", 1)[0].removeprefix(f"{path}:"): line.split(": ", 1)[1]
+           for line in lines}
+    assert sorted(got) == ["11:11", "2:11", "4:11", "5:14"], lines
+    assert got["2:11"] == (f"data_dir {tmp_path}/afile/state cannot be created: "
+                           f"{tmp_path}/afile is not a directory; point data_dir elsewhere "
+                           f"or move {tmp_path}/afile away")
+    assert got["4:11"].startswith(f"jobs_dir {tmp_path}/nowhere does not exist: the daemon "
+                                  "would start but run no jobs; create it (mkdir -p "
+                                  f"{tmp_path}/nowhere)")
+    assert got["5:14"].startswith("max_running must be a positive whole number")
+    assert got["11:11"].startswith(f"cluster.tls.cert: {tmp_path}/a.crt does not exist")
+
+
+def test_the_file_system_is_looked_at_only_when_asked(tmp_path):
+    # status, jobs, ... read the config for its socket: a missing jobs_dir or a
+    # data_dir that cannot be created is no reason for them to fail.
+    (tmp_path / "afile").write_text("")
+    path = tmp_path / "cronrd.yaml"
+    path.write_text("node_id: a\ndata_dir: afile/state\njobs_dir: nowhere\n")
+    assert load_config(str(path)).data_dir == str(tmp_path / "afile" / "state")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), daemon_files=True)  # the daemon: jobs_dir may come later
+    assert [p.line for p in err.value.problems] == [2]
+    (tmp_path / "nowhere").mkdir()
+    path.write_text("node_id: a\njobs_dir: nowhere\ndata_dir: d\nlog_dir: l\nsocket: s.sock\n")
+    assert load_config(str(path), daemon_files=True, jobs_dir_exists=True).node_id == "a"
+
+
+def test_a_default_directory_is_reported_without_a_position(tmp_path):
+    path = tmp_path / "cronrd.yaml"
+    path.write_text("node_id: a\ndata_dir: d\nlog_dir: l\nsocket: s.sock\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), jobs_dir_exists=True)  # jobs_dir: the default /etc/cronrd.d
+    if os.path.isdir("/etc/cronrd.d"):
+        pytest.skip("this host has /etc/cronrd.d")
+    assert str(err.value) == (f"{path}: jobs_dir /etc/cronrd.d does not exist: the daemon "
+                              "would start but run no jobs; create it (mkdir -p /etc/cronrd.d) "
+                              "or point jobs_dir at the directory of your job files")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the ownership checks apply to root")
+def test_as_root_every_directory_others_can_change_is_reported_at_its_key(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir(mode=0o755)
+    for name in ("data", "logs", "jobs"):
+        (base / name).mkdir()
+        os.chmod(base / name, 0o777)
+    path = base / "cronrd.yaml"
+    path.write_text("node_id: a\ndata_dir: data\nlog_dir: logs\njobs_dir: jobs\n"
+                    "socket: s.sock\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), daemon_files=True)
+    got = [(p.line, p.col) for p in err.value.problems]
+    assert got == [(2, 11), (3, 10), (4, 11)], str(err.value)
+    assert all("writable by group and others (mode 0777)" in p.message
+               for p in err.value.problems)
+    assert f"chmod go-w {base}/logs" in err.value.problems[1].message
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_files_are_loaded_as_the_transport_will(tmp_path):
+    res = CliRunner().invoke(cli.main, ["cluster", "init-tls", str(tmp_path / "tls"),
+                                        "--nodes", "a,b"])
+    assert res.exit_code == 0, res.output
+    (tmp_path / "jobs").mkdir()
+    path = tmp_path / "cronrd.yaml"
+    head = ("node_id: a\njobs_dir: jobs\ndata_dir: d\nlog_dir: l\nsocket: s.sock\n"
+            "cluster:\n  listen: 127.0.0.1:7000\n"
+            "  initial_members: {a: 127.0.0.1:7000, b: 127.0.0.1:7001}\n")
+    path.write_text(head + "  tls: {ca: tls/ca.crt, cert: tls/a.crt, key: tls/b.key}\n")
+    load_config(str(path))  # without the file system checks: paths only
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), daemon_files=True)
+    assert str(err.value) == (
+        f"{path}:9:47: cluster.tls.key: {tmp_path}/tls/b.key is not the private key of "
+        f"{tmp_path}/tls/a.crt, or not a PEM key (KEY_VALUES_MISMATCH); `cronrd cluster "
+        "init-tls DIR --nodes ...` creates them")
+    path.write_text(head + "  tls: {ca: tls/ca.key, cert: tls/a.crt, key: tls/a.key}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), daemon_files=True)
+    assert str(err.value).startswith(
+        f"{path}:9:13: cluster.tls.ca: {tmp_path}/tls/ca.key is not a PEM certificate")
+    path.write_text(head + "  tls: {ca: tls/ca.crt, cert: tls/a.crt, key: tls/a.key}\n")
+    assert load_config(str(path), daemon_files=True).cluster.tls.cert == f"{tmp_path}/tls/a.crt"

@@ -611,7 +611,7 @@ def test_group_or_world_writable_file_is_refused(tmp_path, mode, expected):
     result = load_job_file(str(path))
     assert result.jobs == ()
     assert [str(p) for p in result.problems] == [
-        f"{path}:0:0: refusing job file: {expected}; run: chmod go-w {path}"]
+        f"{path}: refusing job file: {expected}; run: chmod go-w {path}"]
 
 
 def test_wrong_owner_is_refused(tmp_path):
@@ -668,7 +668,7 @@ def test_symlinks_are_checked_through_to_their_target(tmp_path):
 
 def test_missing_file_and_non_utf8(tmp_path):
     assert str(load_job_file(str(tmp_path / "gone.yaml")).problems[0]) == (
-        f"{tmp_path}/gone.yaml:0:0: refusing job file: it does not exist")
+        f"{tmp_path}/gone.yaml: refusing job file: it does not exist")
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"schedule: '@daily'\ncommand: caf\xe9\n")
     os.chmod(path, 0o644)
@@ -685,7 +685,7 @@ def test_missing_directory_is_one_problem(tmp_path):
     result = load_jobs_dir(str(tmp_path / "cronrd.d"))
     assert result.jobs == {}
     assert [str(p) for p in result.problems] == [
-        f"{tmp_path}/cronrd.d:0:0: job directory {tmp_path}/cronrd.d does not exist; "
+        f"{tmp_path}/cronrd.d: job directory {tmp_path}/cronrd.d does not exist; "
         f"create it with: install -d -m 0755 {tmp_path}/cronrd.d"]
     not_dir = write(tmp_path / "file", "x")
     assert "is not a directory" in load_jobs_dir(str(not_dir)).problems[0].message
@@ -738,6 +738,15 @@ def test_problem_str():
         "/etc/cronrd.d/x.yaml:4:1: unknown key 'schedul' (did you mean 'schedule'?)")
 
 
+def test_problem_str_of_a_whole_file_has_no_position():
+    # A problem of the file itself (unreadable, refused) has no line: it
+    # reads FILE: message, never FILE:0:0: message.
+    assert str(Problem("/etc/cronrd.d/x.yaml", 0, 0, "refusing job file: it does not exist")) == (
+        "/etc/cronrd.d/x.yaml: refusing job file: it does not exist")
+    assert str(Problem("/etc/cronrd.d/x.yaml", 3, 0, "not valid UTF-8")) == (
+        "/etc/cronrd.d/x.yaml:3: not valid UTF-8")
+
+
 # --------------------------------------------------------------------------
 # shipped examples
 # --------------------------------------------------------------------------
@@ -783,7 +792,7 @@ def test_permission_checks_can_be_skipped_but_not_the_regular_file_check(tmp_pat
     os.mkfifo(tmp_path / "p.yaml", 0o644)
     result = load_jobs_dir(str(tmp_path), check_permissions=False)
     assert [str(p) for p in result.problems] == [
-        f"{tmp_path}/p.yaml:0:0: refusing job file: it is not a regular file (it is a named pipe); "
+        f"{tmp_path}/p.yaml: refusing job file: it is not a regular file (it is a named pipe); "
         "job files must be regular files"]
 
 
