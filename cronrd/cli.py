@@ -370,9 +370,12 @@ def logs(obj: Ctx, job, run_id, follow, since, lines, timestamps, only):
                 click.echo(f"run {r['run_id']} {r['state']} since {r['started_at']}, "
                            f"no output{what} yet", err=True)
     try:
-        obj.client(timeout=None if follow else 30.0).call("logs", args, on_message=show)
+        res = obj.client(timeout=None if follow else 30.0).call("logs", args, on_message=show)
     except KeyboardInterrupt:
         _end_line(state)
+        return
+    if since is not None and res is None:
+        click.echo(f"no run of {job} started since {since}", err=True)
 
 
 def _end_line(state: dict) -> None:
