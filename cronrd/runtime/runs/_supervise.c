@@ -88,6 +88,7 @@ struct sup {
     long long cap, head, tail, pos, idx_len, seq, slots;
     int gate_fd, log_fd, dir_fd, env_fd, rec, sock, out, err;
     int idx, ring, tidx;  /* the sidecars, -1 until opened (or when they cannot be) */
+    int ring_tried;
     char last_byte;
     struct stretch last[2];  /* [0] the head's, [1] the tail's */
     enum phase phase;
@@ -404,8 +405,9 @@ static void write_output(struct sup *s, int stream, const char *data, size_t n)
         s->pos += (long long)n;
         return;
     }
-    if (s->ring < 0 && s->tidx < 0) {
+    if (!s->ring_tried) {  /* once: without it the tail is dropped, the run goes on */
         unsigned char b[REC_SIZE];
+        s->ring_tried = 1;
         s->ring = open_side(s, ".tail", O_RDWR | O_TRUNC);
         s->tidx = open_side(s, ".tidx", O_RDWR | O_TRUNC);
         if (s->tidx >= 0) {

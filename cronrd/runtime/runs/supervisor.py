@@ -277,6 +277,7 @@ class _Output:
         self.idx_len = 0
         self.ring: int | None = None
         self.tidx: int | None = None
+        self.ring_tried = False
         self.slots = O.tail_slots(self.tail)
         self.seq = 0
         self.last: dict[str, list] = {}  # "head"/"tail": [file off, pos, length, stream, time, at]
@@ -327,7 +328,8 @@ class _Output:
         if self.tail == 0:
             self.pos += len(data)
             return
-        if self.ring is None:
+        if not self.ring_tried:  # once: without it the tail is dropped, the run goes on
+            self.ring_tried = True
             self.ring = self._open(O.TAIL, os.O_RDWR | os.O_TRUNC)
             self.tidx = self._open(O.TIDX, os.O_RDWR | os.O_TRUNC)
             if self.tidx is not None:
