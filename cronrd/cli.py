@@ -361,7 +361,8 @@ def logs(obj: Ctx, job, run_id, follow, since, lines, timestamps, only):
             r = msg["end"]
             what = f" on {only}" if only else ""
             if r["started_at"] is None:
-                click.echo(f"run {r['run_id']} never started ({r['state']}"
+                how = "never started" if r["finished_at"] else "has not started yet"
+                click.echo(f"run {r['run_id']} {how} ({r['state']}"
                            + (f": {r['reason']}" if r["reason"] else "") + ")", err=True)
             elif r["finished_at"]:
                 click.echo(f"run {r['run_id']} {r['state']} at {r['finished_at']}, "

@@ -147,3 +147,20 @@ def test_follow_goes_on_into_the_jobs_next_runs(node):
     finally:
         follower.terminate()
         follower.wait(10)
+
+
+def test_a_retry_waiting_for_its_time_is_not_the_run_shown(node):
+    node.write_job("flaky", {"schedule": "@yearly", "retries": {"max": 1, "delay": "1h"},
+                             "command": "echo attempt-$CRONRD_ATTEMPT; exit 1"})
+    node.start()
+    node.call("run_now", {"job": "flaky"})
+    runs = node.wait_runs(lambda rs: len(rs) == 2 and rs[1]["state"] == "failed"
+                          and rs[0]["state"] in ("pending", "assigned"),
+                          job="flaky", what="a retry waiting for its time")
+    retry, failed = runs
+    latest = node.cli("logs", "flaky")
+    assert latest.returncode == 0 and latest.stdout == "attempt-1\n", latest.stderr
+    waiting = node.cli("logs", "flaky", "--run", str(retry["run_id"]))
+    assert waiting.returncode == 0 and waiting.stdout == ""
+    assert waiting.stderr.strip() == (f"run {retry['run_id']} has not started yet "
+                                      f"({retry['state']})")
