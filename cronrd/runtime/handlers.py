@@ -563,7 +563,8 @@ def read_log_chunk(config: Config, conn, run_id: int, offset: int) -> dict:
     path = run_log_path(config.log_dir, run)
     parts, more = [], False
     try:
-        parts, offset, more = read_run_log(config.log_dir, run, offset, LOG_CHUNK)
+        parts, offset, more = read_run_log(config.log_dir, run, offset, LOG_CHUNK,
+                                           running=run.state in run_states.ACTIVE)
     except FileNotFoundError:
         # No log: a run that never started has none. One the record says
         # had a log (and that is over) lost it to log retention.

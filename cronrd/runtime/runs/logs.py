@@ -120,13 +120,13 @@ def _not_followed(path: str, what: str) -> CronrdError:
                        f"symlinks in log_dir: remove it (the daemon makes its own)")
 
 
-def read_run_log(log_dir: str, run: Run, offset: int, size: int
+def read_run_log(log_dir: str, run: Run, offset: int, size: int, running: bool = False
                  ) -> tuple[list[O.Part], int, bool]:
     """Up to about ``size`` bytes of the output of ``run`` from output
     position ``offset`` (output.read): parts, next position, more now."""
     files = open_run_output(log_dir, run)
     try:
-        return O.read(files, offset, size)
+        return O.read(files, offset, size, running)
     finally:
         files.close()
 

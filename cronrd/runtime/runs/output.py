@@ -141,8 +141,11 @@ class Files:
                 os.close(fd)
 
 
-def pieces(files: Files) -> list[Piece]:
-    """The output of a run as Pieces in order of position, covering it all."""
+def pieces(files: Files, running: bool = False) -> list[Piece]:
+    """The output of a run as Pieces in order of position, covering it all.
+    ``running``: bytes past the last record are not shown yet (the
+    supervisor writes the bytes, then their record: without this a
+    follower would see a line of stdout as unsorted output)."""
     size = os.fstat(files.log).st_size
     recs = []
     if files.idx is not None:
@@ -180,7 +183,7 @@ def pieces(files: Files) -> list[Piece]:
             out.append(Piece(pos, length, stream, t, where=off))
             pos += length
         foff = off + length
-    if foff < size:
+    if foff < size and not (running and recs):
         out.append(Piece(pos, size - foff, ALL, None, where=foff))
         pos += size - foff
     if live is not None:
@@ -219,12 +222,14 @@ def _live_tail(live: tuple, start: int) -> list[Piece]:
     return out
 
 
-def read(files: Files, pos: int, size: int) -> tuple[list[Part], int, bool]:
+def read(files: Files, pos: int, size: int, running: bool = False
+         ) -> tuple[list[Part], int, bool]:
     """Up to about ``size`` bytes of output from output position ``pos``:
-    the parts, the position after them, and whether more is there now."""
+    the parts, the position after them, and whether more is there now
+    (``running``: see ``pieces``)."""
     parts: list[Part] = []
     got = 0
-    for p in pieces(files):
+    for p in pieces(files, running):
         if p.end <= pos:
             continue
         if got >= size:

@@ -126,3 +126,20 @@ def test_sizes_are_said_in_the_largest_whole_unit():
     assert O.size_text(10 << 20) == "10MiB" and O.size_text(5 << 20) == "5MiB"
     assert O.size_text(1536) == "1536 bytes" and O.size_text(2048) == "2KiB"
     assert O.split_cap(1001) == (501, 500)
+
+
+def test_bytes_not_yet_indexed_wait_while_the_run_runs(logdir):
+    # The supervisor wrote "err2\n" but not yet its record.
+    (logdir / "a.log").write_bytes(b"out1\nerr2\n")
+    (logdir / "a.log.idx").write_bytes(rec(0, 0, 5, O.STDOUT))
+    d = os.open(logdir, os.O_RDONLY | os.O_DIRECTORY)
+    files = O.open_files(d, "a.log")
+    os.close(d)
+    try:
+        parts, pos, _ = O.read(files, 0, 100, running=True)
+        assert parts == [O.Part(O.STDOUT, 1.0, b"out1\n")] and pos == 5
+        # Once over, what no record covers is shown as it is.
+        parts, pos, _ = O.read(files, 5, 100)
+        assert parts == [O.Part(O.ALL, None, b"err2\n")] and pos == 10
+    finally:
+        files.close()
