@@ -65,6 +65,7 @@
 #define EXIT_LINGER_MAX 1.0
 /* output.py: the record, the streams, the tail ring */
 #define REC_SIZE 32
+#define S_ALL 0
 #define S_STDOUT 1
 #define S_STDERR 2
 #define S_CRONRD 3
@@ -363,9 +364,12 @@ static void index_stretch(struct sup *s, int which, int fd, long long off, long 
 {
     struct stretch *l = &s->last[which];
     unsigned char b[REC_SIZE];
-    if (l->valid && l->stream == stream && l->pos + l->len == pos &&
-        now - l->time < MERGE_WINDOW && l->len + n <= MAX_STRETCH) {
+    int full = which == 0 && s->idx_len >= REC_SIZE * (64 + s->head / 256);  /* head_records */
+    if (l->valid && l->pos + l->len == pos && l->len + n <= MAX_STRETCH &&
+        (full || (l->stream == stream && now - l->time < MERGE_WINDOW))) {
         l->len += n;
+        if (l->stream != stream)
+            l->stream = S_ALL;  /* past head_records: the streams are no longer told apart */
     } else {
         l->valid = 1;
         l->stream = stream;

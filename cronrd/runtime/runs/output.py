@@ -14,7 +14,8 @@ stderr from two pipes and keeps:
     position, length, stream, time), one per stretch of the log that came
     from one stream. A stretch grows while the same stream keeps writing
     within MERGE_WINDOW of the stretch's start, so a job that prints a line
-    a millisecond costs a record per 100 ms, not per line. The output
+    a millisecond costs a record per 100 ms, not per line; and the head's
+    records are bounded (``head_records``). The output
     position counts the job's bytes (dropped ones too): it is the cursor
     ``cronrd logs`` follows a run with, the same before and after the tail
     is moved into the log.
@@ -62,6 +63,14 @@ def split_cap(cap: int) -> tuple[int, int]:
     """max_log_bytes -> (head, tail) bytes."""
     tail = cap // 2
     return cap - tail, tail
+
+
+def head_records(head: int) -> int:
+    """Records LOG.idx holds for the head at most: past them, a stretch
+    grows whatever stream writes (its stream then ALL), so a job that
+    alternates streams byte by byte cannot make the index outgrow the log
+    many times over (~1/8 of the head at most)."""
+    return 64 + head // 256
 
 
 def tail_slots(tail: int) -> int:
@@ -150,7 +159,7 @@ def pieces(files: Files, running: bool = False) -> list[Piece]:
     recs = []
     if files.idx is not None:
         recs = [r for r in _records(_read_all(files.idx, MAX_INDEX_BYTES))
-                if r[2] > 0 and r[3] in (STDOUT, STDERR, CRONRD)]
+                if r[2] > 0 and r[3] in (ALL, STDOUT, STDERR, CRONRD)]
     live = None
     if files.tail is not None and files.tidx is not None:
         tidx = _read_all(files.tidx, RECORD.size * 4097)

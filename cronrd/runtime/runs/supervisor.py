@@ -279,6 +279,7 @@ class _Output:
         self.tidx: int | None = None
         self.ring_tried = False
         self.slots = O.tail_slots(self.tail)
+        self.head_records = O.head_records(self.head)
         self.seq = 0
         self.last: dict[str, list] = {}  # "head"/"tail": [file off, pos, length, stream, time, at]
 
@@ -296,9 +297,12 @@ class _Output:
     def _index(self, which: str, fd: int | None, off: int, pos: int, n: int, stream: int,
                now: float) -> None:
         last = self.last.get(which)
-        if (last is not None and last[3] == stream and last[1] + last[2] == pos
-                and now - last[4] < O.MERGE_WINDOW and last[2] + n <= O.MAX_STRETCH):
+        full = which == "head" and self.idx_len >= O.RECORD.size * self.head_records
+        if (last is not None and last[1] + last[2] == pos and last[2] + n <= O.MAX_STRETCH
+                and (full or (last[3] == stream and now - last[4] < O.MERGE_WINDOW))):
             last[2] += n
+            if last[3] != stream:
+                last[3] = O.ALL  # past head_records: the streams are no longer told apart
         else:
             if which == "head":
                 at, self.idx_len = self.idx_len, self.idx_len + O.RECORD.size

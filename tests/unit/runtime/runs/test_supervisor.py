@@ -191,6 +191,26 @@ def test_lines_within_the_merge_window_share_one_record(sup):
     assert [p.stream for p in _parts(log_path)] == [O.STDOUT]
 
 
+def test_the_heads_index_is_bounded_when_streams_alternate(sup):
+    """100 alternations, each read on its own: 200 records unbounded; the
+    head of a 1 KiB cap holds 64 + 512 // 256 = 66, the last one growing
+    over both streams (ALL)."""
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("for i in $(seq 100); do echo o; echo e >&2; sleep 0.01; done",
+                                  cap=1024)
+        await sup.wait_for(lambda: _closed(sup, key), timeout=20)
+        sup.spawner.close()
+        return log_path
+    log_path = run(main())
+    assert open(log_path, "rb").read() == b"o\ne\n" * 100
+    assert os.path.getsize(log_path + ".idx") == 66 * O.RECORD.size
+    parts = _parts(log_path)
+    assert b"".join(p.data for p in parts) == b"o\ne\n" * 100
+    assert parts[-1].stream == O.ALL and parts[0].stream == O.STDOUT
+    assert [p.data for p in parts[:4]] == [b"o\n", b"e\n", b"o\n", b"e\n"]
+
+
 LINES = 'i=0; while [ $i -lt 300 ]; do echo "line $i"; i=$((i+1)); done'
 LINES_OUT = b"".join(b"line %d\n" % i for i in range(300))
 
