@@ -355,10 +355,11 @@ class Handlers:
         raise RequestError(f"job {job!r} has no run that started yet; `cronrd run-now {job}` "
                            "starts one")
 
-    def _started_runs(self, job: str, after_id: int, since: float | None) -> list[Run]:
+    def _started_runs(self, job: str, after_id: int, since: float | None,
+                      newest: int = 1000) -> list[Run]:
         """The job's runs after run ``after_id`` that started (at or after
-        ``since``), oldest first."""
-        runs = [r for r in Q.list_runs(self.conn, job, None, 1000)
+        ``since``), oldest first, among its ``newest`` runs."""
+        runs = [r for r in Q.list_runs(self.conn, job, None, newest)
                 if r.run_id > after_id and (r.started_at is not None or r.log_path)
                 and (since is None or (r.started_at or 0) >= since)]
         return sorted(runs, key=lambda r: r.run_id)
@@ -401,7 +402,7 @@ class Handlers:
                 yield {"result": last.view() if last else None}
                 return
             await asyncio.sleep(FOLLOW_INTERVAL)
-            queue = self._started_runs(job, last.run_id if last else 0, since)
+            queue = self._started_runs(job, last.run_id if last else 0, since, newest=100)
 
     def read_log_chunk(self, run_id: int, offset: int) -> dict:
         return read_log_chunk(self.config, self.conn, run_id, offset)
