@@ -371,14 +371,20 @@ class Handlers:
         lines = arg(args, "lines", int)
         if lines is not None and lines < 0:
             raise RequestError(f"lines {lines} must be >= 0")
+        follow = bool(arg(args, "follow", bool, False))
         if since is None:
-            first = [self._find_log_run(job, run_id)]
+            try:
+                first = [self._find_log_run(job, run_id)]
+            except RequestError:
+                if not follow or run_id is not None:
+                    raise
+                self._job_or_error(job)  # an unknown job stays an error
+                first = []  # -f: wait for the job's first run
         else:
             self._job_or_error(job)
             first = self._started_runs(job, 0, since)
         # Reading a run's output is for root, the daemon's uid and the job's user.
         await self._authorize_job(caller, "logs", job, job, change=False)
-        follow = bool(arg(args, "follow", bool, False))
         # --follow follows --run ID to its end; otherwise the job's next
         # runs too, until the caller goes away.
         return Stream(self._stream_logs(job, first, follow, follow and run_id is None, since,

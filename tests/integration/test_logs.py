@@ -125,6 +125,28 @@ class Lines:
         return line.decode()
 
 
+def follower(node, *args):
+    return subprocess.Popen(
+        [sys.executable, "-m", "cronrd", "--config", str(node.config_path), "logs", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_follow_of_a_job_without_runs_waits_for_its_first(node):
+    node.write_job("fresh", {"schedule": "@yearly", "command": "echo hello"})
+    node.start()
+    proc = follower(node, "fresh", "-f")
+    try:
+        out = Lines(proc)
+        run_id = node.call("run_now", {"job": "fresh"})["run_id"]
+        assert out.next().startswith(f"-- run {run_id} (attempt 1), started ")
+        assert out.next() == "hello"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    nosuch = node.cli("logs", "nosuch", "-f")
+    assert nosuch.returncode == 1 and "nosuch" in nosuch.stderr
+
+
 def test_follow_goes_on_into_the_jobs_next_runs(node):
     node.write_job("again", {"schedule": "@yearly",
                              "command": "echo start-$CRONRD_RUN_ID; echo oops >&2"})

@@ -55,9 +55,10 @@ SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
 # the shell it starts, which already runs as the job's user: it enters the
 # working directory, reads the job's environment (``export`` lines the daemon
 # wrote into a memfd given as its stdout), points stdout at the run's stdout
-# pipe (given as descriptor 3) and execs the gate shell. So LD_PRELOAD & co. are never seen by a root process,
-# and a directory the user may not enter fails the run instead of hosting it.
-# Done, it writes one READY byte (not logged) to the output pipe; a gate opens
+# pipe (given as descriptor 3) and execs the gate shell. So LD_PRELOAD & co.
+# are never seen by a root process, and a directory the user may not enter
+# fails the run instead of hosting it.
+# Done, it writes one READY byte (not logged) to the stdout pipe; a gate opens
 # only once each such run said ready or exited (its reason is what it wrote),
 # so a run that could not be prepared is never counted as started.
 CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
