@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .client import Client
 
 # The CLI is interactive: modules a command does not need are imported lazily
-# (`cronrd --version` must not load YAML, SQLite or croniter).
+# (`cronrd --version` must not load YAML or SQLite).
 DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"  # = config.DEFAULT_CONFIG_PATH
 
 DEFAULT_SOCKET = "/run/cronrd/cronrd.sock"
@@ -47,9 +47,30 @@ class Ctx:
         cfg = self.try_config()
         return cfg.socket if cfg is not None else DEFAULT_SOCKET
 
-    def client(self, timeout: float | None = 30.0) -> "Client":
+    def client(self, timeout: float | None = 30.0, quiet: bool = False) -> "Client":
+        """The daemon's control socket; with the daemon down, its read
+        commands are answered from the state database (offline.py), which
+        is said on stderr unless ``quiet``."""
         from .client import Client
-        return Client(self.socket(), timeout=timeout)
+        from .offline import ReadClient
+        return ReadClient(Client(self.socket(), timeout=timeout), self.try_config,
+                          (lambda text: None) if quiet else
+                          (lambda text: click.echo(f"cronrd: {text}", err=True)))
+
+
+def complete_jobs(ctx, param, incomplete: str):
+    """Job names for shell completion, from the daemon (or, with the daemon
+    down, its state database); nothing when neither answers quickly."""
+    from click.shell_completion import CompletionItem
+    root = ctx.find_root()
+    obj = Ctx(root.params.get("config"), root.params.get("socket"))
+    pattern = "".join(f"[{c}]" if c in "*?[]" else c for c in incomplete) + "*"
+    try:
+        page = obj.client(timeout=2.0, quiet=True).call(
+            "jobs", {"limit": 200, "match": pattern})
+    except Exception:  # noqa: BLE001 - completion must never print a traceback
+        return []
+    return [CompletionItem(j["name"]) for j in page.get("jobs", [])]
 
 
 def emit_json(value: Any) -> None:
@@ -70,7 +91,58 @@ def table(rows: list[list[Any]], headers: list[str], widths: list[int] | None = 
     return widths
 
 
+# Options of the whole CLI that an operator may also type after the
+# subcommand (`cronrd status --config FILE`), as most tools accept them.
+GLOBAL_VALUE_OPTIONS = ("--config", "-c", "--socket")
+
+
+def hoist_global_options(args: list[str], subcommands) -> list[str]:
+    """``args`` with --config/--socket moved in front of the subcommand and a
+    --json typed before it moved behind it: `cronrd status --config F`,
+    `cronrd --config F status` and `cronrd --json status` all mean the same.
+    Nothing after a ``--`` moves."""
+    front: list[str] = []
+    rest: list[str] = []
+    json_first = False
+    seen_command = False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest.extend(args[i:])
+            break
+        name = a.split("=", 1)[0]
+        if name in GLOBAL_VALUE_OPTIONS:
+            if "=" in a or i + 1 >= len(args):
+                front.append(a)
+                i += 1
+            else:
+                front.extend(args[i:i + 2])
+                i += 2
+            continue
+        if a == "--json" and not seen_command:
+            json_first = True
+            i += 1
+            continue
+        if not seen_command and a in subcommands:
+            seen_command = True
+        rest.append(a)
+        i += 1
+    if json_first:
+        try:
+            end = rest.index("--")
+        except ValueError:
+            end = len(rest)
+        rest.insert(end, "--json")
+    return front + rest
+
+
 class Group(click.Group):
+    def parse_args(self, ctx, args):
+        if ctx.parent is None:
+            args = hoist_global_options(list(args), self.commands)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -156,13 +228,17 @@ def status(obj: Ctx, consistent, as_json):
         return
     starting = "" if st.get("ready", True) else " (starting up)"
     click.echo(f"node      {st.get('node_id', '?')}{starting}")
+    if st.get("offline"):
+        click.echo(f"daemon    NOT RUNNING: the state below is this node's copy as of "
+                   f"{st.get('state_as_of')}; start it with `systemctl start cronrd`")
     role = st.get("role") or "unknown"
     term = st.get("term")
     leader = st.get("leader")
     click.echo(f"role      {role}" + (f", term {term}" if term is not None else ""))
-    click.echo(f"leader    {leader}" if leader else
-               "leader    none known (an election is running, or no majority of the "
-               "members can reach each other)")
+    if not st.get("offline"):
+        click.echo(f"leader    {leader}" if leader else
+                   "leader    none known (an election is running, or no majority of the "
+                   "members can reach each other)")
     cert = st.get("certificate")
     if isinstance(cert, dict):
         click.echo(f"cert      serial {cert.get('serial')}, valid until {cert.get('not_after')}"
@@ -183,6 +259,14 @@ def status(obj: Ctx, consistent, as_json):
         up = st.get("uptime_s")
         click.echo(f"version   {st['version']}, pid {st.get('pid', '?')}"
                    + (f", up {up:.0f}s" if isinstance(up, (int, float)) else ""))
+    m = st.get("maintenance")
+    if m:
+        click.echo(f"PAUSED    every job is paused for maintenance{_pause_text(m)}; fire "
+                   "times are recorded as skipped until `cronrd resume --all`")
+    for d in st.get("down") or []:
+        click.echo(f"DOWN      member {d['id']}: " + (
+            "never reached from this node" if d.get("last_contact_s") is None else
+            f"last heard from {_ago(d['last_contact_s'])}"))
     if "jobs" in st:
         click.echo(f"jobs      {st['jobs']} ({st.get('paused', 0)} paused), "
                    f"{st.get('running', 0)} running, {st.get('assigned', 0)} about to start")
@@ -254,10 +338,14 @@ def jobs(obj: Ctx, pattern, consistent, as_json):
     headers = ["job", "schedule", "state", "next fire", "last run"]
     widths: list[int] | None = None
     conflicts: list[str] = []
+    last_good: list[str] = []
     for page in pages:
         out = []
         for j in page:
             state = "paused" if j["paused"] else ("disabled" if not j["enabled"] else "active")
+            if j.get("file_problem"):
+                state += " (last good)"
+                last_good.append(f"{j['name']}: {j['file_problem']}")
             if j.get("conflict") is not None:
                 state += " CONFLICT"
                 text = _conflict_text(j["conflict"])
@@ -273,33 +361,201 @@ def jobs(obj: Ctx, pattern, consistent, as_json):
                    "last agreed version until the job files agree:")
         for c in conflicts:
             click.echo(f"  {c}")
+    if last_good:
+        click.echo("\nLAST GOOD: these jobs keep running their last good version because "
+                   "their file has a problem (`cronrd validate`):")
+        for c in last_good:
+            click.echo(f"  {c}")
+
+
+def _when(text: str | None, now: float, what: str) -> float | None:
+    """--since/--until: ISO 8601 (UTC unless it says otherwise) or a
+    duration back from now (90m, 2h, 1d)."""
+    if text is None:
+        return None
+    from .schedule import parse_duration, parse_iso
+    try:
+        return now - parse_duration(text)
+    except CronrdError:
+        pass
+    try:
+        return float(parse_iso(text))
+    except CronrdError:
+        raise UsageError(f"{what} {text!r}: give an ISO time (2026-12-01T06:00:00Z) or a "
+                         "duration back from now (90m, 2h, 1d)") from None
+
+
+def _time_text(iso: str | None, tz: str | None, local: bool) -> str | None:
+    """A time as listings show it: ISO UTC, or with --local in the job's zone."""
+    if iso is None or not local or not tz:
+        return iso
+    import datetime as dt
+    from .schedule import resolve_timezone
+    t = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return t.astimezone(resolve_timezone(tz)).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _seconds(iso: str | None) -> float | None:
+    if iso is None:
+        return None
+    import datetime as dt
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _short_duration(seconds: float) -> str:
+    from .schedule import human_duration
+    return human_duration(round(seconds) if seconds >= 10 else round(seconds, 1))
+
+
+def run_row(r: dict, now: float, local: bool) -> list:
+    """One line of `cronrd runs`."""
+    tz = r.get("timezone")
+    started, finished = _seconds(r.get("started_at")), _seconds(r.get("finished_at"))
+    duration = None
+    if started is not None:
+        duration = _short_duration((finished if finished is not None else now) - started)
+        if finished is None:
+            duration += "+"   # still running
+    exit_text = f"sig {r['signal']}" if r.get("signal") else r.get("exit_code")
+    reason = r.get("reason")
+    due = _seconds(r.get("due_at"))
+    if r["state"] in ("pending", "assigned") and due is not None and started is None:
+        when = _time_text(r["due_at"], tz, local)
+        due_text = f"due {when}" + (f" (in {_short_duration(due - now)})" if due > now else "")
+        reason = f"{due_text}; {reason}" if reason else due_text
+    return [r["run_id"], r["job"], _time_text(r["fire_time"], tz, local), r["kind"],
+            r["attempt"], r.get("node"), r["state"], _time_text(r.get("started_at"), tz, local),
+            duration, exit_text, reason]
+
+
+RUN_HEADERS = ["run", "job", "fire time", "kind", "attempt", "node", "state", "started",
+               "duration", "exit", "reason"]
 
 
 @main.command()
-@click.argument("job", required=False)
-@click.option("--state", "state", metavar="STATE", help="Only runs in this state.")
+@click.argument("job", required=False, shell_complete=complete_jobs)
+@click.option("--state", "states", metavar="STATE", multiple=True,
+              help="Only runs in this state (repeat, or a comma list: failed,lost).")
+@click.option("--kind", "kinds", metavar="KIND", multiple=True,
+              help="Only scheduled, catchup, manual or retry runs (repeatable).")
+@click.option("--node", metavar="NODE", help="Only runs placed on this node.")
+@click.option("--since", metavar="TIME", help="Fire times from TIME on (ISO 8601, or back "
+              "from now: 90m, 2h, 1d).")
+@click.option("--until", metavar="TIME", help="Fire times before TIME.")
+@click.option("--before", type=int, metavar="RUN", help="Only runs older than run id RUN "
+              "(page back from the last id shown).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--local", is_flag=True, help="Times in each job's time zone, not UTC.")
 @consistent_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def runs(obj: Ctx, job, state, limit, consistent, as_json):
-    """List recent runs (newest first), with skip and failure reasons."""
-    res = obj.client().call("runs", read_args(consistent,
-                                              {"job": job, "state": state, "limit": limit}))
+def runs(obj: Ctx, job, states, kinds, node, since, until, before, limit, local, consistent,
+         as_json):
+    """List runs, newest first: where and when each ran, how long, how it
+    ended and why (a waiting retry shows when it is due)."""
+    now = Clock().now()
+    args = {"job": job, "limit": limit, "node": node, "before": before,
+            "since": _when(since, now, "--since"), "until": _when(until, now, "--until")}
+    for name, values in (("state", states), ("kind", kinds)):
+        flat = [v.strip() for value in values for v in value.split(",") if v.strip()]
+        if flat:
+            args[name] = flat
+    args = {k: v for k, v in args.items() if v is not None}
+    res = obj.client().call("runs", read_args(consistent, args))
     if as_json:
         emit_json(res["runs"])
         return
-    table([[r["run_id"], r["job"], r["kind"], r["fire_time"], r["attempt"], r["state"],
-            r["exit_code"] if r["signal"] is None else f"sig {r['signal']}", r["reason"]]
-           for r in res["runs"]],
-          ["id", "job", "kind", "fire time", "try", "state", "exit", "reason"])
+    table([run_row(r, now, local) for r in res["runs"]], RUN_HEADERS)
     for g in res["gaps"]:
         click.echo(f"gap: {g['job']} skipped {g['count']} fire times from {g['first']} to "
                    f"{g['last']}: {g['reason']}")
+    if len(res["runs"]) == limit:
+        click.echo(f"(the newest {limit}; `--before {res['runs'][-1]['run_id']}` shows older "
+                   "ones, --limit more at once)", err=True)
 
 
 @main.command()
-@click.argument("job")
+@click.argument("job", shell_complete=complete_jobs)
+@click.option("--next", "count", default=5, show_default=True, type=click.IntRange(0, 100),
+              help="How many next fire times to show.")
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def show(obj: Ctx, job, count, consistent, as_json):
+    """Everything about one job: state, definition, source file(s), next
+    fire times, running runs and the last runs."""
+    j = obj.client().call("job", read_args(consistent, {"name": job, "next": count}))
+    if as_json:
+        emit_json(j)
+        return
+    print_job(j, Clock().now())
+
+
+def _pause_text(p: dict | None) -> str:
+    if not p:
+        return ""
+    by = f" by {p['by']}" if p.get("by") else ""
+    note = f": {p['note']}" if p.get("note") else ""
+    return f"{by} at {p.get('at')}{note}"
+
+
+def print_job(j: dict, now: float) -> None:
+    import yaml
+    state = j.get("state") or ("paused" if j["paused"] else "active")
+    if state == "paused":
+        state += _pause_text(j.get("pause")) + "; `cronrd resume " + j["name"] + "` ends it"
+    elif state == "disabled":
+        state += " (enabled: false in its job file)"
+    elif state.startswith("paused (maintenance)"):
+        state = "paused for maintenance" + _pause_text(j.get("maintenance")) + \
+            "; `cronrd resume --all` ends it"
+    if j.get("file_problems"):
+        state += ", running its last good version because its file has problems:"
+    click.echo(f"job        {j['name']}")
+    click.echo(f"state      {state}")
+    for p in j.get("file_problems") or []:
+        click.echo(f"             {p}")
+    if j.get("conflict") is not None:
+        click.echo(f"CONFLICT   {_conflict_text(j['conflict'])}")
+    if j.get("description"):
+        click.echo(f"about      {j['description']}")
+    click.echo(f"schedule   {j['schedule']}  ({j['timezone']})")
+    cmd = j["command"]
+    text = cmd.rstrip("\n") if isinstance(cmd, str) else json.dumps(cmd)
+    click.echo("command    " + text.replace("\n", "\n           "))
+    sources = j.get("sources") or []
+    if sources:
+        click.echo("source     " + "\n           ".join(
+            f"{s.get('node')}: {s.get('source')}" + ("" if s.get("digest") == j.get("digest")
+                                                     else " (a different definition)")
+            for s in sources))
+    elif j.get("source"):
+        click.echo(f"source     {j['source']}")
+    nxt = j.get("next_fires") or []
+    if nxt:
+        from .schedule import format_fire, parse_iso
+        click.echo("next       " + "\n           ".join(
+            format_fire(parse_iso(t), j["timezone"]) for t in nxt))
+    else:
+        click.echo("next       none (" + ("not scheduled while " + state.split(" ")[0]
+                                          if not state.startswith("active") else
+                                          "the schedule fires no more, or only at boot")
+                   + ")")
+    active = j.get("active_runs") or []
+    if active:
+        click.echo(f"active     {len(active)} run(s):")
+        table([run_row(r, now, False) for r in active], RUN_HEADERS)
+    recent = j.get("recent_runs") or []
+    click.echo(f"\nlast {len(recent)} run(s):" if recent else "\nno runs yet")
+    if recent:
+        table([run_row(r, now, False) for r in recent], RUN_HEADERS)
+    click.echo("\ndefinition:")
+    text = yaml.safe_dump(j.get("spec") or {}, sort_keys=False, default_flow_style=False)
+    click.echo("  " + text.rstrip("\n").replace("\n", "\n  "))
+
+
+@main.command()
+@click.argument("job", shell_complete=complete_jobs)
 @click.option("--run", "run_id", type=int, metavar="ID",
               help="This run (default: the latest that started).")
 @click.option("--follow", "-f", is_flag=True,
@@ -322,7 +578,7 @@ def logs(obj: Ctx, job, run_id, follow, since, lines, timestamps, only):
     import time
     if run_id is not None and since is not None:
         raise UsageError("--run and --since choose runs two ways: give one of them")
-    args = {"job": job, "run_id": run_id, "follow": follow, "since": _since(since),
+    args = {"job": job, "run_id": run_id, "follow": follow, "since": _when(since, Clock().now(), "--since"),
             "lines": lines}
     state = {"many": (follow and run_id is None) or since is not None, "output": False,
              "bol": True}
@@ -385,25 +641,8 @@ def _end_line(state: dict) -> None:
         state["bol"] = True
 
 
-def _since(text: str | None) -> float | None:
-    """--since: ISO 8601, or a duration ago (30m, 1h)."""
-    if text is None:
-        return None
-    from .errors import ScheduleError
-    from .schedule import parse_duration, parse_iso
-    try:
-        return Clock().now() - parse_duration(text)
-    except ScheduleError:
-        pass
-    try:
-        return float(parse_iso(text))
-    except ScheduleError:
-        raise UsageError(f"--since {text}: use an ISO 8601 time such as 2026-12-01T10:00:00Z "
-                         "or a duration ago such as 30m or 1h") from None
-
-
 @main.command("run-now")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_jobs)
 @click.option("--wait", is_flag=True, help="Wait for the run (and its retries); exit with "
               "its exit code.")
 @click.pass_obj
@@ -434,29 +673,65 @@ def wait_exit_code(run: dict) -> int:
     return run["exit_code"] or 1
 
 
+def _job_or_all(job: str | None, all_jobs: bool, command: str) -> None:
+    if all_jobs and job:
+        raise UsageError(f"give a JOB or --all, not both (`cronrd {command} --all`)")
+    if not all_jobs and not job:
+        raise UsageError(f"name the job to {command} (`cronrd jobs` lists them), or pass "
+                         f"--all for every job")
+
+
 @main.command()
-@click.argument("job")
+@click.argument("job", required=False, shell_complete=complete_jobs)
+@click.option("--all", "all_jobs", is_flag=True, help="Every job, for maintenance (root): "
+              "`cronrd resume --all` ends it; jobs paused on their own stay paused.")
+@click.option("--note", default="", metavar="TEXT", help="Why (shown by show and status).")
 @click.pass_obj
-def pause(obj: Ctx, job):
-    """Stop scheduling a job; its fire times are recorded as skipped."""
-    res = obj.client().call("pause", {"job": job})
+def pause(obj: Ctx, job, all_jobs, note):
+    """Stop scheduling a job (or --all); its fire times are recorded as skipped."""
+    _job_or_all(job, all_jobs, "pause")
+    res = obj.client().call("pause", {"job": job, "all": all_jobs, "note": note})
+    if all_jobs:
+        click.echo("every job paused for maintenance; `cronrd resume --all` ends it"
+                   if res["changed"] else "already paused for maintenance (note updated)")
+        return
     click.echo(f"{job} paused" if res["changed"] else f"{job} was already paused")
 
 
 @main.command()
-@click.argument("job")
+@click.argument("job", required=False, shell_complete=complete_jobs)
+@click.option("--all", "all_jobs", is_flag=True, help="End the maintenance pause of every job.")
 @click.pass_obj
-def resume(obj: Ctx, job):
-    """Schedule a paused job again (missed fires stay skipped)."""
-    res = obj.client().call("resume", {"job": job})
+def resume(obj: Ctx, job, all_jobs):
+    """Schedule a paused job again, or end `pause --all` (missed fires stay skipped)."""
+    _job_or_all(job, all_jobs, "resume")
+    res = obj.client().call("resume", {"job": job, "all": all_jobs})
+    if all_jobs:
+        click.echo("maintenance pause ended; jobs are scheduled again" if res["changed"]
+                   else "there was no maintenance pause")
+        return
     click.echo(f"{job} resumed" if res["changed"] else f"{job} was not paused")
 
 
 @main.command()
-@click.argument("run_id", metavar="RUN_ID", type=int)
+@click.argument("run_id", metavar="[RUN_ID]", type=int, required=False)
+@click.option("--job", metavar="JOB", shell_complete=complete_jobs,
+              help="Cancel every run of JOB that has not ended.")
 @click.pass_obj
-def cancel(obj: Ctx, run_id):
-    """Cancel a run that has not finished (its process is stopped)."""
+def cancel(obj: Ctx, run_id, job):
+    """Cancel a run that has not ended: its processes get SIGTERM, then
+    SIGKILL after the job's kill_grace; it ends `cancelled` and is not retried."""
+    if (run_id is None) == (job is None):
+        raise UsageError("give a RUN_ID (`cronrd runs` lists them) or --job JOB")
+    if job is not None:
+        res = obj.client().call("cancel", {"job": job})
+        if not res["runs"]:
+            click.echo(f"{job} has no run in progress; nothing to cancel")
+            return
+        for r in res["runs"]:
+            click.echo(f"run {r['run_id']} of {job}: " + (
+                "cancelled" if r["state"] == "cancelled" else f"{r['state']}, asked to stop"))
+        return
     res = obj.client().call("cancel", {"run_id": run_id})
     click.echo(f"run {run_id} of {res['job']}: "
                + ("cancelled" if res["state"] == "cancelled" else
@@ -840,34 +1115,62 @@ def _load_dir_unchecked(path):
 
 
 @main.command("import-crontab")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--system/--user", "system", default=None,
               help="Whether FILE has a user column (/etc/crontab, /etc/cron.d). Default: "
-                   "system for /etc/crontab and /etc/cron.d/*, user otherwise.")
+                   "system for /etc/crontab and /etc/cron.d/*, user for cron's spool files, "
+                   "otherwise decided from the lines (stderr says which and why).")
 @click.option("--owner", metavar="USER", help="For a user crontab: the user its jobs run "
               "as (default: from the spool path, e.g. /var/spool/cron/crontabs/USER).")
+@click.option("--include-commented", is_flag=True, help="Convert commented-out job lines "
+              "too, as jobs with enabled: false.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the YAML here.")
-def import_crontab(file, system, owner, output):
-    """Convert a crontab into cronrd job YAML; name what cannot be converted."""
+def import_crontab(file, system, owner, include_commented, output):
+    """Convert a crontab (FILE, or - for stdin) into cronrd job YAML.
+
+    Exit 0 when every line was converted (warnings allowed), 1 when a line
+    could not be (each is named), 2 for usage errors."""
     from .crontab_import import convert_crontab
-    with open(file, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    res = convert_crontab(text, path=file, system=system, user=owner)
+    if system and owner:
+        raise UsageError("--owner is for a user crontab; a system crontab (--system) names "
+                         "the user on each line: drop --owner or --system")
+    if file == "-":
+        path, text = "<stdin>", sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    else:
+        path = file
+        with open(file, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    res = convert_crontab(text, path=path, system=system, user=owner,
+                          include_commented=include_commented)
+    if res.system and owner:
+        raise UsageError(f"{path} is read as a system crontab ({res.format_why}), which names "
+                         f"the user on each line, so --owner does not apply: drop --owner, or "
+                         f"pass --user to read it as {owner}'s crontab")
+    if res.format_note:
+        click.echo(res.format_note, err=True)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(res.yaml_text)
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(res.yaml_text)
+        except OSError as e:
+            raise CronrdError(f"{output}: cannot write the job file ({e.strerror}); check that "
+                              "its directory exists and is writable, or leave out -o to print "
+                              "it") from None
     else:
         click.echo(res.yaml_text, nl=False)
+    for p in res.warnings:
+        where = f"{p.path}:{p.line}:{p.col}" if p.line else p.path
+        click.echo(f"{where}: warning: {p.message}", err=True)
     for p in res.problems:
         click.echo(str(p), err=True)
-    click.echo(f"{len(res.jobs)} job(s) converted, {len(res.problems)} line(s) need "
-               "attention", err=True)
+    click.echo(f"{len(res.jobs)} job(s) converted, {len(res.problems)} line(s) not converted, "
+               f"{len(res.warnings)} warning(s)", err=True)
     if res.problems:
         sys.exit(1)
 
 
 @main.command("next")
-@click.argument("what")
+@click.argument("what", shell_complete=complete_jobs)
 @click.option("--count", "-n", default=5, show_default=True, type=click.IntRange(1, 10000))
 @click.option("--timezone", "tz", metavar="TZ", help="IANA zone (default: the job's, else "
               "the daemon's).")
@@ -911,6 +1214,20 @@ def _schedule_of(obj: Ctx, what: str) -> tuple[str, str | None]:
         return spec.schedule, spec.timezone
     raise UsageError(f"{what!r} is neither a schedule expression nor a known job; quote "
                      "an expression, e.g. cronrd next '*/5 * * * *'")
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell):
+    """Print the completion script for SHELL (commands, options, job names).
+
+    bash: eval "$(cronrd completion bash)" in ~/.bashrc; zsh: eval "$(cronrd
+    completion zsh)" in ~/.zshrc; fish: cronrd completion fish >
+    ~/.config/fish/completions/cronrd.fish. The Debian package installs all
+    three."""
+    from click.shell_completion import get_completion_class
+    cls = get_completion_class(shell)
+    click.echo(cls(main, {}, "cronrd", "_CRONRD_COMPLETE").source())
 
 
 if __name__ == "__main__":

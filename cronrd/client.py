@@ -6,7 +6,7 @@ import json
 import socket
 from typing import Any, Callable, Iterator
 
-from .errors import DaemonUnavailable, RequestError, UsageError
+from .errors import DaemonNotRunning, DaemonUnavailable, RequestError, UsageError
 
 
 class Client:
@@ -21,7 +21,7 @@ class Client:
             s.connect(self.path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             s.close()
-            raise DaemonUnavailable(
+            raise DaemonNotRunning(
                 f"no cronrd daemon is listening on {self.path} ({exc.strerror}); start it "
                 "with `systemctl start cronrd` or `cronrd daemon --config FILE`, or point "
                 "the CLI at the right config with --config / CRONRD_CONFIG") from None

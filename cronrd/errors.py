@@ -48,6 +48,10 @@ class DaemonUnavailable(CronrdError):
     """No daemon answers on the control socket."""
 
 
+class DaemonNotRunning(DaemonUnavailable):
+    """Nothing listens on the control socket (no such socket, or refused)."""
+
+
 class RequestError(CronrdError):
     """The daemon refused a control request (bad input, unknown job...)."""
 

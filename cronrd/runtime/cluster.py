@@ -301,6 +301,10 @@ class Cluster:
                 abs(offsets[node]) > self.cc.max_clock_offset
             if not healthy:
                 age = self.lease.ack_age(node)
+                if age is None:
+                    # no answer to this leader yet: it may have been heard
+                    # from under the leader before (it may have been that leader)
+                    age = self.contact_age(node)
                 why = "never reached" if age is None else f"no answer for {age:.1f}s"
             elif clock_off:
                 # It would start the run early or late by its offset (it
@@ -451,7 +455,19 @@ class Cluster:
                 "peer_transport": "insecure" if self.cc.insecure else "tls",
                 "insecure_network": self.cc.insecure_network,
                 "certificate": cert_status(self._cert, self.clock.now(), self.node_id),
+                "down": self._down_members(),
                 **self._clock_status()}
+
+    def _down_members(self) -> list[dict]:
+        """The members this node cannot reach now, with when it last heard
+        from each (`cronrd status` names them)."""
+        out = []
+        for node in self.member_ids():
+            if node == self.node_id or self.transport.reachable(node):
+                continue
+            age = self.contact_age(node)
+            out.append({"id": node, "last_contact_s": None if age is None else round(age, 3)})
+        return out
 
     def _clock_status(self) -> dict:
         own = self.clocks.own()

@@ -23,7 +23,7 @@ from .. import __version__
 from ..config import Config
 from ..errors import CronrdError, RequestError, UsageError
 from ..jobspec import JobSpec
-from ..schedule import iso_utc, make_trigger, parse_schedule
+from ..schedule import iso_utc
 from ..state import commands as C
 from ..state import run_states
 from ..state import queries as Q
@@ -33,6 +33,7 @@ from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .clock import Clock
 from .control import Handler, Stream, arg
 from .leadership import Leadership
+from .reads import job_details, job_view, runs_listing
 from .log import Log
 from .members import Members
 from .runs.executor import Executor
@@ -222,6 +223,7 @@ class Handlers:
             "assigned": active.get("assigned", 0), "pending": active.get("pending", 0),
             "running_here": self.executor.running_here(),
             "conflicts": Q.conflicts(self.conn),
+            "maintenance": Q.pause_note(self.conn, ""),
             "applied_index": self.machine.applied_index,
             "state_digest": self.machine.state_digest,
             "problems": [str(p) for p in self.watcher.problems],
@@ -231,24 +233,20 @@ class Handlers:
         }
 
     def _job_view(self, job: dict, last: Run | None) -> dict:
-        spec = job["spec"]
-        d = spec if isinstance(spec, dict) else spec.to_dict()
-        return {
-            "name": job["name"], "schedule": d["schedule"],
-            "timezone": d["timezone"] or self.config.timezone,
-            "command": d["command"], "enabled": d["enabled"],
-            "paused": job["paused"], "description": d["description"],
-            "source": job["source"], "next_fire": iso_utc(self._next_fire(job, d)),
-            "conflict": job.get("conflict"), "sources": job.get("sources", []),
-            "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
-            "last_run": last.view() if last else None,
-            "concurrency": d["concurrency"], "catchup": d["catchup"],
-            "run_on": d["run_on"], "digest": job["digest"],
-        }
+        return job_view(job, last, self.config.timezone, self._next_fire)
 
     def _page_views(self, rows: list[dict]) -> list[dict]:
         last = Q.last_runs(self.conn, [j["name"] for j in rows])
-        return [self._job_view(j, last.get(j["name"])) for j in rows]
+        broken: dict[str, str] = {}
+        for p in self.watcher.problems:
+            broken.setdefault(p.path, str(p))
+        views = []
+        for j in rows:
+            view = self._job_view(j, last.get(j["name"]))
+            # its file here is broken: it keeps running its last good version
+            view["file_problem"] = broken.get(j["source"])
+            views.append(view)
+        return views
 
     async def _stream_jobs(self, match: str | None):
         """`jobs --json`: the same fields as a page's views, as JSON text that
@@ -312,24 +310,25 @@ class Handlers:
                 "next": rows[-1]["name"] if len(rows) == limit else None}
 
     async def h_job(self, args: dict) -> dict:
+        """One job as `cronrd show` prints it: the listing's fields, the
+        definition, why it is paused, the problems of its file here (it runs
+        its last good version), its next fire times, last and active runs."""
         await self._consistent(args)
         job = self._job_or_error(arg(args, "name", str, required=True))
         view = self._job_view(job, Q.last_run(self.conn, job["name"]))
         view["spec"] = job["spec"].to_dict()
+        count = arg(args, "next", int, 5)
+        if not 0 <= count <= 100:
+            raise UsageError("next must be 0 to 100")
+        view.update(job_details(self.conn, job, view, self.clock.now(), count,
+                                [str(p) for p in self.watcher.problems
+                                 if p.path == job["source"]]))
         return view
 
     async def h_runs(self, args: dict) -> dict:
         await self._consistent(args)
-        job = arg(args, "job", str)
-        state = arg(args, "state", str)
-        limit = arg(args, "limit", int, 50)
-        if state is not None and state not in RUN_STATES:
-            raise UsageError(f"unknown state {state!r}; use one of {', '.join(RUN_STATES)}")
-        if not 1 <= limit <= 100000:
-            raise UsageError("limit must be between 1 and 100000")
-        runs = [r.view() for r in Q.list_runs(self.conn, job, state, limit)]
-        gaps = Q.list_gaps(self.conn, job, limit) if state in (None, "skipped") else []
-        return {"runs": runs, "gaps": gaps, "applied_index": self.machine.applied_index}
+        return runs_listing(self.conn, args, self.config.timezone,
+                            self.machine.applied_index)
 
     async def h_run(self, args: dict) -> dict:
         await self._consistent(args)
@@ -436,34 +435,22 @@ class Handlers:
                             f"run {run_id} ran on node {node}, whose log could not be read: "
                             f"{exc}; the file is {run.log_path or 'in its log_dir'} on "
                             f"that host") from None
-                data = base64.b64decode(chunk["data"])
                 offset = chunk["offset"]
-                # A node without an index (an older one) sends the bytes alone.
-                parts = chunk.get("parts") or ([[O.ALL, None, len(data)]] if data else [])
-                at = 0
-                for stream, when, length in parts:
-                    name = O.STREAM_NAMES.get(stream, "output")
-                    dec = decoders.setdefault(
-                        name, codecs.getincrementaldecoder("utf-8")("replace"))
-                    text = dec.decode(data[at:at + length])
-                    at += length
-                    if text:
-                        msg = {"data": text, "stream": name, "time": when}
-                        if held is not None:
-                            held.append(msg)
-                        else:
-                            yield msg
+                for msg in chunk_messages(chunk, decoders):
+                    if held is not None:
+                        held.append(msg)
+                    else:
+                        yield msg
                 if not chunk["more"]:
                     break
             if held is not None:
-                for msg in _last_lines(held, lines):
+                for msg in last_lines(held + (flush_messages(decoders)
+                                              if not (follow and active) else []), lines):
                     yield msg
                 held = None
             if not follow or not active:
-                for name, dec in decoders.items():
-                    tail = dec.decode(b"", final=True)
-                    if tail:
-                        yield {"data": tail, "stream": name, "time": None}
+                for msg in flush_messages(decoders):
+                    yield msg
                 yield {"end": run.view()}
                 return
             await asyncio.sleep(FOLLOW_INTERVAL)  # a file has no "grew" event: look again
@@ -492,12 +479,24 @@ class Handlers:
             run_id = nxt
 
     async def _set_paused(self, args: dict, caller: Caller, paused: bool) -> dict:
+        command = "pause" if paused else "resume"
+        note = arg(args, "note", str, "")
+        if len(note) > 1000:
+            raise UsageError("the note is longer than 1000 characters; say it shorter")
+        if arg(args, "all", bool, False):
+            # Every job: for root and the daemon's uid.
+            what = f"cronrd {command} --all"
+            await self._authorize(caller, command, "--all", what,
+                                  lambda: check_admin(caller, what), change=True)
+            return await self.log.propose(C.SetPaused(
+                name="", paused=paused, at=self.clock.now(), note=note,
+                by=caller.describe()))
         name = arg(args, "job", str, required=True)
         self._job_or_error(name)
-        await self._authorize_job(caller, "pause" if paused else "resume", name, name,
-                                  change=True)
+        await self._authorize_job(caller, command, name, name, change=True)
         return await self.log.propose(C.SetPaused(name=name, paused=paused,
-                                                  at=self.clock.now()))
+                                                  at=self.clock.now(), note=note,
+                                                  by=caller.describe()))
 
     async def h_pause(self, args: dict, caller: Caller) -> dict:
         return await self._set_paused(args, caller, True)
@@ -506,18 +505,38 @@ class Handlers:
         return await self._set_paused(args, caller, False)
 
     async def h_cancel(self, args: dict, caller: Caller) -> dict:
-        run_id = arg(args, "run_id", int, required=True)
-        run = Q.get_run(self.conn, run_id)
-        if run is None:
-            raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
-        await self._authorize_job(caller, "cancel", str(run_id), run.job, change=True)
-        if run.state not in run_states.ACTIVE:
-            raise RequestError(f"run {run_id} of job {run.job!r} is already "
-                               f"{run.state}; there is nothing to cancel")
-        await self.log.propose(C.CancelRun(
-            run_id=run_id, reason=f"cancelled by {caller.describe()} (`cronrd cancel`)",
-            at=self.clock.now()))
-        return (Q.get_run(self.conn, run_id) or run).view()
+        """Cancel run ``run_id``, or every active run of ``job``. A run
+        stops with its job's kill_grace; a cancelled run is not retried."""
+        job = arg(args, "job", str)
+        if job is not None:
+            self._job_or_error(job)
+            await self._authorize_job(caller, "cancel", job, job, change=True)
+            runs = Q.active_runs_of(self.conn, job)
+        else:
+            run_id = arg(args, "run_id", int, required=True)
+            run = Q.get_run(self.conn, run_id)
+            if run is None:
+                raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent "
+                                   "runs")
+            await self._authorize_job(caller, "cancel", str(run_id), run.job, change=True)
+            if run.state not in run_states.ACTIVE:
+                raise RequestError(f"run {run_id} of job {run.job!r} is already "
+                                   f"{run.state}; there is nothing to cancel")
+            runs = [run]
+        reason = f"cancelled by {caller.describe()} (`cronrd cancel`)"
+        out = []
+        for run in runs:
+            try:
+                await self.log.propose(C.CancelRun(run_id=run.run_id, reason=reason,
+                                                   at=self.clock.now()))
+            except CronrdError:
+                if len(runs) == 1:
+                    raise
+                continue  # it ended meanwhile
+            out.append((Q.get_run(self.conn, run.run_id) or run).view())
+        if job is not None:
+            return {"job": job, "runs": out}
+        return out[0]
 
     async def h_audit(self, args: dict) -> dict:
         await self._consistent(args)
@@ -592,7 +611,34 @@ def read_log_chunk(config: Config, conn, run_id: int, offset: int) -> dict:
             "offset": offset, "more": more}
 
 
-def _last_lines(msgs: list[dict], n: int) -> list[dict]:
+def chunk_messages(chunk: dict, decoders: dict) -> list[dict]:
+    """A read_log chunk as `logs` messages ({"data", "stream", "time"}),
+    text decoded per stream (``decoders`` carries partial characters over)."""
+    data = base64.b64decode(chunk["data"])
+    # A node without an index (an older one) sends the bytes alone.
+    parts = chunk.get("parts") or ([[O.ALL, None, len(data)]] if data else [])
+    out, at = [], 0
+    for stream, when, length in parts:
+        name = O.STREAM_NAMES.get(stream, "output")
+        dec = decoders.setdefault(name, codecs.getincrementaldecoder("utf-8")("replace"))
+        text = dec.decode(data[at:at + length])
+        at += length
+        if text:
+            out.append({"data": text, "stream": name, "time": when})
+    return out
+
+
+def flush_messages(decoders: dict) -> list[dict]:
+    """What the decoders still hold (a run's output ended mid-character)."""
+    out = []
+    for name, dec in decoders.items():
+        tail = dec.decode(b"", final=True)
+        if tail:
+            out.append({"data": tail, "stream": name, "time": None})
+    return out
+
+
+def last_lines(msgs: list[dict], n: int) -> list[dict]:
     """The messages holding the last ``n`` lines, the first one cut at its
     line's start."""
     if n == 0:

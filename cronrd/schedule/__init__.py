@@ -7,12 +7,13 @@ Times are integer epoch seconds (UTC) throughout the public API.
 * :mod:`.durations`   -- ``parse_duration``, ``parse_size``, ``human_duration``
 * :mod:`.zones`       -- IANA names, the host's zone, a zone's offset changes
 * :mod:`.expressions` -- cron fields, @-words, ``@every``, ``@reboot`` -> ``Schedule``
+* :mod:`.matching`    -- ``CronFields``: which wall-clock days and seconds match
 * :mod:`.triggers`    -- ``Trigger``: next fire times and counts, the DST rules
 * :mod:`.catchup`     -- ``plan_catchup``: what to run and skip after downtime
 * :mod:`.delays`      -- ``jitter_for``, ``retry_delay``
 * :mod:`.timestamps`  -- ``iso_utc``, ``parse_iso``, ``format_fire``
 
-croniter is used only inside this package.
+cron fields are read by :mod:`.expressions` and matched by :mod:`.matching`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,24 @@
 """Schedule expressions: cron fields (5 or 6), @-words, ``@every D`` and ``@reboot``
 -> :class:`Schedule` (pure).
 
-croniter has the last word on cron syntax (the L, W and # forms) and is built
-here, by :func:`_croniter_for`, with the options cronrd relies on.
+Cron fields are read the way Vixie cron (Debian's cron, cronie) reads them:
+numbers, names, ranges, lists and steps, where a step may be larger than its
+range (``*/100`` in day-of-month is the 1st, ``10-20/50`` is 10).  Beside
+them the day fields take ``L``, ``LW`` and ``15W`` (day of month) and ``5L``
+and ``5#2`` (day of week).  :mod:`.matching` holds what the fields mean.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field as _field
 from functools import lru_cache
-
-from croniter import CroniterBadDateError, CroniterError, croniter
 
 from cronrd.errors import ScheduleError
 
 from .durations import parse_duration
-
-_NAIVE_EPOCH = _dt.datetime(1970, 1, 1)
+from .matching import CronFields
 
 _ALIASES = {
     "@yearly": ("0", "0", "0", "1", "1", "*"),
@@ -47,10 +46,18 @@ _FIELD_SPECS = (
         ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1)}),
     ("day-of-week", 0, 7, {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}),
 )
+_DOM, _DOW = 3, 5
 _ITEM_RE = re.compile(r"(?P<a>[0-9a-z]+)(?:-(?P<b>[0-9a-z]+))?(?:/(?P<step>[^/]*))?")
 _STAR_RE = re.compile(r"\*(?:/(?P<step>[^/]*))?")
-_SPECIAL_RE = re.compile(r"[0-9a-z]*[lw#][0-9a-z#]*")  # L, W, # forms: croniter validates
+_DIGITS = re.compile(r"[0-9]+")
 _RANDOM_RE = re.compile(r"[hr](?:$|\(|/)")
+_NEAREST_RE = re.compile(r"(?:(?P<a>[0-9]+)w|w(?P<b>[0-9]+))")  # 15W (and croniter's W15)
+_LAST_DOW_RE = re.compile(r"(?:(?P<a>[0-9]+)l|l(?P<b>[0-9]+))")  # 5L (and croniter's L5)
+_NTH_RE = re.compile(r"(?P<a>[0-9]+|[a-z]+)#(?P<n>[0-9]*)")
+_DOM_FORMS = ("the day-of-month forms are L (the last day of the month), LW (its last weekday) "
+              "and 15W (the weekday nearest the 15th), each alone between commas")
+_DOW_FORMS = ("the day-of-week forms are 5L (the last Friday of the month) and 5#2 (its second "
+              "Friday), each alone between commas")
 
 
 @dataclass(frozen=True)
@@ -58,18 +65,31 @@ class Schedule:
     """A parsed schedule.
 
     ``fields`` (cron only) are six normalised fields: second, minute, hour,
-    day-of-month, month, day-of-week.  ``interval`` (every only) is seconds.
+    day-of-month, month, day-of-week; ``cron`` is what they mean.  ``interval``
+    (every only) is seconds.
     """
 
     kind: str  # "cron" | "every" | "reboot"
     expr: str
     fields: tuple[str, ...] = ()
     interval: int = 0
+    cron: CronFields | None = _field(default=None, compare=False, repr=False)
 
     @property
     def fixed_time(self) -> bool:
         """Whether the minute and hour fields are both fixed (not starting with ``*``)."""
         return self.kind == "cron" and not self.fields[1].startswith("*") and not self.fields[2].startswith("*")
+
+
+class _Field:
+    """What the items of one field add up to."""
+
+    def __init__(self):
+        self.values: set[int] = set()
+        self.last = self.last_weekday = False
+        self.nearest: set[int] = set()
+        self.nth: set[tuple[int, int]] = set()
+        self.last_dow: set[int] = set()
 
 
 def _field_value(text: str, spec, column: int, field: str) -> int:
@@ -85,14 +105,88 @@ def _field_value(text: str, spec, column: int, field: str) -> int:
     return value
 
 
-def _check_field(index: int, field: str, column: int) -> str:
-    """Validate one field; return it normalised for croniter."""
+def _is_value(text: str | None, spec) -> bool:
+    return text is None or text.isdigit() or text in spec[3]
+
+
+def _step(step: str | None, spec, field: str, column: int) -> int:
+    if step is None:
+        return 1
+    if not _DIGITS.fullmatch(step) or int(step) < 1:  # not str.isdigit: '¹' and '٣' are digits to it
+        raise ScheduleError(
+            f"{spec[0]} field '{field}': step '{step}' must be a whole number of 1 or more", column)
+    return int(step)  # larger than the range is fine: '*/100' is the range's start, as in cron
+
+
+def _special(index: int, item: str, shown: str, field: str, column: int, out: _Field) -> bool:
+    """Read an L, W or # form of a day field into ``out``; False if ``item`` is none."""
+    name = _FIELD_SPECS[index][0]
+
+    def bad(why: str) -> ScheduleError:
+        return ScheduleError(f"{name} field '{field}' is not valid: {why}", column)
+
+    if index == _DOM:
+        if item == "l":
+            out.last = True
+            return True
+        if item == "lw":
+            out.last_weekday = True
+            return True
+        m = _NEAREST_RE.fullmatch(item)
+        if m:
+            day = int(m.group("a") or m.group("b"))
+            if not 1 <= day <= 31:
+                raise bad(f"the day in '{shown}' must be 1-31 ('15W' is the weekday nearest the 15th)")
+            out.nearest.add(day)
+            return True
+    if index == _DOW:
+        m = _LAST_DOW_RE.fullmatch(item)
+        if m:
+            out.last_dow.add(_weekday(m.group("a") or m.group("b"), shown, bad))
+            return True
+        m = _NTH_RE.fullmatch(item)
+        if m:
+            wd = _weekday(m.group("a"), shown, bad)
+            n = m.group("n")
+            if not n.isdigit() or not 1 <= int(n) <= 5:
+                raise bad(f"the n in '{shown}' is the week of the month, 1-5 ('5#2' is the second Friday)")
+            out.nth.add((wd, int(n)))
+            return True
+    return False
+
+
+def _weekday(text: str, shown: str, bad) -> int:
+    names = _FIELD_SPECS[_DOW][3]
+    if text in names:
+        return names[text]
+    if text.isdigit() and int(text) <= 7:
+        return int(text) % 7
+    raise bad(f"'{text}' in '{shown}' is not a day of the week (0-7 or sun-sat)")
+
+
+def _misplaced(index: int, shown: str, field: str, column: int) -> ScheduleError:
+    """The error for an item with L, W or # that no form of this field reads."""
+    name = _FIELD_SPECS[index][0]
+    if index == _DOM:
+        why = _DOM_FORMS + ("; 5L and 5#2 belong in the day-of-week field" if "#" in shown or
+                            re.fullmatch(r"[0-9]+[lL]", shown) else "")
+    elif index == _DOW:
+        why = _DOW_FORMS + ("; L, LW and 15W belong in the day-of-month field"
+                            if re.fullmatch(r"(?i)lw?|[0-9]*w[0-9]*", shown) else "")
+    else:
+        why = ("L, W and # are only read in the day fields: L, LW and 15W in day-of-month, "
+               "5L and 5#2 in day-of-week")
+    return ScheduleError(f"{name} field '{field}': cannot read '{shown}': {why}", column)
+
+
+def _check_field(index: int, field: str, column: int) -> tuple[str, _Field]:
+    """Validate one field; return it normalised, and what it holds."""
     spec = _FIELD_SPECS[index]
-    name = spec[0]
-    low_field = field.lower()
-    items = low_field.split(",")
-    out = []
-    for item in items:
+    name, low, high, _ = spec
+    out = _Field()
+    norm = []
+    for shown in field.split(","):
+        item = shown.lower()
         if not item:
             raise ScheduleError(f"{name} field '{field}' has an empty list item", column)
         if _RANDOM_RE.match(item):
@@ -100,71 +194,64 @@ def _check_field(index: int, field: str, column: int) -> str:
                 f"{name} field '{field}': hashed/random values (H, R) are not supported; use fixed values", column
             )
         if item == "?":
-            if index not in (3, 5):
+            if index not in (_DOM, _DOW):
                 raise ScheduleError(f"{name} field '{field}': '?' is only allowed in day-of-month and day-of-week", column)
-            out.append("*")
-            continue
+            item = "*"
         m = _STAR_RE.fullmatch(item)
         if m:
-            step = m.group("step")
-            if step is not None:
-                _check_step(step, spec, field, column)
-            out.append(item)
+            out.values.update(range(low, high + 1, _step(m.group("step"), spec, field, column)))
+            norm.append(item)
             continue
         m = _ITEM_RE.fullmatch(item)
-        if m and not (index in (3, 5) and _SPECIAL_RE.fullmatch(item) and not _is_name(item, spec)):
+        if m and _is_value(m.group("a"), spec) and _is_value(m.group("b"), spec):
             a = _field_value(m.group("a"), spec, column, field)
             b = m.group("b")
             step = m.group("step")
-            if step is not None:
-                _check_step(step, spec, field, column)
+            stride = _step(step, spec, field, column)
             if b is not None:
-                bv = _field_value(b, spec, column, field)
-                if bv < a:
+                end = _field_value(b, spec, column, field)
+                if end < a:
                     raise ScheduleError(
                         f"{name} field '{field}': range '{m.group('a')}-{b}' starts after it ends", column
                     )
-                if bv == a:  # croniter reads "5-5" as the whole cycle; we mean 5
-                    item = m.group("a")
-            out.append(item)
+                if end == a and step is None:
+                    item = m.group("a")  # '5-5' is written 5
+            else:
+                end = a if step is None else high  # '5/15' is 5, 20, 35, 50
+            out.values.update(range(a, end + 1, stride))
+            norm.append(item)
             continue
-        if index in (3, 5) and _SPECIAL_RE.fullmatch(item):
-            out.append(item)  # L / W / # forms; croniter decides below
+        if _special(index, item, shown, field, column, out):
+            norm.append(item)
             continue
-        raise ScheduleError(f"{name} field '{field}': cannot read '{item}'", column)
-    return ",".join(out)
+        if "#" in item or re.sub(r"[^a-z]", "", item) in ("l", "w", "lw"):
+            raise _misplaced(index, shown, field, column)
+        if m:
+            for text in (m.group("a"), m.group("b")):
+                if text is not None:
+                    _field_value(text, spec, column, field)
+        raise ScheduleError(f"{name} field '{field}': cannot read '{shown}'", column)
+    return ",".join(norm), out
 
 
-def _is_name(item: str, spec) -> bool:
-    return all(part in spec[3] or part.isdigit() for part in re.split(r"[-/]", item))
-
-
-def _check_step(step: str, spec, field: str, column: int) -> None:
-    name, low, high, _ = spec
-    if not step.isdigit() or int(step) < 1:
-        raise ScheduleError(f"{name} field '{field}': step '{step}' must be a whole number of 1 or more", column)
-    if int(step) > high - low + 1:
-        raise ScheduleError(f"{name} field '{field}': step {step} is larger than the range {low}-{high}", column)
-
-
-def _croniter_for(fields: tuple[str, ...], start: _dt.datetime | None = None) -> croniter:
-    return croniter(
-        " ".join(fields),
-        start or _NAIVE_EPOCH,
-        ret_type=float,
-        second_at_beginning=True,
-        day_or=True,
-        implement_cron_bug=True,
+def _compile(parts: list[_Field], fields: tuple[str, ...]) -> CronFields:
+    sec, minute, hour, dom, month, dow = parts
+    return CronFields(
+        seconds=tuple(sorted(sec.values)),
+        minutes=tuple(sorted(minute.values)),
+        hours=tuple(sorted(hour.values)),
+        months=frozenset(month.values),
+        dom=frozenset(dom.values),
+        dom_last=dom.last,
+        dom_last_weekday=dom.last_weekday,
+        dom_nearest=frozenset(dom.nearest),
+        dow=frozenset(v % 7 for v in dow.values),
+        dow_nth=frozenset(dow.nth),
+        dow_last=frozenset(dow.last_dow),
+        # Vixie cron's DOM_STAR / DOW_STAR: a day field that begins with '*' makes the
+        # two day fields an AND; otherwise a day matches either of them.
+        day_or=not fields[_DOM].startswith("*") and not fields[_DOW].startswith("*"),
     )
-
-
-def _why(exc: Exception) -> str:
-    """croniter's complaint without its echo of the whole expression."""
-    text = re.sub(r"^\[[^\]]*\]\s*(is not acceptable[.,]?\s*)?", "", str(exc)).strip()
-    return text or "not a valid cron field"
-
-
-_PLAIN_FIELD = re.compile(r"[0-9*,/-]+")
 
 
 @lru_cache(maxsize=16384)
@@ -202,7 +289,9 @@ def parse_schedule(expr: str) -> Schedule:
                 raise ScheduleError(f"unexpected '{tokens[1][0]}' after {first}", tokens[1][1])
             if word == "@reboot":
                 return Schedule("reboot", text)
-            return Schedule("cron", text, _ALIASES[word])
+            fields = _ALIASES[word]
+            parts = [_check_field(i, f, 0)[1] for i, f in enumerate(fields)]
+            return Schedule("cron", text, fields, cron=_compile(parts, fields))
         guess = difflib.get_close_matches(word, _AT_WORDS, n=1)
         hint = f" (did you mean {guess[0]}?)" if guess else ""
         raise ScheduleError(f"unknown schedule '{first}': use one of {_AT_HELP}{hint}", first_col)
@@ -211,34 +300,17 @@ def parse_schedule(expr: str) -> Schedule:
         raise ScheduleError(f"schedule '{text}' has {len(tokens)} fields: {_FIELD_HELP}", column)
     if len(tokens) == 5:
         tokens = [("0", None)] + tokens
-    fields = tuple(
-        _check_field(i, tok, col if col is not None else 0) for i, (tok, col) in enumerate(tokens)
-    )
-    # Fields of numbers, ranges, steps and lists were checked whole above;
-    # for names and the L, W, # forms croniter has the last word (building
-    # one costs ~150 us: a fleet's 100,000 schedules are checked at start).
-    plain = all(_PLAIN_FIELD.fullmatch(f) for f in fields)
-    try:
-        if not plain:
-            _croniter_for(fields)
-    except (CroniterError, ValueError, TypeError, KeyError) as exc:
-        column = None
-        for i, (tok, col) in enumerate(tokens):
-            probe = tuple(f if j == i else "*" for j, f in enumerate(fields))
-            try:
-                _croniter_for(probe)
-            except (CroniterError, ValueError, TypeError, KeyError):
-                column = col
-                raise ScheduleError(f"{_FIELD_SPECS[i][0]} field '{tok}' is not valid: {_why(exc)}", column) from None
-        raise ScheduleError(f"schedule '{text}' is not valid: {_why(exc)}", column) from None
-    # A schedule that can never match (Feb 30) is an error, not a silent no-op.
-    # croniter looks 50 years ahead, which covers every calendar pattern (Feb 29 included).
-    # Only a day of month and a month both restricted can miss each other.
-    if plain and (fields[3] == "*" or fields[4] == "*"):
-        return Schedule("cron", text, fields)
-    try:
-        _croniter_for(fields, _dt.datetime(2000, 1, 1)).get_next(float)
-    except CroniterBadDateError:
-        col = tokens[3][1] if tokens[3][1] is not None else None
-        raise ScheduleError(f"schedule '{text}' never fires: no date matches its day and month fields", col) from None
-    return Schedule("cron", text, fields)
+    checked = [_check_field(i, tok, col if col is not None else 0) for i, (tok, col) in enumerate(tokens)]
+    fields = tuple(norm for norm, _ in checked)
+    cron = _compile([part for _, part in checked], fields)
+    # A schedule that can never match (Feb 30, the 1st that is a fourth Monday)
+    # is an error, not a silent no-op.
+    if not cron.ever_matches():
+        why = ""
+        if not cron.day_or and "*" not in (fields[_DOM], fields[_DOW]):
+            starred = "day-of-month" if fields[_DOM].startswith("*") else "day-of-week"
+            why = (f"; as in cron, the {starred} field begins with '*', so a day must match both "
+                   "day fields, not either (man 5 cronrd.d, SCHEDULES)")
+        raise ScheduleError(
+            f"schedule '{text}' never fires: no date matches its day and month fields{why}", tokens[3][1])
+    return Schedule("cron", text, fields, cron=cron)

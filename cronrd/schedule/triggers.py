@@ -1,7 +1,7 @@
 """Triggers: the fire times of one schedule in one time zone (pure).
 
-croniter is used only to find the next *naive* wall-clock time matching a
-cron expression.  Mapping wall-clock times to instants across
+:mod:`.matching` finds the next *naive* wall-clock time matching a cron
+expression.  Mapping wall-clock times to instants across
 daylight-saving changes is done here, the way Debian's cron and cronie do it:
 
 * a **fixed-time** job (minute and hour fields both not starting with ``*``)
@@ -27,33 +27,21 @@ import math
 from typing import Iterator
 from zoneinfo import ZoneInfo
 
-from croniter import CroniterBadDateError, croniter
-
-from .expressions import _NAIVE_EPOCH, Schedule, _croniter_for
+from .expressions import Schedule
+from .matching import DAY as _DAY
 from .timestamps import _EPOCH
 from .zones import _Window, _window, resolve_timezone
 
-_DAY = 86400
 # Instants outside these bounds have no fire times (keeps datetime happy).
 _MIN_T = calendar.timegm((1900, 1, 1, 0, 0, 0))
 _MAX_T = calendar.timegm((9000, 1, 1, 0, 0, 0))
 
 
-def _naive(n: int) -> _dt.datetime:
-    return _NAIVE_EPOCH + _dt.timedelta(seconds=n)
-
-
-def _full(values: list, low: int, high: int) -> list[int]:
-    if values == ["*"]:
-        return list(range(low, high + 1))
-    return sorted({int(v) for v in values})
-
-
 class Trigger:
     """Fire times of one schedule in one time zone.  Build with :func:`make_trigger`.
 
-    Pure but not thread-safe: it keeps a croniter instance and a cached
-    window of the zone's offset changes.
+    Pure but not thread-safe: it keeps a cached window of the zone's offset
+    changes.
     """
 
     def __init__(self, schedule: Schedule, tz: ZoneInfo):
@@ -62,8 +50,7 @@ class Trigger:
         self._win: _Window | None = None
         if schedule.kind == "cron":
             self._fixed = schedule.fixed_time
-            self._cron = _croniter_for(schedule.fields)
-            self._day_cron: croniter | None = None
+            self._cron = schedule.cron
             self._tod: tuple | None = None
 
     def __repr__(self) -> str:
@@ -90,10 +77,7 @@ class Trigger:
 
     def _match_ge(self, n: int) -> int | None:
         """First naive wall-clock second >= n matching the cron fields."""
-        try:
-            return int(self._cron.get_next(float, start_time=_naive(n - 1)))
-        except (CroniterBadDateError, OverflowError, ValueError):
-            return None
+        return self._cron.next_ge(n)
 
     # -- public ------------------------------------------------------------
 
@@ -182,13 +166,9 @@ class Trigger:
 
     def _tod_tables(self):
         if self._tod is None:
-            expanded, _ = croniter.expand(" ".join(self.schedule.fields), second_at_beginning=True)
-            minutes, hours, seconds = (
-                _full(expanded[0], 0, 59), _full(expanded[1], 0, 23), _full(expanded[5], 0, 59)
-            )
+            c = self._cron
+            hours, minutes, seconds = c.hours, c.minutes, c.seconds
             self._tod = (hours, set(hours), minutes, set(minutes), seconds, len(minutes) * len(seconds))
-            f = self.schedule.fields
-            self._day_cron = _croniter_for(("0", "0", "0", f[3], f[4], f[5]))
         return self._tod
 
     def _tod_le(self, s: int) -> int:
@@ -206,10 +186,7 @@ class Trigger:
         return c
 
     def _day_matches(self, day: int) -> bool:
-        try:
-            return int(self._day_cron.get_next(float, start_time=_naive(day * _DAY - 1))) == day * _DAY
-        except (CroniterBadDateError, OverflowError, ValueError):
-            return False
+        return self._cron.day_matches(day)
 
     def _naive_count(self, lo: int, hi: int, budget: list[int]) -> int:
         """Matching naive seconds n with lo <= n <= hi; -1 when over the day budget."""
@@ -227,14 +204,10 @@ class Trigger:
         if self._day_matches(d1):
             total += self._tod_le(s1)
         # whole days strictly between d0 and d1: walk the matching days
-        n = (d0 + 1) * _DAY - 1
-        limit = (d1 - 1) * _DAY
+        day = d0
         while True:
-            try:
-                n = int(self._day_cron.get_next(float, start_time=_naive(n)))
-            except (CroniterBadDateError, OverflowError, ValueError):
-                break
-            if n > limit:
+            day = self._cron.next_day(day + 1)
+            if day is None or day >= d1:
                 break
             budget[0] -= 1
             if budget[0] < 0:

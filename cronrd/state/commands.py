@@ -86,10 +86,17 @@ class SyncJobs(Command):
 
 @dataclass(frozen=True)
 class SetPaused(Command):
+    """Pause or resume job ``name``, or with ``name`` "" every job (a
+    maintenance pause, kept apart from the jobs' own pauses: resuming it
+    leaves a job paused on its own paused). ``note`` and ``by`` (who asked)
+    are shown by `cronrd show` and `status`."""
+
     op: ClassVar[str] = "set_paused"
     name: str
     paused: bool
     at: float
+    note: str = ""
+    by: str = ""
 
 
 @dataclass(frozen=True)

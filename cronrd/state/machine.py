@@ -537,6 +537,7 @@ class StateMachine:
     def _delete_job(self, name: str, at: float, effects) -> None:
         digest = self._job(name)["digest"]
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
+        self.conn.execute("DELETE FROM pauses WHERE name=?", (name,))
         self._forget_specs(name, [digest])
         # Runs not yet started will never start; running ones finish.
         for row in list(self.conn.execute(
@@ -547,7 +548,15 @@ class StateMachine:
         effects.append(Effect("jobs_changed", job=name))
 
     def _apply_set_paused(self, index, cmd: C.SetPaused, effects):
+        if cmd.name == "":
+            return self._set_maintenance(cmd, effects)
         job = self._need_job(cmd.name)
+        if cmd.paused:
+            self.conn.execute("INSERT OR REPLACE INTO pauses(name, note, by, at) "
+                              "VALUES(?,?,?,?)", (cmd.name, str(cmd.note), str(cmd.by),
+                                                  cmd.at))
+        else:
+            self.conn.execute("DELETE FROM pauses WHERE name=?", (cmd.name,))
         if job["paused"] == cmd.paused:
             return {"changed": False, "paused": cmd.paused}
         self.conn.execute("UPDATE jobs SET paused=?, updated_at=? WHERE name=?",
@@ -557,6 +566,37 @@ class StateMachine:
                                        "re-enables the job", effects)
         effects.append(Effect("jobs_changed", job=cmd.name))
         return {"changed": True, "paused": cmd.paused}
+
+    def _set_maintenance(self, cmd: C.SetPaused, effects):
+        """`pause --all`: every fire time is recorded skipped until `resume
+        --all`; the jobs' own paused flags are left as they are."""
+        was = self._maintenance() is not None
+        if not cmd.paused:
+            self.conn.execute("DELETE FROM pauses WHERE name=''")
+            return {"changed": was, "paused": False}
+        self.conn.execute("INSERT OR REPLACE INTO pauses(name, note, by, at) VALUES('',?,?,?)",
+                          (str(cmd.note), str(cmd.by), cmd.at))
+        if not was:
+            reason = self._maintenance_reason()
+            for (name,) in list(self.conn.execute(
+                    "SELECT DISTINCT job FROM runs WHERE state='assigned' AND "
+                    "kind IN ('scheduled','catchup') AND due_at > ?", (cmd.at,))):
+                self._skip_committed_ahead(name, cmd.at, reason, effects)
+        return {"changed": not was, "paused": True}
+
+    def _maintenance(self) -> tuple[str, str] | None:
+        """(note, by) of the maintenance pause of every job, if one is on."""
+        for note, by in self.conn.execute("SELECT note, by FROM pauses WHERE name=''"):
+            return note, by
+        return None
+
+    def _maintenance_reason(self) -> str | None:
+        m = self._maintenance()
+        if m is None:
+            return None
+        note, by = m
+        return (f"maintenance pause of every job{' by ' + by if by else ''}"
+                f"{': ' + note if note else ''}; `cronrd resume --all` ends it")
 
     def _skip_committed_ahead(self, job: str, at: float, reason: str, effects) -> None:
         """Scheduled fires committed ahead whose time has not come yet follow a
@@ -626,6 +666,8 @@ class StateMachine:
         reason = cmd.skip_reason
         if reason is None and job["paused"]:
             reason = "paused: `cronrd resume` re-enables the job"
+        if reason is None:
+            reason = self._maintenance_reason()
         if reason is None and not self._job_spec(cmd.job).enabled:
             reason = "disabled: enabled is false in the job file"
         # The overlap policy is applied by the executor at the fire time (a fire

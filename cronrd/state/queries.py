@@ -25,21 +25,48 @@ def get_run(conn: apsw.Connection, run_id: int) -> Run | None:
     return None
 
 
-def list_runs(conn: apsw.Connection, job: str | None = None, state: str | None = None,
-              limit: int = 50) -> list[Run]:
+def list_runs(conn: apsw.Connection, job: str | None = None, state=None,
+              limit: int = 50, *, kind=None, node: str | None = None,
+              since: float | None = None, until: float | None = None,
+              before: int | None = None) -> list[Run]:
+    """Runs newest first. ``state`` and ``kind``: one value or several;
+    ``since``/``until``: fire times in [since, until); ``before``: run ids
+    below it (pages back from the last id shown)."""
     where, args = [], []
     if job is not None:
         where.append("job=?")
         args.append(job)
-    if state is not None:
-        where.append("state=?")
-        args.append(state)
+    for column, value in (("state", state), ("kind", kind)):
+        if value is None:
+            continue
+        values = [value] if isinstance(value, str) else list(value)
+        where.append(f"{column} IN ({','.join('?' * len(values))})")
+        args.extend(values)
+    if node is not None:
+        where.append("node=?")
+        args.append(node)
+    if since is not None:
+        where.append("fire_time>=?")
+        args.append(since)
+    if until is not None:
+        where.append("fire_time<?")
+        args.append(until)
+    if before is not None:
+        where.append("run_id<?")
+        args.append(before)
     sql = SELECT_RUNS
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY run_id DESC LIMIT ?"
     args.append(limit)
     return [Run.from_row(r) for r in conn.execute(sql, args)]
+
+
+def job_has_runs(conn: apsw.Connection, job: str) -> bool:
+    """Does any run record name ``job`` (a removed job keeps its history)?"""
+    for _ in conn.execute("SELECT 1 FROM runs WHERE job=? LIMIT 1", (job,)):
+        return True
+    return False
 
 
 def runs_for_node(conn: apsw.Connection, node: str, states: tuple[str, ...]) -> list[Run]:
@@ -435,3 +462,17 @@ def running_elsewhere(conn: apsw.Connection, run: Run, node: str) -> list[tuple[
         "SELECT run_id, node FROM runs WHERE state='running' AND job=? AND node!=? "
         "AND target=? AND NOT (fire_time=? AND origin=?)",
         (run.job, node, run.target, run.fire_time, run.origin))]
+
+
+def pause_note(conn: apsw.Connection, name: str) -> dict | None:
+    """Why job ``name`` is paused and who paused it (``name`` "": the
+    maintenance pause of every job), or None."""
+    for note, by, at in conn.execute("SELECT note, by, at FROM pauses WHERE name=?", (name,)):
+        return {"note": note, "by": by, "at": iso_utc(at)}
+    return None
+
+
+def active_runs_of(conn: apsw.Connection, job: str) -> list[Run]:
+    """The job's runs that have not ended, oldest first."""
+    return [Run.from_row(r) for r in conn.execute(
+        f"{SELECT_RUNS} WHERE job=? AND {ACTIVE_SQL} ORDER BY run_id", (job,))]

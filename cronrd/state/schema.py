@@ -152,6 +152,14 @@ CREATE TABLE IF NOT EXISTS denied(
 );
 -- One-time join tokens (`cluster add NODE ADDR --token`): only the token's
 -- sha256 is replicated; the token is shown once, to the operator.
+-- Why a job is paused and who paused it (`cronrd pause JOB --note`); the
+-- row named '' is the maintenance pause of every job (`cronrd pause --all`).
+CREATE TABLE IF NOT EXISTS pauses(
+    name TEXT PRIMARY KEY,
+    note TEXT NOT NULL,
+    by TEXT NOT NULL,
+    at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS join_tokens(
     node TEXT PRIMARY KEY,
     hash TEXT NOT NULL,

@@ -142,6 +142,9 @@ def test_follower_killed_mid_run_is_lost_and_retried_elsewhere(cluster):
                          what="long running")[0]
     victim = c[run["node"]]
     victim.kill9()
+    # `status` on the leader names the member it cannot reach
+    wait_for(lambda: f"DOWN      member {run['node']}: last heard from"
+             in lead.cli("status").stdout, what="status names the dead member")
     runs = lead.wait_runs(
         lambda rs: any(r["run_id"] == run_id and r["state"] == "lost" for r in rs)
         and any(r["attempt"] == 2 and r["state"] == "running" for r in rs),

@@ -124,7 +124,13 @@ def test_files_land_where_documented(unpacked):
         "etc/cronrd.d/README", "etc/cronrd/cronrd.yaml", "lib/systemd/system/cronrd.service",
         "usr/bin/cronrd", "usr/share/doc/cronrd/changelog.gz",
         "usr/share/doc/cronrd/copyright", "usr/share/lintian/overrides/cronrd",
-        "usr/share/man/man5/cronrd.d.5.gz", "usr/share/man/man8/cronrd.8.gz"])
+        "usr/share/man/man5/cronrd.d.5.gz", "usr/share/man/man8/cronrd.8.gz",
+        "usr/share/bash-completion/completions/cronrd",
+        "usr/share/zsh/vendor-completions/_cronrd",
+        "usr/share/fish/vendor_completions.d/cronrd.fish"])
+    bash = (r / "usr/share/bash-completion/completions/cronrd").read_text()
+    assert "_CRONRD_COMPLETE" in bash and mode(r / "usr/share/bash-completion/completions/"
+                                                "cronrd") == 0o644
 
 
 @needs_deb

@@ -37,6 +37,7 @@ NO_UNIT_TEST_FILE = {
     "bounded_yaml.py": "security/test_job_files.py (alias bombs, nesting, sizes)",
     "client.py": "through the CLI and the daemons in integration/ (support/harness.py)",
     "errors.py": "the exception tree; used by every test",
+    "offline.py": "integration/test_daily_cli.py (status, jobs, show, runs, logs with the daemon down)",
     "ids.py": "unit/test_layers.py::test_one_node_id_rule, unit/config/test_config.py",
     # config/: tested as a package (unit/config/test_config.py) and load.py on its own.
     "config/addresses.py": "unit/config/test_config.py (the package as a whole)",

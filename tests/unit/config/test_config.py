@@ -243,6 +243,17 @@ def test_parse_and_format_address(text, addr):
     assert parse_address(format_address(addr)) == addr
 
 
+def test_the_quick_start_keeps_its_live_jobs_out_of_examples():
+    """A user's experiments in the quick start's jobs directory must not
+    reach the test suite, which validates examples/jobs."""
+    root = Path(__file__).resolve().parents[3]
+    cfg = load_config(str(root / "examples" / "cronrd.yaml"))
+    assert cfg.jobs_dir == str(root / ".cronrd-demo" / "jobs")
+    assert not Path(cfg.jobs_dir).is_relative_to(root / "examples")
+    readme = (root / "README.md").read_text()
+    assert "-t .cronrd-demo/jobs examples/jobs/*.yaml" in readme
+
+
 def test_example_cluster_configs_load():
     root = Path(__file__).resolve().parents[3] / "examples" / "cluster"
     cfgs = {n: load_config(str(root / f"{n}.yaml")) for n in ("a", "b", "c")}
@@ -252,7 +263,8 @@ def test_example_cluster_configs_load():
     for n, c in cfgs.items():
         assert c.node_id == n and c.cluster.insecure and not c.cluster.join
         assert c.cluster.listen == members[n][n]
-        assert c.jobs_dir == str(root.parent / "jobs")
+        # the quick start's live job files, never examples/ (the tests read that)
+        assert c.jobs_dir == str(root.parent.parent / ".cronrd-demo" / "jobs")
     for attr in ("data_dir", "log_dir", "socket"):
         values = {getattr(c, attr) for c in cfgs.values()}
         assert len(values) == 3, attr

@@ -406,3 +406,36 @@ def test_disabling_a_job_skips_fires_committed_ahead():
     log.put(concurrency="allow", enabled=False, at=T0 + 2)
     assert log.run(ahead).state == "skipped"
     assert log.run(ahead).reason.startswith("disabled")
+
+
+def test_maintenance_pause_skips_every_job_and_leaves_own_pauses_alone():
+    log = Log()
+    log.put("a")
+    log.put("b")
+    log.apply(C.SetPaused(name="b", paused=True, at=T0, note="own", by="uid 0 (root)"))
+    ahead = log.fire(T0 + 5, "a")          # committed ahead of its fire time
+    assert ahead["state"] == "assigned"
+    r = log.apply(C.SetPaused(name="", paused=True, at=T0 + 1, note="kernel upgrade",
+                              by="uid 0 (root)"))
+    assert r == {"changed": True, "paused": True}
+    assert log.run(ahead["run_id"]).state == "skipped"   # follows the pause at once
+    r = log.fire(T0 + 6, "a")
+    assert r["state"] == "skipped"
+    assert "maintenance" in r["reason"] and "kernel upgrade" in r["reason"]
+    assert "resume --all" in r["reason"]
+    assert Q.pause_note(log.sm.conn, "") == {"note": "kernel upgrade", "by": "uid 0 (root)",
+                                             "at": "2027-01-15T08:00:01Z"}
+    assert log.apply(C.SetPaused(name="", paused=False, at=T0 + 7)) == {
+        "changed": True, "paused": False}
+    assert log.fire(T0 + 8, "a")["state"] == "assigned"
+    # b was paused on its own: it still is, with its note
+    assert log.fire(T0 + 8, "b")["reason"].startswith("paused")
+    assert Q.pause_note(log.sm.conn, "b")["note"] == "own"
+    log.apply(C.SetPaused(name="b", paused=False, at=T0 + 9))
+    assert Q.pause_note(log.sm.conn, "b") is None
+    assert log.apply(C.SetPaused(name="", paused=False, at=T0 + 10))["changed"] is False
+
+
+def test_a_set_paused_from_before_notes_decodes_with_empty_note():
+    cmd = C.decode(b'{"op":"set_paused","name":"j","paused":true,"at":1.0}')
+    assert (cmd.note, cmd.by) == ("", "")

@@ -1,0 +1,281 @@
+"""History with the daemon down: the read commands answered from the state
+database on disk, opened read-only.
+
+When nothing listens on the control socket and no daemon holds the
+data_dir's lock, `cronrd status | jobs | show | runs | logs | audit` read the
+node's own copy of the replicated state (the same queries the daemon runs,
+reads.py) and say on stderr that they do: "daemon not running; state as of
+T". Changes (run-now, pause, cancel, ...) still need the daemon.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import time
+from typing import Any, Callable
+
+from .config import Config
+from .errors import DaemonUnavailable, RequestError, UsageError
+from .schedule import iso_utc
+
+# Commands answered here; every other one needs the daemon.
+READS = ("status", "jobs", "job", "runs", "run", "logs", "audit")
+
+
+def daemon_holds(data_dir: str) -> bool | None:
+    """Does a daemon hold data_dir's lock (True), not (False), or is that
+    unknown here (None: no lock file, or it cannot be opened)?"""
+    path = os.path.join(data_dir, "lock")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return False
+
+
+class Offline:
+    """The read commands of the control socket, answered from the state
+    database (``call`` has the signature of ``Client.call``)."""
+
+    def __init__(self, config: Config, why: str):
+        self.config = config
+        path = config.state_db
+        if not os.path.exists(path):
+            raise DaemonUnavailable(
+                f"{why}; and there is no state database at {path} to read instead (the "
+                "daemon has never run with this config?): start it with `systemctl start "
+                "cronrd` or `cronrd daemon --config FILE`")
+        import apsw
+        try:
+            self.conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+            self.conn.setbusytimeout(2000)
+            self.conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        except apsw.Error as exc:
+            hint = ("run it as root (or the daemon's user) to read the history"
+                    if isinstance(exc, (apsw.CantOpenError, apsw.PermissionsError))
+                    or not os.access(path, os.R_OK) else "check the file")
+            raise DaemonUnavailable(f"{why}; the state database {path} cannot be read "
+                                    f"either ({exc}): {hint}") from None
+        mtimes = [os.stat(p).st_mtime for p in (path, path + "-wal") if os.path.exists(p)]
+        self.as_of = iso_utc(round(max(mtimes)))
+        self.notice = (f"daemon not running; state as of {self.as_of} from {path} "
+                       "(read-only: changes need the daemon: `systemctl start cronrd`)")
+
+    # -- the Client interface ---------------------------------------------------------------
+    def call(self, cmd: str, args: dict | None = None,
+             on_message: Callable[[dict], None] | None = None) -> Any:
+        handler = getattr(self, "h_" + cmd, None)
+        if cmd not in READS or handler is None:
+            raise DaemonUnavailable(f"`{cmd}` needs the daemon, which is not running")
+        return handler(dict(args or {}), on_message)
+
+    # -- reads -------------------------------------------------------------------------------
+    def _next_fire(self, job: dict, d: dict) -> int | None:
+        from .errors import CronrdError
+        from .runtime.scheduler import Triggers
+        if job["paused"] or not d["enabled"]:
+            return None
+        if not hasattr(self, "_triggers"):
+            self._triggers = Triggers(self.config.timezone)
+        try:
+            trig = self._triggers.get(d["schedule"], d["timezone"])
+            return self._triggers.next_after(trig, max(job["cursor"] or 0, int(time.time())))
+        except CronrdError:
+            return None
+
+    def _meta(self, key: str):
+        for (value,) in self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)):
+            return value
+        return None
+
+    def _pause_note(self, name: str):
+        from .state import queries as Q
+        import apsw
+        try:
+            return Q.pause_note(self.conn, name)
+        except apsw.SQLError:   # a database from before pauses were kept
+            return None
+
+    def _views(self, rows: list[dict]) -> list[dict]:
+        from .runtime.reads import job_view
+        from .state import queries as Q
+        last = Q.last_runs(self.conn, [j["name"] for j in rows])
+        return [job_view(j, last.get(j["name"]), self.config.timezone, self._next_fire)
+                for j in rows]
+
+    def h_status(self, args: dict, on_message) -> dict:
+        from .state import queries as Q
+        active = Q.count_active(self.conn)
+        jobs, paused = Q.count_jobs(self.conn)
+        return {
+            "node_id": self.config.node_id, "role": "daemon not running",
+            "leader": None, "offline": True, "state_as_of": self.as_of,
+            "jobs": jobs, "paused": paused, "running": active.get("running", 0),
+            "assigned": active.get("assigned", 0), "pending": active.get("pending", 0),
+            "conflicts": Q.conflicts(self.conn),
+            "maintenance": self._pause_note(""),
+            "applied_index": int(self._meta("applied_index") or 0),
+            "state_digest": self._meta("chain"),
+            "socket": self.config.socket, "data_dir": self.config.data_dir,
+            "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,
+        }
+
+    def h_jobs(self, args: dict, on_message) -> Any:
+        from .state import queries as Q
+        match = args.get("match")
+        if args.get("stream"):
+            after, count = None, 0
+            while True:
+                rows = Q.jobs(self.conn, after=after, glob=match, limit=1000, as_dicts=True)
+                if not rows:
+                    break
+                count += len(rows)
+                if on_message is not None:
+                    on_message({"data": ",\n".join(json.dumps(v, sort_keys=True)
+                                                   for v in self._views(rows))})
+                after = rows[-1]["name"]
+            return {"jobs": count}
+        limit = args.get("limit") or 1000
+        rows = Q.jobs(self.conn, after=args.get("after"), glob=match, limit=limit,
+                      as_dicts=True)
+        return {"jobs": self._views(rows),
+                "next": rows[-1]["name"] if len(rows) == limit else None}
+
+    def h_job(self, args: dict, on_message) -> dict:
+        from .runtime.reads import job_details
+        from .state import queries as Q
+        name = args.get("name")
+        found = Q.jobs(self.conn, name=name)
+        if not found:
+            raise RequestError(f"no job named {name!r}; `cronrd jobs` lists the known jobs")
+        job = found[0]
+        view = self._views([dict(job, spec=job["spec"].to_dict())])[0]
+        view["spec"] = job["spec"].to_dict()
+        count = args.get("next", 5)
+        if not isinstance(count, int) or not 0 <= count <= 100:
+            raise UsageError("next must be 0 to 100")
+        details = job_details(self.conn, job, view, time.time(), count, [])
+        details["pause"] = self._pause_note(name) if job["paused"] else None
+        details["maintenance"] = self._pause_note("")
+        view.update(details)
+        return view
+
+    def h_runs(self, args: dict, on_message) -> dict:
+        from .runtime.reads import runs_listing
+        return runs_listing(self.conn, args, self.config.timezone,
+                            int(self._meta("applied_index") or 0))
+
+    def h_run(self, args: dict, on_message) -> dict:
+        from .state import queries as Q
+        run = Q.get_run(self.conn, args.get("run_id"))
+        if run is None:
+            raise RequestError(f"no run with id {args.get('run_id')}; `cronrd runs` lists "
+                               "recent runs")
+        return run.view()
+
+    def h_audit(self, args: dict, on_message) -> dict:
+        from .state import queries as Q
+        return {"records": Q.audit(self.conn, args.get("limit") or 50, args.get("before")),
+                "applied_index": int(self._meta("applied_index") or 0)}
+
+    def h_logs(self, args: dict, on_message) -> dict | None:
+        """The runs' log files on this node (the daemon is not there to ask
+        another node for one), as the daemon's `logs` sends them
+        (handlers.py): {"run"}, the output, {"end"} per run. Nothing to
+        follow with the daemon down."""
+        from .runtime.handlers import chunk_messages, flush_messages, last_lines, read_log_chunk
+        from .state import queries as Q
+        job = args.get("job")
+        run_id, since, lines = args.get("run_id"), args.get("since"), args.get("lines")
+
+        def started(r) -> bool:
+            return r.started_at is not None or bool(r.log_path)
+        if run_id is not None:
+            run = Q.get_run(self.conn, run_id)
+            if run is None or run.job != job:
+                raise RequestError(f"job {job!r} has no run {run_id}; `cronrd runs {job}` "
+                                   "lists its runs")
+            runs = [run]
+        else:
+            recent = Q.list_runs(self.conn, job, None, 1000 if since is not None else 200)
+            if since is not None:
+                runs = sorted((r for r in recent if started(r) and (r.started_at or 0) >= since),
+                              key=lambda r: r.run_id)
+            else:
+                runs = [r for r in recent if started(r)][:1]
+            if not recent or (since is None and not runs):
+                from .runtime.reads import need_job_or_history
+                need_job_or_history(self.conn, job)
+                if since is None:
+                    raise RequestError(f"job {job!r} has no run that started yet")
+        emit = on_message or (lambda msg: None)
+        for i, run in enumerate(runs):
+            if run.node not in (None, self.config.node_id):
+                raise RequestError(f"run {run.run_id} ran on node {run.node}; with the daemon "
+                                   f"down only this node's logs can be read: run `cronrd logs "
+                                   f"{job} --run {run.run_id}` on {run.node}")
+            emit({"run": run.view()})
+            body: list[dict] = []
+            decoders: dict = {}
+            offset = 0
+            while started(run):
+                chunk = read_log_chunk(self.config, self.conn, run.run_id, offset)
+                offset = chunk["offset"]
+                body += chunk_messages(chunk, decoders)
+                if not chunk["more"]:
+                    break
+            body += flush_messages(decoders)
+            for msg in (last_lines(body, lines) if lines is not None and i == 0 else body):
+                emit(msg)
+            emit({"end": run.view()})
+        return runs[-1].view() if runs else None
+
+
+class ReadClient:
+    """A control-socket client whose read commands fall back to the state
+    database when no daemon is running (``notice`` is told once)."""
+
+    def __init__(self, client, config_loader: Callable[[], Config | None],
+                 notice: Callable[[str], None]):
+        self.client = client
+        self.config_loader = config_loader
+        self.notice = notice
+        self.offline: Offline | None = None
+
+    def call(self, cmd: str, args: dict | None = None,
+             on_message: Callable[[dict], None] | None = None) -> Any:
+        from .errors import DaemonNotRunning
+        if self.offline is None:
+            try:
+                return self.client.call(cmd, args, on_message)
+            except DaemonNotRunning as exc:
+                if cmd not in READS:
+                    raise
+                self.offline = self._open(exc)
+                self.notice(self.offline.notice)
+        if args and args.get("follow"):
+            raise DaemonUnavailable("the daemon is not running: there is nothing to follow "
+                                    "(without -f the log is read from disk)")
+        return self.offline.call(cmd, args, on_message)
+
+    def _open(self, exc: Exception) -> Offline:
+        config = self.config_loader()
+        if config is None:
+            raise exc
+        held = daemon_holds(config.data_dir)
+        if held:
+            raise DaemonUnavailable(
+                f"{exc}; but a daemon holds {config.data_dir}: it listens on another socket "
+                "than the one asked (check --socket and the config's socket)") from None
+        return Offline(config, str(exc).split(";")[0])

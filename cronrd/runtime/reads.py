@@ -1,0 +1,173 @@
+"""Read requests answered from a state database alone: `runs` with its
+filters and the details `cronrd show` adds to a job.
+
+They take a connection and plain values (no daemon objects), so the daemon
+answers them on its connection and the CLI answers them from the database
+opened read-only when the daemon is down (offline.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..errors import CronrdError, RequestError, UsageError
+from ..schedule import iso_utc, make_trigger, parse_iso, parse_schedule
+from ..state import queries as Q
+from ..state import run_states
+from .control import arg
+
+RUN_KINDS = ("scheduled", "catchup", "manual", "retry")
+MAX_RUNS = 100_000
+RECENT_RUNS = 10   # `cronrd show`: the last runs
+
+
+def job_view(job: dict, last, default_tz: str,
+             next_fire: Callable[[dict, dict], int | None]) -> dict:
+    """A job as listings show it (``job``: a row of ``queries.jobs``;
+    ``last``: its last run; ``next_fire(job, spec dict)``: its next fire
+    time, from the scheduler on a leader, from the cursor elsewhere)."""
+    spec = job["spec"]
+    d = spec if isinstance(spec, dict) else spec.to_dict()
+    return {
+        "name": job["name"], "schedule": d["schedule"],
+        "timezone": d["timezone"] or default_tz,
+        "command": d["command"], "enabled": d["enabled"],
+        "paused": job["paused"], "description": d["description"],
+        "source": job["source"], "next_fire": iso_utc(next_fire(job, d)),
+        "conflict": job.get("conflict"), "sources": job.get("sources", []),
+        "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
+        "last_run": last.view() if last else None,
+        "concurrency": d["concurrency"], "catchup": d["catchup"],
+        "run_on": d["run_on"], "digest": job["digest"],
+    }
+
+
+def _values(args: dict, name: str, allowed: tuple[str, ...]) -> list[str] | None:
+    """A filter of one or several values ("failed,lost" or a list)."""
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not value or \
+            not all(isinstance(v, str) for v in value):
+        raise UsageError(f"argument {name!r} must be a name or a list of names")
+    for v in value:
+        if v not in allowed:
+            raise UsageError(f"unknown {name} {v!r}; use one of {', '.join(allowed)}")
+    return value
+
+
+def _time(args: dict, name: str) -> float | None:
+    """A time argument: epoch seconds or ISO 8601."""
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise UsageError(f"argument {name!r} must be a time")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(parse_iso(value))
+        except CronrdError as exc:
+            raise UsageError(f"{name}: {exc}") from None
+    raise UsageError(f"argument {name!r} must be a time (ISO 8601 or epoch seconds)")
+
+
+def need_job_or_history(conn, job: str) -> None:
+    """Refuse a job name that is neither defined nor in the history."""
+    if Q.jobs(conn, name=job) or Q.job_has_runs(conn, job):
+        return
+    raise RequestError(f"no job named {job!r}; `cronrd jobs` lists the known jobs")
+
+
+def runs_listing(conn, args: dict, default_tz: str, applied_index: int) -> dict:
+    """`cronrd runs`: the newest runs matching the filters (job, state,
+    kind, node, fire times in [since, until), run ids below ``before``),
+    each with its job's time zone; and the recorded gaps of skipped fire
+    times when skipped runs are asked for."""
+    job = arg(args, "job", str)
+    states = _values(args, "state", run_states.ALL)
+    kinds = _values(args, "kind", RUN_KINDS)
+    node = arg(args, "node", str)
+    since, until = _time(args, "since"), _time(args, "until")
+    before = arg(args, "before", int)
+    limit = arg(args, "limit", int, 50)
+    if not 1 <= limit <= MAX_RUNS:
+        raise UsageError(f"limit must be between 1 and {MAX_RUNS}")
+    if job is not None:
+        need_job_or_history(conn, job)
+    runs = Q.list_runs(conn, job, states, limit, kind=kinds, node=node, since=since,
+                       until=until, before=before)
+    zones: dict[str, str] = {}
+    views = []
+    for r in runs:
+        if r.job not in zones:
+            spec = Q.job_spec(conn, r.job)
+            zones[r.job] = (spec.timezone if spec is not None else None) or default_tz
+        view = r.view()
+        view["timezone"] = zones[r.job]
+        views.append(view)
+    gaps: list[dict] = []
+    if (states is None or "skipped" in states) and kinds is None and node is None:
+        gaps = [g for g in Q.list_gaps(conn, job, limit)
+                if (since is None or parse_iso(g["last"]) >= since)
+                and (until is None or parse_iso(g["first"]) < until)]
+    return {"runs": views, "gaps": gaps, "applied_index": applied_index}
+
+
+def next_fires(schedule: str, tz: str, after: float, count: int) -> list[str]:
+    """The next ``count`` fire times of a schedule after ``after`` (ISO UTC)."""
+    try:
+        sched = parse_schedule(schedule)
+    except CronrdError:
+        return []
+    if sched.kind == "reboot" or count <= 0:
+        return []
+    trigger = make_trigger(sched, tz)
+    out: list[str] = []
+    t: int | None = int(after)
+    while len(out) < count:
+        t = trigger.next_after(t)
+        if t is None:
+            break
+        out.append(iso_utc(t))
+    return out
+
+
+def job_details(conn, job: dict, view: dict, now: float, count: int,
+                problems: list[str]) -> dict[str, Any]:
+    """What `cronrd show` adds to a job's listing fields: why it is paused
+    (and by whom), the maintenance pause, its state in words, the problems
+    of its file (it keeps its last good version), its next ``count`` fire
+    times, its last runs and its active ones."""
+    name = job["name"]
+    maintenance = Q.pause_note(conn, "")
+    pause = Q.pause_note(conn, name) if job["paused"] else None
+    enabled = view["enabled"]
+    if job["paused"]:
+        state = "paused"
+    elif not enabled:
+        state = "disabled"
+    else:
+        state = "active"
+    if maintenance is not None and state == "active":
+        state = "paused (maintenance)"
+    upcoming: list[str] = []
+    if state == "active":
+        start = max(float(job["cursor"] or 0), now)
+        upcoming = next_fires(view["schedule"], view["timezone"], start, count)
+    return {
+        "state": state,
+        "pause": pause,
+        "maintenance": maintenance,
+        "file_problems": problems,
+        "last_good": bool(problems),
+        "next_fires": upcoming,
+        "recent_runs": [r.view() for r in Q.list_runs(conn, name, None, RECENT_RUNS)],
+        "active_runs": [r.view() for r in Q.active_runs_of(conn, name)],
+    }
+
+
+__all__ = ["job_view", "runs_listing", "job_details", "next_fires", "need_job_or_history",
+           "RUN_KINDS", "RECENT_RUNS"]

@@ -1,0 +1,126 @@
+"""The everyday commands of the CLI (cronrd/cli.py) against a fake daemon
+(tests/support/fake_daemon.py): what they send, what they print, how they
+fail. Behaviour that depends on a real daemon is in
+tests/integration/test_daemon.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from cronrd.cli import hoist_global_options, main
+from fake_daemon import FakeDaemon
+
+STATUS = {"node_id": "a", "role": "leader", "leader": "a", "term": 3, "jobs": 2,
+          "paused": 0, "running": 0, "assigned": 0}
+
+
+@pytest.fixture
+def daemon():
+    made = []
+
+    def make(**answers):
+        d = FakeDaemon(answers)
+        made.append(d)
+        return d
+    yield make
+    for d in made:
+        d.close()
+
+
+def run(*argv: str, **kw):
+    return CliRunner().invoke(main, list(argv), catch_exceptions=False, **kw)
+
+
+# -- global options before or after the subcommand --------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["--socket", "{s}", "status"],
+    ["status", "--socket", "{s}"],
+    ["status", "--socket={s}"],
+    ["--json", "status", "--socket", "{s}"],
+])
+def test_socket_option_before_or_after_the_subcommand(daemon, argv):
+    d = daemon(status=STATUS)
+    res = run(*[a.replace("{s}", d.path) for a in argv])
+    assert res.exit_code == 0, res.output
+    assert [r["cmd"] for r in d.requests] == ["status"]
+    if "--json" in argv:
+        assert json.loads(res.output)["node_id"] == "a"
+    else:
+        assert "role      leader, term 3" in res.output
+
+
+def test_config_option_after_the_subcommand_is_the_config(tmp_path, daemon):
+    d = daemon(status=STATUS)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"node_id: a\nsocket: {d.path}\ndata_dir: {tmp_path}/data\n"
+                   f"log_dir: {tmp_path}/logs\njobs_dir: {tmp_path}/jobs\n")
+    res = run("status", "--config", str(cfg))
+    assert res.exit_code == 0, res.output
+    assert d.requests and d.requests[0]["cmd"] == "status"
+
+
+def test_nested_group_takes_the_options_too(daemon):
+    d = daemon(cluster_members={"leader": None, "members": []})
+    res = run("cluster", "members", "--socket", d.path, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output) == {"leader": None, "members": []}
+
+
+def test_hoisting_leaves_arguments_after_double_dash_and_option_values_alone():
+    subs = {"status", "logs"}
+    assert hoist_global_options(["logs", "j", "--", "--config", "x"], subs) == \
+        ["logs", "j", "--", "--config", "x"]
+    assert hoist_global_options(["--config", "status", "status"], subs) == \
+        ["--config", "status", "status"]
+    assert hoist_global_options(["--json", "logs", "j"], subs) == ["logs", "j", "--json"]
+
+
+def test_the_no_daemon_hint_is_a_command_that_parses(tmp_path):
+    """The error names `cronrd daemon --config FILE`: that order must parse."""
+    res = run("status", "--socket", str(tmp_path / "none.sock"))
+    assert res.exit_code == 1
+    assert "cronrd daemon --config FILE" in res.output
+    res = run("daemon", "--config", str(tmp_path / "missing.yaml"))
+    assert "No such option" not in res.output
+    assert "missing.yaml" in res.output and res.exit_code == 1
+
+
+# -- shell completion ---------------------------------------------------------------------
+def complete(argv_words: list[str], env_extra: dict | None = None) -> list[str]:
+    """What bash completion offers for the last word (click's protocol)."""
+    env = {"_CRONRD_COMPLETE": "bash_complete", "COMP_WORDS": " ".join(argv_words),
+           "COMP_CWORD": str(len(argv_words) - 1), **(env_extra or {})}
+    res = CliRunner().invoke(main, [], env=env, prog_name="cronrd",
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return [line.split(",", 1)[1] for line in res.output.splitlines() if "," in line]
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete -o nosort -F"),
+                                           ("zsh", "#compdef cronrd"),
+                                           ("fish", "complete --no-files --command cronrd")])
+def test_completion_prints_the_script_for_each_shell(shell, marker):
+    res = run("completion", shell)
+    assert res.exit_code == 0
+    assert marker in res.output and "_CRONRD_COMPLETE" in res.output
+
+
+def test_completion_offers_commands_and_options():
+    assert {"show", "status"} <= set(complete(["cronrd", "s"]))
+    assert "--since" in complete(["cronrd", "runs", "--s"])
+
+
+def test_completion_offers_job_names_from_the_daemon(daemon):
+    d = daemon(jobs=lambda args: {"jobs": [{"name": n} for n in ("backup", "backfill")
+                                           if n.startswith(args["match"].rstrip("*"))],
+                                  "next": None})
+    assert complete(["cronrd", "--socket", d.path, "show", "ba"]) == ["backup", "backfill"]
+    assert complete(["cronrd", "--socket", d.path, "logs", "backu"]) == ["backup"]
+    assert d.requests[0]["args"]["match"] == "ba*"
+
+
+def test_completion_without_a_daemon_offers_nothing_and_says_nothing(tmp_path):
+    assert complete(["cronrd", "--socket", str(tmp_path / "none"), "show", "b"]) == []
