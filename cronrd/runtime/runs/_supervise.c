@@ -394,6 +394,8 @@ static void index_stretch(struct sup *s, int which, int fd, long long off, long 
 static void write_output(struct sup *s, int stream, const char *data, size_t n)
 {
     double now = now_wall();
+    if (s->pos == 0 && s->idx < 0)  /* a silent run has no index */
+        s->idx = open_side(s, ".idx", O_WRONLY | O_TRUNC);
     if (s->pos < s->head) {
         size_t k = (long long)n < s->head - s->pos ? n : (size_t)(s->head - s->pos);
         (void)write_all(s->log_fd, data, k);
@@ -708,8 +710,7 @@ static int supervise(struct sup *s)
     s->tail = s->cap / 2;
     s->slots = s->tail / 4096 < 64 ? 64 : s->tail / 4096 > 4096 ? 4096 : s->tail / 4096;
     s->last_byte = '\n';
-    s->ring = s->tidx = -1;
-    s->idx = open_side(s, ".idx", O_WRONLY | O_TRUNC);
+    s->ring = s->tidx = s->idx = -1;  /* the index is opened at the first output */
     /* Pipe ends above the job's descriptors 0-3, so no dup2 meets one in place. */
     if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
         return 1;

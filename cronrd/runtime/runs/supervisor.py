@@ -273,7 +273,7 @@ class _Output:
         self.head, self.tail = O.split_cap(cap)
         self.pos = 0          # the job's bytes so far
         self.last_byte = b"\n"
-        self.idx = self._open(O.IDX, os.O_WRONLY | os.O_TRUNC)
+        self.idx: int | None = None  # opened at the first output: a silent run has none
         self.idx_len = 0
         self.ring: int | None = None
         self.tidx: int | None = None
@@ -317,6 +317,8 @@ class _Output:
                 pass
 
     def write(self, stream: int, data: bytes, now: float) -> None:
+        if self.pos == 0 and self.idx is None:
+            self.idx = self._open(O.IDX, os.O_WRONLY | os.O_TRUNC)
         if self.pos < self.head:
             n = min(len(data), self.head - self.pos)
             try:

@@ -179,6 +179,18 @@ def test_stdout_and_stderr_are_kept_apart_in_the_order_they_came(sup):
     assert times == sorted(times) and times[-1] - times[0] >= 0.8
 
 
+def test_a_silent_run_leaves_its_log_alone(sup):
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("true")
+        await sup.wait_for(lambda: _closed(sup, key))
+        sup.spawner.close()
+        return log_path
+    log_path = run(main())
+    assert open(log_path, "rb").read() == b""
+    assert not any(os.path.exists(log_path + s) for s in O.SIDECARS)
+
+
 def test_lines_within_the_merge_window_share_one_record(sup):
     async def main():
         sup.spawner.start()
