@@ -1091,10 +1091,20 @@ def validate(obj: Ctx, paths, no_permissions):
                     jobs += 1
     for p in problems:
         click.echo(str(p))
+    # What this host will not do as a valid job asks (not problems: the file
+    # may be meant for other hosts too).
+    from .runtime.runs.launch import host_warnings
+    from .runtime.runs.cgroups import host_controllers
+    controllers = host_controllers()[1]
+    warnings = [f"{job.source}:{job.line}:1: warning: job {job.name}: {w}"
+                for job in seen.values() for w in host_warnings(job, controllers)]
+    for w in warnings:
+        click.echo(w)
+    noted = f", {len(warnings)} warning(s) about this host" if warnings else ""
     if problems:
-        click.echo(f"{len(problems)} problem(s); {jobs} job(s) valid", err=True)
+        click.echo(f"{len(problems)} problem(s); {jobs} job(s) valid{noted}", err=True)
         sys.exit(1)
-    click.echo(f"{jobs} job(s) valid", err=True)
+    click.echo(f"{jobs} job(s) valid{noted}", err=True)
 
 
 def _dup(job, first):

@@ -39,13 +39,14 @@ from .fields import JOB_KEYS, MAX_DURATION, MAX_RETRIES
 from .files import (MAX_FILE_BYTES, check_file_permissions, is_job_file_name, load_job_file,
                     load_jobs_dir)
 from .model import (DEFAULT_JOBS_DIR, ENV_KEY_RE, NAME_RE, DirResult, FileResult, JobSpec,
-                    Problem, RetryPolicy, RunOn)
+                    Limits, Problem, RetryPolicy, RunOn)
 from .parse import MAX_PROBLEMS_PER_FILE, parse_job_text
 
 __all__ = [
     "RetryPolicy",
     "RunOn",
     "JobSpec",
+    "Limits",
     "Problem",
     "FileResult",
     "DirResult",

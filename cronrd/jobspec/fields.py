@@ -7,6 +7,7 @@ elsewhere it is an error that says to remove the key to get the default.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any, Callable
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -14,7 +15,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from cronrd.errors import ScheduleError
 from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
 
-from .model import _NAME_RULE, ENV_KEY_RE, NAME_RE, RetryPolicy, RunOn
+from .model import _NAME_RULE, ENV_KEY_RE, NAME_RE, Limits, RetryPolicy, RunOn
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
                     _value, mapping_items, node_pos)
 
@@ -380,6 +381,131 @@ def _v_max_log_bytes(ctx: FileProblems, key: str, node: Node) -> Any:
     return size
 
 
+# -- process controls ---------------------------------------------------------------
+IOCLASSES = ("none", "realtime", "best-effort", "idle")
+MIN_MEMORY = 1 << 20          # below this not even a shell starts
+MIN_OPEN_FILES = 16           # a shell, its pipes and a command's few files
+MAX_OPEN_FILES = 1 << 20      # the kernel's default fs.nr_open
+MAX_TASKS = 1 << 22           # the kernel's pid_max ceiling
+_LIMIT_KEYS = ("memory", "cpu", "tasks", "open_files")
+_UMASK_RE = re.compile(r"(?:0o)?([0-7]{1,4})")
+
+
+def _v_shell(ctx: FileProblems, key: str, node: Node) -> Any:
+    value = _v_string(ctx, key, node, "the absolute path of a shell such as /bin/bash")
+    if value is _INVALID:
+        return value
+    if not value.startswith("/") or any(c.isspace() for c in value):
+        ctx.err(node, f"shell must be the absolute path of a shell such as /bin/bash, without "
+                      f"spaces or arguments (got {value!r}); it runs a string command as "
+                      "SHELL -c COMMAND")
+        return _INVALID
+    return value
+
+
+def _v_nice(ctx: FileProblems, key: str, node: Node) -> Any:
+    if not _is(node, INT) or not -20 <= _value(node) <= 19:
+        got = _got(node) if not _is(node, INT) else f"got {node.value}"
+        ctx.err(node, f"nice must be a whole number from -20 (most favoured) to 19 (least) "
+                      f"({got})")
+        return _INVALID
+    return _value(node)
+
+
+def _v_ioprio(ctx: FileProblems, key: str, node: Node) -> Any:
+    if not _is(node, INT) or not 0 <= _value(node) <= 7:
+        got = _got(node) if not _is(node, INT) else f"got {node.value}"
+        ctx.err(node, f"ioprio must be a whole number from 0 (highest) to 7 (lowest) ({got})")
+        return _INVALID
+    return _value(node)
+
+
+def _v_umask(ctx: FileProblems, key: str, node: Node) -> Any:
+    # The text is read as octal, as the umask command reads it: 0027, "027"
+    # and 27 are the same mask (YAML's own reading of a leading 0 is ignored).
+    m = (_UMASK_RE.fullmatch(node.value)
+         if _is_str(node) or _is(node, INT) else None)
+    if m is None or int(m.group(1), 8) > 0o777:
+        ctx.err(node, f"umask must be an octal mask from 0000 to 0777 such as \"0027\" "
+                      f"({_got(node)})")
+        return _INVALID
+    return int(m.group(1), 8)
+
+
+def _v_env_file(ctx: FileProblems, key: str, node: Node) -> Any:
+    value = _v_string(ctx, key, node, "an absolute path")
+    if value is _INVALID:
+        return value
+    if not value.removeprefix("-").startswith("/"):
+        ctx.err(node, f"env_file must be an absolute path starting with / (or -/ for a file "
+                      f"that may be missing) (got {value!r})")
+        return _INVALID
+    return value
+
+
+def _v_limits(ctx: FileProblems, key: str, node: Node) -> Any:
+    if not isinstance(node, MappingNode) or not node.value:
+        ctx.err(node, "limits must be a mapping with one or more of memory, cpu, tasks, "
+                      f"open_files, e.g. limits: {{memory: 512MiB, cpu: 50%}} ({_got(node)})")
+        return _INVALID
+    kw: dict[str, Any] = {}
+    bad = False
+    for name, (knode, vnode) in mapping_items(ctx, node).items():
+        full = f"limits.{name}"
+        if name == "memory":
+            v = _v_size(ctx, full, vnode, MIN_MEMORY, 1 << 50)
+        elif name == "cpu":
+            v = _v_percent(ctx, full, vnode)
+        elif name in ("tasks", "open_files"):
+            top = MAX_TASKS if name == "tasks" else MAX_OPEN_FILES
+            v = _v_int(ctx, full, vnode, 1 if name == "tasks" else MIN_OPEN_FILES)
+            if v is not _INVALID and v > top:
+                ctx.err(vnode, f"{full} must be at most {top} (got {v})")
+                v = _INVALID
+        else:
+            _unknown_key(ctx, knode, name, _LIMIT_KEYS, where="in limits")
+            v = _INVALID
+        if v is _INVALID:
+            bad = True
+        else:
+            kw[name] = v
+    return _INVALID if bad else Limits(**kw)
+
+
+def _v_size(ctx: FileProblems, key: str, node: Node, low: int, high: int) -> Any:
+    expected = "a size such as 512MiB, 2GiB or a number of bytes"
+    if not (_is_str(node) or _is(node, INT)):
+        ctx.err(node, f"{key} must be {expected} ({_got(node)})")
+        return _INVALID
+    try:
+        size = int(parse_size(_value(node)))
+    except ScheduleError as e:
+        ctx.err(node, f"{key}: {_sched_msg(e)}")
+        return _INVALID
+    if not low <= size <= high:
+        ctx.err(node, f"{key} must be from 1MiB to 1PiB (got {node.value})")
+        return _INVALID
+    return size
+
+
+def _v_percent(ctx: FileProblems, key: str, node: Node) -> Any:
+    expected = "a percentage of one CPU such as 50% (200% is two CPUs)"
+    raw = node.value if _is_str(node) else None
+    if raw is not None and raw.strip().endswith("%"):
+        try:
+            pct = float(raw.strip()[:-1])
+        except ValueError:
+            pct = None
+    elif _is_number(node):
+        pct = float(_value(node))
+    else:
+        pct = None
+    if pct is None or not 0 < pct <= 100000 or pct != pct:
+        ctx.err(node, f"{key} must be {expected} ({_got(node)})")
+        return _INVALID
+    return pct
+
+
 _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "name": _v_name,
     "description": _v_description,
@@ -402,6 +528,13 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "enabled": _v_bool,
     "max_log_bytes": _v_max_log_bytes,
     "max_running": _v_max_running,
+    "shell": _v_shell,
+    "nice": _v_nice,
+    "ioclass": _v_choice(IOCLASSES),
+    "ioprio": _v_ioprio,
+    "umask": _v_umask,
+    "env_file": _v_env_file,
+    "limits": _v_limits,
 }
 JOB_KEYS: tuple[str, ...] = tuple(_VALIDATORS)
 _REQUIRED = {

@@ -35,6 +35,19 @@ class RunOn:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """``limits:``: what one run may use (None: no limit). Enforced with a
+    cgroup v2 where the host delegates one to cronrd, else with rlimits."""
+    memory: int | None = None        # bytes
+    cpu: float | None = None         # percent of one CPU (cgroup only)
+    tasks: int | None = None         # processes and threads
+    open_files: int | None = None    # descriptors per process
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class JobSpec:
     name: str
     schedule: str
@@ -57,14 +70,23 @@ class JobSpec:
     description: str = ""
     max_log_bytes: int = 10485760
     max_running: int | None = None  # concurrent runs of this job on one node (None: no cap)
+    # Process controls (None: inherit; see the run's launch).
+    shell: str | None = None        # runs a string command (None: /bin/sh)
+    nice: int | None = None
+    ioclass: str | None = None      # none | realtime | best-effort | idle
+    ioprio: int | None = None       # 0..7
+    umask: int | None = None
+    env_file: str | None = None     # absolute path; "-/path": optional
+    limits: Limits | None = None
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
     def to_dict(self) -> dict:
         """JSON-safe canonical dict of the definition (no source/line).
 
-        Keys added later (max_running) appear only when set, so the digest
-        of a job that does not use them stays what older versions compute."""
+        Keys added later (max_running, the process controls) appear only
+        when set, so the digest of a job that does not use them stays what
+        older versions compute."""
         d = {
             "name": self.name,
             "schedule": self.schedule,
@@ -91,6 +113,12 @@ class JobSpec:
         }
         if self.max_running is not None:
             d["max_running"] = self.max_running
+        for key in _CONTROL_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                d[key] = value
+        if self.limits is not None:
+            d["limits"] = self.limits.to_dict()
         return d
 
     @classmethod
@@ -128,6 +156,13 @@ class JobSpec:
             ro = kwargs["run_on"]
             if not isinstance(ro, RunOn):
                 kwargs["run_on"] = RunOn(mode=ro.get("mode", RunOn.mode), values=tuple(ro.get("values", RunOn.values)))
+        if kwargs.get("limits") is not None and not isinstance(kwargs["limits"], Limits):
+            lim = kwargs["limits"]
+            names = {f.name for f in dataclasses.fields(Limits)}
+            kw = {k: v for k, v in lim.items() if k in names}
+            if kw.get("cpu") is not None:
+                kw["cpu"] = float(kw["cpu"])
+            kwargs["limits"] = Limits(**kw)
         for f in ("kill_grace", "catchup_window", "jitter"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])
@@ -145,6 +180,9 @@ class JobSpec:
     def digest(self) -> str:
         """sha256 hex of the canonical JSON of ``to_dict()``."""
         return self.canonical()[1]
+
+
+_CONTROL_KEYS = ("shell", "nice", "ioclass", "ioprio", "umask", "env_file")
 
 
 @dataclass(frozen=True)

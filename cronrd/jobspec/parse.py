@@ -52,6 +52,9 @@ def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
             continue
         values[key] = validator(ctx, key, vnode)
 
+    if values.get("ioclass") in ("idle", "none") and values.get("ioprio") not in (None, _INVALID):
+        ctx.err(items["ioprio"][1], f"ioprio does not apply to ioclass {values['ioclass']} "
+                                    "(only realtime and best-effort have levels); remove it")
     name_pos = node_pos(items["name"][1]) if "name" in items else node_pos(node)
     name = values.get("name")
     if "name" not in items:

@@ -135,6 +135,7 @@ class Daemon:
                                  others_can_run=lambda: len(self.members.member_ids()) > 1,
                                  claims=self.members.claims)
         self.executor.job_nofile = job_nofile
+        self.executor.setup_cgroups()
         self.leadership = Leadership(cfg, self.log, self.conn, self.clock, self.members)
         self.watcher = Watcher(cfg.jobs_dir, self.log, self.conn, self.clock,
                                interval=cfg.watch_interval, node=cfg.node_id,

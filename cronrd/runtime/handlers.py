@@ -235,11 +235,23 @@ class Handlers:
     def _job_view(self, job: dict, last: Run | None) -> dict:
         return job_view(job, last, self.config.timezone, self._next_fire)
 
-    def _page_views(self, rows: list[dict]) -> list[dict]:
-        last = Q.last_runs(self.conn, [j["name"] for j in rows])
+    def _broken_files(self) -> dict[str, str]:
+        """This node's job files with problems: path -> the first problem.
+        Their jobs keep running their last good version."""
         broken: dict[str, str] = {}
         for p in self.watcher.problems:
             broken.setdefault(p.path, str(p))
+        return broken
+
+    def _broken_jobs(self) -> dict[str, str]:
+        """Job name -> the problem of its file here (few: only broken files)."""
+        broken = self._broken_files()
+        return {name: broken[source] for name, source in Q.jobs_of_sources(
+            self.conn, list(broken))}
+
+    def _page_views(self, rows: list[dict]) -> list[dict]:
+        last = Q.last_runs(self.conn, [j["name"] for j in rows])
+        broken = self._broken_files()
         views = []
         for j in rows:
             view = self._job_view(j, last.get(j["name"]))
@@ -252,6 +264,7 @@ class Handlers:
         """`jobs --json`: the same fields as a page's views, as JSON text that
         SQLite builds (queries.job_view_texts), next_fire and last_run added."""
         count = 0
+        broken = self._broken_jobs()
         pages = _Pages(self.conn, self.config.timezone, match)
         try:
             async for rows in pages:
@@ -264,6 +277,7 @@ class Handlers:
                                           {"enabled": enabled, "schedule": schedule,
                                            "timezone": timezone})
                     texts.append(f'{text[:-1]},"next_fire":{json.dumps(iso_utc(nxt))},'
+                                 f'"file_problem":{json.dumps(broken.get(name))},'
                                  f'"last_run":{json.dumps(run.view()) if run else "null"}}}')
                 yield {"data": ",\n".join(texts)}
         finally:

@@ -115,6 +115,8 @@ def _file_form(key: str, value):
         mode, values = value.get("mode", "any"), list(value.get("values") or ())
         return mode if mode in ("any", "all") else (
             {"tags": values} if mode == "tags" else values)
+    if key == "umask" and isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:04o}"  # a job file's umask is octal text
     return value
 
 

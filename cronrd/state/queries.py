@@ -476,3 +476,13 @@ def active_runs_of(conn: apsw.Connection, job: str) -> list[Run]:
     """The job's runs that have not ended, oldest first."""
     return [Run.from_row(r) for r in conn.execute(
         f"{SELECT_RUNS} WHERE job=? AND {ACTIVE_SQL} ORDER BY run_id", (job,))]
+
+
+def jobs_of_sources(conn: apsw.Connection, sources: list[str]) -> list[tuple[str, str]]:
+    """(name, source) of the jobs whose definition in force came from one of
+    ``sources`` (file paths)."""
+    if not sources:
+        return []
+    marks = ",".join("?" * len(sources))
+    return list(conn.execute(f"SELECT name, source FROM jobs WHERE source IN ({marks})",
+                             sources))

@@ -97,6 +97,8 @@ def test_show_and_jobs_say_a_job_runs_its_last_good_version(node):
     out = node.cli("jobs").stdout
     assert "(last good)" in lines_of(out, "keep")[0]
     assert "LAST GOOD" in out
+    streamed = json.loads(node.cli("jobs", "--json").stdout)
+    assert "keep.yaml" in streamed[0]["file_problem"]
 
 
 def test_cancel_stops_the_tree_records_who_and_does_not_retry(node):

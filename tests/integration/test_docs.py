@@ -123,6 +123,10 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
     res = _run(argv + [str(path)], env=env)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
+    # systemd before 254 does not know DelegateSubgroup= (the daemon then
+    # uses rlimits for limits:, see cgroups.py); nothing else may be said.
+    out = "\n".join(ln for ln in out.splitlines()
+                    if "Unknown key 'DelegateSubgroup' in section [Service]" not in ln)
     assert "cronrd.service" not in out, out
 
 

@@ -94,7 +94,11 @@ def test_revalidation_keeps_every_valid_definition_unchanged():
     for text in ("schedule: '@reboot'\ncommand: echo hi\n",
                  "schedule: '*/5 * * * *'\ncommand: [a, b]\nrun_on: all\nconcurrency: allow\n",
                  "schedule: '@hourly'\ncommand: x\nrun_on: [n1, n2]\ntimezone: Europe/Paris\n"
-                 "catchup: all\ntimeout: null\nmax_log_bytes: 2KiB\nenabled: false\n"):
+                 "catchup: all\ntimeout: null\nmax_log_bytes: 2KiB\nenabled: false\n",
+                 # a umask is octal text in a file: 0027 must not come back as 27 (0o33)
+                 "schedule: '@daily'\ncommand: x\nshell: /bin/bash\nnice: -3\numask: '0027'\n"
+                 "ioclass: realtime\nioprio: 2\nenv_file: -/etc/default/x\n"
+                 "limits: {memory: 512MiB, cpu: 50%, tasks: 10, open_files: 64}\n"):
         spec = _spec(text)
         assert revalidate_spec(spec.to_dict(), "b").to_dict() == spec.to_dict()
 
@@ -120,7 +124,9 @@ def test_what_is_committed_is_the_validated_canonical_definition():
 @pytest.mark.parametrize("key, value", [("jitter", 1e308), ("timeout", 1e308),
                                         ("kill_grace", 1e308), ("catchup_window", 1e308),
                                         ("max_log_bytes", 10 ** 30),
-                                        ("retries", {"max": 10 ** 18})])
+                                        ("retries", {"max": 10 ** 18}),
+                                        ("nice", -21), ("umask", 0o1000),
+                                        ("limits", {"cpu": -1}), ("shell", "sh")])
 def test_absurd_values_are_refused_like_in_job_files(key, value):
     with pytest.raises(RequestError):
         revalidate_spec({**GOOD.to_dict(), key: value}, "from b")

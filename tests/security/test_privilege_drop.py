@@ -160,3 +160,65 @@ def test_a_user_jobs_stdout_and_stderr_are_kept_apart(node):
     out = node.cli("logs", "apart", "--stdout").stdout.split()
     assert out[0] == "out-nobody" and node.cli("logs", "apart", "--stderr").stdout == "err\n"
     assert sorted(out[1:]) == ["0", "1", "2", "3"]  # ls's own directory fd is 3
+
+
+# -- process controls (issue 13, point 9) ------------------------------------------------
+@pytest.mark.integration
+@needs_root
+def test_env_file_is_read_as_the_jobs_user(node):
+    """A job cannot read through env_file what its user may not read."""
+    shared_dirs(node)
+    secret = node.base / "root-only.env"
+    secret.write_text("TOKEN=root-secret\n")
+    os.chmod(secret, 0o600)
+    mine = node.out / "nobody.env"
+    mine.write_text("GREETING='hello nobody'\n")
+    os.chmod(mine, 0o644)
+    node.write_job("steal", {"schedule": "@yearly", "user": "nobody", "working_dir": "/",
+                             "env_file": str(secret),
+                             "command": f"echo $TOKEN > {node.out}/stolen"})
+    node.write_job("own", {"schedule": "@yearly", "user": "nobody", "working_dir": "/",
+                           "env_file": str(mine),
+                           "command": f'echo "$GREETING $(id -un)" > {node.out}/own'})
+    node.start()
+    node.cli("run-now", "steal", "--wait")
+    [run] = node.runs("steal")
+    assert run["state"] == "failed" and run["started_at"] is None, run
+    assert run["reason"] == (f"run not started: cannot read env_file {secret}: user nobody "
+                             "may not read it (permission denied)"), run
+    assert not (node.out / "stolen").exists()
+    logs = node.cli("logs", "steal").stdout
+    assert "root-secret" not in logs and "permission denied" in logs, logs
+    res = node.cli("run-now", "own", "--wait")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (node.out / "own").read_text() == "hello nobody nobody\n"
+
+
+@pytest.mark.integration
+@needs_root
+def test_controls_of_a_user_job_need_root_and_get_it(node):
+    """A negative nice and the realtime I/O class are set before the switch
+    (as systemd sets them); the job itself runs as its user."""
+    shared_dirs(node)
+    node.write_job("eager", {"schedule": "@yearly", "user": "nobody", "working_dir": "/",
+                             "nice": -5, "ioclass": "realtime", "ioprio": 3, "umask": "0077",
+                             "command": f"{{ id -un; cut -d' ' -f19 /proc/$$/stat; umask; "
+                                        f"ionice -p $$; }} > {node.out}/eager"})
+    node.start()
+    res = node.cli("run-now", "eager", "--wait")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (node.out / "eager").read_text().splitlines() == [
+        "nobody", "-5", "0077", "realtime: prio 3"]
+
+
+@pytest.mark.integration
+@needs_root
+def test_tasks_limit_stops_a_user_jobs_forks(node):
+    shared_dirs(node)
+    node.write_job("forky", {"schedule": "@yearly", "user": "nobody", "working_dir": "/",
+                             "limits": {"tasks": 4},
+                             "command": "for i in 1 2 3 4 5 6 7 8; do sleep 2 & done; wait"})
+    node.start()
+    node.cli("run-now", "forky", "--wait")
+    logs = node.cli("logs", "forky").stdout
+    assert "fork" in logs.lower(), logs

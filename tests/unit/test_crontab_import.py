@@ -8,7 +8,7 @@ import yaml
 
 from cronrd.crontab_import import (ImportResult, bash_syntax, convert_crontab,
                                    is_system_crontab_path)
-from cronrd.jobspec import JOB_KEYS, JobSpec, parse_job_text
+from cronrd.jobspec import JobSpec, parse_job_text
 
 SYSTEM_CRONTAB = r"""# /etc/crontab: system-wide crontab
 # Unlike any other crontab you don't have to run the `crontab'
@@ -50,11 +50,6 @@ def imported(text: str, **kw) -> ImportResult:
     # the output must itself be a valid job file, with exactly the jobs reported
     checked = parse_job_text(result.yaml_text, "imported.yaml")
     problems, expected = list(checked.problems), [j["name"] for j in result.jobs]
-    if "shell" not in JOB_KEYS:
-        # shell: is added to job files by the per-job-controls work (issue 13); until that
-        # is merged the job file parser rejects the jobs that have it.
-        problems = [p for p in problems if not p.message.startswith("unknown key 'shell'")]
-        expected = [j["name"] for j in result.jobs if "shell" not in j]
     assert problems == [], [str(p) for p in problems]
     assert [j.name for j in checked.jobs] == expected
     return result

@@ -78,7 +78,6 @@ NO_UNIT_TEST_FILE = {
     "runtime/runs/active.py": "a dataclass of a run's handles; unit/runtime/runs/test_reports.py, "
                               "test_starting.py build them",
     "runtime/runs/executor.py": "integration/test_daemon.py, security/test_log_paths.py",
-    "runtime/runs/launch.py": "integration/test_daemon.py, security/test_privilege_drop.py",
     "runtime/runs/legacy.py": "integration/test_run_survival.py (runs of an older daemon)",
     "runtime/runs/restart.py": "integration/test_run_survival.py (detach, adopt, collect, lose), "
                                "integration/test_daemon.py (shutdown modes)",

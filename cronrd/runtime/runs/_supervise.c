@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -86,6 +87,8 @@ struct sup {
     const char *key, *notify, *record, *boot, *cwd, *log_name;
     char *const *argv;
     char *const *envp;
+    char *const *controls;  /* launch.controls(): applied before the job's exec */
+    long ncontrols;
     long long cap, head, tail, pos, idx_len, seq, slots;
     int gate_fd, log_fd, dir_fd, env_fd, rec, sock, out, err;
     int idx, ring, tidx;  /* the sidecars, -1 until opened (or when they cannot be) */
@@ -593,6 +596,59 @@ static int drain(struct sup *s, int fd, int stream, int once)
 static const int job_signals[] = {SIGPIPE, SIGXFSZ, SIGINT, SIGHUP, SIGTERM, SIGCHLD, SIGQUIT};
 #define N_JOB_SIGNALS (sizeof(job_signals) / sizeof(job_signals[0]))
 
+/* The job's process controls, in order (supervisor.py apply_controls does
+ * the same): 0, or -1 with the reason in msg. */
+static int apply_controls(struct sup *s, char *msg, size_t size)
+{
+    long i;
+    for (i = 0; i < s->ncontrols; i++) {
+        const char *c = s->controls[i];
+        const char *what = "a control";
+        char label[64] = "";
+        unsigned long long soft, hard;
+        long long v;
+        int res, n = 0, ok;
+        errno = EINVAL;
+        if (sscanf(c, "rlimit %d %llu %llu %63s%n", &res, &soft, &hard, label, &n) == 4 &&
+            c[n] == '\0') {
+            struct rlimit rl;
+            rl.rlim_cur = (rlim_t)soft;
+            rl.rlim_max = (rlim_t)hard;
+            what = label;
+            ok = setrlimit(res, &rl) == 0;
+        } else if (sscanf(c, "nice %lld%n", &v, &n) == 1 && c[n] == '\0') {
+            what = "nice";
+            ok = setpriority(PRIO_PROCESS, 0, (int)v) == 0;
+        } else if (sscanf(c, "ioprio %lld%n", &v, &n) == 1 && c[n] == '\0') {
+            what = "ioclass/ioprio";
+            ok = syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, (int)v) == 0;
+        } else if (strncmp(c, "cgroup /", 8) == 0) {
+            char path[4096];
+            int fd, k = snprintf(path, sizeof(path), "%s/cgroup.procs", c + 7);
+            what = "limits (the run's cgroup)";
+            fd = k > 0 && (size_t)k < sizeof(path) ? open(path, O_WRONLY | O_CLOEXEC) : -1;
+            ok = fd >= 0 && write(fd, "0", 1) == 1;
+            if (fd >= 0) {
+                int saved = errno;
+                close(fd);
+                errno = saved;
+            }
+        } else if (sscanf(c, "umask %lld%n", &v, &n) == 1 && c[n] == '\0') {
+            what = "umask";
+            umask((mode_t)v);
+            ok = 1;
+        } else {
+            ok = 0;
+        }
+        if (!ok) {
+            snprintf(msg, size, "cronrd: run not started: cannot apply %s (%s): %s\n", what, c,
+                     strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* The job's descriptors (supervisor.py _job_fds): stdin the gate, stdout
  * and stderr the two pipes; a job that switches users reads its environment
  * from stdout (the memfd) and finds the stdout pipe as 3. Returns how many. */
@@ -609,7 +665,7 @@ static void exec_job(struct sup *s, int out_fd, int err_fd)
 {
     /* In a fork of the supervisor: never returns. */
     size_t i;
-    char msg[256];
+    char msg[512];
     const char *why = NULL;
     int from[4], n = job_fds(s, out_fd, err_fd, from), k;
     for (i = 0; i < N_JOB_SIGNALS; i++)
@@ -620,6 +676,10 @@ static void exec_job(struct sup *s, int out_fd, int err_fd)
             why = strerror(errno);
     if (!why && chdir(s->cwd) < 0)
         why = strerror(errno);
+    if (!why && apply_controls(s, msg, sizeof(msg)) < 0) {
+        (void)write_all(2, msg, strnlen(msg, sizeof(msg)));
+        _exit(127);
+    }
     if (!why) {
         syscall(SYS_close_range, (unsigned)n, ~0U, 0U);  /* only 0-2 (3) go to the job */
         execve(s->argv[0], s->argv, s->envp);
@@ -634,7 +694,8 @@ static void exec_job(struct sup *s, int out_fd, int err_fd)
 static pid_t spawn_job(struct sup *s, int out_fd, int err_fd)
 {
     pid_t pid = -1;
-    if (chdir(s->cwd) == 0) {
+    /* posix_spawn cannot apply the controls: those jobs fork. */
+    if (s->ncontrols == 0 && chdir(s->cwd) == 0) {
         posix_spawn_file_actions_t fa;
         posix_spawnattr_t at;
         sigset_t def;
@@ -894,20 +955,22 @@ static const char *fs_bytes(PyObject *keep, PyObject *str, const char *what)
 
 static PyObject *py_spawn(PyObject *self, PyObject *args)
 {
-    PyObject *key, *notify_path, *record, *boot, *cwd, *log_name, *argv, *env, *keep = NULL;
+    PyObject *key, *notify_path, *record, *boot, *cwd, *log_name, *argv, *env, *ctl = NULL,
+             *keep = NULL;
     long long cap;
     int ready, gate_fd, log_fd, dir_fd, env_fd, close_fd, pidfd;
     const char *what;
-    char **cargv = NULL, **cenv = NULL;
+    char **cargv = NULL, **cenv = NULL, **cctl = NULL;
     struct sup s;
     Py_ssize_t n, i, pos = 0;
     PyObject *k, *v, *result = NULL;
     pid_t pid;
 
     (void)self;
-    if (!PyArg_ParseTuple(args, "UUUUUUO!O!Lpiiiii", &key, &notify_path, &record, &boot, &cwd,
-                          &log_name, &PyList_Type, &argv, &PyDict_Type, &env, &cap, &ready,
-                          &gate_fd, &log_fd, &dir_fd, &env_fd, &close_fd))
+    if (!PyArg_ParseTuple(args, "UUUUUUO!O!Lpiiiii|O!", &key, &notify_path, &record, &boot,
+                          &cwd, &log_name, &PyList_Type, &argv, &PyDict_Type, &env, &cap,
+                          &ready, &gate_fd, &log_fd, &dir_fd, &env_fd, &close_fd, &PyList_Type,
+                          &ctl))
         return NULL;
     if (!PyUnicode_IS_ASCII(key) || !PyUnicode_IS_ASCII(boot)) {
         PyErr_SetString(PyExc_ValueError, "key and boot id must be ASCII");
@@ -956,6 +1019,19 @@ static PyObject *py_spawn(PyObject *self, PyObject *args)
         Py_DECREF(kv);
         cenv[i++] = PyBytes_AS_STRING(kv);
     }
+    if (ctl && PyList_GET_SIZE(ctl) > 0) {
+        Py_ssize_t nc = PyList_GET_SIZE(ctl);
+        cctl = PyMem_Calloc((size_t)nc + 1, sizeof(char *));
+        if (!cctl) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (i = 0; i < nc; i++)
+            if (!(cctl[i] = (char *)fs_bytes(keep, PyList_GET_ITEM(ctl, i), "controls")))
+                goto done;
+        s.controls = cctl;
+        s.ncontrols = (long)nc;
+    }
     s.argv = cargv;
     s.envp = cenv;
     s.cap = cap;
@@ -975,6 +1051,7 @@ static PyObject *py_spawn(PyObject *self, PyObject *args)
 done:
     PyMem_Free(cargv);
     PyMem_Free(cenv);
+    PyMem_Free(cctl);
     Py_DECREF(keep);
     return result;
 }
@@ -993,7 +1070,7 @@ done:
  *
  * A request: the fields as NUL-terminated strings, in this order:
  *   key, notify, record, cwd, log_name, cap, ready ("0"/"1"), argc, argv..., envc,
- *   env...
+ *   env..., and, for a job with process controls, ctlc, controls...
  * (env entries "NAME=value"), with the gate, log, log directory and optional
  * environment descriptors attached. The fork server has checked it (check_request).
  * The reply: "ok PID" with the supervisor's pidfd attached, or
@@ -1044,8 +1121,8 @@ static int zygote_spawn(int sock, char *buf, size_t len, int *fds, int nfds, con
 {
     char *p = buf, *end = buf + len, *f;
     struct sup s;
-    long argc, envc, i;
-    char **argv = NULL, **envp = NULL;
+    long argc, envc, ctlc = 0, i;
+    char **argv = NULL, **envp = NULL, **ctl = NULL;
     int pidfd = -1;
     pid_t pid;
 
@@ -1079,6 +1156,18 @@ static int zygote_spawn(int sock, char *buf, size_t len, int *fds, int nfds, con
     for (i = 0; i < envc; i++)
         if (!(envp[i] = next_field(&p, end)))
             goto fail;
+    if (p < end) {
+        if (!(f = next_field(&p, end)) || (ctlc = atol(f)) < 1 || ctlc > 64)
+            goto fail;
+        ctl = calloc((size_t)ctlc + 1, sizeof(char *));
+        if (!ctl)
+            goto fail;
+        for (i = 0; i < ctlc; i++)
+            if (!(ctl[i] = next_field(&p, end)))
+                goto fail;
+    }
+    s.controls = ctl;
+    s.ncontrols = ctlc;
     s.boot = boot;
     s.argv = argv;
     s.envp = envp;
@@ -1097,6 +1186,7 @@ static int zygote_spawn(int sock, char *buf, size_t len, int *fds, int nfds, con
 fail:
     free(argv);
     free(envp);
+    free(ctl);
     return pidfd;
 }
 
@@ -1227,7 +1317,7 @@ static PyObject *py_start_zygote(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"spawn", py_spawn, METH_VARARGS,
      "spawn(key, notify, record, boot, cwd, log_name, argv, env, cap, ready, gate_fd, log_fd, "
-     "dir_fd, env_fd, close_fd) -> (pid, pidfd)\n\nFork one run supervisor (see supervisor.py); close_fd is closed "
+     "dir_fd, env_fd, close_fd[, controls]) -> (pid, pidfd)\n\nFork one run supervisor (see supervisor.py); close_fd is closed "
      "in the child (the fork server's socket)."},
     {"start_zygote", py_start_zygote, METH_VARARGS,
      "start_zygote(boot, close_fd) -> (pid, fd)\n\nFork the zygote (see above): it serves "

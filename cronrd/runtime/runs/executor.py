@@ -37,6 +37,7 @@ from ..clock import Clock
 from . import records
 from . import restart
 from .active import ActiveRun, InFlight
+from .cgroups import RunCgroups, oom_reason
 from .claims import Claims
 from .gates import CLAIM_WAIT, READY_WAIT, Gate, Gates
 from .launch import Identities
@@ -91,6 +92,25 @@ class Executor:
         self._deferred: set[int] = set()  # over max_running when prepared: retried when due
         # The soft open-file limit jobs get (the daemon raises its own at start).
         self.job_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.cgroups: RunCgroups | None = None  # setup_cgroups()
+        self.cgroups_why = "not set up"
+
+    def setup_cgroups(self) -> None:
+        """Give runs with limits a cgroup each where the host allows it
+        (cgroups.py). The daemon calls it once, at its start."""
+        self.cgroups, why = RunCgroups.setup()
+        self.cgroups_why = why
+        if self.cgroups is None:
+            log.info("event=run_cgroups enabled=false reason=\"%s\" action=\"limits: "
+                     "memory, tasks and open_files as rlimits; cpu not enforced\"", why)
+            return
+        try:
+            keep = set(os.listdir(self.runs_dir))  # runs with records may still run
+        except OSError:
+            keep = set()
+        self.cgroups.prune(keep)
+        log.info("event=run_cgroups enabled=true root=%s controllers=%s", self.cgroups.root,
+                 ",".join(sorted(self.cgroups.controllers)))
 
     # -- what others may ask ---------------------------------------------------
     def running_here(self) -> int:
@@ -225,7 +245,8 @@ class Executor:
         self._deferred.discard(run.run_id)
         act = spawn(run, spec, now, self.config.log_dir, self.runs_dir, node_id=self.node_id,
                     identities=self.identities, job_nofile=self.job_nofile,
-                    gates=self.gates, spawner=self.spawner, claimed=self.claims is None)
+                    gates=self.gates, spawner=self.spawner, claimed=self.claims is None,
+                    cgroups=self.cgroups)
         if isinstance(act, NotStarted):
             self._not_started(run, "failed", now, reason=act.reason, log_path=act.log_path,
                               exit_code=act.exit_code)
@@ -425,9 +446,22 @@ class Executor:
                      "the fire time; it starts when the daemon is back\"",
                      act.run.job, act.run.run_id)
         elif isinstance(action, L.Report):
+            if self.cgroups is not None:
+                note = self._cgroup_note(act, note)
             self.reporter.propose(run_ended(act, action, self.node_id, self.clock.now(),
                                             self.config.log_dir, note),
                                   record=os.path.join(self.runs_dir, act.key))
+
+    def _cgroup_note(self, act: ActiveRun, note: str | None) -> str | None:
+        """A run's end, in its cgroup: did the memory limit kill any of its
+        processes (then say so), and the cgroup goes."""
+        killed = self.cgroups.oom_killed(act.key)
+        self.cgroups.remove(act.key)
+        if not killed:
+            return note
+        lim = act.spec.limits if act.spec is not None else None
+        said = oom_reason(killed, lim.memory if lim is not None else None)
+        return f"{note}; {said}" if note else said
 
     def _forget(self, act: ActiveRun) -> None:
         for timer in act.timers:

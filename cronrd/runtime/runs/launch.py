@@ -12,6 +12,7 @@ import logging
 import os
 import pwd
 import re
+import resource
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -69,6 +70,58 @@ DROP_SCRIPT = (
     'exit 126; }; unset OLDPWD; . /proc/self/fd/1; exec >&3 3>&-; printf "\\001"; shift 2; '
     'exec "$@"')
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# env_file: read by the same shell, as the job's user (so a job cannot read
+# through it what its user may not), after the defaults (PATH, HOME...) and
+# before env: and CRONRD_*, which win. A subset of systemd's
+# EnvironmentFile=: NAME=VALUE lines, blank lines, comments (# or ;),
+# whitespace around NAME and VALUE dropped, a value in one pair of "..." or
+# '...' taken literally; no escapes, no line continuations, nothing expanded.
+# A bad line fails the run with FILE:LINE and what is wrong; "-/path" is a
+# file that may be missing. The read is bounded (256 KiB, 10,000 lines).
+ENV_FILE_FUNCTION = """\
+_cronrd_env_file() {
+  __cr_f=$1 __cr_n=0 __cr_b=0
+  if [ ! -e "$__cr_f" ]; then
+    [ -n "$2" ] && return 0
+    echo "cronrd: run not started: env_file $__cr_f does not exist or user $USER may not reach it" >&2; exit 126
+  fi
+  if [ ! -f "$__cr_f" ] || [ ! -r "$__cr_f" ]; then
+    if [ -f "$__cr_f" ]; then __cr_w="user $USER may not read it (permission denied)"; else __cr_w="it is not a regular file"; fi
+    echo "cronrd: run not started: cannot read env_file $__cr_f: $__cr_w" >&2; exit 126
+  fi
+  while IFS= read -r __cr_l || [ -n "$__cr_l" ]; do
+    __cr_n=$((__cr_n + 1)) __cr_b=$((__cr_b + ${#__cr_l} + 1))
+    if [ "$__cr_b" -gt 262144 ] || [ "$__cr_n" -gt 10000 ]; then
+      echo "cronrd: run not started: $__cr_f:$__cr_n: env_file is over 256 KiB or 10000 lines" >&2; exit 126
+    fi
+    __cr_l=${__cr_l#"${__cr_l%%[![:space:]]*}"}
+    case $__cr_l in ""|"#"*|";"*) continue ;; *=*) ;; *)
+      echo "cronrd: run not started: $__cr_f:$__cr_n: expected NAME=VALUE" >&2; exit 126 ;; esac
+    __cr_k=${__cr_l%%=*} __cr_v=${__cr_l#*=}
+    __cr_k=${__cr_k%"${__cr_k##*[![:space:]]}"}
+    __cr_v=${__cr_v#"${__cr_v%%[![:space:]]*}"} __cr_v=${__cr_v%"${__cr_v##*[![:space:]]}"}
+    case $__cr_k in ""|[0-9]*|*[!A-Za-z0-9_]*)
+      echo "cronrd: run not started: $__cr_f:$__cr_n: invalid variable name '$__cr_k': use letters, digits and '_', not starting with a digit" >&2; exit 126 ;;
+    CRONRD_*)
+      echo "cronrd: run not started: $__cr_f:$__cr_n: variable $__cr_k is reserved: cronrd sets CRONRD_* variables itself" >&2; exit 126 ;; esac
+    case $__cr_v in
+      \\"*\\"|\\'*\\') [ "${#__cr_v}" -ge 2 ] || { echo "cronrd: run not started: $__cr_f:$__cr_n: unterminated quote in the value of $__cr_k" >&2; exit 126; }
+        __cr_v=${__cr_v#?} __cr_v=${__cr_v%?} ;;
+      \\"*|\\'*) echo "cronrd: run not started: $__cr_f:$__cr_n: unterminated quote in the value of $__cr_k (values are one line)" >&2; exit 126 ;;
+    esac
+    export "$__cr_k=$__cr_v"
+  done < "$__cr_f"
+  unset __cr_f __cr_n __cr_b __cr_l __cr_k __cr_v __cr_w
+}
+"""
+
+
+def env_file_lines(env_file: str) -> str:
+    """The lines of the environment script that read ``env_file``."""
+    path, optional = env_file.removeprefix("-"), env_file.startswith("-")
+    return (f"{ENV_FILE_FUNCTION}_cronrd_env_file {shlex.quote(path)} "
+            f"{'optional' if optional else chr(39) * 2}\n")
 
 
 def env_script(env: dict[str, str]) -> bytes:
@@ -156,41 +209,134 @@ class Launch:
     env: dict
     cwd: str
     user: str
-    switch: bool                   # runs as another user (READY handshake)
+    switch: bool                   # prepared by a shell as the job's user (READY handshake)
     ids: dict | None               # uid/gid/groups the job's process takes itself
-    env_script: bytes | None       # the job's environment, for the switching shell
+    env_script: bytes | None       # the job's environment, for the preparing shell
+    controls: tuple = ()           # applied by the job's process before its exec (controls())
+
+
+DEFAULT_SHELL = "/bin/sh"
+IOCLASS_NUMBERS = {"none": 0, "realtime": 1, "best-effort": 2, "idle": 3}
+IOPRIO_DEFAULT_LEVEL = 4  # what the kernel gives best-effort by default
+
+
+def controls(spec: JobSpec, cgroup: str | None = None,
+             controllers: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The process controls of ``spec`` as the supervisors apply them to the
+    job's process, in order, just before it execs (so, for a job of
+    another user, before the switch: a negative nice, the realtime I/O
+    class and limits above the daemon's need root, as they do in
+    systemd). One string each: ``cgroup DIR`` (the run's cgroup, whose
+    ``controllers`` then enforce memory, tasks and cpu),
+    ``rlimit RESOURCE SOFT HARD LABEL`` (what no cgroup enforces),
+    ``nice N``, ``ioprio VALUE``, ``umask MODE`` (numbers in decimal)."""
+    out: list[str] = []
+    if cgroup is not None:
+        out.append(f"cgroup {cgroup}")
+    lim = spec.limits
+    if lim is not None:
+        for value, res, label, ctl in (
+                (lim.memory, resource.RLIMIT_AS, "limits.memory", "memory"),
+                (lim.tasks, resource.RLIMIT_NPROC, "limits.tasks", "pids"),
+                (lim.open_files, resource.RLIMIT_NOFILE, "limits.open_files", None)):
+            if value is not None and not (cgroup is not None and ctl in controllers):
+                out.append(f"rlimit {res} {value} {value} {label}")
+    if spec.nice is not None:
+        out.append(f"nice {spec.nice}")
+    if spec.ioclass is not None or spec.ioprio is not None:
+        cls = IOCLASS_NUMBERS[spec.ioclass or "best-effort"]
+        level = spec.ioprio if spec.ioprio is not None else (
+            IOPRIO_DEFAULT_LEVEL if cls in (1, 2) else 0)
+        out.append(f"ioprio {(cls << 13) | level}")
+    if spec.umask is not None:
+        out.append(f"umask {spec.umask}")
+    return tuple(out)
 
 
 def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
-           job_nofile: int) -> Launch:
+           job_nofile: int, cgroup: str | None = None,
+           controllers: frozenset[str] = frozenset()) -> Launch:
     """What the supervisor execs for ``run``. Raises CronrdError when the run
-    cannot be prepared here (its working directory is missing...)."""
+    cannot be prepared here (its working directory or shell is missing...)."""
     fire_iso = iso_utc(run.fire_time)
-    env = {"PATH": DEFAULT_PATH, "SHELL": "/bin/sh", "HOME": ident["home"],
-           "USER": ident["user"], "LOGNAME": ident["user"]}
+    shell = spec.shell or DEFAULT_SHELL
+    base = {"PATH": DEFAULT_PATH, "SHELL": shell, "HOME": ident["home"],
+            "USER": ident["user"], "LOGNAME": ident["user"]}
     if "LANG" in os.environ:
-        env["LANG"] = os.environ["LANG"]
-    env.update(dict(spec.env))
-    env.update({
+        base["LANG"] = os.environ["LANG"]
+    own = dict(spec.env)
+    own.update({
         "CRONRD_JOB": run.job, "CRONRD_RUN_ID": str(run.run_id),
         "CRONRD_FIRE_TIME": fire_iso, "CRONRD_ATTEMPT": str(run.attempt),
         "CRONRD_RUN_KEY": run.key,
         "CRONRD_NODE": node_id, "CRONRD_LOG_PATH": log_path,
     })
-    command = (["/bin/sh", "-c", spec.command] if isinstance(spec.command, str)
-               else list(spec.command))
+    env = {**base, **own}
+    if isinstance(spec.command, str):
+        if spec.shell is not None and not os.access(shell, os.X_OK):
+            raise CronrdError(f"shell {shell} does not exist or is not executable on node "
+                              f"{node_id}; install it there or fix shell: in {spec.source}")
+        command = [shell, "-c", spec.command]
+    else:
+        command = list(spec.command)
+    ctl = controls(spec, cgroup, controllers)
+    if spec.limits is not None and spec.limits.open_files is not None:
+        job_nofile = spec.limits.open_files  # the gate shell sets the soft limit to it
     argv = ["/bin/sh", "-c", GATE_SCRIPT, "cronrd-run", str(job_nofile), *command]
     cwd = spec.working_dir or ident["home"]
     if not os.path.isdir(cwd):
         cwd_hint = "fix working_dir" if spec.working_dir else "create it"
         raise CronrdError(f"working directory {cwd} does not exist on node "
                           f"{node_id}; {cwd_hint} in {spec.source}")
-    if not ident["switch"]:
-        return Launch(argv, env, cwd, ident["user"], False, None, None)
-    script = env_script(env)
+    if not ident["switch"] and spec.env_file is None:
+        return Launch(argv, env, cwd, ident["user"], False, None, None, ctl)
+    # Prepared by a shell that runs as the job's user (DROP_SCRIPT): the
+    # environment, with env_file read there, between the defaults and env:.
+    script = env_script(base)
+    if spec.env_file is not None:
+        script += env_file_lines(spec.env_file).encode()
+    script += env_script(own)
     argv = [*ident["prefix"], "/bin/sh", "-c", DROP_SCRIPT, "cronrd-start", cwd,
             ident["user"], *argv]
-    return Launch(argv, {"PATH": CLEAN_PATH}, "/", ident["user"], True, ident["ids"], script)
+    return Launch(argv, {"PATH": CLEAN_PATH}, "/", ident["user"], True, ident["ids"], script,
+                  ctl)
+
+
+def host_warnings(spec: JobSpec, controllers: frozenset[str] | None = None) -> list[str]:
+    """What this host will not do as ``spec`` asks (for ``cronrd validate``):
+    a missing shell or env_file, limits no cgroup v2 controller enforces.
+    ``controllers``: the host's cgroup v2 controllers (default: read them)."""
+    out = []
+    if spec.shell is not None and isinstance(spec.command, str) and \
+            not os.access(spec.shell, os.X_OK):
+        out.append(f"shell {spec.shell} does not exist or is not executable on this host; "
+                   "the job's runs fail here until it is installed")
+    if spec.env_file is not None and not spec.env_file.startswith("-") and \
+            not os.path.exists(spec.env_file):
+        out.append(f"env_file {spec.env_file} does not exist on this host; the job's runs "
+                   f"fail here until it does (env_file: -{spec.env_file} for a file that may "
+                   "be missing)")
+    lim = spec.limits
+    if lim is None:
+        return out
+    if controllers is None:
+        from .cgroups import host_controllers
+        controllers = host_controllers()[1]
+    user = spec.user or "root"
+    for value, ctl, key, instead in (
+            (lim.memory, "memory", "limits.memory",
+             "it is enforced as RLIMIT_AS instead (address space: memory reserved but never "
+             "used counts too)"),
+            (lim.tasks, "pids", "limits.tasks",
+             "the limit is not enforced (RLIMIT_NPROC, the fallback, does not hold for root)"
+             if user in ("root", "0") else
+             f"it is enforced as RLIMIT_NPROC instead, which counts every process of user "
+             f"{user}, not only this job's"),
+            (lim.cpu, "cpu", "limits.cpu", "the limit is not enforced")):
+        if value is not None and ctl not in controllers:
+            out.append(f"{key}: this host has no cgroup v2 {ctl} controller to delegate to "
+                       f"cronrd; {instead}")
+    return out
 
 
 def env_memfd(script: bytes) -> int:

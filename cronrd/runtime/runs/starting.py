@@ -3,6 +3,7 @@ asking for its supervisor, whose shell then waits at the gate of its due time.""
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -12,10 +13,13 @@ from ...state import queries as Q
 from ...state import run_life as L
 from ...state.run import Run
 from .active import ActiveRun, InFlight
+from .cgroups import RunCgroups
 from .gates import Gates
 from .launch import Identities, env_memfd, launch
 from .logs import open_run_log, run_log_path, say
 from .spawner import Spawner, new_key
+
+log = logging.getLogger("cronrd.executor")
 
 
 @dataclass(frozen=True)
@@ -55,12 +59,29 @@ def refused_source(conn, node_id: str, accept: list[str] | None, job: str) -> st
             "to other nodes with run_on, or define it the same way here")
 
 
+def run_cgroup(cgroups: RunCgroups | None, key: str, spec: JobSpec) -> str | None:
+    """The run's cgroup, made with its limits, or None (no limits a cgroup
+    enforces, or none to be had: rlimits then, and no cpu limit)."""
+    lim = spec.limits
+    if cgroups is None or lim is None or (lim.memory, lim.cpu, lim.tasks) == (None,) * 3:
+        return None
+    try:
+        return cgroups.create(key, lim.memory, lim.cpu, lim.tasks)
+    except OSError as exc:
+        log.warning("event=run_cgroup_failed job=%s key=%s error=\"%s\" action=\"limits "
+                    "enforced with rlimits; cpu not enforced\"", spec.name, key,
+                    exc.strerror or exc)
+        return None
+
+
 def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
           node_id: str, identities: Identities, job_nofile: int, gates: Gates,
-          spawner: Spawner, claimed: bool) -> ActiveRun | NotStarted:
+          spawner: Spawner, claimed: bool,
+          cgroups: RunCgroups | None = None) -> ActiveRun | NotStarted:
     """Ask for the run's supervisor: the run, waiting at its gate (not yet on
     it: the caller registers it), or why it could not be asked for.
-    ``claimed``: it needs no claim (one host: nobody else could start it)."""
+    ``claimed``: it needs no claim (one host: nobody else could start it).
+    ``cgroups``: where runs with limits get a cgroup of their own."""
     log_path = run_log_path(log_dir, run)
     try:
         logfd, dirfd = open_run_log(log_dir, run, create=True, with_dir=True)
@@ -69,10 +90,14 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
             f"{exc.strerror}; check log_dir permissions"
         return NotStarted(f"cannot open log file {log_path}: {why}")
     envfd = -1
+    key = new_key(run.run_id)
+    cgroup = None
     try:
         ident = identities(spec)
+        cgroup = run_cgroup(cgroups, key, spec)
         how = launch(run, spec, ident, node_id=node_id, log_path=log_path,
-                     job_nofile=job_nofile)
+                     job_nofile=job_nofile, cgroup=cgroup,
+                     controllers=cgroups.controllers if cgroups else frozenset())
         if how.env_script is not None:
             envfd = env_memfd(how.env_script)
     except (CronrdError, OSError) as exc:
@@ -81,17 +106,21 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
         say(logfd, f"cronrd: run not started: {msg}\n")
         os.close(logfd)
         os.close(dirfd)
+        if cgroup is not None:
+            cgroups.remove(key)
         return NotStarted(msg, log_path)
-    key = new_key(run.run_id)
     gate = gates.at(run.due_at or now)
     req = {"key": key, "argv": how.argv, "env": how.env, "cwd": how.cwd,
            "cap": spec.max_log_bytes, "switch": how.switch, "ids": how.ids,
+           "controls": list(how.controls),
            "record": os.path.join(runs_dir, key), "log_name": os.path.basename(log_path)}
     try:
         spawner.spawn(req, [gate.rfd, logfd, dirfd] + ([envfd] if envfd >= 0 else []))
     except CronrdError as exc:
         msg = f"cannot start the run: {exc}"
         say(logfd, f"cronrd: {msg}\n")
+        if cgroup is not None:
+            cgroups.remove(key)
         return NotStarted(msg, log_path, exit_code=127)
     finally:
         os.close(logfd)

@@ -41,9 +41,11 @@ server, whose forks must be small and quick.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -440,14 +442,15 @@ def _spawn_job(req: dict, gate_fd: int, out_fd: int, err_fd: int, env_fd: int, l
 
     posix_spawn (vfork underneath) is the quick way, used whenever it can do
     the job: the supervisor enters the working directory itself first. A
-    job whose process must switch its ids itself (no setpriv on the host),
-    or whose start fails, goes through fork, where the failure is written to
+    job whose process must switch its ids itself (no setpriv on the host)
+    or apply process controls (nice, limits...: ``apply_controls``), or
+    whose start fails, goes through fork, where the failure is written to
     the run's log."""
     for fd in (gate_fd, env_fd, log_fd, dir_fd):
         if fd >= 0:
             os.set_inheritable(fd, False)  # received over a socket: not close-on-exec
     fds = _job_fds(gate_fd, out_fd, err_fd, env_fd)
-    if not req.get("ids"):
+    if not req.get("ids") and not req.get("controls"):
         try:
             os.chdir(req["cwd"])
             actions = [(os.POSIX_SPAWN_DUP2, a, b) for a, b in fds]
@@ -469,6 +472,7 @@ def _exec_job(req: dict, fds: list[tuple[int, int]]) -> None:
         os.setsid()
         for a, b in fds:
             os.dup2(a, b)
+        apply_controls(req.get("controls") or ())
         ids = req.get("ids")
         if ids:
             os.setgroups(ids["groups"])
@@ -480,11 +484,92 @@ def _exec_job(req: dict, fds: list[tuple[int, int]]) -> None:
         os.execve(req["argv"][0], req["argv"], req["env"])
     except BaseException as exc:  # noqa: BLE001 - nothing may escape into the fork server's code
         try:
-            why = getattr(exc, "strerror", None) or str(exc)
-            os.write(2, f"cronrd: cannot start the run: {why}\n".encode())
+            if isinstance(exc, ControlError):
+                os.write(2, f"cronrd: run not started: {exc}\n".encode())
+            else:
+                why = getattr(exc, "strerror", None) or str(exc)
+                os.write(2, f"cronrd: cannot start the run: {why}\n".encode())
         except BaseException:  # noqa: BLE001
             pass
     os._exit(127)
+
+
+# ioprio_set(2) has no wrapper in os: its number, for the architectures
+# cronrd is built for (the C supervisor takes it from the system headers).
+_SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "riscv64": 30, "i686": 289, "i386": 289,
+                   "armv7l": 314, "ppc64le": 273, "s390x": 282}
+_IOPRIO_WHO_PROCESS = 1
+
+
+class ControlError(Exception):
+    pass
+
+
+def apply_controls(controls) -> None:
+    """Apply the job's process controls (launch.controls) to this process;
+    ControlError with the reason, worded as the C supervisor words it.
+    ``cgroup DIR``: join the run's cgroup (cgroups.py), first."""
+    for ctl in controls:
+        what, act = _parse_control(ctl)
+        try:
+            if act is None:
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+            act()
+        except OSError as exc:
+            raise ControlError(f"cannot apply {what} ({ctl}): "
+                               f"{exc.strerror or exc}") from None
+
+
+def _parse_control(ctl: str):
+    """(what it is called in messages, what applies it), or ("a control",
+    None) for a string that is not a control (as the C supervisor's sscanf)."""
+    name, _, rest = ctl.partition(" ")
+    words = rest.split(" ")
+    try:
+        if name == "cgroup" and rest.startswith("/"):
+            return "limits (the run's cgroup)", lambda: _join_cgroup(rest)
+        if name == "rlimit" and len(words) == 4 and words[3]:
+            res, soft, hard = int(words[0]), int(words[1]), int(words[2])
+            return words[3], lambda: _setrlimit(res, soft, hard)
+        if len(words) == 1:
+            n = int(words[0])
+            if name == "nice":
+                return "nice", lambda: os.setpriority(os.PRIO_PROCESS, 0, n)
+            if name == "ioprio":
+                return "ioclass/ioprio", lambda: _ioprio_set(n)
+            if name == "umask":
+                return "umask", lambda: os.umask(n)
+    except ValueError:
+        pass
+    return "a control", None
+
+
+def _join_cgroup(path: str) -> None:
+    fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)
+
+
+def _setrlimit(res: int, soft: int, hard: int) -> None:
+    try:
+        resource.setrlimit(res, (soft, hard))
+    except ValueError as exc:  # Python's words for EINVAL and EPERM; the errno's, as in C
+        err = errno.EPERM if "not allowed" in str(exc) else errno.EINVAL
+        raise OSError(err, os.strerror(err)) from None
+
+
+def _ioprio_set(value: int) -> None:
+    import ctypes
+    import platform
+    number = _SYS_IOPRIO_SET.get(platform.machine())
+    if number is None:
+        raise OSError(38, "Function not implemented")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(number, _IOPRIO_WHO_PROCESS, 0, value) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def _supervise(req: dict, fds: list[int], boot: str) -> None:
@@ -551,6 +636,11 @@ def check_request(req) -> None:
                          "without NUL")
     if not isinstance(cap, int) or isinstance(cap, bool) or not 0 <= cap < 2 ** 63:
         raise ValueError("bad spawn request: cap must be an integer from 0 to 2**63-1")
+    ctl = req.get("controls")
+    if ctl is not None and (not isinstance(ctl, list) or not all(
+            isinstance(c, str) and c and "\0" not in c for c in ctl)):
+        raise ValueError("bad spawn request: controls must be a list of non-empty strings "
+                         "without NUL")
 
 
 class Zygote:
@@ -581,6 +671,9 @@ class Zygote:
                   str(req["cap"]),
                   "1" if req.get("switch") else "0", str(len(req["argv"])), *req["argv"],
                   str(len(env)), *(f"{k}={v}" for k, v in env.items())]
+        ctl = req.get("controls") or []
+        if ctl:
+            fields += [str(len(ctl)), *ctl]
         data = b"".join(os.fsencode(f) + b"\0" for f in fields)
         if len(data) > MAX_REQUEST:
             raise ValueError(f"spawn request of {len(data)} bytes is over {MAX_REQUEST}")
@@ -618,7 +711,7 @@ def _start(sock: socket.socket, req: dict, fds: list[int], boot: str,
         return _native.spawn(req["key"], req["notify"], req["record"], boot, req["cwd"],
                              req["log_name"], req["argv"], req["env"], req["cap"],
                              bool(req.get("switch")), fds[0], fds[1], fds[2], env_fd,
-                             sock.fileno())
+                             sock.fileno(), list(req.get("controls") or ()))
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
     try:
         pid = os.fork()

@@ -13,6 +13,7 @@ from cronrd.jobspec import (
     DirResult,
     FileResult,
     JobSpec,
+    Limits,
     Problem,
     RetryPolicy,
     RunOn,
@@ -279,6 +280,35 @@ BAD_FIELD_CASES = [
     ("timout: 5s", "3:1: unknown key 'timout' (did you mean 'timeout'?)"),
     ("max_running: 0", "3:14: max_running must be a whole number >= 1 (got 0)"),
     ("max_running: many", "3:14: max_running must be a whole number >= 1 (got 'many')"),
+    ("shell: bash", "3:8: shell must be the absolute path of a shell such as /bin/bash, without "
+                    "spaces or arguments (got 'bash')"),
+    ("shell: /bin/bash -e", "3:8: shell must be the absolute path of a shell"),
+    ("shell: ", "3:7: shell must be the absolute path of a shell such as /bin/bash (got an empty "
+                "value (null)); remove the key to use the default"),
+    ("nice: 20", "3:7: nice must be a whole number from -20 (most favoured) to 19 (least) (got 20)"),
+    ("nice: low", "3:7: nice must be a whole number from -20 (most favoured) to 19 (least) "
+                  "(got 'low')"),
+    ("ioclass: rt", "3:10: ioclass must be one of none, realtime, best-effort, idle (got 'rt')"),
+    ("ioprio: 8", "3:9: ioprio must be a whole number from 0 (highest) to 7 (lowest) (got 8)"),
+    ("umask: 0899", "3:8: umask must be an octal mask from 0000 to 0777 such as \"0027\" "
+                    "(got '0899')"),
+    ("umask: 1777", "3:8: umask must be an octal mask from 0000 to 0777"),
+    ("umask: [1]", "3:8: umask must be an octal mask from 0000 to 0777 such as \"0027\" (got a list)"),
+    ("env_file: etc/x", "3:11: env_file must be an absolute path starting with / (or -/ for a "
+                        "file that may be missing) (got 'etc/x')"),
+    ("limits: 5", "3:9: limits must be a mapping with one or more of memory, cpu, tasks, "
+                  "open_files, e.g. limits: {memory: 512MiB, cpu: 50%} (got the number 5)"),
+    ("limits: {}", "3:9: limits must be a mapping with one or more of memory, cpu"),
+    ("limits: {memory: 1KiB}", "3:18: limits.memory must be from 1MiB to 1PiB (got 1KiB)"),
+    ("limits: {memory: lots}", "3:18: limits.memory: bad size 'lots'"),
+    ("limits: {cpu: 0%}", "3:15: limits.cpu must be a percentage of one CPU such as 50% (200% is "
+                          "two CPUs) (got '0%')"),
+    ("limits: {cpu: half}", "3:15: limits.cpu must be a percentage of one CPU"),
+    ("limits: {tasks: 0}", "3:17: limits.tasks must be a whole number >= 1 (got 0)"),
+    ("limits: {open_files: 4}", "3:22: limits.open_files must be a whole number >= 16 (got 4)"),
+    ("limits: {open_files: 9999999}", "3:22: limits.open_files must be at most 1048576"),
+    ("limits: {swap: 1G}", "3:10: unknown key 'swap' in limits; valid keys are: memory, cpu, "
+                           "tasks, open_files"),
     ("yes: 1", "3:1: keys must be strings (got yes, which YAML reads as the boolean true); quote it: \"yes\""),
 ]
 
@@ -470,6 +500,41 @@ jobs:
 # --------------------------------------------------------------------------
 # canonical form
 # --------------------------------------------------------------------------
+
+
+def test_process_controls_are_parsed():
+    spec = job(BASE + "shell: /bin/bash\nnice: -5\nioclass: best-effort\nioprio: 7\n"
+                      "umask: 0027\nenv_file: -/etc/default/app\n"
+                      "limits: {memory: 512MiB, cpu: 50%, tasks: 100, open_files: 1024}\n")
+    assert (spec.shell, spec.nice, spec.ioclass, spec.ioprio) == ("/bin/bash", -5,
+                                                                  "best-effort", 7)
+    assert spec.umask == 0o027 and spec.env_file == "-/etc/default/app"
+    assert spec.limits == Limits(memory=512 << 20, cpu=50.0, tasks=100, open_files=1024)
+    # The text of a umask is octal however YAML would read it.
+    for text in ("0027", "027", "27", '"0027"', "'27'"):
+        assert job(BASE + f"umask: {text}\n").umask == 0o027, text
+    assert job(BASE + "limits: {cpu: 150}\n").limits == Limits(cpu=150.0)
+    assert job(BASE + "ioprio: 2\n").ioclass is None  # best-effort is implied at launch
+
+
+def test_ioprio_with_a_class_without_levels_is_refused():
+    assert one_problem(BASE + "ioclass: idle\nioprio: 3\n") == (
+        "job.yaml:4:9: ioprio does not apply to ioclass idle (only realtime and best-effort "
+        "have levels); remove it")
+
+
+def test_process_controls_round_trip_and_leave_older_digests_alone():
+    plain = job(BASE)
+    assert not {"shell", "nice", "ioclass", "ioprio", "umask", "env_file",
+                "limits"} & plain.to_dict().keys()
+    spec = job(BASE + "shell: /bin/bash\nnice: 3\numask: '0077'\nenv_file: /e\n"
+                      "ioclass: idle\nlimits: {memory: 2GiB, cpu: 25%}\n", "/d/x.yaml")
+    d = json.loads(json.dumps(spec.to_dict()))
+    assert d["limits"] == {"memory": 2 << 30, "cpu": 25.0} and d["umask"] == 0o077
+    back = JobSpec.from_dict(d, source="/d/x.yaml", line=1)
+    assert back == spec and back.digest() == spec.digest()
+    assert spec.digest() != plain.digest()
+    assert job(BASE + "nice: 3\n").digest() != job(BASE + "nice: 4\n").digest()
 
 
 def test_to_dict_from_dict_round_trip_and_json_safety():

@@ -61,16 +61,20 @@ class Harness:
         return next((ev for k, ev in self.events if k == key and ev["event"] == kind), None)
 
     def start(self, command: str, *, cap: int = 1 << 20, switch: bool = False,
-              gate_open: bool = True, script: str = GATE):
+              gate_open: bool = True, script: str = GATE, controls: list | None = None,
+              argv: list | None = None, env_fd: int = -1):
         key = new_key(1)
         log_path = os.path.join(self.logs, key + ".log")
         logfd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         dirfd = os.open(self.logs, os.O_RDONLY | os.O_DIRECTORY)
         rfd, wfd = os.pipe()
-        req = {"key": key, "argv": ["/bin/sh", "-c", script, "gate", "/bin/sh", "-c", command],
+        req = {"key": key,
+               "argv": argv or ["/bin/sh", "-c", script, "gate", "/bin/sh", "-c", command],
                "env": {"PATH": "/usr/bin:/bin"}, "cwd": "/", "cap": cap, "switch": switch,
                "ids": None, "record": os.path.join(self.dir, key), "log_name": key + ".log"}
-        self.spawner.spawn(req, [rfd, logfd, dirfd])
+        if controls is not None:
+            req["controls"] = controls
+        self.spawner.spawn(req, [rfd, logfd, dirfd] + ([env_fd] if env_fd >= 0 else []))
         os.close(rfd)
         os.close(logfd)
         os.close(dirfd)
@@ -311,6 +315,135 @@ def test_output_before_the_gate_is_logged_as_the_reason(sup):
     key, log_path = run(main())
     assert sup.event(key, "ready") is None and sup.event(key, "exited")["started"] is False
     assert b"run not started: no such dir" in open(log_path, "rb").read()
+
+
+IOPRIO_IDLE = 3 << 13
+IOPRIO_BE_6 = (2 << 13) | 6
+
+
+@pytest.mark.parametrize("ioprio, ionice", [(IOPRIO_IDLE, "idle"),
+                                            (IOPRIO_BE_6, "best-effort: prio 6")])
+def test_process_controls_reach_the_job(sup, ioprio, ionice):
+    # What the job sees from inside: its umask, nice value (/proc stat
+    # field 19), open-file and address-space limits, process limit, I/O class.
+    import resource
+    import shutil
+    show = ('umask; cut -d" " -f19 /proc/$$/stat; ulimit -n; ulimit -Hn; ulimit -v; ulimit -p; '
+            + ('ionice -p $$' if shutil.which("ionice") else 'echo no-ionice'))
+    controls = [f"rlimit {resource.RLIMIT_AS} {1 << 30} {1 << 30} limits.memory",
+                f"rlimit {resource.RLIMIT_NPROC} 4321 4321 limits.tasks",
+                f"rlimit {resource.RLIMIT_NOFILE} 77 77 limits.open_files",
+                "nice 7", f"ioprio {ioprio}", f"umask {0o027}"]
+
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start(show, controls=controls)
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    assert exit_code(sup.event(key, "exited")["status"]) == 0
+    lines = open(log_path).read().split("\n")
+    assert lines[:6] == ["0027", "7", "77", "77", str((1 << 30) // 1024), "4321"], lines
+    if lines[6] != "no-ionice":
+        assert lines[6] == ionice, lines
+
+
+def test_a_control_that_cannot_be_applied_fails_the_run_with_the_reason(sup, tmp_path):
+    import resource
+    witness = tmp_path / "ran"
+
+    async def main():
+        sup.spawner.start()
+        # soft above hard: setrlimit refuses it
+        key, log_path = sup.start(f"touch {witness}", controls=[
+            f"rlimit {resource.RLIMIT_NOFILE} 100 50 limits.open_files"])
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    ev = sup.event(key, "exited")
+    assert ev["started"] is False and exit_code(ev["status"]) == 127
+    assert open(log_path).read() == (
+        f"cronrd: run not started: cannot apply limits.open_files (rlimit "
+        f"{resource.RLIMIT_NOFILE} 100 50 limits.open_files): Invalid argument\n")
+    assert not witness.exists()
+
+
+def test_the_job_joins_its_runs_cgroup_first(sup, tmp_path):
+    # A stand-in for the run's cgroup: the job's process writes "0" (itself)
+    # into its cgroup.procs before anything else; a missing one fails the run.
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    (cg / "cgroup.procs").write_text("")
+
+    async def main():
+        sup.spawner.start()
+        ok, _ = sup.start("echo in", controls=[f"cgroup {cg}", "nice 1"])
+        bad, bad_log = sup.start("echo in", controls=[f"cgroup {tmp_path}/gone"])
+        await sup.wait(lambda: sup.event(ok, "exited") and sup.event(bad, "exited"))
+        sup.spawner.close()
+        return ok, bad, bad_log
+    ok, bad, bad_log = run(main())
+    assert exit_code(sup.event(ok, "exited")["status"]) == 0
+    assert (cg / "cgroup.procs").read_text() == "0"
+    assert sup.event(bad, "exited")["started"] is False
+    assert open(bad_log).read() == (
+        f"cronrd: run not started: cannot apply limits (the run's cgroup) (cgroup "
+        f"{tmp_path}/gone): No such file or directory\n")
+
+
+def test_a_string_that_is_no_control_fails_the_run_alike_in_both(sup):
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("true", controls=["nice 1", "nice x", "bogus 1"])
+        await sup.wait(lambda: sup.event(key, "exited"))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    assert sup.event(key, "exited")["started"] is False
+    assert open(log_path).read() == ("cronrd: run not started: cannot apply a control "
+                                     "(nice x): Invalid argument\n")
+
+
+def test_a_malformed_control_is_refused_before_a_supervisor_starts(sup):
+    async def main():
+        sup.spawner.start()
+        key, _ = sup.start("true", controls=["nice 1", ""])
+        await sup.wait(lambda: key in sup.spawned)
+        sup.spawner.close()
+        return key
+    key = run(main())
+    assert "controls must be a list of non-empty strings" in sup.spawned[key][1]
+
+
+def test_a_switching_run_with_controls_finds_its_streams_where_the_drop_script_looks(sup):
+    # A run prepared by the drop script (its environment on stdout, the
+    # stdout pipe as 3) that has process controls starts through fork in
+    # both supervisors: the controls are applied there, and the job still
+    # gets exactly 0-3, its output in the right streams.
+    from cronrd.runtime.runs.launch import DROP_SCRIPT, env_memfd
+    argv = ["/bin/sh", "-c", DROP_SCRIPT, "cronrd-start", "/", "nobody",
+            "/bin/sh", "-c", GATE, "gate", "/bin/sh", "-c",
+            "echo out-$GREETING; echo err >&2; umask >&2; ls /proc/self/fd"]
+    envfd = env_memfd(b"export GREETING=hi\n")
+
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("", switch=True, argv=argv, env_fd=envfd,
+                                  controls=["nice 1", f"umask {0o027}"])
+        os.close(envfd)
+        await sup.wait_for(lambda: _closed(sup, key))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    assert [ev["event"] for k, ev in sup.events if k == key] == ["spawned", "ready", "exited"]
+    assert sup.event(key, "exited")["started"] is True
+    parts = _parts(log_path)
+    out = b"".join(p.data for p in parts if p.stream == O.STDOUT).decode().split()
+    err = b"".join(p.data for p in parts if p.stream == O.STDERR)
+    assert err == b"err\n0027\n", parts
+    assert out[0] == "out-hi" and sorted(out[1:]) == ["0", "1", "2", "3"], out  # ls's dir is 3
 
 
 def test_a_supervisor_outlives_the_fork_server_and_the_daemon_side(sup):
