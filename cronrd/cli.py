@@ -607,17 +607,89 @@ def print_job(j: dict, now: float) -> None:
 
 @main.command()
 @click.argument("job", shell_complete=complete_jobs)
-@click.option("--run", "run_id", type=int, metavar="ID", help="This run (default: latest).")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")
+@click.option("--run", "run_id", type=int, metavar="ID",
+              help="This run (default: the latest that started).")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing: the run until it ends, then (without --run) the job's next "
+              "runs, until interrupted.")
+@click.option("--since", metavar="TIME",
+              help="The runs that started since TIME (ISO 8601, or ago: 30m, 1h, 2d).")
+@click.option("-n", "--lines", type=click.IntRange(0), metavar="N",
+              help="Only the last N lines (of the first run shown).")
+@click.option("--timestamps", is_flag=True, help="Start each line with when it came (UTC).")
+@click.option("--stdout", "only", flag_value="stdout", help="Only what the job wrote to stdout.")
+@click.option("--stderr", "only", flag_value="stderr", help="Only what the job wrote to stderr.")
 @click.pass_obj
-def logs(obj: Ctx, job, run_id, follow):
-    """Print the output of a job's latest run (or --run ID)."""
+def logs(obj: Ctx, job, run_id, follow, since, lines, timestamps, only):
+    """Print the output of a job's latest run (or --run ID, or --since TIME).
+
+    stdout and stderr come interleaved in the order they came; a log over
+    max_log_bytes shows its head, a line saying how much was dropped, and
+    its tail."""
+    import time
+    if run_id is not None and since is not None:
+        raise UsageError("--run and --since choose runs two ways: give one of them")
+    args = {"job": job, "run_id": run_id, "follow": follow, "since": _when(since, Clock().now(), "--since"),
+            "lines": lines}
+    state = {"many": (follow and run_id is None) or since is not None, "output": False,
+             "bol": True}
+
     def show(msg):
-        if "data" in msg:
-            sys.stdout.write(msg["data"])
+        if "run" in msg:
+            r = msg["run"]
+            state["output"] = False
+            if state["many"]:
+                _end_line(state)
+                click.echo(f"-- run {r['run_id']} (attempt {r['attempt']}), "
+                           + (f"started {r['started_at']} on node {r['node']} --"
+                              if r["started_at"] else f"{r['state']} --"))
+        elif "data" in msg:
+            stream = msg.get("stream", "output")
+            # Output of an older log (not told apart) and cronrd's own
+            # lines show under either filter.
+            if only and stream not in (only, "output", "cronrd"):
+                return
+            state["output"] = True
+            text = msg["data"]
+            if timestamps:
+                t = msg.get("time")
+                when = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+                        + f".{int(t % 1 * 1000):03d}Z" if t is not None else "-" * 24)
+                out = []
+                for line in text.splitlines(keepends=True):
+                    out.append((f"{when} " if state["bol"] else "") + line)
+                    state["bol"] = line.endswith("\n")
+                text = "".join(out)
+            else:
+                state["bol"] = text.endswith("\n")
+            sys.stdout.write(text)
             sys.stdout.flush()
-    obj.client(timeout=None if follow else 30.0).call(
-        "logs", {"job": job, "run_id": run_id, "follow": follow}, on_message=show)
+        elif "end" in msg and not state["output"]:
+            r = msg["end"]
+            what = f" on {only}" if only else ""
+            if r["started_at"] is None:
+                how = "never started" if r["finished_at"] else "has not started yet"
+                click.echo(f"run {r['run_id']} {how} ({r['state']}"
+                           + (f": {r['reason']}" if r["reason"] else "") + ")", err=True)
+            elif r["finished_at"]:
+                click.echo(f"run {r['run_id']} {r['state']} at {r['finished_at']}, "
+                           f"no output{what}", err=True)
+            else:
+                click.echo(f"run {r['run_id']} {r['state']} since {r['started_at']}, "
+                           f"no output{what} yet", err=True)
+    try:
+        res = obj.client(timeout=None if follow else 30.0).call("logs", args, on_message=show)
+    except KeyboardInterrupt:
+        _end_line(state)
+        return
+    if since is not None and res is None:
+        click.echo(f"no run of {job} started since {since}", err=True)
+
+
+def _end_line(state: dict) -> None:
+    if not state["bol"]:
+        sys.stdout.write("\n")
+        state["bol"] = True
 
 
 @main.command("run-now")

@@ -189,39 +189,57 @@ class Offline:
         return {"records": Q.audit(self.conn, args.get("limit") or 50, args.get("before")),
                 "applied_index": int(self._meta("applied_index") or 0)}
 
-    def h_logs(self, args: dict, on_message) -> dict:
-        """The run's log file on this node (the daemon is not there to ask
-        another node for one)."""
-        from .runtime.handlers import read_log_chunk
+    def h_logs(self, args: dict, on_message) -> dict | None:
+        """The runs' log files on this node (the daemon is not there to ask
+        another node for one), as the daemon's `logs` sends them
+        (handlers.py): {"run"}, the output, {"end"} per run. Nothing to
+        follow with the daemon down."""
+        from .runtime.handlers import chunk_messages, flush_messages, last_lines, read_log_chunk
         from .state import queries as Q
-        from .state import run_states
         job = args.get("job")
-        run_id = args.get("run_id")
+        run_id, since, lines = args.get("run_id"), args.get("since"), args.get("lines")
+
+        def started(r) -> bool:
+            return r.started_at is not None or bool(r.log_path)
         if run_id is not None:
             run = Q.get_run(self.conn, run_id)
             if run is None or run.job != job:
                 raise RequestError(f"job {job!r} has no run {run_id}; `cronrd runs {job}` "
                                    "lists its runs")
+            runs = [run]
         else:
-            run = next((r for r in Q.list_runs(self.conn, job, None, 200)
-                        if r.log_path or r.state in run_states.ACTIVE), None)
-            if run is None:
+            recent = Q.list_runs(self.conn, job, None, 1000 if since is not None else 200)
+            if since is not None:
+                runs = sorted((r for r in recent if started(r) and (r.started_at or 0) >= since),
+                              key=lambda r: r.run_id)
+            else:
+                runs = [r for r in recent if started(r)][:1]
+            if not recent or (since is None and not runs):
                 from .runtime.reads import need_job_or_history
                 need_job_or_history(self.conn, job)
-                raise RequestError(f"job {job!r} has no run with a log yet")
-        if run.node not in (None, self.config.node_id):
-            raise RequestError(f"run {run.run_id} ran on node {run.node}; with the daemon "
-                               f"down only this node's logs can be read: run `cronrd logs "
-                               f"{job} --run {run.run_id}` on {run.node}")
-        offset = 0
-        while True:
-            chunk = read_log_chunk(self.config, self.conn, run.run_id, offset)
-            data = base64.b64decode(chunk["data"])
-            offset = chunk["offset"]
-            if data and on_message is not None:
-                on_message({"data": data.decode("utf-8", "replace")})
-            if not chunk["more"]:
-                return run.view()
+                if since is None:
+                    raise RequestError(f"job {job!r} has no run that started yet")
+        emit = on_message or (lambda msg: None)
+        for i, run in enumerate(runs):
+            if run.node not in (None, self.config.node_id):
+                raise RequestError(f"run {run.run_id} ran on node {run.node}; with the daemon "
+                                   f"down only this node's logs can be read: run `cronrd logs "
+                                   f"{job} --run {run.run_id}` on {run.node}")
+            emit({"run": run.view()})
+            body: list[dict] = []
+            decoders: dict = {}
+            offset = 0
+            while started(run):
+                chunk = read_log_chunk(self.config, self.conn, run.run_id, offset)
+                offset = chunk["offset"]
+                body += chunk_messages(chunk, decoders)
+                if not chunk["more"]:
+                    break
+            body += flush_messages(decoders)
+            for msg in (last_lines(body, lines) if lines is not None and i == 0 else body):
+                emit(msg)
+            emit({"end": run.view()})
+        return runs[-1].view() if runs else None
 
 
 class ReadClient:

@@ -190,3 +190,37 @@ def test_a_run_without_a_record_is_never_searched_for_by_environment(node):
     release.touch()
     wait_for(lambda: not psutil.pid_exists(pid) or
              psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, what="job ended")
+
+
+def test_an_adopted_run_past_its_head_keeps_its_tail_and_streams(node):
+    """The supervisor keeps writing the log, its index and its tail ring
+    while the daemon is down; `logs -f` of the next daemon reads the ring,
+    and the finished log is head + note + tail with the streams apart."""
+    release, lines = node.out / "loud.release", node.out / "loud.lines"
+    node.write_job("loud", {"schedule": "@yearly", "max_log_bytes": "1KiB", "command":
+                            'i=0; while [ $i -lt 300 ]; do echo "line $i"; i=$((i+1)); done; '
+                            f"touch {lines}; while [ ! -e {release} ]; do sleep 0.05; done; "
+                            "echo after-restart >&2"})
+    node.start()
+    node.call("run_now", {"job": "loud"})
+    wait_for(lines.exists, what="the job's lines")
+    run = node.wait_runs(lambda rs: rs and rs[0]["state"] == "running", job="loud")[0]
+    node.kill9()
+    node.start()
+    # Running, past its head: the head, how much is dropped so far, the tail.
+    live = node.cli("logs", "loud")
+    assert live.returncode == 0, live.stderr
+    assert live.stdout.startswith("line 0\n") and live.stdout.endswith("line 299\n")
+    assert "bytes dropped here so far" in live.stdout
+    release.touch()
+    done = node.wait_runs(lambda rs: rs and rs[0]["state"] == "succeeded", job="loud",
+                          what="the adopted run's end")
+    assert done[0]["run_id"] == run["run_id"]
+    log = node.base / "logs" / "loud" / os.path.basename(done[0]["log_path"])
+    wait_for(lambda: not os.path.exists(f"{log}.tail"), what="the tail moved into the log")
+    assert not os.path.exists(f"{log}.tidx") and os.path.exists(f"{log}.idx")
+    text = log.read_text()
+    assert text.startswith("line 0\n") and text.endswith("line 299\nafter-restart\n")
+    assert "bytes dropped here (max_log_bytes 1KiB keeps the first 512 bytes" in text
+    err = node.cli("logs", "loud", "--stderr")
+    assert err.stdout.endswith("after-restart\n") and "line 299" not in err.stdout

@@ -147,6 +147,21 @@ def test_import_crontab_cli_warns_about_loader_variables(tmp_path):
     assert "evil.so" not in res.stdout[res.stdout.index("jobs:"):]
 
 
+@needs_root
+def test_a_user_jobs_stdout_and_stderr_are_kept_apart(node):
+    """The switching shell reads the job's environment from its stdout and
+    finds the stdout pipe as descriptor 3 (launch.DROP_SCRIPT): the job's
+    own stdout and stderr still land in their streams."""
+    node.write_job("apart", {"schedule": "@yearly", "user": "nobody", "working_dir": "/",
+                             "command": "echo out-$USER; echo err >&2; ls /proc/self/fd"})
+    node.start()
+    res = node.cli("run-now", "apart", "--wait")
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = node.cli("logs", "apart", "--stdout").stdout.split()
+    assert out[0] == "out-nobody" and node.cli("logs", "apart", "--stderr").stdout == "err\n"
+    assert sorted(out[1:]) == ["0", "1", "2", "3"]  # ls's own directory fd is 3
+
+
 # -- process controls (issue 13, point 9) ------------------------------------------------
 @pytest.mark.integration
 @needs_root

@@ -79,7 +79,6 @@ NO_UNIT_TEST_FILE = {
                               "test_starting.py build them",
     "runtime/runs/executor.py": "integration/test_daemon.py, security/test_log_paths.py",
     "runtime/runs/legacy.py": "integration/test_run_survival.py (runs of an older daemon)",
-    "runtime/runs/logs.py": "security/test_log_paths.py, integration/test_daemon.py",
     "runtime/runs/restart.py": "integration/test_run_survival.py (detach, adopt, collect, lose), "
                                "integration/test_daemon.py (shutdown modes)",
     "runtime/runs/processes.py": "security/test_process_identity.py, integration/",

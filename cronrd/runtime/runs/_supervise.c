@@ -17,10 +17,11 @@
  *
  * What the child does, in order (see supervisor.py for why):
  *   setsid; open the record (O_APPEND, O_NOFOLLOW, 0600); start the job with
- *   posix_spawn in a session of its own (stdin the gate; stdout the env memfd
- *   or the output pipe; stderr the output pipe), or with fork to write why it
- *   cannot start into the log; nice +10; record and announce "spawned"; then
- *   copy the output into the log up to the cap, record "started" at the
+ *   posix_spawn in a session of its own (stdin the gate; stdout the stdout
+ *   pipe, or the env memfd with the stdout pipe as 3; stderr the stderr
+ *   pipe), or with fork to write why it cannot start into the log; nice +10;
+ *   record and announce "spawned"; then copy the output into the log, its
+ *   index and its tail (output.py: files and format), record "started" at the
  *   STARTED marker, announce "ready" at the READY marker, record and announce
  *   "exited" with the raw wait status, and record "closed" once every writer
  *   of the output pipe is gone.
@@ -63,18 +64,37 @@
 #define LINE_MAX_BYTES 4096
 #define EXIT_LINGER_MIN 0.05  /* seconds; supervisor.py EXIT_LINGER */
 #define EXIT_LINGER_MAX 1.0
+/* output.py: the record, the streams, the tail ring */
+#define REC_SIZE 32
+#define S_ALL 0
+#define S_STDOUT 1
+#define S_STDERR 2
+#define S_CRONRD 3
+#define TAIL_HEADER 0xFE
+#define MERGE_WINDOW 0.1
+#define MAX_STRETCH (1LL << 30)
 
 enum phase { PHASE_READY, PHASE_GATE, PHASE_RUN };
 
+/* One index record being grown (output.py MERGE_WINDOW). */
+struct stretch {
+    int valid, stream;
+    long long off, pos, len, at;
+    double time;
+};
+
 struct sup {
-    const char *key, *notify, *record, *boot, *cwd;
+    const char *key, *notify, *record, *boot, *cwd, *log_name;
     char *const *argv;
     char *const *envp;
     char *const *controls;  /* launch.controls(): applied before the job's exec */
     long ncontrols;
-    long long cap, written;
-    int truncated;
-    int gate_fd, log_fd, env_fd, rec, sock, out;
+    long long cap, head, tail, pos, idx_len, seq, slots;
+    int gate_fd, log_fd, dir_fd, env_fd, rec, sock, out, err;
+    int idx, ring, tidx;  /* the sidecars, -1 until opened (or when they cannot be) */
+    int ring_tried;
+    char last_byte;
+    struct stretch last[2];  /* [0] the head's, [1] the tail's */
     enum phase phase;
     pid_t pid;
 };
@@ -282,12 +302,255 @@ static void event(struct line *l, const char *event)
     put(l, "{\"event\":\"%s\"", event);
 }
 
-/* -- the job's output --------------------------------------------------- */
+/* -- the job's output (output.py) -------------------------------------- */
 
-static void output(struct sup *s, const char *data, size_t n)
+static void le(unsigned char *b, unsigned long long v, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void pack(unsigned char *b, long long off, long long pos, long long len, int stream,
+                 double t)
+{
+    unsigned long long tb;
+    memcpy(&tb, &t, sizeof(tb));
+    le(b, (unsigned long long)off, 8);
+    le(b + 8, (unsigned long long)pos, 8);
+    le(b + 16, (unsigned long long)len, 4);
+    b[20] = (unsigned char)stream;
+    b[21] = b[22] = b[23] = 0;
+    le(b + 24, tb, 8);
+}
+
+static unsigned long long unle(const unsigned char *b, int n)
+{
+    unsigned long long v = 0;
+    int i;
+    for (i = n - 1; i >= 0; i--)
+        v = (v << 8) | b[i];
+    return v;
+}
+
+static int open_side(struct sup *s, const char *suffix, int flags)
+{
+    char name[4096];
+    if (snprintf(name, sizeof(name), "%s%s", s->log_name, suffix) >= (int)sizeof(name))
+        return -1;
+    return openat(s->dir_fd, name, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640);
+}
+
+static void unlink_side(struct sup *s, const char *suffix)
+{
+    char name[4096];
+    if (snprintf(name, sizeof(name), "%s%s", s->log_name, suffix) < (int)sizeof(name))
+        unlinkat(s->dir_fd, name, 0);
+}
+
+static void pwrite_all(int fd, const char *p, size_t n, long long at)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+        at += w;
+    }
+}
+
+static void index_stretch(struct sup *s, int which, int fd, long long off, long long pos,
+                          long long n, int stream, double now)
+{
+    struct stretch *l = &s->last[which];
+    unsigned char b[REC_SIZE];
+    int full = which == 0 && s->idx_len >= REC_SIZE * (64 + s->head / 256);  /* head_records */
+    if (l->valid && l->pos + l->len == pos && l->len + n <= MAX_STRETCH &&
+        (full || (l->stream == stream && now - l->time < MERGE_WINDOW))) {
+        l->len += n;
+        if (l->stream != stream)
+            l->stream = S_ALL;  /* past head_records: the streams are no longer told apart */
+    } else {
+        l->valid = 1;
+        l->stream = stream;
+        l->off = off;
+        l->pos = pos;
+        l->len = n;
+        l->time = now;
+        if (which == 0) {
+            l->at = s->idx_len;
+            s->idx_len += REC_SIZE;
+        } else {
+            l->at = REC_SIZE * (1 + s->seq % s->slots);
+            s->seq++;
+        }
+    }
+    if (fd >= 0) {
+        pack(b, l->off, l->pos, l->len, l->stream, l->time);
+        pwrite_all(fd, (const char *)b, REC_SIZE, l->at);
+    }
+}
+
+static void write_output(struct sup *s, int stream, const char *data, size_t n)
+{
+    double now = now_wall();
+    if (s->pos == 0 && s->idx < 0)  /* a silent run has no index */
+        s->idx = open_side(s, ".idx", O_WRONLY | O_TRUNC);
+    if (s->pos < s->head) {
+        size_t k = (long long)n < s->head - s->pos ? n : (size_t)(s->head - s->pos);
+        (void)write_all(s->log_fd, data, k);
+        index_stretch(s, 0, s->idx, s->pos, s->pos, (long long)k, stream, now);
+        s->pos += (long long)k;
+        s->last_byte = data[k - 1];
+        data += k;
+        n -= k;
+    }
+    if (n == 0)
+        return;
+    if (s->tail == 0) {
+        s->pos += (long long)n;
+        return;
+    }
+    if (!s->ring_tried) {  /* once: without it the tail is dropped, the run goes on */
+        unsigned char b[REC_SIZE];
+        s->ring_tried = 1;
+        s->ring = open_side(s, ".tail", O_RDWR | O_TRUNC);
+        s->tidx = open_side(s, ".tidx", O_RDWR | O_TRUNC);
+        if (s->tidx >= 0) {
+            pack(b, s->head, s->tail, s->slots, TAIL_HEADER, now);
+            pwrite_all(s->tidx, (const char *)b, REC_SIZE, 0);
+        }
+    }
+    if ((long long)n > s->tail) {  /* only its last bytes can stay */
+        s->pos += (long long)n - s->tail;
+        data += (long long)n - s->tail;
+        n = (size_t)s->tail;
+    }
+    {
+        long long pos = s->pos;
+        size_t left = n;
+        const char *p = data;
+        while (left > 0 && s->ring >= 0) {
+            long long at = (pos - s->head) % s->tail;
+            size_t k = (long long)left < s->tail - at ? left : (size_t)(s->tail - at);
+            pwrite_all(s->ring, p, k, at);
+            p += k;
+            left -= k;
+            pos += (long long)k;
+        }
+    }
+    index_stretch(s, 1, s->tidx, 0, s->pos, (long long)n, stream, now);
+    s->pos += (long long)n;
+}
+
+static long long dropped(struct sup *s)
+{
+    long long d = s->pos - s->head - s->tail;
+    return d > 0 ? d : 0;
+}
+
+static const char *size_text(long long n, char *buf, size_t len)
+{
+    static const char *units[] = {"GiB", "MiB", "KiB"};
+    static const long long sizes[] = {1LL << 30, 1LL << 20, 1LL << 10};
+    int i;
+    for (i = 0; i < 3; i++)
+        if (n >= sizes[i] && n % sizes[i] == 0) {
+            snprintf(buf, len, "%lld%s", n / sizes[i], units[i]);
+            return buf;
+        }
+    snprintf(buf, len, "%lld bytes", n);
+    return buf;
+}
+
+static int by_pos(const void *a, const void *b)
+{
+    long long x = (long long)unle((const unsigned char *)a + 8, 8);
+    long long y = (long long)unle((const unsigned char *)b + 8, 8);
+    return x < y ? -1 : x > y;
+}
+
+/* Move the tail into the log (output.py). */
+static void finish_output(struct sup *s)
+{
+    double now = now_wall();
+    long long kept, start, off = s->head;
+    unsigned char rec[REC_SIZE];
+    if (s->pos <= s->head)
+        return;
+    kept = s->pos - s->head < s->tail ? s->pos - s->head : s->tail;
+    start = s->pos - kept;
+    if (start > s->head) {
+        char note[300], a[32], b[32], c[32];
+        int k = snprintf(note, sizeof(note),
+                         "%scronrd: %lld bytes dropped here (max_log_bytes %s keeps the first %s "
+                         "and the last %s)\n", s->last_byte != '\n' ? "\n" : "",
+                         start - s->head, size_text(s->cap, a, sizeof(a)),
+                         size_text(s->head, b, sizeof(b)), size_text(s->tail, c, sizeof(c)));
+        if (k > 0 && (size_t)k < sizeof(note)) {
+            (void)write_all(s->log_fd, note, (size_t)k);
+            pack(rec, off, start, k, S_CRONRD, now);
+            if (s->idx >= 0)
+                pwrite_all(s->idx, (const char *)rec, REC_SIZE, s->idx_len);
+            s->idx_len += REC_SIZE;
+            off += k;
+        }
+    }
+    if (s->ring >= 0 && kept > 0) {
+        static char buf[READ_CHUNK];
+        long long pos = start;
+        while (pos < s->pos) {
+            long long at = (pos - s->head) % s->tail, want = READ_CHUNK;
+            ssize_t r;
+            if (want > s->tail - at)
+                want = s->tail - at;
+            if (want > s->pos - pos)
+                want = s->pos - pos;
+            r = pread(s->ring, buf, (size_t)want, (off_t)at);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            (void)write_all(s->log_fd, buf, (size_t)r);
+            pos += r;
+        }
+        if (s->tidx >= 0) {
+            size_t size = (size_t)s->slots * REC_SIZE;
+            unsigned char *table = malloc(size);
+            ssize_t got = table ? pread(s->tidx, table, size, REC_SIZE) : -1;
+            if (got > 0) {
+                size_t i, n = (size_t)got / REC_SIZE;
+                qsort(table, n, REC_SIZE, by_pos);
+                for (i = 0; i < n; i++) {
+                    unsigned char *r = table + i * REC_SIZE;
+                    long long rpos = (long long)unle(r + 8, 8), len = (long long)unle(r + 16, 4);
+                    long long lo = rpos > start ? rpos : start;
+                    long long hi = rpos + len < s->pos ? rpos + len : s->pos;
+                    double t;
+                    unsigned long long tb = unle(r + 24, 8);
+                    if (len <= 0 || (r[20] != S_STDOUT && r[20] != S_STDERR) || hi <= lo)
+                        continue;
+                    memcpy(&t, &tb, sizeof(t));
+                    pack(rec, off + lo - start, lo, hi - lo, r[20], t);
+                    if (s->idx >= 0)
+                        pwrite_all(s->idx, (const char *)rec, REC_SIZE, s->idx_len);
+                    s->idx_len += REC_SIZE;
+                }
+            }
+            free(table);
+        }
+    }
+    unlink_side(s, ".tail");  /* the ring without LOG.tail is a finished one */
+    unlink_side(s, ".tidx");
+}
+
+static void output(struct sup *s, int stream, const char *data, size_t n)
 {
     struct line l;
-    while (n > 0 && s->phase != PHASE_RUN) {
+    while (n > 0 && s->phase != PHASE_RUN && stream == S_STDOUT) {
         char marker = s->phase == PHASE_READY ? READY_MARK : STARTED_MARK;
         if (data[0] != marker)
             break;  /* output before the marker: why the run could not start */
@@ -303,31 +566,16 @@ static void output(struct sup *s, const char *data, size_t n)
             record_line(s, &l);
         }
     }
-    if (n == 0)
-        return;
-    long long room = s->cap - s->written;
-    if (room > 0) {
-        size_t chunk = (long long)n < room ? n : (size_t)room;
-        (void)write_all(s->log_fd, data, chunk);
-        s->written += (long long)chunk;
-    }
-    if ((long long)n > (room > 0 ? room : 0) && !s->truncated) {
-        char note[128];
-        int k;
-        s->truncated = 1;
-        k = snprintf(note, sizeof(note),
-                     "\ncronrd: output truncated at %lld bytes (max_log_bytes)\n", s->cap);
-        if (k > 0 && (size_t)k < sizeof(note))
-            (void)write_all(s->log_fd, note, (size_t)k);
-    }
+    if (n > 0)
+        write_output(s, stream, data, n);
 }
 
-/* Copy what the pipe holds now; 0 once it is closed. */
-static int drain(struct sup *s)
+/* Copy what the pipe holds now (one read if once); 0 once it is closed. */
+static int drain(struct sup *s, int fd, int stream, int once)
 {
     static char buf[READ_CHUNK];
     for (;;) {
-        ssize_t n = read(s->out, buf, sizeof(buf));
+        ssize_t n = read(fd, buf, sizeof(buf));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -337,7 +585,9 @@ static int drain(struct sup *s)
         }
         if (n == 0)
             return 0;
-        output(s, buf, (size_t)n);
+        output(s, stream, buf, (size_t)n);
+        if (once)
+            return 1;
     }
 }
 
@@ -399,33 +649,49 @@ static int apply_controls(struct sup *s, char *msg, size_t size)
     return 0;
 }
 
-static void exec_job(struct sup *s, int out_fd)
+/* The job's descriptors (supervisor.py _job_fds): stdin the gate, stdout
+ * and stderr the two pipes; a job that switches users reads its environment
+ * from stdout (the memfd) and finds the stdout pipe as 3. Returns how many. */
+static int job_fds(struct sup *s, int out_fd, int err_fd, int from[4])
+{
+    from[0] = s->gate_fd;
+    from[1] = s->env_fd >= 0 ? s->env_fd : out_fd;
+    from[2] = err_fd;
+    from[3] = out_fd;
+    return s->env_fd >= 0 ? 4 : 3;
+}
+
+static void exec_job(struct sup *s, int out_fd, int err_fd)
 {
     /* In a fork of the supervisor: never returns. */
     size_t i;
     char msg[512];
-    const char *why;
+    const char *why = NULL;
+    int from[4], n = job_fds(s, out_fd, err_fd, from), k;
     for (i = 0; i < N_JOB_SIGNALS; i++)
         signal(job_signals[i], SIG_DFL);
     setsid();
-    if (dup2(s->gate_fd, 0) < 0 || dup2(s->env_fd >= 0 ? s->env_fd : out_fd, 1) < 0 ||
-        dup2(out_fd, 2) < 0 || chdir(s->cwd) < 0) {
+    for (k = 0; k < n && !why; k++)
+        if (dup2(from[k], k) < 0)
+            why = strerror(errno);
+    if (!why && chdir(s->cwd) < 0)
         why = strerror(errno);
-    } else if (apply_controls(s, msg, sizeof(msg)) < 0) {
+    if (!why && apply_controls(s, msg, sizeof(msg)) < 0) {
         (void)write_all(2, msg, strnlen(msg, sizeof(msg)));
         _exit(127);
-    } else {
-        syscall(SYS_close_range, 3U, ~0U, 0U);  /* only 0, 1 and 2 go to the job */
+    }
+    if (!why) {
+        syscall(SYS_close_range, (unsigned)n, ~0U, 0U);  /* only 0-2 (3) go to the job */
         execve(s->argv[0], s->argv, s->envp);
         why = strerror(errno);
     }
-    int k = snprintf(msg, sizeof(msg), "cronrd: cannot start the run: %s\n", why);
+    k = snprintf(msg, sizeof(msg), "cronrd: cannot start the run: %s\n", why);
     if (k > 0)
         (void)write_all(2, msg, (size_t)k < sizeof(msg) ? (size_t)k : sizeof(msg) - 1);
     _exit(127);
 }
 
-static pid_t spawn_job(struct sup *s, int out_fd)
+static pid_t spawn_job(struct sup *s, int out_fd, int err_fd)
 {
     pid_t pid = -1;
     /* posix_spawn cannot apply the controls: those jobs fork. */
@@ -434,14 +700,13 @@ static pid_t spawn_job(struct sup *s, int out_fd)
         posix_spawnattr_t at;
         sigset_t def;
         size_t i;
-        int rc;
+        int rc, from[4], n = job_fds(s, out_fd, err_fd, from), k;
         sigemptyset(&def);
         for (i = 0; i < N_JOB_SIGNALS; i++)
             sigaddset(&def, job_signals[i]);
         posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_adddup2(&fa, s->gate_fd, 0);
-        posix_spawn_file_actions_adddup2(&fa, s->env_fd >= 0 ? s->env_fd : out_fd, 1);
-        posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
+        for (k = 0; k < n; k++)
+            posix_spawn_file_actions_adddup2(&fa, from[k], k);
         posix_spawnattr_init(&at);
         posix_spawnattr_setsigdefault(&at, &def);
         posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF);
@@ -453,7 +718,7 @@ static pid_t spawn_job(struct sup *s, int out_fd)
     }
     pid = fork();
     if (pid == 0)
-        exec_job(s, out_fd);
+        exec_job(s, out_fd, err_fd);
     return pid;
 }
 
@@ -481,8 +746,9 @@ static void linger(void)
 static int supervise(struct sup *s)
 {
     struct line l;
-    int pipefd[2], pidfd, status = 0, have_status = 0, out_open = 1;
-    struct pollfd pf[2];
+    int out[2], err[2], pidfd, status = 0, have_status = 0, open_pipes = 2, i;
+    struct pollfd pf[3];
+    static const int streams[2] = {S_STDOUT, S_STDERR};
 
     prctl(PR_SET_NAME, "cronrd-sup", 0, 0, 0);  /* what ps -o comm and top show */
     signal(SIGCHLD, SIG_DFL);
@@ -498,15 +764,34 @@ static int supervise(struct sup *s)
      * may carry them into the job. */
     fcntl(s->gate_fd, F_SETFD, FD_CLOEXEC);
     fcntl(s->log_fd, F_SETFD, FD_CLOEXEC);
+    fcntl(s->dir_fd, F_SETFD, FD_CLOEXEC);
     if (s->env_fd >= 0)
         fcntl(s->env_fd, F_SETFD, FD_CLOEXEC);
-    if (pipe2(pipefd, O_CLOEXEC) < 0)
+    s->head = s->cap - s->cap / 2;
+    s->tail = s->cap / 2;
+    s->slots = s->tail / 4096 < 64 ? 64 : s->tail / 4096 > 4096 ? 4096 : s->tail / 4096;
+    s->last_byte = '\n';
+    s->ring = s->tidx = s->idx = -1;  /* the index is opened at the first output */
+    /* Pipe ends above the job's descriptors 0-3, so no dup2 meets one in place. */
+    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
         return 1;
-    s->pid = spawn_job(s, pipefd[1]);
-    close(pipefd[1]);
+    for (i = 0; i < 2; i++) {
+        int *p = i ? err : out, k;
+        for (k = 0; k < 2; k++) {
+            int high = fcntl(p[k], F_DUPFD_CLOEXEC, 10);
+            if (high < 0)
+                return 1;
+            close(p[k]);
+            p[k] = high;
+        }
+    }
+    s->pid = spawn_job(s, out[1], err[1]);
+    close(out[1]);
+    close(err[1]);
     if (s->pid < 0)
         return 1;
-    s->out = pipefd[0];
+    s->out = out[0];
+    s->err = err[0];
     /* The job has its priority; the supervisor yields to it (supervisor.py). */
     errno = 0;
     int prio = getpriority(PRIO_PROCESS, 0);
@@ -529,54 +814,60 @@ static int supervise(struct sup *s)
     notify(s, &l, 1);
 
     fcntl(s->out, F_SETFL, fcntl(s->out, F_GETFL) | O_NONBLOCK);
+    fcntl(s->err, F_SETFL, fcntl(s->err, F_GETFL) | O_NONBLOCK);
     pidfd = (int)syscall(SYS_pidfd_open, s->pid, 0);
     if (pidfd < 0)
         return 1;
     pf[0].fd = s->out;
     pf[0].events = POLLIN;
-    pf[1].fd = pidfd;
+    pf[1].fd = s->err;
     pf[1].events = POLLIN;
-    while (out_open || !have_status) {
-        if (poll(pf, 2, -1) < 0) {
+    pf[2].fd = pidfd;
+    pf[2].events = POLLIN;
+    while (open_pipes > 0 || !have_status) {
+        if (poll(pf, 3, -1) < 0) {
             if (errno == EINTR)
                 continue;
             return 1;
         }
-        if (!have_status && pf[1].revents) {
+        /* One read per ready pipe and turn: the two streams interleave in the
+         * order they came, as closely as two pipes can tell. */
+        for (i = 0; i < 2; i++)
+            if (pf[i].fd >= 0 && pf[i].revents && !drain(s, pf[i].fd, streams[i], 1)) {
+                pf[i].fd = -1;
+                open_pipes--;
+            }
+        if (!have_status && pf[2].revents) {
             pid_t w;
             while ((w = waitpid(s->pid, &status, 0)) < 0 && errno == EINTR)
                 ;
             if (w < 0)
                 return 1;  /* no status to record: the daemon calls the run lost */
             have_status = 1;
-            pf[1].fd = -1;
-            pf[1].revents = 0;
+            pf[2].fd = -1;
+            pf[2].revents = 0;
             close(pidfd);
-            if (out_open) {
-                out_open = drain(s);
-                if (!out_open)
-                    pf[0].fd = -1;
-            }
+            for (i = 0; i < 2; i++)
+                if (pf[i].fd >= 0 && !drain(s, pf[i].fd, streams[i], 0)) {
+                    pf[i].fd = -1;
+                    open_pipes--;
+                }
             int started = s->phase == PHASE_RUN;
             event(&l, "exited");
             put(&l, ",\"status\":%d,\"started\":%s,\"written\":%lld,\"truncated\":%s",
-                status, started ? "true" : "false", s->written,
-                s->truncated ? "true" : "false");
+                status, started ? "true" : "false", s->pos,
+                dropped(s) > 0 ? "true" : "false");
             record_line(s, &l);
             news(&l, s, "exited");
             put(&l, ",\"status\":%d,\"started\":%s,\"written\":%lld", status,
-                started ? "true" : "false", s->written);
+                started ? "true" : "false", s->pos);
             notify(s, &l, EXIT_NOTIFY_TRIES);
-        }
-        if (out_open && pf[0].fd >= 0 && pf[0].revents) {
-            out_open = drain(s);
-            if (!out_open)
-                pf[0].fd = -1;
         }
     }
     /* Grandchildren that kept the output open have closed it too. */
+    finish_output(s);
     event(&l, "closed");
-    put(&l, ",\"written\":%lld", s->written);
+    put(&l, ",\"written\":%lld,\"dropped\":%lld", s->pos, dropped(s));
     record_line(s, &l);
     linger();
     return 0;
@@ -664,9 +955,10 @@ static const char *fs_bytes(PyObject *keep, PyObject *str, const char *what)
 
 static PyObject *py_spawn(PyObject *self, PyObject *args)
 {
-    PyObject *key, *notify_path, *record, *boot, *cwd, *argv, *env, *ctl = NULL, *keep = NULL;
+    PyObject *key, *notify_path, *record, *boot, *cwd, *log_name, *argv, *env, *ctl = NULL,
+             *keep = NULL;
     long long cap;
-    int ready, gate_fd, log_fd, env_fd, close_fd, pidfd;
+    int ready, gate_fd, log_fd, dir_fd, env_fd, close_fd, pidfd;
     const char *what;
     char **cargv = NULL, **cenv = NULL, **cctl = NULL;
     struct sup s;
@@ -675,9 +967,10 @@ static PyObject *py_spawn(PyObject *self, PyObject *args)
     pid_t pid;
 
     (void)self;
-    if (!PyArg_ParseTuple(args, "UUUUUO!O!Lpiiii|O!", &key, &notify_path, &record, &boot,
-                          &cwd, &PyList_Type, &argv, &PyDict_Type, &env, &cap, &ready, &gate_fd,
-                          &log_fd, &env_fd, &close_fd, &PyList_Type, &ctl))
+    if (!PyArg_ParseTuple(args, "UUUUUUO!O!Lpiiiii|O!", &key, &notify_path, &record, &boot,
+                          &cwd, &log_name, &PyList_Type, &argv, &PyDict_Type, &env, &cap,
+                          &ready, &gate_fd, &log_fd, &dir_fd, &env_fd, &close_fd, &PyList_Type,
+                          &ctl))
         return NULL;
     if (!PyUnicode_IS_ASCII(key) || !PyUnicode_IS_ASCII(boot)) {
         PyErr_SetString(PyExc_ValueError, "key and boot id must be ASCII");
@@ -690,7 +983,8 @@ static PyObject *py_spawn(PyObject *self, PyObject *args)
     if (!(s.key = fs_bytes(keep, key, "key")) ||
         !(s.notify = fs_bytes(keep, notify_path, "notify")) ||
         !(s.record = fs_bytes(keep, record, "record")) ||
-        !(s.boot = fs_bytes(keep, boot, "boot")) || !(s.cwd = fs_bytes(keep, cwd, "cwd")))
+        !(s.boot = fs_bytes(keep, boot, "boot")) || !(s.cwd = fs_bytes(keep, cwd, "cwd")) ||
+        !(s.log_name = fs_bytes(keep, log_name, "log_name")))
         goto done;
     n = PyList_GET_SIZE(argv);
     if (n < 1) {
@@ -744,9 +1038,10 @@ static PyObject *py_spawn(PyObject *self, PyObject *args)
     s.phase = ready ? PHASE_READY : PHASE_GATE;
     s.gate_fd = gate_fd;
     s.log_fd = log_fd;
+    s.dir_fd = dir_fd;
     s.env_fd = env_fd;
     s.sock = -1;
-    s.out = -1;
+    s.out = s.err = -1;
     pidfd = fork_supervisor(&s, close_fd, &pid, &what);
     if (pidfd < 0) {
         PyErr_Format(PyExc_OSError, "%s: %s", what, strerror(errno));
@@ -774,10 +1069,10 @@ done:
  * supervisor, touching a handful of pages.
  *
  * A request: the fields as NUL-terminated strings, in this order:
- *   key, notify, record, cwd, cap, ready ("0"/"1"), argc, argv..., envc, env...,
- *   and, for a job with process controls, ctlc, controls...
- * (env entries "NAME=value"), with the gate, log and optional environment
- * descriptors attached. The fork server has checked it (check_request).
+ *   key, notify, record, cwd, log_name, cap, ready ("0"/"1"), argc, argv..., envc,
+ *   env..., and, for a job with process controls, ctlc, controls...
+ * (env entries "NAME=value"), with the gate, log, log directory and optional
+ * environment descriptors attached. The fork server has checked it (check_request).
  * The reply: "ok PID" with the supervisor's pidfd attached, or
  * "error TEXT". */
 
@@ -833,10 +1128,11 @@ static int zygote_spawn(int sock, char *buf, size_t len, int *fds, int nfds, con
 
     memset(&s, 0, sizeof(s));
     *why = "malformed request";
-    if (nfds < 2)
+    if (nfds < 3)
         return -1;
     if (!(s.key = next_field(&p, end)) || !(s.notify = next_field(&p, end)) ||
-        !(s.record = next_field(&p, end)) || !(s.cwd = next_field(&p, end)))
+        !(s.record = next_field(&p, end)) || !(s.cwd = next_field(&p, end)) ||
+        !(s.log_name = next_field(&p, end)))
         return -1;
     if (!(f = next_field(&p, end)))
         return -1;
@@ -877,9 +1173,10 @@ static int zygote_spawn(int sock, char *buf, size_t len, int *fds, int nfds, con
     s.envp = envp;
     s.gate_fd = fds[0];
     s.log_fd = fds[1];
-    s.env_fd = nfds > 2 ? fds[2] : -1;
+    s.dir_fd = fds[2];
+    s.env_fd = nfds > 3 ? fds[3] : -1;
     s.sock = -1;
-    s.out = -1;
+    s.out = s.err = -1;
     pidfd = fork_supervisor(&s, sock, &pid, why);
     if (pidfd < 0) {
         *why = strerror(errno);
@@ -921,8 +1218,8 @@ static void zygote_serve(int sock, const char *boot)
     for (;;) {
         struct msghdr mh;
         struct iovec iov;
-        char cbuf[CMSG_SPACE(3 * sizeof(int))];
-        int fds[3], nfds = 0, pidfd, i;
+        char cbuf[CMSG_SPACE(4 * sizeof(int))];
+        int fds[4], nfds = 0, pidfd, i;
         pid_t pid = 0;
         const char *why = "";
         ssize_t n;
@@ -945,7 +1242,7 @@ static void zygote_serve(int sock, const char *boot)
                 for (i = 0; i < k; i++) {
                     int fd;
                     memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                    if (nfds < 3)
+                    if (nfds < 4)
                         fds[nfds++] = fd;
                     else
                         close(fd);
@@ -1019,8 +1316,8 @@ static PyObject *py_start_zygote(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"spawn", py_spawn, METH_VARARGS,
-     "spawn(key, notify, record, boot, cwd, argv, env, cap, ready, gate_fd, log_fd, env_fd, "
-     "close_fd[, controls]) -> (pid, pidfd)\n\nFork one run supervisor (see supervisor.py); close_fd is closed "
+     "spawn(key, notify, record, boot, cwd, log_name, argv, env, cap, ready, gate_fd, log_fd, "
+     "dir_fd, env_fd, close_fd[, controls]) -> (pid, pidfd)\n\nFork one run supervisor (see supervisor.py); close_fd is closed "
      "in the child (the fork server's socket)."},
     {"start_zygote", py_start_zygote, METH_VARARGS,
      "start_zygote(boot, close_fd) -> (pid, fd)\n\nFork the zygote (see above): it serves "

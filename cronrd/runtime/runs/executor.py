@@ -41,7 +41,7 @@ from .cgroups import RunCgroups, oom_reason
 from .claims import Claims
 from .gates import CLAIM_WAIT, READY_WAIT, Gate, Gates
 from .launch import Identities
-from .logs import prune_logs
+from .logs import prune_logs, remove_run_log
 from .outbox import Outbox
 from .processes import alive, signal_tree, snapshot_tree
 from .reports import Reporter, finished, run_ended
@@ -438,7 +438,7 @@ class Executor:
             self._terminate(act)
         elif isinstance(action, L.DropLog):
             try:
-                os.unlink(act.log_path)
+                remove_run_log(act.log_path)
             except OSError:
                 pass
         elif isinstance(action, L.Defer):

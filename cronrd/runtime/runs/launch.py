@@ -55,10 +55,11 @@ SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
 # working directory. What the job defines (env:, working_dir:) is applied by
 # the shell it starts, which already runs as the job's user: it enters the
 # working directory, reads the job's environment (``export`` lines the daemon
-# wrote into a memfd given as its stdout), points stdout at the run's log and
-# execs the gate shell. So LD_PRELOAD & co. are never seen by a root process,
-# and a directory the user may not enter fails the run instead of hosting it.
-# Done, it writes one READY byte (not logged) to the output pipe; a gate opens
+# wrote into a memfd given as its stdout), points stdout at the run's stdout
+# pipe (given as descriptor 3) and execs the gate shell. So LD_PRELOAD & co.
+# are never seen by a root process, and a directory the user may not enter
+# fails the run instead of hosting it.
+# Done, it writes one READY byte (not logged) to the stdout pipe; a gate opens
 # only once each such run said ready or exited (its reason is what it wrote),
 # so a run that could not be prepared is never counted as started.
 CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -66,7 +67,7 @@ DROP_SCRIPT = (
     'cd -- "$1" 2>/dev/null || { if [ -e "$1" ]; then '
     'echo "cronrd: run not started: user $2 may not enter working_dir $1 (permission denied)"; '
     'else echo "cronrd: run not started: working_dir $1 does not exist for user $2"; fi >&2; '
-    'exit 126; }; unset OLDPWD; . /proc/self/fd/1; exec >&2; printf "\\001"; shift 2; '
+    'exit 126; }; unset OLDPWD; . /proc/self/fd/1; exec >&3 3>&-; printf "\\001"; shift 2; '
     'exec "$@"')
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

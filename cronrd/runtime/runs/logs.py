@@ -18,6 +18,7 @@ import stat
 from ...errors import CronrdError
 from ...schedule import iso_utc
 from ...state.run import Run
+from . import output as O
 
 log = logging.getLogger("cronrd.executor")
 
@@ -37,12 +38,9 @@ def run_log_path(log_dir: str, run: Run) -> str:
     return os.path.join(log_dir, safe_dir_name(run.job), log_file_name(run))
 
 
-def open_run_log(log_dir: str, run: Run, *, create: bool) -> int:
-    """Open the log of ``run`` under ``log_dir``: for appending (creating the
-    job's directory and the file) or for reading. Raises FileNotFoundError
-    when it does not exist, CronrdError for a symlink or anything but a
-    regular file (in place of the file or of the job's directory)."""
-    sub, name = safe_dir_name(run.job), log_file_name(run)
+def _job_dir(log_dir: str, run: Run, *, create: bool) -> int:
+    """The job's log directory, opened without following a symlink."""
+    sub = safe_dir_name(run.job)
     top = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         if create:
@@ -51,29 +49,70 @@ def open_run_log(log_dir: str, run: Run, *, create: bool) -> int:
             except FileExistsError:
                 pass
         try:
-            jd = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         dir_fd=top)
+            return os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=top)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise _not_followed(os.path.join(log_dir, sub), "directory") from None
             raise
-        try:
-            flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT if create
-                     else os.O_RDONLY | os.O_NONBLOCK)
-            try:
-                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640, dir_fd=jd)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise _not_followed(os.path.join(log_dir, sub, name), "file") from None
-                raise
-        finally:
-            os.close(jd)
     finally:
         os.close(top)
+
+
+def open_run_log(log_dir: str, run: Run, *, create: bool, with_dir: bool = False):
+    """Open the log of ``run`` under ``log_dir``: for appending (creating the
+    job's directory and the file) or for reading. Raises FileNotFoundError
+    when it does not exist, CronrdError for a symlink or anything but a
+    regular file (in place of the file or of the job's directory).
+    ``with_dir``: (log fd, the job's directory fd), for the supervisor,
+    which opens the log's sidecars there (output.py)."""
+    sub, name = safe_dir_name(run.job), log_file_name(run)
+    jd = _job_dir(log_dir, run, create=create)
+    try:
+        flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT if create
+                 else os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640, dir_fd=jd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _not_followed(os.path.join(log_dir, sub, name), "file") from None
+            raise
+    except BaseException:
+        os.close(jd)
+        raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
+        os.close(jd)
         raise _not_followed(os.path.join(log_dir, sub, name), "file")
+    if with_dir:
+        return fd, jd
+    os.close(jd)
     return fd
+
+
+def open_run_output(log_dir: str, run: Run) -> O.Files:
+    """The log of ``run`` and its sidecars (output.py), for reading; raises
+    like open_run_log."""
+    sub, name = safe_dir_name(run.job), log_file_name(run)
+    jd = _job_dir(log_dir, run, create=False)
+    try:
+        try:
+            return O.open_files(jd, name)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or isinstance(exc, IsADirectoryError):
+                raise _not_followed(os.path.join(log_dir, sub, name), "file") from None
+            raise
+    finally:
+        os.close(jd)
+
+
+def remove_run_log(path: str) -> None:
+    """Delete a log and its sidecars (output.py); those not there are fine."""
+    for suffix in ("", *O.SIDECARS):
+        try:
+            os.unlink(path + suffix)
+        except FileNotFoundError:
+            pass
 
 
 def _not_followed(path: str, what: str) -> CronrdError:
@@ -81,13 +120,15 @@ def _not_followed(path: str, what: str) -> CronrdError:
                        f"symlinks in log_dir: remove it (the daemon makes its own)")
 
 
-def read_run_log(log_dir: str, run: Run, offset: int, size: int) -> bytes:
-    """Up to ``size`` bytes of the log of ``run`` from ``offset``."""
-    fd = open_run_log(log_dir, run, create=False)
+def read_run_log(log_dir: str, run: Run, offset: int, size: int, running: bool = False
+                 ) -> tuple[list[O.Part], int, bool]:
+    """Up to about ``size`` bytes of the output of ``run`` from output
+    position ``offset`` (output.read): parts, next position, more now."""
+    files = open_run_output(log_dir, run)
     try:
-        return os.pread(fd, size, offset)
+        return O.read(files, offset, size, running)
     finally:
-        os.close(fd)
+        files.close()
 
 
 def say(fd: int, text: str) -> None:
@@ -102,8 +143,9 @@ def say(fd: int, text: str) -> None:
 # -- log retention ----------------------------------------------------------------
 def prune_logs(log_dir: str, max_age: float, max_files: int, now: float,
                active: set[str] | None = None) -> int:
-    """Delete run logs older than ``max_age`` (log_retention.max_age) or beyond
-    ``max_files`` per job; never those in ``active`` (in use).
+    """Delete run logs (with their sidecars, output.py) older than ``max_age``
+    (log_retention.max_age) or beyond ``max_files`` per job; never those in
+    ``active`` (in use). A sidecar whose log is gone goes too.
 
     Runs in a worker thread: ``active`` is taken on the event loop by the caller."""
     removed = 0
@@ -117,18 +159,27 @@ def prune_logs(log_dir: str, max_age: float, max_files: int, now: float,
         for d in dirs:
             if not d.is_dir(follow_symlinks=False):
                 continue
-            files = []
+            files, sidecars = [], []
             with os.scandir(d.path) as it:
                 for f in it:
                     if f.name.endswith(".log") and f.is_file(follow_symlinks=False):
                         files.append((f.stat().st_mtime, f.path))
+                    elif f.name.endswith(O.SIDECARS) and f.is_file(follow_symlinks=False):
+                        sidecars.append(f.path)
+            logs = {path for _, path in files}
+            for path in sidecars:  # left by a log removed by hand (or a crash)
+                if path.rsplit(".", 1)[0] not in logs:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
             files.sort(reverse=True)
             for i, (mtime, path) in enumerate(files):
                 if path in active:
                     continue
                 if mtime < cutoff or i >= max_files:
                     try:
-                        os.unlink(path)
+                        remove_run_log(path)
                         removed += 1
                     except OSError as exc:
                         if exc.errno != errno.ENOENT:

@@ -73,7 +73,8 @@ def _not_started_reason(act: ActiveRun, status: int | None, log_dir: str) -> str
     user-switching shell says why it could not prepare the run)."""
     rc = L.exit_code(status) if status is not None else -1
     try:
-        early = read_run_log(log_dir, act.run, 0, 4096).decode("utf-8", "replace")
+        parts, _, _ = read_run_log(log_dir, act.run, 0, 4096)
+        early = b"".join(p.data for p in parts).decode("utf-8", "replace")
     except (OSError, CronrdError):
         early = ""
     said = [ln.strip() for ln in early.splitlines() if ln.strip()]

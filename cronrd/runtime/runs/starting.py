@@ -84,7 +84,7 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
     ``cgroups``: where runs with limits get a cgroup of their own."""
     log_path = run_log_path(log_dir, run)
     try:
-        logfd = open_run_log(log_dir, run, create=True)
+        logfd, dirfd = open_run_log(log_dir, run, create=True, with_dir=True)
     except (OSError, CronrdError) as exc:
         why = str(exc) if isinstance(exc, CronrdError) else \
             f"{exc.strerror}; check log_dir permissions"
@@ -105,6 +105,7 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
             f"cannot prepare the run: {exc.strerror}"
         say(logfd, f"cronrd: run not started: {msg}\n")
         os.close(logfd)
+        os.close(dirfd)
         if cgroup is not None:
             cgroups.remove(key)
         return NotStarted(msg, log_path)
@@ -112,9 +113,9 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
     req = {"key": key, "argv": how.argv, "env": how.env, "cwd": how.cwd,
            "cap": spec.max_log_bytes, "switch": how.switch, "ids": how.ids,
            "controls": list(how.controls),
-           "record": os.path.join(runs_dir, key)}
+           "record": os.path.join(runs_dir, key), "log_name": os.path.basename(log_path)}
     try:
-        spawner.spawn(req, [gate.rfd, logfd] + ([envfd] if envfd >= 0 else []))
+        spawner.spawn(req, [gate.rfd, logfd, dirfd] + ([envfd] if envfd >= 0 else []))
     except CronrdError as exc:
         msg = f"cannot start the run: {exc}"
         say(logfd, f"cronrd: {msg}\n")
@@ -123,6 +124,7 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
         return NotStarted(msg, log_path, exit_code=127)
     finally:
         os.close(logfd)
+        os.close(dirfd)
         if envfd >= 0:
             os.close(envfd)
     return ActiveRun(run=run, spec=spec, key=key, log_path=log_path,

@@ -9,8 +9,11 @@ SOCK_SEQPACKET socket, to start each run. The fork server forks one
   process group or terminal reaches it;
 - forks the job's process in a session and process group of its own (the
   group the daemon signals on timeout and cancel), its stdin the run's gate;
-- copies the job's output into the run's log file (an fd the daemon opened
-  and checked), up to the job's ``max_log_bytes``;
+- copies the job's stdout and stderr (two pipes) into the run's log file
+  (an fd the daemon opened and checked) and its index, keeping the first
+  and the last half of the job's ``max_log_bytes`` (output.py: the files,
+  their format and why; the sidecars are opened in the job's log directory,
+  an fd the daemon opened without following symlinks);
 - appends what happened to the run's *record* (one small file per spawn in
   ``DATA_DIR/runs``): spawned (pids, start ticks, boot id), started, and the
   raw wait status when the job exits;
@@ -39,6 +42,7 @@ server, whose forks must be small and quick.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import resource
@@ -50,6 +54,7 @@ import sys
 import time
 
 from ..clock import Clock
+from . import output as O
 
 try:
     from . import _supervise as _native
@@ -110,20 +115,20 @@ def native_supervisor() -> bool:
 
 
 class _Supervisor:
-    def __init__(self, req: dict, gate_fd: int, log_fd: int, env_fd: int, boot: str):
+    def __init__(self, req: dict, gate_fd: int, log_fd: int, dir_fd: int, env_fd: int,
+                 boot: str):
         self.key = req["key"]
         self.notify_path = req["notify"]
-        self.cap = int(req["cap"])
         self.phase = "ready" if req.get("switch") else "gate"
-        self.log_fd = log_fd
-        self.written = 0
-        self.truncated = False
+        self.log = _Output(log_fd, dir_fd, req["log_name"], int(req["cap"]))
         self.rec = os.open(req["record"], os.O_WRONLY | os.O_CREAT | os.O_APPEND |
                            os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         self.sock: socket.socket | None = None  # to the daemon, connected on first news
-        rfd, wfd = os.pipe2(os.O_CLOEXEC)
-        pid = _spawn_job(req, gate_fd, wfd, env_fd, log_fd)
-        os.close(wfd)
+        out_r, out_w = _pipe()
+        err_r, err_w = _pipe()
+        pid = _spawn_job(req, gate_fd, out_w, err_w, env_fd, log_fd, dir_fd)
+        os.close(out_w)
+        os.close(err_w)
         # The job has its priority; the supervisor yields to it. At a fire
         # time hundreds of jobs exec at once while their supervisors wake to
         # note that they started: that bookkeeping can wait a moment, the
@@ -136,7 +141,7 @@ class _Supervisor:
         for fd in (gate_fd, env_fd):
             if fd >= 0:
                 os.close(fd)
-        self.pid, self.out = pid, rfd
+        self.pid, self.pipes = pid, {out_r: O.STDOUT, err_r: O.STDERR}
         self.record("spawned", boot=boot, sup=os.getpid(),
                     sup_start=start_ticks(os.getpid()), pid=pid, pid_start=start_ticks(pid))
         self.notify("spawned", pid=pid)
@@ -183,8 +188,8 @@ class _Supervisor:
             self.sock.close()
             self.sock = None
 
-    def output(self, data: bytes) -> None:
-        while data and self.phase != "run":
+    def output(self, stream: int, data: bytes) -> None:
+        while data and self.phase != "run" and stream == O.STDOUT:
             marker = READY if self.phase == "ready" else STARTED
             if data[0] != marker:
                 break  # output before the marker: why the run could not start
@@ -195,64 +200,220 @@ class _Supervisor:
             else:
                 self.phase = "run"
                 self.record("started")
-        if not data:
-            return
-        room = self.cap - self.written
-        if room > 0:
-            chunk = data[:room]
-            try:
-                _write_all(self.log_fd, chunk)
-            except OSError:
-                pass
-            self.written += len(chunk)
-        if len(data) > max(room, 0) and not self.truncated:
-            self.truncated = True
-            try:
-                _write_all(self.log_fd, f"\ncronrd: output truncated at {self.cap} bytes "
-                                        "(max_log_bytes)\n".encode())
-            except OSError:
-                pass
+        if data:
+            self.log.write(stream, data, CLOCK.now())
 
-    def drain(self) -> bool:
-        """Copy what the pipe holds now; False once it is closed."""
+    def drain(self, fd: int, once: bool = False) -> bool:
+        """Copy what the pipe holds now (one read if ``once``); False once
+        it is closed."""
         while True:
             try:
-                data = os.read(self.out, READ_CHUNK)
+                data = os.read(fd, READ_CHUNK)
             except BlockingIOError:
                 return True
             except OSError:
                 data = b""
             if not data:
                 return False
-            self.output(data)
+            self.output(self.pipes[fd], data)
+            if once:
+                return True
 
     def run(self) -> None:
-        os.set_blocking(self.out, False)
         pidfd = os.pidfd_open(self.pid)
         poll = select.poll()
-        poll.register(self.out, select.POLLIN)
+        for fd in self.pipes:
+            os.set_blocking(fd, False)
+            poll.register(fd, select.POLLIN)
         poll.register(pidfd, select.POLLIN)
-        out_open, status = True, None
-        while out_open or status is None:
-            for fd, _ in poll.poll():
-                if fd == pidfd and status is None:
-                    _, status = os.waitpid(self.pid, 0)
-                    poll.unregister(pidfd)
-                    os.close(pidfd)
-                    if out_open:
-                        out_open = self.drain()
-                        if not out_open:
-                            poll.unregister(self.out)
-                    self.record("exited", status=status, started=self.phase == "run",
-                                written=self.written, truncated=self.truncated)
-                    self.notify("exited", tries=EXIT_NOTIFY_TRIES, status=status,
-                                started=self.phase == "run", written=self.written)
-                elif fd == self.out and out_open:
-                    out_open = self.drain()
-                    if not out_open:
-                        poll.unregister(self.out)
+        open_fds, status = set(self.pipes), None
+
+        def drain(fd: int, once: bool) -> None:
+            if fd in open_fds and not self.drain(fd, once):
+                open_fds.discard(fd)
+                poll.unregister(fd)
+
+        while open_fds or status is None:
+            ready = [fd for fd, _ in poll.poll()]
+            # One read per ready pipe and turn: the two streams interleave
+            # in the order they came, as closely as two pipes can tell.
+            for fd in ready:
+                if fd != pidfd:
+                    drain(fd, True)
+            if pidfd in ready and status is None:
+                _, status = os.waitpid(self.pid, 0)
+                poll.unregister(pidfd)
+                os.close(pidfd)
+                for fd in list(self.pipes):
+                    drain(fd, False)
+                started = self.phase == "run"
+                self.record("exited", status=status, started=started,
+                            written=self.log.pos, truncated=self.log.dropped > 0)
+                self.notify("exited", tries=EXIT_NOTIFY_TRIES, status=status,
+                            started=started, written=self.log.pos)
         # Grandchildren that kept the output open have closed it too.
-        self.record("closed", written=self.written)
+        self.log.finish(CLOCK.now())
+        self.record("closed", written=self.log.pos, dropped=self.log.dropped)
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe whose ends are above the descriptors a job's process is given
+    (0-3: see _spawn_job), so dup2 never meets an end in place."""
+    ends = []
+    for fd in os.pipe2(os.O_CLOEXEC):
+        ends.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10))
+        os.close(fd)
+    return ends[0], ends[1]
+
+
+class _Output:
+    """The run's output into its log, index and tail (output.py)."""
+
+    def __init__(self, log_fd: int, dir_fd: int, name: str, cap: int):
+        self.log_fd, self.dir_fd, self.name = log_fd, dir_fd, name
+        self.cap = cap
+        self.head, self.tail = O.split_cap(cap)
+        self.pos = 0          # the job's bytes so far
+        self.last_byte = b"\n"
+        self.idx: int | None = None  # opened at the first output: a silent run has none
+        self.idx_len = 0
+        self.ring: int | None = None
+        self.tidx: int | None = None
+        self.ring_tried = False
+        self.slots = O.tail_slots(self.tail)
+        self.head_records = O.head_records(self.head)
+        self.seq = 0
+        self.last: dict[str, list] = {}  # "head"/"tail": [file off, pos, length, stream, time, at]
+
+    @property
+    def dropped(self) -> int:
+        return max(0, self.pos - self.head - self.tail)
+
+    def _open(self, suffix: str, flags: int) -> int | None:
+        try:
+            return os.open(self.name + suffix, flags | os.O_CREAT | os.O_NOFOLLOW |
+                           os.O_CLOEXEC, 0o640, dir_fd=self.dir_fd)
+        except OSError:
+            return None  # the output still goes to the log
+
+    def _index(self, which: str, fd: int | None, off: int, pos: int, n: int, stream: int,
+               now: float) -> None:
+        last = self.last.get(which)
+        full = which == "head" and self.idx_len >= O.RECORD.size * self.head_records
+        if (last is not None and last[1] + last[2] == pos and last[2] + n <= O.MAX_STRETCH
+                and (full or (last[3] == stream and now - last[4] < O.MERGE_WINDOW))):
+            last[2] += n
+            if last[3] != stream:
+                last[3] = O.ALL  # past head_records: the streams are no longer told apart
+        else:
+            if which == "head":
+                at, self.idx_len = self.idx_len, self.idx_len + O.RECORD.size
+            else:
+                at = O.RECORD.size * (1 + self.seq % self.slots)
+                self.seq += 1
+            last = self.last[which] = [off, pos, n, stream, now, at]
+        if fd is not None:
+            try:
+                os.pwrite(fd, O.RECORD.pack(*last[:5]), last[5])
+            except OSError:
+                pass
+
+    def write(self, stream: int, data: bytes, now: float) -> None:
+        if self.pos == 0 and self.idx is None:
+            self.idx = self._open(O.IDX, os.O_WRONLY | os.O_TRUNC)
+        if self.pos < self.head:
+            n = min(len(data), self.head - self.pos)
+            try:
+                _write_all(self.log_fd, data[:n])
+            except OSError:
+                pass
+            self._index("head", self.idx, self.pos, self.pos, n, stream, now)
+            self.pos += n
+            self.last_byte = data[n - 1:n]
+            data = data[n:]
+        if not data:
+            return
+        if self.tail == 0:
+            self.pos += len(data)
+            return
+        if not self.ring_tried:  # once: without it the tail is dropped, the run goes on
+            self.ring_tried = True
+            self.ring = self._open(O.TAIL, os.O_RDWR | os.O_TRUNC)
+            self.tidx = self._open(O.TIDX, os.O_RDWR | os.O_TRUNC)
+            if self.tidx is not None:
+                try:
+                    os.pwrite(self.tidx, O.RECORD.pack(self.head, self.tail, self.slots,
+                                                       O.TAIL_HEADER, now), 0)
+                except OSError:
+                    pass
+        if len(data) > self.tail:  # only its last bytes can stay
+            self.pos += len(data) - self.tail
+            data = data[-self.tail:]
+        view, pos = memoryview(data), self.pos
+        while view and self.ring is not None:
+            at = (pos - self.head) % self.tail
+            n = min(len(view), self.tail - at)
+            try:
+                os.pwrite(self.ring, view[:n], at)
+            except OSError:
+                break
+            view, pos = view[n:], pos + n
+        self._index("tail", self.tidx, 0, self.pos, len(data), stream, now)
+        self.pos += len(data)
+
+    def finish(self, now: float) -> None:
+        """Move the tail into the log (output.py)."""
+        if self.pos <= self.head:
+            return
+        kept = min(self.pos - self.head, self.tail)
+        start = self.pos - kept  # the tail's first byte
+        off = self.head
+        recs = []
+        if start > self.head:
+            note = O.drop_note(start - self.head, self.cap, self.last_byte != b"\n")
+            try:
+                _write_all(self.log_fd, note)
+            except OSError:
+                pass
+            recs.append(O.RECORD.pack(off, start, len(note), O.CRONRD, now))
+            off += len(note)
+        if self.ring is not None and kept:
+            pos = start
+            while pos < self.pos:
+                at = (pos - self.head) % self.tail
+                try:
+                    chunk = os.pread(self.ring, min(READ_CHUNK, self.tail - at,
+                                                    self.pos - pos), at)
+                    _write_all(self.log_fd, chunk)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                pos += len(chunk)
+            if self.tidx is not None:
+                try:
+                    table = os.pread(self.tidx, O.RECORD.size * (self.slots + 1), O.RECORD.size)
+                except OSError:
+                    table = b""
+                tail_recs = sorted((r for r in (O.RECORD.unpack_from(table, i)
+                                                for i in range(0, len(table) - O.RECORD.size + 1,
+                                                               O.RECORD.size))
+                                    if r[2] > 0 and r[3] in (O.STDOUT, O.STDERR)),
+                                   key=lambda r: r[1])
+                for _, rpos, length, stream, t in tail_recs:
+                    lo, hi = max(rpos, start), min(rpos + length, self.pos)
+                    if hi > lo:
+                        recs.append(O.RECORD.pack(off + lo - start, lo, hi - lo, stream, t))
+        if self.idx is not None and recs:
+            try:
+                os.pwrite(self.idx, b"".join(recs), self.idx_len)
+            except OSError:
+                pass
+        for suffix in (O.TAIL, O.TIDX):  # the ring without LOG.tail is a finished one
+            try:
+                os.unlink(self.name + suffix, dir_fd=self.dir_fd)
+            except OSError:
+                pass
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -265,7 +426,18 @@ _JOB_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGHUP, si
                 signal.SIGCHLD, signal.SIGQUIT)
 
 
-def _spawn_job(req: dict, gate_fd: int, out_fd: int, env_fd: int, log_fd: int) -> int:
+def _job_fds(gate_fd: int, out_fd: int, err_fd: int, env_fd: int) -> list[tuple[int, int]]:
+    """(from, to) descriptors of the job's process: the gate as stdin,
+    stdout and stderr the two pipes; a job that switches users first reads
+    its environment from stdout (the memfd) and finds the stdout pipe as 3
+    (launch.DROP_SCRIPT)."""
+    if env_fd >= 0:
+        return [(gate_fd, 0), (env_fd, 1), (err_fd, 2), (out_fd, 3)]
+    return [(gate_fd, 0), (out_fd, 1), (err_fd, 2)]
+
+
+def _spawn_job(req: dict, gate_fd: int, out_fd: int, err_fd: int, env_fd: int, log_fd: int,
+               dir_fd: int) -> int:
     """Start the job's process in a session of its own; its pid.
 
     posix_spawn (vfork underneath) is the quick way, used whenever it can do
@@ -274,34 +446,32 @@ def _spawn_job(req: dict, gate_fd: int, out_fd: int, env_fd: int, log_fd: int) -
     or apply process controls (nice, limits...: ``apply_controls``), or
     whose start fails, goes through fork, where the failure is written to
     the run's log."""
-    for fd in (gate_fd, env_fd, log_fd):
+    for fd in (gate_fd, env_fd, log_fd, dir_fd):
         if fd >= 0:
             os.set_inheritable(fd, False)  # received over a socket: not close-on-exec
+    fds = _job_fds(gate_fd, out_fd, err_fd, env_fd)
     if not req.get("ids") and not req.get("controls"):
         try:
             os.chdir(req["cwd"])
-            actions = [(os.POSIX_SPAWN_DUP2, gate_fd, 0),
-                       (os.POSIX_SPAWN_DUP2, env_fd if env_fd >= 0 else out_fd, 1),
-                       (os.POSIX_SPAWN_DUP2, out_fd, 2)]
+            actions = [(os.POSIX_SPAWN_DUP2, a, b) for a, b in fds]
             return os.posix_spawn(req["argv"][0], req["argv"], req["env"],
                                   file_actions=actions, setsid=True, setsigdef=_JOB_SIGNALS)
         except OSError:
             pass
     pid = os.fork()
     if pid == 0:
-        _exec_job(req, gate_fd, out_fd, env_fd)
+        _exec_job(req, fds)
     return pid
 
 
-def _exec_job(req: dict, gate_fd: int, out_fd: int, env_fd: int) -> None:
+def _exec_job(req: dict, fds: list[tuple[int, int]]) -> None:
     """In the job's process: never returns."""
     try:
         for sig in _JOB_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         os.setsid()
-        os.dup2(gate_fd, 0)
-        os.dup2(env_fd if env_fd >= 0 else out_fd, 1)
-        os.dup2(out_fd, 2)
+        for a, b in fds:
+            os.dup2(a, b)
         apply_controls(req.get("controls") or ())
         ids = req.get("ids")
         if ids:
@@ -309,7 +479,8 @@ def _exec_job(req: dict, gate_fd: int, out_fd: int, env_fd: int) -> None:
             os.setgid(ids["gid"])
             os.setuid(ids["uid"])
         os.chdir(req["cwd"])
-        os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
+        os.closerange(len(fds), os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0
+                      else 65536)
         os.execve(req["argv"][0], req["argv"], req["env"])
     except BaseException as exc:  # noqa: BLE001 - nothing may escape into the fork server's code
         try:
@@ -409,9 +580,9 @@ def _supervise(req: dict, fds: list[int], boot: str) -> None:
         for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_IGN)
         os.setsid()
-        gate_fd, log_fd = fds[:2]
-        env_fd = fds[2] if len(fds) > 2 else -1
-        _Supervisor(req, gate_fd, log_fd, env_fd, boot).run()
+        gate_fd, log_fd, dir_fd = fds[:3]
+        env_fd = fds[3] if len(fds) > 3 else -1
+        _Supervisor(req, gate_fd, log_fd, dir_fd, env_fd, boot).run()
         _linger()
     except BaseException:  # noqa: BLE001
         code = 1
@@ -445,10 +616,12 @@ def check_request(req) -> None:
     supervisor dying without a record."""
     if not isinstance(req, dict):
         raise ValueError("a spawn request is a JSON object")
-    for name in ("key", "notify", "record", "cwd"):
+    for name in ("key", "notify", "record", "cwd", "log_name"):
         value = req.get(name)
         if not isinstance(value, str) or not value or "\0" in value:
             raise ValueError(f"bad spawn request: {name} must be a non-empty string without NUL")
+    if "/" in req["log_name"]:
+        raise ValueError("bad spawn request: log_name must be a file name (no '/')")
     if not req["key"].isascii():
         raise ValueError("bad spawn request: key must be ASCII")
     argv, env, cap = req.get("argv"), req.get("env"), req.get("cap")
@@ -494,7 +667,8 @@ class Zygote:
         """Raises ValueError (the request) or OSError (the zygote: it is
         started again, and the caller forks this one itself)."""
         env = req["env"]
-        fields = [req["key"], req["notify"], req["record"], req["cwd"], str(req["cap"]),
+        fields = [req["key"], req["notify"], req["record"], req["cwd"], req["log_name"],
+                  str(req["cap"]),
                   "1" if req.get("switch") else "0", str(len(req["argv"])), *req["argv"],
                   str(len(env)), *(f"{k}={v}" for k, v in env.items())]
         ctl = req.get("controls") or []
@@ -527,7 +701,7 @@ def _start(sock: socket.socket, req: dict, fds: list[int], boot: str,
     taken: so a supervisor that would end at once cannot be reaped (and its
     pid reused) first, and one whose pidfd cannot be taken never starts a job."""
     check_request(req)
-    env_fd = fds[2] if len(fds) > 2 else -1
+    env_fd = fds[3] if len(fds) > 3 else -1
     if native and not req.get("ids"):
         if zygote is not None:
             try:
@@ -535,9 +709,9 @@ def _start(sock: socket.socket, req: dict, fds: list[int], boot: str,
             except OSError:
                 pass  # started again for the next run; this one forks here
         return _native.spawn(req["key"], req["notify"], req["record"], boot, req["cwd"],
-                             req["argv"], req["env"], req["cap"], bool(req.get("switch")),
-                             fds[0], fds[1], env_fd, sock.fileno(),
-                             list(req.get("controls") or ()))
+                             req["log_name"], req["argv"], req["env"], req["cap"],
+                             bool(req.get("switch")), fds[0], fds[1], fds[2], env_fd,
+                             sock.fileno(), list(req.get("controls") or ()))
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
     try:
         pid = os.fork()
@@ -579,15 +753,16 @@ def serve(fd: int) -> int:
             zygote = None  # the fork server forks the supervisors itself
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)
+            msg, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 4)
         except OSError:
             return 1
         if not msg:
             return 0
         try:
             req = json.loads(msg)
-            if len(fds) not in (2, 3):
-                raise ValueError(f"expected 2 or 3 descriptors, got {len(fds)}")
+            if len(fds) not in (3, 4):
+                raise ValueError(f"expected 3 or 4 descriptors (gate, log, log directory, "
+                                 f"environment), got {len(fds)}")
             pid, pidfd = _start(sock, req, fds, boot, native, zygote)
         except (ValueError, OSError, KeyError, TypeError, ArithmeticError) as exc:
             why = (str(exc) if isinstance(exc, (ValueError, OSError))

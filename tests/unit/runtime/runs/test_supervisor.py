@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from cronrd.runtime.runs import output as O
 from cronrd.runtime.runs import records
 from cronrd.runtime.runs import supervisor as S
 from cronrd.state.run_life import exit_code
@@ -48,23 +49,35 @@ class Harness:
                 await self.changed.wait()
         await asyncio.wait_for(loop(), timeout)
 
+    async def wait_for(self, pred, timeout=10.0):
+        """Wait for a condition nothing announces (a file's content)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not pred():
+            assert loop.time() < deadline, "condition not met in time"
+            await asyncio.sleep(0.05)
+
     def event(self, key, kind):
         return next((ev for k, ev in self.events if k == key and ev["event"] == kind), None)
 
     def start(self, command: str, *, cap: int = 1 << 20, switch: bool = False,
-              gate_open: bool = True, script: str = GATE, controls: list | None = None):
+              gate_open: bool = True, script: str = GATE, controls: list | None = None,
+              argv: list | None = None, env_fd: int = -1):
         key = new_key(1)
         log_path = os.path.join(self.logs, key + ".log")
         logfd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        dirfd = os.open(self.logs, os.O_RDONLY | os.O_DIRECTORY)
         rfd, wfd = os.pipe()
-        req = {"key": key, "argv": ["/bin/sh", "-c", script, "gate", "/bin/sh", "-c", command],
+        req = {"key": key,
+               "argv": argv or ["/bin/sh", "-c", script, "gate", "/bin/sh", "-c", command],
                "env": {"PATH": "/usr/bin:/bin"}, "cwd": "/", "cap": cap, "switch": switch,
-               "ids": None, "record": os.path.join(self.dir, key)}
+               "ids": None, "record": os.path.join(self.dir, key), "log_name": key + ".log"}
         if controls is not None:
             req["controls"] = controls
-        self.spawner.spawn(req, [rfd, logfd])
+        self.spawner.spawn(req, [rfd, logfd, dirfd] + ([env_fd] if env_fd >= 0 else []))
         os.close(rfd)
         os.close(logfd)
+        os.close(dirfd)
         if gate_open:
             os.write(wfd, b"\n\n")
         os.close(wfd)
@@ -132,19 +145,145 @@ def test_signal_is_recorded_as_the_signal(sup):
     assert exit_code(sup.event(key, "exited")["status"]) == -signal.SIGUSR1
 
 
-def test_output_is_capped_with_a_note_and_the_job_goes_on(sup, tmp_path):
+def _closed(sup, key):
+    rec = records.read(os.path.join(sup.dir, key))
+    return rec is not None and rec.closed
+
+
+def _parts(log_path):
+    d = os.open(os.path.dirname(log_path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        files = O.open_files(d, os.path.basename(log_path))
+    finally:
+        os.close(d)
+    try:
+        parts, _, more = O.read(files, 0, 1 << 30)
+    finally:
+        files.close()
+    assert not more
+    return parts
+
+
+def test_stdout_and_stderr_are_kept_apart_in_the_order_they_came(sup):
     async def main():
         sup.spawner.start()
-        key, log_path = sup.start("head -c 5000 /dev/zero | tr '\\0' x; echo; echo end >&2",
-                                  cap=1000)
-        await sup.wait(lambda: sup.event(key, "exited"))
+        key, log_path = sup.start("echo out1; sleep 0.3; echo err1 >&2; sleep 0.3; echo out2; "
+                                  "sleep 0.3; echo err2 >&2")
+        await sup.wait_for(lambda: _closed(sup, key))
+        sup.spawner.close()
+        return log_path
+    log_path = run(main())
+    # The log stays plain text, in the order the lines came.
+    assert open(log_path, "rb").read() == b"out1\nerr1\nout2\nerr2\n"
+    parts = _parts(log_path)
+    assert [(p.stream, p.data) for p in parts] == [
+        (O.STDOUT, b"out1\n"), (O.STDERR, b"err1\n"), (O.STDOUT, b"out2\n"),
+        (O.STDERR, b"err2\n")]
+    times = [p.time for p in parts]
+    assert times == sorted(times) and times[-1] - times[0] >= 0.8
+
+
+def test_a_silent_run_leaves_its_log_alone(sup):
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("true")
+        await sup.wait_for(lambda: _closed(sup, key))
+        sup.spawner.close()
+        return log_path
+    log_path = run(main())
+    assert open(log_path, "rb").read() == b""
+    assert not any(os.path.exists(log_path + s) for s in O.SIDECARS)
+
+
+def test_lines_within_the_merge_window_share_one_record(sup):
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("for i in 1 2 3 4 5 6 7 8 9 10; do echo line $i; done")
+        await sup.wait_for(lambda: _closed(sup, key))
+        sup.spawner.close()
+        return log_path
+    log_path = run(main())
+    assert os.path.getsize(log_path + ".idx") == O.RECORD.size
+    assert [p.stream for p in _parts(log_path)] == [O.STDOUT]
+
+
+def test_the_heads_index_is_bounded_when_streams_alternate(sup):
+    """100 alternations, each read on its own: 200 records unbounded; the
+    head of a 1 KiB cap holds 64 + 512 // 256 = 66, the last one growing
+    over both streams (ALL)."""
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("for i in $(seq 100); do echo o; echo e >&2; sleep 0.01; done",
+                                  cap=1024)
+        await sup.wait_for(lambda: _closed(sup, key), timeout=20)
+        sup.spawner.close()
+        return log_path
+    log_path = run(main())
+    assert open(log_path, "rb").read() == b"o\ne\n" * 100
+    assert os.path.getsize(log_path + ".idx") == 66 * O.RECORD.size
+    parts = _parts(log_path)
+    assert b"".join(p.data for p in parts) == b"o\ne\n" * 100
+    assert parts[-1].stream == O.ALL and parts[0].stream == O.STDOUT
+    assert [p.data for p in parts[:4]] == [b"o\n", b"e\n", b"o\n", b"e\n"]
+
+
+LINES = 'i=0; while [ $i -lt 300 ]; do echo "line $i"; i=$((i+1)); done'
+LINES_OUT = b"".join(b"line %d\n" % i for i in range(300))
+
+
+def test_over_the_cap_the_head_and_the_tail_are_kept_with_a_note(sup):
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start(LINES + "; echo the-error >&2", cap=1001)
+        await sup.wait_for(lambda: _closed(sup, key))
         sup.spawner.close()
         return key, log_path
     key, log_path = run(main())
-    data = open(log_path, "rb").read()
-    assert data.startswith(b"x" * 1000)
-    assert b"output truncated at 1000 bytes (max_log_bytes)" in data and b"end" not in data
+    everything = LINES_OUT + b"the-error\n"
+    head, tail = everything[:501], everything[-500:]
+    dropped = len(everything) - 1001
+    note = (b"\n" if not head.endswith(b"\n") else b"") + (
+        b"cronrd: %d bytes dropped here (max_log_bytes 1001 bytes keeps the first 501 bytes "
+        b"and the last 500 bytes)\n" % dropped)
+    assert open(log_path, "rb").read() == head + note + tail
+    assert tail.endswith(b"line 299\nthe-error\n")
+    parts = _parts(log_path)
+    assert b"".join(p.data for p in parts) == head + note + tail
+    assert [p.stream for p in parts] == [O.STDOUT, O.CRONRD, O.STDOUT, O.STDERR]
+    assert parts[-1].data == b"the-error\n"
+    # The ring is gone once the tail is in the log; the job went on.
+    assert not os.path.exists(log_path + ".tail") and not os.path.exists(log_path + ".tidx")
     assert exit_code(sup.event(key, "exited")["status"]) == 0
+    rec = records.read(os.path.join(sup.dir, key))
+    assert rec.written == len(everything)
+
+
+def test_a_killed_supervisor_leaves_the_tail_readable(sup):
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start(LINES + "; echo last >&2; sleep 30", cap=1000)
+        await sup.wait(lambda: key in sup.spawned and sup.event(key, "spawned"))
+
+        def has_last():
+            try:
+                return _parts(log_path)[-1].data.endswith(b"last\n")
+            except (OSError, IndexError):
+                return False
+        await sup.wait_for(has_last)
+        os.kill(sup.spawned[key][0], signal.SIGKILL)
+        os.killpg(sup.event(key, "spawned")["pid"], signal.SIGKILL)
+        sup.spawner.close()
+        return log_path
+    log_path = run(main())
+    everything = LINES_OUT + b"last\n"
+    parts = _parts(log_path)
+    assert parts[0].data == everything[:500] and parts[0].stream == O.STDOUT
+    assert parts[1].stream == O.CRONRD and b"%d bytes dropped here so far" % (
+        len(everything) - 1000) in parts[1].data
+    assert b"".join(p.data for p in parts[2:]) == everything[-500:]
+    assert parts[-1] == O.Part(O.STDERR, parts[-1].time, b"last\n")
+    # As plain text the log is the head (the tail is still in the ring).
+    assert open(log_path, "rb").read() == everything[:500]
 
 
 def test_user_switch_handshake_reports_ready_before_the_gate(sup):
@@ -276,6 +415,35 @@ def test_a_malformed_control_is_refused_before_a_supervisor_starts(sup):
         return key
     key = run(main())
     assert "controls must be a list of non-empty strings" in sup.spawned[key][1]
+
+
+def test_a_switching_run_with_controls_finds_its_streams_where_the_drop_script_looks(sup):
+    # A run prepared by the drop script (its environment on stdout, the
+    # stdout pipe as 3) that has process controls starts through fork in
+    # both supervisors: the controls are applied there, and the job still
+    # gets exactly 0-3, its output in the right streams.
+    from cronrd.runtime.runs.launch import DROP_SCRIPT, env_memfd
+    argv = ["/bin/sh", "-c", DROP_SCRIPT, "cronrd-start", "/", "nobody",
+            "/bin/sh", "-c", GATE, "gate", "/bin/sh", "-c",
+            "echo out-$GREETING; echo err >&2; umask >&2; ls /proc/self/fd"]
+    envfd = env_memfd(b"export GREETING=hi\n")
+
+    async def main():
+        sup.spawner.start()
+        key, log_path = sup.start("", switch=True, argv=argv, env_fd=envfd,
+                                  controls=["nice 1", f"umask {0o027}"])
+        os.close(envfd)
+        await sup.wait_for(lambda: _closed(sup, key))
+        sup.spawner.close()
+        return key, log_path
+    key, log_path = run(main())
+    assert [ev["event"] for k, ev in sup.events if k == key] == ["spawned", "ready", "exited"]
+    assert sup.event(key, "exited")["started"] is True
+    parts = _parts(log_path)
+    out = b"".join(p.data for p in parts if p.stream == O.STDOUT).decode().split()
+    err = b"".join(p.data for p in parts if p.stream == O.STDERR)
+    assert err == b"err\n0027\n", parts
+    assert out[0] == "out-hi" and sorted(out[1:]) == ["0", "1", "2", "3"], out  # ls's dir is 3
 
 
 def test_a_supervisor_outlives_the_fork_server_and_the_daemon_side(sup):
@@ -436,12 +604,13 @@ def test_an_oversized_request_fails_that_run_alone(sup):
         sup.spawner.start()
         r, w = os.pipe()
         logfd = os.open(os.path.join(sup.logs, "big.log"), os.O_WRONLY | os.O_CREAT, 0o600)
+        dirfd = os.open(sup.logs, os.O_RDONLY | os.O_DIRECTORY)
         req = {"key": new_key(2), "argv": ["/bin/true"], "env": {"BIG": "x" * 200_000},
                "cwd": "/", "cap": 1000, "switch": False, "ids": None,
-               "record": os.path.join(sup.dir, "big")}
+               "record": os.path.join(sup.dir, "big"), "log_name": "big.log"}
         with pytest.raises(CronrdError, match="shorten them"):
-            sup.spawner.spawn(req, [r, logfd])
-        for fd in (r, w, logfd):
+            sup.spawner.spawn(req, [r, logfd, dirfd])
+        for fd in (r, w, logfd, dirfd):
             os.close(fd)
         key, _ = sup.start("exit 5")
         await sup.wait(lambda: sup.event(key, "exited"))
@@ -461,12 +630,13 @@ def test_a_request_the_socket_refuses_fails_that_run_and_not_the_queue(sup, monk
         sup.spawner.start()
         r, w = os.pipe()
         logfd = os.open(os.path.join(sup.logs, "big.log"), os.O_WRONLY | os.O_CREAT, 0o600)
+        dirfd = os.open(sup.logs, os.O_RDONLY | os.O_DIRECTORY)
         big = new_key(3)
         req = {"key": big, "argv": ["/bin/true"], "env": {"BIG": "x" * 2_000_000},
                "cwd": "/", "cap": 1000, "switch": False, "ids": None,
-               "record": os.path.join(sup.dir, big)}
-        sup.spawner.spawn(req, [r, logfd])
-        for fd in (r, w, logfd):
+               "record": os.path.join(sup.dir, big), "log_name": "big.log"}
+        sup.spawner.spawn(req, [r, logfd, dirfd])
+        for fd in (r, w, logfd, dirfd):
             os.close(fd)
         key, _ = sup.start("exit 6")
         await sup.wait(lambda: big in sup.spawned and sup.event(key, "exited"))
@@ -513,7 +683,8 @@ def test_the_python_supervisor_can_be_forced(monkeypatch):
 
 
 GOOD_REQUEST = {"key": "7.abc", "notify": "/tmp/n", "record": "/tmp/r", "cwd": "/",
-                "argv": ["/bin/true"], "env": {"PATH": "/bin"}, "cap": 1024}
+                "argv": ["/bin/true"], "env": {"PATH": "/bin"}, "cap": 1024,
+                "log_name": "7.log"}
 
 
 @pytest.mark.parametrize("change, why", [
@@ -521,7 +692,8 @@ GOOD_REQUEST = {"key": "7.abc", "notify": "/tmp/n", "record": "/tmp/r", "cwd": "
     ({"env": {"A=B": "x"}}, "env"), ({"env": {"": "x"}}, "env"), ({"env": {"A": "x\0"}}, "env"),
     ({"env": {"=A": "x"}}, "env"), ({"cap": 2 ** 63}, "cap"), ({"cap": "1"}, "cap"),
     ({"cap": True}, "cap"), ({"key": "é.1"}, "ASCII"), ({"cwd": ""}, "cwd"),
-    ({"record": None}, "record"),
+    ({"record": None}, "record"), ({"log_name": "../x.log"}, "log_name"),
+    ({"log_name": None}, "log_name"),
 ])
 def test_a_request_neither_supervisor_could_carry_out_is_refused_in_the_fork_server(change, why):
     """Both supervisors refuse the same requests, with the reason, before any
@@ -543,16 +715,17 @@ def test_the_pidfd_names_the_supervisor_even_if_it_ends_at_once(tmp_path, native
            "record": str(tmp_path / "no-such-dir" / "rec")}
     r, w = os.pipe()
     log_fd = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT, 0o600)
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        pid, pidfd = S._start(b, req, [r, log_fd], "boot", native)
+        pid, pidfd = S._start(b, req, [r, log_fd, dir_fd], "boot", native)
         with open(f"/proc/self/fdinfo/{pidfd}") as f:
             assert f"Pid:\t{pid}\n" in f.read()
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 1  # the record could not be opened
         os.close(pidfd)
     finally:
-        for fd in (r, w, log_fd):
+        for fd in (r, w, log_fd, dir_fd):
             os.close(fd)
         a.close()
         b.close()
@@ -617,9 +790,10 @@ def test_a_dead_zygote_costs_no_run_and_is_started_again(native_sup):
 
 
 @pytest.mark.parametrize("payload, nfds", [
-    (b"x\0" * (50 * 1024), 2), (b"no-nul-at-all", 2), (b"k\0n\0r\0/\0" + b"1\0" + b"0\0" + b"99999999\0", 2),
-    (b"k\0n\0r\0/\0" + b"1\0" + b"0\0" + b"1\0/bin/true\0" + b"5\0A=1\0", 2),
-    (b"k\0n\0r\0/\0" + b"1\0" + b"0\0" + b"1\0/bin/true\0" + b"0\0", 0),
+    (b"x\0" * (50 * 1024), 3), (b"no-nul-at-all", 3),
+    (b"k\0n\0r\0/\0l\0" + b"1\0" + b"0\0" + b"99999999\0", 3),
+    (b"k\0n\0r\0/\0l\0" + b"1\0" + b"0\0" + b"1\0/bin/true\0" + b"5\0A=1\0", 3),
+    (b"k\0n\0r\0/\0l\0" + b"1\0" + b"0\0" + b"1\0/bin/true\0" + b"0\0", 2),
 ])
 @pytest.mark.parametrize("program", ["program", "forked"])
 def test_the_zygote_refuses_a_malformed_request_and_serves_the_next(tmp_path, monkeypatch,
@@ -637,8 +811,9 @@ def test_the_zygote_refuses_a_malformed_request_and_serves_the_next(tmp_path, mo
     zygote = S.Zygote("boot", -1)
     r, w = os.pipe()
     log_fd = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT, 0o600)
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fds = [r, log_fd][:nfds]
+        fds = [r, log_fd, dir_fd][:nfds]
         if fds:
             socket.send_fds(zygote.sock, [payload], fds)
         else:
@@ -647,12 +822,12 @@ def test_the_zygote_refuses_a_malformed_request_and_serves_the_next(tmp_path, mo
         assert msg.startswith(b"error ") and rfds == []
         # Still serving: a good request starts a supervisor.
         req = {**GOOD_REQUEST, "notify": str(tmp_path / "n"), "record": str(tmp_path / "rec")}
-        pid, pidfd = zygote.spawn(req, [r, log_fd])
+        pid, pidfd = zygote.spawn(req, [r, log_fd, dir_fd])
         os.write(w, b"\n")
         assert zygote.restarts == 0 and pid > 0
         os.close(pidfd)
     finally:
-        for fd in (r, w, log_fd):
+        for fd in (r, w, log_fd, dir_fd):
             os.close(fd)
         zygote.sock.close()
 
@@ -693,11 +868,12 @@ def test_a_zygote_program_that_cannot_run_leaves_the_zygote_forked(tmp_path, mon
     zygote = S.Zygote("boot", -1)
     r, w = os.pipe()
     log_fd = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT, 0o600)
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         record = tmp_path / GOOD_REQUEST["key"]
         req = {**GOOD_REQUEST, "notify": str(tmp_path / "n"), "record": str(record),
                "argv": ["/bin/sh", "-c", "read _; exit 9"]}
-        pid, pidfd = zygote.spawn(req, [r, log_fd])
+        pid, pidfd = zygote.spawn(req, [r, log_fd, dir_fd])
         os.write(w, b"\n")
         ended, _, _ = select.select([pidfd], [], [], 15)  # the supervisor is gone
         assert ended, "the supervisor did not end within 15 s"
@@ -705,7 +881,7 @@ def test_a_zygote_program_that_cannot_run_leaves_the_zygote_forked(tmp_path, mon
         assert rec is not None and exit_code(rec.status) == 9, record.read_text()
         os.close(pidfd)
     finally:
-        for fd in (r, w, log_fd):
+        for fd in (r, w, log_fd, dir_fd):
             os.close(fd)
         zygote.sock.close()
 
