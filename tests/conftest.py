@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 from cluster_harness import Cluster  # noqa: E402
+from fake_daemon import FakeDaemon  # noqa: E402
 from harness import Node  # noqa: E402
 
 
@@ -40,3 +41,10 @@ def node(node_factory):
 def cluster():
     """``cluster(**kw)`` starts nothing; it makes a cluster_harness.Cluster."""
     yield from _factory(Cluster)
+
+
+@pytest.fixture
+def daemon():
+    """``daemon(cmd=result, ...)``: a fake daemon answering on a Unix socket
+    (support/fake_daemon.py), for tests of the CLI."""
+    yield from _factory(lambda **answers: FakeDaemon(answers))

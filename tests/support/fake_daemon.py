@@ -60,3 +60,5 @@ class FakeDaemon:
     def close(self):
         self.sock.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    cleanup = close

@@ -11,23 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from cronrd.cli import hoist_global_options, main
-from fake_daemon import FakeDaemon
 
 STATUS = {"node_id": "a", "role": "leader", "leader": "a", "term": 3, "jobs": 2,
           "paused": 0, "running": 0, "assigned": 0}
-
-
-@pytest.fixture
-def daemon():
-    made = []
-
-    def make(**answers):
-        d = FakeDaemon(answers)
-        made.append(d)
-        return d
-    yield make
-    for d in made:
-        d.close()
 
 
 def run(*argv: str, **kw):

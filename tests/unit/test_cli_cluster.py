@@ -1,9 +1,8 @@
 """The cluster commands of the CLI, and what the read commands send and show.
 
-A fake daemon speaks the control protocol of cronrd/runtime/control.py on a
-Unix socket: one JSON request line ``{"cmd", "args"}`` in, one reply line
-``{"ok": true, "result": ...}`` (or ``{"ok": false, "code", "error"}``) out.
-It records every request and answers from a table of canned results.
+The fake daemon (tests/support/fake_daemon.py, the `daemon` fixture) speaks
+the control protocol of cronrd/runtime/control.py on a Unix socket and answers
+from a table of canned results.
 """
 
 from __future__ import annotations
@@ -21,19 +20,6 @@ from cronrd.cli import main
 from fake_daemon import FakeDaemon
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def daemon():
-    made = []
-
-    def make(**answers):
-        d = FakeDaemon(answers)
-        made.append(d)
-        return d
-    yield make
-    for d in made:
-        d.close()
 
 
 def cli(d: FakeDaemon | None, *argv: str):
