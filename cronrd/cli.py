@@ -1156,6 +1156,9 @@ def validate(obj: Ctx, paths, no_permissions):
             for sub in _subdirs_with_job_files(path, paths + tuple(hinted)):
                 click.echo(f"{sub}: a subdirectory with YAML files, which neither validate "
                            f"nor the daemon reads; check them with `cronrd validate {sub}`")
+    # depends_on across every file given: parents must exist, no cycles
+    from .jobspec.dependencies import check_dependencies
+    problems.extend(check_dependencies(seen))
     for p in problems:
         click.echo(str(p))
     # What this host will not do as a valid job asks (not problems: the file
@@ -1299,6 +1302,10 @@ def next_cmd(obj: Ctx, what, count, tz, after):
     sched = parse_schedule(expr)
     if sched.kind == "reboot":
         click.echo("@reboot fires once when cronrd starts after the host boots")
+        return
+    if sched.kind == "after":
+        click.echo("@after has no time of its own: the job runs once its parents' runs "
+                   "(depends_on) allow; `cronrd graph` shows them")
         return
     trigger = make_trigger(sched, zone)
     t = parse_iso(after) if after else int(Clock().now())

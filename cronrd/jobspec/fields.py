@@ -15,7 +15,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from cronrd.errors import ScheduleError
 from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
 
-from .model import _NAME_RULE, ENV_KEY_RE, NAME_RE, Limits, RetryPolicy, RunOn
+from .model import (_NAME_RULE, ENV_KEY_RE, NAME_RE, TRIGGER_RULES, Dependency, Limits,
+                    RetryPolicy, RunOn)
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
                     _value, mapping_items, node_pos)
 
@@ -506,6 +507,71 @@ def _v_percent(ctx: FileProblems, key: str, node: Node) -> Any:
     return pct
 
 
+# -- dependencies -------------------------------------------------------------------
+MAX_PARENTS = 100
+_DEP_KEYS = ("job", "within")
+
+
+def _v_depends_on(ctx: FileProblems, key: str, node: Node) -> Any:
+    expected = ("a list of parents, each - job: NAME (optionally with within: DURATION), "
+                "e.g. depends_on: [{job: extract}]")
+    if not isinstance(node, SequenceNode) or not node.value:
+        got = "got an empty list" if isinstance(node, SequenceNode) else _got(node)
+        ctx.err(node, f"depends_on must be {expected} ({got})")
+        return _INVALID
+    if len(node.value) > MAX_PARENTS:
+        ctx.err(node, f"depends_on lists {len(node.value)} parents; at most {MAX_PARENTS} "
+                      "are allowed")
+        return _INVALID
+    deps: list[Dependency] = []
+    seen: dict[str, int] = {}
+    bad = False
+    within = _v_duration(positive=True)
+    for i, item in enumerate(node.value):
+        where = f"depends_on[{i}]"
+        if _is_str(item):  # shorthand: - extract
+            name_node, within_value = item, None
+        elif isinstance(item, MappingNode):
+            items = mapping_items(ctx, item)
+            typo = False
+            for name, (knode, _v) in items.items():
+                if name not in _DEP_KEYS:
+                    typo = _unknown_key(ctx, knode, name, _DEP_KEYS, where=f"in {where}") \
+                        == "job" or typo
+                    bad = True
+            if "job" not in items:
+                if typo:  # the typo's report says it
+                    continue
+                ctx.err(item, f"{where} needs job: NAME (the parent job's name)")
+                bad = True
+                continue
+            name_node = items["job"][1]
+            within_value = None
+            if "within" in items:
+                within_value = within(ctx, f"{where}.within", items["within"][1])
+                if within_value is _INVALID:
+                    bad = True
+                    continue
+        else:
+            ctx.err(item, f"{where} must be a mapping such as {{job: extract}} or a job name "
+                          f"({_got(item)})")
+            bad = True
+            continue
+        name = _v_name(ctx, f"{where}.job", name_node)
+        if name is _INVALID:
+            bad = True
+            continue
+        if name in seen:
+            ctx.err(name_node, f"{where}: job {name!r} is listed twice in depends_on (first "
+                               f"at line {seen[name]}); remove one of them")
+            bad = True
+            continue
+        line, col = node_pos(name_node)
+        seen[name] = line
+        deps.append(Dependency(job=name, within=within_value, line=line, col=col))
+    return _INVALID if bad else tuple(deps)
+
+
 _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "name": _v_name,
     "description": _v_description,
@@ -535,7 +601,13 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "umask": _v_umask,
     "env_file": _v_env_file,
     "limits": _v_limits,
+    "depends_on": _v_depends_on,
+    "trigger_rule": _v_choice(TRIGGER_RULES),
+    "on_upstream_failure": _v_choice(("skip", "fail")),
+    "wait_for_upstream": _v_duration(),
 }
+# Keys that mean something only next to depends_on.
+DEPENDENCY_KEYS = ("trigger_rule", "on_upstream_failure", "wait_for_upstream")
 JOB_KEYS: tuple[str, ...] = tuple(_VALIDATORS)
 _REQUIRED = {
     "schedule": 'schedule: "0 3 * * *"',

@@ -7,7 +7,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_JOBS_DIR = "/etc/cronrd.d"
@@ -48,6 +48,25 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Dependency:
+    """One parent of ``depends_on``: job ``job``; with ``within`` (seconds) a
+    success of it that ended at most that long ago satisfies it (it need not
+    be new). ``line``/``col``: where the file names the parent (for
+    ``cronrd validate``; not part of the definition)."""
+    job: str
+    within: float | None = None
+    line: int = field(default=0, compare=False)
+    col: int = field(default=0, compare=False)
+
+    def to_dict(self) -> dict:
+        return {"job": self.job} if self.within is None else \
+            {"job": self.job, "within": self.within}
+
+
+TRIGGER_RULES = ("all_succeeded", "none_failed", "all_finished", "any_succeeded", "any_failed")
+
+
+@dataclass(frozen=True)
 class JobSpec:
     name: str
     schedule: str
@@ -78,6 +97,12 @@ class JobSpec:
     umask: int | None = None
     env_file: str | None = None     # absolute path; "-/path": optional
     limits: Limits | None = None
+    # Dependencies (cronrd/decisions/dependencies.py); the other three are
+    # set only with depends_on.
+    depends_on: tuple[Dependency, ...] = ()
+    trigger_rule: str = "all_succeeded"
+    on_upstream_failure: str = "skip"     # skip | fail
+    wait_for_upstream: float = 0.0        # seconds a scheduled child waits at its fire time
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -119,6 +144,11 @@ class JobSpec:
                 d[key] = value
         if self.limits is not None:
             d["limits"] = self.limits.to_dict()
+        if self.depends_on:
+            d["depends_on"] = [dep.to_dict() for dep in self.depends_on]
+            d["trigger_rule"] = self.trigger_rule
+            d["on_upstream_failure"] = self.on_upstream_failure
+            d["wait_for_upstream"] = self.wait_for_upstream
         return d
 
     @classmethod
@@ -163,7 +193,12 @@ class JobSpec:
             if kw.get("cpu") is not None:
                 kw["cpu"] = float(kw["cpu"])
             kwargs["limits"] = Limits(**kw)
-        for f in ("kill_grace", "catchup_window", "jitter"):
+        if "depends_on" in kwargs:
+            kwargs["depends_on"] = tuple(
+                dep if isinstance(dep, Dependency) else Dependency(
+                    job=str(dep["job"]), within=None if dep.get("within") is None
+                    else float(dep["within"])) for dep in kwargs["depends_on"])
+        for f in ("kill_grace", "catchup_window", "jitter", "wait_for_upstream"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])
         if kwargs.get("timeout") is not None:

@@ -10,7 +10,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from cronrd import bounded_yaml
 
-from .fields import _INVALID, _REQUIRED, _VALIDATORS, JOB_KEYS
+from .fields import _INVALID, _REQUIRED, _VALIDATORS, DEPENDENCY_KEYS, JOB_KEYS
 from .model import _NAME_RULE, NAME_RE, FileResult, JobSpec, Problem
 from .nodes import FileProblems, _got, _unknown_key, _yaml_error, mapping_items, node_pos
 
@@ -55,6 +55,7 @@ def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
     if values.get("ioclass") in ("idle", "none") and values.get("ioprio") not in (None, _INVALID):
         ctx.err(items["ioprio"][1], f"ioprio does not apply to ioclass {values['ioclass']} "
                                     "(only realtime and best-effort have levels); remove it")
+    _check_dependency_keys(ctx, items, values)
     name_pos = node_pos(items["name"][1]) if "name" in items else node_pos(node)
     name = values.get("name")
     if "name" not in items:
@@ -79,6 +80,24 @@ def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
     spec = JobSpec(name=name, source=ctx.path, line=node.start_mark.line + 1, **kwargs)
     return spec, name, name_pos
 
+
+
+def _check_dependency_keys(ctx: FileProblems, items: dict, values: dict) -> None:
+    """What depends_on and schedule: "@after" need of each other."""
+    after = isinstance(values.get("schedule"), str) and \
+        values["schedule"].split()[0].lower() == "@after"
+    if "depends_on" not in items:
+        for key in DEPENDENCY_KEYS:
+            if key in items and values.get(key) is not _INVALID:
+                ctx.err(items[key][0], f"{key} applies only to a job with depends_on; add "
+                                       "depends_on: [{job: PARENT}] or remove it")
+        if after:
+            ctx.err(items["schedule"][1], 'schedule "@after" runs the job after its parents: '
+                                          "add depends_on: [{job: PARENT}]")
+    elif after and "wait_for_upstream" in items:
+        ctx.err(items["wait_for_upstream"][0], 'wait_for_upstream applies to a job with a '
+                                               'schedule of its own; an "@after" job has no '
+                                               "fire time to wait from: remove it")
 
 
 def _file_stem(path: str) -> str:

@@ -122,7 +122,7 @@ def next_fires(schedule: str, tz: str, after: float, count: int) -> list[str]:
         sched = parse_schedule(schedule)
     except CronrdError:
         return []
-    if sched.kind == "reboot" or count <= 0:
+    if sched.kind in ("reboot", "after") or count <= 0:
         return []
     trigger = make_trigger(sched, tz)
     out: list[str] = []

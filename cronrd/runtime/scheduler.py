@@ -239,7 +239,7 @@ class Scheduler:
             except Exception:
                 continue  # refresh() reports it
             if entry is None or spec.run_on.mode != "all" or not entry.active \
-                    or entry.trigger.schedule.kind == "reboot" \
+                    or entry.trigger.schedule.kind in ("reboot", "after") \
                     or not Q.fire_recorded(self.conn, name, int(entry.cursor)):
                 continue
             self._fire(name, entry, int(entry.cursor))
@@ -270,7 +270,7 @@ class Scheduler:
         if old is not None:
             entry.last_proposed = old.last_proposed
         self.entries[name] = entry
-        if entry.trigger.schedule.kind == "reboot":
+        if entry.trigger.schedule.kind in ("reboot", "after"):
             self._push(name, entry, None)
             return
         now = int(self.clock.now())

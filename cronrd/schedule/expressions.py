@@ -29,8 +29,8 @@ _ALIASES = {
     "@midnight": ("0", "0", "0", "*", "*", "*"),
     "@hourly": ("0", "0", "*", "*", "*", "*"),
 }
-_AT_WORDS = list(_ALIASES) + ["@every", "@reboot"]
-_AT_HELP = ", ".join(list(_ALIASES) + ["@every <duration>", "@reboot"])
+_AT_WORDS = list(_ALIASES) + ["@every", "@reboot", "@after"]
+_AT_HELP = ", ".join(list(_ALIASES) + ["@every <duration>", "@reboot", "@after"])
 _FIELD_HELP = (
     "use 5 fields (minute hour day-of-month month day-of-week), "
     "6 fields (second minute hour day-of-month month day-of-week) or an @-word such as @daily"
@@ -69,7 +69,7 @@ class Schedule:
     (every only) is seconds.
     """
 
-    kind: str  # "cron" | "every" | "reboot"
+    kind: str  # "cron" | "every" | "reboot" | "after" (no time: fired by its parents)
     expr: str
     fields: tuple[str, ...] = ()
     interval: int = 0
@@ -284,11 +284,13 @@ def parse_schedule(expr: str) -> Schedule:
             if seconds != int(seconds):
                 raise ScheduleError(f"@every interval '{dur_text}' must be a whole number of seconds", dur_col)
             return Schedule("every", text, (), int(seconds))
-        if word in _ALIASES or word == "@reboot":
+        if word in _ALIASES or word in ("@reboot", "@after"):
             if len(tokens) > 1:
                 raise ScheduleError(f"unexpected '{tokens[1][0]}' after {first}", tokens[1][1])
             if word == "@reboot":
                 return Schedule("reboot", text)
+            if word == "@after":  # no time of its own: its parents' runs fire it
+                return Schedule("after", text)
             fields = _ALIASES[word]
             parts = [_check_field(i, f, 0)[1] for i, f in enumerate(fields)]
             return Schedule("cron", text, fields, cron=_compile(parts, fields))

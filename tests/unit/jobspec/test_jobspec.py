@@ -309,6 +309,19 @@ BAD_FIELD_CASES = [
     ("limits: {open_files: 9999999}", "3:22: limits.open_files must be at most 1048576"),
     ("limits: {swap: 1G}", "3:10: unknown key 'swap' in limits; valid keys are: memory, cpu, "
                            "tasks, open_files"),
+    ("depends_on: extract", "3:13: depends_on must be a list of parents, each - job: NAME"),
+    ("depends_on: []", "3:13: depends_on must be a list of parents, each - job: NAME "
+                       "(optionally with within: DURATION), e.g. depends_on: [{job: extract}] "
+                       "(got an empty list)"),
+    ("depends_on: [{job: a, within: 0s}]", "3:31: depends_on[0].within must be greater than 0"),
+    ("depends_on: [{jbo: a}]", "3:15: unknown key 'jbo' in depends_on[0] (did you mean 'job'?)"),
+    ("depends_on: [a, a]", "3:17: depends_on[1]: job 'a' is listed twice in depends_on"),
+    ("depends_on: [{job: 'a b'}]", "3:20: invalid job name 'a b'"),
+    ("trigger_rule: all", "3:15: trigger_rule must be one of all_succeeded, none_failed, "
+                          "all_finished, any_succeeded, any_failed (got 'all')"),
+    ("trigger_rule: none_failed", "3:1: trigger_rule applies only to a job with depends_on"),
+    ("on_upstream_failure: retry", "3:22: on_upstream_failure must be one of skip, fail"),
+    ("wait_for_upstream: soon", "3:20: wait_for_upstream: "),
     ("yes: 1", "3:1: keys must be strings (got yes, which YAML reads as the boolean true); quote it: \"yes\""),
 ]
 
