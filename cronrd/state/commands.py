@@ -308,11 +308,23 @@ class Audit(Command):
     detail: str = ""  # why it was refused
 
 
+@dataclass(frozen=True)
+class UpstreamTimeout(Command):
+    """The leader: a scheduled child's wait for its parents
+    (wait_for_upstream) is over. ``apply`` looks at the gate once more: the
+    run starts if it opened meanwhile, else it is recorded skipped or failed
+    (on_upstream_failure) with the reason."""
+
+    op: ClassVar[str] = "upstream_timeout"
+    run_id: int
+    at: float
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
-              AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit)
+              AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit, UpstreamTimeout)
 }
 
 

@@ -21,6 +21,7 @@ from ..decisions import overlap
 from ..errors import StateError
 from ..schedule import retry_delay
 from . import commands as C
+from . import dependencies as deps
 from . import queries as Q
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
@@ -131,6 +132,10 @@ class StateMachine:
             if version is not None and version < 6 and "spec" in {
                     row[1] for row in conn.execute("PRAGMA table_info(job_sources)")}:
                 conn.execute(UPGRADE_TO_V6)
+            for (sql,) in list(conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE name='runs_active'")):
+                if "waiting" not in (sql or ""):  # made before the waiting state
+                    conn.execute("DROP INDEX runs_active")
             conn.execute(SCHEMA)
             if version is None:
                 self._set_meta("schema_version", SCHEMA_VERSION)
@@ -391,6 +396,9 @@ class StateMachine:
                 "INSERT INTO jobs(name, digest, source, paused, cursor, created_at, updated_at) "
                 "VALUES(?,?,?,0,?,?,?)",
                 [(n, d, src, int(cmd.at), cmd.at, cmd.at) for n, d, src, _t in fresh])
+            for n, _d, _src, t in fresh:
+                if t is None or '"depends_on"' in t:
+                    deps.sync_parents(self, n)
             changed += len(fresh)
             created += len(fresh)
         removed = 0
@@ -515,6 +523,8 @@ class StateMachine:
                 (name, first["digest"], first["source"], int(at), at, at))
             job = {"digest": first["digest"], "source": first["source"], "conflict": None}
         changed = created
+        if created:
+            deps.sync_parents(self, name)
         if agreed is not None and (agreed["digest"], agreed["source"]) != (job["digest"],
                                                                          job["source"]):
             self.conn.execute("UPDATE jobs SET digest=?, source=?, updated_at=? WHERE name=?",
@@ -522,6 +532,7 @@ class StateMachine:
             changed = True
             if agreed["digest"] != job["digest"]:
                 self._forget_specs(name, [job["digest"]])
+                deps.sync_parents(self, name)
                 spec = self._job_spec(name)
                 if spec is not None and not spec.enabled:
                     self._skip_committed_ahead(name, at, "disabled: enabled is false in the "
@@ -539,6 +550,7 @@ class StateMachine:
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
         self.conn.execute("DELETE FROM pauses WHERE name=?", (name,))
         self._forget_specs(name, [digest])
+        deps.sync_parents(self, name)
         # Runs not yet started will never start; running ones finish.
         for row in list(self.conn.execute(
                 f"{SELECT_RUNS} WHERE job=? AND state IN "
@@ -679,7 +691,11 @@ class StateMachine:
                                    target=cmd.target)
             self.conn.execute("UPDATE runs SET finished_at=? WHERE run_id=?",
                               (cmd.at, run.run_id))
+            deps.parent_final(self, index, cmd.job, cmd.at, effects)
             return {"run_id": run.run_id, "state": "skipped", "reason": reason}
+        spec = self._job_spec(cmd.job)
+        if spec.depends_on:  # its gate, at its fire time
+            return deps.scheduled_fire(self, index, cmd, spec, effects)
         run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                                fire_time=cmd.fire_time, attempt=1, state="assigned",
                                node=cmd.node, due_at=cmd.due_at, at=cmd.at,
@@ -813,10 +829,32 @@ class StateMachine:
         effects.append(Effect("pending", run=new))
         return new.run_id
 
-    def _finish(self, run: Run, state: str, at: float, *, reason: str | None = None,
-                exit_code: int | None = None, signal: int | None = None,
-                log_path: str | None = None, effects, index: int | None = None,
-                not_started: bool = False) -> int | None:
+    def _finish(self, run: Run, state: str, at: float, *, effects,
+                index: int | None = None, **kw) -> int | None:
+        """``_finish_attempt``; when no retry follows, the job's outcome for
+        that fire time is final: its children's gates are looked at."""
+        retry = self._finish_attempt(run, state, at, effects=effects, index=index, **kw)
+        if retry is None:
+            deps.parent_final(self, index or 0, run.job, at, effects)
+        return retry
+
+    def _apply_upstream_timeout(self, index, cmd: C.UpstreamTimeout, effects):
+        run = self._get_run(cmd.run_id)
+        if run.state != "waiting":
+            raise Refused(f"run {cmd.run_id} is {run.state}, not waiting for its parents")
+        spec = self._job_spec(run.job)
+        if spec is None:
+            raise Refused(f"run {cmd.run_id}: job {run.job!r} is gone")
+        if cmd.at < (run.due_at or 0) + spec.wait_for_upstream:
+            raise Refused(f"run {cmd.run_id} waits for its parents until "
+                          f"{(run.due_at or 0) + spec.wait_for_upstream} (wait_for_upstream)")
+        state = deps.resolve_waiting(self, index, run, spec, cmd.at, effects, timed_out=True)
+        return {"run_id": run.run_id, "state": state}
+
+    def _finish_attempt(self, run: Run, state: str, at: float, *, reason: str | None = None,
+                        exit_code: int | None = None, signal: int | None = None,
+                        log_path: str | None = None, effects, index: int | None = None,
+                        not_started: bool = False) -> int | None:
         """Move ``run`` to a final state and schedule a retry if policy says so.
 
         A lost run its node says never started is retried whatever the
@@ -1074,7 +1112,9 @@ class StateMachine:
         h.update(str(self.applied_index).encode())
         for table, order in (("jobs", "name"), ("specs", "name, digest"),
                              ("job_sources", "name, node"), ("source_files", "node, path"),
-                             ("file_claims", "digest"),
+                             ("file_claims", "digest"), ("job_deps", "parent, child"),
+                             ("dep_cursors", "child, parent"),
+                             ("run_lineage", "run_id, parent_job"),
                              ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
                              ("late_reports", "report_id"), ("audit", "audit_id"),
                              ("denied", "kind, value"), ("join_tokens", "node")):

@@ -20,6 +20,7 @@ class RunState(str, enum.Enum):
     LOST = "lost"              # its node went away (or the daemon stopped it)
     CANCELLED = "cancelled"
     SKIPPED = "skipped"        # never started, with the reason
+    WAITING = "waiting"        # held by a dependency gate (reason: upstream_not_ready:JOB)
 
     def __str__(self) -> str:
         return self.value
@@ -33,6 +34,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     _S.ASSIGNED.value: frozenset({_S.RUNNING.value, _S.SUCCEEDED.value, _S.FAILED.value,
                                   _S.TIMED_OUT.value, _S.CANCELLED.value, _S.LOST.value,
                                   _S.SKIPPED.value}),
+    _S.WAITING.value: frozenset({_S.PENDING.value, _S.SKIPPED.value, _S.FAILED.value,
+                                 _S.CANCELLED.value}),
     _S.RUNNING.value: frozenset({_S.SUCCEEDED.value, _S.FAILED.value, _S.TIMED_OUT.value,
                                  _S.CANCELLED.value, _S.LOST.value}),
 }

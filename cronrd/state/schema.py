@@ -101,7 +101,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS runs_key
     ON runs(job, fire_time, target, attempt) WHERE origin = 'schedule';
 CREATE INDEX IF NOT EXISTS runs_job ON runs(job, run_id);
 CREATE INDEX IF NOT EXISTS runs_active ON runs(state)
-    WHERE state IN ('pending', 'assigned', 'running');
+    WHERE state IN ('pending', 'assigned', 'running', 'waiting');
 CREATE TABLE IF NOT EXISTS gaps(
     gap_id INTEGER PRIMARY KEY,
     job TEXT NOT NULL,
@@ -166,6 +166,27 @@ CREATE TABLE IF NOT EXISTS join_tokens(
     addr TEXT NOT NULL,
     at REAL NOT NULL
 );
+-- Dependencies (state/dependencies.py): each child's parents in force
+-- (derived from its definition, kept by apply), the parent run each child
+-- consumed last (its generation cursor), and each child run's lineage.
+CREATE TABLE IF NOT EXISTS job_deps(
+    parent TEXT NOT NULL,
+    child TEXT NOT NULL,
+    PRIMARY KEY(parent, child)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS job_deps_child ON job_deps(child);
+CREATE TABLE IF NOT EXISTS dep_cursors(
+    child TEXT NOT NULL,
+    parent TEXT NOT NULL,
+    run_id INTEGER NOT NULL,         -- runs of the parent after this one are new to the child
+    PRIMARY KEY(child, parent)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_lineage(
+    run_id INTEGER NOT NULL,
+    parent_job TEXT NOT NULL,
+    parent_run_id INTEGER NOT NULL,
+    PRIMARY KEY(run_id, parent_job)
+) WITHOUT ROWID;
 """
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:

@@ -10,8 +10,8 @@ from cronrd.state.machine import StateMachine
 
 
 def test_active_final_and_not_started_derive_from_the_transitions():
-    assert rs.ACTIVE == ("pending", "assigned", "running")
-    assert rs.NOT_STARTED == ("pending", "assigned")
+    assert rs.ACTIVE == ("pending", "assigned", "running", "waiting")
+    assert rs.NOT_STARTED == ("pending", "assigned", "waiting")
     assert set(rs.FINAL) == {"succeeded", "failed", "timed_out", "lost", "cancelled", "skipped"}
     assert set(rs.ACTIVE) | set(rs.FINAL) == set(rs.ALL) and not set(rs.ACTIVE) & set(rs.FINAL)
     for src, dests in rs.TRANSITIONS.items():
@@ -19,7 +19,7 @@ def test_active_final_and_not_started_derive_from_the_transitions():
 
 
 def test_sql_in_takes_only_our_states():
-    assert rs.sql_in(rs.NOT_STARTED) == "('pending','assigned')"
+    assert rs.sql_in(rs.NOT_STARTED) == "('pending','assigned','waiting')"
     with pytest.raises(ValueError):
         rs.sql_in(["x'); DROP TABLE runs; --"])
 

@@ -1,0 +1,272 @@
+"""Dependencies inside ``apply``: the gates of child jobs, evaluated when a
+parent's final outcome is committed (so a leader change can neither miss a
+child nor start it twice), when a scheduled child's fire is applied, and
+when its wait for its parents runs out.
+
+The state keeps, per child, the parents in force (``job_deps``, derived from
+its definition), the parent run it consumed last (``dep_cursors``) and, per
+child run, which parent runs it consumed (``run_lineage``). The rule itself
+is pure: ``decisions/dependencies.py``.
+
+An ``@after`` child's run is keyed like every scheduled run, by (child,
+fire time), its fire time the newest of its parents' fire times in the
+generation; a generation whose fire time has a record already is a new
+attempt of it (a parent's rerun), or, while that record is still active,
+is absorbed by it (its lineage says so). Called by the state machine only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..decisions import dependencies as D
+from ..schedule import parse_schedule
+from .run import SELECT as SELECT_RUNS, Run
+from .run_states import ACTIVE, FINAL, sql_in
+
+if TYPE_CHECKING:
+    from ..jobspec import JobSpec
+    from .machine import StateMachine
+
+ACTIVE_SQL = f"state IN {sql_in(ACTIVE)}"  # the runs_active index's predicate
+MAX_DEPTH = 64  # skips propagated down a chain in one apply at most
+
+
+def is_after(spec: "JobSpec") -> bool:
+    try:
+        return parse_schedule(spec.schedule).kind == "after"
+    except Exception:
+        return False
+
+
+# -- the parents in force ----------------------------------------------------------
+def sync_parents(sm: "StateMachine", name: str) -> None:
+    """Make ``job_deps`` and ``dep_cursors`` follow job ``name``'s definition
+    (after it was created, changed or removed). A parent new to the child
+    counts only runs committed from now on (a new dependency is not fired
+    by history)."""
+    conn = sm.conn
+    spec = sm._job_spec(name)
+    parents = sorted({d.job for d in spec.depends_on}) if spec is not None else []
+    have = [p for (p,) in conn.execute("SELECT parent FROM job_deps WHERE child=? "
+                                       "ORDER BY parent", (name,))]
+    if have == parents:
+        return
+    conn.execute("DELETE FROM job_deps WHERE child=?", (name,))
+    if not parents:
+        conn.execute("DELETE FROM dep_cursors WHERE child=?", (name,))
+        return
+    top = next(iter(conn.execute("SELECT COALESCE(MAX(run_id), 0) FROM runs")))[0]
+    for parent in parents:
+        conn.execute("INSERT INTO job_deps(parent, child) VALUES(?, ?)", (parent, name))
+        conn.execute("INSERT OR IGNORE INTO dep_cursors(child, parent, run_id) VALUES(?,?,?)",
+                     (name, parent, top))
+    conn.execute("DELETE FROM dep_cursors WHERE child=? AND parent NOT IN "
+                 "(SELECT parent FROM job_deps WHERE child=?)", (name, name))
+
+
+# -- what a child sees of its parents ------------------------------------------------
+_NEWEST_FINAL = (
+    f"SELECT run_id, fire_time, state FROM runs r WHERE job=? AND run_id>? AND state IN "
+    f"{sql_in(FINAL)} AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.job=r.job AND "
+    "n.origin=r.origin AND n.fire_time=r.fire_time AND n.target=r.target AND "
+    "n.attempt>r.attempt) ORDER BY run_id DESC LIMIT 1")
+_FRESH = ("SELECT run_id, fire_time, state FROM runs WHERE job=? AND state='succeeded' AND "
+          "finished_at>=? ORDER BY run_id DESC LIMIT 1")
+
+
+def parents_view(sm: "StateMachine", child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
+    conn = sm.conn
+    out = []
+    for dep in spec.depends_on:
+        cursor = next(iter(conn.execute(
+            "SELECT run_id FROM dep_cursors WHERE child=? AND parent=?", (child, dep.job))),
+            (0,))[0]
+        new = next((D.Outcome(*r) for r in conn.execute(_NEWEST_FINAL, (dep.job, cursor))),
+                   None)
+        fresh = None
+        if dep.within is not None:
+            fresh = next((D.Outcome(*r) for r in conn.execute(
+                _FRESH, (dep.job, at - dep.within))), None)
+        out.append(D.Parent(dep.job, new, fresh))
+    return out
+
+
+def _consume(sm: "StateMachine", child: str, gate: D.Gate, run_id: int | None) -> None:
+    for parent, outcome in gate.consume:
+        sm.conn.execute("UPDATE dep_cursors SET run_id=MAX(run_id, ?) WHERE child=? AND "
+                        "parent=?", (outcome.run_id, child, parent))
+    if run_id is not None:
+        for parent, outcome in gate.lineage:
+            sm.conn.execute("INSERT OR IGNORE INTO run_lineage(run_id, parent_job, "
+                            "parent_run_id) VALUES(?,?,?)", (run_id, parent, outcome.run_id))
+
+
+def _blocked_state(spec: "JobSpec", gate: D.Gate) -> str:
+    """The final state of a run its upstream keeps from running."""
+    if gate.action == D.SKIP:
+        return "skipped"  # a skip propagates as a skip
+    return "failed" if spec.on_upstream_failure == "fail" else "skipped"
+
+
+def _held(sm: "StateMachine", name: str, spec: "JobSpec") -> str | None:
+    """Why a child that may run does not (paused, maintenance, disabled)."""
+    job = sm._job(name)
+    if job is not None and job["paused"]:
+        return "paused: `cronrd resume` re-enables the job"
+    reason = sm._maintenance_reason()
+    if reason is None and not spec.enabled:
+        reason = "disabled: enabled is false in the job file"
+    return reason
+
+
+def _record_final(sm: "StateMachine", index: int, *, job: str, kind: str, fire_time: int,
+                  attempt: int, state: str, reason: str, at: float, target: str = "") -> Run:
+    run = sm._insert_run(index, job=job, origin="schedule", kind=kind, fire_time=fire_time,
+                         attempt=attempt, state=state, node=None, due_at=None, at=at,
+                         reason=reason, target=target)
+    sm.conn.execute("UPDATE runs SET finished_at=? WHERE run_id=?", (at, run.run_id))
+    return run
+
+
+# -- a parent's outcome is final -----------------------------------------------------
+def parent_final(sm: "StateMachine", index: int, parent: str, at: float, effects,
+                 depth: int = 0) -> None:
+    """``parent`` has a new final outcome: evaluate the gate of each of its
+    children (in name order: the same on every node)."""
+    if depth > MAX_DEPTH:
+        return
+    children = [c for (c,) in sm.conn.execute(
+        "SELECT child FROM job_deps WHERE parent=? ORDER BY child", (parent,))]
+    for child in children:
+        spec = sm._job_spec(child)
+        if spec is None or not spec.depends_on:
+            continue
+        if is_after(spec):
+            _after_child(sm, index, child, spec, at, effects, depth)
+        else:
+            for row in list(sm.conn.execute(
+                    f"{SELECT_RUNS} WHERE {ACTIVE_SQL} AND state='waiting' AND job=? "
+                    "ORDER BY run_id", (child,))):
+                resolve_waiting(sm, index, Run.from_row(row), spec, at, effects, depth,
+                                timed_out=False)
+
+
+def _after_child(sm: "StateMachine", index: int, child: str, spec: "JobSpec", at: float,
+                 effects, depth: int) -> None:
+    from .machine import Effect
+    gate = D.decide(spec.trigger_rule, parents_view(sm, child, spec, at))
+    if gate.action == D.WAIT:
+        return
+    fire_time = gate.fire_time if gate.fire_time is not None else int(at)
+    rows = list(sm.conn.execute(
+        "SELECT run_id, attempt, state FROM runs WHERE job=? AND origin='schedule' AND "
+        "fire_time=? AND target='' ORDER BY attempt DESC LIMIT 1", (child, fire_time)))
+    if rows and rows[0][2] not in FINAL:
+        _consume(sm, child, gate, rows[0][0])  # absorbed by the attempt in progress
+        return
+    attempt = rows[0][1] + 1 if rows else 1
+    if gate.action == D.FIRE:
+        held = _held(sm, child, spec)
+        if held is None:
+            run = sm._insert_run(index, job=child, origin="schedule", kind="upstream",
+                                 fire_time=fire_time, attempt=attempt, state="pending",
+                                 node=None, due_at=at, at=at)
+            _consume(sm, child, gate, run.run_id)
+            effects.append(Effect("pending", run=run))
+            return
+        run = _record_final(sm, index, job=child, kind="upstream", fire_time=fire_time,
+                            attempt=attempt, state="skipped", reason=held, at=at)
+    else:
+        run = _record_final(sm, index, job=child, kind="upstream", fire_time=fire_time,
+                            attempt=attempt, state=_blocked_state(spec, gate),
+                            reason=gate.reason, at=at)
+    _consume(sm, child, gate, run.run_id)
+    parent_final(sm, index, child, at, effects, depth + 1)
+
+
+# -- a scheduled child --------------------------------------------------------------
+def scheduled_fire(sm: "StateMachine", index: int, cmd, spec: "JobSpec", effects) -> dict:
+    """A scheduled child's fire (not skipped otherwise): run it if its gate
+    is open, else hold it ``waiting`` (wait_for_upstream), else record why not."""
+    from .machine import Effect
+    gate = D.decide(spec.trigger_rule, parents_view(sm, cmd.job, spec, cmd.at),
+                    need_new=False)
+    if gate.action == D.FIRE:
+        run = sm._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                             fire_time=cmd.fire_time, attempt=1, state="assigned",
+                             node=cmd.node, due_at=cmd.due_at, at=cmd.at, target=cmd.target)
+        _consume(sm, cmd.job, gate, run.run_id)
+        effects.append(Effect("assign", run=run))
+        return {"run_id": run.run_id, "state": "assigned"}
+    if gate.action == D.WAIT and spec.wait_for_upstream > 0:
+        run = sm._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                             fire_time=cmd.fire_time, attempt=1, state="waiting", node=None,
+                             due_at=cmd.due_at, at=cmd.at, reason=gate.reason,
+                             target=cmd.target)
+        return {"run_id": run.run_id, "state": "waiting", "reason": gate.reason}
+    state = "skipped" if gate.action == D.WAIT and spec.on_upstream_failure == "skip" \
+        else _blocked_state(spec, gate)
+    run = _record_final(sm, index, job=cmd.job, kind=cmd.kind, fire_time=cmd.fire_time,
+                        attempt=1, state=state, reason=gate.reason, at=cmd.at,
+                        target=cmd.target)
+    if gate.action != D.WAIT:
+        _consume(sm, cmd.job, gate, run.run_id)
+    parent_final(sm, index, cmd.job, cmd.at, effects, 1)
+    return {"run_id": run.run_id, "state": state, "reason": gate.reason}
+
+
+def resolve_waiting(sm: "StateMachine", index: int, run: Run, spec: "JobSpec", at: float,
+                    effects, depth: int = 0, *, timed_out: bool) -> str:
+    """Look at a waiting run's gate again: release it (pending: the leader
+    places it), end it (skipped or failed, with the reason), or, unless its
+    wait is over (``timed_out``), leave it waiting. Its new state."""
+    from .machine import Effect
+    gate = D.decide(spec.trigger_rule, parents_view(sm, run.job, spec, at), need_new=False)
+    if gate.action == D.FIRE:
+        sm.conn.execute("UPDATE runs SET state='pending', reason=NULL WHERE run_id=?",
+                        (run.run_id,))
+        _consume(sm, run.job, gate, run.run_id)
+        effects.append(Effect("pending", run=sm._get_run(run.run_id)))
+        return "pending"
+    if gate.action == D.WAIT and not timed_out:
+        if gate.reason != run.reason:
+            sm.conn.execute("UPDATE runs SET reason=? WHERE run_id=?", (gate.reason,
+                                                                       run.run_id))
+        return "waiting"
+    if gate.action == D.WAIT:
+        state = "failed" if spec.on_upstream_failure == "fail" else "skipped"
+        reason = f"{gate.reason} (waited {spec.wait_for_upstream:g}s: wait_for_upstream)"
+    else:
+        state, reason = _blocked_state(spec, gate), gate.reason
+        _consume(sm, run.job, gate, run.run_id)
+    sm.conn.execute("UPDATE runs SET state=?, finished_at=?, reason=? WHERE run_id=?",
+                    (state, at, reason, run.run_id))
+    effects.append(Effect("run_done", run=sm._get_run(run.run_id)))
+    parent_final(sm, index, run.job, at, effects, depth + 1)
+    return state
+
+
+def waiting_due(conn, now: float) -> list[tuple[int, float]]:
+    """(run id, when its wait ends) of the waiting runs whose wait is over:
+    the leader proposes an UpstreamTimeout for each."""
+    from .queries import job_spec
+    out = []
+    for run_id, job, due_at in list(conn.execute(
+            f"SELECT run_id, job, due_at FROM runs WHERE {ACTIVE_SQL} AND state='waiting' "
+            "ORDER BY run_id")):
+        spec = job_spec(conn, job)
+        end = (due_at or 0) + (spec.wait_for_upstream if spec is not None else 0)
+        if end <= now:
+            out.append((run_id, end))
+    return out
+
+
+def lineage(conn, run_id: int) -> list[dict]:
+    """Which parent runs a run consumed: [{job, run_id, fire_time, state}]."""
+    from ..schedule import iso_utc
+    return [{"job": job, "run_id": prid, "fire_time": iso_utc(ft), "state": st}
+            for job, prid, ft, st in conn.execute(
+                "SELECT l.parent_job, l.parent_run_id, r.fire_time, r.state FROM run_lineage l "
+                "LEFT JOIN runs r ON r.run_id = l.parent_run_id WHERE l.run_id=? "
+                "ORDER BY l.parent_job", (run_id,))]

@@ -1,0 +1,262 @@
+"""Dependencies in the state machine: generations, exactly one child run per
+generation, skip propagation, a scheduled child's wait, determinism."""
+
+from __future__ import annotations
+
+import itertools
+
+import apsw
+import pytest
+
+from cronrd.state import commands as C
+from cronrd.state import dependencies as deps
+from cronrd.state import queries as Q
+from cronrd.state.machine import Refused, StateMachine
+from tests.unit.state.test_state import T0, Log
+
+
+def put_all(log, **jobs):
+    for name, over in jobs.items():
+        log.put(name=name, **over)
+
+
+def after(*parents, **over):
+    return dict(schedule="@after", depends_on=[{"job": p} for p in parents], **over)
+
+
+def child_runs(log, job):
+    return list(reversed(Q.list_runs(log.sm.conn, job, limit=1000)))
+
+
+def ok(log, job, t, state="succeeded"):
+    """Fire ``job`` at ``t`` and finish it with ``state``; its run id."""
+    rid = log.fire(t, name=job)["run_id"]
+    log.finish(rid, state=state, exit_code=0 if state == "succeeded" else 1)
+    return rid
+
+
+def test_after_child_runs_once_per_parent_outcome_with_its_lineage():
+    log = Log()
+    put_all(log, a={}, b=after("a"))
+    rid = log.fire(T0 + 1, name="a")["run_id"]
+    assert child_runs(log, "b") == []
+    log.effects.clear()
+    log.finish(rid)
+    (run,) = child_runs(log, "b")
+    assert (run.state, run.kind, run.fire_time, run.origin) == ("pending", "upstream", T0 + 1,
+                                                                "schedule")
+    assert any(e.kind == "pending" and e.run.run_id == run.run_id for e in log.effects)
+    assert deps.lineage(log.sm.conn, run.run_id) == [
+        {"job": "a", "run_id": rid, "fire_time": "2027-01-15T08:00:01Z", "state": "succeeded"}]
+    # the same report again (a retried proposal) starts nothing more
+    log.finish(rid)
+    assert len(child_runs(log, "b")) == 1
+
+
+def test_fan_in_at_different_rates_runs_once_per_generation():
+    log = Log()
+    put_all(log, a={}, b={}, c=after("a", "b"))
+    for t in range(1, 6):               # a runs five times, b not yet
+        ok(log, "a", T0 + t)
+    assert child_runs(log, "c") == []
+    b1 = ok(log, "b", T0 + 10)
+    (c1,) = child_runs(log, "c")
+    assert c1.fire_time == T0 + 10      # the newest of the parents' fire times
+    assert {x["job"]: x["run_id"] for x in deps.lineage(log.sm.conn, c1.run_id)}["b"] == b1
+    b2 = ok(log, "b", T0 + 20)          # b again: a has nothing new, no generation
+    assert len(child_runs(log, "c")) == 1
+    a6 = ok(log, "a", T0 + 21)          # a's new run completes the next generation
+    c = child_runs(log, "c")
+    assert len(c) == 2 and c[1].fire_time == T0 + 21
+    assert {x["job"]: x["run_id"] for x in deps.lineage(log.sm.conn, c[1].run_id)} == {
+        "a": a6, "b": b2}
+
+
+def test_a_retried_parent_counts_once_when_its_last_attempt_ends():
+    log = Log()
+    put_all(log, a={"retries": {"max": 1, "delay": 1.0, "backoff": 2.0, "max_delay": 10.0,
+                                "jitter": 0.0}}, b=after("a"))
+    first = log.fire(T0 + 1, name="a")["run_id"]
+    retry = log.finish(first, state="failed", exit_code=1)["retry_run_id"]
+    assert retry and child_runs(log, "b") == []   # a retry follows: not final yet
+    log.finish(retry)
+    (run,) = child_runs(log, "b")
+    assert run.state == "pending" and run.fire_time == T0 + 1
+
+
+@pytest.mark.parametrize("policy, state", [("skip", "skipped"), ("fail", "failed")])
+def test_failed_parent_records_the_child_and_skips_propagate(policy, state):
+    log = Log()
+    put_all(log, a={}, b={}, c=after("a", "b", on_upstream_failure=policy), d=after("c"),
+            e=after("c", trigger_rule="all_finished"))
+    ok(log, "a", T0 + 1)
+    ok(log, "b", T0 + 2, state="failed")
+    (c,) = child_runs(log, "c")
+    assert (c.state, c.reason) == (state, "upstream_failed:b@2027-01-15T08:00:02Z")
+    (d,) = child_runs(log, "d")
+    (e,) = child_runs(log, "e")
+    if policy == "skip":   # all_succeeded: a skipped parent skips the child
+        assert (d.state, d.reason) == ("skipped", "upstream_skipped:c@2027-01-15T08:00:02Z")
+    else:
+        assert (d.state, d.reason) == ("skipped", "upstream_failed:c@2027-01-15T08:00:02Z")
+    assert e.state == "pending"          # all_finished runs whatever happened
+
+
+def test_none_failed_runs_after_a_skipped_parent():
+    log = Log()
+    put_all(log, a={}, b=after("a", trigger_rule="none_failed"))
+    log.apply(C.Fire(job="a", fire_time=T0 + 1, kind="catchup", node="n1", due_at=T0,
+                     at=T0, skip_reason="catch-up: missed"))
+    (b,) = child_runs(log, "b")
+    assert b.state == "pending"
+
+
+def test_reordered_parent_reports_make_the_same_single_child_run():
+    results = set()
+    for order in itertools.permutations(["a", "b", "x"]):
+        log = Log()
+        put_all(log, a={}, b={}, x={}, c=after("a", "b", "x"))
+        ids = {j: log.fire(T0 + i + 1, name=j)["run_id"] for i, j in enumerate("abx")}
+        for j in order:
+            log.finish(ids[j])
+            log.finish(ids[j])   # duplicated
+        (c,) = child_runs(log, "c")
+        results.add((c.fire_time, c.state, tuple(
+            x["run_id"] for x in deps.lineage(log.sm.conn, c.run_id))))
+    assert len(results) == 1
+
+
+def test_a_new_dependency_is_not_fired_by_history():
+    log = Log()
+    log.put(name="a")
+    ok(log, "a", T0 + 1)
+    log.put(name="b", **after("a"))
+    assert child_runs(log, "b") == []
+    ok(log, "a", T0 + 2)
+    assert len(child_runs(log, "b")) == 1
+
+
+def test_paused_after_child_records_a_skip_and_consumes():
+    log = Log()
+    put_all(log, a={}, b=after("a"))
+    log.apply(C.SetPaused(name="b", paused=True, at=T0))
+    ok(log, "a", T0 + 1)
+    (b,) = child_runs(log, "b")
+    assert b.state == "skipped" and b.reason.startswith("paused")
+
+
+def test_within_parent_satisfies_without_a_new_run():
+    log = Log()
+    put_all(log, fx={}, extract={}, load=dict(schedule="@after", depends_on=[
+        {"job": "extract"}, {"job": "fx", "within": 3600.0}]))
+    ok(log, "fx", T0 + 1)                 # finished at T0 + 2
+    assert child_runs(log, "load") == []  # extract has nothing new yet
+    ok(log, "extract", T0 + 100)
+    assert len(child_runs(log, "load")) == 1
+    ok(log, "extract", T0 + 200)          # fx's success is still fresh: runs again
+    assert len(child_runs(log, "load")) == 2
+    ok(log, "extract", T0 + 5000)         # too old now: waits for fx
+    assert len(child_runs(log, "load")) == 2
+    ok(log, "fx", T0 + 5001)
+    assert len(child_runs(log, "load")) == 3
+
+
+def scheduled_child(log, wait=60.0, policy="skip"):
+    put_all(log, a={}, c=dict(schedule="* * * * * *", depends_on=[{"job": "a"}],
+                              wait_for_upstream=wait, on_upstream_failure=policy))
+
+
+def test_scheduled_child_waits_then_runs_when_its_parent_succeeds():
+    log = Log()
+    scheduled_child(log)
+    ra = log.fire(T0 + 1, name="a")["run_id"]
+    res = log.fire(T0 + 2, name="c")
+    assert res["state"] == "waiting" and res["reason"] == "upstream_not_ready:a"
+    assert log.run(res["run_id"]).state == "waiting"
+    log.finish(ra)
+    run = log.run(res["run_id"])
+    assert run.state == "pending" and run.reason is None
+    assert [x["run_id"] for x in deps.lineage(log.sm.conn, run.run_id)] == [ra]
+    # the next fire time has nothing new from a: it waits again
+    assert log.fire(T0 + 3, name="c")["state"] == "waiting"
+
+
+@pytest.mark.parametrize("policy, state", [("skip", "skipped"), ("fail", "failed")])
+def test_scheduled_child_wait_runs_out(policy, state):
+    log = Log()
+    scheduled_child(log, policy=policy)
+    rid = log.fire(T0 + 2, name="c")["run_id"]
+    assert deps.waiting_due(log.sm.conn, T0 + 61) == []
+    with pytest.raises(Refused, match="waits for its parents until"):
+        log.apply(C.UpstreamTimeout(run_id=rid, at=T0 + 61))
+    assert deps.waiting_due(log.sm.conn, T0 + 62) == [(rid, T0 + 62)]
+    assert log.apply(C.UpstreamTimeout(run_id=rid, at=T0 + 62))["state"] == state
+    run = log.run(rid)
+    assert run.state == state and run.reason.startswith("upstream_not_ready:a")
+    with pytest.raises(Refused, match="not waiting"):   # a second timeout changes nothing
+        log.apply(C.UpstreamTimeout(run_id=rid, at=T0 + 63))
+
+
+def test_scheduled_child_with_a_failed_parent_and_no_wait():
+    log = Log()
+    scheduled_child(log, wait=0.0)
+    assert log.fire(T0 + 1, name="c")["state"] == "skipped"   # not ready, no wait
+    ok(log, "a", T0 + 2, state="failed")
+    res = log.fire(T0 + 3, name="c")
+    assert res["state"] == "skipped" and res["reason"] == "upstream_failed:a@2027-01-15T08:00:02Z"
+    ok(log, "a", T0 + 4)
+    assert log.fire(T0 + 5, name="c")["state"] == "assigned"
+
+
+def test_the_timeout_reopens_a_gate_that_opened_meanwhile():
+    log = Log()
+    scheduled_child(log)
+    rid = log.fire(T0 + 2, name="c")["run_id"]
+    # a's outcome arrives, but the child is held by something else: simulate a
+    # gate re-check only at the timeout by finishing a before it fires
+    ra = log.fire(T0 + 3, name="a")["run_id"]
+    log.finish(ra)
+    assert log.run(rid).state == "pending"
+    with pytest.raises(Refused):
+        log.apply(C.UpstreamTimeout(run_id=rid, at=T0 + 100))
+
+
+def test_removing_a_child_cancels_its_waiting_run_and_forgets_its_parents():
+    log = Log()
+    scheduled_child(log)
+    rid = log.fire(T0 + 2, name="c")["run_id"]
+    log.apply(C.RemoveJob(name="c", at=T0 + 3))
+    assert log.run(rid).state == "cancelled"
+    assert list(log.sm.conn.execute("SELECT * FROM job_deps")) == []
+    assert list(log.sm.conn.execute("SELECT * FROM dep_cursors")) == []
+
+
+class RecordingLog(Log):
+    def __init__(self):
+        super().__init__()
+        self.cmds = []
+
+    def apply(self, cmd):
+        self.cmds.append(cmd)
+        return super().apply(cmd)
+
+
+def test_replaying_the_log_gives_the_same_state():
+    log = RecordingLog()
+    put_all(log, a={}, b={}, c=after("a", "b"), d=after("c", trigger_rule="none_failed"),
+            s=dict(schedule="* * * * * *", depends_on=[{"job": "d"}], wait_for_upstream=5.0))
+    for t in range(1, 8):
+        ok(log, "a", T0 + t, state="failed" if t % 3 == 0 else "succeeded")
+        if t % 2:
+            ok(log, "b", T0 + t + 100)
+        log.fire(T0 + t * 10, name="s")
+    other = StateMachine(apsw.Connection(":memory:"))
+    for i, cmd in enumerate(log.cmds, 1):
+        with other.conn:
+            try:
+                other.apply(i, C.decode(cmd.encode()))
+            except Refused:
+                pass
+    assert other.full_digest() == log.sm.full_digest()
+    assert other.state_digest == log.sm.state_digest
+    assert list(other.conn.execute("SELECT * FROM run_lineage")) != []
