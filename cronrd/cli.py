@@ -542,6 +542,100 @@ def show(obj: Ctx, job, count, consistent, as_json):
     print_job(j, Clock().now())
 
 
+@main.command()
+@click.argument("job", required=False, shell_complete=complete_jobs)
+@click.option("--dot", is_flag=True, help="Graphviz DOT (pipe it to `dot -Tsvg`).")
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def graph(obj: Ctx, job, dot, consistent, as_json):
+    """The dependency graph (depends_on), each job with its last run; with
+    JOB, only its ancestors and descendants."""
+    g = obj.client().call("graph", read_args(consistent, {"job": job}))
+    if as_json:
+        emit_json(g)
+    elif dot:
+        click.echo(graph_dot(g))
+    else:
+        click.echo(graph_text(g, job))
+
+
+def _graph_label(j: dict) -> str:
+    if j["missing"]:
+        return "(no such job)"
+    last = j["last_run"]
+    state = "never ran" if last is None else f"{last['state']} {last['fire_time']}"
+    if last is not None and last["state"] in ("skipped", "waiting", "failed") and last["reason"]:
+        state += f" ({last['reason']})"
+    rule = f", {j['trigger_rule']}" if j["trigger_rule"] else ""
+    return f"[{j['schedule']}{rule}] {state}"
+
+
+def graph_text(g: dict, focus: str | None = None) -> str:
+    """The graph as indented trees from the jobs without parents; a job
+    reached again (a fan-in) is named with "(see above)"."""
+    by_name = {j["name"]: j for j in g["jobs"]}
+    children: dict[str, list[str]] = {}
+    has_parent: set[str] = set()
+    for parent, child in g["edges"]:
+        children.setdefault(parent, []).append(child)
+        has_parent.add(child)
+    if not by_name:
+        return "no job has depends_on"
+    lines: list[str] = []
+    shown: set[str] = set()
+
+    def walk(name: str, prefix: str, last: bool, top: bool) -> None:
+        mark = "" if top else ("`-- " if last else "|-- ")
+        here = " <" if name == focus else ""
+        if name in shown:
+            lines.append(f"{prefix}{mark}{name}{here} (see above)")
+            return
+        shown.add(name)
+        lines.append(f"{prefix}{mark}{name}{here}  {_graph_label(by_name[name])}")
+        kids = sorted(children.get(name, ()))
+        inner = prefix + ("" if top else ("    " if last else "|   "))
+        for i, kid in enumerate(kids):
+            walk(kid, inner, i == len(kids) - 1, False)
+
+    roots = [n for n in sorted(by_name) if n not in has_parent]
+    for root in roots or sorted(by_name)[:1]:
+        walk(root, "", True, True)
+    for name in sorted(by_name):  # in a cycle only
+        if name not in shown:
+            walk(name, "", True, True)
+    if g.get("truncated"):
+        lines.append("... more jobs not shown; name one: cronrd graph JOB")
+    return "\n".join(lines)
+
+
+def graph_dot(g: dict) -> str:
+    """The graph in Graphviz DOT: an edge from each parent to its child."""
+    colours = {"succeeded": "palegreen", "failed": "salmon", "timed_out": "salmon",
+               "lost": "salmon", "cancelled": "lightgrey", "skipped": "lightgrey",
+               "running": "lightblue", "waiting": "khaki", "pending": "khaki",
+               "assigned": "khaki"}
+
+    def q(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace(
+            "\n", "\\n") + '"'
+
+    out = ["digraph cronrd {", "  rankdir=LR;", "  node [shape=box, style=filled];"]
+    for j in g["jobs"]:
+        last = j["last_run"]
+        state = "missing" if j["missing"] else (last["state"] if last else "never ran")
+        label = f"{j['name']}\n{j['schedule'] or 'no such job'}\n{state}"
+        out.append(f"  {q(j['name'])} [label={q(label)}, fillcolor="
+                   f"{colours.get(state, 'white')}];")
+    within = {(p["job"], j["name"]): p.get("within") for j in g["jobs"] for p in j["parents"]}
+    for parent, child in g["edges"]:
+        w = within.get((parent, child))
+        attr = f' [label="within {w:g}s", style=dashed]' if w else ""
+        out.append(f"  {q(parent)} -> {q(child)}{attr};")
+    out.append("}")
+    return "\n".join(out)
+
+
 def _pause_text(p: dict | None) -> str:
     if not p:
         return ""

@@ -22,7 +22,7 @@ from .errors import DaemonUnavailable, RequestError, UsageError
 from .schedule import iso_utc
 
 # Commands answered here; every other one needs the daemon.
-READS = ("status", "jobs", "job", "runs", "run", "logs", "audit")
+READS = ("status", "jobs", "job", "runs", "run", "logs", "audit", "graph")
 
 
 def daemon_holds(data_dir: str) -> bool | None:
@@ -183,6 +183,10 @@ class Offline:
             raise RequestError(f"no run with id {args.get('run_id')}; `cronrd runs` lists "
                                "recent runs")
         return run.view()
+
+    def h_graph(self, args: dict, on_message) -> dict:
+        from .runtime.reads import dependency_graph
+        return dependency_graph(self.conn, args.get("job"))
 
     def h_audit(self, args: dict, on_message) -> dict:
         from .state import queries as Q

@@ -148,7 +148,8 @@ class JobSpec:
             d["depends_on"] = [dep.to_dict() for dep in self.depends_on]
             d["trigger_rule"] = self.trigger_rule
             d["on_upstream_failure"] = self.on_upstream_failure
-            d["wait_for_upstream"] = self.wait_for_upstream
+            if self.wait_for_upstream:  # (an @after job has none)
+                d["wait_for_upstream"] = self.wait_for_upstream
         return d
 
     @classmethod

@@ -119,6 +119,7 @@ class Handlers:
             "status": (READ, self.h_status), "jobs": (READ, self.h_jobs),
             "job": (READ, self.h_job), "runs": (READ, self.h_runs),
             "run": (READ, self.h_run), "audit": (READ, self.h_audit),
+            "graph": (READ, self.h_graph),
             "cluster_members": (READ, self.h_cluster_members),
             "logs": (JOB, self.h_logs), "run_now": (JOB, self.h_run_now),
             "pause": (JOB, self.h_pause), "resume": (JOB, self.h_resume),
@@ -350,7 +351,17 @@ class Handlers:
         run = Q.get_run(self.conn, run_id)
         if run is None:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
-        return run.view()
+        from ..state.dependencies import lineage
+        view = run.view()
+        consumed = lineage(self.conn, run_id)
+        if consumed:
+            view["lineage"] = consumed  # the parent runs it consumed
+        return view
+
+    async def h_graph(self, args: dict) -> dict:
+        await self._consistent(args)
+        from .reads import dependency_graph
+        return dependency_graph(self.conn, arg(args, "job", str, None))
 
     def _find_log_run(self, job: str, run_id: int | None) -> Run:
         """--run ID, or the job's latest run that has started (a retry still

@@ -126,7 +126,8 @@ class Leadership:
     async def _duties(self) -> None:
         """The leader's housekeeping, every duty_interval (a timer)."""
         while True:
-            for duty in [self._place_pending, *self.members.leader_duties()]:
+            for duty in [self._place_pending, self._upstream_timeouts,
+                         *self.members.leader_duties()]:
                 try:
                     await duty()
                 except CronrdError as exc:
@@ -222,6 +223,20 @@ class Leadership:
                 self.scheduler.start()
             elif eff.kind == "pending" and self._leading:
                 self._pending.set()
+
+    # -- scheduled children whose wait for their parents ran out -----------------------
+    async def _upstream_timeouts(self) -> None:
+        """Propose the end of each wait_for_upstream that ran out; apply looks
+        at the gate once more (it may have opened meanwhile)."""
+        if not self.log.is_leader or self.members.clock_fence() is not None:
+            return
+        from ..state.dependencies import waiting_due
+        for run_id, _end in waiting_due(self.conn, self.clock.now()):
+            try:
+                await self.log.propose_as_leader(C.UpstreamTimeout(run_id=run_id,
+                                                                   at=self.clock.now()))
+            except CronrdError as exc:
+                log.info("event=upstream_timeout_failed run=%d error=\"%s\"", run_id, exc)
 
     # -- placing pending runs ----------------------------------------------------------
     async def _place_pending(self) -> None:

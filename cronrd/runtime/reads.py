@@ -15,7 +15,7 @@ from ..state import queries as Q
 from ..state import run_states
 from .control import arg
 
-RUN_KINDS = ("scheduled", "catchup", "manual", "retry")
+RUN_KINDS = ("scheduled", "catchup", "manual", "retry", "upstream")
 MAX_RUNS = 100_000
 RECENT_RUNS = 10   # `cronrd show`: the last runs
 
@@ -169,5 +169,55 @@ def job_details(conn, job: dict, view: dict, now: float, count: int,
     }
 
 
+MAX_GRAPH = 10_000  # jobs `cronrd graph` shows at most
+
+
+def dependency_graph(conn, job: str | None = None) -> dict:
+    """The dependency graph (``job``: its ancestors and descendants), each
+    job with its schedule, trigger rule, parents and last run:
+    ``{"jobs": [...], "edges": [[parent, child], ...], "truncated": bool}``.
+    A parent no job defines is listed with ``"missing": true``."""
+    edges: set[tuple[str, str]] = set()
+    if job is None:
+        rows = conn.execute("SELECT parent, child FROM job_deps ORDER BY parent, child "
+                            "LIMIT ?", (MAX_GRAPH * 4,))
+        edges = {(p, c) for p, c in rows}
+    else:
+        if Q.job_spec(conn, job) is None and not any(conn.execute(
+                "SELECT 1 FROM job_deps WHERE parent=? LIMIT 1", (job,))):
+            raise RequestError(f"no job named {job!r}; `cronrd jobs` lists the known jobs")
+        for column, other in (("child", "parent"), ("parent", "child")):
+            todo, seen = [job], {job}
+            while todo and len(seen) < MAX_GRAPH:
+                name = todo.pop()
+                for (nxt,) in conn.execute(
+                        f"SELECT {other} FROM job_deps WHERE {column}=? ORDER BY {other}",
+                        (name,)):
+                    edges.add((nxt, name) if other == "parent" else (name, nxt))
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        todo.append(nxt)
+    names = sorted({n for e in edges for n in e} | ({job} if job else set()))
+    truncated = len(names) > MAX_GRAPH
+    names = names[:MAX_GRAPH]
+    last = Q.last_runs(conn, names)
+    jobs = []
+    for name in names:
+        spec = Q.job_spec(conn, name)
+        run = last.get(name)
+        entry: dict[str, Any] = {
+            "name": name, "missing": spec is None,
+            "schedule": spec.schedule if spec else None,
+            "trigger_rule": spec.trigger_rule if spec and spec.depends_on else None,
+            "parents": [d.to_dict() for d in spec.depends_on] if spec else [],
+            "last_run": None if run is None else {
+                "run_id": run.run_id, "state": run.state.value,
+                "fire_time": iso_utc(run.fire_time), "reason": run.reason}}
+        jobs.append(entry)
+    kept = set(names)
+    return {"jobs": jobs, "edges": [[p, c] for p, c in sorted(edges) if p in kept and c in kept],
+            "truncated": truncated}
+
+
 __all__ = ["job_view", "runs_listing", "job_details", "next_fires", "need_job_or_history",
-           "RUN_KINDS", "RECENT_RUNS"]
+           "dependency_graph", "RUN_KINDS", "RECENT_RUNS"]

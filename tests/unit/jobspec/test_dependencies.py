@@ -114,3 +114,13 @@ def test_a_dag_is_fine(tmp_path):
                                          + (f"depends_on: {deps}\n" if deps else ""))
     assert check_dependencies(_jobs(tmp_path)) == []
     assert Dependency("a") == Dependency("a", line=3, col=4)  # positions are no part of it
+
+
+def test_a_definition_from_another_node_passes_revalidation():
+    from cronrd.state.forwarded import revalidate_spec
+    for text in ('schedule: "@after"\ncommand: x\ndepends_on: [a, {job: b, within: 1h}]\n'
+                 'trigger_rule: any_failed\n',
+                 'schedule: "@hourly"\ncommand: x\ndepends_on: [a]\nwait_for_upstream: 5m\n'
+                 'on_upstream_failure: fail\n'):
+        job = parse_job_text(text, "/d/j.yaml").jobs[0]
+        assert revalidate_spec(job.to_dict(), "/d/j.yaml").digest() == job.digest()

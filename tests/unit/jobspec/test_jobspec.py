@@ -793,6 +793,13 @@ def test_example_specifics():
     assert by_name["heartbeat"].schedule == "@every 5s"
     assert by_name["per-user"].user
     assert "find" in by_name["cleanup"].command
+    # the ETL example: extract -> transform -> load, with a fan-in at load
+    assert [d.job for d in by_name["transform"].depends_on] == ["extract"]
+    assert [(d.job, d.within) for d in by_name["load"].depends_on] == [
+        ("transform", None), ("fx-rates", 26 * 3600.0)]
+    assert by_name["load"].schedule == by_name["transform"].schedule == "@after"
+    from cronrd.jobspec.dependencies import check_dependencies
+    assert check_dependencies(by_name) == []
 
 
 def test_permission_checks_can_be_skipped_but_not_the_regular_file_check(tmp_path):
