@@ -1,0 +1,109 @@
+"""Integration: dependencies between jobs through a real one-host daemon."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cronrd.schedule import parse_iso
+from harness import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def done(runs, job):
+    return [r for r in runs if r["job"] == job and r["state"] == "succeeded"]
+
+
+def test_after_child_runs_once_per_parent_run_with_its_lineage(node):
+    out = node.out / "b.txt"
+    node.write_job("a", {"schedule": "@yearly", "command": "true"})
+    node.write_job("b", {"schedule": "@after", "depends_on": [{"job": "a"}],
+                         "command": f"echo $CRONRD_FIRE_TIME >> {out}"})
+    node.start()
+    a1 = node.call("run_now", {"job": "a"})["run_id"]
+    runs = node.wait_runs(lambda rs: len(done(rs, "b")) == 1, what="b after a")
+    (b1,) = [r for r in runs if r["job"] == "b"]
+    a_run = node.call("run", {"run_id": a1})
+    assert b1["kind"] == "upstream" and b1["fire_time"] == a_run["fire_time"]
+    view = node.call("run", {"run_id": b1["run_id"]})
+    assert [(x["job"], x["run_id"], x["state"]) for x in view["lineage"]] == [
+        ("a", a1, "succeeded")]
+    # a second parent run, a second child run; none without one
+    node.call("run_now", {"job": "a"})
+    runs = node.wait_runs(lambda rs: len(done(rs, "b")) == 2, what="second b")
+    assert len([r for r in runs if r["job"] == "b"]) == 2
+    assert len(out.read_text().split()) == 2
+    # a failed parent: the child's record says why it did not run
+    node.write_job("a", {"schedule": "@yearly", "command": "exit 3"})
+    wait_for(lambda: node.call("job", {"name": "a"})["spec"]["command"] == "exit 3",
+             what="the watcher to take the changed job file")
+    node.call("run_now", {"job": "a"})
+    runs = node.wait_runs(lambda rs: any(r["job"] == "b" and r["state"] == "skipped"
+                                         for r in rs), what="b skipped")
+    (skipped,) = [r for r in runs if r["job"] == "b" and r["state"] == "skipped"]
+    assert skipped["reason"].startswith("upstream_failed:a@")
+
+
+def test_fan_in_with_parents_at_different_rates_runs_once_per_generation(node):
+    node.write_job("fast", {"schedule": "* * * * * *", "command": "true"})
+    node.write_job("slow", {"schedule": "*/3 * * * * *", "command": "true"})
+    node.write_job("join", {"schedule": "@after", "command": "true",
+                            "depends_on": [{"job": "fast"}, {"job": "slow"}]})
+    node.start()
+    runs = node.wait_runs(lambda rs: len(done(rs, "join")) >= 3, timeout=30,
+                          what="three generations of join")
+    joins = [r for r in runs if r["job"] == "join"]
+    slow = done(runs, "slow")
+    # once per generation: never more child runs than runs of the slower parent
+    assert len(joins) <= len(slow) + 1
+    fires = [r["fire_time"] for r in joins]
+    assert len(fires) == len(set(fires))
+    used = []
+    for j in joins:
+        lineage = {x["job"]: x["run_id"] for x in node.call("run", {"run_id": j["run_id"]})[
+            "lineage"]}
+        assert set(lineage) == {"fast", "slow"}
+        used.append(lineage["slow"])
+        # its fire time is the newest of the parents' fire times it consumed
+        times = [parse_iso(node.call("run", {"run_id": rid})["fire_time"])
+                 for rid in lineage.values()]
+        assert parse_iso(j["fire_time"]) == max(times)
+    assert len(used) == len(set(used))  # no slow run consumed twice
+
+
+def test_graph_and_scheduled_child_wait(node):
+    node.write_job("extract", {"schedule": "@yearly", "command": "true"})
+    node.write_job("fx", {"schedule": "@yearly", "command": "true"})
+    node.write_job("load", {"schedule": "@after", "command": "true", "depends_on": [
+        {"job": "extract"}, {"job": "fx", "within": "1h"}]})
+    node.write_job("report", {"schedule": "* * * * * *", "command": "true",
+                              "depends_on": [{"job": "load"}], "wait_for_upstream": "1s"})
+    node.start()
+    # report waits at each fire time, then is skipped with the reason
+    runs = node.wait_runs(lambda rs: any(r["job"] == "report" and r["state"] == "skipped"
+                                         for r in rs), what="report skipped")
+    skipped = [r for r in runs if r["job"] == "report" and r["state"] == "skipped"]
+    assert skipped[0]["reason"].startswith("upstream_not_ready:load")
+    res = node.cli("graph")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("extract  [@yearly] never ran")
+    assert any(line.startswith("`-- load  [@after, all_succeeded]") for line in lines)
+    assert any("report" in line for line in lines)
+    assert any(line.startswith("fx  ") for line in lines)
+    assert "load (see above)" in res.stdout
+    dot = node.cli("graph", "load", "--dot").stdout
+    assert dot.startswith("digraph cronrd {") and '"extract" -> "load";' in dot
+    assert '"fx" -> "load" [label="within 3600s", style=dashed];' in dot
+    data = json.loads(node.cli("graph", "report", "--json").stdout)
+    assert {j["name"] for j in data["jobs"]} == {"extract", "fx", "load", "report"}
+    # extract and fx run: load runs, and a report fire time after it runs too
+    node.call("run_now", {"job": "fx"})
+    node.wait_runs(lambda rs: len(done(rs, "fx")) == 1, what="fx")
+    node.call("run_now", {"job": "extract"})
+    node.wait_runs(lambda rs: len(done(rs, "load")) == 1 and len(done(rs, "report")) >= 1,
+                   what="load then report")
+    bad = node.cli("graph", "nosuch")
+    assert bad.returncode == 1 and "no job named 'nosuch'" in bad.stderr
