@@ -108,6 +108,16 @@ def runs_listing(conn, args: dict, default_tz: str, applied_index: int) -> dict:
         view = r.view()
         view["timezone"] = zones[r.job]
         views.append(view)
+    if views:  # the parent runs each child run consumed (one query for the page)
+        lineage: dict[int, list[dict]] = {}
+        for rid, parent, prid in conn.execute(
+                "SELECT run_id, parent_job, parent_run_id FROM run_lineage WHERE run_id "
+                "BETWEEN ? AND ? ORDER BY run_id, parent_job",
+                (min(r.run_id for r in runs), max(r.run_id for r in runs))):
+            lineage.setdefault(rid, []).append({"job": parent, "run_id": prid})
+        for view in views:
+            if view["run_id"] in lineage:
+                view["lineage"] = lineage[view["run_id"]]
     gaps: list[dict] = []
     if (states is None or "skipped" in states) and kinds is None and node is None:
         gaps = [g for g in Q.list_gaps(conn, job, limit)

@@ -30,6 +30,8 @@ def test_after_child_runs_once_per_parent_run_with_its_lineage(node):
     view = node.call("run", {"run_id": b1["run_id"]})
     assert [(x["job"], x["run_id"], x["state"]) for x in view["lineage"]] == [
         ("a", a1, "succeeded")]
+    listed = json.loads(node.cli("runs", "b", "--json").stdout)
+    assert listed[0]["lineage"] == [{"job": "a", "run_id": a1}]
     # a second parent run, a second child run; none without one
     node.call("run_now", {"job": "a"})
     runs = node.wait_runs(lambda rs: len(done(rs, "b")) == 2, what="second b")
