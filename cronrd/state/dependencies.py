@@ -148,8 +148,10 @@ def parent_final(sm: "StateMachine", index: int, parent: str, at: float, effects
             for row in list(sm.conn.execute(
                     f"{SELECT_RUNS} WHERE {ACTIVE_SQL} AND state='waiting' AND job=? "
                     "ORDER BY run_id", (child,))):
-                resolve_waiting(sm, index, Run.from_row(row), spec, at, effects, depth,
-                                timed_out=False)
+                run = Run.from_row(row)
+                if sm._get_run(run.run_id).state == "waiting":  # (its group may have gone)
+                    resolve_waiting(sm, index, run, spec, at, effects, depth,
+                                    timed_out=False)
 
 
 def _after_child(sm: "StateMachine", index: int, child: str, spec: "JobSpec", at: float,
@@ -190,6 +192,10 @@ def scheduled_fire(sm: "StateMachine", index: int, cmd, spec: "JobSpec", effects
     """A scheduled child's fire (not skipped otherwise): run it if its gate
     is open, else hold it ``waiting`` (wait_for_upstream), else record why not."""
     from .machine import Effect
+    if cmd.target:
+        done = _like_sibling(sm, index, cmd, effects)
+        if done is not None:
+            return done
     gate = D.decide(spec.trigger_rule, parents_view(sm, cmd.job, spec, cmd.at),
                     need_new=False)
     if gate.action == D.FIRE:
@@ -216,33 +222,76 @@ def scheduled_fire(sm: "StateMachine", index: int, cmd, spec: "JobSpec", effects
     return {"run_id": run.run_id, "state": state, "reason": gate.reason}
 
 
+def _like_sibling(sm: "StateMachine", index: int, cmd, effects) -> dict | None:
+    """A per-node run (run_on: all) of a fire time another node's run of
+    which had its gate looked at already: the same decision, the same
+    lineage (the first one consumed the parents' outcomes for them all)."""
+    from .machine import Effect
+    for rid, state, reason in sm.conn.execute(
+            "SELECT run_id, state, reason FROM runs WHERE job=? AND origin='schedule' AND "
+            "fire_time=? AND attempt=1 AND target!=? ORDER BY run_id", (cmd.job, cmd.fire_time,
+                                                                      cmd.target)):
+        consumed = list(sm.conn.execute("SELECT parent_job, parent_run_id FROM run_lineage "
+                                        "WHERE run_id=?", (rid,)))
+        upstream = (reason or "").startswith("upstream_")
+        if state == "waiting":
+            run = sm._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                                 fire_time=cmd.fire_time, attempt=1, state="waiting",
+                                 node=None, due_at=cmd.due_at, at=cmd.at, reason=reason,
+                                 target=cmd.target)
+            return {"run_id": run.run_id, "state": "waiting", "reason": reason}
+        if state in FINAL and upstream:
+            run = _record_final(sm, index, job=cmd.job, kind=cmd.kind,
+                                fire_time=cmd.fire_time, attempt=1, state=state,
+                                reason=reason, at=cmd.at, target=cmd.target)
+            return {"run_id": run.run_id, "state": state, "reason": reason}
+        if consumed:
+            run = sm._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                                 fire_time=cmd.fire_time, attempt=1, state="assigned",
+                                 node=cmd.node, due_at=cmd.due_at, at=cmd.at,
+                                 target=cmd.target)
+            sm.conn.executemany("INSERT OR IGNORE INTO run_lineage(run_id, parent_job, "
+                                "parent_run_id) VALUES(?,?,?)",
+                                [(run.run_id, p, prid) for p, prid in consumed])
+            effects.append(Effect("assign", run=run))
+            return {"run_id": run.run_id, "state": "assigned"}
+    return None
+
+
 def resolve_waiting(sm: "StateMachine", index: int, run: Run, spec: "JobSpec", at: float,
                     effects, depth: int = 0, *, timed_out: bool) -> str:
     """Look at a waiting run's gate again: release it (pending: the leader
     places it), end it (skipped or failed, with the reason), or, unless its
-    wait is over (``timed_out``), leave it waiting. Its new state."""
+    wait is over (``timed_out``), leave it waiting. The other nodes' runs of
+    the same fire time (run_on: all) that wait go with it. Its new state."""
     from .machine import Effect
     gate = D.decide(spec.trigger_rule, parents_view(sm, run.job, spec, at), need_new=False)
+    group = [rid for (rid,) in sm.conn.execute(
+        f"SELECT run_id FROM runs WHERE {ACTIVE_SQL} AND state='waiting' AND job=? AND "
+        "fire_time=? AND origin=? ORDER BY run_id", (run.job, run.fire_time, run.origin))]
     if gate.action == D.FIRE:
-        sm.conn.execute("UPDATE runs SET state='pending', reason=NULL WHERE run_id=?",
-                        (run.run_id,))
-        _consume(sm, run.job, gate, run.run_id)
-        effects.append(Effect("pending", run=sm._get_run(run.run_id)))
+        _consume(sm, run.job, gate, None)
+        for rid in group:
+            sm.conn.execute("UPDATE runs SET state='pending', reason=NULL WHERE run_id=?",
+                            (rid,))
+            _consume(sm, run.job, D.Gate(D.FIRE, lineage=gate.lineage), rid)
+            effects.append(Effect("pending", run=sm._get_run(rid)))
         return "pending"
     if gate.action == D.WAIT and not timed_out:
         if gate.reason != run.reason:
-            sm.conn.execute("UPDATE runs SET reason=? WHERE run_id=?", (gate.reason,
-                                                                       run.run_id))
+            for rid in group:
+                sm.conn.execute("UPDATE runs SET reason=? WHERE run_id=?", (gate.reason, rid))
         return "waiting"
     if gate.action == D.WAIT:
         state = "failed" if spec.on_upstream_failure == "fail" else "skipped"
         reason = f"{gate.reason} (waited {spec.wait_for_upstream:g}s: wait_for_upstream)"
     else:
         state, reason = _blocked_state(spec, gate), gate.reason
-        _consume(sm, run.job, gate, run.run_id)
-    sm.conn.execute("UPDATE runs SET state=?, finished_at=?, reason=? WHERE run_id=?",
-                    (state, at, reason, run.run_id))
-    effects.append(Effect("run_done", run=sm._get_run(run.run_id)))
+        _consume(sm, run.job, gate, None)
+    for rid in group:
+        sm.conn.execute("UPDATE runs SET state=?, finished_at=?, reason=? WHERE run_id=?",
+                        (state, at, reason, rid))
+        effects.append(Effect("run_done", run=sm._get_run(rid)))
     parent_final(sm, index, run.job, at, effects, depth + 1)
     return state
 

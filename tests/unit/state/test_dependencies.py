@@ -260,3 +260,32 @@ def test_replaying_the_log_gives_the_same_state():
     assert other.full_digest() == log.sm.full_digest()
     assert other.state_digest == log.sm.state_digest
     assert list(other.conn.execute("SELECT * FROM run_lineage")) != []
+
+
+def test_per_node_runs_of_one_fire_time_share_their_gate():
+    """run_on: all: one run per node at the same fire time; the first
+    consumes the parents' outcomes for all of them."""
+    log = Log()
+    put_all(log, a={}, c=dict(schedule="* * * * * *", depends_on=[{"job": "a"}],
+                              wait_for_upstream=60.0, run_on={"mode": "all", "values": []}))
+    ra = log.fire(T0 + 1, name="a")["run_id"]
+    w1 = log.fire(T0 + 2, name="c", target="n1")["run_id"]
+    w2 = log.fire(T0 + 2, name="c", target="n2", node="n2")["run_id"]
+    assert log.run(w1).state == log.run(w2).state == "waiting"
+    log.finish(ra)
+    assert log.run(w1).state == log.run(w2).state == "pending"
+    for rid in (w1, w2):
+        assert [x["run_id"] for x in deps.lineage(log.sm.conn, rid)] == [ra]
+    # ready at the fire time: every node's run starts, with the same lineage
+    rb = ok(log, "a", T0 + 3)
+    r1 = log.fire(T0 + 4, name="c", target="n1")
+    r2 = log.fire(T0 + 4, name="c", target="n2", node="n2")
+    assert r1["state"] == r2["state"] == "assigned"
+    assert [x["run_id"] for x in deps.lineage(log.sm.conn, r2["run_id"])] == [rb]
+    # not ready, and its wait runs out: all of them are skipped
+    w3 = log.fire(T0 + 5, name="c", target="n1")["run_id"]
+    w4 = log.fire(T0 + 5, name="c", target="n2", node="n2")["run_id"]
+    log.apply(C.UpstreamTimeout(run_id=w3, at=T0 + 70))
+    assert log.run(w3).state == log.run(w4).state == "skipped"
+    # a node that fires after that follows them
+    assert log.fire(T0 + 5, name="c", target="n3", node="n3")["state"] == "skipped"
