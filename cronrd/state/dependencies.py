@@ -69,10 +69,16 @@ def sync_parents(sm: "StateMachine", name: str) -> None:
 _NEWEST_FINAL = (
     f"SELECT run_id, fire_time, state FROM runs r WHERE job=? AND run_id>? AND state IN "
     f"{sql_in(FINAL)} AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.job=r.job AND "
-    "n.origin=r.origin AND n.fire_time=r.fire_time AND n.target=r.target AND "
-    "n.attempt>r.attempt) ORDER BY run_id DESC LIMIT 1")
-_FRESH = ("SELECT run_id, fire_time, state FROM runs WHERE job=? AND state='succeeded' AND "
-          "finished_at>=? ORDER BY run_id DESC LIMIT 1")
+    "n.run_id>r.run_id AND n.origin=r.origin AND n.fire_time=r.fire_time AND "
+    "n.target=r.target AND n.attempt>r.attempt) ORDER BY run_id DESC LIMIT 1")
+# (a later attempt is a later record: the retry is inserted as the attempt before ends,
+# so only the records after the candidate are looked at, by the runs_job index)
+# A fresh success among the parent's newest FRESH_SCAN records (bounded: a parent
+# without a recent success is not read back to its first record on every look).
+FRESH_SCAN = 1000
+_FRESH = ("SELECT run_id, fire_time, state FROM (SELECT run_id, fire_time, state, finished_at "
+          f"FROM runs WHERE job=? ORDER BY run_id DESC LIMIT {FRESH_SCAN}) WHERE "
+          "state='succeeded' AND finished_at>=? ORDER BY run_id DESC LIMIT 1")
 
 
 def parents_view(sm: "StateMachine", child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
