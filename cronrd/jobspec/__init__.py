@@ -29,7 +29,8 @@ Conventions:
 Modules: ``model`` (JobSpec and its defaults, results), ``nodes`` (reading a
 YAML node tree with positions), ``fields`` (one validator per job key),
 ``parse`` (a file's text -> jobs and problems), ``files`` (permissions,
-reading files and directories).
+reading files and directories), ``dependencies`` (depends_on across a
+directory: unknown parents and cycles).
 """
 
 from __future__ import annotations
