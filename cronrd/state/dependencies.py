@@ -275,6 +275,9 @@ def resolve_waiting(sm: "StateMachine", index: int, run: Run, spec: "JobSpec", a
     group = [rid for (rid,) in sm.conn.execute(
         f"SELECT run_id FROM runs WHERE {ACTIVE_SQL} AND state='waiting' AND job=? AND "
         "fire_time=? AND origin=? ORDER BY run_id", (run.job, run.fire_time, run.origin))]
+    held = _held(sm, run.job, spec) if gate.action == D.FIRE else None
+    if held is not None:  # paused or disabled while it waited
+        gate = D.Gate(D.SKIP, held, gate.consume, gate.lineage)
     if gate.action == D.FIRE:
         _consume(sm, run.job, gate, None)
         for rid in group:

@@ -289,3 +289,13 @@ def test_per_node_runs_of_one_fire_time_share_their_gate():
     assert log.run(w3).state == log.run(w4).state == "skipped"
     # a node that fires after that follows them
     assert log.fire(T0 + 5, name="c", target="n3", node="n3")["state"] == "skipped"
+
+
+def test_a_child_paused_while_it_waits_is_skipped_when_its_gate_opens():
+    log = Log()
+    scheduled_child(log)
+    rid = log.fire(T0 + 2, name="c")["run_id"]
+    log.apply(C.SetPaused(name="c", paused=True, at=T0 + 3))
+    ok(log, "a", T0 + 4)
+    run = log.run(rid)
+    assert run.state == "skipped" and run.reason.startswith("paused")
