@@ -94,6 +94,10 @@ def _check_dependency_keys(ctx: FileProblems, items: dict, values: dict) -> None
         if after:
             ctx.err(items["schedule"][1], 'schedule "@after" runs the job after its parents: '
                                           "add depends_on: [{job: PARENT}]")
+    elif after and getattr(values.get("run_on"), "mode", None) == "all":
+        ctx.err(items["run_on"][1], 'run_on: all makes one run per node at each fire time; an '
+                                    '"@after" job runs once per generation of its parents: '
+                                    "use run_on: any, node ids or tags")
     elif after and "wait_for_upstream" in items:
         ctx.err(items["wait_for_upstream"][0], 'wait_for_upstream applies to a job with a '
                                                'schedule of its own; an "@after" job has no '

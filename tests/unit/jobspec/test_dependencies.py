@@ -124,3 +124,11 @@ def test_a_definition_from_another_node_passes_revalidation():
                  'on_upstream_failure: fail\n'):
         job = parse_job_text(text, "/d/j.yaml").jobs[0]
         assert revalidate_spec(job.to_dict(), "/d/j.yaml").digest() == job.digest()
+
+
+def test_after_job_cannot_run_on_every_node():
+    res = parse_job_text('schedule: "@after"\ncommand: x\ndepends_on: [a]\nrun_on: all\n',
+                         "/d/j.yaml")
+    assert [str(p) for p in res.problems] == [
+        '/d/j.yaml:4:9: run_on: all makes one run per node at each fire time; an "@after" '
+        "job runs once per generation of its parents: use run_on: any, node ids or tags"]
