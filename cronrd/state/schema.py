@@ -166,6 +166,21 @@ CREATE TABLE IF NOT EXISTS join_tokens(
     addr TEXT NOT NULL,
     at REAL NOT NULL
 );
+-- A run's parameters and idempotency key (`run-now --param k=v --key KEY`),
+-- per attempt; only runs that have either have a row (run_params.py).
+CREATE TABLE IF NOT EXISTS run_params(
+    run_id INTEGER PRIMARY KEY,
+    params TEXT NOT NULL,            -- JSON {name: canonical text}
+    key TEXT                         -- the --key, NULL without one
+);
+-- The latest attempt of the run each (job, --key) made: a key makes one run.
+CREATE TABLE IF NOT EXISTS run_keys(
+    job TEXT NOT NULL,
+    key TEXT NOT NULL,
+    run_id INTEGER NOT NULL,
+    PRIMARY KEY(job, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS run_keys_run ON run_keys(run_id);
 """
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:
