@@ -88,12 +88,16 @@ def of_run(conn: apsw.Connection, run_id: int) -> tuple[dict[str, str], str | No
 def of_runs(conn: apsw.Connection, run_ids: list[int]) -> dict[int, tuple[dict, str | None]]:
     """(params, key) of the runs that have them, by run id."""
     out: dict[int, tuple[dict, str | None]] = {}
-    for i in range(0, len(run_ids), 500):
-        chunk = run_ids[i:i + 500]
-        marks = ",".join("?" * len(chunk))
-        for run_id, params, key in conn.execute(
-                f"SELECT run_id, params, key FROM run_params WHERE run_id IN ({marks})", chunk):
-            out[run_id] = (json.loads(params), key)
+    try:
+        for i in range(0, len(run_ids), 500):
+            chunk = run_ids[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for run_id, params, key in conn.execute(
+                    f"SELECT run_id, params, key FROM run_params WHERE run_id IN ({marks})",
+                    chunk):
+                out[run_id] = (json.loads(params), key)
+    except apsw.SQLError:   # a database of an older version, read offline
+        return {}
     return out
 
 
