@@ -145,3 +145,51 @@ def test_concurrent_run_now_with_one_key_makes_one_run(node):
     node.wait_runs(lambda rs: rs[0]["state"] == "succeeded", job="once")
     assert env_of(node.out, run_id)["CRONRD_IDEMPOTENCY_KEY"] == "once/key:batch-42"
     assert len(node.runs("once")) == 1
+
+
+def test_cluster_one_run_per_key_and_the_same_key_after_failover(cluster, tmp_path):
+    """Three nodes: run-now with one key on every node at once makes one
+    run; its node is killed mid-run, and the retry on another node gets the
+    same idempotency key and parameters."""
+    out = tmp_path / "env"
+    out.mkdir()
+    c = cluster(node_timeout="3s")
+    c.start()
+    lead = c.leader()
+    fids = sorted(n.config["node_id"] for n in c.followers())
+    c.write_job("long", {"schedule": "0 3 * * *", "run_on": fids, "concurrency": "allow",
+                         "params": PARAMS,
+                         "command": f"env | grep ^CRONRD_ | sort > {out}/$CRONRD_RUN_ID.env; "
+                                    "sleep 60"})
+    wait_for(lambda: all([j for j in n.call("jobs") if j["name"] == "long"] for n in c),
+             what="the job on every node")
+    from concurrent.futures import ThreadPoolExecutor
+    args = {"job": "long", "key": "nightly-7", "params": {"n": "7", "mode": "slow"}}
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda n: n.call("run_now", args, timeout=30), list(c)))
+    assert len({a["run_id"] for a in answers}) == 1, answers
+    assert sum(1 for a in answers if a.get("existing")) == 2, answers
+    run_id = answers[0]["run_id"]
+    run = lead.wait_runs(lambda rs: any(r["run_id"] == run_id and r["state"] == "running"
+                                        for r in rs), job="long", what="running")[0]
+    first = env_of(out, run_id)
+    c[run["node"]].kill9()
+    runs = lead.wait_runs(lambda rs: any(r["attempt"] == 2 and r["state"] == "running"
+                                         for r in rs), job="long", what="retried elsewhere",
+                          timeout=40)
+    assert len([r for r in runs if r["kind"] == "manual"]) == 1
+    retry = next(r for r in runs if r["attempt"] == 2)
+    assert retry["node"] != run["node"]
+    second = env_of(out, retry["run_id"])
+    for name in ("CRONRD_IDEMPOTENCY_KEY", "CRONRD_PARAM_N", "CRONRD_PARAM_MODE",
+                 "CRONRD_PARAM_DAY", "CRONRD_INTERVAL_START", "CRONRD_INTERVAL_END",
+                 "CRONRD_ORIGIN"):
+        assert first[name] == second[name], name
+    assert second["CRONRD_IDEMPOTENCY_KEY"] == "long/key:nightly-7"
+    assert (second["CRONRD_PARAM_N"], second["CRONRD_PARAM_MODE"]) == ("7", "slow")
+    assert first["CRONRD_RUN_KEY"] != second["CRONRD_RUN_KEY"]
+    # the key now names the retry: asking again returns it
+    again = lead.call("run_now", args)
+    assert again == {"run_id": retry["run_id"], "state": "running", "existing": True}
+    assert retry["params"] == {"n": "7", "mode": "slow"} and retry["key"] == "nightly-7"
+    c.converged()
