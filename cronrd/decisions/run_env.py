@@ -40,14 +40,20 @@ def _trigger(schedule: str, tz: str) -> Trigger | None:
         return None   # not a time schedule
 
 
-def interval(trigger: Trigger | None, run: Run) -> tuple[int | None, int | None, int | None]:
-    """(previous fire time, interval start, interval end) of ``run``."""
+@lru_cache(maxsize=4096)
+def _interval(schedule: str, tz: str, scheduled: bool, fire_time: int
+              ) -> tuple[int | None, int | None, int | None]:
+    """(previous fire time, interval start, interval end) of a run of a
+    fire time (``scheduled``: any origin but manual, so a backfilled fire
+    time too) or a manual one at ``fire_time``. Remembered: the many
+    jobs of one schedule that fire at the same second ask alike."""
+    trigger = _trigger(schedule, tz)
     if trigger is None:
         return None, None, None
-    if run.origin == "schedule":
-        prev = prev_before(trigger, run.fire_time)
-        return prev, prev, run.fire_time if prev is not None else None
-    last = prev_before(trigger, run.fire_time + 1)   # at or before the run's time
+    if scheduled:
+        prev = prev_before(trigger, fire_time)
+        return prev, prev, fire_time if prev is not None else None
+    last = prev_before(trigger, fire_time + 1)   # at or before the run's time
     if last is None:
         return None, None, None
     start = prev_before(trigger, last)
@@ -57,8 +63,8 @@ def interval(trigger: Trigger | None, run: Run) -> tuple[int | None, int | None,
 def run_env(run: Run, spec: JobSpec, default_tz: str, params: dict[str, str],
             key: str | None) -> dict[str, str]:
     """The CRONRD_* variables of workflows for ``run`` of ``spec``."""
-    trigger = _trigger(spec.schedule, spec.timezone or default_tz)
-    prev, start, end = interval(trigger, run)
+    prev, start, end = _interval(spec.schedule, spec.timezone or default_tz,
+                                 run.origin != "manual", run.fire_time)
     env = {
         "CRONRD_IDEMPOTENCY_KEY": idempotency_key(run.job, run.fire_time, key),
         "CRONRD_ORIGIN": run.origin,
