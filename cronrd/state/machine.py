@@ -20,6 +20,7 @@ import apsw
 from ..decisions import overlap
 from ..errors import StateError
 from ..schedule import retry_delay
+from . import backfill as BF
 from . import commands as C
 from . import queries as Q
 from .run import SELECT as SELECT_RUNS, Run
@@ -1067,6 +1068,60 @@ class StateMachine:
              int(cmd.allowed), cmd.detail))
         return {"audit_id": self.conn.last_insert_rowid()}
 
+    # -- backfills and reruns (state/backfill.py) ---------------------------------
+    def _apply_create_backfill(self, index, cmd: C.CreateBackfill, effects):
+        return BF.create(self.conn, cmd, self._need_job(cmd.job), self._job_spec(cmd.job),
+                         Refused)
+
+    def _backfill_held(self, job: dict | None) -> str | None:
+        """Why a backfill of ``job`` releases nothing now (it waits, not skips)."""
+        if job is None:
+            return "job removed"
+        if job["paused"]:
+            return "job paused"
+        if self._maintenance() is not None:
+            return "maintenance pause"
+        spec = self._job_spec(job["name"])
+        if spec is not None and not spec.enabled:
+            return "job disabled"
+        return None
+
+    def _apply_backfill_step(self, index, cmd: C.BackfillStep, effects):
+        bf = BF.get(self.conn, cmd.backfill, Refused)
+        job = self._job(bf["job"])
+
+        def new_attempt(kind: str, fire_time: int, attempt: int) -> int:
+            run = self._insert_run(index, job=bf["job"], origin="schedule", kind=kind,
+                                   fire_time=fire_time, attempt=attempt, state="pending",
+                                   node=None, due_at=cmd.at, at=cmd.at)
+            effects.append(Effect("pending", run=run))
+            return run.run_id
+        return BF.step(self.conn, cmd.backfill, cmd.at, spec=self._job_spec(bf["job"]),
+                       held=self._backfill_held(job),
+                       cursor=None if job is None else job["cursor"],
+                       new_attempt=new_attempt, refused=Refused)
+
+    def _apply_set_backfill_state(self, index, cmd: C.SetBackfillState, effects):
+        return BF.set_state(self.conn, cmd, Refused)
+
+    def _apply_rerun(self, index, cmd: C.Rerun, effects):
+        """A new attempt (kind rerun) of an existing record, never a second record."""
+        job = self._need_job(cmd.job)
+        BF.check_job(self._job_spec(cmd.job), cmd.job, Refused)
+        if not isinstance(cmd.fire_time, int) or isinstance(cmd.fire_time, bool):
+            raise Refused("rerun: fire_time must be whole seconds")
+        attempt = BF.rerun_attempt(self.conn, cmd.job, cmd.fire_time, Refused)
+        reason = self._admit(index, job, cmd.at, effects)
+        if reason is not None:
+            raise Refused(f"job {cmd.job!r} not rerun: {reason}; wait for the active run to "
+                          f"finish (`cronrd runs {cmd.job} --state running`)")
+        run = self._insert_run(index, job=cmd.job, origin="schedule", kind="rerun",
+                               fire_time=cmd.fire_time, attempt=attempt, state="pending",
+                               node=None, due_at=cmd.at, at=cmd.at,
+                               reason=f"rerun by {cmd.who}" if cmd.who else "rerun")
+        effects.append(Effect("pending", run=run))
+        return {"run_id": run.run_id, "attempt": attempt, "state": "pending"}
+
     # -- digest ---------------------------------------------------------------
     def full_digest(self) -> str:
         """Hash of every replicated table (O(rows): for tests and audits)."""
@@ -1077,7 +1132,8 @@ class StateMachine:
                              ("file_claims", "digest"),
                              ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
                              ("late_reports", "report_id"), ("audit", "audit_id"),
-                             ("denied", "kind, value"), ("join_tokens", "node")):
+                             ("denied", "kind, value"), ("join_tokens", "node"),
+                             ("backfills", "id"), ("backfill_items", "backfill, fire_time")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())
