@@ -85,11 +85,18 @@ def ordered(fire_times: Iterable[int], order: str) -> list[int]:
     return sorted(set(fire_times), reverse=order == "newest")
 
 
+NOT_DUE = Decision("skip", reason="not due yet: the scheduler runs it")
+
+
 def plan(fire_times: Iterable[int], records: Mapping[int, Record], reprocess: str,
-         order: str, job_created_at: float | None = None) -> list[tuple[int, Decision]]:
-    """Every fire time, in the order the backfill releases them, with its decision."""
-    return [(t, decide(records.get(t), reprocess,
-                       before_job=job_created_at is not None and t < job_created_at))
+         order: str, job_created_at: float | None = None,
+         cursor: int | None = None) -> list[tuple[int, Decision]]:
+    """Every fire time, in the order the backfill releases them, with its
+    decision. A fire time after the job's ``cursor`` (the last one the
+    scheduler handled) is the scheduler's, not the backfill's."""
+    return [(t, NOT_DUE if cursor is not None and t > cursor else
+             decide(records.get(t), reprocess,
+                    before_job=job_created_at is not None and t < job_created_at))
             for t in ordered(fire_times, order)]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..decisions import backfill as D
+from . import queries as Q
 from .run_states import ACTIVE, sql_in
 
 
@@ -29,6 +30,22 @@ def records(conn, job: str, first: int, last: int) -> dict[int, D.Record]:
             (job, first, last)):
         out[fire_time] = D.Record(attempt, state)
     return out
+
+
+def held(conn, job: str) -> str | None:
+    """Why a backfill of ``job`` releases nothing now (it waits, it does not
+    skip): the job is gone, paused, disabled, or every job is paused."""
+    row = next(iter(conn.execute("SELECT paused FROM jobs WHERE name=?", (job,))), None)
+    if row is None:
+        return "job removed"
+    if row[0]:
+        return "job paused"
+    if next(iter(conn.execute("SELECT count(*) FROM pauses WHERE name=''")))[0]:
+        return "maintenance pause of every job"
+    spec = Q.job_spec(conn, job)
+    if spec is not None and not spec.enabled:
+        return "job disabled"
+    return None
 
 
 def open_backfill(conn, job: str) -> int | None:
@@ -73,16 +90,9 @@ def create(conn, cmd, job: dict, spec, refused) -> dict:
                       f"job at a time: wait for it (`cronrd backfills`) or `cronrd backfill "
                       f"cancel {other}`")
     recs = records(conn, cmd.job, min(times), max(times))
-    lines = D.plan(times, recs, cmd.reprocess, cmd.order, None)
-    rows = []
-    skips = 0
-    for t, d in lines:
-        if t > job["cursor"]:
-            rows.append((t, "skipped", "not due yet: the scheduler runs it"))
-        elif d.action == "skip":
-            rows.append((t, "skipped", d.reason))
-        else:
-            rows.append((t, "waiting", ""))
+    lines = D.plan(times, recs, cmd.reprocess, cmd.order, cursor=job["cursor"])
+    rows = [(t, "skipped", d.reason) if d.action == "skip" else (t, "waiting", "")
+            for t, d in lines]
     skips = sum(1 for r in rows if r[1] == "skipped")
     conn.execute(
         "INSERT INTO backfills(job, from_time, to_time, reprocess, parallel, ord, state, note, "
@@ -148,9 +158,8 @@ def step(conn, bid: int, at: float, *, spec, held: str | None, cursor: int | Non
             for (t,) in batch:
                 if free <= 0:
                     break
-                d = D.decide(records(conn, job, t, t).get(t), bf["reprocess"])
-                if cursor is not None and t > cursor:
-                    d = D.Decision("skip", reason="not due yet: the scheduler runs it")
+                [(_t, d)] = D.plan([t], records(conn, job, t, t), bf["reprocess"],
+                                   bf["order"], cursor=cursor)
                 if d.action == "skip":
                     conn.execute("UPDATE backfill_items SET state='skipped', note=? WHERE "
                                  "backfill=? AND fire_time=?", (d.reason, bid, t))

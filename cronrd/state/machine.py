@@ -1073,19 +1073,6 @@ class StateMachine:
         return BF.create(self.conn, cmd, self._need_job(cmd.job), self._job_spec(cmd.job),
                          Refused)
 
-    def _backfill_held(self, job: dict | None) -> str | None:
-        """Why a backfill of ``job`` releases nothing now (it waits, not skips)."""
-        if job is None:
-            return "job removed"
-        if job["paused"]:
-            return "job paused"
-        if self._maintenance() is not None:
-            return "maintenance pause"
-        spec = self._job_spec(job["name"])
-        if spec is not None and not spec.enabled:
-            return "job disabled"
-        return None
-
     def _apply_backfill_step(self, index, cmd: C.BackfillStep, effects):
         bf = BF.get(self.conn, cmd.backfill, Refused)
         job = self._job(bf["job"])
@@ -1097,7 +1084,7 @@ class StateMachine:
             effects.append(Effect("pending", run=run))
             return run.run_id
         return BF.step(self.conn, cmd.backfill, cmd.at, spec=self._job_spec(bf["job"]),
-                       held=self._backfill_held(job),
+                       held=BF.held(self.conn, bf["job"]),
                        cursor=None if job is None else job["cursor"],
                        new_attempt=new_attempt, refused=Refused)
 

@@ -72,3 +72,9 @@ def test_slots_respect_parallel_and_yield_to_other_runs():
 def test_nearest_fire_times():
     assert D.nearest([0, 60], [120, 180], 100) == [60, 120]
     assert D.nearest([0], [], 100, n=2) == [0]
+
+
+def test_fire_times_after_the_cursor_are_the_schedulers():
+    lines = [(t, d.line()) for t, d in D.plan([0, 60, 120], {}, "all", "oldest", cursor=60)]
+    assert lines == [(0, "create"), (60, "create"),
+                     (120, "skip: not due yet: the scheduler runs it")]
