@@ -137,3 +137,51 @@ def test_backfill_pause_resume_cancel_and_forbid_queues(node):
     many = node.cli("backfill", "slow", "--from", "8d", "--dry-run")
     assert many.returncode == 1 and "--force" in many.stderr
     assert "more than 10000" in many.stderr
+
+
+def test_leader_killed_mid_backfill_it_resumes_one_record_per_fire_time(cluster):
+    c = cluster(node_timeout="3s")
+    first, last = past_minutes(10)
+    c.write_job("fill", {"schedule": "* * * * *", "concurrency": "allow",
+                         "command": "sleep 2"})
+    c.start()
+    lead = c.leader()
+    wait_for(lambda: [j for j in lead.call("jobs") if j["name"] == "fill"], what="job")
+    res = lead.cli("backfill", "fill", "--from", iso_utc(first), "--to", iso_utc(last),
+                   "--parallel", "2")
+    assert res.returncode == 0, res.stderr
+    peak = [0]
+
+    def sample(node):
+        rs = backfill_fires(node)
+        active = {r["fire_time"] for r in rs if r["state"] in ("pending", "assigned",
+                                                                "running")}
+        peak[0] = max(peak[0], len(active))
+        return rs
+    wait_for(lambda: sum(r["state"] == "succeeded" for r in sample(lead)) >= 2, 30,
+             what="two backfill runs done", on_fail=c.logs)
+    lead.kill9()
+    new = c.leader(timeout=30)
+    assert new is not lead
+
+    def all_done():
+        rs = sample(new)
+        done = {r["fire_time"] for r in rs if r["state"] == "succeeded"}
+        return len(done) == 10 and not [r for r in rs if r["state"] in
+                                        ("pending", "assigned", "running")]
+    wait_for(all_done, 90, what="every fire time backfilled", on_fail=c.logs)
+    assert peak[0] <= 2
+    runs = [r for r in new.runs("fill") if first <= parse_iso(r["fire_time"]) <= last]
+    keys = [(r["fire_time"], r["attempt"]) for r in runs]
+    assert len(keys) == len(set(keys))      # one record per fire time: attempts only
+    firsts = sorted(parse_iso(f) for f, a in keys if a == 1)
+    assert firsts == [first + k * MIN for k in range(10)]
+    assert {r["kind"] for r in runs if r["attempt"] == 1} == {"backfill"}
+    wait_for(lambda: new.call("backfills")["backfills"][0]["state"] == "done", 20,
+             what="backfill done", on_fail=c.logs)
+    assert new.call("backfills")["backfills"][0]["counts"]["done"] == 10
+
+
+def backfill_fires(node):
+    """The runs of the job "fill" the backfill made (attempts included)."""
+    return [r for r in node.runs("fill") if r["kind"] in ("backfill", "retry")]
