@@ -892,7 +892,9 @@ def backfills(obj: Ctx, backfill_id, items, limit, consistent, as_json):
         failed = sum(n for o, n in b["outcomes"].items() if o != "succeeded")
         rows.append([b["id"], b["job"], b["state"], iso_utc(b["from"]), iso_utc(b["to"]),
                      f"{c['done']}/{b['total'] - c['skipped']}", c["released"],
-                     c["waiting"], c["skipped"], failed, b["parallel"], b["note"] or None])
+                     c["waiting"], c["skipped"], failed, b["parallel"],
+                     "; ".join(filter(None, [b["note"], b.get("held") and
+                                             f"held: {b['held']}"])) or None])
     if not rows:
         click.echo("no backfills")
         return

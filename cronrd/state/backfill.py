@@ -239,6 +239,8 @@ def listing(conn, bid: int | None = None, limit: int = 50) -> list[dict]:
                 outcomes[outcome or "unknown"] = outcomes.get(outcome or "unknown", 0) + n
         d["counts"] = counts
         d["outcomes"] = outcomes
+        # why an open backfill releases nothing now (None: it releases)
+        d["held"] = held(conn, d["job"]) if d["state"] in D.OPEN else None
         out.append(d)
     return out
 

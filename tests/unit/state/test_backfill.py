@@ -272,3 +272,11 @@ def test_random_histories_do_release_backfill_runs():
         released += sum(len(res.get("released", [])) for kind, res in results
                         if kind == "ok" and isinstance(res, dict))
     assert released >= 2   # the histories above are not all refusals
+
+
+def test_the_listing_says_why_an_open_backfill_is_held():
+    log = log_with_job(concurrency="allow")
+    create(log)
+    assert BF.listing(log.sm.conn)[0]["held"] is None
+    log.apply(C.SetPaused(name="", paused=True, at=T0 + 1))
+    assert BF.listing(log.sm.conn)[0]["held"] == "maintenance pause of every job"
