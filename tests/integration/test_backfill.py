@@ -99,7 +99,7 @@ def test_backfill_six_past_minutes_two_at_a_time(node):
     # Not a fire time: the error names the nearest ones.
     bad = node.cli("rerun", "bf", "--at", iso_utc(first + 30))
     assert bad.returncode == 1
-    assert (f"not a fire time of bf" in bad.stderr and iso_utc(first) in bad.stderr
+    assert ("not a fire time of bf" in bad.stderr and iso_utc(first) in bad.stderr
             and iso_utc(first + MIN) in bad.stderr)
 
 

@@ -12,7 +12,7 @@ from cronrd.state import backfill as BF
 from cronrd.state import commands as C
 from cronrd.state.machine import Refused, StateMachine
 
-from .test_state import T0, Log, apply_all, random_commands, spec
+from .test_state import T0, Log, apply_all, random_commands
 
 MIN = 60
 PAST = [T0 - MIN * k for k in range(6, 0, -1)]   # six past minutes, oldest first
