@@ -488,7 +488,8 @@ RUN_HEADERS = ["run", "job", "fire time", "kind", "attempt", "node", "state", "s
 @click.option("--state", "states", metavar="STATE", multiple=True,
               help="Only runs in this state (repeat, or a comma list: failed,lost).")
 @click.option("--kind", "kinds", metavar="KIND", multiple=True,
-              help="Only scheduled, catchup, manual or retry runs (repeatable).")
+              help="Only scheduled, catchup, manual, retry, backfill or rerun runs "
+              "(repeatable).")
 @click.option("--node", metavar="NODE", help="Only runs placed on this node.")
 @click.option("--since", metavar="TIME", help="Fire times from TIME on (ISO 8601, or back "
               "from now: 90m, 2h, 1d).")
