@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from zoneinfo import ZoneInfo
 
+import apsw
+
 from ..errors import CronrdError, RequestError, UsageError
 from ..jobspec import JobSpec
 from ..schedule import (Schedule, Trigger, human_duration, iso_utc, make_trigger,
@@ -223,7 +225,7 @@ def job_step(s: Subject) -> list[Step]:
     src = s.job["source"]
     text = f"{s.name} defined since {iso_utc(round(created))} (from {src}"
     if updated > created + 1:
-        text += f"; changed at {iso_utc(round(updated))}"
+        text += f"; its definition in force dates from {iso_utc(round(updated))}"
     text += ")"
     data = {"defined": True, "created_at": iso_utc(round(created)),
             "updated_at": iso_utc(round(updated)), "source": src, "digest": s.job["digest"]}
@@ -342,7 +344,7 @@ def pause_step(s: Subject) -> list[Step]:
                             {what: True, **now},
                             "paused" if name else "maintenance pause of every job"))
             continue
-        at_t = pause_log.in_force_at(s.conn, name, s.t)
+        at_t = _pause_at(s.conn, name, s.t)
         if at_t is None:
             said = [r for r in s.records if (r.reason or "").startswith(
                 "paused" if name else "maintenance")]
@@ -357,6 +359,13 @@ def pause_step(s: Subject) -> list[Step]:
         out.append(Step(what, f"{'paused' if name else 'on'} at {iso_utc(s.t)}{_who(at_t)}"
                         f"{until}", {what: True, **at_t}))
     return out
+
+
+def _pause_at(conn, name: str, t: int) -> dict | None:
+    try:
+        return pause_log.in_force_at(conn, name, t)
+    except apsw.SQLError:   # a database from before the pause history (read offline)
+        return None
 
 
 def _who(p: dict) -> str:
@@ -430,7 +439,8 @@ def overlap_step(s: Subject) -> list[Step]:
         active = Q.active_runs_of(s.conn, s.name)
         if active and policy == "forbid":
             ids = ", ".join(str(r.run_id) for r in active)
-            return [Step("overlap", f"concurrency: forbid; run {ids} is active now: a fire at T "
+            runs = f"runs {ids} are" if len(active) > 1 else f"run {ids} is"
+            return [Step("overlap", f"concurrency: forbid; {runs} active now: a fire at T "
                          "while it still runs is skipped", {"concurrency": policy,
                                                              "active": [r.run_id for r in active]})]
     return [Step("overlap", f"concurrency: {policy}" + (
@@ -517,7 +527,7 @@ def _record_text(r: Run) -> str:
         if r.finished_at is not None:
             text += f", took {human_duration(round(r.finished_at - r.started_at, 1))}"
     elif r.finished_at is not None:
-        text += f" at {iso_utc(round(r.finished_at, 3))}"
+        text += f", recorded at {iso_utc(round(r.finished_at, 3))}"
     elif r.due_at is not None:
         text += f", due {iso_utc(round(r.due_at, 3))}"
     if r.reason:

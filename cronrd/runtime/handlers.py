@@ -120,6 +120,7 @@ class Handlers:
             "job": (READ, self.h_job), "runs": (READ, self.h_runs),
             "run": (READ, self.h_run), "audit": (READ, self.h_audit),
             "cluster_members": (READ, self.h_cluster_members),
+            "explain": (READ, self.h_explain),
             "logs": (JOB, self.h_logs), "run_now": (JOB, self.h_run_now),
             "pause": (JOB, self.h_pause), "resume": (JOB, self.h_resume),
             "cancel": (JOB, self.h_cancel),
@@ -351,6 +352,14 @@ class Handlers:
         if run is None:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
         return run.view()
+
+    async def h_explain(self, args: dict) -> dict:
+        """`cronrd explain JOB [--at T | --next]`: the decision trail of one
+        fire time (explain.py), with the members as this node sees them."""
+        await self._consistent(args)
+        from .explain import explain
+        return explain(self.conn, args, now=self.clock.now(), default_tz=self.config.timezone,
+                       nodes=self.members.node_views())
 
     def _find_log_run(self, job: str, run_id: int | None) -> Run:
         """--run ID, or the job's latest run that has started (a retry still

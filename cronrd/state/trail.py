@@ -28,9 +28,13 @@ def gaps_covering(conn: apsw.Connection, job: str, t: int) -> list[dict]:
 
 
 def job_times(conn: apsw.Connection, job: str) -> dict | None:
-    """When job ``job`` was created and last changed (its definition, its
-    paused flag or its file), and its cursor; None if it is not defined."""
+    """When job ``job`` was created, since when a node has had the
+    definition in force (``updated_at``: the earliest of its sources with
+    that digest), and its cursor; None if it is not defined."""
     for created, updated, cursor in conn.execute(
-            "SELECT created_at, updated_at, cursor FROM jobs WHERE name=?", (job,)):
-        return {"created_at": created, "updated_at": updated, "cursor": cursor}
+            "SELECT created_at, (SELECT MIN(s.updated_at) FROM job_sources s WHERE "
+            "s.name = j.name AND s.digest = j.digest), cursor FROM jobs j WHERE name=?",
+            (job,)):
+        return {"created_at": created, "updated_at": created if updated is None else updated,
+                "cursor": cursor}
     return None

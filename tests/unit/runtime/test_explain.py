@@ -284,3 +284,16 @@ def test_step_providers_are_an_extension_point():
                   steps=STEPS[:-2] + [gate] + STEPS[-2:])
     assert [s["step"] for s in res["steps"]][-3:] == ["gate", "placement", "record"]
     assert res["verdict"]["text"] == "would be skipped now: upstream"
+
+
+def test_a_definition_changed_after_t_is_said():
+    log = Log()
+    log.put("a")
+    r = log.fire(T0 + 1, "a")
+    log.finish(r["run_id"])
+    log.put("a", at=T0 + 100, command="echo new")
+    res = trail(log, T0 + 200, job="a", at=T0 + 1)
+    assert "its definition in force dates from 2027-01-15T08:01:40Z" in text(res, "job")
+    log.put("b")
+    res = trail(log, T0 + 200, job="b", at=T0 + 150)
+    assert "dates from" not in text(res, "job")
