@@ -270,6 +270,13 @@ def schedule_step(s: Subject) -> list[Step]:
                "daylight saving does not move it)"
     else:
         text = _cron_text(s, head, fire, data)
+    if s.time_note and " does not exist " in s.time_note and not s.schedule.fixed_time \
+            and s.schedule.kind == "cron":
+        text += ("; the wall time asked does not exist that day, and a wildcard schedule "
+                 "does not fire at wall times that do not exist")
+    if not fire and s.records:
+        text += ("; the records below were made under the definition in force then (the "
+                 "schedule or zone changed since)")
     if not fire:
         before = prev_fire(s.trigger, t)
         after = s.trigger.next_after(t)

@@ -297,3 +297,24 @@ def test_a_definition_changed_after_t_is_said():
     log.put("b")
     res = trail(log, T0 + 200, job="b", at=T0 + 150)
     assert "dates from" not in text(res, "job")
+
+
+def test_a_record_under_an_older_schedule_is_still_shown():
+    log = Log()
+    log.put("a", schedule="0 9 * * *")
+    nine = utc(2027, 1, 16, 9)
+    r = log.fire(nine, "a")
+    log.finish(r["run_id"])
+    log.put("a", schedule="0 10 * * *", at=nine + 60)
+    res = trail(log, nine + 3600 * 5, job="a", at=nine)
+    assert steps(res, "schedule")[0]["fire_time"] is False
+    assert "the schedule or zone changed since" in text(res, "schedule")
+    assert res["verdict"]["outcome"] == "ran"
+
+
+def test_a_wildcard_schedule_at_a_wall_time_that_does_not_exist():
+    log = Log()
+    log.put("w", schedule="*/30 * * * *", timezone="Europe/Berlin", at=utc(2026, 3, 1))
+    res = trail(log, utc(2026, 4, 1), job="w", at="2026-03-29T02:30", local=True)
+    assert "a wildcard schedule does not fire at wall times that do not exist" in \
+        text(res, "schedule")
