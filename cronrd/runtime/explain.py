@@ -197,22 +197,12 @@ def prev_fire(trigger: Trigger, t: int) -> int | None:
             a = mid
         else:
             b = mid
-    # the fire is at a + 1; asked of next_after (counting from the second
-    # before a spring-forward jump misses the fire moved to it)
-    got = trigger.next_after(a)
+    got = trigger.next_after(a)   # a + 1, as next_after sees it
     return got if got is not None and got < t else a + 1
 
 
 def _is_fire(trigger: Trigger | None, t: int) -> bool:
-    """Is ``t`` a fire time? (Asked from two seconds before a spring-forward
-    jump: next_after from the second just before it misses the fire a
-    fixed-time schedule moves to the jump.)"""
-    if trigger is None:
-        return False
-    if trigger.next_after(t - 1) == t:
-        return True
-    zone = trigger.tz
-    return _offset(t, zone) > _offset(t - 1, zone) and trigger.next_after(t - 2) == t
+    return trigger is not None and trigger.next_after(t - 1) == t
 
 
 # -- the step providers ----------------------------------------------------------------------
