@@ -341,10 +341,13 @@ def pause_step(s: Subject) -> list[Step]:
                             {what: True, **now},
                             "paused" if name else "maintenance pause of every job"))
             continue
-        at_t = _pause_at(s.conn, name, s.t)
+        # A fire committed ahead is skipped when the pause comes, before its
+        # time: the pause that counts is the one in force when it was decided.
+        said = [r for r in s.records if r.state == "skipped" and (r.reason or "").startswith(
+            "paused" if name else "maintenance")]
+        when = said[0].finished_at if said and said[0].finished_at is not None else s.t
+        at_t = _pause_at(s.conn, name, when)
         if at_t is None:
-            said = [r for r in s.records if (r.reason or "").startswith(
-                "paused" if name else "maintenance")]
             if said:
                 out.append(Step(what, f"yes at {iso_utc(s.t)} (who and why: not in the "
                                 "pause history, which this version started keeping)",
@@ -353,8 +356,11 @@ def pause_step(s: Subject) -> list[Step]:
                 out.append(Step(what, "no" if name else "off", {what: False}))
             continue
         until = f", resumed at {at_t['until']}" if at_t["until"] else ", still paused"
-        out.append(Step(what, f"{'paused' if name else 'on'} at {iso_utc(s.t)}{_who(at_t)}"
-                        f"{until}", {what: True, **at_t}))
+        over = at_t["until"] is not None and parse_iso(at_t["until"]) < s.t
+        head = f"{'paused' if name else 'on'} at {iso_utc(s.t)}" if not over else \
+            f"{'paused' if name else 'on'} when the fire time was decided ahead of it " \
+            f"({iso_utc(round(when, 3))})"
+        out.append(Step(what, f"{head}{_who(at_t)}{until}", {what: True, **at_t}))
     return out
 
 

@@ -318,3 +318,18 @@ def test_a_wildcard_schedule_at_a_wall_time_that_does_not_exist():
     res = trail(log, utc(2026, 4, 1), job="w", at="2026-03-29T02:30", local=True)
     assert "a wildcard schedule does not fire at wall times that do not exist" in \
         text(res, "schedule")
+
+
+def test_a_fire_committed_ahead_and_skipped_by_a_pause_resumed_before_its_time():
+    """The fire at T+1 is committed ahead; the pause at T+0.5 skips it at
+    once; the resume at T+0.8 comes before T+1: the pause is still named."""
+    log = Log()
+    log.put("a")
+    log.fire(T0 + 1, "a", at=T0 + 0.3)
+    log.apply(C.SetPaused(name="a", paused=True, at=T0 + 0.5, note="oops", by="dave"))
+    log.apply(C.SetPaused(name="a", paused=False, at=T0 + 0.8))
+    res = trail(log, T0 + 5, job="a", at=T0 + 1)
+    assert text(res, "paused") == (
+        "paused when the fire time was decided ahead of it (2027-01-15T08:00:00.500Z) by "
+        "dave since 2027-01-15T08:00:00.500Z: oops, resumed at 2027-01-15T08:00:00.800Z")
+    assert res["verdict"]["text"].startswith("skipped: paused")
