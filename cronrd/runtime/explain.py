@@ -76,7 +76,7 @@ class Subject:
     records: list[Run]
     gaps: list[dict]
     nodes: list[NodeView] | None         # the members now (None: not known here)
-    nodes_live: bool                     # their health is the leader's view (not offline)
+    nodes_note: str                      # how the members' health is known ("": live)
     time_note: str | None = None         # how a --local time was resolved
 
     @property
@@ -483,7 +483,7 @@ def placement_step(s: Subject) -> list[Step]:
     ready = [n.id for n in fit if n.healthy and n.state in TAKES_RUNS]
     others = [f"{n.id}: {n.why_not or n.state}" for n in fit if n.id not in ready]
     data["eligible"] = ready
-    live = "" if s.nodes_live else " (as last announced; the daemon is not running)"
+    live = f" ({s.nodes_note})" if s.nodes_note else ""
     if not fit:
         why = (f"no member has tags {', '.join(ro.values)}" if ro.mode == "tags" else
                f"run_on {', '.join(ro.values)} names no member of the cluster")
@@ -619,13 +619,20 @@ def nodes_from_state(conn) -> list[NodeView]:
                      "" if n["state"] == "up" else n["state"]) for n in Q.nodes(conn)]
 
 
+OFFLINE_NODES = "as last announced; the daemon is not running"
+FOLLOWER_NODES = ("as last announced; this node is not the leader, which alone sees who "
+                  "answers: `cronrd explain` on the leader for that")
+
+
 def explain(conn, args: dict, *, now: float, default_tz: str,
-            nodes: list[NodeView] | None = None, nodes_live: bool = True,
+            nodes: list[NodeView] | None = None, nodes_note: str = "",
             steps: list[Callable[[Subject], list[Step]]] | None = None) -> dict:
     """The decision trail of job ``args["job"]`` at ``args["at"]`` (ISO 8601,
     UTC unless it has an offset; with ``args["local"]`` the wall clock of
     the job's zone), at its next fire time (``args["next"]``) or, with
-    neither, at its latest fire time up to ``now``."""
+    neither, at its latest fire time up to ``now``. ``nodes``: the members
+    for placement (None: not known); ``nodes_note``: how their health is
+    known ("": live, on the leader)."""
     name = args.get("job")
     if not isinstance(name, str) or not name:
         raise UsageError("explain needs a job name")
@@ -667,7 +674,7 @@ def explain(conn, args: dict, *, now: float, default_tz: str,
                       times=times, schedule=schedule, trigger=trigger,
                       records=trail.records_at(conn, name, t),
                       gaps=trail.gaps_covering(conn, name, t),
-                      nodes=nodes, nodes_live=nodes_live, time_note=note)
+                      nodes=nodes, nodes_note=nodes_note, time_note=note)
     out: list[Step] = []
     for provider in (STEPS if steps is None else steps):
         out.extend(provider(subject))

@@ -355,11 +355,16 @@ class Handlers:
 
     async def h_explain(self, args: dict) -> dict:
         """`cronrd explain JOB [--at T | --next]`: the decision trail of one
-        fire time (explain.py), with the members as this node sees them."""
+        fire time (explain.py). The members' health is the leader's view; a
+        follower gives them as last announced in the state."""
         await self._consistent(args)
-        from .explain import explain
+        from .explain import FOLLOWER_NODES, explain, nodes_from_state
+        if self.log.is_leader:
+            nodes, note = self.members.node_views(), ""
+        else:
+            nodes, note = nodes_from_state(self.conn), FOLLOWER_NODES
         return explain(self.conn, args, now=self.clock.now(), default_tz=self.config.timezone,
-                       nodes=self.members.node_views())
+                       nodes=nodes, nodes_note=note)
 
     def _find_log_run(self, job: str, run_id: int | None) -> Run:
         """--run ID, or the job's latest run that has started (a retry still

@@ -11,7 +11,8 @@ import calendar
 import pytest
 
 from cronrd.errors import RequestError, UsageError
-from cronrd.runtime.explain import STEPS, Step, explain, prev_fire
+from cronrd.runtime.explain import (FOLLOWER_NODES, STEPS, Step, explain, nodes_from_state,
+                                    prev_fire)
 from cronrd.runtime.placement import NodeView
 from cronrd.schedule import make_trigger, parse_schedule
 from cronrd.schedule.catchup import window_reason
@@ -333,3 +334,15 @@ def test_a_fire_committed_ahead_and_skipped_by_a_pause_resumed_before_its_time()
         "paused when the fire time was decided ahead of it (2027-01-15T08:00:00.500Z) by "
         "dave since 2027-01-15T08:00:00.500Z: oops, resumed at 2027-01-15T08:00:00.800Z")
     assert res["verdict"]["text"].startswith("skipped: paused")
+
+
+def test_members_as_last_announced_when_health_is_not_known_here():
+    log = Log()
+    log.put("g", schedule="0 9 * * *", run_on={"mode": "tags", "values": ["gpu"]})
+    log.apply(C.NodeInfo(node="a", state="up", addr="a:1", tags=["gpu"], at=T0))
+    log.apply(C.NodeInfo(node="b", state="draining", addr="b:1", tags=["gpu"], at=T0))
+    conn = log.sm.conn
+    res = explain(conn, {"job": "g", "next": True}, now=T0, default_tz="UTC",
+                  nodes=nodes_from_state(conn), nodes_note=FOLLOWER_NODES)
+    assert text(res, "placement") == (f"run_on: tags gpu: eligible now ({FOLLOWER_NODES}): a "
+                                      "(not: b: draining)")
