@@ -349,9 +349,8 @@ def pause_step(s: Subject) -> list[Step]:
         at_t = _pause_at(s.conn, name, when)
         if at_t is None:
             if said:
-                out.append(Step(what, f"yes at {iso_utc(s.t)} (who and why: not in the "
-                                "pause history, which this version started keeping)",
-                                {what: True}))
+                out.append(Step(what, f"yes at {iso_utc(s.t)} (who and why are not known: "
+                                "paused before cronrd kept a pause history)", {what: True}))
             else:
                 out.append(Step(what, "no" if name else "off", {what: False}))
             continue
@@ -394,11 +393,15 @@ def catchup_step(s: Subject) -> list[Step]:
     if late:
         r = late[0]
         did = (f"skipped: {r.reason}" if r.state == "skipped" else
-               f"run late, at {iso_utc(round(r.created_at))}, under the policy")
+               f"run late (committed at {iso_utc(round(r.created_at))}) under the policy")
         out.append(Step("catchup", f"{rule}: cronrd was not scheduling at {iso_utc(s.t)} "
                          f"(down, or no leader); the fire time was {did}", data))
         return out
-    if s.gaps or s.records:
+    if s.gaps:
+        return out + [Step("catchup", f"{rule}: cronrd was not scheduling at {iso_utc(s.t)} "
+                           "(down, or no leader); the fire time was skipped in the gap above",
+                           data)]
+    if s.records:
         return out + [Step("catchup", f"{rule} (not needed: handled on time)", data)]
     if s.future:
         return [Step("catchup", f"{rule} (applies if cronrd is not scheduling at T)", data)]
@@ -413,16 +416,17 @@ def catchup_step(s: Subject) -> list[Step]:
                      "(history retention), or the schedule or zone changed after T",
                      data | {"cursor": iso_utc(cursor)})]
     # not handled yet: the scheduler is behind (down, no leader)
-    plan = plan_catchup(s.trigger, cursor or 0, int(s.now), policy, window, max_records=1000)
-    if s.t in plan.run:
-        would = "run it, late"
-        blocks = None
+    # (T's fate depends only on T, the later fires and now: the plan from
+    # just before T, so that no fire before it is enumerated)
+    if policy == "all" and window is None:
+        run, why = True, None
     else:
+        plan = plan_catchup(s.trigger, s.t - 1, int(s.now), policy, window, max_records=1)
         reasons = dict(plan.skipped)
+        run = s.t in plan.run
         why = reasons.get(s.t) or (plan.skipped_range[3] if plan.skipped_range else
-                                   "superseded")
-        would = f"skip it ({why})"
-        blocks = why
+                                   "superseded by a later fire time")
+    would, blocks = ("run it, late", None) if run else (f"skip it ({why})", why)
     return [Step("catchup", f"{rule}; not handled yet: the scheduler has not reached T "
                  f"(cursor {iso_utc(cursor)}; is the daemon running, is there a leader? "
                  f"`cronrd status`); when it does, the policy would {would}",

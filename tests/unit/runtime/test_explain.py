@@ -105,6 +105,7 @@ def test_a_catch_up_skip_and_a_gap():
     assert text(res, "gap").startswith("5 fire times from 2027-01-15T09:00:00Z to "
                                        "2027-01-15T13:00:00Z skipped together")
     assert text(res, "record") == ""   # the gap is the record
+    assert text(res, "catchup").endswith("the fire time was skipped in the gap above")
     assert res["verdict"]["outcome"] == "skipped"
     assert res["verdict"]["text"].startswith("skipped (in a gap of 5 fire times): catch-up")
     res = trail(log, now, job="c", at=base + 6 * hour)
@@ -346,3 +347,19 @@ def test_members_as_last_announced_when_health_is_not_known_here():
                   nodes=nodes_from_state(conn), nodes_note=FOLLOWER_NODES)
     assert text(res, "placement") == (f"run_on: tags gpu: eligible now ({FOLLOWER_NODES}): a "
                                       "(not: b: draining)")
+
+
+@pytest.mark.parametrize("policy, window, expect", [
+    ("all", 3 * 3600.0, "would run late"),
+    ("all", 3600.0, "older than catchup_window 1h"),
+    ("none", 86400.0, "catchup: none"),
+    ("latest", 86400.0, "superseded by the later fire at 2027-01-15T13:00:00Z"),
+])
+def test_what_each_catch_up_policy_would_do_with_a_fire_time_not_reached_yet(policy, window,
+                                                                              expect):
+    log = Log()
+    log.put("c", schedule="0 * * * *", catchup=policy, catchup_window=window)
+    base = T0 - T0 % 3600
+    res = trail(log, base + 5 * 3600 + 60, job="c", at=base + 3 * 3600)
+    assert res["verdict"]["outcome"] == "not_handled"
+    assert expect in res["verdict"]["text"]
