@@ -74,3 +74,31 @@ def test_explain_a_pause_a_run_placement_and_the_next_fire_time(node):
     res = trail(node, "tick", "--next")
     assert "as last announced; the daemon is not running" in step_lines(res.stdout,
                                                                         "placement")[0]
+
+
+def test_explain_on_every_node_of_a_cluster(cluster):
+    """Three nodes: the trail of a fire time is the same on each (the state is
+    replicated); placement now is live on the leader and as last announced on
+    a follower."""
+    c = cluster()
+    c.write_job("tick", {"schedule": "* * * * * *", "command": "true",
+                         "run_on": {"tags": ["tag-b"]}})
+    c.start()
+    lead = c.leader()
+    runs = lead.wait_runs(lambda rs: any(r["state"] == "succeeded" for r in rs), job="tick",
+                          timeout=30)
+    ok = next(r for r in runs if r["state"] == "succeeded")
+    assert ok["node"] == "b"
+    c.converged()
+    trails = [json.loads(trail(n, "tick", "--at", ok["fire_time"], "--json").stdout)
+              for n in c]
+    assert all(t["verdict"] == {"outcome": "ran", "text": "ran (succeeded)"} for t in trails)
+    assert len({json.dumps([s for s in t["steps"] if s["step"] == "record"]) for t in trails}) == 1
+    placement = {n.config["node_id"]: [s for s in json.loads(
+        trail(n, "tick", "--next", "--json").stdout)["steps"] if s["step"] == "placement"][0]
+        for n in c}
+    assert placement[lead.config["node_id"]]["text"] == \
+        "run_on: tags tag-b: eligible now: b"
+    follower = c.followers()[0].config["node_id"]
+    assert placement[follower]["eligible"] == ["b"]
+    assert "this node is not the leader" in placement[follower]["text"]
