@@ -608,6 +608,44 @@ def print_job(j: dict, now: float) -> None:
 
 @main.command()
 @click.argument("job", shell_complete=complete_jobs)
+@click.option("--at", "at", metavar="TIME", help="The fire time to explain: ISO 8601, UTC "
+              "unless it has an offset (2026-03-29T01:00:00Z, 2026-03-29T03:00+02:00).")
+@click.option("--next", "next_", is_flag=True, help="Explain the next fire time: what would "
+              "happen to it now.")
+@click.option("--local", is_flag=True, help="--at is the wall clock of the job's time zone "
+              "(2026-03-29T02:30).")
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def explain(obj: Ctx, job, at, next_, local, consistent, as_json):
+    """Why JOB did (not) run at a fire time, or what will happen at one: the
+    schedule and its daylight-saving rule, the job's definition, pauses (who,
+    why), catch-up, overlap, placement and every attempt, then a verdict.
+    Without --at or --next: its latest fire time."""
+    if at is not None and next_:
+        raise UsageError("give --at TIME or --next, not both")
+    if local and at is None:
+        raise UsageError("--local says how to read --at TIME: give --at too")
+    args: dict[str, Any] = {"job": job}
+    if at is not None:
+        args["at"] = at
+    if local:
+        args["local"] = True
+    if next_:
+        args["next"] = True
+    res = obj.client().call("explain", read_args(consistent, args))
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(f"{'explain':<11} {res['job']} at {res['at']} ({res['local']}, "
+               f"{res['timezone']})" + (" - still to come" if res.get("future") else ""))
+    for step in res["steps"]:
+        click.echo(f"{step['step']:<11} {step['text']}")
+    click.echo(f"{'verdict':<11} {res['verdict']['text']}")
+
+
+@main.command()
+@click.argument("job", shell_complete=complete_jobs)
 @click.option("--run", "run_id", type=int, metavar="ID",
               help="This run (default: the latest that started).")
 @click.option("--follow", "-f", is_flag=True,

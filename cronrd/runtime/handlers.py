@@ -124,6 +124,7 @@ class Handlers:
             "job": (READ, self.h_job), "runs": (READ, self.h_runs),
             "run": (READ, self.h_run), "audit": (READ, self.h_audit),
             "cluster_members": (READ, self.h_cluster_members),
+            "explain": (READ, self.h_explain),
             "logs": (JOB, self.h_logs), "run_now": (JOB, self.h_run_now),
             "pause": (JOB, self.h_pause), "resume": (JOB, self.h_resume),
             "cancel": (JOB, self.h_cancel),
@@ -357,6 +358,19 @@ class Handlers:
         if run is None:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
         return run.view()
+
+    async def h_explain(self, args: dict) -> dict:
+        """`cronrd explain JOB [--at T | --next]`: the decision trail of one
+        fire time (explain.py). The members' health is the leader's view; a
+        follower gives them as last announced in the state."""
+        await self._consistent(args)
+        from .explain import FOLLOWER_NODES, explain, nodes_from_state
+        if self.log.is_leader:
+            nodes, note = self.members.node_views(), ""
+        else:
+            nodes, note = nodes_from_state(self.conn), FOLLOWER_NODES
+        return explain(self.conn, args, now=self.clock.now(), default_tz=self.config.timezone,
+                       nodes=nodes, nodes_note=note)
 
     def _find_log_run(self, job: str, run_id: int | None) -> Run:
         """--run ID, or the job's latest run that has started (a retry still

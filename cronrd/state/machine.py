@@ -22,6 +22,7 @@ from ..errors import StateError
 from ..schedule import retry_delay
 from . import backfill as BF
 from . import commands as C
+from . import pause_log
 from . import queries as Q
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
@@ -552,6 +553,7 @@ class StateMachine:
         if cmd.name == "":
             return self._set_maintenance(cmd, effects)
         job = self._need_job(cmd.name)
+        pause_log.record(self.conn, cmd.name, cmd.paused, cmd.note, cmd.by, cmd.at)
         if cmd.paused:
             self.conn.execute("INSERT OR REPLACE INTO pauses(name, note, by, at) "
                               "VALUES(?,?,?,?)", (cmd.name, str(cmd.note), str(cmd.by),
@@ -572,6 +574,7 @@ class StateMachine:
         """`pause --all`: every fire time is recorded skipped until `resume
         --all`; the jobs' own paused flags are left as they are."""
         was = self._maintenance() is not None
+        pause_log.record(self.conn, "", cmd.paused, cmd.note, cmd.by, cmd.at)
         if not cmd.paused:
             self.conn.execute("DELETE FROM pauses WHERE name=''")
             return {"changed": was, "paused": False}
@@ -1011,6 +1014,7 @@ class StateMachine:
         self.conn.execute("DELETE FROM gaps WHERE created_at < ?", (cmd.before,))
         self.conn.execute("DELETE FROM late_reports WHERE finished_at < ?", (cmd.before,))
         self.conn.execute("DELETE FROM audit WHERE at < ?", (cmd.before,))
+        pause_log.prune(self.conn, cmd.before)
         more = False
         if isinstance(cmd.keep, int) and not isinstance(cmd.keep, bool) and cmd.keep > 0:
             # An every-second job makes 86,400 records a day: a count keeps
@@ -1120,7 +1124,8 @@ class StateMachine:
                              ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
                              ("late_reports", "report_id"), ("audit", "audit_id"),
                              ("denied", "kind, value"), ("join_tokens", "node"),
-                             ("backfills", "id"), ("backfill_items", "backfill, fire_time")):
+                             ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
+                             ("pause_log", "event_id")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

@@ -198,6 +198,18 @@ CREATE TABLE IF NOT EXISTS backfill_items(
     PRIMARY KEY(backfill, fire_time)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS backfill_items_state ON backfill_items(backfill, state, fire_time);
+-- Every pause and resume of a job (name '': the maintenance pause), kept
+-- after the resume: `cronrd explain JOB --at T` says who paused it and why
+-- at a past T. Pruned with the run history.
+CREATE TABLE IF NOT EXISTS pause_log(
+    event_id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    paused INTEGER NOT NULL,         -- 1 paused, 0 resumed
+    note TEXT NOT NULL,
+    by TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pause_log_name ON pause_log(name, at);
 """
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:
