@@ -4,7 +4,9 @@ process a time window.
 
 * ``CRONRD_IDEMPOTENCY_KEY``: ``job/fire time`` (ISO UTC), the same for
   every attempt of a fire time (retries, a run moved after its node was
-  lost); ``job/key:KEY`` for `run-now --key KEY`.
+  lost); changed only by an explicit rerun or backfill reprocess
+  (``job/fire time/rerun-N``, N the attempt it made, kept by its retries);
+  ``job/key:KEY`` for `run-now --key KEY`.
 * ``CRONRD_ORIGIN``: what made the run (``schedule``, ``manual``...).
 * ``CRONRD_PREV_FIRE_TIME``: the schedule's fire time before this one
   (empty for a manual run, ``@reboot``, or a schedule with none before).
@@ -15,9 +17,9 @@ process a time window.
 * ``CRONRD_PARAM_<NAME>``: each of the job's ``params:``, the run's value
   or the default.
 
-Everything is a function of the run record, its parameters and key, and
-the job's definition (its schedule and zone): every node computes the same
-values for the same attempt.
+Everything is a function of the run record, its parameters, key and rerun
+(from the replicated state) and the job's definition (its schedule and
+zone): every node computes the same values for the same attempt.
 """
 
 from __future__ import annotations
@@ -61,12 +63,13 @@ def _interval(schedule: str, tz: str, scheduled: bool, fire_time: int
 
 
 def run_env(run: Run, spec: JobSpec, default_tz: str, params: dict[str, str],
-            key: str | None) -> dict[str, str]:
-    """The CRONRD_* variables of workflows for ``run`` of ``spec``."""
+            key: str | None, rerun: int | None = None) -> dict[str, str]:
+    """The CRONRD_* variables of workflows for ``run`` of ``spec``
+    (``params``, ``key``, ``rerun``: state/run_params.py ``inputs``)."""
     prev, start, end = _interval(spec.schedule, spec.timezone or default_tz,
                                  run.origin != "manual", run.fire_time)
     env = {
-        "CRONRD_IDEMPOTENCY_KEY": idempotency_key(run.job, run.fire_time, key),
+        "CRONRD_IDEMPOTENCY_KEY": idempotency_key(run.job, run.fire_time, key, rerun),
         "CRONRD_ORIGIN": run.origin,
         "CRONRD_PREV_FIRE_TIME": iso_utc(prev) or "",
         "CRONRD_INTERVAL_START": iso_utc(start) or "",

@@ -101,10 +101,45 @@ def of_runs(conn: apsw.Connection, run_ids: list[int]) -> dict[int, tuple[dict, 
     return out
 
 
-def idempotency_key(job: str, fire_time: int, key: str | None) -> str:
+def idempotency_key(job: str, fire_time: int, key: str | None,
+                    rerun: int | None = None) -> str:
     """``CRONRD_IDEMPOTENCY_KEY``: ``job/fire time`` (ISO UTC), the same for
-    every attempt of a fire time; ``job/key:KEY`` for a run made with a key."""
-    return f"{job}/key:{key}" if key else f"{job}/{iso_utc(fire_time)}"
+    every attempt of a fire time; ``job/fire time/rerun-N`` from an explicit
+    rerun or backfill reprocess on (N: the attempt it made; its retries keep
+    it); ``job/key:KEY`` for a run made with a key."""
+    if key:
+        return f"{job}/key:{key}"
+    base = f"{job}/{iso_utc(fire_time)}"
+    return f"{base}/rerun-{rerun}" if rerun else base
+
+
+# A new generation of a fire time: `cronrd rerun`, or a backfill that
+# reprocesses a record (an attempt after the first, made by a backfill).
+_RERUN_SQL = (
+    "SELECT MAX(o.attempt) FROM runs r JOIN runs o ON o.job=r.job AND "
+    "o.fire_time=r.fire_time AND o.target=r.target AND o.origin=r.origin AND "
+    "o.attempt<=r.attempt AND (o.kind='rerun' OR (o.kind='backfill' AND o.attempt>1)) "
+    "WHERE r.run_id=? AND r.origin!='manual'")
+
+
+def rerun_of(conn: apsw.Connection, run_id: int) -> int | None:
+    """The attempt of the latest rerun or backfill reprocess of the run's
+    fire time, up to the run's own attempt (None: there is none, it is the
+    fire time's first generation; or a manual run)."""
+    try:
+        for (found,) in conn.execute(_RERUN_SQL, (run_id,)):
+            return found
+    except apsw.SQLError:   # a database of an older version, read offline
+        pass
+    return None
+
+
+def inputs(conn: apsw.Connection, run) -> tuple[dict[str, str], str | None, int | None]:
+    """(params, key, rerun) of a run (a ``Run``): what its workflow
+    variables are made of besides the run and its job (decisions/run_env.py)."""
+    params, key = of_run(conn, run.run_id)
+    rerun = rerun_of(conn, run.run_id) if run.attempt > 1 and not key else None
+    return params, key, rerun
 
 
 def add_to_views(conn: apsw.Connection, views: list[dict]) -> list[dict]:
@@ -115,5 +150,8 @@ def add_to_views(conn: apsw.Connection, views: list[dict]) -> list[dict]:
         params, key = found.get(v["run_id"], ({}, None))
         v["params"] = params
         v["key"] = key
-        v["idempotency_key"] = f"{v['job']}/key:{key}" if key else f"{v['job']}/{v['fire_time']}"
+        rerun = rerun_of(conn, v["run_id"]) if v["attempt"] > 1 and not key else None
+        v["idempotency_key"] = (f"{v['job']}/key:{key}" if key else
+                                f"{v['job']}/{v['fire_time']}"
+                                + (f"/rerun-{rerun}" if rerun else ""))
     return views

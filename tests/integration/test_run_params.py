@@ -193,3 +193,24 @@ def test_cluster_one_run_per_key_and_the_same_key_after_failover(cluster, tmp_pa
     assert again == {"run_id": retry["run_id"], "state": "running", "existing": True}
     assert retry["params"] == {"n": "7", "mode": "slow"} and retry["key"] == "nightly-7"
     c.converged()
+
+
+def test_an_explicit_rerun_gets_a_new_idempotency_key(node):
+    node.write_job("daily", {"schedule": "*/3 * * * * *", "concurrency": "allow",
+                             "catchup": "none", "command": dump(node.out)})
+    node.start()
+    runs = node.wait_runs(lambda rs: any(r["state"] == "succeeded" for r in rs), job="daily",
+                          what="a succeeded run")
+    done = next(r for r in runs if r["state"] == "succeeded")
+    assert node.cli("pause", "daily").returncode == 0   # nothing new meanwhile
+    res = node.cli("rerun", "daily", "--at", done["fire_time"])
+    assert res.returncode == 0, res.stderr
+    runs = node.wait_runs(lambda rs: any(r["kind"] == "rerun" and r["state"] == "succeeded"
+                                         for r in rs), job="daily", what="the rerun")
+    again = next(r for r in runs if r["kind"] == "rerun")
+    assert again["fire_time"] == done["fire_time"] and again["attempt"] == 2
+    before, after = env_of(node.out, done["run_id"]), env_of(node.out, again["run_id"])
+    assert before["CRONRD_IDEMPOTENCY_KEY"] == f"daily/{done['fire_time']}"
+    assert after["CRONRD_IDEMPOTENCY_KEY"] == f"daily/{done['fire_time']}/rerun-2"
+    assert after["CRONRD_INTERVAL_END"] == before["CRONRD_INTERVAL_END"] == done["fire_time"]
+    assert again["idempotency_key"] == f"daily/{done['fire_time']}/rerun-2"

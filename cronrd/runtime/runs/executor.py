@@ -249,7 +249,7 @@ class Executor:
                     identities=self.identities, job_nofile=self.job_nofile,
                     gates=self.gates, spawner=self.spawner, claimed=self.claims is None,
                     cgroups=self.cgroups, workflow=run_env(run, spec, self.config.timezone,
-                                                           *RP.of_run(self.conn, run.run_id)))
+                                                           *RP.inputs(self.conn, run)))
         if isinstance(act, NotStarted):
             self._not_started(run, "failed", now, reason=act.reason, log_path=act.log_path,
                               exit_code=act.exit_code)

@@ -90,3 +90,10 @@ def test_every_schedule_interval():
     env = run_env(run(utc(2026, 6, 10, 3, 15, 0)), spec, "UTC", {}, None)
     assert env["CRONRD_INTERVAL_START"] == "2026-06-10T03:00:00Z"
     assert env["CRONRD_INTERVAL_END"] == "2026-06-10T03:15:00Z"
+
+
+def test_a_rerun_has_a_key_of_its_own():
+    r = run(utc(2026, 6, 10, 3, 0, 0), kind="retry", attempt=4)
+    env = run_env(r, DAILY, "UTC", {}, None, rerun=3)
+    assert env["CRONRD_IDEMPOTENCY_KEY"] == "load/2026-06-10T03:00:00Z/rerun-3"
+    assert env["CRONRD_INTERVAL_END"] == "2026-06-10T03:00:00Z"

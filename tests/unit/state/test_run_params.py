@@ -11,6 +11,7 @@ import random
 import apsw
 import pytest
 
+from cronrd.schedule import iso_utc
 from cronrd.state import commands as C
 from cronrd.state import run_params as RP
 from cronrd.state.machine import Refused, StateMachine
@@ -172,3 +173,54 @@ def test_histories_with_keys_apply_alike(seed):
         assert list(sm.conn.execute("SELECT COUNT(*) FROM run_params WHERE key IS NOT NULL"))[0][0]
         digests.append((sm.full_digest(), sm.state_digest))
     assert digests[0] == digests[1]
+
+
+def _key(log: Log, run_id: int) -> str:
+    run = log.run(run_id)
+    params, key, rerun = RP.inputs(log.sm.conn, run)
+    return RP.idempotency_key(run.job, run.fire_time, key, rerun)
+
+
+def test_a_rerun_and_a_backfill_reprocess_start_a_new_key_their_retries_keep():
+    from tests.unit.state.test_backfill import PAST, finish, log_with_job
+    log = log_with_job(concurrency="allow", retries={"max": 3, "delay": 1.0, "backoff": 1.0,
+                                                     "max_delay": 5.0, "jitter": 0.0})
+    log.sm.conn.execute("UPDATE jobs SET cursor=? WHERE name='j'", (PAST[0] - 1,))
+    first = log.fire(PAST[0], due_at=PAST[0])["run_id"]
+    finish(log, first, "failed")                       # attempt 2: a retry
+    retry = 2
+    finish(log, retry, "succeeded")
+    fire = iso = iso_utc(PAST[0])
+    assert log.run(retry).kind == "retry"
+    assert _key(log, first) == _key(log, retry) == f"j/{iso}"
+    rerun = log.apply(C.Rerun(job="j", fire_time=PAST[0], at=T0 + 5))["run_id"]
+    assert log.run(rerun).attempt == 3
+    finish(log, rerun, "failed")                       # attempt 4: the rerun's retry
+    rerun_retry = 4
+    assert log.run(rerun_retry).kind == "retry"
+    assert _key(log, rerun) == _key(log, rerun_retry) == f"j/{fire}/rerun-3"
+    assert _key(log, first) == f"j/{iso}"              # history keeps its own
+    finish(log, rerun_retry, "failed")
+    # a backfill with --reprocess failed: attempt 5, a new key again
+    bid = log.apply(C.CreateBackfill(job="j", fire_times=[PAST[0]], from_time=PAST[0],
+                                     to_time=PAST[0], reprocess="failed", parallel=1,
+                                     order="oldest", at=T0 + 9))["backfill"]
+    log.apply(C.BackfillStep(backfill=bid, at=T0 + 10))
+    reprocess = max(r for (r,) in log.sm.conn.execute("SELECT run_id FROM runs"))
+    assert (log.run(reprocess).kind, log.run(reprocess).attempt) == ("backfill", 5)
+    assert _key(log, reprocess) == f"j/{fire}/rerun-5"
+    # the views say the same
+    views = RP.add_to_views(log.sm.conn, [log.run(i).view() for i in (first, rerun_retry,
+                                                                       reprocess)])
+    assert [v["idempotency_key"] for v in views] == [f"j/{iso}", f"j/{fire}/rerun-3",
+                                                     f"j/{fire}/rerun-5"]
+
+
+def test_a_backfill_that_creates_a_missing_record_keeps_the_plain_key():
+    from tests.unit.state.test_backfill import PAST, create, log_with_job, step
+    log = log_with_job(concurrency="allow")
+    bid = create(log, times=PAST[:1], parallel=1)["backfill"]
+    step(log, bid)
+    [run_id] = [r for (r,) in log.sm.conn.execute("SELECT run_id FROM runs")]
+    assert log.run(run_id).kind == "backfill" and log.run(run_id).attempt == 1
+    assert _key(log, run_id) == f"j/{iso_utc(PAST[0])}"
