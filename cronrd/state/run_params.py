@@ -115,11 +115,13 @@ def idempotency_key(job: str, fire_time: int, key: str | None,
 
 # A new generation of a fire time: `cronrd rerun`, or a backfill that
 # reprocesses a record (an attempt after the first, made by a backfill).
+# (Reruns and backfills are records of scheduled fire times: origin
+# 'schedule', which lets the lookup use the runs_key index.)
 _RERUN_SQL = (
     "SELECT MAX(o.attempt) FROM runs r JOIN runs o ON o.job=r.job AND "
-    "o.fire_time=r.fire_time AND o.target=r.target AND o.origin=r.origin AND "
+    "o.fire_time=r.fire_time AND o.target=r.target AND o.origin='schedule' AND "
     "o.attempt<=r.attempt AND (o.kind='rerun' OR (o.kind='backfill' AND o.attempt>1)) "
-    "WHERE r.run_id=? AND r.origin!='manual'")
+    "WHERE r.run_id=? AND r.origin='schedule'")
 
 
 def rerun_of(conn: apsw.Connection, run_id: int) -> int | None:
