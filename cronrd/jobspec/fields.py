@@ -17,6 +17,7 @@ from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_
 
 from .model import (_NAME_RULE, ENV_KEY_RE, NAME_RE, TRIGGER_RULES, Dependency, Limits,
                     RetryPolicy, RunOn)
+from .params import parse_params
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
                     _value, mapping_items, node_pos)
 
@@ -507,6 +508,11 @@ def _v_percent(ctx: FileProblems, key: str, node: Node) -> Any:
     return pct
 
 
+def _v_params(ctx: FileProblems, key: str, node: Node) -> Any:
+    params = parse_params(ctx, node)
+    return _INVALID if params is None else params
+
+
 # -- dependencies -------------------------------------------------------------------
 MAX_PARENTS = 100
 _DEP_KEYS = ("job", "within")
@@ -601,6 +607,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "umask": _v_umask,
     "env_file": _v_env_file,
     "limits": _v_limits,
+    "params": _v_params,
     "depends_on": _v_depends_on,
     "trigger_rule": _v_choice(TRIGGER_RULES),
     "on_upstream_failure": _v_choice(("skip", "fail")),

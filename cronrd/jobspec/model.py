@@ -47,6 +47,42 @@ class Limits:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+PARAM_TYPES = ("string", "int", "float", "bool", "enum")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One of ``params:``: a value a run gets as ``CRONRD_PARAM_<NAME>``
+    (the name upper-cased), given with `run-now --param` or its default."""
+    name: str
+    type: str = "string"                  # string | int | float | bool | enum
+    default: str | int | float | bool | None = None
+    values: tuple[str, ...] = ()          # enum
+    required: bool = False                # `run-now` must give it
+    description: str = ""
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"type": self.type}
+        if self.default is not None:
+            d["default"] = self.default
+        if self.values:
+            d["values"] = list(self.values)
+        if self.required:
+            d["required"] = True
+        if self.description:
+            d["description"] = self.description
+        return d
+
+    @classmethod
+    def from_dict(cls, name: str, d: dict) -> "Param":
+        default = d.get("default")
+        if d.get("type") == "float" and default is not None:
+            default = float(default)
+        return cls(name=name, type=d.get("type", "string"), default=default,
+                   values=tuple(d.get("values", ())), required=bool(d.get("required")),
+                   description=d.get("description", ""))
+
+
 @dataclass(frozen=True)
 class Dependency:
     """One parent of ``depends_on``: job ``job``; with ``within`` (seconds) a
@@ -103,6 +139,7 @@ class JobSpec:
     trigger_rule: str = "all_succeeded"
     on_upstream_failure: str = "skip"     # skip | fail
     wait_for_upstream: float = 0.0        # seconds a scheduled child waits at its fire time
+    params: tuple[Param, ...] = ()  # sorted by name
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -150,6 +187,8 @@ class JobSpec:
             d["on_upstream_failure"] = self.on_upstream_failure
             if self.wait_for_upstream:  # (an @after job has none)
                 d["wait_for_upstream"] = self.wait_for_upstream
+        if self.params:
+            d["params"] = {p.name: p.to_dict() for p in self.params}
         return d
 
     @classmethod
@@ -199,6 +238,12 @@ class JobSpec:
                 dep if isinstance(dep, Dependency) else Dependency(
                     job=str(dep["job"]), within=None if dep.get("within") is None
                     else float(dep["within"])) for dep in kwargs["depends_on"])
+        if kwargs.get("params"):
+            ps = kwargs["params"]
+            if isinstance(ps, dict):
+                kwargs["params"] = tuple(Param.from_dict(n, ps[n]) for n in sorted(ps))
+        elif "params" in kwargs:
+            kwargs["params"] = ()
         for f in ("kill_grace", "catchup_window", "jitter", "wait_for_upstream"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])

@@ -135,10 +135,27 @@ class RecordGap(Command):
 
 @dataclass(frozen=True)
 class ManualRun(Command):
+    """`cronrd run-now`: ``params`` are the `--param` values (checked
+    against the job's params: by the node that took the request, as
+    canonical text); ``key`` the `--key`: a key already used for the job
+    returns that run and makes none."""
+
     op: ClassVar[str] = "manual_run"
     job: str
     node: str
     at: float
+    params: dict = field(default_factory=dict)
+    key: str = ""
+
+    def encode(self) -> bytes:
+        # Without params and key, the bytes of earlier versions (which an
+        # older node in a rolling upgrade still decodes).
+        body = {"op": self.op, "job": self.job, "node": self.node, "at": self.at}
+        if self.params:
+            body["params"] = self.params
+        if self.key:
+            body["key"] = self.key
+        return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
 
 @dataclass(frozen=True)
@@ -309,6 +326,58 @@ class Audit(Command):
 
 
 @dataclass(frozen=True)
+class CreateBackfill(Command):
+    """Start a backfill of ``job`` over ``fire_times`` (the proposer took
+    them from the job's trigger between ``from_time`` and ``to_time``);
+    ``apply`` decides each one from the records it finds (state/backfill.py)."""
+
+    op: ClassVar[str] = "create_backfill"
+    job: str
+    fire_times: list
+    from_time: int
+    to_time: int
+    reprocess: str
+    parallel: int
+    order: str
+    at: float
+    note: str = ""
+    who: str = ""
+
+
+@dataclass(frozen=True)
+class BackfillStep(Command):
+    """The leader's duty for one backfill: account for its runs that ended
+    and release its next fire times, as many as its limit allows *now*
+    (apply counts: two leaders proposing at once cannot exceed it)."""
+
+    op: ClassVar[str] = "backfill_step"
+    backfill: int
+    at: float
+
+
+@dataclass(frozen=True)
+class SetBackfillState(Command):
+    """Pause, resume or cancel a backfill (`cronrd backfill pause|resume|cancel`)."""
+
+    op: ClassVar[str] = "set_backfill_state"
+    backfill: int
+    state: str  # paused | running | cancelled
+    at: float
+    who: str = ""
+
+
+@dataclass(frozen=True)
+class Rerun(Command):
+    """A new attempt of the record of ``job`` at ``fire_time`` (`cronrd rerun`)."""
+
+    op: ClassVar[str] = "rerun"
+    job: str
+    fire_time: int
+    at: float
+    who: str = ""
+
+
+@dataclass(frozen=True)
 class UpstreamTimeout(Command):
     """The leader: a scheduled child's wait for its parents
     (wait_for_upstream) is over. ``apply`` looks at the gate once more: the
@@ -324,7 +393,8 @@ COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
-              AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit, UpstreamTimeout)
+              AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit,
+              CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout)
 }
 
 

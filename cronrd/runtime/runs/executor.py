@@ -26,11 +26,13 @@ from typing import Callable
 
 from ...config import Config
 from ...decisions import overlap
+from ...decisions.run_env import run_env
 from ...jobspec import JobSpec
 from ...schedule import iso_utc
 from ...state import commands as C
 from ...state import queries as Q
 from ...state import run_life as L
+from ...state import run_params as RP
 from ...state.machine import Effect
 from ...state.run import Run
 from ..clock import Clock
@@ -246,7 +248,8 @@ class Executor:
         act = spawn(run, spec, now, self.config.log_dir, self.runs_dir, node_id=self.node_id,
                     identities=self.identities, job_nofile=self.job_nofile,
                     gates=self.gates, spawner=self.spawner, claimed=self.claims is None,
-                    cgroups=self.cgroups)
+                    cgroups=self.cgroups, workflow=run_env(run, spec, self.config.timezone,
+                                                           *RP.inputs(self.conn, run)))
         if isinstance(act, NotStarted):
             self._not_started(run, "failed", now, reason=act.reason, log_path=act.log_path,
                               exit_code=act.exit_code)
@@ -281,7 +284,10 @@ class Executor:
             act.spec.concurrency,
             [overlap.Running(rid) for rid in local] + [overlap.Running(rid, node)
                                                        for rid, node in remote],
-            run_id=act.run.run_id, manual=act.run.kind == "manual")
+            run_id=act.run.run_id,
+            # a backfill or rerun run was released when nothing of the job ran
+            # (state/backfill.py): it queues, it is never skipped at its gate
+            manual=act.run.kind in ("manual", "backfill", "rerun"))
         for other in decision.replace:
             if other.node is None:
                 self.apply(local[other.run_id], L.Stop("cancelled", decision.reason))

@@ -322,6 +322,7 @@ BAD_FIELD_CASES = [
     ("trigger_rule: none_failed", "3:1: trigger_rule applies only to a job with depends_on"),
     ("on_upstream_failure: retry", "3:22: on_upstream_failure must be one of skip, fail"),
     ("wait_for_upstream: soon", "3:20: wait_for_upstream: "),
+    ("params: [a]", "3:9: params must be a mapping of NAME: default-value or NAME: {type: "),
     ("yes: 1", "3:1: keys must be strings (got yes, which YAML reads as the boolean true); quote it: \"yes\""),
 ]
 
