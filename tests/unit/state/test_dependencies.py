@@ -299,3 +299,22 @@ def test_a_child_paused_while_it_waits_is_skipped_when_its_gate_opens():
     ok(log, "a", T0 + 4)
     run = log.run(rid)
     assert run.state == "skipped" and run.reason.startswith("paused")
+
+
+def test_a_parents_rerun_is_a_new_attempt_of_the_childs_record():
+    """`cronrd rerun a --at T`: its new outcome is a new generation for b,
+    whose fire time T has a record already: a new attempt, never a second
+    record (and b's children follow it the same way)."""
+    log = Log()
+    put_all(log, a={}, b=after("a"))
+    ok(log, "a", T0 + 1)
+    (b1,) = child_runs(log, "b")
+    log.apply(C.AssignRun(run_id=b1.run_id, node="n1", at=T0 + 3))
+    log.finish(b1.run_id)
+    rerun = log.apply(C.Rerun(job="a", fire_time=T0 + 1, at=T0 + 10))["run_id"]
+    log.apply(C.AssignRun(run_id=rerun, node="n1", at=T0 + 10))
+    log.finish(rerun, at=T0 + 11)
+    runs = child_runs(log, "b")
+    assert [(r.fire_time, r.attempt, r.kind) for r in runs] == [
+        (T0 + 1, 1, "upstream"), (T0 + 1, 2, "upstream")]
+    assert [x["run_id"] for x in deps.lineage(log.sm.conn, runs[1].run_id)] == [rerun]
