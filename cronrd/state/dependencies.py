@@ -8,7 +8,9 @@ its definition), the parent run it consumed last (``dep_cursors``) and, per
 child run, which parent runs it consumed (``run_lineage``). The rule itself
 is pure: ``decisions/dependencies.py``.
 
-An ``@after`` child's run is keyed like every scheduled run, by (child,
+A parent's outcome is new to a child from when it is committed until the
+child consumes it (``dep_cursors.new_run_id``: the newest, in commit order,
+whatever order its runs started in). An ``@after`` child's run is keyed like every scheduled run, by (child,
 fire time), its fire time the newest of its parents' fire times in the
 generation; a generation whose fire time has a record already is a new
 attempt of it (a parent's rerun), or, while that record is still active,
@@ -43,8 +45,8 @@ def is_after(spec: "JobSpec") -> bool:
 def sync_parents(sm: "StateMachine", name: str) -> None:
     """Make ``job_deps`` and ``dep_cursors`` follow job ``name``'s definition
     (after it was created, changed or removed). A parent new to the child
-    counts only runs committed from now on (a new dependency is not fired
-    by history)."""
+    counts only outcomes committed from now on (a new dependency is not
+    fired by history)."""
     conn = sm.conn
     spec = sm._job_spec(name)
     parents = sorted({d.job for d in spec.depends_on}) if spec is not None else []
@@ -56,23 +58,15 @@ def sync_parents(sm: "StateMachine", name: str) -> None:
     if not parents:
         conn.execute("DELETE FROM dep_cursors WHERE child=?", (name,))
         return
-    top = next(iter(conn.execute("SELECT COALESCE(MAX(run_id), 0) FROM runs")))[0]
     for parent in parents:
         conn.execute("INSERT INTO job_deps(parent, child) VALUES(?, ?)", (parent, name))
-        conn.execute("INSERT OR IGNORE INTO dep_cursors(child, parent, run_id) VALUES(?,?,?)",
-                     (name, parent, top))
+        conn.execute("INSERT OR IGNORE INTO dep_cursors(child, parent, run_id) VALUES(?,?,0)",
+                     (name, parent))
     conn.execute("DELETE FROM dep_cursors WHERE child=? AND parent NOT IN "
                  "(SELECT parent FROM job_deps WHERE child=?)", (name, name))
 
 
 # -- what a child sees of its parents ------------------------------------------------
-_NEWEST_FINAL = (
-    f"SELECT run_id, fire_time, state FROM runs r WHERE job=? AND run_id>? AND state IN "
-    f"{sql_in(FINAL)} AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.job=r.job AND "
-    "n.run_id>r.run_id AND n.origin=r.origin AND n.fire_time=r.fire_time AND "
-    "n.target=r.target AND n.attempt>r.attempt) ORDER BY run_id DESC LIMIT 1")
-# (a later attempt is a later record: the retry is inserted as the attempt before ends,
-# so only the records after the candidate are looked at, by the runs_job index)
 # A fresh success among the parent's newest FRESH_SCAN records (bounded: a parent
 # without a recent success is not read back to its first record on every look).
 FRESH_SCAN = 1000
@@ -85,11 +79,9 @@ def parents_view(sm: "StateMachine", child: str, spec: "JobSpec", at: float) -> 
     conn = sm.conn
     out = []
     for dep in spec.depends_on:
-        cursor = next(iter(conn.execute(
-            "SELECT run_id FROM dep_cursors WHERE child=? AND parent=?", (child, dep.job))),
-            (0,))[0]
-        new = next((D.Outcome(*r) for r in conn.execute(_NEWEST_FINAL, (dep.job, cursor))),
-                   None)
+        new = next((D.Outcome(*r) for r in conn.execute(
+            "SELECT r.run_id, r.fire_time, r.state FROM dep_cursors c JOIN runs r ON "
+            "r.run_id = c.new_run_id WHERE c.child=? AND c.parent=?", (child, dep.job))), None)
         fresh = None
         if dep.within is not None:
             fresh = next((D.Outcome(*r) for r in conn.execute(
@@ -100,8 +92,9 @@ def parents_view(sm: "StateMachine", child: str, spec: "JobSpec", at: float) -> 
 
 def _consume(sm: "StateMachine", child: str, gate: D.Gate, run_id: int | None) -> None:
     for parent, outcome in gate.consume:
-        sm.conn.execute("UPDATE dep_cursors SET run_id=MAX(run_id, ?) WHERE child=? AND "
-                        "parent=?", (outcome.run_id, child, parent))
+        sm.conn.execute("UPDATE dep_cursors SET run_id=?, new_run_id=NULL WHERE child=? AND "
+                        "parent=? AND new_run_id=?", (outcome.run_id, child, parent,
+                                                      outcome.run_id))
     if run_id is not None:
         for parent, outcome in gate.lineage:
             sm.conn.execute("INSERT OR IGNORE INTO run_lineage(run_id, parent_job, "
@@ -136,12 +129,14 @@ def _record_final(sm: "StateMachine", index: int, *, job: str, kind: str, fire_t
 
 
 # -- a parent's outcome is final -----------------------------------------------------
-def parent_final(sm: "StateMachine", index: int, parent: str, at: float, effects,
-                 depth: int = 0) -> None:
-    """``parent`` has a new final outcome: evaluate the gate of each of its
-    children (in name order: the same on every node)."""
+def parent_final(sm: "StateMachine", index: int, parent: str, run_id: int, at: float,
+                 effects, depth: int = 0) -> None:
+    """``parent``'s run ``run_id`` is its final outcome for that fire time
+    (no retry follows): it is the newest outcome new to each child; evaluate
+    the gate of each child (in name order: the same on every node)."""
     if depth > MAX_DEPTH:
         return
+    sm.conn.execute("UPDATE dep_cursors SET new_run_id=? WHERE parent=?", (run_id, parent))
     children = [c for (c,) in sm.conn.execute(
         "SELECT child FROM job_deps WHERE parent=? ORDER BY child", (parent,))]
     for child in children:
@@ -190,7 +185,7 @@ def _after_child(sm: "StateMachine", index: int, child: str, spec: "JobSpec", at
                             attempt=attempt, state=_blocked_state(spec, gate),
                             reason=gate.reason, at=at)
     _consume(sm, child, gate, run.run_id)
-    parent_final(sm, index, child, at, effects, depth + 1)
+    parent_final(sm, index, child, run.run_id, at, effects, depth + 1)
 
 
 # -- a scheduled child --------------------------------------------------------------
@@ -224,7 +219,7 @@ def scheduled_fire(sm: "StateMachine", index: int, cmd, spec: "JobSpec", effects
                         target=cmd.target)
     if gate.action != D.WAIT:
         _consume(sm, cmd.job, gate, run.run_id)
-    parent_final(sm, index, cmd.job, cmd.at, effects, 1)
+    parent_final(sm, index, cmd.job, run.run_id, cmd.at, effects, 1)
     return {"run_id": run.run_id, "state": state, "reason": gate.reason}
 
 
@@ -301,7 +296,7 @@ def resolve_waiting(sm: "StateMachine", index: int, run: Run, spec: "JobSpec", a
         sm.conn.execute("UPDATE runs SET state=?, finished_at=?, reason=? WHERE run_id=?",
                         (state, at, reason, rid))
         effects.append(Effect("run_done", run=sm._get_run(rid)))
-    parent_final(sm, index, run.job, at, effects, depth + 1)
+        parent_final(sm, index, run.job, rid, at, effects, depth + 1)
     return state
 
 

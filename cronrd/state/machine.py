@@ -696,7 +696,7 @@ class StateMachine:
                                    target=cmd.target)
             self.conn.execute("UPDATE runs SET finished_at=? WHERE run_id=?",
                               (cmd.at, run.run_id))
-            deps.parent_final(self, index, cmd.job, cmd.at, effects)
+            deps.parent_final(self, index, cmd.job, run.run_id, cmd.at, effects)
             return {"run_id": run.run_id, "state": "skipped", "reason": reason}
         spec = self._job_spec(cmd.job)
         if spec.depends_on:  # its gate, at its fire time
@@ -850,7 +850,7 @@ class StateMachine:
         that fire time is final: its children's gates are looked at."""
         retry = self._finish_attempt(run, state, at, effects=effects, index=index, **kw)
         if retry is None:
-            deps.parent_final(self, index or 0, run.job, at, effects)
+            deps.parent_final(self, index or 0, run.job, run.run_id, at, effects)
         return retry
 
     def _apply_upstream_timeout(self, index, cmd: C.UpstreamTimeout, effects):

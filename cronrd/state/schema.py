@@ -168,7 +168,9 @@ CREATE TABLE IF NOT EXISTS join_tokens(
 );
 -- Dependencies (state/dependencies.py): each child's parents in force
 -- (derived from its definition, kept by apply), the parent run each child
--- consumed last (its generation cursor), and each child run's lineage.
+-- consumed last and the parent's newest outcome committed since (new to the
+-- child, in commit order: runs may end out of order), and each child run's
+-- lineage.
 CREATE TABLE IF NOT EXISTS job_deps(
     parent TEXT NOT NULL,
     child TEXT NOT NULL,
@@ -178,9 +180,11 @@ CREATE INDEX IF NOT EXISTS job_deps_child ON job_deps(child);
 CREATE TABLE IF NOT EXISTS dep_cursors(
     child TEXT NOT NULL,
     parent TEXT NOT NULL,
-    run_id INTEGER NOT NULL,         -- runs of the parent after this one are new to the child
+    run_id INTEGER NOT NULL,         -- the parent run the child consumed last (0: none)
+    new_run_id INTEGER,              -- the parent's newest outcome committed since (NULL: none)
     PRIMARY KEY(child, parent)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dep_cursors_parent ON dep_cursors(parent);
 CREATE TABLE IF NOT EXISTS run_lineage(
     run_id INTEGER NOT NULL,
     parent_job TEXT NOT NULL,

@@ -318,3 +318,28 @@ def test_a_parents_rerun_is_a_new_attempt_of_the_childs_record():
     assert [(r.fire_time, r.attempt, r.kind) for r in runs] == [
         (T0 + 1, 1, "upstream"), (T0 + 1, 2, "upstream")]
     assert [x["run_id"] for x in deps.lineage(log.sm.conn, runs[1].run_id)] == [rerun]
+
+
+def test_parent_runs_that_end_out_of_order_are_each_a_generation():
+    """New means committed since the child's last consumption (commit order),
+    not started later: a long run that ends after a shorter, later one is
+    not lost (a backfill's parallel runs end in any order)."""
+    log = Log()
+    put_all(log, a={"concurrency": "allow"}, b=after("a"))
+    r1 = log.fire(T0 + 1, name="a")["run_id"]
+    r2 = log.fire(T0 + 2, name="a")["run_id"]
+    log.finish(r2)
+    log.finish(r1)
+    runs = child_runs(log, "b")
+    assert [(r.fire_time, [x["run_id"] for x in deps.lineage(log.sm.conn, r.run_id)])
+            for r in runs] == [(T0 + 2, [r2]), (T0 + 1, [r1])]
+
+
+def test_dependency_lookups_use_indexes():
+    sm = StateMachine(apsw.Connection(":memory:"))
+    plan = " ".join(str(r) for r in sm.conn.execute(
+        "EXPLAIN QUERY PLAN UPDATE dep_cursors SET new_run_id=1 WHERE parent='a'"))
+    assert "dep_cursors_parent" in plan
+    plan = " ".join(str(r) for r in sm.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT child FROM job_deps WHERE parent='a'"))
+    assert "PRIMARY KEY" in plan or "INDEX" in plan
