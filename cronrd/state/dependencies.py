@@ -10,11 +10,12 @@ is pure: ``decisions/dependencies.py``.
 
 A parent's outcome is new to a child from when it is committed until the
 child consumes it (``dep_cursors.new_run_id``: the newest, in commit order,
-whatever order its runs started in). An ``@after`` child's run is keyed like every scheduled run, by (child,
-fire time), its fire time the newest of its parents' fire times in the
-generation; a generation whose fire time has a record already is a new
-attempt of it (a parent's rerun), or, while that record is still active,
-is absorbed by it (its lineage says so). Called by the state machine only.
+whatever order its runs started in). An ``@after`` child's run is keyed like
+every scheduled run, by (child, fire time), its fire time the newest of its
+parents' fire times in the generation; a generation whose fire time has a
+record already is a new attempt of it (a parent's rerun), or, while that
+record is still active, is absorbed by it (its lineage says so). Called by
+the state machine only.
 """
 
 from __future__ import annotations
