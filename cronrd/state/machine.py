@@ -19,9 +19,10 @@ import apsw
 
 from ..decisions import overlap
 from ..errors import StateError
-from ..schedule import retry_delay
+from ..schedule import iso_utc, retry_delay
 from . import commands as C
 from . import queries as Q
+from . import queue as QU
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1, UPGRADE_TO_V5, UPGRADE_TO_V6
@@ -131,6 +132,10 @@ class StateMachine:
             if version is not None and version < 6 and "spec" in {
                     row[1] for row in conn.execute("PRAGMA table_info(job_sources)")}:
                 conn.execute(UPGRADE_TO_V6)
+            for (sql,) in list(conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE type='index' AND name='runs_active'")):
+                if "'waiting'" not in sql:  # made before the waiting state: remade
+                    conn.execute("DROP INDEX runs_active")
             conn.execute(SCHEMA)
             if version is None:
                 self._set_meta("schema_version", SCHEMA_VERSION)
@@ -654,6 +659,62 @@ class StateMachine:
                               (reason, run.run_id))
             effects.append(Effect("cancel", run=self._get_run(run.run_id)))
 
+    # -- concurrency: queue (state/queue.py) --------------------------------------------
+    def _queue_hold(self, job: str, target: str, fire_time: int) -> overlap.Decision | None:
+        """None unless the job queues its runs; else may this one start now,
+        must it wait, or is the queue full (overlap.hold)."""
+        spec = self._job_spec(job)
+        if spec is None or spec.concurrency != "queue":
+            return None
+        return QU.hold(self.conn, job, target, fire_time,
+                       spec.max_queued or overlap.DEFAULT_MAX_QUEUED)
+
+    def _enqueue(self, index: int, *, job: str, origin: str, kind: str, fire_time: int,
+                 due_at: float, at: float, reason: str, target: str) -> Run:
+        """A run that waits in its job's queue (not placed: no node yet)."""
+        run = self._insert_run(index, job=job, origin=origin, kind=kind,
+                               fire_time=fire_time, attempt=1, state="waiting", node=None,
+                               due_at=due_at, at=at, reason=reason, target=target)
+        QU.enqueue(self.conn, run)
+        QU.refresh_reasons(self.conn, job, target)  # one may have come before others
+        return run
+
+    def _stop_reason(self, job: dict) -> str | None:
+        """Why the job may not start a run now (paused, maintenance, disabled)."""
+        if job["paused"]:
+            return "paused: `cronrd resume` re-enables the job"
+        reason = self._maintenance_reason()
+        if reason is None and not self._job_spec(job["name"]).enabled:
+            reason = "disabled: enabled is false in the job file"
+        return reason
+
+    def _queue_after(self, run: Run, at: float, effects) -> None:
+        """``run`` ended (at ``at``): if none of its job's runs is in flight
+        any more, the first waiting one is released to pending, in this
+        command (overlap.release); the others name the run now ahead."""
+        QU.dequeue(self.conn, run.run_id)
+        if not QU.has_queue(self.conn, run.job, run.target):
+            return
+        job = self._job(run.job)
+        if job is None:
+            return  # the job is going: its waiting runs are cancelled
+        if not QU.in_flight(self.conn, run.job, run.target):
+            spec = self._job_spec(run.job)
+            waiting = {r.run_id: r for r in QU.queued(self.conn, run.job, run.target)}
+            out = overlap.release(
+                [overlap.Queued(r.run_id, r.fire_time if r.due_at is None else r.due_at)
+                 for r in waiting.values()], at, spec.catchup_window, self._stop_reason(job))
+            for run_id, why in out.skip:
+                QU.dequeue(self.conn, run_id)
+                self._finish(waiting[run_id], "skipped", at, reason=why, effects=effects,
+                             release=False)
+            if out.go is not None:
+                QU.to_pending(self.conn, waiting[out.go], at,
+                              f"waited in the queue until run {run.run_id} ended at "
+                              f"{iso_utc(at)} (concurrency: queue)")
+                effects.append(Effect("pending", run=self._get_run(out.go)))
+        QU.refresh_reasons(self.conn, run.job, run.target)
+
     def _apply_fire(self, index, cmd: C.Fire, effects):
         job = self._need_job(cmd.job)
         if not cmd.boot:
@@ -671,7 +732,12 @@ class StateMachine:
         if reason is None and not self._job_spec(cmd.job).enabled:
             reason = "disabled: enabled is false in the job file"
         # The overlap policy is applied by the executor at the fire time (a fire
-        # is committed ahead of it), against the runs then running.
+        # is committed ahead of it), against the runs then running; but a
+        # queued job's run waits here, behind the runs ahead of it.
+        hold = None if reason is not None else self._queue_hold(cmd.job, cmd.target,
+                                                                 cmd.fire_time)
+        if hold is not None and hold.skip is not None:
+            reason = hold.skip
         if reason is not None:
             run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                                    fire_time=cmd.fire_time, attempt=1, state="skipped",
@@ -680,6 +746,11 @@ class StateMachine:
             self.conn.execute("UPDATE runs SET finished_at=? WHERE run_id=?",
                               (cmd.at, run.run_id))
             return {"run_id": run.run_id, "state": "skipped", "reason": reason}
+        if hold is not None and hold.wait is not None:
+            run = self._enqueue(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                                fire_time=cmd.fire_time, due_at=cmd.due_at, at=cmd.at,
+                                reason=hold.wait, target=cmd.target)
+            return {"run_id": run.run_id, "state": "waiting", "reason": hold.wait}
         run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                                fire_time=cmd.fire_time, attempt=1, state="assigned",
                                node=cmd.node, due_at=cmd.due_at, at=cmd.at,
@@ -704,6 +775,15 @@ class StateMachine:
         if reason is not None:
             raise Refused(f"job {cmd.job!r} not started: {reason}; wait for the active run "
                           "to finish (`cronrd runs " + cmd.job + " --state running`)")
+        hold = self._queue_hold(cmd.job, "", int(cmd.at))
+        if hold is not None and hold.skip is not None:
+            raise Refused(f"job {cmd.job!r} not started: {hold.skip}; wait for the queue to "
+                          "drain (`cronrd runs " + cmd.job + " --state waiting`)")
+        if hold is not None and hold.wait is not None:
+            run = self._enqueue(index, job=cmd.job, origin="manual", kind="manual",
+                                fire_time=int(cmd.at), due_at=cmd.at, at=cmd.at,
+                                reason=hold.wait, target="")
+            return {"run_id": run.run_id, "state": "waiting", "reason": hold.wait}
         # No node given (a cluster): the run waits, pending, for the leader to place it.
         state = "assigned" if cmd.node else "pending"
         run = self._insert_run(index, job=cmd.job, origin="manual", kind="manual",
@@ -732,6 +812,8 @@ class StateMachine:
             "UPDATE runs SET state='running', pid=?, started_at=?, log_path=?, "
             "claimed_at=COALESCE(claimed_at, ?) WHERE run_id=?",
             (cmd.pid, cmd.started_at, cmd.log_path, cmd.started_at, cmd.run_id))
+        if QU.has_queue(self.conn, run.job, run.target):  # the runs behind it say so
+            QU.refresh_reasons(self.conn, run.job, run.target)
         return {"state": "running", "cancel": bool(run.cancel_requested)}
 
     def _apply_run_finished(self, index, cmd: C.RunFinished, effects):
@@ -816,7 +898,21 @@ class StateMachine:
     def _finish(self, run: Run, state: str, at: float, *, reason: str | None = None,
                 exit_code: int | None = None, signal: int | None = None,
                 log_path: str | None = None, effects, index: int | None = None,
-                not_started: bool = False) -> int | None:
+                not_started: bool = False, release: bool = True) -> int | None:
+        """``_end_run``, then the job's queue moves on if this was the last
+        of its runs in flight (concurrency: queue; not when ``release`` is
+        false: the queue itself is being settled)."""
+        retry = self._end_run(run, state, at, reason=reason, exit_code=exit_code,
+                              signal=signal, log_path=log_path, effects=effects, index=index,
+                              not_started=not_started)
+        if release:
+            self._queue_after(run, at, effects)
+        return retry
+
+    def _end_run(self, run: Run, state: str, at: float, *, reason: str | None = None,
+                 exit_code: int | None = None, signal: int | None = None,
+                 log_path: str | None = None, effects, index: int | None = None,
+                 not_started: bool = False) -> int | None:
         """Move ``run`` to a final state and schedule a retry if policy says so.
 
         A lost run its node says never started is retried whatever the
@@ -1077,7 +1173,8 @@ class StateMachine:
                              ("file_claims", "digest"),
                              ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
                              ("late_reports", "report_id"), ("audit", "audit_id"),
-                             ("denied", "kind, value"), ("join_tokens", "node")):
+                             ("denied", "kind, value"), ("join_tokens", "node"),
+                             ("run_queue", "run_id")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

@@ -1,7 +1,9 @@
 """A run's states, in one place: the enum, and the sets derived from it.
 
 ``pending -> assigned -> running -> succeeded | failed | timed_out | lost |
-cancelled``, plus ``skipped`` (never started, with a reason). A retry, a
+cancelled``, plus ``skipped`` (never started, with a reason) and
+``waiting`` (held, with a reason: behind the job's previous run under
+``concurrency: queue``; released to ``pending`` when it ends). A retry, a
 rerun or a backfill is a new attempt (a new record), never a way back.
 """
 
@@ -20,6 +22,7 @@ class RunState(str, enum.Enum):
     LOST = "lost"              # its node went away (or the daemon stopped it)
     CANCELLED = "cancelled"
     SKIPPED = "skipped"        # never started, with the reason
+    WAITING = "waiting"        # held (concurrency: queue), with the reason; not placed
 
     def __str__(self) -> str:
         return self.value
@@ -35,11 +38,13 @@ TRANSITIONS: dict[str, frozenset[str]] = {
                                   _S.SKIPPED.value}),
     _S.RUNNING.value: frozenset({_S.SUCCEEDED.value, _S.FAILED.value, _S.TIMED_OUT.value,
                                  _S.CANCELLED.value, _S.LOST.value}),
+    # Released when the run ahead of it ends (state/queue.py), or never started.
+    _S.WAITING.value: frozenset({_S.PENDING.value, _S.CANCELLED.value, _S.SKIPPED.value}),
 }
 ALL = tuple(s.value for s in RunState)
 ACTIVE = tuple(s for s in ALL if s in TRANSITIONS)            # may still change
 FINAL = tuple(s for s in ALL if s not in TRANSITIONS)         # never change again
-NOT_STARTED = tuple(s for s in ACTIVE if s != _S.RUNNING.value)  # pending, assigned
+NOT_STARTED = tuple(s for s in ACTIVE if s != _S.RUNNING.value)  # pending, assigned, waiting
 # What a node may report about a run it was given (anything final).
 REPORTABLE = frozenset(FINAL)
 
