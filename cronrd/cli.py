@@ -706,6 +706,11 @@ def run_now(obj: Ctx, job, wait):
                        + (f" ({r['reason']})" if r["reason"] else ""), err=True)
     res = obj.client(timeout=None if wait else 30.0).call(
         "run_now", {"job": job, "wait": wait}, on_message=show)
+    if not wait and res.get("state") == "waiting":
+        click.echo(f"queued run {res['run_id']} of {job} (concurrency: queue): it starts when "
+                   f"the run ahead of it ends; `cronrd runs {job} --state waiting` shows the "
+                   "queue")
+        return
     if not wait:
         click.echo(f"started run {res['run_id']} of {job}; `cronrd logs {job} --run "
                    f"{res['run_id']} --follow` shows its output")

@@ -531,6 +531,8 @@ class StateMachine:
                 if spec is not None and not spec.enabled:
                     self._skip_committed_ahead(name, at, "disabled: enabled is false in the "
                                                "job file", effects)
+                if spec is not None and spec.concurrency != "queue":
+                    self._queue_dissolve(name, at, spec.concurrency, effects)
         conflict = None if agreed is not None else conflict_text(name, rows, job["digest"])
         if conflict != job["conflict"]:
             self.conn.execute("UPDATE jobs SET conflict=? WHERE name=?", (conflict, name))
@@ -714,6 +716,14 @@ class StateMachine:
                               f"{iso_utc(at)} (concurrency: queue)")
                 effects.append(Effect("pending", run=self._get_run(out.go)))
         QU.refresh_reasons(self.conn, run.job, run.target)
+
+    def _queue_dissolve(self, job: str, at: float, policy: str, effects) -> None:
+        """The job no longer queues: its waiting runs are released at once,
+        for its new policy to decide at their start."""
+        for run in QU.all_queued(self.conn, job):
+            QU.to_pending(self.conn, run, at, f"released from the queue: the job's "
+                                              f"concurrency is now {policy}")
+            effects.append(Effect("pending", run=self._get_run(run.run_id)))
 
     def _apply_fire(self, index, cmd: C.Fire, effects):
         job = self._need_job(cmd.job)

@@ -40,6 +40,13 @@ def queued(conn: apsw.Connection, job: str, target: str) -> list[Run]:
         "target=?) ORDER BY fire_time, run_id", (job, target))]
 
 
+def all_queued(conn: apsw.Connection, job: str) -> list[Run]:
+    """Every waiting run of the job in its queues (all targets), in order."""
+    return [Run.from_row(r) for r in conn.execute(
+        f"{SELECT_RUNS} WHERE run_id IN (SELECT run_id FROM run_queue WHERE job=?) "
+        "ORDER BY target, fire_time, run_id", (job,))]
+
+
 def has_queue(conn: apsw.Connection, job: str, target: str) -> bool:
     for _ in conn.execute("SELECT 1 FROM run_queue WHERE job=? AND target=? LIMIT 1",
                           (job, target)):

@@ -217,6 +217,26 @@ def test_each_node_of_a_per_node_job_has_its_own_queue():
     assert (log.run(b1).state, log.run(b1).target) == ("pending", "n1")
 
 
+def test_a_job_that_no_longer_queues_releases_its_waiting_runs_to_its_new_policy():
+    log = queued_log()
+    a = log.fire(T0 + 1, "q")["run_id"]
+    start(log, a)
+    b = log.fire(T0 + 2, "q")["run_id"]
+    c = log.fire(T0 + 3, "q")["run_id"]
+    log.put("q", at=T0 + 3.5, concurrency="forbid")
+    for rid in (b, c):  # placed now; forbid decides at their start
+        assert log.run(rid).state == "pending"
+        assert log.run(rid).reason == ("released from the queue: the job's concurrency is "
+                                       "now forbid")
+    assert list(log.sm.conn.execute("SELECT * FROM run_queue")) == []
+    # An unrelated change (still queue) leaves the queue as it is.
+    log2 = queued_log()
+    log2.fire(T0 + 1, "q")
+    w = log2.fire(T0 + 2, "q")["run_id"]
+    log2.put("q", at=T0 + 2.5, concurrency="queue", command="false")
+    assert log2.run(w).state == "waiting"
+
+
 def test_other_policies_do_not_queue():
     log = Log()
     log.put("f", concurrency="forbid")
