@@ -662,10 +662,12 @@ class StateMachine:
             effects.append(Effect("cancel", run=self._get_run(run.run_id)))
 
     # -- concurrency: queue (state/queue.py) --------------------------------------------
-    def _queue_hold(self, job: str, target: str, fire_time: int) -> overlap.Decision | None:
+    def _queue_hold(self, job: str, target: str, fire_time: int,
+                    spec=None) -> overlap.Decision | None:
         """None unless the job queues its runs; else may this one start now,
-        must it wait, or is the queue full (overlap.hold)."""
-        spec = self._job_spec(job)
+        must it wait, or is the queue full (overlap.hold). ``spec``: the
+        job's definition, if the caller has it."""
+        spec = spec or self._job_spec(job)
         if spec is None or spec.concurrency != "queue":
             return None
         return QU.hold(self.conn, job, target, fire_time,
@@ -739,13 +741,14 @@ class StateMachine:
             reason = "paused: `cronrd resume` re-enables the job"
         if reason is None:
             reason = self._maintenance_reason()
-        if reason is None and not self._job_spec(cmd.job).enabled:
+        spec = self._job_spec(cmd.job) if reason is None else None
+        if spec is not None and not spec.enabled:
             reason = "disabled: enabled is false in the job file"
         # The overlap policy is applied by the executor at the fire time (a fire
         # is committed ahead of it), against the runs then running; but a
         # queued job's run waits here, behind the runs ahead of it.
         hold = None if reason is not None else self._queue_hold(cmd.job, cmd.target,
-                                                                 cmd.fire_time)
+                                                                 cmd.fire_time, spec)
         if hold is not None and hold.skip is not None:
             reason = hold.skip
         if reason is not None:
