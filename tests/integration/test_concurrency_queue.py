@@ -111,3 +111,32 @@ def test_catchup_all_with_queue_runs_every_missed_fire_time_in_order(node):
     started = started_in_order_one_at_a_time(runs)
     missed = [r for r in started if down < t(r["fire_time"]) < down + 4]
     assert len(missed) >= 3 and all(r["state"] == "succeeded" for r in missed), missed
+
+
+def test_three_nodes_queue_across_nodes_through_a_leader_kill(cluster):
+    c = cluster()
+    c.write_job("slow", {"schedule": "* * * * * *", "command": "sleep 1",
+                         "concurrency": "queue"})
+    c.start()
+    a = c["a"]
+    a.wait_runs(lambda rs: sum(r["state"] == "succeeded" for r in rs) >= 2, job="slow",
+                timeout=30)
+    lead = c.leader()
+    lead.kill9()
+    wait_for(lambda: c.leader(), 15, what="new leader")
+    lead.start(wait=False)
+    lead.wait_ready(timeout=40)
+    after = time.time()
+    survivor = next(n for n in c if n is not lead)
+    runs = survivor.wait_runs(
+        lambda rs: sum(r["state"] == "succeeded" and t(r["started_at"]) > after
+                       for r in rs) >= 4, job="slow", timeout=60,
+        what="queued runs going on after the leader kill")
+    assert not [r for r in runs if r["state"] == "skipped"], runs
+    # One attempt-1 record per fire time, and never two runs at once, on any node.
+    firsts = [r["fire_time"] for r in runs if r["attempt"] == 1]
+    assert len(firsts) == len(set(firsts))
+    done = started_in_order_one_at_a_time(runs)
+    # Each released run was placed anew: the queue moves between nodes.
+    assert len({r["node"] for r in done}) >= 2, [(r["run_id"], r["node"]) for r in done]
+    assert c.converged()
