@@ -662,22 +662,23 @@ class StateMachine:
             effects.append(Effect("cancel", run=self._get_run(run.run_id)))
 
     # -- concurrency: queue (state/queue.py) --------------------------------------------
-    def _queue_hold(self, job: str, target: str, fire_time: int,
-                    spec=None) -> overlap.Decision | None:
+    def _queue_hold(self, job: str, target: str, fire_time: int, spec=None,
+                    bounded: bool = True) -> overlap.Decision | None:
         """None unless the job queues its runs; else may this one start now,
-        must it wait, or is the queue full (overlap.hold). ``spec``: the
-        job's definition, if the caller has it."""
+        must it wait, or is the queue full (overlap.hold; never, unless
+        ``bounded``). ``spec``: the job's definition, if the caller has it."""
         spec = spec or self._job_spec(job)
         if spec is None or spec.concurrency != "queue":
             return None
+        bound = spec.max_queued or overlap.DEFAULT_MAX_QUEUED
         return QU.hold(self.conn, job, target, fire_time,
-                       spec.max_queued or overlap.DEFAULT_MAX_QUEUED)
+                       bound if bounded else overlap.MAX_QUEUED_LIMIT + bound)
 
     def _enqueue(self, index: int, *, job: str, origin: str, kind: str, fire_time: int,
-                 due_at: float, at: float, reason: str, target: str) -> Run:
+                 due_at: float, at: float, reason: str, target: str, attempt: int = 1) -> Run:
         """A run that waits in its job's queue (not placed: no node yet)."""
         run = self._insert_run(index, job=job, origin=origin, kind=kind,
-                               fire_time=fire_time, attempt=1, state="waiting", node=None,
+                               fire_time=fire_time, attempt=attempt, state="waiting", node=None,
                                due_at=due_at, at=at, reason=reason, target=target)
         QU.enqueue(self.conn, run)
         QU.refresh_reasons(self.conn, job, target)  # one may have come before others
@@ -900,6 +901,14 @@ class StateMachine:
                 "AND attempt=?", (run.job, run.origin, run.fire_time, run.target,
                                   run.attempt + 1)):
             return None
+        hold = self._queue_hold(run.job, run.target, run.fire_time, bounded=False)
+        if hold is not None and hold.wait is not None:
+            # The queue moved on meanwhile: the attempt waits its turn (by
+            # its fire time: at the head), full or not.
+            return self._enqueue(index, job=run.job, origin=run.origin, kind="retry",
+                                 fire_time=run.fire_time, attempt=run.attempt + 1,
+                                 due_at=max(at, run.due_at or at), at=at,
+                                 reason=hold.wait, target=run.target).run_id
         new = self._insert_run(index, job=run.job, origin=run.origin, kind="retry",
                                fire_time=run.fire_time, attempt=run.attempt + 1,
                                state="pending", node=None, due_at=max(at, run.due_at or at),

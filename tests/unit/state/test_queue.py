@@ -237,6 +237,30 @@ def test_a_job_that_no_longer_queues_releases_its_waiting_runs_to_its_new_policy
     assert log2.run(w).state == "waiting"
 
 
+def test_a_lost_run_that_never_started_waits_for_the_run_released_meanwhile():
+    # on_node_loss: fail, so NodeLost retries nothing and the queue moves on;
+    # then the node says the run never started: its retry must not start
+    # beside the released one, so it waits at the head of the queue.
+    log = queued_log(on_node_loss="fail")
+    a = log.fire(T0 + 1, "q")["run_id"]
+    b = log.fire(T0 + 2, "q")["run_id"]
+    token = log.run(a).token
+    log.apply(C.ClaimRuns(node="n1", claims=[[a, token]], at=T0 + 0.9))  # then cut off
+    log.apply(C.NodeLost(node="n1", at=T0 + 5, reason="silent"))
+    assert log.run(a).state == "lost" and log.run(b).state == "pending"
+    res = log.apply(C.RunFinished(run_id=a, token=token, node="n1", state="lost",
+                                  exit_code=None, signal=None, started_at=None,
+                                  finished_at=T0 + 6, log_path=None, reason="fenced",
+                                  not_started=True))
+    retry = log.run(res["retry_run_id"])
+    assert (retry.state, retry.attempt, retry.fire_time) == ("waiting", 2, T0 + 1)
+    assert retry.reason.startswith(f"waiting for run {b} (pending, due ")
+    assert in_flight(log) == [b]
+    place(log, b, at=T0 + 6.1)
+    log.finish(b, at=T0 + 8)
+    assert log.run(retry.run_id).state == "pending"
+
+
 def test_other_policies_do_not_queue():
     log = Log()
     log.put("f", concurrency="forbid")
@@ -251,6 +275,7 @@ def random_queue_commands(rng: random.Random, n: int) -> list[C.Command]:
     with some stale reports thrown in."""
     cmds: list[C.Command] = [
         C.PutJob(name=name, spec=spec(name=name, concurrency="queue", max_queued=3,
+                                      on_node_loss=rng.choice(["retry", "fail"]),
                                       catchup_window=rng.choice([5.0, 86400.0]),
                                       retries={"max": rng.randint(0, 1), "delay": 1.0,
                                                "backoff": 2.0, "max_delay": 60.0,
@@ -287,12 +312,23 @@ def random_queue_commands(rng: random.Random, n: int) -> list[C.Command]:
             cmd = C.SetPaused(name=name, paused=rng.random() < 0.3, at=t)
         elif k < 0.25:
             cmd = C.CancelRun(run_id=run.run_id, at=t, reason="by hand")
+        elif k < 0.27:  # a node goes silent, and says later what it never started
+            cmd = C.NodeLost(node=rng.choice(["n1", "n2"]), at=t, reason="silent")
+            if run.state.value in ("assigned", "running") and run.node:
+                cmds.append(cmd)
+                apply(cmd)
+                cmd = C.RunFinished(run_id=run.run_id, token=run.token, node=run.node,
+                                    state="lost", exit_code=None, signal=None,
+                                    started_at=None, finished_at=t, log_path=None,
+                                    not_started=True)
         elif k < 0.3:  # a stale report
             cmd = C.RunFinished(run_id=run.run_id, token=(run.token or 0) + 1000, node="n1",
                                 state="succeeded", exit_code=0, signal=None, started_at=t,
                                 finished_at=t, log_path="/l")
         elif run.state.value == "pending":
             cmd = C.AssignRun(run_id=run.run_id, node=rng.choice(["n1", "n2"]), at=t)
+        elif run.state.value == "assigned" and run.claimed_at is None and k < 0.45:
+            cmd = C.ClaimRuns(node=run.node, claims=[[run.run_id, run.token]], at=t)
         elif run.state.value == "assigned" and k < 0.65:
             cmd = C.RunStarted(run_id=run.run_id, token=run.token, node=run.node, pid=100,
                                started_at=t, log_path="/l")
