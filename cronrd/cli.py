@@ -488,7 +488,8 @@ RUN_HEADERS = ["run", "job", "fire time", "kind", "attempt", "node", "state", "s
 @click.option("--state", "states", metavar="STATE", multiple=True,
               help="Only runs in this state (repeat, or a comma list: failed,lost).")
 @click.option("--kind", "kinds", metavar="KIND", multiple=True,
-              help="Only scheduled, catchup, manual or retry runs (repeatable).")
+              help="Only scheduled, catchup, manual, retry, backfill or rerun runs "
+              "(repeatable).")
 @click.option("--node", metavar="NODE", help="Only runs placed on this node.")
 @click.option("--since", metavar="TIME", help="Fire times from TIME on (ISO 8601, or back "
               "from now: 90m, 2h, 1d).")
@@ -603,6 +604,44 @@ def print_job(j: dict, now: float) -> None:
     click.echo("\ndefinition:")
     text = yaml.safe_dump(j.get("spec") or {}, sort_keys=False, default_flow_style=False)
     click.echo("  " + text.rstrip("\n").replace("\n", "\n  "))
+
+
+@main.command()
+@click.argument("job", shell_complete=complete_jobs)
+@click.option("--at", "at", metavar="TIME", help="The fire time to explain: ISO 8601, UTC "
+              "unless it has an offset (2026-03-29T01:00:00Z, 2026-03-29T03:00+02:00).")
+@click.option("--next", "next_", is_flag=True, help="Explain the next fire time: what would "
+              "happen to it now.")
+@click.option("--local", is_flag=True, help="--at is the wall clock of the job's time zone "
+              "(2026-03-29T02:30).")
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def explain(obj: Ctx, job, at, next_, local, consistent, as_json):
+    """Why JOB did (not) run at a fire time, or what will happen at one: the
+    schedule and its daylight-saving rule, the job's definition, pauses (who,
+    why), catch-up, overlap, placement and every attempt, then a verdict.
+    Without --at or --next: its latest fire time."""
+    if at is not None and next_:
+        raise UsageError("give --at TIME or --next, not both")
+    if local and at is None:
+        raise UsageError("--local says how to read --at TIME: give --at too")
+    args: dict[str, Any] = {"job": job}
+    if at is not None:
+        args["at"] = at
+    if local:
+        args["local"] = True
+    if next_:
+        args["next"] = True
+    res = obj.client().call("explain", read_args(consistent, args))
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(f"{'explain':<11} {res['job']} at {res['at']} ({res['local']}, "
+               f"{res['timezone']})" + (" - still to come" if res.get("future") else ""))
+    for step in res["steps"]:
+        click.echo(f"{step['step']:<11} {step['text']}")
+    click.echo(f"{'verdict':<11} {res['verdict']['text']}")
 
 
 @main.command()
@@ -792,6 +831,146 @@ def cancel(obj: Ctx, run_id, job):
     click.echo(f"run {run_id} of {res['job']}: "
                + ("cancelled" if res["state"] == "cancelled" else
                   f"{res['state']}, asked to stop"))
+
+
+# -- backfill and rerun ---------------------------------------------------------------------
+BACKFILL_ACTIONS = {"pause": "paused", "resume": "running", "cancel": "cancelled"}
+
+
+@main.command()
+@click.argument("args", nargs=-1, metavar="JOB | pause|resume|cancel ID")
+@click.option("--from", "first", metavar="TIME", help="First instant of the range (ISO 8601, "
+              "or a duration back from now: 6h, 7d).")
+@click.option("--to", "last", metavar="TIME", help="Last instant of the range (default: now).")
+@click.option("--reprocess", type=click.Choice(["missing", "failed", "all"]),
+              default="missing", show_default=True,
+              help="Which fire times with a record run again (as a new attempt): missing "
+              "runs only those without one (or skipped), failed also failed ones, all every "
+              "one that is not running.")
+@click.option("--parallel", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Runs of the backfill at once, at most (one under concurrency forbid or "
+              "replace: its runs queue).")
+@click.option("--order", type=click.Choice(["oldest", "newest"]), default="oldest",
+              show_default=True, help="Which fire times run first.")
+@click.option("--dry-run", is_flag=True, help="Print what each fire time would get, change "
+              "nothing.")
+@click.option("--note", default="", metavar="TEXT", help="Why (shown by `cronrd backfills`).")
+@click.option("--force", is_flag=True, help="Take more than 10,000 fire times.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def backfill(obj: Ctx, args, first, last, reprocess, parallel, order, dry_run, note, force,
+             as_json):
+    """Run JOB for the fire times of its schedule between --from and --to
+    that have no record (or, with --reprocess, failed or all of them: a new
+    attempt of the same record). `cronrd backfill pause|resume|cancel ID`
+    controls a backfill that is going on."""
+    if len(args) == 2 and args[0] in BACKFILL_ACTIONS and first is None:
+        try:
+            bid = int(args[1])
+        except ValueError:
+            raise UsageError(f"backfill {args[0]} takes a backfill id (`cronrd backfills` "
+                             f"lists them), not {args[1]!r}") from None
+        res = obj.client().call("backfill_state", {"id": bid,
+                                                   "state": BACKFILL_ACTIONS[args[0]]})
+        if as_json:
+            emit_json(res)
+            return
+        word = {"paused": "paused", "running": "resumed", "cancelled": "cancelled"}[res["state"]]
+        click.echo(f"backfill {bid} {word}" if res["changed"] else
+                   f"backfill {bid} was already {res['state']}")
+        return
+    if len(args) != 1:
+        raise UsageError("give one JOB and --from TIME (`cronrd backfill JOB --from 2d "
+                         "--dry-run`), or `cronrd backfill pause|resume|cancel ID`")
+    job = args[0]
+    if first is None:
+        raise UsageError(f"--from TIME is required: where the backfill starts (`cronrd "
+                         f"backfill {job} --from 2d --dry-run`)")
+    import math
+    now = Clock().now()
+    lo = math.ceil(_when(first, now, "--from"))
+    hi = math.floor(_when(last, now, "--to") if last is not None else now)
+    res = obj.client(timeout=120.0).call("backfill", {
+        "job": job, "from": lo, "to": hi, "reprocess": reprocess, "parallel": parallel,
+        "order": order, "dry_run": dry_run, "note": note, "force": force})
+    if as_json:
+        emit_json(res)
+        return
+    if dry_run:
+        for when, line in res["lines"]:
+            click.echo(f"{when}  {line}")
+        counts: dict[str, int] = {}
+        for _t, line in res["lines"]:
+            word = line.split(" ", 1)[0].rstrip(":")
+            counts[word] = counts.get(word, 0) + 1
+        click.echo(f"{res['total']} fire time(s) of {job}: " + ", ".join(
+            f"{n} {w}" for w, n in sorted(counts.items())) + f"; at most {res['limit']} at "
+            f"once (concurrency: {res['concurrency']}); nothing changed (--dry-run)")
+        return
+    todo = res["total"] - res["skipped"]
+    click.echo(f"backfill {res['backfill']} of {job}: {res['total']} fire time(s), {todo} to "
+               f"run, {res['skipped']} skipped, at most {res['limit']} at once; "
+               f"`cronrd backfills {res['backfill']}` shows its progress")
+
+
+@main.command()
+@click.argument("backfill_id", metavar="[ID]", type=int, required=False)
+@click.option("--items", is_flag=True, help="With ID: every fire time and what it got.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100000))
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def backfills(obj: Ctx, backfill_id, items, limit, consistent, as_json):
+    """Backfills, newest first, with their progress (or one, by ID)."""
+    if items and backfill_id is None:
+        raise UsageError("--items needs a backfill ID (`cronrd backfills` lists them)")
+    res = obj.client().call("backfills", read_args(consistent, {
+        "id": backfill_id, "limit": limit, "items": items}))
+    if as_json:
+        emit_json(res)
+        return
+    from .schedule import iso_utc
+    rows = []
+    for b in res["backfills"]:
+        c = b["counts"]
+        failed = sum(n for o, n in b["outcomes"].items() if o != "succeeded")
+        rows.append([b["id"], b["job"], b["state"], iso_utc(b["from"]), iso_utc(b["to"]),
+                     f"{c['done']}/{b['total'] - c['skipped']}", c["released"],
+                     c["waiting"], c["skipped"], failed, b["parallel"],
+                     "; ".join(filter(None, [b["note"], b.get("held") and
+                                             f"held: {b['held']}"])) or None])
+    if not rows:
+        click.echo("no backfills")
+        return
+    table(rows, ["id", "job", "state", "from", "to", "done", "running", "waiting",
+                 "skipped", "failed", "parallel", "note"])
+    for when, state, note, run_id, outcome in res.get("items", []):
+        click.echo(f"{when}  {state}" + (f" run {run_id}" if run_id else "")
+                   + (f" {outcome}" if outcome else "") + (f": {note}" if note else ""))
+
+
+@main.command()
+@click.argument("job", shell_complete=complete_jobs)
+@click.option("--at", "at", required=True, metavar="TIME",
+              help="The fire time to run again (ISO 8601, as `cronrd runs` shows it).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def rerun(obj: Ctx, job, at, as_json):
+    """Run the fire time TIME of JOB again: a new attempt (kind rerun) of its
+    record, which keeps its key (job, fire time)."""
+    from .schedule import parse_iso
+    try:
+        t = parse_iso(at)
+    except CronrdError:
+        raise UsageError(f"--at {at!r}: give the fire time in ISO 8601 "
+                         "(2026-12-01T06:00:00Z), as `cronrd runs` shows it") from None
+    res = obj.client().call("rerun", {"job": job, "at": int(t)})
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(f"run {res['run_id']}: attempt {res['attempt']} of {job} at "
+               f"{res['fire_time']}; `cronrd logs {job} --run {res['run_id']} --follow` shows "
+               "its output")
 
 
 @main.command()

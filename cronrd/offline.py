@@ -2,10 +2,10 @@
 database on disk, opened read-only.
 
 When nothing listens on the control socket and no daemon holds the
-data_dir's lock, `cronrd status | jobs | show | runs | logs | audit` read the
-node's own copy of the replicated state (the same queries the daemon runs,
-reads.py) and say on stderr that they do: "daemon not running; state as of
-T". Changes (run-now, pause, cancel, ...) still need the daemon.
+data_dir's lock, `cronrd status | jobs | show | runs | logs | audit | explain`
+read the node's own copy of the replicated state (the same queries the
+daemon runs, reads.py and explain.py) and say on stderr that they do:
+"daemon not running; state as of T". Changes (run-now, pause, cancel, ...) still need the daemon.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .errors import DaemonUnavailable, RequestError, UsageError
 from .schedule import iso_utc
 
 # Commands answered here; every other one needs the daemon.
-READS = ("status", "jobs", "job", "runs", "run", "logs", "audit")
+READS = ("status", "jobs", "job", "runs", "run", "logs", "audit", "explain")
 
 
 def daemon_holds(data_dir: str) -> bool | None:
@@ -183,6 +183,12 @@ class Offline:
             raise RequestError(f"no run with id {args.get('run_id')}; `cronrd runs` lists "
                                "recent runs")
         return run.view()
+
+    def h_explain(self, args: dict, on_message) -> dict:
+        """The trail with the members as last announced (no health known)."""
+        from .runtime.explain import OFFLINE_NODES, explain, nodes_from_state
+        return explain(self.conn, args, now=time.time(), default_tz=self.config.timezone,
+                       nodes=nodes_from_state(self.conn), nodes_note=OFFLINE_NODES)
 
     def h_audit(self, args: dict, on_message) -> dict:
         from .state import queries as Q

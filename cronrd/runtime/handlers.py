@@ -29,6 +29,9 @@ from ..state import run_states
 from ..state import queries as Q
 from ..state.run import Run
 from ..state.machine import Effect, StateMachine
+from . import backfills as B
+from ..decisions import backfill as BD
+from ..state import backfill as BF
 from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .clock import Clock
 from .control import Handler, Stream, arg
@@ -54,7 +57,8 @@ REFUSAL_WINDOW = 60.0
 CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
              "cluster_revoke_cert": "cluster revoke-cert",
              "cluster_remove": "cluster remove",
-             "cluster_transfer_leader": "cluster transfer-leader"}
+             "cluster_transfer_leader": "cluster transfer-leader",
+             "backfill_state": "backfill pause|resume|cancel"}
 RUN_STATES = run_states.ALL
 
 
@@ -120,9 +124,12 @@ class Handlers:
             "job": (READ, self.h_job), "runs": (READ, self.h_runs),
             "run": (READ, self.h_run), "audit": (READ, self.h_audit),
             "cluster_members": (READ, self.h_cluster_members),
+            "explain": (READ, self.h_explain),
             "logs": (JOB, self.h_logs), "run_now": (JOB, self.h_run_now),
             "pause": (JOB, self.h_pause), "resume": (JOB, self.h_resume),
             "cancel": (JOB, self.h_cancel),
+            "backfill": (JOB, self.h_backfill), "backfills": (READ, self.h_backfills),
+            "backfill_state": (JOB, self.h_backfill_state), "rerun": (JOB, self.h_rerun),
             "reload": (ADMIN, self.h_reload), "cluster_add": (ADMIN, self.h_cluster_add),
             "cluster_remove": (ADMIN, self.h_cluster_remove),
             "cluster_revoke_cert": (ADMIN, self.h_cluster_revoke_cert),
@@ -352,6 +359,19 @@ class Handlers:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
         return run.view()
 
+    async def h_explain(self, args: dict) -> dict:
+        """`cronrd explain JOB [--at T | --next]`: the decision trail of one
+        fire time (explain.py). The members' health is the leader's view; a
+        follower gives them as last announced in the state."""
+        await self._consistent(args)
+        from .explain import FOLLOWER_NODES, explain, nodes_from_state
+        if self.log.is_leader:
+            nodes, note = self.members.node_views(), ""
+        else:
+            nodes, note = nodes_from_state(self.conn), FOLLOWER_NODES
+        return explain(self.conn, args, now=self.clock.now(), default_tz=self.config.timezone,
+                       nodes=nodes, nodes_note=note)
+
     def _find_log_run(self, job: str, run_id: int | None) -> Run:
         """--run ID, or the job's latest run that has started (a retry still
         waiting for its time has nothing to show)."""
@@ -551,6 +571,82 @@ class Handlers:
         if job is not None:
             return {"job": job, "runs": out}
         return out[0]
+
+    # -- backfill and rerun (runtime/backfills.py, state/backfill.py) -----------------
+    async def h_backfill(self, args: dict, caller: Caller) -> dict:
+        """Plan (``dry_run``) or start a backfill of ``job`` from ``from`` to ``to``."""
+        name = arg(args, "job", str, required=True)
+        self._job_or_error(name)
+        first = arg(args, "from", int, required=True)
+        last = arg(args, "to", int, required=True)
+        reprocess = arg(args, "reprocess", str, "missing")
+        order = arg(args, "order", str, "oldest")
+        parallel = arg(args, "parallel", int, 1)
+        note = arg(args, "note", str, "")
+        dry_run = bool(arg(args, "dry_run", bool, False))
+        if reprocess not in BD.REPROCESS or order not in BD.ORDERS:
+            raise UsageError(f"--reprocess is one of {', '.join(BD.REPROCESS)}, --order one "
+                             f"of {', '.join(BD.ORDERS)}")
+        if not 1 <= parallel <= 1000:
+            raise UsageError("--parallel must be from 1 to 1000")
+        if len(note) > 1000:
+            raise UsageError("the note is longer than 1000 characters; say it shorter")
+        await self._authorize_job(caller, "backfill", name, name, change=not dry_run)
+        spec = self._job_spec(name)
+        BF.check_job(spec, name, RequestError)
+        times, lines = B.plan(self.conn, spec, self.config.timezone, first, last, reprocess,
+                              order, bool(arg(args, "force", bool, False)))
+        out = {"job": name, "total": len(times),
+               "limit": BD.limit(parallel, spec.concurrency),
+               "concurrency": spec.concurrency,
+               "lines": [[iso_utc(t), d.line()] for t, d in lines]}
+        if dry_run:
+            return out
+        res = await self.log.propose(C.CreateBackfill(
+            job=name, fire_times=times, from_time=first, to_time=last, reprocess=reprocess,
+            parallel=parallel, order=order, at=self.clock.now(), note=note,
+            who=caller.describe()))
+        return {**out, **res, "lines": []}
+
+    async def h_backfills(self, args: dict) -> dict:
+        await self._consistent(args)
+        bid = arg(args, "id", int)
+        limit = arg(args, "limit", int, 50)
+        rows = BF.listing(self.conn, bid, limit)
+        if bid is not None and not rows:
+            raise RequestError(f"no backfill with id {bid}; `cronrd backfills` lists them")
+        out = {"backfills": rows}
+        if bid is not None and arg(args, "items", bool, False):
+            out["items"] = [[iso_utc(t), st, note, rid, outcome]
+                            for t, st, note, rid, outcome in BF.items(self.conn, bid)]
+        return out
+
+    async def h_backfill_state(self, args: dict, caller: Caller) -> dict:
+        bid = arg(args, "id", int, required=True)
+        state = arg(args, "state", str, required=True)
+        if state not in ("paused", "running", "cancelled"):
+            raise UsageError("state is paused, running or cancelled")
+        rows = BF.listing(self.conn, bid, 1)
+        if not rows:
+            raise RequestError(f"no backfill with id {bid}; `cronrd backfills` lists them")
+        await self._authorize_job(caller, "backfill_state", str(bid), rows[0]["job"],
+                                  change=True)
+        return await self.log.propose(C.SetBackfillState(backfill=bid, state=state,
+                                                         at=self.clock.now(),
+                                                         who=caller.describe()))
+
+    async def h_rerun(self, args: dict, caller: Caller) -> dict:
+        """A new attempt of the record of ``job`` at fire time ``at``."""
+        name = arg(args, "job", str, required=True)
+        self._job_or_error(name)
+        at = arg(args, "at", int, required=True)
+        await self._authorize_job(caller, "rerun", name, name, change=True)
+        spec = self._job_spec(name)
+        BF.check_job(spec, name, RequestError)
+        t = B.rerun_time(self.conn, spec, self.config.timezone, at)
+        res = await self.log.propose(C.Rerun(job=name, fire_time=t, at=self.clock.now(),
+                                             who=caller.describe()))
+        return {**res, "job": name, "fire_time": iso_utc(t)}
 
     async def h_audit(self, args: dict) -> dict:
         await self._consistent(args)

@@ -23,6 +23,7 @@ from ..jobspec import JobSpec
 from ..state import commands as C
 from ..state import queries as Q
 from ..state.machine import Effect
+from .backfills import Backfiller
 from .clock import Clock
 from .log import Log
 from .members import Members
@@ -60,6 +61,7 @@ class Leadership:
         self.scheduler: Scheduler | None = None
         self._assigning: set[int] = set()
         self._pending = asyncio.Event()  # pending runs were committed: place them
+        self.backfiller: Backfiller | None = None
         self._leading = False
 
     # -- life cycle ------------------------------------------------------------
@@ -107,9 +109,13 @@ class Leadership:
             await sched.start_async()
             log.info("event=leading node=%s jobs=%d", self.node_id, len(sched.entries))
             async with asyncio.TaskGroup() as tg:
+                # Open backfills resume where the last leader left them.
+                self.backfiller = Backfiller(self.conn, self.log.propose_as_leader,
+                                             self.clock, self.members.duty_interval)
                 tasks = [tg.create_task(sched.run(), name="scheduler"),
                          tg.create_task(self._placer(), name="placement"),
-                         tg.create_task(self._duties(), name="leader-duties")]
+                         tg.create_task(self._duties(), name="leader-duties"),
+                         tg.create_task(self.backfiller.run(), name="backfills")]
                 if self.claims:
                     tasks.append(tg.create_task(self._mover(), name="claims"))
                 await self.members.changes.until(lambda: not self.log.is_leader)
@@ -118,6 +124,7 @@ class Leadership:
             log.info("event=leadership_lost node=%s", self.node_id)
         finally:
             self._leading = False
+            self.backfiller = None
             self._assigning.clear()
             self._moving.clear()
             sched.stop()
@@ -215,6 +222,8 @@ class Leadership:
     def on_effects(self, effects: list[Effect]) -> None:
         if self.scheduler is not None:
             self.scheduler.on_effects(effects)
+        if self.backfiller is not None:
+            self.backfiller.on_effects(effects)
         for eff in effects:
             if eff.kind == "restored" and self.scheduler is not None:
                 self.scheduler.started = False

@@ -15,7 +15,7 @@ from ..state import queries as Q
 from ..state import run_states
 from .control import arg
 
-RUN_KINDS = ("scheduled", "catchup", "manual", "retry")
+RUN_KINDS = ("scheduled", "catchup", "manual", "retry", "backfill", "rerun")
 MAX_RUNS = 100_000
 RECENT_RUNS = 10   # `cronrd show`: the last runs
 

@@ -92,8 +92,16 @@ class Trigger:
             return None
         x = t + 1  # looking for instants >= x
         last_lo = last_n = None
+        first = True
         while _MIN_T <= x < _MAX_T:
             start, before, off, end, after = self._segment(x)
+            if first and self._fixed and start == x and before < off:
+                # x is the instant of a spring-forward jump: a wall time the
+                # jump skips fires here (as when asked from further back)
+                n = self._match_ge(x + before)
+                if n is not None and n < x + off:
+                    return x
+            first = False
             lo = x + off
             if self._fixed and start is not None and before > off:
                 lo = max(lo, start + before)  # the repeated hour already ran in its first pass
@@ -139,6 +147,14 @@ class Trigger:
         total = 0
         x = after + 1
         budget = [max_days]
+        start, before, off, _end, _after = self._segment(x)
+        if self._fixed and start == x and before < off:
+            # ``after`` is the second before a spring-forward jump: count the
+            # fire a skipped wall time makes at the jump (unless the first
+            # wall time after the jump matches too: counted with its segment)
+            got = self._naive_count(x + before, x + off - 1, budget)
+            same = self._naive_count(x + off, x + off, budget)
+            total += 1 if got > 0 and not same else 0
         while x <= until:
             start, before, off, end, after_off = self._segment(x)
             lo = x + off

@@ -308,11 +308,64 @@ class Audit(Command):
     detail: str = ""  # why it was refused
 
 
+@dataclass(frozen=True)
+class CreateBackfill(Command):
+    """Start a backfill of ``job`` over ``fire_times`` (the proposer took
+    them from the job's trigger between ``from_time`` and ``to_time``);
+    ``apply`` decides each one from the records it finds (state/backfill.py)."""
+
+    op: ClassVar[str] = "create_backfill"
+    job: str
+    fire_times: list
+    from_time: int
+    to_time: int
+    reprocess: str
+    parallel: int
+    order: str
+    at: float
+    note: str = ""
+    who: str = ""
+
+
+@dataclass(frozen=True)
+class BackfillStep(Command):
+    """The leader's duty for one backfill: account for its runs that ended
+    and release its next fire times, as many as its limit allows *now*
+    (apply counts: two leaders proposing at once cannot exceed it)."""
+
+    op: ClassVar[str] = "backfill_step"
+    backfill: int
+    at: float
+
+
+@dataclass(frozen=True)
+class SetBackfillState(Command):
+    """Pause, resume or cancel a backfill (`cronrd backfill pause|resume|cancel`)."""
+
+    op: ClassVar[str] = "set_backfill_state"
+    backfill: int
+    state: str  # paused | running | cancelled
+    at: float
+    who: str = ""
+
+
+@dataclass(frozen=True)
+class Rerun(Command):
+    """A new attempt of the record of ``job`` at ``fire_time`` (`cronrd rerun`)."""
+
+    op: ClassVar[str] = "rerun"
+    job: str
+    fire_time: int
+    at: float
+    who: str = ""
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
-              AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit)
+              AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit,
+              CreateBackfill, BackfillStep, SetBackfillState, Rerun)
 }
 
 

@@ -20,7 +20,9 @@ import apsw
 from ..decisions import overlap
 from ..errors import StateError
 from ..schedule import iso_utc, retry_delay
+from . import backfill as BF
 from . import commands as C
+from . import pause_log
 from . import queries as Q
 from . import queue as QU
 from .run import SELECT as SELECT_RUNS, Run
@@ -558,6 +560,7 @@ class StateMachine:
         if cmd.name == "":
             return self._set_maintenance(cmd, effects)
         job = self._need_job(cmd.name)
+        pause_log.record(self.conn, cmd.name, cmd.paused, cmd.note, cmd.by, cmd.at)
         if cmd.paused:
             self.conn.execute("INSERT OR REPLACE INTO pauses(name, note, by, at) "
                               "VALUES(?,?,?,?)", (cmd.name, str(cmd.note), str(cmd.by),
@@ -578,6 +581,7 @@ class StateMachine:
         """`pause --all`: every fire time is recorded skipped until `resume
         --all`; the jobs' own paused flags are left as they are."""
         was = self._maintenance() is not None
+        pause_log.record(self.conn, "", cmd.paused, cmd.note, cmd.by, cmd.at)
         if not cmd.paused:
             self.conn.execute("DELETE FROM pauses WHERE name=''")
             return {"changed": was, "paused": False}
@@ -1128,6 +1132,7 @@ class StateMachine:
         self.conn.execute("DELETE FROM gaps WHERE created_at < ?", (cmd.before,))
         self.conn.execute("DELETE FROM late_reports WHERE finished_at < ?", (cmd.before,))
         self.conn.execute("DELETE FROM audit WHERE at < ?", (cmd.before,))
+        pause_log.prune(self.conn, cmd.before)
         more = False
         if isinstance(cmd.keep, int) and not isinstance(cmd.keep, bool) and cmd.keep > 0:
             # An every-second job makes 86,400 records a day: a count keeps
@@ -1185,6 +1190,56 @@ class StateMachine:
              int(cmd.allowed), cmd.detail))
         return {"audit_id": self.conn.last_insert_rowid()}
 
+    # -- backfills and reruns (state/backfill.py) ---------------------------------
+    def _apply_create_backfill(self, index, cmd: C.CreateBackfill, effects):
+        return BF.create(self.conn, cmd, self._need_job(cmd.job), self._job_spec(cmd.job),
+                         Refused)
+
+    def _apply_backfill_step(self, index, cmd: C.BackfillStep, effects):
+        bf = BF.get(self.conn, cmd.backfill, Refused)
+        job = self._job(bf["job"])
+
+        def new_attempt(kind: str, fire_time: int, attempt: int) -> int:
+            run = self._insert_run(index, job=bf["job"], origin="schedule", kind=kind,
+                                   fire_time=fire_time, attempt=attempt, state="pending",
+                                   node=None, due_at=cmd.at, at=cmd.at)
+            effects.append(Effect("pending", run=run))
+            return run.run_id
+        return BF.step(self.conn, cmd.backfill, cmd.at, spec=self._job_spec(bf["job"]),
+                       held=BF.held(self.conn, bf["job"]),
+                       cursor=None if job is None else job["cursor"],
+                       new_attempt=new_attempt, refused=Refused)
+
+    def _apply_set_backfill_state(self, index, cmd: C.SetBackfillState, effects):
+        return BF.set_state(self.conn, cmd, Refused)
+
+    def _apply_rerun(self, index, cmd: C.Rerun, effects):
+        """A new attempt (kind rerun) of an existing record, never a second record."""
+        job = self._need_job(cmd.job)
+        BF.check_job(self._job_spec(cmd.job), cmd.job, Refused)
+        if not isinstance(cmd.fire_time, int) or isinstance(cmd.fire_time, bool):
+            raise Refused("rerun: fire_time must be whole seconds")
+        attempt = BF.rerun_attempt(self.conn, cmd.job, cmd.fire_time, Refused)
+        reason = self._admit(index, job, cmd.at, effects)
+        if reason is not None:
+            raise Refused(f"job {cmd.job!r} not rerun: {reason}; wait for the active run to "
+                          f"finish (`cronrd runs {cmd.job} --state running`)")
+        hold = self._queue_hold(cmd.job, "", cmd.fire_time)
+        if hold is not None and hold.skip is not None:
+            raise Refused(f"job {cmd.job!r} not rerun: {hold.skip}; wait for the queue to "
+                          f"drain (`cronrd runs {cmd.job} --state waiting`)")
+        if hold is not None and hold.wait is not None:  # queued, by its fire time
+            run = self._enqueue(index, job=cmd.job, origin="schedule", kind="rerun",
+                                fire_time=cmd.fire_time, attempt=attempt, due_at=cmd.at,
+                                at=cmd.at, reason=hold.wait, target="")
+            return {"run_id": run.run_id, "attempt": attempt, "state": "waiting"}
+        run = self._insert_run(index, job=cmd.job, origin="schedule", kind="rerun",
+                               fire_time=cmd.fire_time, attempt=attempt, state="pending",
+                               node=None, due_at=cmd.at, at=cmd.at,
+                               reason=f"rerun by {cmd.who}" if cmd.who else "rerun")
+        effects.append(Effect("pending", run=run))
+        return {"run_id": run.run_id, "attempt": attempt, "state": "pending"}
+
     # -- digest ---------------------------------------------------------------
     def full_digest(self) -> str:
         """Hash of every replicated table (O(rows): for tests and audits)."""
@@ -1196,7 +1251,8 @@ class StateMachine:
                              ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
                              ("late_reports", "report_id"), ("audit", "audit_id"),
                              ("denied", "kind, value"), ("join_tokens", "node"),
-                             ("run_queue", "run_id")):
+                             ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
+                             ("pause_log", "event_id"), ("run_queue", "run_id")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

@@ -20,7 +20,7 @@ class Run:
     run_id: int
     job: str
     origin: str                      # schedule | manual
-    kind: str                        # scheduled | catchup | manual | retry
+    kind: str                        # scheduled | catchup | manual | retry | backfill | rerun
     fire_time: int                   # epoch seconds
     attempt: int
     target: str                      # node key for per-node runs, "" otherwise

@@ -74,7 +74,7 @@ CREATE TABLE IF NOT EXISTS runs(
     run_id INTEGER PRIMARY KEY,
     job TEXT NOT NULL,
     origin TEXT NOT NULL,            -- schedule | manual
-    kind TEXT NOT NULL,              -- scheduled | catchup | manual | retry
+    kind TEXT NOT NULL,              -- scheduled | catchup | manual | retry | backfill | rerun
     fire_time INTEGER NOT NULL,
     attempt INTEGER NOT NULL,
     target TEXT NOT NULL DEFAULT '', -- node key for per-node runs, '' otherwise
@@ -169,6 +169,50 @@ CREATE TABLE IF NOT EXISTS join_tokens(
     addr TEXT NOT NULL,
     at REAL NOT NULL
 );
+-- Backfills (`cronrd backfill`): a replicated object the leader's duties
+-- release, at most `parallel` runs at once, until done (state/backfill.py).
+CREATE TABLE IF NOT EXISTS backfills(
+    id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    from_time INTEGER NOT NULL,
+    to_time INTEGER NOT NULL,
+    reprocess TEXT NOT NULL,         -- missing | failed | all
+    parallel INTEGER NOT NULL,
+    ord TEXT NOT NULL,               -- oldest | newest
+    state TEXT NOT NULL,             -- running | paused | done | cancelled
+    note TEXT NOT NULL,
+    who TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    total INTEGER NOT NULL,          -- fire times in the range
+    planned_skips INTEGER NOT NULL   -- of them, skipped when it was created
+);
+CREATE INDEX IF NOT EXISTS backfills_open ON backfills(job) WHERE state IN ('running', 'paused');
+-- Each fire time of a backfill: waiting, released (its run record made or
+-- reprocessed: run_id is that attempt), done (outcome: the last attempt's
+-- state), skipped (note says why) or cancelled.
+CREATE TABLE IF NOT EXISTS backfill_items(
+    backfill INTEGER NOT NULL,
+    fire_time INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '',
+    run_id INTEGER,
+    outcome TEXT,
+    PRIMARY KEY(backfill, fire_time)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS backfill_items_state ON backfill_items(backfill, state, fire_time);
+-- Every pause and resume of a job (name '': the maintenance pause), kept
+-- after the resume: `cronrd explain JOB --at T` says who paused it and why
+-- at a past T. Pruned with the run history.
+CREATE TABLE IF NOT EXISTS pause_log(
+    event_id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    paused INTEGER NOT NULL,         -- 1 paused, 0 resumed
+    note TEXT NOT NULL,
+    by TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pause_log_name ON pause_log(name, at);
 -- The runs held by `concurrency: queue` (state 'waiting'), one row each,
 -- per job and target in fire-time order: the first is released when the
 -- job has no run pending, assigned or running (state/queue.py).

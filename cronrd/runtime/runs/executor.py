@@ -281,7 +281,10 @@ class Executor:
             act.spec.concurrency,
             [overlap.Running(rid) for rid in local] + [overlap.Running(rid, node)
                                                        for rid, node in remote],
-            run_id=act.run.run_id, manual=act.run.kind == "manual")
+            run_id=act.run.run_id,
+            # a backfill or rerun run was released when nothing of the job ran
+            # (state/backfill.py): it queues, it is never skipped at its gate
+            manual=act.run.kind in ("manual", "backfill", "rerun"))
         for other in decision.replace:
             if other.node is None:
                 self.apply(local[other.run_id], L.Stop("cancelled", decision.reason))

@@ -185,7 +185,7 @@ def _signal_record(rec: records.Record, sig: int) -> None:
 def _stale_reason(ex: "Executor", run: Run) -> str | None:
     """A run assigned before the daemon stopped and never started: does the
     job's catch-up policy still want it?"""
-    if run.kind == "manual" or run.kind == "retry":
+    if run.kind in ("manual", "retry", "backfill", "rerun"):
         return None
     spec = ex.job_spec(run.job)
     if spec is None:

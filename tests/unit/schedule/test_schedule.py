@@ -452,6 +452,24 @@ def test_berlin_spring_forward_fixed_time_runs_once_at_the_jump():
     assert t.next_after(utc("2026-03-29 01:00:00")) == utc("2026-03-30 00:30:00")
 
 
+def test_spring_forward_fire_is_found_from_the_second_before_the_jump():
+    """Asked from 00:59:59Z (a cursor or a leader's "now" that second), the
+    fire a fixed-time schedule makes at the 01:00Z jump was missed: next_after
+    skipped to the next day and count_between counted 0."""
+    t = trig("30 2 * * *", "Europe/Berlin")
+    jump = utc("2026-03-29 01:00:00")
+    assert t.next_after(jump - 1) == jump
+    assert t.count_between(jump - 1, jump) == 1
+    assert list(t.fires_between(jump - 1, jump + 86400)) == [jump, utc("2026-03-30 00:30:00")]
+    # 03:00 CEST itself matches too: still one fire at the jump, counted once
+    both = trig("0 2,3 * * *", "Europe/Berlin")
+    assert both.next_after(jump - 1) == jump and both.count_between(jump - 1, jump) == 1
+    # a wildcard schedule has no fire at the jump for the skipped hour
+    wild = trig("*/30 2 * * *", "Europe/Berlin")
+    assert wild.next_after(jump - 1) == utc("2026-03-30 00:00:00")
+    assert wild.count_between(jump - 1, jump) == 0
+
+
 def test_berlin_spring_forward_several_times_in_the_gap_fire_once():
     got = fires("15,45 2 * * *", "Europe/Berlin", "2026-03-28 12:00:00", "2026-03-30 12:00:00")
     # Mar 29: both in the gap -> one run at 01:00Z; Mar 30: 02:15/02:45 CEST

@@ -12,7 +12,7 @@ import pytest
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused, StateMachine
-from tests.unit.state.test_state import T0, Log, spec
+from tests.unit.state.test_state import T0, Log, random_commands, spec
 
 
 def queued_log(name="q", **over) -> Log:
@@ -261,6 +261,21 @@ def test_a_lost_run_that_never_started_waits_for_the_run_released_meanwhile():
     assert log.run(retry.run_id).state == "pending"
 
 
+def test_a_rerun_of_a_queued_job_waits_its_turn_by_its_fire_time():
+    log = queued_log()
+    old = log.fire(T0 + 1, "q")["run_id"]
+    log.finish(old, at=T0 + 2)
+    a = log.fire(T0 + 3, "q")["run_id"]
+    b = log.fire(T0 + 4, "q")["run_id"]
+    res = log.apply(C.Rerun(job="q", fire_time=T0 + 1, at=T0 + 3.5, who="root"))
+    rerun = log.run(res["run_id"])
+    assert (res["state"], rerun.attempt, rerun.kind) == ("waiting", 2, "rerun")
+    # Its fire time is older than b's: it goes first, b now waits behind it.
+    assert log.run(b).reason.startswith(f"waiting for run {rerun.run_id} (waiting too")
+    log.finish(a, at=T0 + 5)
+    assert log.run(rerun.run_id).state == "pending" and log.run(b).state == "waiting"
+
+
 def test_other_policies_do_not_queue():
     log = Log()
     log.put("f", concurrency="forbid")
@@ -387,5 +402,22 @@ def test_queues_are_deterministic_and_never_start_two_runs(seed):
     cmds = random_queue_commands(random.Random(seed), 300)
     d1, r1 = play(cmds, batch=1, check=one_in_flight_per_job)
     d2, r2 = play(cmds, batch=23)
+    assert d1 == d2 and r1 == r2
+    assert any(isinstance(r, dict) and r.get("state") == "waiting" for r in r1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_histories_that_switch_jobs_to_and_from_queue_are_deterministic(seed):
+    # test_state's random histories, with some definitions switched to queue.
+    rng = random.Random(seed)
+    cmds = []
+    for cmd in random_commands(random.Random(seed), 300):
+        if isinstance(cmd, C.PutJob) and rng.random() < 0.5:
+            s = dict(cmd.spec, concurrency="queue", max_queued=rng.randint(1, 4))
+            cmd = C.PutJob(name=cmd.name, spec=s, digest=cmd.digest + "q", source=cmd.source,
+                           at=cmd.at)
+        cmds.append(cmd)
+    d1, r1 = play(cmds, batch=1)
+    d2, r2 = play(cmds, batch=31)
     assert d1 == d2 and r1 == r2
     assert any(isinstance(r, dict) and r.get("state") == "waiting" for r in r1)

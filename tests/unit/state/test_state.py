@@ -314,7 +314,7 @@ def random_commands(rng: random.Random, n: int) -> list[C.Command]:
         name = rng.choice("abc")
         kind = rng.random()
         if kind < 0.15:
-            s = spec(name=name, concurrency=rng.choice(["allow", "forbid", "replace", "queue"]),
+            s = spec(name=name, concurrency=rng.choice(["allow", "forbid", "replace"]),
                      retries={"max": rng.randint(0, 2), "delay": 1.0, "backoff": 2.0,
                               "max_delay": 60.0, "jitter": rng.choice([0.0, 5.0])})
             cmds.append(C.PutJob(name=name, spec=s, digest=str(rng.random()),
