@@ -518,6 +518,7 @@ def runs(obj: Ctx, job, states, kinds, node, since, until, before, limit, local,
         emit_json(res["runs"])
         return
     table([run_row(r, now, local) for r in res["runs"]], RUN_HEADERS)
+    _echo_inputs(res["runs"])
     for g in res["gaps"]:
         click.echo(f"gap: {g['job']} skipped {g['count']} fire times from {g['first']} to "
                    f"{g['last']}: {g['reason']}")
@@ -541,6 +542,16 @@ def show(obj: Ctx, job, count, consistent, as_json):
         emit_json(j)
         return
     print_job(j, Clock().now())
+
+
+def _echo_inputs(runs: list[dict]) -> None:
+    """Below a table of runs: the key and parameters of those that have them."""
+    for r in runs:
+        if r.get("key") or r.get("params"):
+            parts = ([f"key {r['key']}"] if r.get("key") else []) + (
+                ["params " + " ".join(f"{k}={v}" for k, v in sorted(r["params"].items()))]
+                if r.get("params") else [])
+            click.echo(f"run {r['run_id']}: " + "; ".join(parts))
 
 
 def _pause_text(p: dict | None) -> str:
@@ -601,6 +612,7 @@ def print_job(j: dict, now: float) -> None:
     click.echo(f"\nlast {len(recent)} run(s):" if recent else "\nno runs yet")
     if recent:
         table([run_row(r, now, False) for r in recent], RUN_HEADERS)
+        _echo_inputs(recent)
     click.echo("\ndefinition:")
     text = yaml.safe_dump(j.get("spec") or {}, sort_keys=False, default_flow_style=False)
     click.echo("  " + text.rstrip("\n").replace("\n", "\n  "))
@@ -735,26 +747,51 @@ def _end_line(state: dict) -> None:
 @click.argument("job", shell_complete=complete_jobs)
 @click.option("--wait", is_flag=True, help="Wait for the run (and its retries); exit with "
               "its exit code.")
+@click.option("--param", "params", metavar="NAME=VALUE", multiple=True,
+              help="A value for one of the job's params: (repeatable); the run gets it as "
+              "CRONRD_PARAM_<NAME>.")
+@click.option("--key", metavar="KEY", help="Idempotency key: if the job already has a run "
+              "made with KEY, that run is returned and no new one starts.")
 @click.pass_obj
-def run_now(obj: Ctx, job, wait):
+def run_now(obj: Ctx, job, wait, params, key):
     """Start a job now, outside its schedule."""
     def show(msg):
         if "event" in msg:
             r = msg["event"]
             click.echo(f"run {r['run_id']} attempt {r['attempt']}: {r['state']}"
                        + (f" ({r['reason']})" if r["reason"] else ""), err=True)
-    res = obj.client(timeout=None if wait else 30.0).call(
-        "run_now", {"job": job, "wait": wait}, on_message=show)
-    if not wait and res.get("state") == "waiting":
+    args = {"job": job, "wait": wait, "params": param_pairs(params)}
+    if key is not None:
+        args["key"] = key
+    res = obj.client(timeout=None if wait else 30.0).call("run_now", args, on_message=show)
+    if not wait and not res.get("existing") and res.get("state") == "waiting":
         click.echo(f"queued run {res['run_id']} of {job} (concurrency: queue): it starts when "
                    f"the run ahead of it ends; `cronrd runs {job} --state waiting` shows the "
                    "queue")
         return
     if not wait:
+        if res.get("existing"):
+            click.echo(f"run {res['run_id']} of {job} was already made with key {key} "
+                       f"({res['state']}); no new run started; `cronrd logs {job} --run "
+                       f"{res['run_id']}` shows its output")
+            return
         click.echo(f"started run {res['run_id']} of {job}; `cronrd logs {job} --run "
                    f"{res['run_id']} --follow` shows its output")
         return
     sys.exit(wait_exit_code(res))
+
+
+def param_pairs(pairs) -> dict[str, str]:
+    """`--param NAME=VALUE` options as a mapping (each name once)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            raise UsageError(f"--param {pair!r}: write NAME=VALUE, e.g. --param day=2026-01-01")
+        if name in out:
+            raise UsageError(f"--param {name} is given twice; give each parameter once")
+        out[name] = value
+    return out
 
 
 def wait_exit_code(run: dict) -> int:

@@ -17,6 +17,7 @@ from cronrd.errors import ScheduleError
 from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
 
 from .model import _NAME_RULE, ENV_KEY_RE, NAME_RE, Limits, RetryPolicy, RunOn
+from .params import parse_params
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
                     _value, mapping_items, node_pos)
 
@@ -516,6 +517,11 @@ def _v_percent(ctx: FileProblems, key: str, node: Node) -> Any:
     return pct
 
 
+def _v_params(ctx: FileProblems, key: str, node: Node) -> Any:
+    params = parse_params(ctx, node)
+    return _INVALID if params is None else params
+
+
 _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "name": _v_name,
     "description": _v_description,
@@ -546,6 +552,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "umask": _v_umask,
     "env_file": _v_env_file,
     "limits": _v_limits,
+    "params": _v_params,
 }
 JOB_KEYS: tuple[str, ...] = tuple(_VALIDATORS)
 _REQUIRED = {

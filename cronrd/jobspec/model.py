@@ -47,6 +47,42 @@ class Limits:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+PARAM_TYPES = ("string", "int", "float", "bool", "enum")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One of ``params:``: a value a run gets as ``CRONRD_PARAM_<NAME>``
+    (the name upper-cased), given with `run-now --param` or its default."""
+    name: str
+    type: str = "string"                  # string | int | float | bool | enum
+    default: str | int | float | bool | None = None
+    values: tuple[str, ...] = ()          # enum
+    required: bool = False                # `run-now` must give it
+    description: str = ""
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"type": self.type}
+        if self.default is not None:
+            d["default"] = self.default
+        if self.values:
+            d["values"] = list(self.values)
+        if self.required:
+            d["required"] = True
+        if self.description:
+            d["description"] = self.description
+        return d
+
+    @classmethod
+    def from_dict(cls, name: str, d: dict) -> "Param":
+        default = d.get("default")
+        if d.get("type") == "float" and default is not None:
+            default = float(default)
+        return cls(name=name, type=d.get("type", "string"), default=default,
+                   values=tuple(d.get("values", ())), required=bool(d.get("required")),
+                   description=d.get("description", ""))
+
+
 @dataclass(frozen=True)
 class JobSpec:
     name: str
@@ -79,6 +115,7 @@ class JobSpec:
     umask: int | None = None
     env_file: str | None = None     # absolute path; "-/path": optional
     limits: Limits | None = None
+    params: tuple[Param, ...] = ()  # sorted by name
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -122,6 +159,8 @@ class JobSpec:
                 d[key] = value
         if self.limits is not None:
             d["limits"] = self.limits.to_dict()
+        if self.params:
+            d["params"] = {p.name: p.to_dict() for p in self.params}
         return d
 
     @classmethod
@@ -166,6 +205,12 @@ class JobSpec:
             if kw.get("cpu") is not None:
                 kw["cpu"] = float(kw["cpu"])
             kwargs["limits"] = Limits(**kw)
+        if kwargs.get("params"):
+            ps = kwargs["params"]
+            if isinstance(ps, dict):
+                kwargs["params"] = tuple(Param.from_dict(n, ps[n]) for n in sorted(ps))
+        elif "params" in kwargs:
+            kwargs["params"] = ()
         for f in ("kill_grace", "catchup_window", "jitter"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])

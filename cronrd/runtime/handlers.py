@@ -23,9 +23,10 @@ from .. import __version__
 from ..config import Config
 from ..errors import CronrdError, RequestError, UsageError
 from ..jobspec import JobSpec
+from ..jobspec.params import check_run_params
 from ..schedule import iso_utc
 from ..state import commands as C
-from ..state import run_states
+from ..state import run_params, run_states
 from ..state import queries as Q
 from ..state.run import Run
 from ..state.machine import Effect, StateMachine
@@ -357,7 +358,7 @@ class Handlers:
         run = Q.get_run(self.conn, run_id)
         if run is None:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
-        return run.view()
+        return run_params.add_to_views(self.conn, [run.view()])[0]
 
     async def h_explain(self, args: dict) -> dict:
         """`cronrd explain JOB [--at T | --next]`: the decision trail of one
@@ -491,14 +492,17 @@ class Handlers:
 
     async def h_run_now(self, args: dict, caller: Caller):
         name = arg(args, "job", str, required=True)
-        self._job_or_error(name)
+        job = self._job_or_error(name)
         await self._authorize_job(caller, "run_now", name, name, change=True)
         wait = bool(arg(args, "wait", bool, False))
+        params, key = run_now_inputs(name, job["spec"], args)
         # The leader places it (node ""), honouring run_on.
-        res = await self.log.propose(C.ManualRun(job=name, node="", at=self.clock.now()))
+        res = await self.log.propose(C.ManualRun(job=name, node="", at=self.clock.now(),
+                                                 params=params, key=key))
         run_id = res["run_id"]
         if not wait:
-            return {"run_id": run_id, "state": res["state"]}
+            return {"run_id": run_id, "state": res["state"],
+                    **({"existing": True} if res.get("existing") else {})}
         return Stream(self._follow_attempts(run_id))
 
     async def _follow_attempts(self, run_id: int):
@@ -823,3 +827,18 @@ class _Pages:
             self.next.add_done_callback(lambda _f: reader.close())  # after its last read
         else:
             reader.close()
+
+
+def run_now_inputs(job: str, spec, args: dict) -> tuple[dict[str, str], str]:
+    """`run-now --param NAME=VALUE --key KEY`: the values checked against the
+    job's params: (canonical text) and the key; UsageError naming what is
+    wrong and what is allowed."""
+    given = arg(args, "params", dict, {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+        raise UsageError("argument 'params' must map parameter names to strings")
+    key = arg(args, "key", str, "")
+    if key:
+        problem = run_params.key_problem(key)
+        if problem:
+            raise UsageError(f"--key {key!r}: {problem}")
+    return check_run_params(job, spec.params, given), key

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from ..errors import CronrdError, RequestError, UsageError
 from ..schedule import iso_utc, make_trigger, parse_iso, parse_schedule
 from ..state import queries as Q
-from ..state import run_states
+from ..state import run_params, run_states
 from .control import arg
 
 RUN_KINDS = ("scheduled", "catchup", "manual", "retry", "backfill", "rerun")
@@ -108,6 +108,7 @@ def runs_listing(conn, args: dict, default_tz: str, applied_index: int) -> dict:
         view = r.view()
         view["timezone"] = zones[r.job]
         views.append(view)
+    run_params.add_to_views(conn, views)
     gaps: list[dict] = []
     if (states is None or "skipped" in states) and kinds is None and node is None:
         gaps = [g for g in Q.list_gaps(conn, job, limit)
@@ -164,8 +165,10 @@ def job_details(conn, job: dict, view: dict, now: float, count: int,
         "file_problems": problems,
         "last_good": bool(problems),
         "next_fires": upcoming,
-        "recent_runs": [r.view() for r in Q.list_runs(conn, name, None, RECENT_RUNS)],
-        "active_runs": [r.view() for r in Q.active_runs_of(conn, name)],
+        "recent_runs": run_params.add_to_views(
+            conn, [r.view() for r in Q.list_runs(conn, name, None, RECENT_RUNS)]),
+        "active_runs": run_params.add_to_views(
+            conn, [r.view() for r in Q.active_runs_of(conn, name)]),
     }
 
 

@@ -9,6 +9,7 @@ Times are integer epoch seconds (UTC) throughout the public API.
 * :mod:`.expressions` -- cron fields, @-words, ``@every``, ``@reboot`` -> ``Schedule``
 * :mod:`.matching`    -- ``CronFields``: which wall-clock days and seconds match
 * :mod:`.triggers`    -- ``Trigger``: next fire times and counts, the DST rules
+* :mod:`.previous`    -- ``prev_before``: the fire time before an instant
 * :mod:`.catchup`     -- ``plan_catchup``: what to run and skip after downtime
 * :mod:`.delays`      -- ``jitter_for``, ``retry_delay``
 * :mod:`.timestamps`  -- ``iso_utc``, ``parse_iso``, ``format_fire``
@@ -22,6 +23,7 @@ from .catchup import CatchupPlan, plan_catchup
 from .delays import jitter_for, retry_delay
 from .durations import human_duration, parse_duration, parse_size
 from .expressions import Schedule, parse_schedule
+from .previous import prev_before
 from .timestamps import format_fire, iso_utc, parse_iso
 from .triggers import Trigger, make_trigger
 from .zones import MAX_DST_SHIFT, host_timezone, resolve_timezone
@@ -43,6 +45,7 @@ __all__ = [
     "parse_schedule",
     "parse_size",
     "plan_catchup",
+    "prev_before",
     "resolve_timezone",
     "retry_delay",
 ]

@@ -135,10 +135,27 @@ class RecordGap(Command):
 
 @dataclass(frozen=True)
 class ManualRun(Command):
+    """`cronrd run-now`: ``params`` are the `--param` values (checked
+    against the job's params: by the node that took the request, as
+    canonical text); ``key`` the `--key`: a key already used for the job
+    returns that run and makes none."""
+
     op: ClassVar[str] = "manual_run"
     job: str
     node: str
     at: float
+    params: dict = field(default_factory=dict)
+    key: str = ""
+
+    def encode(self) -> bytes:
+        # Without params and key, the bytes of earlier versions (which an
+        # older node in a rolling upgrade still decodes).
+        body = {"op": self.op, "job": self.job, "node": self.node, "at": self.at}
+        if self.params:
+            body["params"] = self.params
+        if self.key:
+            body["key"] = self.key
+        return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
 
 @dataclass(frozen=True)

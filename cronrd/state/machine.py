@@ -25,6 +25,7 @@ from . import commands as C
 from . import pause_log
 from . import queries as Q
 from . import queue as QU
+from . import run_params as RP
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1, UPGRADE_TO_V5, UPGRADE_TO_V6
@@ -789,6 +790,14 @@ class StateMachine:
 
     def _apply_manual_run(self, index, cmd: C.ManualRun, effects):
         job = self._need_job(cmd.job)
+        problem = RP.params_problem(cmd.params) or (cmd.key and RP.key_problem(cmd.key))
+        if problem:
+            raise Refused(f"manual_run: {problem}")
+        if cmd.key:
+            existing = RP.run_of_key(self.conn, cmd.job, cmd.key)
+            if existing is not None:  # the key's run: no second one
+                run = self._get_run(existing)
+                return {"run_id": run.run_id, "state": run.state.value, "existing": True}
         reason = self._admit(index, job, cmd.at, effects)
         if reason is not None:
             raise Refused(f"job {cmd.job!r} not started: {reason}; wait for the active run "
@@ -801,12 +810,14 @@ class StateMachine:
             run = self._enqueue(index, job=cmd.job, origin="manual", kind="manual",
                                 fire_time=int(cmd.at), due_at=cmd.at, at=cmd.at,
                                 reason=hold.wait, target="")
+            RP.record(self.conn, run.run_id, cmd.job, cmd.params, cmd.key)
             return {"run_id": run.run_id, "state": "waiting", "reason": hold.wait}
         # No node given (a cluster): the run waits, pending, for the leader to place it.
         state = "assigned" if cmd.node else "pending"
         run = self._insert_run(index, job=cmd.job, origin="manual", kind="manual",
                                fire_time=int(cmd.at), attempt=1, state=state,
                                node=cmd.node or None, due_at=cmd.at, at=cmd.at)
+        RP.record(self.conn, run.run_id, cmd.job, cmd.params, cmd.key)
         effects.append(Effect("assign" if cmd.node else "pending", run=run))
         return {"run_id": run.run_id, "state": state}
 
@@ -909,15 +920,18 @@ class StateMachine:
         if hold is not None and hold.wait is not None:
             # The queue moved on meanwhile: the attempt waits its turn (by
             # its fire time: at the head), full or not.
-            return self._enqueue(index, job=run.job, origin=run.origin, kind="retry",
-                                 fire_time=run.fire_time, attempt=run.attempt + 1,
-                                 due_at=max(at, run.due_at or at), at=at,
-                                 reason=hold.wait, target=run.target).run_id
+            new = self._enqueue(index, job=run.job, origin=run.origin, kind="retry",
+                                fire_time=run.fire_time, attempt=run.attempt + 1,
+                                due_at=max(at, run.due_at or at), at=at,
+                                reason=hold.wait, target=run.target)
+            RP.carry(self.conn, run.run_id, new.run_id)
+            return new.run_id
         new = self._insert_run(index, job=run.job, origin=run.origin, kind="retry",
                                fire_time=run.fire_time, attempt=run.attempt + 1,
                                state="pending", node=None, due_at=max(at, run.due_at or at),
                                at=at,
                                target=run.target)
+        RP.carry(self.conn, run.run_id, new.run_id)
         effects.append(Effect("pending", run=new))
         return new.run_id
 
@@ -983,6 +997,7 @@ class StateMachine:
                                node=None if lost else run.node,
                                due_at=max(at + delay, run.due_at or at), at=at,
                                target=run.target)
+        RP.carry(self.conn, run.run_id, new.run_id)
         effects.append(Effect("pending" if lost else "assign", run=new))
         return new.run_id
 
@@ -1153,6 +1168,7 @@ class StateMachine:
                 if budget <= 0:  # maybe more: the next Prune goes on
                     more = True
                     break
+        RP.prune(self.conn)
         return {"runs_deleted": runs, **({"more": True} if more else {})}
 
     # -- audit ----------------------------------------------------------------
@@ -1252,7 +1268,9 @@ class StateMachine:
                              ("late_reports", "report_id"), ("audit", "audit_id"),
                              ("denied", "kind, value"), ("join_tokens", "node"),
                              ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
-                             ("pause_log", "event_id"), ("run_queue", "run_id")):
+                             ("pause_log", "event_id"),
+                             ("run_params", "run_id"), ("run_keys", "job, key"),
+                             ("run_queue", "run_id")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

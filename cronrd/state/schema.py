@@ -213,6 +213,21 @@ CREATE TABLE IF NOT EXISTS pause_log(
     at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS pause_log_name ON pause_log(name, at);
+-- A run's parameters and idempotency key (`run-now --param k=v --key KEY`),
+-- per attempt; only runs that have either have a row (run_params.py).
+CREATE TABLE IF NOT EXISTS run_params(
+    run_id INTEGER PRIMARY KEY,
+    params TEXT NOT NULL,            -- JSON {name: canonical text}
+    key TEXT                         -- the --key, NULL without one
+);
+-- The latest attempt of the run each (job, --key) made: a key makes one run.
+CREATE TABLE IF NOT EXISTS run_keys(
+    job TEXT NOT NULL,
+    key TEXT NOT NULL,
+    run_id INTEGER NOT NULL,
+    PRIMARY KEY(job, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS run_keys_run ON run_keys(run_id);
 -- The runs held by `concurrency: queue` (state 'waiting'), one row each,
 -- per job and target in fire-time order: the first is released when the
 -- job has no run pending, assigned or running (state/queue.py).

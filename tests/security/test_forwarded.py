@@ -171,3 +171,14 @@ def test_checking_a_definition_as_nodes_agrees_with_writing_it_out(over):
     assert (got is None) == (reference is None), (over, reference)
     if got is not None:
         assert got.to_dict() == reference.to_dict()
+
+
+def test_forwarded_params_come_back_in_canonical_form():
+    spec = _spec("schedule: '@daily'\ncommand: x\nparams:\n  n: 5\n  r: 2\n  r2: {type: float, "
+                 "default: 3}\n  d: true\n  s: 'yes'\n  e: {values: ['1', b], default: '1', "
+                 "description: pick}\n  q: {required: true}\n  empty:\n")
+    again = revalidate_spec(spec.to_dict(), "b")
+    assert again.to_dict() == spec.to_dict() and again.canonical() == spec.canonical()
+    bad = {**spec.to_dict(), "params": {"n": {"type": "int", "default": "five"}}}
+    with pytest.raises(RequestError, match="params.n.default"):
+        revalidate_spec(bad, "b")

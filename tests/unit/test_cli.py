@@ -110,3 +110,27 @@ def test_completion_offers_job_names_from_the_daemon(daemon):
 
 def test_completion_without_a_daemon_offers_nothing_and_says_nothing(tmp_path):
     assert complete(["cronrd", "--socket", str(tmp_path / "none"), "show", "b"]) == []
+
+
+# -- run-now --param / --key ------------------------------------------------------------
+def test_run_now_sends_params_and_key_and_says_when_the_key_had_a_run(daemon):
+    d = daemon(run_now={"run_id": 9, "state": "running", "existing": True})
+    res = run("--socket", d.path, "run-now", "load", "--param", "day=2026-01-01",
+              "--param", "expr=a=b", "--key", "k1")
+    assert res.exit_code == 0, res.output
+    assert d.requests[0]["args"] == {"job": "load", "wait": False, "key": "k1",
+                                     "params": {"day": "2026-01-01", "expr": "a=b"}}
+    assert res.output.startswith("run 9 of load was already made with key k1 (running); "
+                                 "no new run started")
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--param", "day"], "--param 'day': write NAME=VALUE, e.g. --param day=2026-01-01"),
+    (["--param", "=x"], "write NAME=VALUE"),
+    (["--param", "a=1", "--param", "a=2"], "--param a is given twice"),
+])
+def test_run_now_bad_param_options_are_usage_errors(daemon, argv, words):
+    d = daemon(run_now={"run_id": 1, "state": "pending"})
+    res = run("--socket", d.path, "run-now", "load", *argv)
+    assert res.exit_code == 2 and words in res.output
+    assert d.requests == []

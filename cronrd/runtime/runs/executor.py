@@ -26,11 +26,13 @@ from typing import Callable
 
 from ...config import Config
 from ...decisions import overlap
+from ...decisions.run_env import run_env
 from ...jobspec import JobSpec
 from ...schedule import iso_utc
 from ...state import commands as C
 from ...state import queries as Q
 from ...state import run_life as L
+from ...state import run_params as RP
 from ...state.machine import Effect
 from ...state.run import Run
 from ..clock import Clock
@@ -246,7 +248,8 @@ class Executor:
         act = spawn(run, spec, now, self.config.log_dir, self.runs_dir, node_id=self.node_id,
                     identities=self.identities, job_nofile=self.job_nofile,
                     gates=self.gates, spawner=self.spawner, claimed=self.claims is None,
-                    cgroups=self.cgroups)
+                    cgroups=self.cgroups, workflow=run_env(run, spec, self.config.timezone,
+                                                           *RP.inputs(self.conn, run)))
         if isinstance(act, NotStarted):
             self._not_started(run, "failed", now, reason=act.reason, log_path=act.log_path,
                               exit_code=act.exit_code)

@@ -255,9 +255,12 @@ def controls(spec: JobSpec, cgroup: str | None = None,
 
 def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
            job_nofile: int, cgroup: str | None = None,
-           controllers: frozenset[str] = frozenset()) -> Launch:
+           controllers: frozenset[str] = frozenset(),
+           workflow: dict[str, str] | None = None) -> Launch:
     """What the supervisor execs for ``run``. Raises CronrdError when the run
-    cannot be prepared here (its working directory or shell is missing...)."""
+    cannot be prepared here (its working directory or shell is missing...).
+    ``workflow``: the run's idempotency key, interval and parameters
+    (decisions/run_env.py)."""
     fire_iso = iso_utc(run.fire_time)
     shell = spec.shell or DEFAULT_SHELL
     base = {"PATH": DEFAULT_PATH, "SHELL": shell, "HOME": ident["home"],
@@ -271,6 +274,8 @@ def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
         "CRONRD_RUN_KEY": run.key,
         "CRONRD_NODE": node_id, "CRONRD_LOG_PATH": log_path,
     })
+    if workflow:
+        own.update(workflow)
     env = {**base, **own}
     if isinstance(spec.command, str):
         if spec.shell is not None and not os.access(shell, os.X_OK):

@@ -77,11 +77,13 @@ def run_cgroup(cgroups: RunCgroups | None, key: str, spec: JobSpec) -> str | Non
 def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
           node_id: str, identities: Identities, job_nofile: int, gates: Gates,
           spawner: Spawner, claimed: bool,
-          cgroups: RunCgroups | None = None) -> ActiveRun | NotStarted:
+          cgroups: RunCgroups | None = None,
+          workflow: dict[str, str] | None = None) -> ActiveRun | NotStarted:
     """Ask for the run's supervisor: the run, waiting at its gate (not yet on
     it: the caller registers it), or why it could not be asked for.
     ``claimed``: it needs no claim (one host: nobody else could start it).
-    ``cgroups``: where runs with limits get a cgroup of their own."""
+    ``cgroups``: where runs with limits get a cgroup of their own.
+    ``workflow``: the run's workflow variables (decisions/run_env.py)."""
     log_path = run_log_path(log_dir, run)
     try:
         logfd, dirfd = open_run_log(log_dir, run, create=True, with_dir=True)
@@ -97,7 +99,8 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
         cgroup = run_cgroup(cgroups, key, spec)
         how = launch(run, spec, ident, node_id=node_id, log_path=log_path,
                      job_nofile=job_nofile, cgroup=cgroup,
-                     controllers=cgroups.controllers if cgroups else frozenset())
+                     controllers=cgroups.controllers if cgroups else frozenset(),
+                     workflow=workflow)
         if how.env_script is not None:
             envfd = env_memfd(how.env_script)
     except (CronrdError, OSError) as exc:

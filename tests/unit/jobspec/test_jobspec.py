@@ -311,6 +311,7 @@ BAD_FIELD_CASES = [
     ("limits: {open_files: 9999999}", "3:22: limits.open_files must be at most 1048576"),
     ("limits: {swap: 1G}", "3:10: unknown key 'swap' in limits; valid keys are: memory, cpu, "
                            "tasks, open_files"),
+    ("params: [a]", "3:9: params must be a mapping of NAME: default-value or NAME: {type: "),
     ("yes: 1", "3:1: keys must be strings (got yes, which YAML reads as the boolean true); quote it: \"yes\""),
 ]
 

@@ -129,3 +129,18 @@ def test_host_warnings_name_what_this_host_will_not_do(tmp_path):
     # A list command ignores shell; open_files needs no cgroup.
     assert host_warnings(spec(shell="/no/sh", command=("true",),
                               limits=Limits(open_files=64)), frozenset()) == []
+
+
+def test_workflow_variables_join_the_run_environment_and_the_env_script(tmp_path):
+    wf = {"CRONRD_IDEMPOTENCY_KEY": "j/2023-11-14T22:13:20Z", "CRONRD_PARAM_DAY": "it's"}
+    how = go(SPEC, workflow=wf)
+    assert how.env["CRONRD_IDEMPOTENCY_KEY"] == "j/2023-11-14T22:13:20Z"
+    assert how.env["CRONRD_PARAM_DAY"] == "it's" and how.env["CRONRD_RUN_KEY"] == RUN.key
+    assert "CRONRD_PARAM_DAY" not in go(SPEC).env
+    # a run prepared by a shell as the job's user gets them through its script
+    envf = tmp_path / "e"
+    envf.write_text("A=1\n")
+    script = go(spec(env_file=str(envf)), workflow=wf).env_script.decode()
+    out = subprocess.run(["/bin/sh", "-c", script + 'echo "$CRONRD_PARAM_DAY"'],
+                         capture_output=True, text=True)
+    assert out.stdout == "it's\n", out.stderr
