@@ -207,6 +207,17 @@ def test_a_manual_run_queues_too_and_is_refused_when_the_queue_is_full():
     assert log.run(res["run_id"]).state == "pending"
 
 
+def test_a_queued_manual_run_keeps_its_params_and_its_key_makes_one_run():
+    from cronrd.state import run_params as RP
+    log = queued_log()
+    log.fire(T0 + 1, "q")
+    res = log.apply(C.ManualRun(job="q", node="", at=T0 + 1.5, params={"n": "3"}, key="k1"))
+    assert res["state"] == "waiting"
+    assert RP.of_run(log.sm.conn, res["run_id"]) == ({"n": "3"}, "k1")
+    again = log.apply(C.ManualRun(job="q", node="", at=T0 + 1.6, key="k1"))
+    assert again == {"run_id": res["run_id"], "state": "waiting", "existing": True}
+
+
 def test_each_node_of_a_per_node_job_has_its_own_queue():
     log = queued_log()
     a1 = log.fire(T0 + 1, "q", target="n1")["run_id"]
