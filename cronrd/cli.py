@@ -856,6 +856,11 @@ def run_now(obj: Ctx, job, wait, params, key):
     if key is not None:
         args["key"] = key
     res = obj.client(timeout=None if wait else 30.0).call("run_now", args, on_message=show)
+    if not wait and not res.get("existing") and res.get("state") == "waiting":
+        click.echo(f"queued run {res['run_id']} of {job} (concurrency: queue): it starts when "
+                   f"the run ahead of it ends; `cronrd runs {job} --state waiting` shows the "
+                   "queue")
+        return
     if not wait:
         if res.get("existing"):
             click.echo(f"run {res['run_id']} of {job} was already made with key {key} "

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from cronrd.decisions.overlap import MAX_QUEUED_LIMIT, POLICIES as CONCURRENCY_POLICIES
 from cronrd.errors import ScheduleError
 from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
 
@@ -362,6 +363,15 @@ def _v_max_running(ctx: FileProblems, key: str, node: Node) -> Any:
     return _v_int(ctx, key, node, 1)
 
 
+def _v_max_queued(ctx: FileProblems, key: str, node: Node) -> Any:
+    n = _v_int(ctx, key, node, 1)
+    if n is not _INVALID and n > MAX_QUEUED_LIMIT:
+        ctx.err(node, f"{key} must be at most {MAX_QUEUED_LIMIT} (got {n}): a longer queue "
+                      "never drains; run the job more often or for less time")
+        return _INVALID
+    return n
+
+
 def _v_max_log_bytes(ctx: FileProblems, key: str, node: Node) -> Any:
     expected = "a size such as 10MiB, 512KiB or a number of bytes"
     if _is(node, NULL):
@@ -590,7 +600,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "working_dir": _v_working_dir,
     "timeout": _v_duration(positive=True),
     "kill_grace": _v_duration(),
-    "concurrency": _v_choice(("allow", "forbid", "replace")),
+    "concurrency": _v_choice(CONCURRENCY_POLICIES),
     "retries": _v_retries,
     "catchup": _v_choice(("none", "latest", "all")),
     "catchup_window": _v_duration(),
@@ -600,6 +610,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "enabled": _v_bool,
     "max_log_bytes": _v_max_log_bytes,
     "max_running": _v_max_running,
+    "max_queued": _v_max_queued,
     "shell": _v_shell,
     "nice": _v_nice,
     "ioclass": _v_choice(IOCLASSES),

@@ -125,6 +125,7 @@ class JobSpec:
     description: str = ""
     max_log_bytes: int = 10485760
     max_running: int | None = None  # concurrent runs of this job on one node (None: no cap)
+    max_queued: int | None = None   # waiting runs under concurrency: queue (None: 100)
     # Process controls (None: inherit; see the run's launch).
     shell: str | None = None        # runs a string command (None: /bin/sh)
     nice: int | None = None
@@ -175,6 +176,8 @@ class JobSpec:
         }
         if self.max_running is not None:
             d["max_running"] = self.max_running
+        if self.max_queued is not None:
+            d["max_queued"] = self.max_queued
         for key in _CONTROL_KEYS:
             value = getattr(self, key)
             if value is not None:

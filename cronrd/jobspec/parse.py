@@ -56,6 +56,11 @@ def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
         ctx.err(items["ioprio"][1], f"ioprio does not apply to ioclass {values['ioclass']} "
                                     "(only realtime and best-effort have levels); remove it")
     _check_dependency_keys(ctx, items, values)
+    if values.get("max_queued", _INVALID) is not _INVALID \
+            and values.get("concurrency", "forbid") not in ("queue", _INVALID):
+        ctx.err(items["max_queued"][0], "max_queued applies only to concurrency: queue (this "
+                                        f"job has concurrency: {values.get('concurrency', 'forbid')}"
+                                        "); remove it or set concurrency: queue")
     name_pos = node_pos(items["name"][1]) if "name" in items else node_pos(node)
     name = values.get("name")
     if "name" not in items:

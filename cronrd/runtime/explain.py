@@ -433,17 +433,27 @@ def catchup_step(s: Subject) -> list[Step]:
                  data | {"cursor": iso_utc(cursor), "handled": False}, blocks)]
 
 
+# What a record's reason says about concurrency (forbid, replace, queue).
+CONCURRENCY_REASONS = ("overlap", "replaced by", "waiting for run", "waited in the queue", "queue full",
+                 "released from the queue")
+
+
 def overlap_step(s: Subject) -> list[Step]:
     """concurrency: what overlapped at ``t``, or what runs now."""
     if s.spec is None:
         return []
     policy = s.spec.concurrency
-    said = [r for r in s.records if (r.reason or "").startswith(("overlap", "replaced by"))]
+    said = [r for r in s.records if (r.reason or "").startswith(CONCURRENCY_REASONS)]
     if said:
         return [Step("overlap", f"concurrency: {policy}: {said[0].reason}",
                      {"concurrency": policy})]
     if s.future:
         active = Q.active_runs_of(s.conn, s.name)
+        if active and policy == "queue":
+            waiting = sum(r.state.value == "waiting" for r in active)
+            return [Step("overlap", f"concurrency: queue; {len(active) - waiting} in flight "
+                         f"and {waiting} waiting now: a fire at T waits for its turn",
+                         {"concurrency": policy, "active": [r.run_id for r in active]})]
         if active and policy == "forbid":
             ids = ", ".join(str(r.run_id) for r in active)
             runs = f"runs {ids} are" if len(active) > 1 else f"run {ids} is"

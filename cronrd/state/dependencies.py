@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from .machine import StateMachine
 
 ACTIVE_SQL = f"state IN {sql_in(ACTIVE)}"  # the runs_active index's predicate
+# A run waiting for its parents: state waiting, and not one of the runs that
+# wait in their job's queue (concurrency: queue, run_queue; state/queue.py).
+UPSTREAM_WAIT = "state='waiting' AND run_id NOT IN (SELECT run_id FROM run_queue)"
 MAX_DEPTH = 64  # skips propagated down a chain in one apply at most
 
 
@@ -148,10 +151,10 @@ def parent_final(sm: "StateMachine", index: int, parent: str, run_id: int, at: f
             _after_child(sm, index, child, spec, at, effects, depth)
         else:
             for row in list(sm.conn.execute(
-                    f"{SELECT_RUNS} WHERE {ACTIVE_SQL} AND state='waiting' AND job=? "
+                    f"{SELECT_RUNS} WHERE {ACTIVE_SQL} AND {UPSTREAM_WAIT} AND job=? "
                     "ORDER BY run_id", (child,))):
                 run = Run.from_row(row)
-                if sm._get_run(run.run_id).state == "waiting":  # (its group may have gone)
+                if waits_for_upstream(sm.conn, run.run_id):  # (its group may have gone)
                     resolve_waiting(sm, index, run, spec, at, effects, depth,
                                     timed_out=False)
 
@@ -269,7 +272,7 @@ def resolve_waiting(sm: "StateMachine", index: int, run: Run, spec: "JobSpec", a
     from .machine import Effect
     gate = D.decide(spec.trigger_rule, parents_view(sm, run.job, spec, at), need_new=False)
     group = [rid for (rid,) in sm.conn.execute(
-        f"SELECT run_id FROM runs WHERE {ACTIVE_SQL} AND state='waiting' AND job=? AND "
+        f"SELECT run_id FROM runs WHERE {ACTIVE_SQL} AND {UPSTREAM_WAIT} AND job=? AND "
         "fire_time=? AND origin=? ORDER BY run_id", (run.job, run.fire_time, run.origin))]
     held = _held(sm, run.job, spec) if gate.action == D.FIRE else None
     if held is not None:  # paused or disabled while it waited
@@ -301,13 +304,21 @@ def resolve_waiting(sm: "StateMachine", index: int, run: Run, spec: "JobSpec", a
     return state
 
 
+def waits_for_upstream(conn, run_id: int) -> bool:
+    """Is run ``run_id`` waiting for its parents (not in its job's queue)?"""
+    for _ in conn.execute(f"SELECT 1 FROM runs WHERE run_id=? AND {UPSTREAM_WAIT}",
+                          (run_id,)):
+        return True
+    return False
+
+
 def waiting_due(conn, now: float) -> list[tuple[int, float]]:
     """(run id, when its wait ends) of the waiting runs whose wait is over:
     the leader proposes an UpstreamTimeout for each."""
     from .queries import job_spec
     out = []
     for run_id, job, due_at in list(conn.execute(
-            f"SELECT run_id, job, due_at FROM runs WHERE {ACTIVE_SQL} AND state='waiting' "
+            f"SELECT run_id, job, due_at FROM runs WHERE {ACTIVE_SQL} AND {UPSTREAM_WAIT} "
             "ORDER BY run_id")):
         spec = job_spec(conn, job)
         end = (due_at or 0) + (spec.wait_for_upstream if spec is not None else 0)

@@ -19,12 +19,13 @@ import apsw
 
 from ..decisions import overlap
 from ..errors import StateError
-from ..schedule import retry_delay
+from ..schedule import iso_utc, retry_delay
 from . import backfill as BF
 from . import commands as C
 from . import dependencies as deps
 from . import pause_log
 from . import queries as Q
+from . import queue as QU
 from . import run_params as RP
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
@@ -136,8 +137,8 @@ class StateMachine:
                     row[1] for row in conn.execute("PRAGMA table_info(job_sources)")}:
                 conn.execute(UPGRADE_TO_V6)
             for (sql,) in list(conn.execute(
-                    "SELECT sql FROM sqlite_master WHERE name='runs_active'")):
-                if "waiting" not in (sql or ""):  # made before the waiting state
+                    "SELECT sql FROM sqlite_master WHERE type='index' AND name='runs_active'")):
+                if "'waiting'" not in (sql or ""):  # made before the waiting state: remade
                     conn.execute("DROP INDEX runs_active")
             conn.execute(SCHEMA)
             if version is None:
@@ -540,6 +541,8 @@ class StateMachine:
                 if spec is not None and not spec.enabled:
                     self._skip_committed_ahead(name, at, "disabled: enabled is false in the "
                                                "job file", effects)
+                if spec is not None and spec.concurrency != "queue":
+                    self._queue_dissolve(name, at, spec.concurrency, effects)
         conflict = None if agreed is not None else conflict_text(name, rows, job["digest"])
         if conflict != job["conflict"]:
             self.conn.execute("UPDATE jobs SET conflict=? WHERE name=?", (conflict, name))
@@ -671,6 +674,73 @@ class StateMachine:
                               (reason, run.run_id))
             effects.append(Effect("cancel", run=self._get_run(run.run_id)))
 
+    # -- concurrency: queue (state/queue.py) --------------------------------------------
+    def _queue_hold(self, job: str, target: str, fire_time: int, spec=None,
+                    bounded: bool = True) -> overlap.Decision | None:
+        """None unless the job queues its runs; else may this one start now,
+        must it wait, or is the queue full (overlap.hold; never, unless
+        ``bounded``). ``spec``: the job's definition, if the caller has it."""
+        spec = spec or self._job_spec(job)
+        if spec is None or spec.concurrency != "queue":
+            return None
+        bound = spec.max_queued or overlap.DEFAULT_MAX_QUEUED
+        return QU.hold(self.conn, job, target, fire_time,
+                       bound if bounded else overlap.MAX_QUEUED_LIMIT + bound)
+
+    def _enqueue(self, index: int, *, job: str, origin: str, kind: str, fire_time: int,
+                 due_at: float, at: float, reason: str, target: str, attempt: int = 1) -> Run:
+        """A run that waits in its job's queue (not placed: no node yet)."""
+        run = self._insert_run(index, job=job, origin=origin, kind=kind,
+                               fire_time=fire_time, attempt=attempt, state="waiting", node=None,
+                               due_at=due_at, at=at, reason=reason, target=target)
+        QU.enqueue(self.conn, run)
+        QU.refresh_reasons(self.conn, job, target)  # one may have come before others
+        return run
+
+    def _stop_reason(self, job: dict) -> str | None:
+        """Why the job may not start a run now (paused, maintenance, disabled)."""
+        if job["paused"]:
+            return "paused: `cronrd resume` re-enables the job"
+        reason = self._maintenance_reason()
+        if reason is None and not self._job_spec(job["name"]).enabled:
+            reason = "disabled: enabled is false in the job file"
+        return reason
+
+    def _queue_after(self, run: Run, at: float, effects) -> None:
+        """``run`` ended (at ``at``): if none of its job's runs is in flight
+        any more, the first waiting one is released to pending, in this
+        command (overlap.release); the others name the run now ahead."""
+        QU.dequeue(self.conn, run.run_id)
+        if not QU.has_queue(self.conn, run.job, run.target):
+            return
+        job = self._job(run.job)
+        if job is None:
+            return  # the job is going: its waiting runs are cancelled
+        if not QU.in_flight(self.conn, run.job, run.target):
+            spec = self._job_spec(run.job)
+            waiting = {r.run_id: r for r in QU.queued(self.conn, run.job, run.target)}
+            out = overlap.release(
+                [overlap.Queued(r.run_id, r.fire_time if r.due_at is None else r.due_at)
+                 for r in waiting.values()], at, spec.catchup_window, self._stop_reason(job))
+            for run_id, why in out.skip:
+                QU.dequeue(self.conn, run_id)
+                self._finish(waiting[run_id], "skipped", at, reason=why, effects=effects,
+                             release=False)
+            if out.go is not None:
+                QU.to_pending(self.conn, waiting[out.go], at,
+                              f"waited in the queue until run {run.run_id} ended at "
+                              f"{iso_utc(at)} (concurrency: queue)")
+                effects.append(Effect("pending", run=self._get_run(out.go)))
+        QU.refresh_reasons(self.conn, run.job, run.target)
+
+    def _queue_dissolve(self, job: str, at: float, policy: str, effects) -> None:
+        """The job no longer queues: its waiting runs are released at once,
+        for its new policy to decide at their start."""
+        for run in QU.all_queued(self.conn, job):
+            QU.to_pending(self.conn, run, at, f"released from the queue: the job's "
+                                              f"concurrency is now {policy}")
+            effects.append(Effect("pending", run=self._get_run(run.run_id)))
+
     def _apply_fire(self, index, cmd: C.Fire, effects):
         job = self._need_job(cmd.job)
         if not cmd.boot:
@@ -685,10 +755,16 @@ class StateMachine:
             reason = "paused: `cronrd resume` re-enables the job"
         if reason is None:
             reason = self._maintenance_reason()
-        if reason is None and not self._job_spec(cmd.job).enabled:
+        spec = self._job_spec(cmd.job) if reason is None else None
+        if spec is not None and not spec.enabled:
             reason = "disabled: enabled is false in the job file"
         # The overlap policy is applied by the executor at the fire time (a fire
-        # is committed ahead of it), against the runs then running.
+        # is committed ahead of it), against the runs then running; but a
+        # queued job's run waits here, behind the runs ahead of it.
+        hold = None if reason is not None else self._queue_hold(cmd.job, cmd.target,
+                                                                 cmd.fire_time, spec)
+        if hold is not None and hold.skip is not None:
+            reason = hold.skip
         if reason is not None:
             run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                                    fire_time=cmd.fire_time, attempt=1, state="skipped",
@@ -698,9 +774,13 @@ class StateMachine:
                               (cmd.at, run.run_id))
             deps.parent_final(self, index, cmd.job, run.run_id, cmd.at, effects)
             return {"run_id": run.run_id, "state": "skipped", "reason": reason}
-        spec = self._job_spec(cmd.job)
         if spec.depends_on:  # its gate, at its fire time
             return deps.scheduled_fire(self, index, cmd, spec, effects)
+        if hold is not None and hold.wait is not None:
+            run = self._enqueue(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                                fire_time=cmd.fire_time, due_at=cmd.due_at, at=cmd.at,
+                                reason=hold.wait, target=cmd.target)
+            return {"run_id": run.run_id, "state": "waiting", "reason": hold.wait}
         run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                                fire_time=cmd.fire_time, attempt=1, state="assigned",
                                node=cmd.node, due_at=cmd.due_at, at=cmd.at,
@@ -733,6 +813,16 @@ class StateMachine:
         if reason is not None:
             raise Refused(f"job {cmd.job!r} not started: {reason}; wait for the active run "
                           "to finish (`cronrd runs " + cmd.job + " --state running`)")
+        hold = self._queue_hold(cmd.job, "", int(cmd.at))
+        if hold is not None and hold.skip is not None:
+            raise Refused(f"job {cmd.job!r} not started: {hold.skip}; wait for the queue to "
+                          "drain (`cronrd runs " + cmd.job + " --state waiting`)")
+        if hold is not None and hold.wait is not None:
+            run = self._enqueue(index, job=cmd.job, origin="manual", kind="manual",
+                                fire_time=int(cmd.at), due_at=cmd.at, at=cmd.at,
+                                reason=hold.wait, target="")
+            RP.record(self.conn, run.run_id, cmd.job, cmd.params, cmd.key)
+            return {"run_id": run.run_id, "state": "waiting", "reason": hold.wait}
         # No node given (a cluster): the run waits, pending, for the leader to place it.
         state = "assigned" if cmd.node else "pending"
         run = self._insert_run(index, job=cmd.job, origin="manual", kind="manual",
@@ -762,6 +852,8 @@ class StateMachine:
             "UPDATE runs SET state='running', pid=?, started_at=?, log_path=?, "
             "claimed_at=COALESCE(claimed_at, ?) WHERE run_id=?",
             (cmd.pid, cmd.started_at, cmd.log_path, cmd.started_at, cmd.run_id))
+        if QU.has_queue(self.conn, run.job, run.target):  # the runs behind it say so
+            QU.refresh_reasons(self.conn, run.job, run.target)
         return {"state": "running", "cancel": bool(run.cancel_requested)}
 
     def _apply_run_finished(self, index, cmd: C.RunFinished, effects):
@@ -835,6 +927,16 @@ class StateMachine:
                 "AND attempt=?", (run.job, run.origin, run.fire_time, run.target,
                                   run.attempt + 1)):
             return None
+        hold = self._queue_hold(run.job, run.target, run.fire_time, bounded=False)
+        if hold is not None and hold.wait is not None:
+            # The queue moved on meanwhile: the attempt waits its turn (by
+            # its fire time: at the head), full or not.
+            new = self._enqueue(index, job=run.job, origin=run.origin, kind="retry",
+                                fire_time=run.fire_time, attempt=run.attempt + 1,
+                                due_at=max(at, run.due_at or at), at=at,
+                                reason=hold.wait, target=run.target)
+            RP.carry(self.conn, run.run_id, new.run_id)
+            return new.run_id
         new = self._insert_run(index, job=run.job, origin=run.origin, kind="retry",
                                fire_time=run.fire_time, attempt=run.attempt + 1,
                                state="pending", node=None, due_at=max(at, run.due_at or at),
@@ -844,19 +946,31 @@ class StateMachine:
         effects.append(Effect("pending", run=new))
         return new.run_id
 
-    def _finish(self, run: Run, state: str, at: float, *, effects,
-                index: int | None = None, **kw) -> int | None:
-        """``_finish_attempt``; when no retry follows, the job's outcome for
-        that fire time is final: its children's gates are looked at."""
-        retry = self._finish_attempt(run, state, at, effects=effects, index=index, **kw)
+    def _finish(self, run: Run, state: str, at: float, *, reason: str | None = None,
+                exit_code: int | None = None, signal: int | None = None,
+                log_path: str | None = None, effects, index: int | None = None,
+                not_started: bool = False, release: bool = True) -> int | None:
+        """``_end_run``; when no retry follows, the job's outcome for that
+        fire time is final: its children's gates are looked at
+        (state/dependencies.py). Then the job's queue moves on if this was
+        the last of its runs in flight (concurrency: queue; not when
+        ``release`` is false: the queue itself is being settled)."""
+        retry = self._end_run(run, state, at, reason=reason, exit_code=exit_code,
+                              signal=signal, log_path=log_path, effects=effects, index=index,
+                              not_started=not_started)
         if retry is None:
             deps.parent_final(self, index or 0, run.job, run.run_id, at, effects)
+        if release:
+            self._queue_after(run, at, effects)
         return retry
 
     def _apply_upstream_timeout(self, index, cmd: C.UpstreamTimeout, effects):
         run = self._get_run(cmd.run_id)
         if run.state != "waiting":
             raise Refused(f"run {cmd.run_id} is {run.state}, not waiting for its parents")
+        if not deps.waits_for_upstream(self.conn, run.run_id):
+            raise Refused(f"run {cmd.run_id} waits in its job's queue (concurrency: queue), "
+                          "not for its parents")
         spec = self._job_spec(run.job)
         if spec is None:
             raise Refused(f"run {cmd.run_id}: job {run.job!r} is gone")
@@ -866,10 +980,10 @@ class StateMachine:
         state = deps.resolve_waiting(self, index, run, spec, cmd.at, effects, timed_out=True)
         return {"run_id": run.run_id, "state": state}
 
-    def _finish_attempt(self, run: Run, state: str, at: float, *, reason: str | None = None,
-                        exit_code: int | None = None, signal: int | None = None,
-                        log_path: str | None = None, effects, index: int | None = None,
-                        not_started: bool = False) -> int | None:
+    def _end_run(self, run: Run, state: str, at: float, *, reason: str | None = None,
+                 exit_code: int | None = None, signal: int | None = None,
+                 log_path: str | None = None, effects, index: int | None = None,
+                 not_started: bool = False) -> int | None:
         """Move ``run`` to a final state and schedule a retry if policy says so.
 
         A lost run its node says never started is retried whatever the
@@ -1157,6 +1271,15 @@ class StateMachine:
         if reason is not None:
             raise Refused(f"job {cmd.job!r} not rerun: {reason}; wait for the active run to "
                           f"finish (`cronrd runs {cmd.job} --state running`)")
+        hold = self._queue_hold(cmd.job, "", cmd.fire_time)
+        if hold is not None and hold.skip is not None:
+            raise Refused(f"job {cmd.job!r} not rerun: {hold.skip}; wait for the queue to "
+                          f"drain (`cronrd runs {cmd.job} --state waiting`)")
+        if hold is not None and hold.wait is not None:  # queued, by its fire time
+            run = self._enqueue(index, job=cmd.job, origin="schedule", kind="rerun",
+                                fire_time=cmd.fire_time, attempt=attempt, due_at=cmd.at,
+                                at=cmd.at, reason=hold.wait, target="")
+            return {"run_id": run.run_id, "attempt": attempt, "state": "waiting"}
         run = self._insert_run(index, job=cmd.job, origin="schedule", kind="rerun",
                                fire_time=cmd.fire_time, attempt=attempt, state="pending",
                                node=None, due_at=cmd.at, at=cmd.at,
@@ -1179,7 +1302,8 @@ class StateMachine:
                              ("denied", "kind, value"), ("join_tokens", "node"),
                              ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
                              ("pause_log", "event_id"),
-                             ("run_params", "run_id"), ("run_keys", "job, key")):
+                             ("run_params", "run_id"), ("run_keys", "job, key"),
+                             ("run_queue", "run_id")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

@@ -1,7 +1,11 @@
 """A run's states, in one place: the enum, and the sets derived from it.
 
 ``pending -> assigned -> running -> succeeded | failed | timed_out | lost |
-cancelled``, plus ``skipped`` (never started, with a reason). A retry, a
+cancelled``, plus ``skipped`` (never started, with a reason) and
+``waiting`` (held, with a reason: behind the job's previous run under
+``concurrency: queue``, released to ``pending`` when it ends; or for its
+parents, ``depends_on``, released when its gate opens, or ended ``skipped``
+or ``failed`` when its upstream fails or its wait runs out). A retry, a
 rerun or a backfill is a new attempt (a new record), never a way back.
 """
 
@@ -20,7 +24,9 @@ class RunState(str, enum.Enum):
     LOST = "lost"              # its node went away (or the daemon stopped it)
     CANCELLED = "cancelled"
     SKIPPED = "skipped"        # never started, with the reason
-    WAITING = "waiting"        # held by a dependency gate (reason: upstream_not_ready:JOB)
+    # held, with the reason, not placed: by a dependency gate (upstream_not_ready:JOB)
+    # or by concurrency: queue (in run_queue, behind the run it names)
+    WAITING = "waiting"
 
     def __str__(self) -> str:
         return self.value
@@ -34,15 +40,18 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     _S.ASSIGNED.value: frozenset({_S.RUNNING.value, _S.SUCCEEDED.value, _S.FAILED.value,
                                   _S.TIMED_OUT.value, _S.CANCELLED.value, _S.LOST.value,
                                   _S.SKIPPED.value}),
-    _S.WAITING.value: frozenset({_S.PENDING.value, _S.SKIPPED.value, _S.FAILED.value,
-                                 _S.CANCELLED.value}),
     _S.RUNNING.value: frozenset({_S.SUCCEEDED.value, _S.FAILED.value, _S.TIMED_OUT.value,
                                  _S.CANCELLED.value, _S.LOST.value}),
+    # Released when the run ahead of it ends (state/queue.py) or its parents'
+    # gate opens (state/dependencies.py), or never started: skipped, cancelled,
+    # or failed (its upstream failed, on_upstream_failure: fail).
+    _S.WAITING.value: frozenset({_S.PENDING.value, _S.CANCELLED.value, _S.SKIPPED.value,
+                                 _S.FAILED.value}),
 }
 ALL = tuple(s.value for s in RunState)
 ACTIVE = tuple(s for s in ALL if s in TRANSITIONS)            # may still change
 FINAL = tuple(s for s in ALL if s not in TRANSITIONS)         # never change again
-NOT_STARTED = tuple(s for s in ACTIVE if s != _S.RUNNING.value)  # pending, assigned
+NOT_STARTED = tuple(s for s in ACTIVE if s != _S.RUNNING.value)  # pending, assigned, waiting
 # What a node may report about a run it was given (anything final).
 REPORTABLE = frozenset(FINAL)
 

@@ -100,6 +100,9 @@ CREATE TABLE IF NOT EXISTS runs(
 CREATE UNIQUE INDEX IF NOT EXISTS runs_key
     ON runs(job, fire_time, target, attempt) WHERE origin = 'schedule';
 CREATE INDEX IF NOT EXISTS runs_job ON runs(job, run_id);
+-- The runs that may still change: the states of run_states.ACTIVE, in its
+-- order (a query uses a partial index only with the same term). An index
+-- made before the waiting state is remade (StateMachine.migrate).
 CREATE INDEX IF NOT EXISTS runs_active ON runs(state)
     WHERE state IN ('pending', 'assigned', 'running', 'waiting');
 CREATE TABLE IF NOT EXISTS gaps(
@@ -250,6 +253,19 @@ CREATE TABLE IF NOT EXISTS run_keys(
     PRIMARY KEY(job, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS run_keys_run ON run_keys(run_id);
+-- The runs held by `concurrency: queue` (state 'waiting'), one row each,
+-- per job and target in fire-time order: the first is released when the
+-- job has no run pending, assigned or running (state/queue.py).
+CREATE TABLE IF NOT EXISTS run_queue(
+    run_id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    target TEXT NOT NULL,
+    fire_time INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_queue_order ON run_queue(job, target, fire_time, run_id);
+-- A job's runs in flight (state/queue.py), without a walk over its history.
+CREATE INDEX IF NOT EXISTS runs_live_job ON runs(job, target)
+    WHERE state IN ('pending', 'assigned', 'running', 'waiting');
 """
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:

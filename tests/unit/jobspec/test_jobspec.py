@@ -182,10 +182,11 @@ def test_empty_jobs_list_is_valid_and_empty():
 # --------------------------------------------------------------------------
 
 BAD_FIELD_CASES = [
-    ("concurrency: sometimes", "3:14: concurrency must be one of allow, forbid, replace (got 'sometimes')"),
-    ("concurrency: no", "3:14: concurrency must be one of allow, forbid, replace "
+    ("concurrency: sometimes", "3:14: concurrency must be one of allow, forbid, replace, queue "
+                               "(got 'sometimes')"),
+    ("concurrency: no", "3:14: concurrency must be one of allow, forbid, replace, queue "
                         "(got no, which YAML reads as the boolean false)"),
-    ("concurrency: forbidd", "3:14: concurrency must be one of allow, forbid, replace "
+    ("concurrency: forbidd", "3:14: concurrency must be one of allow, forbid, replace, queue "
                              "(got 'forbidd'; did you mean 'forbid'?)"),
     ("catchup: off", "3:10: catchup must be one of none, latest, all "
                      "(got off, which YAML reads as the boolean false)"),
@@ -280,6 +281,7 @@ BAD_FIELD_CASES = [
     ("timout: 5s", "3:1: unknown key 'timout' (did you mean 'timeout'?)"),
     ("max_running: 0", "3:14: max_running must be a whole number >= 1 (got 0)"),
     ("max_running: many", "3:14: max_running must be a whole number >= 1 (got 'many')"),
+    ("max_queued: many", "3:13: max_queued must be a whole number >= 1 (got 'many')"),
     ("shell: bash", "3:8: shell must be the absolute path of a shell such as /bin/bash, without "
                     "spaces or arguments (got 'bash')"),
     ("shell: /bin/bash -e", "3:8: shell must be the absolute path of a shell"),
@@ -395,7 +397,7 @@ def test_all_problems_of_a_job_are_reported_together_in_file_order():
         "job.yaml:1:11: invalid schedule '61 * * * *': minute field '61' is out of range 0-59",
         "job.yaml:2:10: command must be a non-empty string (run with /bin/sh -c) or a non-empty list of "
         "strings (argv) (got the number 5); quote it",
-        "job.yaml:3:14: concurrency must be one of allow, forbid, replace (got 'x')",
+        "job.yaml:3:14: concurrency must be one of allow, forbid, replace, queue (got 'x')",
     ]
 
 
@@ -535,6 +537,23 @@ def test_ioprio_with_a_class_without_levels_is_refused():
     assert one_problem(BASE + "ioclass: idle\nioprio: 3\n") == (
         "job.yaml:4:9: ioprio does not apply to ioclass idle (only realtime and best-effort "
         "have levels); remove it")
+
+
+def test_a_queued_job_bounds_its_queue_and_only_it_may():
+    spec = job(BASE + "concurrency: queue\nmax_queued: 5\n")
+    assert (spec.concurrency, spec.max_queued) == ("queue", 5)
+    back = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert back.max_queued == 5 and back.digest() == spec.digest()
+    # Unset, it is not in the definition: digests of older jobs stay as they were.
+    assert "max_queued" not in job(BASE + "concurrency: queue\n").to_dict()
+    assert one_problem(BASE + "concurrency: queue\nmax_queued: 0\n") == (
+        "job.yaml:4:13: max_queued must be a whole number >= 1 (got 0)")
+    assert one_problem(BASE + "concurrency: queue\nmax_queued: 10001\n") == (
+        "job.yaml:4:13: max_queued must be at most 10000 (got 10001): a longer queue never "
+        "drains; run the job more often or for less time")
+    assert one_problem(BASE + "max_queued: 5\n") == (
+        "job.yaml:3:1: max_queued applies only to concurrency: queue (this job has "
+        "concurrency: forbid); remove it or set concurrency: queue")
 
 
 def test_process_controls_round_trip_and_leave_older_digests_alone():

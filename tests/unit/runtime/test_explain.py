@@ -363,3 +363,25 @@ def test_what_each_catch_up_policy_would_do_with_a_fire_time_not_reached_yet(pol
     res = trail(log, base + 5 * 3600 + 60, job="c", at=base + 3 * 3600)
     assert res["verdict"]["outcome"] == "not_handled"
     assert expect in res["verdict"]["text"]
+
+
+def test_a_queued_run_says_what_it_waits_for_and_a_future_fire_its_turn():
+    log = Log()
+    log.put("q", concurrency="queue")
+    a = log.fire(T0 + 1, "q")["run_id"]
+    run = log.run(a)
+    log.apply(C.RunStarted(run_id=a, token=run.token, node="n1", pid=7, started_at=T0 + 1,
+                           log_path="/l"))
+    b = log.fire(T0 + 2, "q")["run_id"]
+    res = trail(log, T0 + 2.5, job="q", at=T0 + 2)
+    assert text(res, "overlap") == (f"concurrency: queue: waiting for run {a} (started "
+                                    "2027-01-15T08:00:01Z) to end: concurrency: queue")
+    assert res["verdict"]["outcome"] == "waiting"
+    res = trail(log, T0 + 2.5, job="q", next=True)
+    assert text(res, "overlap") == ("concurrency: queue; 1 in flight and 1 waiting now: a "
+                                    "fire at T waits for its turn")
+    log.finish(a, at=T0 + 3)
+    res = trail(log, T0 + 3.5, job="q", at=T0 + 2)
+    assert text(res, "overlap").startswith(f"concurrency: queue: waited in the queue until "
+                                           f"run {a} ended")
+    assert log.run(b).state == "pending"

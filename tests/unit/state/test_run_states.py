@@ -29,3 +29,20 @@ def test_queries_on_active_runs_still_use_the_partial_index():
     plan = " ".join(str(r) for r in conn.execute(
         f"EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE state IN {rs.sql_in(rs.ACTIVE)}"))
     assert "runs_active" in plan
+
+
+def test_a_waiting_run_is_released_to_pending_or_never_starts():
+    # pending: released (its queue moved on, or its parents' gate opened);
+    # failed: its upstream failed or its wait ran out (on_upstream_failure: fail)
+    assert rs.TRANSITIONS["waiting"] == {"pending", "cancelled", "skipped", "failed"}
+
+
+def test_an_active_runs_index_made_before_the_waiting_state_is_remade(tmp_path):
+    path = str(tmp_path / "state.db")
+    StateMachine(apsw.Connection(path)).conn.execute(
+        "DROP INDEX runs_active; CREATE INDEX runs_active ON runs(state) "
+        "WHERE state IN ('pending', 'assigned', 'running')")
+    conn = StateMachine(apsw.Connection(path)).conn
+    plan = " ".join(str(r) for r in conn.execute(
+        f"EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE state IN {rs.sql_in(rs.ACTIVE)}"))
+    assert "runs_active" in plan
