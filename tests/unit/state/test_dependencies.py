@@ -343,3 +343,60 @@ def test_dependency_lookups_use_indexes():
     plan = " ".join(str(r) for r in sm.conn.execute(
         "EXPLAIN QUERY PLAN SELECT child FROM job_deps WHERE parent='a'"))
     assert "PRIMARY KEY" in plan or "INDEX" in plan
+
+
+# -- with concurrency: queue (state/queue.py) ----------------------------------------
+def queued_child(log, wait=600.0):
+    put_all(log, a={}, c=dict(schedule="* * * * * *", depends_on=[{"job": "a"}],
+                              wait_for_upstream=wait, concurrency="queue"))
+
+
+def started(log, rid):
+    run = log.run(rid)
+    if run.state.value == "pending":
+        log.apply(C.AssignRun(run_id=rid, node="n1", at=run.due_at))
+        run = log.run(rid)
+    log.apply(C.RunStarted(run_id=rid, token=run.token, node=run.node, pid=100 + rid,
+                           started_at=run.due_at, log_path="/l"))
+    return rid
+
+
+def in_queue(log, rid):
+    return bool(list(log.sm.conn.execute("SELECT 1 FROM run_queue WHERE run_id=?", (rid,))))
+
+
+def test_a_run_waiting_in_its_queue_is_not_waiting_for_its_parents():
+    log = Log()
+    queued_child(log)
+    ok(log, "a", T0 + 1)
+    c1 = started(log, log.fire(T0 + 2, name="c")["run_id"])
+    res = log.apply(C.ManualRun(job="c", node="", at=T0 + 4))   # c1 runs: it queues
+    c2 = res["run_id"]
+    assert res["state"] == "waiting" and res["reason"].startswith(f"waiting for run {c1} ")
+    assert in_queue(log, c2)
+    # the leader's wait_for_upstream duty does not see it, nor may it end it
+    assert deps.waiting_due(log.sm.conn, T0 + 10**6) == []
+    with pytest.raises(Refused, match="queue"):
+        log.apply(C.UpstreamTimeout(run_id=c2, at=T0 + 10**6))
+    # a parent's new outcome does not release it past the run in flight
+    ok(log, "a", T0 + 5)
+    run = log.run(c2)
+    assert run.state == "waiting" and run.reason.startswith(f"waiting for run {c1} ")
+    log.finish(c1, at=T0 + 7)                 # the queue releases it
+    assert log.run(c2).state == "pending" and not in_queue(log, c2)
+
+
+def test_the_queue_does_not_release_a_run_waiting_for_its_parents():
+    log = Log()
+    queued_child(log)
+    ok(log, "a", T0 + 1)
+    c1 = started(log, log.fire(T0 + 2, name="c")["run_id"])
+    res = log.fire(T0 + 3, name="c")          # nothing new from a: it waits for a
+    c2 = res["run_id"]
+    assert res["state"] == "waiting" and res["reason"] == "upstream_not_ready:a"
+    assert not in_queue(log, c2)
+    log.finish(c1, at=T0 + 5)                 # the last run in flight ends
+    run = log.run(c2)
+    assert run.state == "waiting" and run.reason == "upstream_not_ready:a"
+    ok(log, "a", T0 + 6)                      # its gate opens, nothing in flight
+    assert log.run(c2).state == "pending"
