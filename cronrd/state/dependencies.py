@@ -16,6 +16,12 @@ parents' fire times in the generation; a generation whose fire time has a
 record already is a new attempt of it (a parent's rerun), or, while that
 record is still active, is absorbed by it (its lineage says so). Called by
 the state machine only.
+
+A child with ``concurrency: queue`` passes its gate first, then its queue:
+a run whose gate opens while a run of the child is in flight waits in the
+queue (state/queue.py). Both holds are state ``waiting``; a run in
+``run_queue`` waits for its turn, any other waiting run for its parents
+(``UPSTREAM_WAIT``), and each hold ends only its own kind.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..decisions import dependencies as D
 from ..schedule import parse_schedule
+from . import queue as QU
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, FINAL, sql_in
 
@@ -175,6 +182,16 @@ def _after_child(sm: "StateMachine", index: int, child: str, spec: "JobSpec", at
     attempt = rows[0][1] + 1 if rows else 1
     if gate.action == D.FIRE:
         held = _held(sm, child, spec)
+        hold = sm._queue_hold(child, "", fire_time, spec) if held is None else None
+        if hold is not None and hold.skip is not None:
+            held = hold.skip  # concurrency: queue, and its queue is full
+        elif hold is not None and hold.wait is not None:
+            # concurrency: queue with a run of it in flight: it waits its turn
+            run = sm._enqueue(index, job=child, origin="schedule", kind="upstream",
+                              fire_time=fire_time, attempt=attempt, due_at=at, at=at,
+                              reason=hold.wait, target="")
+            _consume(sm, child, gate, run.run_id)
+            return
         if held is None:
             run = sm._insert_run(index, job=child, origin="schedule", kind="upstream",
                                  fire_time=fire_time, attempt=attempt, state="pending",
@@ -204,6 +221,10 @@ def scheduled_fire(sm: "StateMachine", index: int, cmd, spec: "JobSpec", effects
     gate = D.decide(spec.trigger_rule, parents_view(sm, cmd.job, spec, cmd.at),
                     need_new=False)
     if gate.action == D.FIRE:
+        queued = _enqueue_if_held(sm, index, cmd, spec)
+        if queued is not None:
+            _consume(sm, cmd.job, gate, queued["run_id"])
+            return queued
         run = sm._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                              fire_time=cmd.fire_time, attempt=1, state="assigned",
                              node=cmd.node, due_at=cmd.due_at, at=cmd.at, target=cmd.target)
@@ -227,6 +248,18 @@ def scheduled_fire(sm: "StateMachine", index: int, cmd, spec: "JobSpec", effects
     return {"run_id": run.run_id, "state": state, "reason": gate.reason}
 
 
+def _enqueue_if_held(sm: "StateMachine", index: int, cmd, spec: "JobSpec") -> dict | None:
+    """A fire whose gate is open, of a ``concurrency: queue`` job with a run
+    in flight: it waits in the queue (the bound was checked at the fire)."""
+    hold = sm._queue_hold(cmd.job, cmd.target, cmd.fire_time, spec, bounded=False)
+    if hold is None or hold.wait is None:
+        return None
+    run = sm._enqueue(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                      fire_time=cmd.fire_time, due_at=cmd.due_at, at=cmd.at,
+                      reason=hold.wait, target=cmd.target)
+    return {"run_id": run.run_id, "state": "waiting", "reason": hold.wait}
+
+
 def _like_sibling(sm: "StateMachine", index: int, cmd, effects) -> dict | None:
     """A per-node run (run_on: all) of a fire time another node's run of
     which had its gate looked at already: the same decision, the same
@@ -239,7 +272,7 @@ def _like_sibling(sm: "StateMachine", index: int, cmd, effects) -> dict | None:
         consumed = list(sm.conn.execute("SELECT parent_job, parent_run_id FROM run_lineage "
                                         "WHERE run_id=?", (rid,)))
         upstream = (reason or "").startswith("upstream_")
-        if state == "waiting":
+        if state == "waiting" and waits_for_upstream(sm.conn, rid):
             run = sm._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                                  fire_time=cmd.fire_time, attempt=1, state="waiting",
                                  node=None, due_at=cmd.due_at, at=cmd.at, reason=reason,
@@ -251,15 +284,18 @@ def _like_sibling(sm: "StateMachine", index: int, cmd, effects) -> dict | None:
                                 reason=reason, at=cmd.at, target=cmd.target)
             return {"run_id": run.run_id, "state": state, "reason": reason}
         if consumed:
-            run = sm._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
-                                 fire_time=cmd.fire_time, attempt=1, state="assigned",
-                                 node=cmd.node, due_at=cmd.due_at, at=cmd.at,
-                                 target=cmd.target)
+            done = _enqueue_if_held(sm, index, cmd, sm._job_spec(cmd.job))
+            if done is None:
+                run = sm._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
+                                     fire_time=cmd.fire_time, attempt=1, state="assigned",
+                                     node=cmd.node, due_at=cmd.due_at, at=cmd.at,
+                                     target=cmd.target)
+                effects.append(Effect("assign", run=run))
+                done = {"run_id": run.run_id, "state": "assigned"}
             sm.conn.executemany("INSERT OR IGNORE INTO run_lineage(run_id, parent_job, "
                                 "parent_run_id) VALUES(?,?,?)",
-                                [(run.run_id, p, prid) for p, prid in consumed])
-            effects.append(Effect("assign", run=run))
-            return {"run_id": run.run_id, "state": "assigned"}
+                                [(done["run_id"], p, prid) for p, prid in consumed])
+            return done
     return None
 
 
@@ -280,11 +316,20 @@ def resolve_waiting(sm: "StateMachine", index: int, run: Run, spec: "JobSpec", a
     if gate.action == D.FIRE:
         _consume(sm, run.job, gate, None)
         for rid in group:
+            _consume(sm, run.job, D.Gate(D.FIRE, lineage=gate.lineage), rid)
+            one = sm._get_run(rid)
+            # concurrency: queue with a run of it in flight: on to the queue
+            # (admitted against max_queued at its fire time)
+            hold = sm._queue_hold(one.job, one.target, one.fire_time, spec, bounded=False)
+            if hold is not None and hold.wait is not None:
+                sm.conn.execute("UPDATE runs SET reason=? WHERE run_id=?", (hold.wait, rid))
+                QU.enqueue(sm.conn, sm._get_run(rid))
+                QU.refresh_reasons(sm.conn, one.job, one.target)
+                continue
             sm.conn.execute("UPDATE runs SET state='pending', reason=NULL WHERE run_id=?",
                             (rid,))
-            _consume(sm, run.job, D.Gate(D.FIRE, lineage=gate.lineage), rid)
             effects.append(Effect("pending", run=sm._get_run(rid)))
-        return "pending"
+        return sm._get_run(run.run_id).state.value
     if gate.action == D.WAIT and not timed_out:
         if gate.reason != run.reason:
             for rid in group:

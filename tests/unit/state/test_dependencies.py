@@ -400,3 +400,59 @@ def test_the_queue_does_not_release_a_run_waiting_for_its_parents():
     assert run.state == "waiting" and run.reason == "upstream_not_ready:a"
     ok(log, "a", T0 + 6)                      # its gate opens, nothing in flight
     assert log.run(c2).state == "pending"
+
+
+def test_a_run_released_by_its_parents_waits_in_the_queue_behind_the_run_in_flight():
+    log = Log()
+    queued_child(log)
+    ok(log, "a", T0 + 1)
+    c1 = started(log, log.fire(T0 + 2, name="c")["run_id"])
+    c2 = log.fire(T0 + 3, name="c")["run_id"]  # waits for a
+    a2 = ok(log, "a", T0 + 4)                  # gate open, but c1 still runs
+    run = log.run(c2)
+    assert run.state == "waiting" and run.reason.startswith(f"waiting for run {c1} ")
+    assert in_queue(log, c2)
+    assert [x["run_id"] for x in deps.lineage(log.sm.conn, c2)] == [a2]
+    assert deps.waiting_due(log.sm.conn, T0 + 10**6) == []
+    log.finish(c1, at=T0 + 7)
+    assert log.run(c2).state == "pending" and not in_queue(log, c2)
+
+
+def test_an_after_child_that_queues_waits_for_its_previous_run():
+    log = Log()
+    put_all(log, a={}, b=after("a", concurrency="queue"))
+    ok(log, "a", T0 + 1)
+    (b1,) = child_runs(log, "b")
+    started(log, b1.run_id)
+    ok(log, "a", T0 + 2)                       # the next generation: b1 still runs
+    b2 = child_runs(log, "b")[1]
+    assert b2.state.value == "waiting" and b2.reason.startswith(f"waiting for run {b1.run_id} ")
+    assert in_queue(log, b2.run_id) and b2.kind == "upstream" and b2.fire_time == T0 + 2
+    log.finish(b1.run_id, at=T0 + 9)
+    assert log.run(b2.run_id).state == "pending"
+
+
+def test_per_node_runs_whose_gate_opened_queue_each_on_their_node():
+    """run_on: all with concurrency: queue: a node's run that follows a
+    sibling's open gate waits in its own node's queue, not for its parents."""
+    log = Log()
+    put_all(log, a={}, c=dict(schedule="* * * * * *", depends_on=[{"job": "a"}],
+                              wait_for_upstream=60.0, concurrency="queue",
+                              run_on={"mode": "all", "values": []}))
+    ok(log, "a", T0 + 1)
+    log.fire(T0 + 2, name="c", target="n1")
+    first2 = log.fire(T0 + 2, name="c", target="n2", node="n2")["run_id"]
+    rb = ok(log, "a", T0 + 3)
+    q1 = log.fire(T0 + 4, name="c", target="n1")
+    q2 = log.fire(T0 + 4, name="c", target="n2", node="n2")
+    assert q1["state"] == q2["state"] == "waiting"
+    assert in_queue(log, q1["run_id"]) and in_queue(log, q2["run_id"])
+    assert log.run(q2["run_id"]).reason.startswith(f"waiting for run {first2} ")
+    assert [x["run_id"] for x in deps.lineage(log.sm.conn, q2["run_id"])] == [rb]
+    assert deps.waiting_due(log.sm.conn, T0 + 10**6) == []
+    run = log.run(first2)
+    log.apply(C.RunFinished(run_id=first2, token=run.token, node="n2", state="succeeded",
+                            exit_code=0, signal=None, started_at=T0 + 2, finished_at=T0 + 5,
+                            log_path="/l"))
+    assert log.run(q2["run_id"]).state == "pending"
+    assert log.run(q1["run_id"]).state == "waiting"   # n1's queue waits for n1's run
