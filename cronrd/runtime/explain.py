@@ -32,6 +32,7 @@ from ..errors import CronrdError, RequestError, UsageError
 from ..jobspec import JobSpec
 from ..schedule import (Schedule, Trigger, human_duration, iso_utc, make_trigger,
                         parse_iso, parse_schedule, plan_catchup, resolve_timezone)
+from ..state import dependencies as deps
 from ..state import pause_log
 from ..state import queries as Q
 from ..state import trail
@@ -450,8 +451,10 @@ def overlap_step(s: Subject) -> list[Step]:
     if s.future:
         active = Q.active_runs_of(s.conn, s.name)
         if active and policy == "queue":
-            waiting = sum(r.state.value == "waiting" for r in active)
-            return [Step("overlap", f"concurrency: queue; {len(active) - waiting} in flight "
+            flying = sum(r.state.value != "waiting" for r in active)
+            waiting = sum(r.state.value == "waiting" and not deps.waits_for_upstream(
+                s.conn, r.run_id) for r in active)   # in the queue, not for its parents
+            return [Step("overlap", f"concurrency: queue; {flying} in flight "
                          f"and {waiting} waiting now: a fire at T waits for its turn",
                          {"concurrency": policy, "active": [r.run_id for r in active]})]
         if active and policy == "forbid":
@@ -552,11 +555,46 @@ def _record_text(r: Run) -> str:
     return text
 
 
+def upstream_step(s: Subject) -> list[Step]:
+    """depends_on: the parents' gate at ``t``: a run waiting for its
+    parents (until when), the reason its upstream kept it from running, or
+    the parent runs it consumed (its lineage); for a future T, when its
+    gate is looked at. A run waiting in the queue after its gate opened
+    shows its lineage here and its queue wait under "overlap"."""
+    if s.spec is None or not s.spec.depends_on:
+        return []
+    parents = ", ".join(d.job + (f" (within {human_duration(d.within)})" if d.within else "")
+                        for d in s.spec.depends_on)
+    rule = f"depends_on {parents}, trigger_rule: {s.spec.trigger_rule}"
+    data: dict[str, Any] = {"depends_on": [d.job for d in s.spec.depends_on],
+                            "trigger_rule": s.spec.trigger_rule}
+    for r in s.records:
+        if r.state.value == "waiting" and deps.waits_for_upstream(s.conn, r.run_id):
+            until = iso_utc((r.due_at or 0) + s.spec.wait_for_upstream)
+            return [Step("upstream", f"{rule}: waiting for its parents ({r.reason}) until "
+                         f"{until} (wait_for_upstream)", data | {"waiting": r.run_id})]
+        if (r.reason or "").startswith("upstream_"):
+            return [Step("upstream", f"{rule}: {r.reason}", data)]
+    for r in s.records:
+        consumed = deps.lineage(s.conn, r.run_id)
+        if consumed:
+            runs = ", ".join(f"{x['job']} run {x['run_id']} ({x['state']}, fire time "
+                             f"{x['fire_time']})" for x in consumed)
+            return [Step("upstream", f"{rule}: gate opened with {runs}",
+                         data | {"lineage": consumed})]
+    if s.records:
+        return [Step("upstream", f"{rule} (no parent run consumed)", data)]
+    after = s.schedule is not None and s.schedule.kind == "after"
+    return [Step("upstream", f"{rule}: " + (
+        "runs once per generation of its parents' outcomes" if after else
+        "its gate is looked at when T fires"), data)]
+
+
 # The trail, in order. Dependency gates and pools go between "overlap" and
 # "placement" (see the module's docstring).
 STEPS: list[Callable[[Subject], list[Step]]] = [
-    job_step, schedule_step, pause_step, catchup_step, overlap_step, placement_step,
-    record_step,
+    job_step, schedule_step, pause_step, catchup_step, overlap_step, upstream_step,
+    placement_step, record_step,
 ]
 
 

@@ -385,3 +385,34 @@ def test_a_queued_run_says_what_it_waits_for_and_a_future_fire_its_turn():
     assert text(res, "overlap").startswith(f"concurrency: queue: waited in the queue until "
                                            f"run {a} ended")
     assert log.run(b).state == "pending"
+
+
+def test_a_child_says_its_upstream_wait_and_then_its_queue_wait():
+    log = Log()
+    log.put("a")
+    log.put("c", schedule="* * * * * *", depends_on=[{"job": "a"}], wait_for_upstream=60.0,
+            concurrency="queue")
+    ra = log.fire(T0 + 1, "a")["run_id"]
+    log.finish(ra)
+    c1 = log.fire(T0 + 2, "c")["run_id"]
+    run = log.run(c1)
+    log.apply(C.RunStarted(run_id=c1, token=run.token, node="n1", pid=7, started_at=T0 + 2,
+                           log_path="/l"))
+    c2 = log.fire(T0 + 3, "c")["run_id"]        # nothing new from a: waits for it
+    res = trail(log, T0 + 3.5, job="c", at=T0 + 3)
+    assert text(res, "upstream") == ("depends_on a, trigger_rule: all_succeeded: waiting for "
+                                     "its parents (upstream_not_ready:a) until "
+                                     "2027-01-15T08:01:03Z (wait_for_upstream)")
+    assert text(res, "overlap") == "concurrency: queue (nothing overlapped)"
+    # an upstream wait is not counted in the queue
+    assert "1 in flight and 0 waiting now" in text(trail(log, T0 + 3.5, job="c", next=True),
+                                                   "overlap")
+    rb = log.fire(T0 + 4, "a")["run_id"]
+    log.finish(rb)                               # its gate opens; c1 still runs: the queue
+    res = trail(log, T0 + 5.5, job="c", at=T0 + 3)
+    assert text(res, "upstream").startswith(f"depends_on a, trigger_rule: all_succeeded: gate "
+                                            f"opened with a run {rb} (succeeded")
+    assert text(res, "overlap") == (f"concurrency: queue: waiting for run {c1} (started "
+                                    "2027-01-15T08:00:02Z) to end: concurrency: queue")
+    assert res["verdict"]["outcome"] == "waiting"
+    assert log.run(c2).state == "waiting"
