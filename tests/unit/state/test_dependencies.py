@@ -456,3 +456,97 @@ def test_per_node_runs_whose_gate_opened_queue_each_on_their_node():
                             log_path="/l"))
     assert log.run(q2["run_id"]).state == "pending"
     assert log.run(q1["run_id"]).state == "waiting"   # n1's queue waits for n1's run
+
+
+def random_queued_dag_commands(rng, n):
+    """A random history of a parent ``p`` and two children with
+    concurrency: queue: ``c`` on a schedule (it waits for ``p``), ``b``
+    @after ``p``; runs placed, started, ended, cancelled and timed out
+    against the state as it goes."""
+    import random as _random  # noqa: F401  (rng is a random.Random)
+    from tests.unit.state.test_state import spec
+    cmds = [C.PutJob(name="p", spec=spec(name="p"), digest="p", source="/x", at=T0)]
+    for name, over in (("c", dict(schedule="* * * * * *", depends_on=[{"job": "p"}],
+                                  wait_for_upstream=rng.choice([0.0, 3.0, 600.0]))),
+                       ("b", after("p"))):
+        s = spec(name=name, concurrency="queue", max_queued=3,
+                 retries={"max": rng.randint(0, 1), "delay": 1.0, "backoff": 2.0,
+                          "max_delay": 60.0, "jitter": 0.0}, **over)
+        cmds.append(C.PutJob(name=name, spec=s, digest=name, source="/x", at=T0))
+    sm = StateMachine(apsw.Connection(":memory:"))
+    index = 0
+
+    def apply(cmd):
+        nonlocal index
+        index += 1
+        with sm.conn:
+            try:
+                sm.apply(index, cmd)
+            except Refused:
+                pass
+
+    for cmd in cmds:
+        apply(cmd)
+    t = T0
+    for _ in range(n):
+        t += rng.choice([0, 1, 2])
+        name = rng.choice("pcb")
+        runs = [r for r in Q.list_runs(sm.conn, name, limit=20)
+                if r.state.value in ("pending", "assigned", "running", "waiting")]
+        run = rng.choice(runs) if runs else None
+        k = rng.random()
+        due = deps.waiting_due(sm.conn, t)
+        if due and k < 0.1:
+            cmd = C.UpstreamTimeout(run_id=due[0][0], at=t)
+        elif name != "b" and (k < 0.25 or run is None):
+            cmd = C.Fire(job=name, fire_time=t + 1, kind="scheduled", node="n1",
+                         due_at=t + 1, at=t)
+        elif run is None or k < 0.28:
+            cmd = C.ManualRun(job=name, node="", at=t)
+        elif k < 0.31:
+            cmd = C.CancelRun(run_id=run.run_id, at=t, reason="by hand")
+        elif run.state.value == "pending":
+            cmd = C.AssignRun(run_id=run.run_id, node=rng.choice(["n1", "n2"]), at=t)
+        elif run.state.value == "assigned" and k < 0.6:
+            cmd = C.RunStarted(run_id=run.run_id, token=run.token, node=run.node, pid=100,
+                               started_at=t, log_path="/l")
+        elif run.state.value in ("assigned", "running"):
+            cmd = C.RunFinished(run_id=run.run_id, token=run.token, node=run.node,
+                                state=rng.choice(["succeeded", "succeeded", "failed",
+                                                  "skipped"]),
+                                exit_code=0, signal=None, started_at=t, finished_at=t + 1,
+                                log_path="/l")
+        else:
+            continue
+        cmds.append(cmd)
+        apply(cmd)
+    return cmds
+
+
+def queue_and_upstream_waits_apart(sm):
+    """Every queued run waits; every other waiting run waits for its
+    parents; a queued child never has two runs in flight."""
+    queued = {r for (r,) in sm.conn.execute("SELECT run_id FROM run_queue")}
+    for rid, job, reason in sm.conn.execute(
+            "SELECT run_id, job, reason FROM runs WHERE state='waiting'"):
+        if rid in queued:
+            assert reason.startswith("waiting for run"), (rid, reason)
+        else:
+            assert job == "c" and reason.startswith("upstream_"), (rid, job, reason)
+    assert queued <= {r for (r,) in sm.conn.execute(
+        "SELECT run_id FROM runs WHERE state='waiting'")}
+    for job, count in sm.conn.execute(
+            "SELECT job, COUNT(*) FROM runs WHERE state IN ('pending','assigned','running') "
+            "AND job IN ('b', 'c') GROUP BY job, target"):
+        assert count <= 1, f"job {job}: {count} runs in flight"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_queued_children_keep_both_waits_apart_and_are_deterministic(seed):
+    import random
+    from tests.unit.state.test_queue import play
+    cmds = random_queued_dag_commands(random.Random(seed), 300)
+    d1, r1 = play(cmds, batch=1, check=queue_and_upstream_waits_apart)
+    d2, r2 = play(cmds, batch=17)
+    assert d1 == d2 and r1 == r2
+    assert any(isinstance(r, dict) and r.get("state") == "waiting" for r in r1)
