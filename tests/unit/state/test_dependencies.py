@@ -463,7 +463,6 @@ def random_queued_dag_commands(rng, n):
     concurrency: queue: ``c`` on a schedule (it waits for ``p``), ``b``
     @after ``p``; runs placed, started, ended, cancelled and timed out
     against the state as it goes."""
-    import random as _random  # noqa: F401  (rng is a random.Random)
     from tests.unit.state.test_state import spec
     cmds = [C.PutJob(name="p", spec=spec(name="p"), digest="p", source="/x", at=T0)]
     for name, over in (("c", dict(schedule="* * * * * *", depends_on=[{"job": "p"}],
