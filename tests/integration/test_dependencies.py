@@ -109,3 +109,28 @@ def test_graph_and_scheduled_child_wait(node):
                    what="load then report")
     bad = node.cli("graph", "nosuch")
     assert bad.returncode == 1 and "no job named 'nosuch'" in bad.stderr
+
+
+def test_an_after_child_with_concurrency_queue_runs_its_generations_one_at_a_time(node):
+    """A parent that runs every second, a child that takes two: each new
+    generation waits in the child's queue behind the run in flight (never
+    beside it, never skipped as an overlap), with its lineage."""
+    node.write_job("tick", {"schedule": "* * * * * *", "command": "true"})
+    node.write_job("slowchild", {"schedule": "@after", "depends_on": [{"job": "tick"}],
+                                 "command": "sleep 2", "concurrency": "queue"})
+    node.start()
+    runs = node.wait_runs(
+        lambda rs: len(done(rs, "slowchild")) >= 2 and any(
+            r["job"] == "slowchild" and r["state"] == "waiting" for r in rs),
+        timeout=30, what="two child runs done and one waiting in its queue")
+    child = [r for r in runs if r["job"] == "slowchild"]
+    assert not [r for r in child if r["state"] == "skipped"], child
+    waiting = [r for r in child if r["state"] == "waiting"]
+    assert all(r["reason"].startswith("waiting for run ") and
+               r["reason"].endswith("concurrency: queue") for r in waiting), waiting
+    assert node.call("run", {"run_id": waiting[0]["run_id"]})["lineage"]
+    started = sorted((r for r in child if r["started_at"]), key=lambda r: r["run_id"])
+    for before, after in zip(started, started[1:]):   # never two at once
+        assert before["finished_at"] is not None, (before, after)
+        assert parse_iso(after["started_at"]) >= parse_iso(before["finished_at"]), \
+            (before, after)
