@@ -178,7 +178,7 @@ class Raft:
         self.read_states: list[ReadState] = []
         self.msgs: list[Message] = []
         self.dropped: list[tuple[bytes, str]] = []
-        self.snap_recv: tuple[SnapshotMeta, Any] | None = None
+        self.snap_recv: tuple[SnapshotMeta, str, Any] | None = None  # meta, sender, sink
         self.pending_install: Snapshot | None = None
         self.campaign_held = False  # see _promotable
         self.prev_hs = HardState(self.term, self.vote, self.log.commit)
@@ -735,14 +735,22 @@ class Raft:
             self._drop_snap_recv()
             self._send(type=MsgType.APP_RESP, to=m.frm, index=self.log.commit)
             return
-        if m.offset == 0:
+        # A transfer is identified by the snapshot and its sender: a node has
+        # one snapshot per index (``compact``), so those name the same bytes.
+        # A first chunk of the transfer under way is the leader starting over
+        # after a term change (its progress starts afresh; the snapshot has not
+        # changed): answered with where it stands, not dropped. Starting over
+        # at every term change kept a lagging node from ever finishing when
+        # terms changed faster than the transfer took (seed 734837732495074).
+        if m.offset == 0 and not (self.snap_recv is not None
+                                  and self.snap_recv[:2] == (meta, m.frm)):
             self._drop_snap_recv()
             sink = self.cfg.snapshot_sink
-            self.snap_recv = (meta, sink() if sink is not None else bytearray())
-        if self.snap_recv is None or self.snap_recv[0] != meta:
+            self.snap_recv = (meta, m.frm, sink() if sink is not None else bytearray())
+        if self.snap_recv is None or self.snap_recv[:2] != (meta, m.frm):
             self._send(type=MsgType.SNAP_RESP, to=m.frm, reject=True)
             return
-        buf = self.snap_recv[1]
+        buf = self.snap_recv[2]
         if m.offset != len(buf):
             self._send(type=MsgType.SNAP_RESP, to=m.frm, offset=len(buf))
             return
@@ -768,7 +776,7 @@ class Raft:
 
     def _drop_snap_recv(self) -> None:
         if self.snap_recv is not None:
-            discard = getattr(self.snap_recv[1], "discard", None)
+            discard = getattr(self.snap_recv[2], "discard", None)
             if discard is not None:
                 discard()
             self.snap_recv = None
@@ -892,6 +900,10 @@ class Raft:
         if conf is None and index != self.log.applied:
             raise RaftError(f"a snapshot at {index}, before the applied index "
                             f"{self.log.applied}, needs the membership at {index}")
+        if self.snapshot is not None and index == self.snapshot.meta.index:
+            # Taken already: a snapshot's bytes never change under its index
+            # (a follower may hold part of them and resume, _handle_snapshot).
+            return self.snapshot
         term = self.log.term(index)
         if term is None:
             raise RaftError(f"cannot snapshot at {index}: entry already compacted")

@@ -435,7 +435,9 @@ def test_compact_requires_the_applied_index():
     assert a.log.first_index() == 7 and a.log.term(6) == 1 and a.log.term(5) is None
     with pytest.raises(RaftError):
         a.compact(7, b"ahead")  # beyond the applied index
-    assert a.compact(6, b"again").meta.index == 6  # re-snapshot at the same index
+    # Taken already at 6: the same snapshot, its bytes unchanged (a follower
+    # may hold part of them and resume the transfer).
+    assert a.compact(6, b"again") is snap and snap.data == b"state"
 
 
 def test_a_snapshot_copied_off_the_loop_is_taken_at_the_index_it_was_copied_at():
@@ -922,15 +924,15 @@ def test_a_snapshot_is_received_chunk_by_chunk_into_the_sink_the_runtime_gives()
     from cronrd.raft.types import SnapshotMeta
     ListSink.made = []
     b = Raft(RaftConfig("b", snapshot_sink=ListSink), random.Random(2),
-             conf=ConfState(("a", "b")))
-    meta = SnapshotMeta(9, 2, ConfState(("a", "b")))
+             conf=ConfState(("a", "b", "c")))
+    meta = SnapshotMeta(9, 2, ConfState(("a", "b", "c")))
 
-    def chunk(offset, data, done=False):
-        b.step(Message(MsgType.SNAP, to="b", frm="a", term=2, snapshot_meta=meta,
+    def chunk(offset, data, done=False, frm="c", term=3):
+        b.step(Message(MsgType.SNAP, to="b", frm=frm, term=term, snapshot_meta=meta,
                        offset=offset, data=data, done=done))
-    chunk(0, b"abc")
-    chunk(3, b"def")
-    chunk(0, b"ABC")        # the leader started over: the first transfer is dropped
+    chunk(0, b"abc", frm="a", term=2)
+    chunk(3, b"def", frm="a", term=2)
+    chunk(0, b"ABC")        # another leader's copy: the first transfer is dropped
     assert [s.discarded for s in ListSink.made] == [True, False]
     chunk(3, b"DEF")
     chunk(9, b"zzz")        # out of order: not taken
@@ -978,3 +980,68 @@ def test_a_snapshot_chunk_is_sent_again_only_when_the_transfer_stalls():
     offsets = _snapshot_rounds(drop_first_at=16)
     assert offsets.count(16) == 2 and offsets[-1] == 32
     assert all(offsets.count(o) == 1 for o in (0, 8, 24, 32))
+
+
+def test_a_snapshot_transfer_resumes_where_it_stood_after_a_term_change():
+    # seed 734837732495074: a voter behind a compaction was receiving a
+    # 23-chunk snapshot while a removed node it still counted as a voter
+    # campaigned every election timeout; each campaign gave it a newer term,
+    # which deposed the leader (no PreVote, no CheckQuorum). The leader, re-
+    # elected with the same snapshot, started the transfer over at offset 0
+    # and the follower dropped what it had, so terms changed faster than the
+    # transfer could finish and it never did. The follower now answers the
+    # restart with where it stands, and the leader goes on from there.
+    net = Net(["a", "b", "e"], pre_vote=False, check_quorum=False, snapshot_chunk_bytes=8)
+    a = net.elect("a")
+    e = net["e"]
+    net.drop = lambda m: m.to == "e"          # e falls behind a compaction
+    for k in range(4):
+        a.propose(b"%d" % k)
+    net.settle()
+    snap = a.compact(a.applied, SNAP_DATA)
+    # e gets the first three chunks; the fourth is lost (the transfer stands
+    # at 24 bytes).
+    net.drop = lambda m: m.to == "e" and m.type == MsgType.SNAP and m.offset >= 24
+    a.tick()
+    net.settle()
+    assert [m.offset for m in net.sent if m.type == MsgType.SNAP] == [0, 8, 16, 24]
+    # A vote request of a newer term (the removed node's campaign) reaches e,
+    # which tells the leader of that term at its next heartbeat: a steps down.
+    net.drop = lambda m: False
+    e.step(Message(MsgType.VOTE, to="e", frm="b", term=a.term + 1, index=e.last_index,
+                   log_term=e.log.last_term()))
+    a.tick()
+    net.settle()
+    assert a.role == FOLLOWER
+    # a is elected again, with the same snapshot, and starts over at offset 0.
+    net.sent.clear()
+    net.campaign("a")
+    assert a.role == LEADER and a.snapshot is snap
+    snaps = [m for m in net.sent if m.type == MsgType.SNAP]
+    resps = [m for m in net.sent if m.type == MsgType.SNAP_RESP]
+    assert [m.offset for m in snaps] == [0, 24, 32]
+    assert resps[0].offset == 24 and not resps[0].reject   # where e stands
+    assert net.snapshots["e"].data == SNAP_DATA and net.snapshots["e"].meta == snap.meta
+    assert e.log.snap_index == snap.meta.index and e.applied == a.applied
+
+
+def test_a_snapshot_transfer_from_another_sender_starts_over():
+    # Two nodes' snapshots at one index may differ byte for byte (copies of
+    # a database): a transfer resumes only from the node that began it.
+    from cronrd.raft.types import SnapshotMeta
+    b = Raft(RaftConfig("b"), random.Random(2), conf=ConfState(("a", "b", "c")))
+    meta = SnapshotMeta(9, 2, ConfState(("a", "b", "c")))
+
+    def chunk(frm, term, offset, data, done=False):
+        b.step(Message(MsgType.SNAP, to="b", frm=frm, term=term, snapshot_meta=meta,
+                       offset=offset, data=data, done=done))
+        resp = b.msgs[-1]
+        b.msgs.clear()
+        return resp
+    assert chunk("a", 2, 0, b"abc").offset == 3
+    assert chunk("a", 3, 0, b"abc").offset == 3      # a again, a term later: resumed
+    assert chunk("c", 4, 0, b"XYZ").offset == 3      # c: its own copy, from the start
+    done = chunk("c", 4, 3, b"UVW", done=True)
+    assert done.type == MsgType.APP_RESP and done.index == 9
+    rd = b.ready()
+    assert rd.snapshot is not None and rd.snapshot.data == b"XYZUVW"

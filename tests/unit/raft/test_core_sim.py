@@ -94,7 +94,7 @@ def test_simulation_is_deterministic():
 
 @pytest.mark.parametrize("seed", [83889309, 500005356, 20000000003769, 101, 545,
                                   30000000009593, 1544, 50000000077640, 50000000096748,
-                                  50000000098497])
+                                  50000000098497, 734837732495074])
 def test_seeds_that_once_broke_liveness(seed):
     """Issue 17 and the campaigns after it; test_raft_core has a focused test
     for each cause:
@@ -115,7 +115,11 @@ def test_seeds_that_once_broke_liveness(seed):
       leader and forwarded proposals to it, which nobody answered;
     * 1544 (under the voter-only rules of the review): a voter demoted to
       learner while it was away inflated its term; the others dropped its
-      campaigns, and it ignored the leader's appends without an answer."""
+      campaigns, and it ignored the leader's appends without an answer;
+    * 734837732495074: a voter behind a compaction never finished receiving
+      the snapshot: at every term change (a removed node it still counted as
+      a voter kept campaigning) the re-elected leader started the transfer
+      over and the follower dropped what it had."""
     r = raft_sim.run_seed(seed)
     assert "failed" not in r, raft_sim.report(r)
 
