@@ -310,3 +310,36 @@ def test_cancel_stops_a_running_run_and_records_who_asked(node):
     assert node.cli("cancel", "99999").returncode == 1
     recs = [r for r in audit(node) if r["command"] == "cancel"]
     assert {(r["target"], r["uid"], r["allowed"]) for r in recs} == {(str(run_id), 0, True)}
+
+
+def test_new_commands_refuse_a_socket_group_member_and_bad_arguments(shared):
+    """pause --all, cancel --job, backfill and rerun act only for those
+    allowed; malformed arguments of the new requests are refused and the
+    daemon keeps answering."""
+    node = shared
+    node.write_job("backup", {"schedule": "* * * * *", "command": "true"})
+    node.start()
+    who = f"you are uid {NOBODY.pw_uid} (nobody)"
+    for args in (("pause", "--all", "--note", "mine now"), ("resume", "--all"),
+                 ("cancel", "--job", "backup"),
+                 ("backfill", "backup", "--from", "10m"),
+                 ("rerun", "backup", "--at", "2026-01-01T00:00:00Z")):
+        res = cli_as_nobody(node, *args)
+        assert res.returncode == 1, (args, res.stdout, res.stderr)
+        assert "permission denied" in res.stderr and who in res.stderr, (args, res.stderr)
+        assert "Traceback" not in res.stderr
+    assert node.call("status")["maintenance"] is None
+    assert node.call("backfills")["backfills"] == []
+
+    from cronrd.errors import UsageError
+    for cmd, args in (("pause", {"all": True, "note": "x" * 5000}),
+                      ("pause", {"job": "backup", "note": ["not", "text"]}),
+                      ("cancel", {"job": 7}),
+                      ("runs", {"state": [1, 2]}), ("runs", {"since": True}),
+                      ("runs", {"kind": "cron"}), ("job", {"name": "backup", "next": 10**6}),
+                      ("run_now", {"job": "backup", "params": "not a mapping"}),
+                      ("explain", {"job": "backup", "at": "not a time"})):
+        with pytest.raises(UsageError):
+            node.call(cmd, args)
+    assert node.call("status")["node_id"] == "n1"
+    assert node.call("job", {"name": "backup"})["paused"] is False
