@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import random
 
-import apsw
 import pytest
 
 from cronrd.state import backfill as BF
 from cronrd.state import commands as C
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.state.machine import Refused
+from replay import Replay
 
 from .test_state import T0, Log, apply_all, random_commands
 
@@ -245,13 +245,10 @@ def test_backfill_histories_are_deterministic_and_keep_one_record_per_fire_time(
     d1, r1 = apply_all(cmds, batch=1)
     d2, r2 = apply_all(cmds, batch=29)
     assert d1 == d2 and r1 == r2
-    sm = StateMachine(apsw.Connection(":memory:"))
-    for i, cmd in enumerate(cmds, 1):
-        with sm.conn:
-            try:
-                sm.apply(i, cmd)
-            except Refused:
-                pass
+    replay = Replay()
+    sm = replay.sm
+    for cmd in cmds:
+        replay.apply(cmd)
         # never more in flight than the backfill's parallel
         for bid, par in list(sm.conn.execute("SELECT id, parallel FROM backfills")):
             n = next(iter(sm.conn.execute(

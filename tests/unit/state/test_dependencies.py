@@ -12,6 +12,7 @@ from cronrd.state import commands as C
 from cronrd.state import dependencies as deps
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused, StateMachine
+from replay import Replay
 from tests.unit.state.test_state import T0, Log
 
 
@@ -472,17 +473,8 @@ def random_queued_dag_commands(rng, n):
                  retries={"max": rng.randint(0, 1), "delay": 1.0, "backoff": 2.0,
                           "max_delay": 60.0, "jitter": 0.0}, **over)
         cmds.append(C.PutJob(name=name, spec=s, digest=name, source="/x", at=T0))
-    sm = StateMachine(apsw.Connection(":memory:"))
-    index = 0
-
-    def apply(cmd):
-        nonlocal index
-        index += 1
-        with sm.conn:
-            try:
-                sm.apply(index, cmd)
-            except Refused:
-                pass
+    replay = Replay()
+    sm, apply = replay.sm, replay.apply
 
     for cmd in cmds:
         apply(cmd)

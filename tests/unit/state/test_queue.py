@@ -12,6 +12,7 @@ import pytest
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused, StateMachine
+from replay import Replay
 from tests.unit.state.test_state import T0, Log, random_commands, spec
 
 
@@ -307,17 +308,8 @@ def random_queue_commands(rng: random.Random, n: int) -> list[C.Command]:
                                                "backoff": 2.0, "max_delay": 60.0,
                                                "jitter": 0.0}),
                  digest=name, source="/x", at=T0) for name in "ab"]
-    sm = StateMachine(apsw.Connection(":memory:"))
-    index = 0
-
-    def apply(cmd):
-        nonlocal index
-        index += 1
-        with sm.conn:
-            try:
-                sm.apply(index, cmd)
-            except Refused:
-                pass
+    replay = Replay()
+    sm, apply = replay.sm, replay.apply
 
     for cmd in cmds:
         apply(cmd)
