@@ -37,6 +37,11 @@ FORWARDABLE: dict[str, str] = {
     C.Fire.op: "node",
     C.SetPaused.op: "",
     C.CancelRun.op: "",
+    # an operator's backfill, its pause/resume/cancel and a rerun, asked on
+    # a follower (like pause and cancel: no node field; apply checks them)
+    C.CreateBackfill.op: "",
+    C.SetBackfillState.op: "",
+    C.Rerun.op: "",
     C.Audit.op: "node",
 }
 

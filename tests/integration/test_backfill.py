@@ -146,9 +146,11 @@ def test_leader_killed_mid_backfill_it_resumes_one_record_per_fire_time(cluster)
                          "command": "sleep 2"})
     c.start()
     lead = c.leader()
-    wait_for(lambda: [j for j in lead.call("jobs") if j["name"] == "fill"], what="job")
-    res = lead.cli("backfill", "fill", "--from", iso_utc(first), "--to", iso_utc(last),
-                   "--parallel", "2")
+    follower = c.followers()[0]
+    wait_for(lambda: [j for j in follower.call("jobs") if j["name"] == "fill"], what="job")
+    # asked on a follower: forwarded to the leader
+    res = follower.cli("backfill", "fill", "--from", iso_utc(first), "--to", iso_utc(last),
+                       "--parallel", "2")
     assert res.returncode == 0, res.stderr
     peak = [0]
 
@@ -180,6 +182,12 @@ def test_leader_killed_mid_backfill_it_resumes_one_record_per_fire_time(cluster)
     wait_for(lambda: new.call("backfills")["backfills"][0]["state"] == "done", 20,
              what="backfill done", on_fail=c.logs)
     assert new.call("backfills")["backfills"][0]["counts"]["done"] == 10
+    # a rerun asked on a follower of the new leader is forwarded too
+    other = [n for n in c.followers() if n is not lead][0]
+    rr = other.cli("rerun", "fill", "--at", iso_utc(first))
+    assert rr.returncode == 0, rr.stderr
+    wait_for(lambda: any(r["kind"] == "rerun" and parse_iso(r["fire_time"]) == first
+                         for r in new.runs("fill")), 30, what="rerun", on_fail=c.logs)
 
 
 def backfill_fires(node):

@@ -33,6 +33,12 @@ def test_a_member_forwards_its_own_job_files_and_reports():
     check_forwarded(C.NodeInfo(node="b", state="up", addr="h:1", tags=(), at=1.0), "b")
     check_forwarded(C.ManualRun(job="backup", node="", at=1.0), "b")
     check_forwarded(C.SetPaused(name="backup", paused=True, at=1.0), "b")
+    # an operator's backfill and rerun asked on a follower
+    check_forwarded(C.CreateBackfill(job="backup", fire_times=[60], from_time=60,
+                                     to_time=60, reprocess="missing", parallel=1,
+                                     order="oldest", at=1.0), "b")
+    check_forwarded(C.SetBackfillState(backfill=1, state="paused", at=1.0), "b")
+    check_forwarded(C.Rerun(job="backup", fire_time=60, at=1.0), "b")
     check_forwarded(C.Fire(job="j", fire_time=5, kind="scheduled", node="b", due_at=1,
                            at=1, boot=True, target="b"), "b")
 
@@ -58,6 +64,8 @@ def test_a_member_may_not_speak_for_another_node(cmd):
     C.RemoveNode(node="a", at=1.0),
     C.Prune(before=1e12, at=1.0),
     C.RecordGap(job="j", first=1, last=2, count=2, reason="x", at=1.0),
+    C.BackfillStep(backfill=1, at=1.0),
+    C.UpstreamTimeout(run_id=1, at=1.0),
 ], ids=lambda c: c.op)
 def test_leader_only_commands_are_never_accepted_from_a_peer(cmd):
     with pytest.raises(PermissionDenied):
