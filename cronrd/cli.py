@@ -985,10 +985,12 @@ BACKFILL_ACTIONS = {"pause": "paused", "resume": "running", "cancel": "cancelled
               "nothing.")
 @click.option("--note", default="", metavar="TEXT", help="Why (shown by `cronrd backfills`).")
 @click.option("--force", is_flag=True, help="Take more than 10,000 fire times.")
+@click.option("--downstream", is_flag=True, help="After each reprocessed fire time, rerun "
+              "the records of other jobs that consumed it (and theirs), in dependency order.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def backfill(obj: Ctx, args, first, last, reprocess, parallel, order, dry_run, note, force,
-             as_json):
+             downstream, as_json):
     """Run JOB for the fire times of its schedule between --from and --to
     that have no record (or, with --reprocess, failed or all of them: a new
     attempt of the same record). `cronrd backfill pause|resume|cancel ID`
@@ -1021,7 +1023,8 @@ def backfill(obj: Ctx, args, first, last, reprocess, parallel, order, dry_run, n
     hi = math.floor(_when(last, now, "--to") if last is not None else now)
     res = obj.client(timeout=120.0).call("backfill", {
         "job": job, "from": lo, "to": hi, "reprocess": reprocess, "parallel": parallel,
-        "order": order, "dry_run": dry_run, "note": note, "force": force})
+        "order": order, "dry_run": dry_run, "note": note, "force": force,
+        "downstream": downstream})
     if as_json:
         emit_json(res)
         return
@@ -1082,24 +1085,41 @@ def backfills(obj: Ctx, backfill_id, items, limit, consistent, as_json):
 @click.argument("job", shell_complete=complete_jobs)
 @click.option("--at", "at", required=True, metavar="TIME",
               help="The fire time to run again (ISO 8601, as `cronrd runs` shows it).")
+@click.option("--downstream", is_flag=True, help="Then rerun the records of other jobs that "
+              "consumed it (and theirs), each once, after all its parents in the set.")
+@click.option("--dry-run", is_flag=True, help="Print what would be rerun, change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def rerun(obj: Ctx, job, at, as_json):
+def rerun(obj: Ctx, job, at, downstream, dry_run, as_json):
     """Run the fire time TIME of JOB again: a new attempt (kind rerun) of its
-    record, which keeps its key (job, fire time)."""
+    record, which keeps its key (job, fire time). With --downstream, the
+    records that consumed it follow, each once its parents have ended, if
+    its trigger rule passes (`cronrd explain CHILD --at T` says why not)."""
     from .schedule import parse_iso
     try:
         t = parse_iso(at)
     except CronrdError:
         raise UsageError(f"--at {at!r}: give the fire time in ISO 8601 "
                          "(2026-12-01T06:00:00Z), as `cronrd runs` shows it") from None
-    res = obj.client().call("rerun", {"job": job, "at": int(t)})
+    res = obj.client().call("rerun", {"job": job, "at": int(t), "downstream": downstream,
+                                      "dry_run": dry_run})
     if as_json:
         emit_json(res)
+        return
+    if dry_run:
+        click.echo(f"{res['fire_time']}  {job}  rerun")
+        for child, when in res["downstream"]:
+            click.echo(f"{when}  {child}  rerun after its parents, if its trigger rule passes")
+        click.echo(f"{1 + len(res['downstream'])} record(s); nothing changed (--dry-run)")
         return
     click.echo(f"run {res['run_id']}: attempt {res['attempt']} of {job} at "
                f"{res['fire_time']}; `cronrd logs {job} --run {res['run_id']} --follow` shows "
                "its output")
+    if res.get("downstream"):
+        click.echo("then, downstream: " + ", ".join(f"{c}@{w}" for c, w in res["downstream"])
+                   + " (`cronrd runs --kind rerun` shows them)")
+    elif downstream:
+        click.echo("nothing downstream consumed it (no record's lineage holds it)")
 
 
 @main.command()

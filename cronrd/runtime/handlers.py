@@ -33,6 +33,7 @@ from ..state.machine import Effect, StateMachine
 from . import backfills as B
 from ..decisions import backfill as BD
 from ..state import backfill as BF
+from ..state import downstream as DS
 from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .clock import Clock
 from .control import Handler, Stream, arg
@@ -616,11 +617,14 @@ class Handlers:
                "concurrency": spec.concurrency,
                "lines": [[iso_utc(t), d.line()] for t, d in lines]}
         if dry_run:
+            if arg(args, "downstream", bool, False):
+                out["lines"] = [[w, line + _downstream_note(self.conn, name, t, d)]
+                                for (w, line), (t, d) in zip(out["lines"], lines)]
             return out
         res = await self.log.propose(C.CreateBackfill(
             job=name, fire_times=times, from_time=first, to_time=last, reprocess=reprocess,
             parallel=parallel, order=order, at=self.clock.now(), note=note,
-            who=caller.describe()))
+            who=caller.describe(), downstream=bool(arg(args, "downstream", bool, False))))
         return {**out, **res, "lines": []}
 
     async def h_backfills(self, args: dict) -> dict:
@@ -659,8 +663,20 @@ class Handlers:
         spec = self._job_spec(name)
         BF.check_job(spec, name, RequestError)
         t = B.rerun_time(self.conn, spec, self.config.timezone, at)
+        downstream = bool(arg(args, "downstream", bool, False))
+        if arg(args, "dry_run", bool, False):
+            try:
+                order, _edges = DS.closure(self.conn, name, t)
+            except DS.TooMany as exc:
+                raise RequestError(f"{exc}; rerun without --downstream, then the children "
+                                   "one by one") from None
+            return {"job": name, "fire_time": iso_utc(t), "dry_run": True,
+                    "downstream": [[j, iso_utc(ft)] for j, ft in order]
+                    if downstream else []}
         res = await self.log.propose(C.Rerun(job=name, fire_time=t, at=self.clock.now(),
-                                             who=caller.describe()))
+                                             who=caller.describe(), downstream=downstream))
+        if "downstream" in res:
+            res = {**res, "downstream": [[j, iso_utc(ft)] for j, ft in res["downstream"]]}
         return {**res, "job": name, "fire_time": iso_utc(t)}
 
     async def h_audit(self, args: dict) -> dict:
@@ -853,3 +869,18 @@ def run_now_inputs(job: str, spec, args: dict) -> tuple[dict[str, str], str]:
         if problem:
             raise UsageError(f"--key {key!r}: {problem}")
     return check_run_params(job, spec.params, given), key
+
+
+def _downstream_note(conn, job: str, t: int, d) -> str:
+    """What a backfill's --downstream adds to a fire time (its dry run)."""
+    if d.action == "skip" or getattr(d, "attempt", 1) <= 1:
+        return ""
+    try:
+        order, _ = DS.closure(conn, job, t)
+    except DS.TooMany as exc:
+        return f"; downstream: {exc}"
+    if not order:
+        return ""
+    names = ", ".join(f"{j}@{iso_utc(ft)}" for j, ft in order[:5])
+    more = f" and {len(order) - 5} more" if len(order) > 5 else ""
+    return f"; then downstream: {names}{more}"

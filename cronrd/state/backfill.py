@@ -96,10 +96,11 @@ def create(conn, cmd, job: dict, spec, refused) -> dict:
     skips = sum(1 for r in rows if r[1] == "skipped")
     conn.execute(
         "INSERT INTO backfills(job, from_time, to_time, reprocess, parallel, ord, state, note, "
-        "who, created_at, updated_at, total, planned_skips) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "who, created_at, updated_at, total, planned_skips, downstream) "
+        "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (cmd.job, cmd.from_time, cmd.to_time, cmd.reprocess, cmd.parallel, cmd.order,
          "running" if skips < len(rows) else "done", str(cmd.note), str(cmd.who), cmd.at,
-         cmd.at, len(rows), skips))
+         cmd.at, len(rows), skips, 1 if cmd.downstream is True else 0))
     bid = conn.last_insert_rowid()
     conn.executemany("INSERT INTO backfill_items(backfill, fire_time, state, note) "
                      "VALUES(?,?,?,?)", [(bid, t, st, note) for t, st, note in rows])
@@ -108,9 +109,10 @@ def create(conn, cmd, job: dict, spec, refused) -> dict:
 
 
 def get(conn, bid: int, refused) -> dict:
-    for row in conn.execute("SELECT id, job, state, parallel, ord, reprocess FROM backfills "
-                            "WHERE id=?", (bid,)):
-        return dict(zip(("id", "job", "state", "parallel", "order", "reprocess"), row))
+    for row in conn.execute("SELECT id, job, state, parallel, ord, reprocess, downstream FROM "
+                            "backfills WHERE id=?", (bid,)):
+        return dict(zip(("id", "job", "state", "parallel", "order", "reprocess",
+                         "downstream"), row))
     raise refused(f"no backfill with id {bid}; `cronrd backfills` lists them")
 
 

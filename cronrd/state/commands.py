@@ -342,6 +342,7 @@ class CreateBackfill(Command):
     at: float
     note: str = ""
     who: str = ""
+    downstream: bool = False  # each released fire time's downstream records follow it
 
 
 @dataclass(frozen=True)
@@ -375,6 +376,7 @@ class Rerun(Command):
     fire_time: int
     at: float
     who: str = ""
+    downstream: bool = False  # then the records that consumed it (state/downstream.py)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..decisions import dependencies as D
 from ..schedule import parse_schedule
+from . import downstream as DS
 from . import queue as QU
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, FINAL, sql_in
@@ -148,8 +149,11 @@ def parent_final(sm: "StateMachine", index: int, parent: str, run_id: int, at: f
     if depth > MAX_DEPTH:
         return
     sm.conn.execute("UPDATE dep_cursors SET new_run_id=? WHERE parent=?", (run_id, parent))
+    # a --downstream rerun's children follow it there, and consume it
+    handled = DS.on_final(sm, index, parent, run_id, at, effects)
     children = [c for (c,) in sm.conn.execute(
-        "SELECT child FROM job_deps WHERE parent=? ORDER BY child", (parent,))]
+        "SELECT child FROM job_deps WHERE parent=? ORDER BY child", (parent,))
+                if c not in handled]
     for child in children:
         spec = sm._job_spec(child)
         if spec is None or not spec.depends_on:

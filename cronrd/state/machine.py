@@ -23,13 +23,15 @@ from ..schedule import iso_utc, retry_delay
 from . import backfill as BF
 from . import commands as C
 from . import dependencies as deps
+from . import downstream as DS
 from . import pause_log
 from . import queries as Q
 from . import queue as QU
 from . import run_params as RP
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
-from .schema import NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1, UPGRADE_TO_V5, UPGRADE_TO_V6
+from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1,
+                     UPGRADE_TO_V5, UPGRADE_TO_V6)
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,9 @@ class StateMachine:
                 if "'waiting'" not in (sql or ""):  # made before the waiting state: remade
                     conn.execute("DROP INDEX runs_active")
             conn.execute(SCHEMA)
+            for table, column, sql in ADDED_COLUMNS:
+                if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
+                    conn.execute(sql)
             if version is None:
                 self._set_meta("schema_version", SCHEMA_VERSION)
                 self._set_meta("applied_index", 0)
@@ -1200,6 +1205,7 @@ class StateMachine:
                     more = True
                     break
         RP.prune(self.conn)
+        DS.prune(self.conn)
         return {"runs_deleted": runs, **({"more": True} if more else {})}
 
     # -- audit ----------------------------------------------------------------
@@ -1251,6 +1257,11 @@ class StateMachine:
                                    fire_time=fire_time, attempt=attempt, state="pending",
                                    node=None, due_at=cmd.at, at=cmd.at)
             effects.append(Effect("pending", run=run))
+            if bf["downstream"] and attempt > 1:  # a record some children may have consumed
+                try:
+                    DS.start(self, run.run_id, bf["job"], fire_time)
+                except DS.TooMany:
+                    pass  # (the rerun stands; its children follow by their generations)
             return run.run_id
         return BF.step(self.conn, cmd.backfill, cmd.at, spec=self._job_spec(bf["job"]),
                        held=BF.held(self.conn, bf["job"]),
@@ -1279,13 +1290,27 @@ class StateMachine:
             run = self._enqueue(index, job=cmd.job, origin="schedule", kind="rerun",
                                 fire_time=cmd.fire_time, attempt=attempt, due_at=cmd.at,
                                 at=cmd.at, reason=hold.wait, target="")
-            return {"run_id": run.run_id, "attempt": attempt, "state": "waiting"}
-        run = self._insert_run(index, job=cmd.job, origin="schedule", kind="rerun",
-                               fire_time=cmd.fire_time, attempt=attempt, state="pending",
-                               node=None, due_at=cmd.at, at=cmd.at,
-                               reason=f"rerun by {cmd.who}" if cmd.who else "rerun")
-        effects.append(Effect("pending", run=run))
-        return {"run_id": run.run_id, "attempt": attempt, "state": "pending"}
+            state = "waiting"
+        else:
+            run = self._insert_run(index, job=cmd.job, origin="schedule", kind="rerun",
+                                   fire_time=cmd.fire_time, attempt=attempt, state="pending",
+                                   node=None, due_at=cmd.at, at=cmd.at,
+                                   reason=f"rerun by {cmd.who}" if cmd.who else "rerun")
+            effects.append(Effect("pending", run=run))
+            state = "pending"
+        out = {"run_id": run.run_id, "attempt": attempt, "state": state}
+        if cmd.downstream is True:
+            out["downstream"] = self._downstream(run.run_id, cmd.job, cmd.fire_time)
+        return out
+
+    def _downstream(self, root_run: int, job: str, fire_time: int) -> list[list]:
+        """Record the --downstream of an attempt (state/downstream.py): the
+        records that will follow it, [job, fire time] in order."""
+        try:
+            return [list(r) for r in DS.start(self, root_run, job, fire_time)]
+        except DS.TooMany as exc:
+            raise Refused(f"{exc}; rerun fewer at once (without --downstream, then "
+                          "the children one by one)") from None
 
     # -- digest ---------------------------------------------------------------
     def full_digest(self) -> str:
@@ -1301,6 +1326,9 @@ class StateMachine:
                              ("late_reports", "report_id"), ("audit", "audit_id"),
                              ("denied", "kind, value"), ("join_tokens", "node"),
                              ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
+                             ("downstream_items", "root, job, fire_time"),
+                             ("downstream_edges", "root, parent_job, parent_fire_time, "
+                                                  "child_job, child_fire_time"),
                              ("pause_log", "event_id"),
                              ("run_params", "run_id"), ("run_keys", "job, key"),
                              ("run_queue", "run_id")):

@@ -194,6 +194,8 @@ CREATE TABLE IF NOT EXISTS run_lineage(
     parent_run_id INTEGER NOT NULL,
     PRIMARY KEY(run_id, parent_job)
 ) WITHOUT ROWID;
+-- Who consumed a parent run (`--downstream` walks the lineage forwards).
+CREATE INDEX IF NOT EXISTS run_lineage_parent ON run_lineage(parent_run_id);
 -- Backfills (`cronrd backfill`): a replicated object the leader's duties
 -- release, at most `parallel` runs at once, until done (state/backfill.py).
 CREATE TABLE IF NOT EXISTS backfills(
@@ -210,7 +212,8 @@ CREATE TABLE IF NOT EXISTS backfills(
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     total INTEGER NOT NULL,          -- fire times in the range
-    planned_skips INTEGER NOT NULL   -- of them, skipped when it was created
+    planned_skips INTEGER NOT NULL,  -- of them, skipped when it was created
+    downstream INTEGER NOT NULL DEFAULT 0  -- 1: --downstream (ADDED_COLUMNS)
 );
 CREATE INDEX IF NOT EXISTS backfills_open ON backfills(job) WHERE state IN ('running', 'paused');
 -- Each fire time of a backfill: waiting, released (its run record made or
@@ -226,6 +229,32 @@ CREATE TABLE IF NOT EXISTS backfill_items(
     PRIMARY KEY(backfill, fire_time)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS backfill_items_state ON backfill_items(backfill, state, fire_time);
+-- `--downstream` of a rerun or backfill (state/downstream.py): the records
+-- that consumed its fire time, under the run id of the attempt that started
+-- it (root): waiting (for waits_on items of the set), released (run_id: its
+-- new attempt), done, or not_rerun (note says why); fresh counts the items
+-- it waited for that ran again. The edges: which item waits for which.
+CREATE TABLE IF NOT EXISTS downstream_items(
+    root INTEGER NOT NULL,
+    job TEXT NOT NULL,
+    fire_time INTEGER NOT NULL,
+    waits_on INTEGER NOT NULL,
+    fresh INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    run_id INTEGER,
+    note TEXT NOT NULL,
+    PRIMARY KEY(root, job, fire_time)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS downstream_items_record ON downstream_items(job, fire_time)
+    WHERE state IN ('waiting', 'released');
+CREATE TABLE IF NOT EXISTS downstream_edges(
+    root INTEGER NOT NULL,
+    parent_job TEXT NOT NULL,
+    parent_fire_time INTEGER NOT NULL,
+    child_job TEXT NOT NULL,
+    child_fire_time INTEGER NOT NULL,
+    PRIMARY KEY(root, parent_job, parent_fire_time, child_job, child_fire_time)
+) WITHOUT ROWID;
 -- Every pause and resume of a job (name '': the maintenance pause), kept
 -- after the resume: `cronrd explain JOB --at T` says who paused it and why
 -- at a past T. Pruned with the run history.
@@ -293,6 +322,13 @@ DROP TABLE job_sources;
 ALTER TABLE job_sources_v6 RENAME TO job_sources;
 ALTER TABLE jobs DROP COLUMN spec;
 """
+
+# Columns added to a table after it first shipped: (table, column, ALTER),
+# added at start where missing (StateMachine.migrate, after SCHEMA).
+ADDED_COLUMNS = (
+    ("backfills", "downstream",
+     "ALTER TABLE backfills ADD COLUMN downstream INTEGER NOT NULL DEFAULT 0"),
+)
 
 UPGRADE_TO_V5 = (
     ("assigned_at", "ALTER TABLE runs ADD COLUMN assigned_at REAL"),

@@ -134,3 +134,44 @@ def test_an_after_child_with_concurrency_queue_runs_its_generations_one_at_a_tim
         assert before["finished_at"] is not None, (before, after)
         assert parse_iso(after["started_at"]) >= parse_iso(before["finished_at"]), \
             (before, after)
+
+
+def test_rerun_downstream_reruns_a_diamond_once_each_in_dependency_order(node):
+    """a -> b, a -> c, (b, c) -> d: `rerun a --downstream` reruns b and c
+    after a, and d once, after both; each as a new attempt of its record."""
+    node.write_job("a", {"schedule": "0 0 1 1 *", "timezone": "UTC", "command": "true"})
+    for child, parents in (("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"])):
+        node.write_job(child, {"schedule": "@after", "command": "sleep 0.3",
+                               "depends_on": [{"job": p} for p in parents]})
+    node.start()
+    t = "2026-01-01T00:00:00Z"
+    res = node.cli("backfill", "a", "--from", t, "--to", t)
+    assert res.returncode == 0, res.stderr
+    node.wait_runs(lambda rs: len(done(rs, "d")) == 1, what="the first generation of d")
+    dry = node.cli("rerun", "a", "--at", t, "--downstream", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[:4] == [
+        f"{t}  a  rerun", f"{t}  b  rerun after its parents, if its trigger rule passes",
+        f"{t}  c  rerun after its parents, if its trigger rule passes",
+        f"{t}  d  rerun after its parents, if its trigger rule passes"]
+    assert len(node.runs("a")) == 1                  # a dry run changes nothing
+    res = node.cli("rerun", "a", "--at", t, "--downstream")
+    assert res.returncode == 0, res.stderr
+    assert f"then, downstream: b@{t}, c@{t}, d@{t}" in res.stdout
+    runs = node.wait_runs(lambda rs: len(done(rs, "d")) == 2, what="d rerun downstream")
+    by = {j: sorted((r for r in runs if r["job"] == j), key=lambda r: r["attempt"])
+          for j in "abcd"}
+    for j in "abcd":   # one record each (fire time t), two attempts
+        assert [(r["fire_time"], r["attempt"]) for r in by[j]] == [(t, 1), (t, 2)], j
+        assert by[j][1]["kind"] == "rerun" and by[j][1]["state"] == "succeeded"
+    d2 = by["d"][1]
+    for j in "bc":     # d's rerun started after both its parents' reruns ended
+        assert parse_iso(d2["started_at"]) >= parse_iso(by[j][1]["finished_at"])
+    assert parse_iso(by["b"][1]["started_at"]) >= parse_iso(by["a"][1]["finished_at"])
+    lineage = {x["job"]: x["run_id"]
+               for x in node.call("run", {"run_id": d2["run_id"]})["lineage"]}
+    assert lineage == {"b": by["b"][1]["run_id"], "c": by["c"][1]["run_id"]}
+    # nothing more follows: no third attempt, no new generation of d
+    node.wait_runs(lambda rs: all(r["state"] in ("succeeded",) for r in rs),
+                   what="every run ended")
+    assert len(node.runs("d")) == 2
