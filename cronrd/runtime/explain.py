@@ -17,6 +17,16 @@ scheduled child's gate at T: the reason its record stores,
 whether each parent has a qualifying run now, ``blocks`` set if not); a
 backfill that made or reprocessed the record names itself in the record
 lines (kind ``backfill``) or in a provider of its own after "record".
+
+An ``@after`` child has no fire times of its own: a record's fire time is
+the newest fire time among the parent runs its generation consumed. ``--at
+T`` explains the generation(s) recorded at T (steps "parent" and "gate":
+the lineage, each outcome, the trigger rule's verdict) or names the nearest
+record fire times; without ``--at`` its latest generation (and a "next"
+line); ``--next`` (or no generation yet) its gate now (``gate_now``: each
+parent's outcome not consumed yet, a fresh ``within`` success, what it
+waits for), read from the state and decided by decisions/dependencies.py
+without changing anything; ``at`` is then None.
 """
 
 from __future__ import annotations
@@ -91,14 +101,16 @@ class Subject:
     @property
     def future(self) -> bool:
         """Is ``t`` still to come (and not yet committed ahead)?"""
-        return self.gate_now or (self.t > self.now and not self.records)
+        if self.after:   # an @after child's times are its parents': only its gate is to come
+            return self.gate_now
+        return self.t > self.now and not self.records
 
     @property
     def open(self) -> bool:
         """Is ``t`` still to be decided (to come, or not reached by the
         scheduler yet)? Then what holds now decides it."""
-        if self.gate_now:
-            return self.spec is not None
+        if self.after:
+            return self.gate_now and self.spec is not None
         if self.handled or self.spec is None:
             return False
         cursor = self.times["cursor"] if self.times else None
@@ -373,6 +385,8 @@ def pause_step(s: Subject) -> list[Step]:
     """Was the job paused at ``t`` (who, why), or the maintenance pause on;
     is it paused now (for a fire time still to come)?"""
     out = []
+    if s.after and not s.records and not s.gate_now:
+        return out   # no generation at T: no pause held one (a held one has a record)
     for name, what in ((s.name, "paused"), ("", "maintenance")):
         if s.open:
             now = Q.pause_note(s.conn, name)
@@ -706,6 +720,9 @@ def _generation_verdict(s: Subject, g: Run, consumed: dict) -> str:
     text = f"trigger_rule {rule} opened the gate ({_open_why(rule, consumed)})"
     if g.state.value == "skipped" and reason:
         return f"{text}, but it was held: {reason}"
+    if reason.startswith(("waiting for run", "waited in the queue", "released from the queue")):
+        return f"{text}, then it {'waits' if g.state.value == 'waiting' else 'waited'} in its " \
+            "queue (overlap above)"
     if g.kind != "upstream":
         return text
     return f"{text}: the run was made (attempts below)"
@@ -748,6 +765,15 @@ def _gate_now_text(s: Subject, gate: D.Gate, pending: list[str], need_new: bool)
         return f"the gate is open (trigger_rule {rule}): it would run"
     if gate.action != D.WAIT:
         return f"the gate would close: {gate.reason}"
+    if not need_new:   # a scheduled child: its own fire time is its trigger
+        who = ", ".join(pending)
+        wait = s.spec.wait_for_upstream
+        if wait > 0:
+            return (f"nothing new from {who}: at T it would wait for it up to "
+                    f"{human_duration(wait)} (wait_for_upstream)")
+        state = "skipped" if s.spec.on_upstream_failure == "skip" else "failed"
+        return (f"nothing new from {who}: at T it would be recorded {state} ({gate.reason}; "
+                "wait_for_upstream is 0)")
     if not pending:   # only fresh `within` successes: an @after child needs a new outcome
         return ("waits for: a new outcome of a parent (fresh `within` successes alone do not "
                 f"make a generation; trigger_rule {rule})")

@@ -583,12 +583,43 @@ def test_a_scheduled_childs_next_fire_says_its_parents_now():
     log.put("a")
     log.put("c", schedule="0 * * * *", depends_on=[{"job": "a"}])
     res = trail(log, T0 + 5, job="c", next=True)
-    assert text(res, "upstream").startswith("depends_on a, trigger_rule: all_succeeded: its "
-                                            "gate is looked at when T fires; if it fired now: "
-                                            "waits for: a")
+    assert text(res, "upstream") == ("depends_on a, trigger_rule: all_succeeded: its gate is "
+                                     "looked at when T fires; if it fired now: nothing new "
+                                     "from a: at T it would be recorded skipped "
+                                     "(upstream_not_ready:a; wait_for_upstream is 0)")
     assert text(res, "parent") == "a: no outcome yet"
     assert all("blocks" not in s for s in steps(res, "parent") + steps(res, "upstream"))
     log.finish(log.fire(T0 + 1, "a")["run_id"])
     res = trail(log, T0 + 5, job="c", next=True)
     assert "if it fired now: the gate is open (trigger_rule all_succeeded): it would run" in \
         text(res, "upstream")
+    log.put("w", schedule="0 * * * *", depends_on=[{"job": "a"}], wait_for_upstream=600.0)
+    res = trail(log, T0 + 5, job="w", next=True)
+    assert text(res, "upstream").endswith("if it fired now: nothing new from a: at T it would "
+                                          "wait for it up to 10m (wait_for_upstream)")
+
+
+def test_an_after_child_at_a_time_to_come_is_no_generation_not_a_fire_to_come():
+    log = Log()
+    _etl(log)
+    log.apply(C.SetPaused(name="load", paused=True, at=T0 + 1))
+    res = trail(log, T0 + 5, job="load", at=T0 + 3600)
+    assert res["future"] is False
+    assert text(res, "paused") == ""   # no generation to hold (a held one has a record)
+    assert res["verdict"]["outcome"] == "not_a_fire_time"
+    assert "no generation has this fire time" == steps(res, "schedule")[0]["blocks"]
+
+
+def test_an_after_child_with_concurrency_queue_says_its_generation_waits_in_the_queue():
+    log = Log()
+    log.put("a")
+    log.put("c", schedule="@after", depends_on=[{"job": "a"}], concurrency="queue")
+    log.finish(log.fire(T0 + 1, "a")["run_id"])
+    first = log.sm.conn.execute("SELECT run_id FROM runs WHERE job='c'").fetchall()[0][0]
+    log.apply(C.AssignRun(run_id=first, node="n1", at=T0 + 2))
+    log.finish(log.fire(T0 + 3, "a")["run_id"])   # c's first run is still assigned: queued
+    res = trail(log, T0 + 5, job="c", at=T0 + 3)
+    assert text(res, "gate").endswith("opened the gate (every parent succeeded), then it waits "
+                                      "in its queue (overlap above)")
+    assert text(res, "overlap").startswith(f"concurrency: queue: waiting for run {first}")
+    assert res["verdict"]["outcome"] == "waiting"
