@@ -724,8 +724,11 @@ def print_job(j: dict, now: float) -> None:
 def explain(obj: Ctx, job, at, next_, local, consistent, as_json):
     """Why JOB did (not) run at a fire time, or what will happen at one: the
     schedule and its daylight-saving rule, the job's definition, pauses (who,
-    why), catch-up, overlap, placement and every attempt, then a verdict.
-    Without --at or --next: its latest fire time."""
+    why), catch-up, overlap, a child's parents and trigger rule, placement and
+    every attempt, then a verdict. Without --at or --next: its latest fire
+    time. An @after child: --at T is the fire time of one of its records (the
+    newest parent fire time it consumed); --next is its gate now (which
+    parents it waits for)."""
     if at is not None and next_:
         raise UsageError("give --at TIME or --next, not both")
     if local and at is None:
@@ -741,8 +744,12 @@ def explain(obj: Ctx, job, at, next_, local, consistent, as_json):
     if as_json:
         emit_json(res)
         return
-    click.echo(f"{'explain':<11} {res['job']} at {res['at']} ({res['local']}, "
-               f"{res['timezone']})" + (" - still to come" if res.get("future") else ""))
+    if res.get("at") is None:   # an @after child's next generation: no time yet
+        click.echo(f"{'explain':<11} {res['job']}: its next generation (now {res['now']}, "
+                   f"{res['timezone']}) - still to come")
+    else:
+        click.echo(f"{'explain':<11} {res['job']} at {res['at']} ({res['local']}, "
+                   f"{res['timezone']})" + (" - still to come" if res.get("future") else ""))
     for step in res["steps"]:
         click.echo(f"{step['step']:<11} {step['text']}")
     click.echo(f"{'verdict':<11} {res['verdict']['text']}")

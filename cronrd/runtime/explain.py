@@ -17,6 +17,16 @@ scheduled child's gate at T: the reason its record stores,
 whether each parent has a qualifying run now, ``blocks`` set if not); a
 backfill that made or reprocessed the record names itself in the record
 lines (kind ``backfill``) or in a provider of its own after "record".
+
+An ``@after`` child has no fire times of its own: a record's fire time is
+the newest fire time among the parent runs its generation consumed. ``--at
+T`` explains the generation(s) recorded at T (steps "parent" and "gate":
+the lineage, each outcome, the trigger rule's verdict) or names the nearest
+record fire times; without ``--at`` its latest generation (and a "next"
+line); ``--next`` (or no generation yet) its gate now (``gate_now``: each
+parent's outcome not consumed yet, a fresh ``within`` success, what it
+waits for), read from the state and decided by decisions/dependencies.py
+without changing anything; ``at`` is then None.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from ..errors import CronrdError, RequestError, UsageError
 from ..jobspec import JobSpec
 from ..schedule import (Schedule, Trigger, human_duration, iso_utc, make_trigger,
                         parse_iso, parse_schedule, plan_catchup, resolve_timezone)
+from ..decisions import dependencies as D
 from ..state import dependencies as deps
 from ..state import pause_log
 from ..state import queries as Q
@@ -79,16 +90,27 @@ class Subject:
     nodes: list[NodeView] | None         # the members now (None: not known here)
     nodes_note: str                      # how the members' health is known ("": live)
     time_note: str | None = None         # how a --local time was resolved
+    gate_now: bool = False               # an @after child's next generation: its gate now
+    latest: bool = False                 # T was chosen as the latest (no --at, no --next)
+
+    @property
+    def after(self) -> bool:
+        """Is the job an ``@after`` child (fired by its parents' outcomes)?"""
+        return self.schedule is not None and self.schedule.kind == "after"
 
     @property
     def future(self) -> bool:
         """Is ``t`` still to come (and not yet committed ahead)?"""
+        if self.after:   # an @after child's times are its parents': only its gate is to come
+            return self.gate_now
         return self.t > self.now and not self.records
 
     @property
     def open(self) -> bool:
         """Is ``t`` still to be decided (to come, or not reached by the
         scheduler yet)? Then what holds now decides it."""
+        if self.after:
+            return self.gate_now and self.spec is not None
         if self.handled or self.spec is None:
             return False
         cursor = self.times["cursor"] if self.times else None
@@ -250,6 +272,8 @@ def schedule_step(s: Subject) -> list[Step]:
     if s.schedule is None:
         return out + [Step("schedule", f"{head} the schedule does not parse here",
                            data | {"fire_time": None})]
+    if s.schedule.kind == "after":
+        return out + _after_schedule(s, data)
     if s.schedule.kind == "reboot":
         return out + [Step("schedule", f"{head} fires once when cronrd starts after a boot "
                            "(its fire times are the boot times)", data | {"fire_time": None})]
@@ -279,6 +303,39 @@ def schedule_step(s: Subject) -> list[Step]:
             text += "; nearest fire times " + ", ".join(near)
     return out + [Step("schedule", text, data,
                        None if fire or s.records else "not a fire time of the schedule")]
+
+
+AFTER_FIRE_TIME = ("an @after child has no fire times of its own: it runs once per generation "
+                   "of its parents' outcomes, and a generation's fire time is the newest fire "
+                   "time among the parent runs it consumed")
+
+
+def _after_schedule(s: Subject, data: dict) -> list[Step]:
+    """@after: what its fire times are; is ``t`` the fire time of a record
+    (a generation), and if not, the nearest that are."""
+    data = data | {"fire_time": None}
+    if s.gate_now:
+        return [Step("schedule", f"@after: {AFTER_FIRE_TIME}; the next generation is decided "
+                     "when a parent's outcome comes (its gate below)", data)]
+    if s.records:
+        data["fire_time"] = True
+        gens = sum(r.kind == "upstream" for r in s.records)
+        what = (f"the fire time of {gens} generation{'s' if gens != 1 else ''} of its "
+                "parents' outcomes" if gens else "a fire time of its records")
+        return [Step("schedule", f"@after: {iso_utc(s.t)} ({s.local(s.t)}) is {what} (the "
+                     "newest fire time among the parent runs consumed)", data)]
+    near = trail.fire_times_near(s.conn, s.name, s.t)
+    data["fire_time"] = False
+    data["previous"] = iso_utc(near["before"][0]) if near["before"] else None
+    data["next"] = iso_utc(near["after"][0]) if near["after"] else None
+    data["records_before"] = [iso_utc(t) for t in near["before"]]
+    data["records_after"] = [iso_utc(t) for t in near["after"]]
+    text = f"@after: no record has fire time {iso_utc(s.t)}; {AFTER_FIRE_TIME}"
+    parts = ([f"before: {', '.join(data['records_before'])}"] if near["before"] else []) + \
+        ([f"after: {', '.join(data['records_after'])}"] if near["after"] else [])
+    text += ("; nearest record fire times " + "; ".join(parts)) if parts else \
+        "; it has no records yet (`cronrd explain " + s.name + " --next`: its gate now)"
+    return [Step("schedule", text, data, "no generation has this fire time")]
 
 
 def _cron_text(s: Subject, head: str, fire: bool, data: dict) -> str:
@@ -328,6 +385,8 @@ def pause_step(s: Subject) -> list[Step]:
     """Was the job paused at ``t`` (who, why), or the maintenance pause on;
     is it paused now (for a fire time still to come)?"""
     out = []
+    if s.after and not s.records and not s.gate_now:
+        return out   # no generation at T: no pause held one (a held one has a record)
     for name, what in ((s.name, "paused"), ("", "maintenance")):
         if s.open:
             now = Q.pause_note(s.conn, name)
@@ -337,8 +396,9 @@ def pause_step(s: Subject) -> list[Step]:
                 out.append(Step(what, "no" if name else "off", {what: False}))
                 continue
             hint = f"`cronrd resume {s.name}`" if name else "`cronrd resume --all`"
-            out.append(Step(what, f"{'paused' if name else 'on'} now{_who(now)}; a fire at "
-                            f"T is recorded skipped unless {hint} comes first",
+            fire = "the next generation" if s.gate_now else "a fire at T"
+            out.append(Step(what, f"{'paused' if name else 'on'} now{_who(now)}; {fire} "
+                            f"is recorded skipped unless {hint} comes first",
                             {what: True, **now},
                             "paused" if name else "maintenance pause of every job"))
             continue
@@ -347,6 +407,8 @@ def pause_step(s: Subject) -> list[Step]:
         said = [r for r in s.records if r.state == "skipped" and (r.reason or "").startswith(
             "paused" if name else "maintenance")]
         when = said[0].finished_at if said and said[0].finished_at is not None else s.t
+        if s.after and s.records and not said:   # decided when its gate opened
+            when = s.records[0].created_at
         at_t = _pause_at(s.conn, name, when)
         if at_t is None:
             if said:
@@ -360,6 +422,9 @@ def pause_step(s: Subject) -> list[Step]:
         head = f"{'paused' if name else 'on'} at {iso_utc(s.t)}" if not over else \
             f"{'paused' if name else 'on'} when the fire time was decided ahead of it " \
             f"({iso_utc(round(when, 3))})"
+        if s.after:   # its fire time is a parent's: what counts is when it was decided
+            head = f"{'paused' if name else 'on'} when its generation was decided " \
+                f"({iso_utc(round(when, 3))})"
         out.append(Step(what, f"{head}{_who(at_t)}{until}", {what: True, **at_t}))
     return out
 
@@ -449,18 +514,19 @@ def overlap_step(s: Subject) -> list[Step]:
         return [Step("overlap", f"concurrency: {policy}: {said[0].reason}",
                      {"concurrency": policy})]
     if s.future:
+        fire = "the next generation" if s.gate_now else "a fire at T"
         active = Q.active_runs_of(s.conn, s.name)
         if active and policy == "queue":
             flying = sum(r.state.value != "waiting" for r in active)
             waiting = sum(r.state.value == "waiting" and not deps.waits_for_upstream(
                 s.conn, r.run_id) for r in active)   # in the queue, not for its parents
             return [Step("overlap", f"concurrency: queue; {flying} in flight "
-                         f"and {waiting} waiting now: a fire at T waits for its turn",
+                         f"and {waiting} waiting now: {fire} waits for its turn",
                          {"concurrency": policy, "active": [r.run_id for r in active]})]
         if active and policy == "forbid":
             ids = ", ".join(str(r.run_id) for r in active)
             runs = f"runs {ids} are" if len(active) > 1 else f"run {ids} is"
-            return [Step("overlap", f"concurrency: forbid; {runs} active now: a fire at T "
+            return [Step("overlap", f"concurrency: forbid; {runs} active now: {fire} "
                          "while it still runs is skipped", {"concurrency": policy,
                                                              "active": [r.run_id for r in active]})]
     return [Step("overlap", f"concurrency: {policy}" + (
@@ -492,7 +558,7 @@ def placement_step(s: Subject) -> list[Step]:
                              " (they did not claim it)")
         parts += said
         return [Step("placement", f"{rule}: " + ("; ".join(parts) or "not placed"), data)]
-    if not s.future and s.handled:
+    if not s.future and (s.handled or s.after):   # (@after: no generation at T)
         return [Step("placement", rule, data)]
     if s.nodes is None:
         return [Step("placement", f"{rule} (the members are not known here)", data)]
@@ -518,7 +584,7 @@ def placement_step(s: Subject) -> list[Step]:
 def record_step(s: Subject) -> list[Step]:
     """Every record of the fire time: attempt, state, node, times, exit, reason."""
     if not s.records:
-        if s.gaps:
+        if s.gaps or s.gate_now:
             return []
         return [Step("record", "none", {"records": []})]
     out = []
@@ -568,6 +634,8 @@ def upstream_step(s: Subject) -> list[Step]:
     rule = f"depends_on {parents}, trigger_rule: {s.spec.trigger_rule}"
     data: dict[str, Any] = {"depends_on": [d.job for d in s.spec.depends_on],
                             "trigger_rule": s.spec.trigger_rule}
+    if s.after:
+        return _after_upstream(s, rule, data)
     for r in s.records:
         if r.state.value == "waiting" and deps.waits_for_upstream(s.conn, r.run_id):
             until = iso_utc((r.due_at or 0) + s.spec.wait_for_upstream)
@@ -584,10 +652,142 @@ def upstream_step(s: Subject) -> list[Step]:
                          data | {"lineage": consumed})]
     if s.records:
         return [Step("upstream", f"{rule} (no parent run consumed)", data)]
-    after = s.schedule is not None and s.schedule.kind == "after"
-    return [Step("upstream", f"{rule}: " + (
-        "runs once per generation of its parents' outcomes" if after else
-        "its gate is looked at when T fires"), data)]
+    if not s.future:
+        return [Step("upstream", f"{rule}: its gate is looked at when T fires", data)]
+    lines, gate, pending = _parents_now(s, need_new=False)
+    return [Step("upstream", f"{rule}: its gate is looked at when T fires; if it fired now: "
+                 + _gate_now_text(s, gate, pending, need_new=False), data)] + lines
+
+
+def _after_upstream(s: Subject, rule: str, data: dict) -> list[Step]:
+    """An @after child: each generation at ``t`` (the parent runs it
+    consumed, each one's outcome, the rule's verdict), or its gate now."""
+    head = f"{rule}; @after: one run per generation of their outcomes"
+    if s.gate_now:
+        lines, gate, pending = _parents_now(s, need_new=True)
+        text = _gate_now_text(s, gate, pending, need_new=True)
+        blocks = text if gate.action == D.WAIT else None
+        return [Step("upstream", head, data)] + lines + [
+            Step("gate", ("next generation " if gate.action == D.WAIT else "") + text,
+                 {"action": gate.action, "waits_for": pending}, blocks)]
+    lin = {r.run_id: deps.lineage(s.conn, r.run_id) for r in s.records}
+    gens = [r for r in s.records if lin[r.run_id] or r.kind == "upstream"]
+    out = [Step("upstream", head + (f" ({len(gens)} generations at T: a parent's rerun makes a "
+                                    "new attempt of the fire time)" if len(gens) > 1 else ""),
+                data)]
+    for g in gens:
+        who = f"run {g.run_id} (attempt {g.attempt})"
+        consumed = {x["job"]: x for x in lin[g.run_id]}
+        for d in s.spec.depends_on:
+            x = consumed.get(d.job)
+            text = (f"{who} consumed {d.job} run {x['run_id']}: {x['state'] or 'pruned'} "
+                    f"(fire time {x['fire_time']})" if x else
+                    f"{who}: {d.job} is not in this generation (nothing new from it)")
+            out.append(Step("parent", text, {"run_id": g.run_id, "parent": d.job,
+                                             "consumed": x}))
+        out.append(Step("gate", f"{who}: {_generation_verdict(s, g, consumed)}",
+                        {"run_id": g.run_id, "reason": g.reason}))
+    if s.latest:
+        _lines, gate, pending = _parents_now(s, need_new=True)
+        out.append(Step("next", "next generation " + _gate_now_text(s, gate, pending, True)
+                        + f" (`cronrd explain {s.name} --next`)", {"action": gate.action}))
+    return out
+
+
+def _open_why(rule: str, consumed: dict) -> str:
+    def cls(x):
+        try:
+            return D.outcome_class(x["state"])
+        except KeyError:
+            return None
+    if rule in ("any_succeeded", "any_failed"):
+        want = D.SUCCESS if rule == "any_succeeded" else D.FAILURE
+        hit = [j for j, x in consumed.items() if cls(x) == want]
+        return f"{hit[0]} {'succeeded' if want == D.SUCCESS else 'failed'}" if hit else rule
+    return {"all_succeeded": "every parent succeeded", "none_failed": "no parent failed",
+            "all_finished": "every parent finished"}.get(rule, rule)
+
+
+def _generation_verdict(s: Subject, g: Run, consumed: dict) -> str:
+    """What the trigger rule made of one generation, from its record."""
+    rule = s.spec.trigger_rule
+    reason = g.reason or ""
+    if reason.startswith("upstream_"):
+        text = f"trigger_rule {rule} closed the gate: {reason}; recorded {g.state.value}"
+        if reason.startswith("upstream_failed"):
+            text += f" (on_upstream_failure: {s.spec.on_upstream_failure})"
+        return text
+    text = f"trigger_rule {rule} opened the gate ({_open_why(rule, consumed)})"
+    if g.state.value == "skipped" and reason:
+        return f"{text}, but it was held: {reason}"
+    if reason.startswith(("waiting for run", "waited in the queue", "released from the queue")):
+        return f"{text}, then it {'waits' if g.state.value == 'waiting' else 'waited'} in its " \
+            "queue (overlap above)"
+    if g.kind != "upstream":
+        return text
+    return f"{text}: the run was made (attempts below)"
+
+
+def _parents_now(s: Subject, need_new: bool) -> tuple[list[Step], D.Gate, list[str]]:
+    """What the child sees of each parent now (read only), and its gate."""
+    view = deps.parents_of(s.conn, s.name, s.spec, s.now)
+    last = deps.consumed_last(s.conn, s.name)
+    lines = []
+    for d, p in zip(s.spec.depends_on, view):
+        bits = []
+        if p.new is not None:
+            bits.append(f"new outcome not consumed yet: run {p.new.run_id} {p.new.state} "
+                        f"(fire time {iso_utc(p.new.fire_time)})")
+        if p.fresh is not None:
+            bits.append(f"a success within {human_duration(d.within)}: run {p.fresh.run_id} "
+                        f"(fire time {iso_utc(p.fresh.fire_time)})")
+        lr = last.get(d.job, 0)
+        if not bits:
+            bits.append(f"nothing new since run {lr} (consumed last)" if lr else
+                        "no outcome yet")
+        active = Q.active_runs_of(s.conn, d.job)
+        if active:
+            bits.append("active now: " + ", ".join(f"run {r.run_id} ({r.state.value})"
+                                                   for r in active[:5]))
+        lines.append(Step("parent", f"{d.job}: " + "; ".join(bits), {
+            "parent": d.job, "consumed_last": lr,
+            "new": p.new.__dict__ if p.new else None,
+            "fresh": p.fresh.__dict__ if p.fresh else None,
+            "active": [r.run_id for r in active]}))
+    gate = D.decide(s.spec.trigger_rule, view, need_new=need_new)
+    pending = [p.job for p in view if p.new is None and p.fresh is None]
+    return lines, gate, pending
+
+
+def _gate_now_text(s: Subject, gate: D.Gate, pending: list[str], need_new: bool) -> str:
+    rule = s.spec.trigger_rule
+    if gate.action == D.FIRE:
+        return f"the gate is open (trigger_rule {rule}): it would run"
+    if gate.action != D.WAIT:
+        return f"the gate would close: {gate.reason}"
+    if not need_new:   # a scheduled child: its own fire time is its trigger
+        who = ", ".join(pending)
+        wait = s.spec.wait_for_upstream
+        if wait > 0:
+            return (f"nothing new from {who}: at T it would wait for it up to "
+                    f"{human_duration(wait)} (wait_for_upstream)")
+        state = "skipped" if s.spec.on_upstream_failure == "skip" else "failed"
+        return (f"nothing new from {who}: at T it would be recorded {state} ({gate.reason}; "
+                "wait_for_upstream is 0)")
+    if not pending:   # only fresh `within` successes: an @after child needs a new outcome
+        return ("waits for: a new outcome of a parent (fresh `within` successes alone do not "
+                f"make a generation; trigger_rule {rule})")
+    who = "waits for: " + ", ".join(pending)
+    if rule in ("any_succeeded", "any_failed"):
+        x = " or ".join(pending)
+        return (f"{who}; runs as soon as {x} {'succeeds' if rule == 'any_succeeded' else 'fails'}"
+                f" (trigger_rule {rule})")
+    x = " and ".join(pending)
+    then = {"all_succeeded": "runs if every parent succeeded",
+            "none_failed": "runs unless a parent failed",
+            "all_finished": "runs whatever their outcomes"}.get(rule, "")
+    return (f"{who}; fires when {x} finish{'' if len(pending) > 1 else 'es'}; {then} "
+            f"(trigger_rule {rule})")
 
 
 # The trail, in order. Dependency gates and pools go between "overlap" and
@@ -608,6 +808,18 @@ def verdict(s: Subject, steps: list[Step]) -> dict:
         return {"outcome": "skipped", "text": f"skipped (in a gap of {g['count']} fire "
                 f"times): {g['reason']}"}
     blocks = [st.blocks for st in steps if st.blocks]
+    if s.gate_now:
+        wait = [b for b in blocks if b.startswith("waits for")]
+        others = [b for b in blocks if not b.startswith("waits for")]
+        if wait:
+            return {"outcome": "waits_for_upstream", "text": "next generation " + wait[0] + (
+                f"; then would be skipped now: {others[0]}" if others else "")}
+        if others:
+            return {"outcome": "would_skip", "text": f"would be skipped now: {others[0]}"}
+        return {"outcome": "would_run", "text": "would run at its parents' next outcome"}
+    if s.after and s.spec is not None:
+        return {"outcome": "not_a_fire_time", "text": "no run: no generation of its parents "
+                "has fire time T (@after)"}
     if s.spec is None:
         return {"outcome": "unknown", "text": "no record; the job is no longer defined"}
     if s.times and s.t < s.times["created_at"]:
@@ -699,16 +911,24 @@ def explain(conn, args: dict, *, now: float, default_tz: str,
     if spec is not None:
         try:
             schedule = parse_schedule(spec.schedule)
-            trigger = make_trigger(schedule, zone) if schedule.kind != "reboot" else None
+            trigger = make_trigger(schedule, zone) \
+                if schedule.kind not in ("reboot", "after") else None
         except CronrdError:
             schedule = trigger = None
+    after = schedule is not None and schedule.kind == "after"
     at, want_next = args.get("at"), bool(args.get("next"))
     if at is not None and want_next:
         raise UsageError("give --at T or --next, not both")
     times = trail.job_times(conn, name)
     note = None
+    gate_now = latest = False
     if at is not None:
         t, note = resolve_time(at, bool(args.get("local")), zone)
+    elif after:
+        # an @after child: its latest generation, or (--next, or none yet) its gate now
+        got = None if want_next else trail.latest_fire_time(conn, name)
+        gate_now, latest = got is None, got is not None
+        t = int(now) if got is None else got
     elif trigger is not None:
         start = max(int(now), times["cursor"] if times else 0) if want_next else int(now) + 1
         got = trigger.next_after(start) if want_next else prev_fire(trigger, start)
@@ -726,11 +946,16 @@ def explain(conn, args: dict, *, now: float, default_tz: str,
                       times=times, schedule=schedule, trigger=trigger,
                       records=trail.records_at(conn, name, t),
                       gaps=trail.gaps_covering(conn, name, t),
-                      nodes=nodes, nodes_note=nodes_note, time_note=note)
+                      nodes=nodes, nodes_note=nodes_note, time_note=note, gate_now=gate_now,
+                      latest=latest)
+    if gate_now:
+        subject.records, subject.gaps = [], []
     out: list[Step] = []
     for provider in (STEPS if steps is None else steps):
         out.extend(provider(subject))
-    return {"job": name, "at": iso_utc(t), "local": subject.local(t), "timezone": tz,
+    # an @after child's next generation has no time yet: "at" is None
+    return {"job": name, "at": None if gate_now else iso_utc(t),
+            "local": None if gate_now else subject.local(t), "timezone": tz,
             "future": subject.future, "now": iso_utc(round(now)),
             "steps": [st.view() for st in out], "verdict": verdict(subject, out)}
 

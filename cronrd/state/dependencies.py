@@ -88,7 +88,13 @@ _FRESH = ("SELECT run_id, fire_time, state FROM (SELECT run_id, fire_time, state
 
 
 def parents_view(sm: "StateMachine", child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
-    conn = sm.conn
+    return parents_of(sm.conn, child, spec, at)
+
+
+def parents_of(conn, child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
+    """What child ``child`` sees of each parent at ``at``: its newest outcome
+    not consumed yet, and a success within its ``within`` window (read only:
+    `cronrd explain` asks it too)."""
     out = []
     for dep in spec.depends_on:
         new = next((D.Outcome(*r) for r in conn.execute(
@@ -384,3 +390,9 @@ def lineage(conn, run_id: int) -> list[dict]:
                 "SELECT l.parent_job, l.parent_run_id, r.fire_time, r.state FROM run_lineage l "
                 "LEFT JOIN runs r ON r.run_id = l.parent_run_id WHERE l.run_id=? "
                 "ORDER BY l.parent_job", (run_id,))]
+
+
+def consumed_last(conn, child: str) -> dict[str, int]:
+    """Per parent of ``child``, the run it consumed last (0: none yet)."""
+    return {parent: run_id for parent, run_id in conn.execute(
+        "SELECT parent, run_id FROM dep_cursors WHERE child=? ORDER BY parent", (child,))}

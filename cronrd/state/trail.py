@@ -18,6 +18,26 @@ def records_at(conn: apsw.Connection, job: str, fire_time: int) -> list[Run]:
         "ORDER BY target, attempt, run_id", (job, fire_time))]
 
 
+def latest_fire_time(conn: apsw.Connection, job: str) -> int | None:
+    """The fire time of ``job``'s newest scheduled-origin record (for an
+    ``@after`` child: its latest generation), or None."""
+    for (t,) in conn.execute("SELECT fire_time FROM runs WHERE job=? AND origin='schedule' "
+                             "ORDER BY run_id DESC LIMIT 1", (job,)):
+        return t
+    return None
+
+
+def fire_times_near(conn: apsw.Connection, job: str, t: int, n: int = 2) -> dict:
+    """The fire times of ``job``'s scheduled-origin records nearest ``t``:
+    {"before": [up to n, newest first], "after": [up to n, oldest first]}."""
+    return {"before": [r for (r,) in conn.execute(
+                "SELECT DISTINCT fire_time FROM runs WHERE job=? AND origin='schedule' AND "
+                "fire_time<? ORDER BY fire_time DESC LIMIT ?", (job, t, n))],
+            "after": [r for (r,) in conn.execute(
+                "SELECT DISTINCT fire_time FROM runs WHERE job=? AND origin='schedule' AND "
+                "fire_time>? ORDER BY fire_time LIMIT ?", (job, t, n))]}
+
+
 def gaps_covering(conn: apsw.Connection, job: str, t: int) -> list[dict]:
     """The gap records (fire times skipped in bulk) whose range holds ``t``."""
     return [{"gap_id": r[0], "first": iso_utc(r[1]), "last": iso_utc(r[2]), "count": r[3],

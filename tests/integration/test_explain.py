@@ -102,3 +102,89 @@ def test_explain_on_every_node_of_a_cluster(cluster):
     follower = c.followers()[0].config["node_id"]
     assert placement[follower]["eligible"] == ["b"]
     assert "this node is not the leader" in placement[follower]["text"]
+
+
+def test_explain_an_after_child_its_generation_and_its_gate_now(node):
+    """extract -> transform -> load (@after transform, fx-rates within 26h),
+    as in examples/jobs: the gate before anything ran, the generation that
+    ran load, a time with no generation, and the gate after it."""
+    node.write_job("extract", {"schedule": "@yearly", "command": "true"})
+    node.write_job("transform", {"schedule": "@after", "depends_on": [{"job": "extract"}],
+                                 "command": "true"})
+    node.write_job("fx-rates", {"schedule": "@yearly", "command": "true"})
+    node.write_job("load", {"schedule": "@after", "command": "true",
+                            "depends_on": [{"job": "transform"},
+                                           {"job": "fx-rates", "within": "26h"}],
+                            "on_upstream_failure": "skip"})
+    node.start()
+    # nothing ran yet: explain load is its gate now
+    res = json.loads(trail(node, "load", "--json").stdout)
+    assert res["at"] is None and res["verdict"]["outcome"] == "waits_for_upstream"
+    assert [s["text"] for s in res["steps"] if s["step"] == "parent"] == [
+        "transform: no outcome yet", "fx-rates: no outcome yet"]
+    out = trail(node, "load", "--next").stdout
+    assert out.splitlines()[0].startswith("explain     load: its next generation (now ")
+    assert step_lines(out, "verdict") == [
+        "next generation waits for: transform, fx-rates; fires when transform and fx-rates "
+        "finish; runs if every parent succeeded (trigger_rule all_succeeded)"]
+
+    fx = node.call("run_now", {"job": "fx-rates"})["run_id"]
+    node.wait_runs(lambda rs: any(r["job"] == "fx-rates" and r["state"] == "succeeded"
+                                  for r in rs), what="fx-rates")
+    node.call("run_now", {"job": "extract"})
+    runs = node.wait_runs(lambda rs: any(r["job"] == "load" and r["state"] == "succeeded"
+                                         for r in rs), what="load after transform")
+    (load,) = [r for r in runs if r["job"] == "load"]
+    (tr,) = [r for r in runs if r["job"] == "transform"]
+
+    # the latest generation: what it consumed, the rule, where it ran
+    out = trail(node, "load").stdout
+    assert out.splitlines()[0].startswith(f"explain     load at {load['fire_time']} ")
+    assert step_lines(out, "schedule")[0].startswith(
+        f"@after: {load['fire_time']} (") and "is the fire time of 1 generation" in out
+    who = f"run {load['run_id']} (attempt 1)"
+    assert step_lines(out, "parent") == [
+        f"{who} consumed transform run {tr['run_id']}: succeeded (fire time "
+        f"{tr['fire_time']})",
+        f"{who} consumed fx-rates run {fx}: succeeded (fire time "
+        f"{node.call('run', {'run_id': fx})['fire_time']})"]
+    assert step_lines(out, "gate") == [
+        f"{who}: trigger_rule all_succeeded opened the gate (every parent succeeded): the run "
+        "was made (attempts below)"]
+    assert step_lines(out, "placement") == ["run_on: any node: placed on n1"]
+    assert step_lines(out, "record")[0].startswith(
+        f"run {load['run_id']} attempt 1 (upstream) on node n1: succeeded")
+    assert step_lines(out, "verdict") == ["ran (succeeded)"]
+    assert step_lines(out, "next")[0].startswith("next generation waits for: transform; ")
+    at = trail(node, "load", "--at", load["fire_time"]).stdout
+    assert step_lines(at, "parent") == step_lines(out, "parent") and not step_lines(at, "next")
+
+    # a time with no generation: said, with the nearest record fire times
+    later = iso_plus(load["fire_time"], 1)
+    out = trail(node, "load", "--at", later).stdout
+    assert f"@after: no record has fire time {later}" in step_lines(out, "schedule")[0]
+    assert step_lines(out, "schedule")[0].endswith(
+        f"nearest record fire times before: {load['fire_time']}")
+    assert step_lines(out, "verdict") == [
+        "no run: no generation of its parents has fire time T (@after)"]
+
+    # the gate now: fx-rates is fresh, transform has nothing new
+    out = trail(node, "load", "--next").stdout
+    assert step_lines(out, "parent") == [
+        f"transform: nothing new since run {tr['run_id']} (consumed last)",
+        f"fx-rates: a success within 1d2h: run {fx} (fire time "
+        f"{node.call('run', {'run_id': fx})['fire_time']})"]
+    assert step_lines(out, "verdict") == [
+        "next generation waits for: transform; fires when transform finishes; runs if every "
+        "parent succeeded (trigger_rule all_succeeded)"]
+
+    # with the daemon down: the same, from the state database
+    node.terminate()
+    res = trail(node, "load", "--next")
+    assert "daemon not running; state as of" in res.stderr
+    assert step_lines(res.stdout, "verdict") == step_lines(out, "verdict")
+
+
+def iso_plus(iso: str, seconds: int) -> str:
+    from cronrd.schedule import iso_utc, parse_iso
+    return iso_utc(parse_iso(iso) + seconds)

@@ -67,3 +67,18 @@ def test_explain_says_the_daemons_refusal(daemon):
                                      "jobs", "code": 1})
     res = run("--socket", d.path, "explain", "nosuch")
     assert res.exit_code == 1 and "no job named 'nosuch'" in res.output
+
+
+def test_explain_an_after_childs_next_generation_has_no_time(daemon):
+    gate = dict(TRAIL, job="load", at=None, local=None, future=True, timezone="UTC",
+                steps=[{"step": "parent", "text": "transform: no outcome yet"}],
+                verdict={"outcome": "waits_for_upstream",
+                         "text": "next generation waits for: transform"})
+    d = daemon(explain=gate)
+    res = run("--socket", d.path, "explain", "load", "--next")
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines() == [
+        "explain     load: its next generation (now 2026-04-01T00:00:00Z, UTC) - still to "
+        "come",
+        "parent      transform: no outcome yet",
+        "verdict     next generation waits for: transform"]

@@ -416,3 +416,210 @@ def test_a_child_says_its_upstream_wait_and_then_its_queue_wait():
                                     "2027-01-15T08:00:02Z) to end: concurrency: queue")
     assert res["verdict"]["outcome"] == "waiting"
     assert log.run(c2).state == "waiting"
+
+
+# -- an @after child: generations, not fire times -------------------------------------------
+def _etl(log, **over):
+    """extract and transform, scheduled; load @after both."""
+    log.put("extract")
+    log.put("transform")
+    log.put("load", schedule="@after", depends_on=[{"job": "extract"}, {"job": "transform"}],
+            **over)
+
+
+def test_an_after_child_at_the_fire_time_of_its_generation():
+    log = Log()
+    _etl(log)
+    e = log.fire(T0 + 1, "extract")["run_id"]
+    log.finish(e)
+    t = log.fire(T0 + 2, "transform")["run_id"]
+    log.finish(t)                                  # the generation: load's fire time T0 + 2
+    (load,) = [r for r in log.sm.conn.execute("SELECT run_id FROM runs WHERE job='load'")]
+    res = trail(log, T0 + 5, job="load", at="2027-01-15T08:00:02Z")
+    assert text(res, "schedule").startswith("@after: 2027-01-15T08:00:02Z (2027-01-15 "
+                                            "08:00:02 UTC) is the fire time of 1 generation")
+    assert text(res, "upstream") == ("depends_on extract, transform, trigger_rule: "
+                                     "all_succeeded; @after: one run per generation of their "
+                                     "outcomes")
+    assert [s["text"] for s in steps(res, "parent")] == [
+        f"run {load[0]} (attempt 1) consumed extract run {e}: succeeded (fire time "
+        "2027-01-15T08:00:01Z)",
+        f"run {load[0]} (attempt 1) consumed transform run {t}: succeeded (fire time "
+        "2027-01-15T08:00:02Z)"]
+    assert text(res, "gate") == (f"run {load[0]} (attempt 1): trigger_rule all_succeeded "
+                                 "opened the gate (every parent succeeded): the run was made "
+                                 "(attempts below)")
+    assert text(res, "record").startswith(f"run {load[0]} attempt 1 (upstream): pending")
+    assert res["verdict"]["outcome"] == "waiting"
+    # with no time: the latest generation, and what the next one waits for
+    res = trail(log, T0 + 5, job="load")
+    assert res["at"] == "2027-01-15T08:00:02Z"
+    assert text(res, "next") == ("next generation waits for: extract, transform; fires when "
+                                 "extract and transform finish; runs if every parent "
+                                 "succeeded (trigger_rule all_succeeded) (`cronrd explain "
+                                 "load --next`)")
+    # placement and attempts are the usual steps
+    log.apply(C.AssignRun(run_id=load[0], node="n1", at=T0 + 3))
+    log.finish(load[0], state="failed", exit_code=1, at=T0 + 4)
+    res = trail(log, T0 + 5, job="load", at=T0 + 2)
+    assert text(res, "placement") == "run_on: any node: placed on n1"
+    assert res["verdict"] == {"outcome": "ran", "text": "ran (failed after 1 attempt)"}
+    # the parents' reruns are a new generation: a new attempt of the same fire time
+    for job, ft in (("extract", T0 + 1), ("transform", T0 + 2)):
+        rerun = log.apply(C.Rerun(job=job, fire_time=ft, at=T0 + 10))["run_id"]
+        log.apply(C.AssignRun(run_id=rerun, node="n1", at=T0 + 10))
+        log.finish(rerun, at=T0 + 11)
+    res = trail(log, T0 + 12, job="load", at=T0 + 2)
+    assert "(2 generations at T: a parent's rerun makes a new attempt" in text(res, "upstream")
+    second = max(x for (x,) in log.sm.conn.execute("SELECT run_id FROM runs WHERE job='load'"))
+    assert f"run {second} (attempt 2) consumed transform run {rerun}: succeeded" in \
+        text(res, "parent")
+    assert [s["text"].split(":")[0] for s in steps(res, "record")] == [
+        f"run {load[0]} attempt 1 (upstream) on node n1", f"run {second} attempt 2 (upstream)"]
+
+
+def test_an_after_child_skipped_by_a_failed_parent_and_held_by_a_pause():
+    log = Log()
+    _etl(log, on_upstream_failure="skip")
+    log.finish(log.fire(T0 + 1, "extract")["run_id"])
+    t = log.fire(T0 + 2, "transform")["run_id"]
+    log.finish(t, state="failed", exit_code=2)
+    res = trail(log, T0 + 5, job="load", at=T0 + 2)
+    assert f"consumed transform run {t}: failed" in text(res, "parent")
+    assert text(res, "gate").endswith("trigger_rule all_succeeded closed the gate: "
+                                      "upstream_failed:transform@2027-01-15T08:00:02Z; "
+                                      "recorded skipped (on_upstream_failure: skip)")
+    assert res["verdict"] == {"outcome": "skipped", "text": "skipped: upstream_failed:"
+                              "transform@2027-01-15T08:00:02Z"}
+    # paused when the next generation came: the gate opened, the pause held it
+    log.apply(C.SetPaused(name="load", paused=True, at=T0 + 5, note="db upgrade", by="alice"))
+    log.finish(log.fire(T0 + 6, "extract")["run_id"])
+    log.finish(log.fire(T0 + 7, "transform")["run_id"])
+    res = trail(log, T0 + 9, job="load", at=T0 + 7)
+    assert text(res, "paused") == ("paused when its generation was decided "
+                                   "(2027-01-15T08:00:08Z) by alice since "
+                                   "2027-01-15T08:00:05Z: db upgrade, still paused")
+    assert text(res, "gate").endswith("opened the gate (every parent succeeded), but it was "
+                                      "held: paused: `cronrd resume` re-enables the job")
+    assert res["verdict"]["outcome"] == "skipped"
+
+
+def test_an_after_child_at_a_time_with_no_generation_names_the_nearest():
+    log = Log()
+    _etl(log)
+    for base in (0, 10):
+        log.finish(log.fire(T0 + base + 1, "extract")["run_id"])
+        log.finish(log.fire(T0 + base + 2, "transform")["run_id"], at=T0 + base + 3)
+    res = trail(log, T0 + 20, job="load", at=T0 + 5)
+    s = steps(res, "schedule")[0]
+    assert s["fire_time"] is False
+    assert s["records_before"] == ["2027-01-15T08:00:02Z"]
+    assert s["records_after"] == ["2027-01-15T08:00:12Z"]
+    assert "an @after child has no fire times of its own" in s["text"]
+    assert s["text"].endswith("nearest record fire times before: 2027-01-15T08:00:02Z; "
+                              "after: 2027-01-15T08:00:12Z")
+    assert text(res, "placement") == "run_on: any node"
+    assert res["verdict"] == {"outcome": "not_a_fire_time", "text": "no run: no generation "
+                              "of its parents has fire time T (@after)"}
+
+
+def test_an_after_childs_gate_now_says_what_it_waits_for():
+    log = Log()
+    _etl(log)
+    res = trail(log, T0 + 1, job="load")          # no generation yet: its gate now
+    assert res["at"] is None and res["future"] is True
+    assert [s["text"] for s in steps(res, "parent")] == ["extract: no outcome yet",
+                                                         "transform: no outcome yet"]
+    e = log.fire(T0 + 1, "extract")["run_id"]
+    res = trail(log, T0 + 1.5, job="load", next=True)
+    assert text(res, "parent").startswith(f"extract: no outcome yet; active now: run {e} "
+                                          "(assigned)")
+    log.finish(e)
+    res = trail(log, T0 + 3, job="load", next=True)
+    assert [s["text"] for s in steps(res, "parent")] == [
+        f"extract: new outcome not consumed yet: run {e} succeeded (fire time "
+        "2027-01-15T08:00:01Z)", "transform: no outcome yet"]
+    assert text(res, "gate") == ("next generation waits for: transform; fires when transform "
+                                 "finishes; runs if every parent succeeded (trigger_rule "
+                                 "all_succeeded)")
+    assert steps(res, "gate")[0]["waits_for"] == ["transform"]
+    assert text(res, "record") == ""
+    assert res["verdict"] == {"outcome": "waits_for_upstream",
+                              "text": "next generation waits for: transform; fires when "
+                                      "transform finishes; runs if every parent succeeded "
+                                      "(trigger_rule all_succeeded)"}
+    # paused now: the next generation would be recorded skipped
+    log.apply(C.SetPaused(name="load", paused=True, at=T0 + 3))
+    res = trail(log, T0 + 4, job="load", next=True)
+    assert "the next generation is recorded skipped unless `cronrd resume load`" in \
+        text(res, "paused")
+    assert res["verdict"]["text"].endswith("; then would be skipped now: paused")
+    # the state is only read
+    assert log.sm.conn.execute("SELECT new_run_id FROM dep_cursors WHERE child='load' AND "
+                               "parent='extract'").fetchall() == [(e,)]
+
+
+def test_an_after_child_with_any_succeeded_and_a_fresh_within_parent():
+    log = Log()
+    log.put("ref")
+    log.put("feed")
+    log.put("use", schedule="@after", trigger_rule="any_succeeded",
+            depends_on=[{"job": "ref", "within": 3600.0}, {"job": "feed"}])
+    log.finish(log.fire(T0 + 1, "ref")["run_id"])   # fires use at once (any_succeeded)
+    res = trail(log, T0 + 5, job="use", next=True)
+    lines = [s["text"] for s in steps(res, "parent")]
+    assert lines[0].startswith("ref: a success within 1h: run 1")
+    assert lines[1] == "feed: no outcome yet"
+    assert text(res, "gate") == ("next generation waits for: feed; runs as soon as feed "
+                                 "succeeds (trigger_rule any_succeeded)")
+    res = trail(log, T0 + 5, job="use", at=T0 + 1)
+    assert text(res, "gate").endswith("opened the gate (ref succeeded): the run was made "
+                                      "(attempts below)")
+    assert "feed is not in this generation" in text(res, "parent")
+
+
+def test_a_scheduled_childs_next_fire_says_its_parents_now():
+    log = Log()
+    log.put("a")
+    log.put("c", schedule="0 * * * *", depends_on=[{"job": "a"}])
+    res = trail(log, T0 + 5, job="c", next=True)
+    assert text(res, "upstream") == ("depends_on a, trigger_rule: all_succeeded: its gate is "
+                                     "looked at when T fires; if it fired now: nothing new "
+                                     "from a: at T it would be recorded skipped "
+                                     "(upstream_not_ready:a; wait_for_upstream is 0)")
+    assert text(res, "parent") == "a: no outcome yet"
+    assert all("blocks" not in s for s in steps(res, "parent") + steps(res, "upstream"))
+    log.finish(log.fire(T0 + 1, "a")["run_id"])
+    res = trail(log, T0 + 5, job="c", next=True)
+    assert "if it fired now: the gate is open (trigger_rule all_succeeded): it would run" in \
+        text(res, "upstream")
+    log.put("w", schedule="0 * * * *", depends_on=[{"job": "a"}], wait_for_upstream=600.0)
+    res = trail(log, T0 + 5, job="w", next=True)
+    assert text(res, "upstream").endswith("if it fired now: nothing new from a: at T it would "
+                                          "wait for it up to 10m (wait_for_upstream)")
+
+
+def test_an_after_child_at_a_time_to_come_is_no_generation_not_a_fire_to_come():
+    log = Log()
+    _etl(log)
+    log.apply(C.SetPaused(name="load", paused=True, at=T0 + 1))
+    res = trail(log, T0 + 5, job="load", at=T0 + 3600)
+    assert res["future"] is False
+    assert text(res, "paused") == ""   # no generation to hold (a held one has a record)
+    assert res["verdict"]["outcome"] == "not_a_fire_time"
+    assert "no generation has this fire time" == steps(res, "schedule")[0]["blocks"]
+
+
+def test_an_after_child_with_concurrency_queue_says_its_generation_waits_in_the_queue():
+    log = Log()
+    log.put("a")
+    log.put("c", schedule="@after", depends_on=[{"job": "a"}], concurrency="queue")
+    log.finish(log.fire(T0 + 1, "a")["run_id"])
+    first = log.sm.conn.execute("SELECT run_id FROM runs WHERE job='c'").fetchall()[0][0]
+    log.apply(C.AssignRun(run_id=first, node="n1", at=T0 + 2))
+    log.finish(log.fire(T0 + 3, "a")["run_id"])   # c's first run is still assigned: queued
+    res = trail(log, T0 + 5, job="c", at=T0 + 3)
+    assert text(res, "gate").endswith("opened the gate (every parent succeeded), then it waits "
+                                      "in its queue (overlap above)")
+    assert text(res, "overlap").startswith(f"concurrency: queue: waiting for run {first}")
+    assert res["verdict"]["outcome"] == "waiting"
