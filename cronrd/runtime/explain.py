@@ -44,6 +44,7 @@ from ..schedule import (Schedule, Trigger, human_duration, iso_utc, make_trigger
                         parse_iso, parse_schedule, plan_catchup, resolve_timezone)
 from ..decisions import dependencies as D
 from ..state import dependencies as deps
+from ..state import downstream as DS
 from ..state import pause_log
 from ..state import queries as Q
 from ..state import trail
@@ -792,9 +793,31 @@ def _gate_now_text(s: Subject, gate: D.Gate, pending: list[str], need_new: bool)
 
 # The trail, in order. Dependency gates and pools go between "overlap" and
 # "placement" (see the module's docstring).
+def downstream_step(s: Subject) -> list[Step]:
+    """Each ``--downstream`` rerun this record was part of, and what it got
+    (rerun, or why not)."""
+    if s.gate_now or not s.records:
+        return []
+    out = []
+    for item in DS.of_record(s.conn, s.name, s.t):
+        root = Q.get_run(s.conn, item["root"])
+        by = (f"{root.job}@{iso_utc(root.fire_time)} (run {root.run_id})" if root is not None
+              else f"run {item['root']}")
+        if root is not None and root.job == s.name and root.fire_time == s.t:
+            text = f"its rerun (run {root.run_id}) was --downstream"
+        elif item["state"] == "waiting":
+            text = f"downstream of {by}: waits for its parents in that rerun to end"
+        elif item["run_id"] is not None:
+            text = f"downstream of {by}: rerun as run {item['run_id']}"
+        else:
+            text = f"downstream of {by}: {item['note'] or item['state']}"
+        out.append(Step("downstream", text, {"downstream": item}))
+    return out
+
+
 STEPS: list[Callable[[Subject], list[Step]]] = [
     job_step, schedule_step, pause_step, catchup_step, overlap_step, upstream_step,
-    placement_step, record_step,
+    placement_step, record_step, downstream_step,
 ]
 
 

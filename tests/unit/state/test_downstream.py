@@ -189,3 +189,23 @@ def test_random_downstream_histories_are_deterministic_and_keep_one_record_per_a
                 assert pstate in ("done", "not_rerun")
                 assert prun is None or prun < run_id
     assert released >= 5   # the histories do exercise --downstream
+
+
+def test_explain_says_what_a_downstream_rerun_did_to_a_record():
+    from cronrd.runtime import explain as E
+    log = diamond()
+    log.apply(C.SetPaused(name="b", paused=True, at=T0 + 40))
+    res = log.apply(C.Rerun(job="a", fire_time=T0 + 1, at=T0 + 50, downstream=True))
+    run_through(log, "a", T0 + 1)
+
+    def lines(job):
+        out = E.explain(log.sm.conn, {"job": job, "at": T0 + 1}, now=T0 + 500,
+                        default_tz="UTC")
+        return [st["text"] for st in out["steps"] if st["step"] == "downstream"]
+    root = f"a@2027-01-15T08:00:01Z (run {res['run_id']})"
+    assert lines("a") == [f"its rerun (run {res['run_id']}) was --downstream"]
+    assert lines("b") == [f"downstream of {root}: not rerun: job paused"]
+    (c,) = lines("c")
+    assert c.startswith(f"downstream of {root}: rerun as run ")
+    assert lines("d") == [f"downstream of {root}: waits for its parents in that rerun to end"]
+    assert lines("e") == [f"downstream of {root}: waits for its parents in that rerun to end"]
