@@ -24,6 +24,7 @@ from . import backfill as BF
 from . import commands as C
 from . import dependencies as deps
 from . import downstream as DS
+from . import events as EV
 from . import pause_log
 from . import queries as Q
 from . import queue as QU
@@ -1206,6 +1207,7 @@ class StateMachine:
                     break
         RP.prune(self.conn)
         DS.prune(self.conn)
+        EV.prune(self.conn, cmd.before)
         return {"runs_deleted": runs, **({"more": True} if more else {})}
 
     # -- audit ----------------------------------------------------------------
@@ -1327,6 +1329,7 @@ class StateMachine:
                              ("denied", "kind, value"), ("join_tokens", "node"),
                              ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
                              ("downstream_items", "root, job, fire_time"),
+                             ("events", "event_id"),
                              ("downstream_edges", "root, parent_job, parent_fire_time, "
                                                   "child_job, child_fire_time"),
                              ("pause_log", "event_id"),

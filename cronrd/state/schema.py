@@ -255,6 +255,20 @@ CREATE TABLE IF NOT EXISTS downstream_edges(
     child_fire_time INTEGER NOT NULL,
     PRIMARY KEY(root, parent_job, parent_fire_time, child_job, child_fire_time)
 ) WITHOUT ROWID;
+-- Events for notifications (state/events.py): the replicated outbox. An
+-- event's id is the same on every node (receivers dedupe on it); delivered
+-- is set once every recipient got it or was given up on.
+CREATE TABLE IF NOT EXISTS events(
+    event_id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    job TEXT NOT NULL,
+    fire_time INTEGER,
+    run_id INTEGER,
+    at REAL NOT NULL,
+    data TEXT NOT NULL,              -- JSON
+    delivered INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS events_undelivered ON events(event_id) WHERE delivered = 0;
 -- Every pause and resume of a job (name '': the maintenance pause), kept
 -- after the resume: `cronrd explain JOB --at T` says who paused it and why
 -- at a past T. Pruned with the run history.

@@ -1,0 +1,62 @@
+"""Events for notifications, in the replicated state: the outbox.
+
+``apply`` records an event when something an operator may want to hear of
+happens (a run failed after its last retry, is retried, was skipped, could
+not be launched, a job recovered, a run was dead-lettered, an SLA was
+missed). The event id is the row id, the same on every node: receivers
+dedupe on it. Delivery (who receives which event, sending it, retrying) is
+the runtime's (the leader's) and is recorded back through the log, so a
+change of leader neither loses an event nor, past the receiver's dedupe,
+doubles it: at least once.
+
+Kinds: ``failed``, ``retrying``, ``skipped``, ``launch_failed``,
+``recovered``, ``dead_lettered`` and ``sla_<kind>`` (``sla_start_within``,
+``sla_finish_within``, ``sla_finish_by``, ``sla_max_runtime``,
+``sla_stale_after``, ``sla_failure_tolerance``).
+"""
+
+from __future__ import annotations
+
+import json
+
+RUN_KINDS = ("failed", "retrying", "skipped", "launch_failed", "recovered", "dead_lettered")
+SLA_KINDS = ("start_within", "finish_within", "finish_by", "max_runtime", "stale_after",
+             "failure_tolerance")
+KINDS = RUN_KINDS + tuple(f"sla_{k}" for k in SLA_KINDS)
+
+
+def emit(conn, kind: str, *, job: str, at: float, fire_time: int | None = None,
+         run_id: int | None = None, data: dict | None = None) -> int:
+    """Record one event (inside apply: deterministic); its id."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown event kind {kind!r}")
+    conn.execute("INSERT INTO events(kind, job, fire_time, run_id, at, data) "
+                 "VALUES(?,?,?,?,?,?)",
+                 (kind, job, fire_time, run_id, at,
+                  json.dumps(data or {}, sort_keys=True, separators=(",", ":"))))
+    return conn.last_insert_rowid()
+
+
+def get(conn, event_id: int) -> dict | None:
+    for row in conn.execute("SELECT event_id, kind, job, fire_time, run_id, at, data, "
+                            "delivered FROM events WHERE event_id=?", (event_id,)):
+        return _view(row)
+    return None
+
+
+def undelivered(conn, limit: int = 100) -> list[dict]:
+    """Events whose delivery is not done yet, oldest first."""
+    return [_view(r) for r in conn.execute(
+        "SELECT event_id, kind, job, fire_time, run_id, at, data, delivered FROM events "
+        "WHERE delivered=0 ORDER BY event_id LIMIT ?", (limit,))]
+
+
+def _view(row) -> dict:
+    eid, kind, job, ft, rid, at, data, delivered = row
+    return {"event_id": eid, "kind": kind, "job": job, "fire_time": ft, "run_id": rid,
+            "at": at, "data": json.loads(data), "delivered": bool(delivered)}
+
+
+def prune(conn, before: float) -> None:
+    """Delivered events older than ``before`` (with the run history)."""
+    conn.execute("DELETE FROM events WHERE delivered=1 AND at < ?", (before,))
