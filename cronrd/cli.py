@@ -1459,22 +1459,29 @@ def validate(obj: Ctx, paths, no_permissions):
     file: `cronrd check-config FILE` checks it) and also makes the exit code 1."""
     from .config import daemon_config_jobs_dir
     from .jobspec import DirResult, load_job_file, load_jobs_dir
-    if not paths:
+    try:
         cfg = obj.try_config()
+    except CronrdError:
+        cfg = None  # (paths given: the jobs are checked without the config's pools)
+        if not paths:
+            raise
+    if not paths:
         paths = (cfg.jobs_dir if cfg else "/etc/cronrd.d",)
+    # A job's pool must be one of the daemon config's (when there is a config).
+    pools = None if cfg is None else {p.name: p.slots for p in cfg.pools}
     uids = None
     problems, jobs, seen, configs = [], 0, {}, 0
     hinted: set[str] = set()  # directories a line has pointed at already
     for path in paths:
         if os.path.isdir(path):
-            res = load_jobs_dir(path, allowed_uids=uids) if not no_permissions else \
-                _load_dir_unchecked(path)
+            res = load_jobs_dir(path, allowed_uids=uids, pools=pools) if not no_permissions \
+                else _load_dir_unchecked(path, pools)
             files = res.files
         else:
             if not os.path.exists(path):
                 raise UsageError(f"{path}: no such file or directory")
-            fr = load_job_file(path, allowed_uids=uids) if not no_permissions else \
-                _load_file_unchecked(path)
+            fr = load_job_file(path, allowed_uids=uids, pools=pools) if not no_permissions \
+                else _load_file_unchecked(path, pools)
             files = (fr,)
         for fr in files:
             # A config never parses as a job (it has no schedule): only files
@@ -1560,15 +1567,15 @@ def _dup(job, first):
                    f"at {first.source}:{first.line}); rename one of them")
 
 
-def _load_file_unchecked(path):
+def _load_file_unchecked(path, pools=None):
     from .jobspec import parse_job_text
     with open(path, encoding="utf-8", errors="replace") as f:
-        return parse_job_text(f.read(), path)
+        return parse_job_text(f.read(), path, pools)
 
 
-def _load_dir_unchecked(path):
+def _load_dir_unchecked(path, pools=None):
     from .jobspec import load_jobs_dir
-    return load_jobs_dir(path, allowed_uids=None, check_permissions=False)
+    return load_jobs_dir(path, allowed_uids=None, check_permissions=False, pools=pools)
 
 
 @main.command("import-crontab")

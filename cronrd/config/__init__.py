@@ -14,11 +14,11 @@ from .directories import check_directories
 from .load import config_path, daemon_config_jobs_dir, load_config
 from .model import (CLUSTER_KEYS, DEFAULT_CONFIG_PATH, DEFAULT_MAX_RUNNING, KNOWN_KEYS,
                     MAX_ELECTION_TIMEOUT, MIN_ELECTION_TIMEOUT, MIN_NODE_TIMEOUT, TLS_KEYS,
-                    Address, ClusterConfig, Config, TLSPaths)
+                    Address, ClusterConfig, Config, PoolConfig, TLSPaths)
 from .parse import parse_config
 
 __all__ = [
-    "Address", "ClusterConfig", "Config", "TLSPaths",
+    "Address", "ClusterConfig", "Config", "PoolConfig", "TLSPaths",
     "CLUSTER_KEYS", "DEFAULT_CONFIG_PATH", "DEFAULT_MAX_RUNNING", "KNOWN_KEYS",
     "MAX_ELECTION_TIMEOUT", "MIN_ELECTION_TIMEOUT", "MIN_NODE_TIMEOUT", "TLS_KEYS",
     "check_directories", "config_path", "daemon_config_jobs_dir", "format_address",

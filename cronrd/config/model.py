@@ -23,7 +23,7 @@ class TLSPaths:
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
               "log_dir", "log_retention", "history_retention", "history_max_runs_per_job",
               "shutdown", "log_level",
-              "watch_interval", "max_running", "accept_jobs_from", "cluster")
+              "watch_interval", "max_running", "accept_jobs_from", "cluster", "pools")
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
                 "node_timeout", "election_timeout", "max_clock_offset")
@@ -36,6 +36,20 @@ MIN_ELECTION_TIMEOUT, MAX_ELECTION_TIMEOUT = 0.2, 60.0
 MIN_CLOCK_OFFSET, MAX_CLOCK_OFFSET = 0.01, 3600.0
 
 Address = tuple[str, int]
+
+POOL_KEYS = ("slots", "scope")
+POOL_SCOPES = ("cluster", "node")
+MAX_POOL_SLOTS = 100_000
+MAX_POOLS = 1000
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One of ``pools:``: ``slots`` runs of its jobs at once (a job takes
+    ``pool_slots`` of them), across the cluster or on each node (``scope``)."""
+    name: str
+    slots: int
+    scope: str = "cluster"   # cluster | node
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,10 @@ class Config:
     accept_jobs_from: tuple[str, ...] | None = None
     path: str = ""
     cluster: ClusterConfig | None = None    # None: a one-node cluster without a network
+    pools: tuple[PoolConfig, ...] = ()      # sorted by name; the leader's are in force
+
+    def pool_map(self) -> dict[str, PoolConfig]:
+        return {p.name: p for p in self.pools}
 
     @property
     def state_db(self) -> str:

@@ -588,6 +588,40 @@ def _v_depends_on(ctx: FileProblems, key: str, node: Node) -> Any:
     return _INVALID if bad else tuple(deps)
 
 
+# -- pools and priorities ---------------------------------------------------------------
+MAX_PRIORITY = 1000
+
+
+def _v_pool(ctx: FileProblems, key: str, node: Node) -> Any:
+    """A pool name; with the daemon config's pools known (``ctx.pools``),
+    one of them."""
+    if not _is_str(node) or not NAME_RE.fullmatch(node.value):
+        ctx.err(node, f"pool must be the name of a pool of the daemon config's pools: "
+                      f"({_got(node)})")
+        return _INVALID
+    pools = getattr(ctx, "pools", None)
+    if pools is not None and node.value not in pools:
+        near = difflib.get_close_matches(node.value, sorted(pools), n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        known = ", ".join(sorted(pools)) or "none"
+        ctx.err(node, f"unknown pool {node.value!r} (the daemon config defines: {known}); "
+                      f"{hint}add it under pools: in the daemon config or fix the name")
+        return _INVALID
+    return node.value
+
+
+def _v_pool_slots(ctx: FileProblems, key: str, node: Node) -> Any:
+    return _v_int(ctx, key, node, 1)
+
+
+def _v_priority(ctx: FileProblems, key: str, node: Node) -> Any:
+    if not _is(node, INT) or not -MAX_PRIORITY <= _value(node) <= MAX_PRIORITY:
+        ctx.err(node, f"priority must be a whole number from -{MAX_PRIORITY} to "
+                      f"{MAX_PRIORITY}; higher runs first ({_got(node)})")
+        return _INVALID
+    return _value(node)
+
+
 _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "name": _v_name,
     "description": _v_description,
@@ -623,6 +657,10 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "trigger_rule": _v_choice(TRIGGER_RULES),
     "on_upstream_failure": _v_choice(("skip", "fail")),
     "wait_for_upstream": _v_duration(),
+    "pool": _v_pool,
+    "pool_slots": _v_pool_slots,
+    "priority": _v_priority,
+    "start_deadline": _v_duration(positive=True),
 }
 # Keys that mean something only next to depends_on.
 DEPENDENCY_KEYS = ("trigger_rule", "on_upstream_failure", "wait_for_upstream")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pwd
 import stat
 from dataclasses import dataclass
+from typing import Mapping
 
 from cronrd import bounded_yaml
 
@@ -158,9 +160,14 @@ def _reader_digest() -> bytes:
 READER = _reader_digest()
 
 
-def file_digest(data: bytes) -> str:
-    """The digest of a job file's bytes as this cronrd reads them."""
-    return hashlib.sha256(READER + data).hexdigest()
+def file_digest(data: bytes, pools: Mapping[str, int] | None = None) -> str:
+    """The digest of a job file's bytes as this cronrd reads them (with the
+    daemon config's pools, when it has any: a file naming a pool is read
+    again when they change)."""
+    if not pools:
+        return hashlib.sha256(READER + data).hexdigest()
+    names = json.dumps(sorted(pools.items()), separators=(",", ":")).encode()
+    return hashlib.sha256(READER + b"pools\0" + names + b"\0" + data).hexdigest()
 
 
 @dataclass
@@ -175,7 +182,7 @@ class Scanned:
 
 
 def scan_job_file(path: str, allowed: set[int] | None, known: str | None = None,
-                  parse: bool = True) -> Scanned:
+                  parse: bool = True, pools: Mapping[str, int] | None = None) -> Scanned:
     """Check, read and (unless its digest is ``known``) parse one job file.
     ``parse=False``: only its digest (``result`` None) or its problem.
     Never raises: every failure is a problem of the file."""
@@ -189,19 +196,20 @@ def scan_job_file(path: str, allowed: set[int] | None, known: str | None = None,
             data, problem = _read_bytes_checked(path, allowed)
         if problem is not None:
             return Scanned(path, None, FileResult(path, (), (problem,)), {})
-        digest = file_digest(data)
+        digest = file_digest(data, pools)
         if digest == known or not parse:
             return Scanned(path, digest, None, {})
         text, problem = _decode(path, data)
         if problem is not None:
             return Scanned(path, digest, FileResult(path, (), (problem,)), {})
-        result, positions = _parse_text(text, path)
+        result, positions = _parse_text(text, path, pools)
         return Scanned(path, digest, result, positions)
     except Exception as e:  # RecursionError, MemoryError, a bug: one file's problem
         return Scanned(path, None, _guarded_failure(path, e), {})
 
 
-def _load_file(path: str, allowed: set[int] | None) -> tuple[FileResult, dict[str, tuple[int, int]]]:
+def _load_file(path: str, allowed: set[int] | None, pools: Mapping[str, int] | None = None
+               ) -> tuple[FileResult, dict[str, tuple[int, int]]]:
     """``allowed=None``: skip the owner and mode checks (still regular files only)."""
     if allowed is None:
         try:
@@ -216,10 +224,11 @@ def _load_file(path: str, allowed: set[int] | None) -> tuple[FileResult, dict[st
     text, problem = _read_checked(path, allowed)
     if problem is not None:
         return FileResult(path, (), (problem,)), {}
-    return _parse_text(text, path)
+    return _parse_text(text, path, pools)
 
 
 def _load_file_guarded(path: str, allowed: set[int] | None,
+                       pools: Mapping[str, int] | None = None,
                        ) -> tuple[FileResult, dict[str, tuple[int, int]]]:
     """``_load_file``, where any exception becomes a problem of this one file.
 
@@ -227,7 +236,7 @@ def _load_file_guarded(path: str, allowed: set[int] | None,
     backstop that keeps one file from stopping the watcher or the daemon's
     start whatever it holds."""
     try:
-        return _load_file(path, allowed)
+        return _load_file(path, allowed, pools)
     except Exception as e:  # RecursionError, MemoryError, a bug: one file's problem
         return _guarded_failure(path, e), {}
 
@@ -241,13 +250,15 @@ def _guarded_failure(path: str, e: Exception) -> FileResult:
 
 
 def load_job_file(path: str, *, allowed_uids: set[int] | None = None,
-                  check_permissions: bool = True) -> FileResult:
+                  check_permissions: bool = True,
+                  pools: Mapping[str, int] | None = None) -> FileResult:
     """Check permissions, then read and parse one job file.
 
     ``check_permissions=False`` skips the owner and mode checks (for
     ``cronrd validate`` on files not installed yet); non-regular files are
     still refused. Never raises: every failure is a problem of the file."""
-    return _load_file_guarded(path, _default_uids(allowed_uids) if check_permissions else None)[0]
+    return _load_file_guarded(path, _default_uids(allowed_uids) if check_permissions else None,
+                              pools)[0]
 
 
 def is_job_file_name(name: str) -> bool:
@@ -282,7 +293,8 @@ def default_uids(allowed_uids: set[int] | None) -> set[int]:
 
 
 def load_jobs_dir(path: str, *, allowed_uids: set[int] | None = None,
-                  check_permissions: bool = True) -> DirResult:
+                  check_permissions: bool = True,
+                  pools: Mapping[str, int] | None = None) -> DirResult:
     """Load every job file in a directory (sorted by name).
 
     A job name defined twice (in one file or across files) is reported on
@@ -298,7 +310,7 @@ def load_jobs_dir(path: str, *, allowed_uids: set[int] | None = None,
     first: dict[str, JobSpec] = {}
     for name in names:
         full = os.path.join(path, name)
-        result, positions = _load_file_guarded(full, allowed)
+        result, positions = _load_file_guarded(full, allowed, pools)
         kept: list[JobSpec] = []
         extra: list[Problem] = []
         for job in result.jobs:

@@ -141,6 +141,14 @@ class JobSpec:
     on_upstream_failure: str = "skip"     # skip | fail
     wait_for_upstream: float = 0.0        # seconds a scheduled child waits at its fire time
     params: tuple[Param, ...] = ()  # sorted by name
+    # Pools and priorities (cronrd/state/pools.py): the pool of the daemon
+    # config whose slots its runs take, how many each takes (None: 1), its
+    # priority among the pool's waiting runs (None: 0; higher first), and
+    # how long after its due time a run that could not start is skipped.
+    pool: str | None = None
+    pool_slots: int | None = None
+    priority: int | None = None
+    start_deadline: float | None = None
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -192,7 +200,16 @@ class JobSpec:
                 d["wait_for_upstream"] = self.wait_for_upstream
         if self.params:
             d["params"] = {p.name: p.to_dict() for p in self.params}
+        for key in _POOL_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                d[key] = value
         return d
+
+    @property
+    def slots_needed(self) -> int:
+        """The pool slots one run of the job takes (1 unless pool_slots says)."""
+        return self.pool_slots or 1
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "", line: int = 0) -> "JobSpec":
@@ -252,6 +269,8 @@ class JobSpec:
                 kwargs[f] = float(kwargs[f])
         if kwargs.get("timeout") is not None:
             kwargs["timeout"] = float(kwargs["timeout"])
+        if kwargs.get("start_deadline") is not None:
+            kwargs["start_deadline"] = float(kwargs["start_deadline"])
         return cls(source=source, line=line, **kwargs)
 
     def canonical(self) -> tuple[str, str]:
@@ -266,6 +285,7 @@ class JobSpec:
         return self.canonical()[1]
 
 
+_POOL_KEYS = ("pool", "pool_slots", "priority", "start_deadline")
 _CONTROL_KEYS = ("shell", "nice", "ioclass", "ioprio", "umask", "env_file")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -56,6 +56,7 @@ def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
         ctx.err(items["ioprio"][1], f"ioprio does not apply to ioclass {values['ioclass']} "
                                     "(only realtime and best-effort have levels); remove it")
     _check_dependency_keys(ctx, items, values)
+    _check_pool_keys(ctx, items, values)
     if values.get("max_queued", _INVALID) is not _INVALID \
             and values.get("concurrency", "forbid") not in ("queue", _INVALID):
         ctx.err(items["max_queued"][0], "max_queued applies only to concurrency: queue (this "
@@ -85,6 +86,24 @@ def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
     spec = JobSpec(name=name, source=ctx.path, line=node.start_mark.line + 1, **kwargs)
     return spec, name, name_pos
 
+
+
+def _check_pool_keys(ctx: FileProblems, items: dict, values: dict) -> None:
+    """pool_slots needs a pool, and at most the pool's slots (when the
+    daemon config's pools are known: ``ctx.pools``, name -> slots)."""
+    if "pool_slots" not in items or values.get("pool_slots") is _INVALID:
+        return
+    if "pool" not in items:
+        ctx.err(items["pool_slots"][0], "pool_slots applies only to a job with pool: add "
+                                        "pool: NAME or remove it")
+        return
+    pools = getattr(ctx, "pools", None)
+    pool = values.get("pool")
+    if pools is not None and pool in pools and values["pool_slots"] > pools[pool]:
+        ctx.err(items["pool_slots"][1], f"pool_slots is {values['pool_slots']} but pool "
+                                        f"{pool!r} has only {pools[pool]} slots: a run could "
+                                        "never start; lower pool_slots or raise the pool's "
+                                        "slots in the daemon config")
 
 
 def _check_dependency_keys(ctx: FileProblems, items: dict, values: dict) -> None:
@@ -123,9 +142,11 @@ def _limit_error(ctx: FileProblems, e: bounded_yaml.YAMLLimitError) -> None:
     ctx.at(line, col, f"refusing job file: {e.problem}")
 
 
-def _parse_text(text: str, path: str) -> tuple[FileResult, dict[str, tuple[int, int]]]:
+def _parse_text(text: str, path: str, pools: Mapping[str, int] | None = None
+                ) -> tuple[FileResult, dict[str, tuple[int, int]]]:
     """parse_job_text plus the position of each valid job's name."""
     ctx = FileProblems(path)
+    ctx.pools = None if pools is None else dict(pools)
     try:
         # libyaml's event parser when PyYAML has it (several times faster; same
         # node tree and marks), composed with bounds on nesting, aliases and
@@ -205,6 +226,9 @@ def parse_job_node(node: Node, path: str) -> tuple[JobSpec | None, list[Problem]
     return (spec if not ctx.problems else None), ctx.problems
 
 
-def parse_job_text(text: str, path: str) -> FileResult:
-    """Parse and validate the text of one job file (no file system access)."""
-    return _parse_text(text, path)[0]
+def parse_job_text(text: str, path: str, pools: Mapping[str, int] | None = None
+                   ) -> FileResult:
+    """Parse and validate the text of one job file (no file system access).
+    ``pools``: the daemon config's pools (name -> slots) that ``pool:`` may
+    name (None: any name is taken)."""
+    return _parse_text(text, path, pools)[0]

@@ -23,9 +23,11 @@ from .files import scan_job_file
 from .model import Problem
 
 
-def scan_for_sync(path: str, allowed: set[int] | None, known: str | None) -> dict:
-    """One file, as the watcher needs it (JSON-able)."""
-    scanned = scan_job_file(path, allowed, known)
+def scan_for_sync(path: str, allowed: set[int] | None, known: str | None,
+                  pools: dict[str, int] | None = None) -> dict:
+    """One file, as the watcher needs it (JSON-able); ``pools``: the daemon
+    config's (name -> slots) that a job's pool must name."""
+    scanned = scan_job_file(path, allowed, known, pools=pools)
     out: dict = {"path": path, "digest": scanned.digest, "unchanged": scanned.result is None,
                  "problems": [], "positions": {}, "jobs": []}
     if scanned.result is not None:
@@ -47,7 +49,7 @@ def serve(stdin: IO[str], stdout: IO[str]) -> None:
         try:
             req = json.loads(line)
             allowed = None if req.get("allowed") is None else set(req["allowed"])
-            answer = scan_for_sync(req["path"], allowed, req.get("known"))
+            answer = scan_for_sync(req["path"], allowed, req.get("known"), req.get("pools"))
         except Exception as exc:  # a bad request; scan_job_file itself does not raise
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         stdout.write(json.dumps(answer, ensure_ascii=False) + "\n")

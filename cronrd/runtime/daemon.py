@@ -131,7 +131,8 @@ class Daemon:
         self.watcher = Watcher(cfg.jobs_dir, self.log, self.conn, self.clock,
                                interval=cfg.watch_interval, node=cfg.node_id,
                                hold=lambda: (self.members.clock_fence() if self.log.is_leader
-                                             else None))
+                                             else None),
+                               pools={p.name: p.slots for p in cfg.pools})
         self.handlers = Handlers(cfg, self.clock, self.conn, self.machine, self.log,
                                  self.members, self.executor, self.watcher, self.leadership,
                                  started_at=self.started_at, is_ready=lambda: self.ready)

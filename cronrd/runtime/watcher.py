@@ -71,7 +71,9 @@ class _Parsers:
     failure of theirs (cannot start, died, answered nonsense) leaves that
     file to the watcher's own thread."""
 
-    def __init__(self, procs, allowed: set[int], todo: list[str]):
+    def __init__(self, procs, allowed: set[int], todo: list[str],
+                 pools: dict[str, int] | None = None):
+        self.pools = pools
         self.procs = procs
         self.allowed = sorted(allowed)
         self.todo = list(todo)
@@ -82,7 +84,8 @@ class _Parsers:
 
     @classmethod
     async def start_for(cls, changed: list[tuple[str, str | None]],
-                        allowed: set[int]) -> "_Parsers | None":
+                        allowed: set[int], pools: dict[str, int] | None = None
+                        ) -> "_Parsers | None":
         size = 0
         for path, _digest in changed:
             try:
@@ -103,7 +106,7 @@ class _Parsers:
                         "are parsed in the daemon (slower for many jobs)\"", exc)
             await cls(procs, allowed, []).close()
             return None
-        parsers = cls(procs, allowed, [p for p, _d in changed])
+        parsers = cls(procs, allowed, [p for p, _d in changed], pools)
         parsers._ask_ahead()
         log.info("event=job_parsers_started count=%d files=%d bytes=%d", count, len(changed),
                  size)
@@ -123,7 +126,8 @@ class _Parsers:
                 return None
             try:
                 proc.stdin.write(json.dumps({"path": path, "allowed": self.allowed,
-                                             "known": None}).encode() + b"\n")
+                                             "known": None, "pools": self.pools}
+                                            ).encode() + b"\n")
                 await proc.stdin.drain()
                 answer = json.loads(await proc.stdout.readline())
                 if answer.get("path") != path:
@@ -299,12 +303,14 @@ def fingerprint(path: str) -> tuple:
 class Watcher:
     def __init__(self, jobs_dir: str, proposer, conn, clock: Clock, interval: float = 1.0,
                  allowed_uids: set[int] | None = None, node: str = "",
-                 hold: Callable[[], str | None] = lambda: None):
+                 hold: Callable[[], str | None] = lambda: None,
+                 pools: dict[str, int] | None = None):
         """``hold()``: why this node's clock may not date a new job now (a
         leader's clock not yet measured or off: a job's schedule starts at
         its creation time), or None; its changes wait meanwhile."""
         self.jobs_dir = jobs_dir
         self.hold = hold
+        self.pools = pools  # the daemon config's (name -> slots) a job's pool must name
         self._held = False
         self.node = node  # whose jobs_dir this is: the state keeps one source per node
         self.proposer = proposer
@@ -364,7 +370,8 @@ class Watcher:
         # First only the bytes: which files changed since they were last synced.
         def digest_of(path: str) -> str | None:
             try:
-                return scan_job_file(path, allowed, known.get(path), parse=False).digest
+                return scan_job_file(path, allowed, known.get(path), parse=False,
+                                     pools=self.pools).digest
             except Exception:  # never (one file's problem): parsed below, which says why
                 return None
         digests = await loop.run_in_executor(None, lambda: [digest_of(p) for p in paths])
@@ -375,7 +382,7 @@ class Watcher:
             return early
         plan = await self._plan(changed, batch)
         parsers = await _Parsers.start_for(
-            [(p, d) for p, d in changed if plan.get(p) == "parse"], allowed)
+            [(p, d) for p, d in changed if plan.get(p) == "parse"], allowed, self.pools)
         waiting = None  # the file this look stopped at: another node is reading the same bytes
         reached: set[str] = set()
         try:
@@ -703,7 +710,7 @@ class Watcher:
         any failure is a problem of that one file."""
         try:
             return _Scan.of(await loop.run_in_executor(
-                None, lambda: scan_for_sync(path, allowed, None)))
+                None, lambda: scan_for_sync(path, allowed, None, self.pools)))
         except Exception as exc:  # the backstop: this file's jobs keep their last version
             log.exception("event=job_file_load_failed file=%s", path)
             return _Scan(None, (Problem(

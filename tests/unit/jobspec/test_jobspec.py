@@ -325,6 +325,13 @@ BAD_FIELD_CASES = [
     ("on_upstream_failure: retry", "3:22: on_upstream_failure must be one of skip, fail"),
     ("wait_for_upstream: soon", "3:20: wait_for_upstream: "),
     ("params: [a]", "3:9: params must be a mapping of NAME: default-value or NAME: {type: "),
+    ("pool: [db]", "3:7: pool must be the name of a pool of the daemon config's pools: "
+                   "(got a list)"),
+    ("pool_slots: 0", "3:13: pool_slots must be a whole number >= 1 (got 0)"),
+    ("priority: high", "3:11: priority must be a whole number from -1000 to 1000; higher runs "
+                       "first (got 'high')"),
+    ("priority: 1001", "3:11: priority must be a whole number from -1000 to 1000"),
+    ("start_deadline: 0s", "3:17: start_deadline must be greater than 0"),
     ("yes: 1", "3:1: keys must be strings (got yes, which YAML reads as the boolean true); quote it: \"yes\""),
 ]
 
