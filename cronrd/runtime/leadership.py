@@ -21,7 +21,9 @@ from ..decisions import claims
 from ..errors import CronrdError
 from ..jobspec import JobSpec
 from ..state import commands as C
+from ..state import pools as PL
 from ..state import queries as Q
+from ..state import start_deadline
 from ..state.machine import Effect
 from .backfills import Backfiller
 from .clock import Clock
@@ -101,6 +103,8 @@ class Leadership:
         await self.members.clock_ready()
         if not self.log.is_leader:
             return
+        # This leader's pools are in force before it fires anything.
+        await self._set_pools()
         sched = Scheduler(self.config, _LeaderOnly(self.log), self.conn, self.clock,
                           self.placement, hold=self.members.clock_fence)
         self.scheduler = sched
@@ -133,8 +137,8 @@ class Leadership:
     async def _duties(self) -> None:
         """The leader's housekeeping, every duty_interval (a timer)."""
         while True:
-            for duty in [self._place_pending, self._upstream_timeouts,
-                         *self.members.leader_duties()]:
+            for duty in [self._place_pending, self._upstream_timeouts, self._set_pools,
+                         self._start_deadlines, *self.members.leader_duties()]:
                 try:
                     await duty()
                 except CronrdError as exc:
@@ -246,6 +250,29 @@ class Leadership:
                                                                    at=self.clock.now()))
             except CronrdError as exc:
                 log.info("event=upstream_timeout_failed run=%d error=\"%s\"", run_id, exc)
+
+    # -- pools (state/pools.py) -----------------------------------------------------------
+    async def _set_pools(self) -> None:
+        """Put this leader's daemon config's pools in force, when the state's differ."""
+        if not self.log.is_leader:
+            return
+        mine = [[p.name, p.slots, p.scope] for p in self.config.pools]
+        if [list(p) for p in PL.in_force(self.conn)] != mine:
+            log.info("event=pools_set pools=%s", ",".join(
+                f"{n}:{s}:{sc}" for n, s, sc in mine) or "none")
+            await self.log.propose_as_leader(C.SetPools(pools=mine, at=self.clock.now()))
+
+    async def _start_deadlines(self) -> None:
+        """Propose the skip of each run not started by its job's start_deadline;
+        apply checks it again (it may have started meanwhile)."""
+        if not self.log.is_leader or self.members.clock_fence() is not None:
+            return
+        for run_id in start_deadline.overdue(self.conn, self.clock.now()):
+            try:
+                await self.log.propose_as_leader(C.StartDeadline(run_id=run_id,
+                                                                 at=self.clock.now()))
+            except CronrdError as exc:
+                log.info("event=start_deadline_failed run=%d error=\"%s\"", run_id, exc)
 
     # -- placing pending runs ----------------------------------------------------------
     async def _place_pending(self) -> None:

@@ -391,12 +391,34 @@ class UpstreamTimeout(Command):
     at: float
 
 
+@dataclass(frozen=True)
+class SetPools(Command):
+    """The leader: the pools of its daemon config, ``[[name, slots, scope],
+    ...]``, are the ones in force (state/pools.py). Runs that wait for a
+    pool whose slots grew or that went are released."""
+
+    op: ClassVar[str] = "set_pools"
+    pools: list
+    at: float
+
+
+@dataclass(frozen=True)
+class StartDeadline(Command):
+    """The leader: a run not started yet is past its job's start_deadline;
+    ``apply`` checks it again and records it skipped (reason start_deadline)."""
+
+    op: ClassVar[str] = "start_deadline"
+    run_id: int
+    at: float
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
               AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit,
-              CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout)
+              CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
+              SetPools, StartDeadline)
 }
 
 

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 ACTIVE_SQL = f"state IN {sql_in(ACTIVE)}"  # the runs_active index's predicate
 # A run waiting for its parents: state waiting, and not one of the runs that
 # wait in their job's queue (concurrency: queue, run_queue; state/queue.py).
-UPSTREAM_WAIT = "state='waiting' AND run_id NOT IN (SELECT run_id FROM run_queue)"
+UPSTREAM_WAIT = ("state='waiting' AND run_id NOT IN (SELECT run_id FROM run_queue) AND "
+                 "run_id NOT IN (SELECT run_id FROM pool_runs WHERE waiting=1)")
 MAX_DEPTH = 64  # skips propagated down a chain in one apply at most
 
 
@@ -338,7 +339,7 @@ def resolve_waiting(sm: "StateMachine", index: int, run: Run, spec: "JobSpec", a
                 continue
             sm.conn.execute("UPDATE runs SET state='pending', reason=NULL WHERE run_id=?",
                             (rid,))
-            effects.append(Effect("pending", run=sm._get_run(rid)))
+            effects.append(Effect("pending", run=sm._pool_gate(sm._get_run(rid))))
         return sm._get_run(run.run_id).state.value
     if gate.action == D.WAIT and not timed_out:
         if gate.reason != run.reason:

@@ -26,6 +26,8 @@ from . import dependencies as deps
 from . import downstream as DS
 from . import events as EV
 from . import pause_log
+from . import pools as PL
+from . import start_deadline as SD
 from . import queries as Q
 from . import queue as QU
 from . import run_params as RP
@@ -187,6 +189,11 @@ class StateMachine:
         try:
             with self.conn:  # savepoint: a refusal rolls back only this command
                 result = handler(index, cmd, effects)
+                # A run that went to wait for its pool's slots (state/pools.py)
+                # is neither placed nor to be placed.
+                effects[:] = [e for e in effects if not (
+                    e.kind in ("assign", "pending") and e.run is not None
+                    and e.run.state == "waiting")]
             outcome = json.dumps(result, sort_keys=True, separators=(",", ":"))
         finally:
             self._set_meta("applied_index", index)
@@ -659,7 +666,8 @@ class StateMachine:
         except apsw.ConstraintError:
             raise Refused(f"a run record for job {job!r} at fire time {fire_time} "
                           f"attempt {attempt} already exists") from None
-        return self._get_run(self.conn.last_insert_rowid())
+        run = self._get_run(self.conn.last_insert_rowid())
+        return self._pool_gate(run) if state in ("pending", "assigned") else run
 
     def _admit(self, index: int, job: dict, at: float, effects) -> str | None:
         """The overlap policy for a manual run: against runs already running
@@ -736,7 +744,7 @@ class StateMachine:
                 QU.to_pending(self.conn, waiting[out.go], at,
                               f"waited in the queue until run {run.run_id} ended at "
                               f"{iso_utc(at)} (concurrency: queue)")
-                effects.append(Effect("pending", run=self._get_run(out.go)))
+                effects.append(Effect("pending", run=self._pool_gate(self._get_run(out.go))))
         QU.refresh_reasons(self.conn, run.job, run.target)
 
     def _queue_dissolve(self, job: str, at: float, policy: str, effects) -> None:
@@ -745,7 +753,7 @@ class StateMachine:
         for run in QU.all_queued(self.conn, job):
             QU.to_pending(self.conn, run, at, f"released from the queue: the job's "
                                               f"concurrency is now {policy}")
-            effects.append(Effect("pending", run=self._get_run(run.run_id)))
+            effects.append(Effect("pending", run=self._pool_gate(self._get_run(run.run_id))))
 
     def _apply_fire(self, index, cmd: C.Fire, effects):
         job = self._need_job(cmd.job)
@@ -764,6 +772,8 @@ class StateMachine:
         spec = self._job_spec(cmd.job) if reason is None else None
         if spec is not None and not spec.enabled:
             reason = "disabled: enabled is false in the job file"
+        if reason is None and not cmd.boot:
+            reason = SD.fire_reason(cmd.fire_time, spec, cmd.at)
         # The overlap policy is applied by the executor at the fire time (a fire
         # is committed ahead of it), against the runs then running; but a
         # queued job's run waits here, behind the runs ahead of it.
@@ -792,6 +802,8 @@ class StateMachine:
                                node=cmd.node, due_at=cmd.due_at, at=cmd.at,
                                target=cmd.target)
         effects.append(Effect("assign", run=run))
+        if run.state == "waiting":  # for its pool's slots
+            return {"run_id": run.run_id, "state": "waiting", "reason": run.reason}
         return {"run_id": run.run_id, "state": "assigned"}
 
     def _apply_record_gap(self, index, cmd: C.RecordGap, effects):
@@ -968,6 +980,7 @@ class StateMachine:
             deps.parent_final(self, index or 0, run.job, run.run_id, at, effects)
         if release:
             self._queue_after(run, at, effects)
+        self._pool_after(run, at, effects)
         return retry
 
     def _apply_upstream_timeout(self, index, cmd: C.UpstreamTimeout, effects):
@@ -1050,6 +1063,9 @@ class StateMachine:
         if run.state != "pending":
             raise Refused(f"run {cmd.run_id} is {run.state}, not pending; only pending "
                           "runs are placed")
+        why = PL.placed_check(self.conn, run, cmd.node)  # a node-scoped pool full there
+        if why is not None:
+            return {"run_id": cmd.run_id, "state": "waiting", "reason": why}
         self.conn.execute("UPDATE runs SET state='assigned', node=?, token=?, assigned_at=? "
                           "WHERE run_id=?", (cmd.node, index, cmd.at, cmd.run_id))
         run = self._get_run(cmd.run_id)
@@ -1094,7 +1110,7 @@ class StateMachine:
             run = Q.get_run(self.conn, run_id)
             if (run is None or run.state != "assigned" or run.token != token
                     or run.claimed_at is not None or run.target or not isinstance(node, str)
-                    or not node or node == run.node):
+                    or not node or node == run.node or not PL.fits_on(self.conn, run_id, node)):
                 kept.append(run_id)
                 continue
             trail = ",".join(filter(None, [run.moved_from, run.node]))
@@ -1208,6 +1224,7 @@ class StateMachine:
         RP.prune(self.conn)
         DS.prune(self.conn)
         EV.prune(self.conn, cmd.before)
+        PL.prune(self.conn)
         return {"runs_deleted": runs, **({"more": True} if more else {})}
 
     # -- audit ----------------------------------------------------------------
@@ -1314,6 +1331,52 @@ class StateMachine:
             raise Refused(f"{exc}; rerun fewer at once (without --downstream, then "
                           "the children one by one)") from None
 
+    # -- pools (state/pools.py) ---------------------------------------------------------
+    def _pool_gate(self, run: Run) -> Run:
+        """``run`` just became pending or assigned: it takes its pool's slots,
+        or waits for them (the run as it is now)."""
+        if not PL.names_pool(self.conn, run.job):
+            return run
+        if PL.gate(self.conn, run, self._job_spec(run.job)) is None:
+            return run
+        return self._get_run(run.run_id)
+
+    def _pool_after(self, run: Run, at: float, effects) -> None:
+        """``run`` ended: it leaves its pool, whose waiting runs that fit now
+        are released to pending, in order."""
+        pool = PL.drop(self.conn, run.run_id)
+        if pool is not None:
+            for run_id in PL.release(self.conn, pool, at):
+                effects.append(Effect("pending", run=self._get_run(run_id)))
+
+    def _apply_set_pools(self, index, cmd: C.SetPools, effects):
+        pools = PL.check_pools(cmd.pools)
+        if pools is None:
+            raise Refused("set_pools: pools must be a list of [name, slots >= 1, cluster|node]"
+                          " with distinct names; run the same cronrd version on every node")
+        changed = PL.set_pools(self.conn, pools)
+        released = []
+        for pool in PL.pools_with_waiters(self.conn) if changed else []:
+            for run_id in PL.release(self.conn, pool, cmd.at):
+                effects.append(Effect("pending", run=self._get_run(run_id)))
+                released.append(run_id)
+        return {"changed": changed, "released": released}
+
+    def _apply_start_deadline(self, index, cmd: C.StartDeadline, effects):
+        run = self._get_run(cmd.run_id)
+        if not SD.not_started(run):
+            raise Refused(f"run {cmd.run_id} is {run.state.value}"
+                          f"{' (claimed)' if run.claimed_at is not None else ''}: started or "
+                          "ended already")
+        spec = self._job_spec(run.job)
+        end = SD.expires(run, spec)
+        if end is None or cmd.at < end:
+            raise Refused(f"run {cmd.run_id} is not past its start_deadline"
+                          f"{'' if end is None else ' (' + iso_utc(end) + ')'}")
+        self._finish(run, "skipped", cmd.at, reason=SD.reason(run, spec), effects=effects,
+                     index=index)
+        return {"run_id": run.run_id, "state": "skipped"}
+
     # -- digest ---------------------------------------------------------------
     def full_digest(self) -> str:
         """Hash of every replicated table (O(rows): for tests and audits)."""
@@ -1334,7 +1397,8 @@ class StateMachine:
                                                   "child_job, child_fire_time"),
                              ("pause_log", "event_id"),
                              ("run_params", "run_id"), ("run_keys", "job, key"),
-                             ("run_queue", "run_id")):
+                             ("run_queue", "run_id"), ("pools", "name"),
+                             ("pool_runs", "run_id")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

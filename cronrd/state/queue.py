@@ -26,9 +26,11 @@ _WAITING = RunState.WAITING.value
 
 
 def in_flight(conn: apsw.Connection, job: str, target: str) -> list[Run]:
-    """The job's runs (of ``target``) pending, assigned or running, oldest first."""
+    """The job's runs (of ``target``) pending, assigned or running (or
+    released from the queue and waiting for their pool), oldest first."""
     return [Run.from_row(r) for r in conn.execute(
-        f"{SELECT_RUNS} WHERE {_LIVE} AND job=? AND target=? AND state != '{_WAITING}' "
+        f"{SELECT_RUNS} WHERE {_LIVE} AND job=? AND target=? AND (state != '{_WAITING}' "
+        "OR run_id IN (SELECT run_id FROM pool_runs WHERE waiting=1)) "
         "ORDER BY run_id", (job, target))]
 
 

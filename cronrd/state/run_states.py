@@ -24,8 +24,9 @@ class RunState(str, enum.Enum):
     LOST = "lost"              # its node went away (or the daemon stopped it)
     CANCELLED = "cancelled"
     SKIPPED = "skipped"        # never started, with the reason
-    # held, with the reason, not placed: by a dependency gate (upstream_not_ready:JOB)
-    # or by concurrency: queue (in run_queue, behind the run it names)
+    # held, with the reason, not placed: by a dependency gate (upstream_not_ready:JOB),
+    # by concurrency: queue (in run_queue, behind the run it names) or by its
+    # pool (in pool_runs: "pool db: 2/2 slots in use")
     WAITING = "waiting"
 
     def __str__(self) -> str:
@@ -36,7 +37,9 @@ _S = RunState
 # Which state a run may move to from which: transitions as data. Everything
 # else derives from this table.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    _S.PENDING.value: frozenset({_S.ASSIGNED.value, _S.CANCELLED.value, _S.SKIPPED.value}),
+    # pending -> waiting: its pool's slots are all taken (state/pools.py)
+    _S.PENDING.value: frozenset({_S.ASSIGNED.value, _S.CANCELLED.value, _S.SKIPPED.value,
+                                 _S.WAITING.value}),
     _S.ASSIGNED.value: frozenset({_S.RUNNING.value, _S.SUCCEEDED.value, _S.FAILED.value,
                                   _S.TIMED_OUT.value, _S.CANCELLED.value, _S.LOST.value,
                                   _S.SKIPPED.value}),

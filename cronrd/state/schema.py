@@ -309,6 +309,26 @@ CREATE INDEX IF NOT EXISTS run_queue_order ON run_queue(job, target, fire_time, 
 -- A job's runs in flight (state/queue.py), without a walk over its history.
 CREATE INDEX IF NOT EXISTS runs_live_job ON runs(job, target)
     WHERE state IN ('pending', 'assigned', 'running', 'waiting');
+-- Pools (state/pools.py): the leader's daemon config's pools in force (SetPools),
+-- and each run of a job with a pool: the slots it takes, its priority, and
+-- whether it waits for them (state waiting) or holds them (pending, assigned,
+-- running: a node-scoped pool counts only assigned and running, by node).
+CREATE TABLE IF NOT EXISTS pools(
+    name TEXT PRIMARY KEY,
+    slots INTEGER NOT NULL,
+    scope TEXT NOT NULL              -- cluster | node
+);
+CREATE TABLE IF NOT EXISTS pool_runs(
+    run_id INTEGER PRIMARY KEY,
+    pool TEXT NOT NULL,
+    slots INTEGER NOT NULL,
+    priority INTEGER NOT NULL,
+    late INTEGER NOT NULL,           -- 1: a backfill run (after the on-time runs)
+    fire_time INTEGER NOT NULL,
+    waiting INTEGER NOT NULL         -- 1: waits for its slots
+);
+CREATE INDEX IF NOT EXISTS pool_runs_order ON pool_runs(pool, waiting, late, priority,
+                                                        fire_time, run_id);
 """
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:

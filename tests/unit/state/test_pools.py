@@ -1,0 +1,260 @@
+"""Pools in the state machine (cronrd.state.pools): a run that would exceed
+its pool's slots waits, with the reason, and the command that frees slots
+releases the waiting runs in order (on-time before backfill, priority, fire
+time), so no history of commands puts more runs in a pool than it has."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cronrd.state import commands as C
+from cronrd.state import pools as PL
+from cronrd.state import queries as Q
+from cronrd.state.machine import Refused
+
+from .test_state import T0, Log
+
+MIN = 60
+
+
+def pool_log(slots=2, scope="cluster", jobs=("a", "b", "c"), **over) -> Log:
+    log = Log()
+    log.apply(C.SetPools(pools=[["db", slots, scope]], at=T0))
+    for name in jobs:
+        log.put(name, pool="db", **over.get(name, {}))
+    return log
+
+
+def start(log: Log, run_id: int, at=None) -> None:
+    run = log.run(run_id)
+    log.apply(C.RunStarted(run_id=run_id, token=run.token, node=run.node, pid=100 + run_id,
+                           started_at=run.due_at if at is None else at, log_path="/l"))
+
+
+def place(log: Log, run_id: int, node="n1", at=None):
+    return log.apply(C.AssignRun(run_id=run_id, node=node,
+                                 at=log.run(run_id).due_at if at is None else at))
+
+
+def state(log: Log, run_id: int) -> str:
+    return log.run(run_id).state.value
+
+
+def test_a_run_beyond_the_slots_waits_with_the_reason_and_goes_when_one_ends():
+    log = pool_log(slots=2)
+    a = log.fire(T0 + 1, "a")["run_id"]
+    b = log.fire(T0 + 1, "b")["run_id"]
+    res = log.fire(T0 + 1, "c")
+    assert res == {"run_id": 3, "state": "waiting", "reason": "pool db: 2/2 slots in use"}
+    c = res["run_id"]
+    assert (state(log, a), state(log, b)) == ("assigned", "assigned")
+    run = log.run(c)
+    assert (run.state, run.node, run.token) == ("waiting", None, None)
+    # not placed, not to be placed: no effect for the executor or the leader
+    assert not [e for e in log.effects if e.run is not None and e.run.run_id == c]
+    start(log, a)
+    log.effects.clear()
+    log.finish(a, at=T0 + 5)
+    run = log.run(c)
+    assert (run.state, run.due_at) == ("pending", T0 + 5)
+    assert run.reason == "waited for pool db until 2027-01-15T08:00:05Z"
+    assert [(e.kind, e.run.run_id) for e in log.effects if e.kind == "pending"] == [("pending", c)]
+    assert place(log, c)["state"] == "assigned"
+    assert PL.in_use(log.sm.conn, "db") == 2
+
+
+def test_waiting_runs_are_released_by_priority_then_fire_time():
+    log = pool_log(slots=1, jobs=("low", "high", "mid", "busy"),
+                   high={"priority": 10}, mid={"priority": 5}, low={"priority": -1})
+    busy = log.fire(T0 + 1, "busy")["run_id"]
+    low = log.fire(T0 + 2, "low")["run_id"]
+    high1 = log.fire(T0 + 3, "high")["run_id"]
+    mid = log.fire(T0 + 4, "mid")["run_id"]
+    high2 = log.fire(T0 + 5, "high")["run_id"]
+    assert log.run(low).reason == "pool db: 1/1 slots in use, 3 runs ahead"
+    assert log.run(mid).reason == "pool db: 1/1 slots in use, 2 runs ahead"
+    assert log.run(high1).reason == "pool db: 1/1 slots in use"
+    order, current, t = [], busy, T0 + 10
+    for _ in range(5):
+        log.finish(current, at=t)
+        t += 1
+        released = [r for r in (low, high1, mid, high2) if state(log, r) == "pending"]
+        if not released:
+            break
+        assert len(released) == 1
+        current = released[0]
+        order.append(current)
+        place(log, current, at=t)
+    assert order == [high1, high2, mid, low]
+
+
+def test_a_run_waits_behind_runs_ahead_even_when_a_slot_is_free():
+    # a waiting run needing two slots is not overtaken by small ones behind it
+    log = pool_log(slots=2, jobs=("big", "small"), big={"pool_slots": 2})
+    s1 = log.fire(T0 + 1, "small")["run_id"]
+    big = log.fire(T0 + 2, "big")["run_id"]
+    assert log.run(big).reason == "pool db: 1/2 slots in use"
+    s2 = log.fire(T0 + 3, "small")
+    assert s2["state"] == "waiting" and s2["reason"] == "pool db: 1/2 slots in use, 1 run ahead"
+    log.finish(s1, at=T0 + 10)
+    assert (state(log, big), state(log, s2["run_id"])) == ("pending", "waiting")
+
+
+def test_a_higher_priority_run_goes_first_when_it_fits():
+    log = pool_log(slots=2, jobs=("x", "vip"), vip={"priority": 3})
+    log.fire(T0 + 1, "x")
+    log.fire(T0 + 1, "x", target="n2")  # a second run of x, per node
+    waiting = log.fire(T0 + 2, "x")["run_id"]
+    vip = log.fire(T0 + 3, "vip")
+    assert vip["state"] == "waiting" and log.run(waiting).state == "waiting"
+    log.finish(1, at=T0 + 10)
+    assert (state(log, vip["run_id"]), state(log, waiting)) == ("pending", "waiting")
+
+
+def test_backfill_runs_come_after_on_time_runs_whatever_their_priority():
+    log = pool_log(slots=1, jobs=("busy", "j", "other"),
+                   j={"schedule": "* * * * *", "concurrency": "allow", "priority": 100})
+    busy = log.fire(T0 + 1, "busy")["run_id"]
+    past = [T0 - MIN * k for k in (3, 2)]
+    bid = log.apply(C.CreateBackfill(job="j", fire_times=past, from_time=past[0],
+                                     to_time=past[-1], reprocess="missing", parallel=2,
+                                     order="oldest", at=T0 + 2))["backfill"]
+    released = log.apply(C.BackfillStep(backfill=bid, at=T0 + 2))["released"]
+    assert [state(log, r) for r in released] == ["waiting", "waiting"]
+    on_time = log.fire(T0 + 3, "other")["run_id"]
+    assert log.run(on_time).reason == "pool db: 1/1 slots in use"
+    log.finish(busy, at=T0 + 10)
+    assert state(log, on_time) == "pending" and [state(log, r) for r in released] == [
+        "waiting", "waiting"]
+    place(log, on_time, at=T0 + 10)
+    log.finish(on_time, at=T0 + 11)
+    assert [state(log, r) for r in released] == ["pending", "waiting"]
+
+
+def test_a_pool_the_leader_does_not_define_holds_its_runs_until_it_does():
+    log = Log()
+    log.put("a", pool="db")
+    res = log.fire(T0 + 1, "a")
+    assert res["state"] == "waiting" and res["reason"].startswith(
+        "pool db: not defined in the leader's daemon config; add it under pools:")
+    out = log.apply(C.SetPools(pools=[["db", 1, "cluster"]], at=T0 + 2))
+    assert out == {"changed": True, "released": [res["run_id"]]}
+    assert state(log, res["run_id"]) == "pending"
+    assert log.apply(C.SetPools(pools=[["db", 1, "cluster"]], at=T0 + 3))["changed"] is False
+
+
+def test_more_slots_release_waiting_runs_and_bad_pools_are_refused():
+    log = pool_log(slots=1)
+    log.fire(T0 + 1, "a")
+    b = log.fire(T0 + 1, "b")["run_id"]
+    log.apply(C.SetPools(pools=[["db", 2, "cluster"]], at=T0 + 2))
+    assert state(log, b) == "pending"
+    for bad in ([["db", 0, "cluster"]], [["db", 1, "host"]], "db",
+                [["db", 1, "node"], ["db", 2, "node"]]):
+        with pytest.raises(Refused, match="set_pools: pools must be"):
+            log.apply(C.SetPools(pools=bad, at=T0 + 3))
+
+
+def test_a_manual_run_and_a_retry_wait_for_the_pool_too():
+    log = pool_log(slots=1, a={"retries": {"max": 1, "delay": 0.0, "backoff": 1.0,
+                                           "max_delay": 1.0, "jitter": 0.0}})
+    a = log.fire(T0 + 1, "a")["run_id"]
+    manual = log.apply(C.ManualRun(job="b", node="", at=T0 + 1.5))["run_id"]
+    assert log.run(manual).state == "waiting"
+    start(log, a)
+    res = log.finish(a, state="failed", exit_code=1, at=T0 + 3)
+    retry = res["retry_run_id"]
+    # The manual run waited first (same priority and fire second): it goes,
+    # the retry waits behind it.
+    assert (state(log, manual), state(log, retry)) == ("pending", "waiting")
+    assert PL.in_use(log.sm.conn, "db") == 1
+
+
+def test_node_scoped_slots_count_per_node():
+    log = pool_log(slots=1, scope="node")
+    a = log.fire(T0 + 1, "a", node="n1")["run_id"]
+    b = log.fire(T0 + 1, "b", node="n2")["run_id"]
+    res = log.fire(T0 + 1, "c", node="n1")
+    assert (state(log, a), state(log, b)) == ("assigned", "assigned")
+    assert res["state"] == "waiting" and res["reason"] == "pool db: 1/1 slots in use on node n1"
+    # Released when a slot frees, to pending: placed on a node with room.
+    log.finish(a, at=T0 + 5)
+    assert state(log, res["run_id"]) == "pending"
+    # Placed where the pool is full, it waits again rather than run there.
+    out = place(log, res["run_id"], node="n2", at=T0 + 5)
+    assert out["state"] == "waiting" and "on node n2" in out["reason"]
+
+
+def test_a_run_that_ends_while_waiting_leaves_the_pool():
+    log = pool_log(slots=1)
+    log.fire(T0 + 1, "a")
+    b = log.fire(T0 + 2, "b")["run_id"]
+    log.apply(C.CancelRun(run_id=b, reason="no", at=T0 + 3))
+    assert state(log, b) == "cancelled" and PL.waiters(log.sm.conn, "db") == []
+    assert PL.usage(log.sm.conn)[0] == {"pool": "db", "slots": 1, "scope": "cluster",
+                                        "defined": True, "in_use": 1, "waiting": 0,
+                                        "runs": [1]}
+
+
+def _holding(log: Log, weights: dict[str, int]) -> int:
+    return sum(weights[r.job] for r in Q.list_runs(log.sm.conn, None, limit=10**6)
+               if r.state.value in ("pending", "assigned", "running") and r.job in weights)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_no_history_puts_more_runs_in_a_pool_than_it_has_slots(seed):
+    rng = random.Random(seed)
+    slots = rng.choice([1, 2, 3])
+    weights = {"a": 1, "b": 1, "c": min(2, slots)}
+    log = Log()
+    log.apply(C.SetPools(pools=[["db", slots, "cluster"]], at=T0))
+    for name, w in weights.items():
+        log.put(name, pool="db", pool_slots=w, priority=rng.randint(-2, 2),
+                concurrency=rng.choice(["allow", "queue"]),
+                retries={"max": rng.randint(0, 1), "delay": 0.0, "backoff": 1.0,
+                         "max_delay": 1.0, "jitter": 0.0})
+    t = T0
+    fire_at = {n: T0 for n in weights}
+    waited = 0
+    for _ in range(250):
+        t += rng.choice([0, 1, 2])
+        live = [r for r in Q.list_runs(log.sm.conn, None, limit=10**6)
+                if r.state.value in ("pending", "assigned", "running", "waiting")]
+        op = rng.random()
+        try:
+            if op < 0.3:
+                name = rng.choice(list(weights))
+                fire_at[name] = max(fire_at[name] + 1, t)
+                log.fire(fire_at[name], name, at=t, due_at=t)
+            elif op < 0.4:
+                log.apply(C.ManualRun(job=rng.choice(list(weights)), node="", at=t))
+            elif op < 0.55 and live:
+                r = rng.choice(live)
+                if r.state.value == "pending":
+                    place(log, r.run_id, node=rng.choice(["n1", "n2"]), at=t)
+            elif op < 0.7 and live:
+                r = rng.choice(live)
+                if r.state.value == "assigned":
+                    start(log, r.run_id, at=t)
+            elif op < 0.95 and live:
+                r = rng.choice(live)
+                if r.state.value in ("assigned", "running"):
+                    log.apply(C.RunFinished(
+                        run_id=r.run_id, token=r.token, node=r.node,
+                        state=rng.choice(["succeeded", "failed", "lost"]), exit_code=1,
+                        signal=None, started_at=t, finished_at=t, log_path="/l"))
+            elif live:
+                log.apply(C.CancelRun(run_id=rng.choice(live).run_id, reason="x", at=t))
+        except Refused:
+            pass
+        used = _holding(log, weights)
+        assert used <= slots, f"{used} slots in use of {slots}"
+        waited += bool(PL.waiters(log.sm.conn, "db"))
+        # and nothing waits that could go: the first in line does not fit
+        ws = PL.waiters(log.sm.conn, "db")
+        if ws:
+            head = sorted(ws, key=lambda w: w.key())[0]
+            assert used + head.slots > slots
+    assert waited > 20  # the pool was full often: the property was put to the test
