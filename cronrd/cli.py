@@ -1089,6 +1089,38 @@ def backfills(obj: Ctx, backfill_id, items, limit, consistent, as_json):
 
 
 @main.command()
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def pools(obj: Ctx, consistent, as_json):
+    """The pools in force (the leader's daemon config), their slots in use
+    and the runs waiting for them."""
+    res = obj.client().call("pools", read_args(consistent, {}))
+    if as_json:
+        emit_json(res)
+        return
+    rows = []
+    for p in res["pools"]:
+        slots = "-" if p["slots"] is None else str(p["slots"])
+        use = f"{p['in_use']}/{slots}"
+        if p.get("by_node"):
+            use += " (" + ", ".join(f"{n}: {u}" for n, u in p["by_node"].items()) + ")"
+        note = []
+        if not p["defined"]:
+            note.append("not in force: the leader's config does not define it")
+        if "this_node_config" in p:
+            here = p["this_node_config"]
+            note.append("this node's config: " + ("no such pool" if here is None else
+                                                  f"{here['slots']} slots, {here['scope']}"))
+        rows.append([p["pool"], p["scope"] or "-", use, p["waiting"],
+                     ",".join(str(r) for r in p["runs"]) or "-", "; ".join(note) or None])
+    if not rows:
+        click.echo("no pools (define them under pools: in the daemon config)")
+        return
+    table(rows, ["pool", "scope", "in use", "waiting", "runs", "note"])
+
+
+@main.command()
 @click.argument("job", shell_complete=complete_jobs)
 @click.option("--at", "at", required=True, metavar="TIME",
               help="The fire time to run again (ISO 8601, as `cronrd runs` shows it).")

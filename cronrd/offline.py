@@ -22,7 +22,7 @@ from .errors import DaemonUnavailable, RequestError, UsageError
 from .schedule import iso_utc
 
 # Commands answered here; every other one needs the daemon.
-READS = ("status", "jobs", "job", "runs", "run", "logs", "audit", "explain", "graph")
+READS = ("status", "jobs", "job", "runs", "run", "logs", "audit", "explain", "graph", "pools")
 
 
 def daemon_holds(data_dir: str) -> bool | None:
@@ -189,6 +189,10 @@ class Offline:
         from .runtime.explain import OFFLINE_NODES, explain, nodes_from_state
         return explain(self.conn, args, now=time.time(), default_tz=self.config.timezone,
                        nodes=nodes_from_state(self.conn), nodes_note=OFFLINE_NODES)
+
+    def h_pools(self, args: dict, on_message) -> dict:
+        from .runtime.reads import pools_view
+        return pools_view(self.conn, self.config)
 
     def h_graph(self, args: dict, on_message) -> dict:
         from .runtime.reads import dependency_graph

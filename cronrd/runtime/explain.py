@@ -46,6 +46,7 @@ from ..decisions import dependencies as D
 from ..state import dependencies as deps
 from ..state import downstream as DS
 from ..state import pause_log
+from ..state import pools as PL
 from ..state import queries as Q
 from ..state import trail
 from ..state.run import Run
@@ -815,9 +816,48 @@ def downstream_step(s: Subject) -> list[Step]:
     return out
 
 
+def pool_step(s: Subject) -> list[Step]:
+    """pool: the job's pool and priority; what its records waited for, or
+    how full the pool is now (a fire to come waits for a slot: it is not
+    skipped, unless its start_deadline passes first)."""
+    if s.spec is None or not s.spec.pool:
+        return []
+    spec = s.spec
+    pool = spec.pool
+    data: dict[str, Any] = {"pool": pool, "pool_slots": spec.slots_needed,
+                            "priority": spec.priority or 0}
+    if spec.start_deadline:
+        data["start_deadline"] = spec.start_deadline
+    use = next((u for u in PL.usage(s.conn) if u["pool"] == pool), None)
+    size = ("not defined in the leader's daemon config" if use is None or not use["defined"]
+            else f"{use['slots']} slots{' per node' if use['scope'] == 'node' else ''}")
+    head = (f"pool {pool} ({size}); takes {spec.slots_needed}, priority "
+            f"{spec.priority or 0}")
+    if spec.start_deadline:
+        head += f", start_deadline {human_duration(spec.start_deadline)}"
+    if s.records:
+        parts = []
+        for r in s.records:
+            reason = r.reason or ""
+            if r.state.value == "waiting" and PL.of_run(s.conn, r.run_id) is not None \
+                    and PL.is_waiting(s.conn, r.run_id):
+                parts.append(f"run {r.run_id} waits: {reason}")
+            elif reason.startswith(("waited for pool", "start_deadline")):
+                parts.append(f"run {r.run_id}: {reason}")
+        return [Step("pool", head + ("; " + "; ".join(parts) if parts else ""), data)]
+    if not s.open or use is None:
+        return [Step("pool", head, data)]
+    data.update({"in_use": use["in_use"], "waiting": use["waiting"]})
+    now = (f"{use['in_use']}/{use['slots']} slots in use now" if use["defined"] else
+           "its runs wait until it is")
+    if use["waiting"]:
+        now += f", {use['waiting']} run{'s' if use['waiting'] != 1 else ''} waiting"
+    return [Step("pool", f"{head}: {now}", data)]
+
+
 STEPS: list[Callable[[Subject], list[Step]]] = [
     job_step, schedule_step, pause_step, catchup_step, overlap_step, upstream_step,
-    placement_step, record_step, downstream_step,
+    pool_step, placement_step, record_step, downstream_step,
 ]
 
 

@@ -38,7 +38,7 @@ from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .clock import Clock
 from .control import Handler, Stream, arg
 from .leadership import Leadership
-from .reads import job_details, job_view, runs_listing
+from .reads import job_details, job_view, pools_view, runs_listing
 from .log import Log
 from .members import Members
 from .runs.executor import Executor
@@ -133,6 +133,7 @@ class Handlers:
             "cancel": (JOB, self.h_cancel),
             "backfill": (JOB, self.h_backfill), "backfills": (READ, self.h_backfills),
             "backfill_state": (JOB, self.h_backfill_state), "rerun": (JOB, self.h_rerun),
+            "pools": (READ, self.h_pools),
             "reload": (ADMIN, self.h_reload), "cluster_add": (ADMIN, self.h_cluster_add),
             "cluster_remove": (ADMIN, self.h_cluster_remove),
             "cluster_revoke_cert": (ADMIN, self.h_cluster_revoke_cert),
@@ -639,6 +640,11 @@ class Handlers:
             out["items"] = [[iso_utc(t), st, note, rid, outcome]
                             for t, st, note, rid, outcome in BF.items(self.conn, bid)]
         return out
+
+    async def h_pools(self, args: dict) -> dict:
+        """The pools in force, their slots in use and runs waiting (state/pools.py)."""
+        await self._consistent(args)
+        return pools_view(self.conn, self.config)
 
     async def h_backfill_state(self, args: dict, caller: Caller) -> dict:
         bid = arg(args, "id", int, required=True)

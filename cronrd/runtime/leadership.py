@@ -325,8 +325,8 @@ class Leadership:
                         asyncio.get_running_loop().call_later(wait, self._pending.set)
                         continue
                     choices = ready
-                node = self.placement.pick(choices, f"{run.job}/{run.fire_time}/"
-                                                    f"{run.attempt}")
+                node = self.placement.pick(self.placement.with_room(spec_of[run.job], choices),
+                                           f"{run.job}/{run.fire_time}/{run.attempt}")
             self._assigning.add(run.run_id)
             proposals.append((run.run_id, self.log.propose_as_leader(C.AssignRun(
                 run_id=run.run_id, node=node, at=self.clock.now()))))

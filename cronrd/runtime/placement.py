@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..jobspec import JobSpec, RunOn
+from ..state import pools as PL
 from ..state import queries as Q
 
 
@@ -99,8 +100,20 @@ class Placement:
         if not ready:
             why = "; ".join(f"{n.id}: {n.why_not}" for n in members)
             return [Choice("", "", f"no eligible node is up ({why})")]
-        node = self.pick([n.id for n in ready], f"{spec.name}/{fire_time}")
+        node = self.pick(self.with_room(spec, [n.id for n in ready]), f"{spec.name}/{fire_time}")
         return [Choice(node, "", None)]
+
+    def with_room(self, spec: JobSpec, nodes: list[str]) -> list[str]:
+        """For a job in a node-scoped pool: the nodes with a free slot for it,
+        if any (else all: apply has the run wait for one, state/pools.py)."""
+        if not spec.pool or not nodes:
+            return nodes
+        conf = PL.defined(self.conn, spec.pool)
+        if conf is None or conf[1] != "node":
+            return nodes
+        room = [n for n in nodes
+                if PL.in_use(self.conn, spec.pool, n) + spec.slots_needed <= conf[0]]
+        return room or nodes
 
     def eligible(self, spec: JobSpec, *, trusted: bool = True) -> list[str]:
         """The members that may take a run of ``spec`` now (for a retry);

@@ -234,3 +234,25 @@ def dependency_graph(conn, job: str | None = None) -> dict:
 
 __all__ = ["job_view", "runs_listing", "job_details", "next_fires", "need_job_or_history",
            "dependency_graph", "RUN_KINDS", "RECENT_RUNS"]
+
+
+def pools_view(conn, config=None) -> dict:
+    """`cronrd pools`: each pool in force (the leader's daemon config's) with
+    its slots in use, the runs holding them and the number waiting; and
+    where this node's own config says otherwise (it would put its pools in
+    force when it leads)."""
+    from ..state import pools as PL
+    rows = PL.usage(conn)
+    mine = {} if config is None else {p.name: p for p in config.pools}
+    for row in rows:
+        p = mine.get(row["pool"])
+        here = None if p is None else {"slots": p.slots, "scope": p.scope}
+        if here != ({"slots": row["slots"], "scope": row["scope"]} if row["defined"] else None):
+            row["this_node_config"] = here
+    named = {r["pool"] for r in rows}
+    for name, p in sorted(mine.items()):
+        if name not in named:
+            rows.append({"pool": name, "slots": None, "scope": None, "defined": False,
+                         "in_use": 0, "waiting": 0, "runs": [],
+                         "this_node_config": {"slots": p.slots, "scope": p.scope}})
+    return {"pools": rows}

@@ -201,3 +201,25 @@ def test_pick_counts_towards_the_batch_and_begin_forgets_it():
     w.log.apply(C.ManualRun(job="busy", node="a", at=T0))  # committed load on a
     w.placement.begin()
     assert w.placement.pick(["a", "b"], "k") == "b"
+
+
+def test_a_job_in_a_node_scoped_pool_goes_to_a_node_with_a_free_slot():
+    log = Log()
+    log.apply(C.SetPools(pools=[["gpu", 1, "node"]], at=T0))
+    log.put("g", pool="gpu", concurrency="allow")
+    spec = JobSpec(name="g", schedule="* * * * * *", command="true", pool="gpu")
+    placement = Placement(log.sm.conn, lambda: [up("n1"), up("n2"), up("n3")])
+    first = placement.choose(spec, T0 + 1)[0].node
+    log.fire(T0 + 1, "g", node=first)
+    for t in range(2, 8):
+        placement.begin()
+        assert placement.choose(spec, T0 + t)[0].node != first
+    second = next(n for n in ("n1", "n2", "n3") if n != first)
+    log.fire(T0 + 2, "g", node=second)
+    third = ({"n1", "n2", "n3"} - {first, second}).pop()
+    assert placement.with_room(spec, ["n1", "n2", "n3"]) == [third]
+    log.fire(T0 + 3, "g", node=third)
+    # every node full: any of them (apply has the run wait for a slot)
+    assert placement.with_room(spec, ["n1", "n2", "n3"]) == ["n1", "n2", "n3"]
+    assert placement.with_room(JobSpec(name="x", schedule="* * * * * *", command="true"),
+                               ["n1"]) == ["n1"]

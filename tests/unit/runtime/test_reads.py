@@ -87,3 +87,24 @@ def test_next_fires_of_reboot_and_bad_schedules_are_empty():
     assert next_fires("not a schedule", "UTC", T0, 5) == []
     assert next_fires("0 0 1 1 *", "UTC", T0, 2) == ["2028-01-01T00:00:00Z",
                                                     "2029-01-01T00:00:00Z"]
+
+
+def test_pools_view_shows_slots_in_use_and_where_this_nodes_config_differs():
+    from cronrd.config import parse_config
+    from cronrd.runtime.reads import pools_view
+    from cronrd.state import commands as C
+    from tests.unit.state.test_state import T0, Log
+    log = Log()
+    log.apply(C.SetPools(pools=[["db", 1, "cluster"], ["gpu", 2, "node"]], at=T0))
+    log.put("a", pool="db")
+    log.put("g", pool="gpu")
+    log.fire(T0 + 1, "a")
+    log.fire(T0 + 1, "a", target="n2")
+    log.fire(T0 + 1, "g", node="n1")
+    cfg = parse_config({"node_id": "n1", "pools": {"db": {"slots": 1}, "etl": {"slots": 3}}})
+    view = {p["pool"]: p for p in pools_view(log.sm.conn, cfg)["pools"]}
+    assert view["db"] == {"pool": "db", "slots": 1, "scope": "cluster", "defined": True,
+                          "in_use": 1, "waiting": 1, "runs": [1]}
+    assert view["gpu"]["by_node"] == {"n1": 1} and view["gpu"]["this_node_config"] is None
+    assert view["etl"]["defined"] is False and view["etl"]["this_node_config"] == {
+        "slots": 3, "scope": "cluster"}
