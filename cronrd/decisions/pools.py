@@ -50,6 +50,31 @@ def release(free: int, waiters: list[Waiter]) -> list[int]:
     return out
 
 
+def release_by_node(free: dict[str, int], spare: int, slots: int,
+                    waiters: list[tuple[Waiter, str]]) -> list[int]:
+    """A node-scoped pool: the run ids to release now. ``free``: each known
+    node's free slots; ``spare``: their sum less what runs released already
+    and not placed yet will take; each waiter with its ``target`` node (a
+    ``run_on: all`` run; "" for any node). A run pinned to a full node is
+    passed over (it cannot start there yet), not waited behind."""
+    free = dict(free)
+    out = []
+    for w, target in sorted(waiters, key=lambda wt: wt[0].key()):
+        if w.slots > spare:
+            break
+        if target:
+            if free.get(target, slots) < w.slots:
+                continue
+            free[target] = free.get(target, slots) - w.slots
+        else:
+            roomy = max(sorted(free), key=lambda n: free[n], default=None)
+            if roomy is not None:
+                free[roomy] -= w.slots
+        out.append(w.run_id)
+        spare -= w.slots
+    return out
+
+
 def reason(pool: str, in_use: int, slots: int, *, node: str | None = None,
            ahead: int = 0, defined: bool = True, need: int = 1) -> str:
     """Why a run waits: ``pool db: 2/2 slots in use`` (and where, and how

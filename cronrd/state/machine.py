@@ -1345,9 +1345,25 @@ class StateMachine:
         """``run`` ended: it leaves its pool, whose waiting runs that fit now
         are released to pending, in order."""
         pool = PL.drop(self.conn, run.run_id)
-        if pool is not None:
-            for run_id in PL.release(self.conn, pool, at):
-                effects.append(Effect("pending", run=self._get_run(run_id)))
+        if pool is None:
+            return
+        while True:
+            stopped = []
+            for run_id in PL.release(self.conn, pool, at, run.node):
+                released = self._get_run(run_id)
+                job = self._job(released.job)
+                why = None if job is None else self._stop_reason(job)
+                if why is None:
+                    effects.append(Effect("pending", run=released))
+                else:
+                    stopped.append((released, why))
+            if not stopped:
+                return
+            # Its job was paused or disabled while it waited: it does not
+            # start (as a queued run's), and the next in line goes instead.
+            for released, why in stopped:
+                PL.drop(self.conn, released.run_id)
+                self._finish(released, "skipped", at, reason=why, effects=effects)
 
     def _apply_set_pools(self, index, cmd: C.SetPools, effects):
         pools = PL.check_pools(cmd.pools)

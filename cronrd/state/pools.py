@@ -183,21 +183,30 @@ def drop(conn: apsw.Connection, run_id: int) -> str | None:
     return pool
 
 
-def _free(conn: apsw.Connection, pool: str, slots: int, scope: str) -> int:
-    if scope == "cluster":
-        return slots - in_use(conn, pool)
-    # Node scope: the free slots of every known node, less the runs released
-    # already and not placed yet (each takes its slots on the node it gets).
-    nodes = [n for (n,) in conn.execute("SELECT node FROM nodes ORDER BY node")]
-    total = (sum(max(0, slots - in_use(conn, pool, n)) for n in nodes) if nodes
-             else max(0, slots - in_use(conn, pool, "")))
+def _release_by_node(conn: apsw.Connection, pool: str, slots: int, freed_on: str | None
+                     ) -> list[int]:
+    """A node-scoped pool: the waiting runs that fit on some node now (the
+    leader places them where there is room, runtime/placement.py). The
+    nodes are the members and those running the pool's runs (and
+    ``freed_on``, where a run just ended)."""
+    nodes = {freed_on} | {n for (n,) in conn.execute("SELECT node FROM nodes")} | {
+        n for (n,) in conn.execute(
+        f"SELECT DISTINCT r.node FROM pool_runs p JOIN runs r ON r.run_id = p.run_id WHERE "
+        f"p.pool=? AND p.waiting=0 AND r.state IN {sql_in(PLACED)}", (pool,))}
+    free = {n: max(0, slots - in_use(conn, pool, n)) for n in sorted(nodes) if n} or \
+        {"": slots}
     placing = next(iter(conn.execute(
         "SELECT COALESCE(SUM(p.slots), 0) FROM pool_runs p JOIN runs r ON r.run_id = p.run_id "
         "WHERE p.pool=? AND p.waiting=0 AND r.state='pending'", (pool,))))[0]
-    return total - placing
+    waiting = [(D.Waiter(rid, n, prio, ft, bool(late)), target) for rid, n, prio, ft, late, target
+               in conn.execute("SELECT p.run_id, p.slots, p.priority, p.fire_time, p.late, "
+                               "r.target FROM pool_runs p JOIN runs r ON r.run_id = p.run_id "
+                               "WHERE p.pool=? AND p.waiting=1", (pool,))]
+    return D.release_by_node(free, sum(free.values()) - placing, slots, waiting)
 
 
-def release(conn: apsw.Connection, pool: str, at: float) -> list[int]:
+def release(conn: apsw.Connection, pool: str, at: float, freed_on: str | None = None
+            ) -> list[int]:
     """Slots of ``pool`` may have freed: the waiting runs that fit now go to
     pending, in order. Their ids; the others' reasons are brought up to date."""
     conf = defined(conn, pool)
@@ -205,7 +214,8 @@ def release(conn: apsw.Connection, pool: str, at: float) -> list[int]:
     if conf is None or not waiting:
         return []
     slots, scope = conf
-    out = D.release(_free(conn, pool, slots, scope), waiting)
+    out = (D.release(slots - in_use(conn, pool), waiting) if scope == "cluster"
+           else _release_by_node(conn, pool, slots, freed_on))
     why = f"waited for pool {pool} until {iso_utc(at)}"
     for run_id in out:
         conn.execute("UPDATE runs SET state='pending', node=NULL, token=NULL, "

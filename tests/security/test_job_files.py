@@ -165,10 +165,10 @@ def test_any_exception_while_loading_one_file_is_a_problem_of_that_file(tmp_path
     (tmp_path / "b_evil.yaml").write_text("schedule: '@daily'\ncommand: echo evil\n")
     real = jobspec.files._parse_text
 
-    def parse(text, path):
+    def parse(text, path, pools=None):
         if path.endswith("b_evil.yaml"):
             raise exc
-        return real(text, path)
+        return real(text, path, pools)
     monkeypatch.setattr(jobspec.files, "_parse_text", parse)
     res = load_jobs_dir(str(tmp_path))
     assert set(res.jobs) == {"a_good"}

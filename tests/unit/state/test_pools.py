@@ -258,3 +258,27 @@ def test_no_history_puts_more_runs_in_a_pool_than_it_has_slots(seed):
             head = sorted(ws, key=lambda w: w.key())[0]
             assert used + head.slots > slots
     assert waited > 20  # the pool was full often: the property was put to the test
+
+
+def test_a_paused_jobs_waiting_run_is_skipped_at_its_turn_and_the_next_goes():
+    log = pool_log(slots=1)
+    a = log.fire(T0 + 1, "a")["run_id"]
+    b = log.fire(T0 + 2, "b")["run_id"]
+    c = log.fire(T0 + 3, "c")["run_id"]
+    log.apply(C.SetPaused(name="b", paused=True, at=T0 + 4))
+    log.finish(a, at=T0 + 5)
+    assert state(log, b) == "skipped" and log.run(b).reason.startswith("paused")
+    assert state(log, c) == "pending"
+
+
+def test_a_node_scoped_run_pinned_to_a_full_node_does_not_hold_up_the_others():
+    log = pool_log(slots=1, scope="node", a={"concurrency": "allow"})
+    for n in ("n1", "n2"):
+        log.apply(C.NodeInfo(node=n, state="up", addr=f"{n}:1", tags=[], at=T0))
+    log.fire(T0 + 1, "a", node="n1")
+    b2 = log.fire(T0 + 1, "b", node="n2")["run_id"]
+    pinned = log.fire(T0 + 2, "a", node="n1", target="n1")["run_id"]   # run_on: all's run on n1
+    free = log.fire(T0 + 3, "c", node="n2")["run_id"]
+    assert (state(log, pinned), state(log, free)) == ("waiting", "waiting")
+    log.finish(b2, at=T0 + 5)   # a slot on n2: not for the run pinned to n1
+    assert (state(log, pinned), state(log, free)) == ("waiting", "pending")

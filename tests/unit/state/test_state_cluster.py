@@ -393,6 +393,8 @@ NEW_COMMANDS = [
     C.AssignRun(run_id=3, node="b", at=5.0),
     C.Audit(node="a", uid=1000, user="alice", pid=42, command="pause", target="j",
             allowed=False, at=6.0, detail="permission denied"),
+    C.SetPools(pools=[["db", 2, "cluster"], ["gpu", 1, "node"]], at=7.0),
+    C.StartDeadline(run_id=3, at=8.0),
 ]
 
 
