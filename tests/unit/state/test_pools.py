@@ -14,7 +14,19 @@ from cronrd.state import pools as PL
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused
 
-from .test_state import T0, Log
+from .test_state import T0, Log, apply_all
+
+
+class RecordingLog(Log):
+    """A Log that keeps the commands it applied (to replay them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cmds = []
+
+    def apply(self, cmd):
+        self.cmds.append(cmd)
+        return super().apply(cmd)
 
 MIN = 60
 
@@ -198,9 +210,60 @@ def test_a_run_that_ends_while_waiting_leaves_the_pool():
                                         "runs": [1]}
 
 
-def _holding(log: Log, weights: dict[str, int]) -> int:
+def _holding(log: Log, weights: dict[str, int], node: str | None = None) -> int:
+    states = ("pending", "assigned", "running") if node is None else ("assigned", "running")
     return sum(weights[r.job] for r in Q.list_runs(log.sm.conn, None, limit=10**6)
-               if r.state.value in ("pending", "assigned", "running") and r.job in weights)
+               if r.state.value in states and r.job in weights
+               and (node is None or r.node == node))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_no_history_puts_more_runs_on_a_node_than_its_node_scoped_pool_has(seed):
+    rng = random.Random(1000 + seed)
+    slots = rng.choice([1, 2])
+    weights = {"a": 1, "b": 1, "c": min(2, slots)}
+    log = Log()
+    log.apply(C.SetPools(pools=[["db", slots, "node"]], at=T0))
+    for name, w in weights.items():
+        log.put(name, pool="db", pool_slots=w, priority=rng.randint(-2, 2),
+                concurrency="allow")
+    t, fire_at, waited = T0, {n: T0 for n in weights}, 0
+    nodes = ["n1", "n2", "n3"]
+    for _ in range(250):
+        t += rng.choice([0, 1, 2])
+        live = [r for r in Q.list_runs(log.sm.conn, None, limit=10**6)
+                if r.state.value in ("pending", "assigned", "running")]
+        op = rng.random()
+        try:
+            if op < 0.35:
+                name = rng.choice(list(weights))
+                fire_at[name] = max(fire_at[name] + 1, t)
+                log.fire(fire_at[name], name, at=t, due_at=t, node=rng.choice(nodes))
+            elif op < 0.55 and live:
+                r = rng.choice(live)
+                if r.state.value == "pending":
+                    place(log, r.run_id, node=rng.choice(nodes), at=t)
+                elif r.state.value == "assigned" and r.claimed_at is None:
+                    log.apply(C.ReplaceRuns(moves=[[r.run_id, r.token, rng.choice(nodes)]],
+                                            at=t, reason="x"))
+            elif op < 0.7 and live:
+                r = rng.choice(live)
+                if r.state.value == "assigned":
+                    start(log, r.run_id, at=t)
+            elif live:
+                r = rng.choice(live)
+                if r.state.value in ("assigned", "running"):
+                    log.apply(C.RunFinished(
+                        run_id=r.run_id, token=r.token, node=r.node,
+                        state=rng.choice(["succeeded", "failed"]), exit_code=1,
+                        signal=None, started_at=t, finished_at=t, log_path="/l"))
+        except Refused:
+            pass
+        for n in nodes:
+            used = _holding(log, weights, n)
+            assert used <= slots, f"{used} slots in use of {slots} on {n}"
+        waited += bool(PL.waiters(log.sm.conn, "db"))
+    assert waited > 20
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -208,7 +271,7 @@ def test_no_history_puts_more_runs_in_a_pool_than_it_has_slots(seed):
     rng = random.Random(seed)
     slots = rng.choice([1, 2, 3])
     weights = {"a": 1, "b": 1, "c": min(2, slots)}
-    log = Log()
+    log = RecordingLog()
     log.apply(C.SetPools(pools=[["db", slots, "cluster"]], at=T0))
     for name, w in weights.items():
         log.put(name, pool="db", pool_slots=w, priority=rng.randint(-2, 2),
@@ -258,6 +321,9 @@ def test_no_history_puts_more_runs_in_a_pool_than_it_has_slots(seed):
             head = sorted(ws, key=lambda w: w.key())[0]
             assert used + head.slots > slots
     assert waited > 20  # the pool was full often: the property was put to the test
+    # and the same commands, decoded and applied in batches, give the same state
+    (digest, chain), _ = apply_all(log.cmds, batch=7)
+    assert (digest, chain) == (log.sm.full_digest(), log.sm.state_digest)
 
 
 def test_a_paused_jobs_waiting_run_is_skipped_at_its_turn_and_the_next_goes():
