@@ -1345,20 +1345,27 @@ class StateMachine:
         """``run`` ended: it leaves its pool, whose waiting runs that fit now
         are released to pending, in order."""
         pool = PL.drop(self.conn, run.run_id)
-        if pool is None:
-            return
+        if pool is not None:
+            self._pool_release(pool, at, effects, run.node)
+
+    def _pool_release(self, pool: str, at: float, effects, freed_on: str | None = None
+                      ) -> list[int]:
+        """Release the pool's waiting runs that fit now (state/pools.py); the
+        ids of those that go to pending."""
+        out: list[int] = []
         while True:
             stopped = []
-            for run_id in PL.release(self.conn, pool, at, run.node):
+            for run_id in PL.release(self.conn, pool, at, freed_on):
                 released = self._get_run(run_id)
                 job = self._job(released.job)
                 why = None if job is None else self._stop_reason(job)
                 if why is None:
                     effects.append(Effect("pending", run=released))
+                    out.append(run_id)
                 else:
                     stopped.append((released, why))
             if not stopped:
-                return
+                return out
             # Its job was paused or disabled while it waited: it does not
             # start (as a queued run's), and the next in line goes instead.
             for released, why in stopped:
@@ -1373,9 +1380,7 @@ class StateMachine:
         changed = PL.set_pools(self.conn, pools)
         released = []
         for pool in PL.pools_with_waiters(self.conn) if changed else []:
-            for run_id in PL.release(self.conn, pool, cmd.at):
-                effects.append(Effect("pending", run=self._get_run(run_id)))
-                released.append(run_id)
+            released += self._pool_release(pool, cmd.at, effects)
         return {"changed": changed, "released": released}
 
     def _apply_start_deadline(self, index, cmd: C.StartDeadline, effects):
