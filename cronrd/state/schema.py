@@ -269,6 +269,36 @@ CREATE TABLE IF NOT EXISTS events(
     delivered INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS events_undelivered ON events(event_id) WHERE delivered = 0;
+-- Alerts (state/alerts.py): one per (job, fire time, kind) -- SLA misses
+-- the leader proposes, failures apply opens -- open until acked or resolved.
+CREATE TABLE IF NOT EXISTS alerts(
+    alert_id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    fire_time INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    state TEXT NOT NULL,             -- open | acked | resolved
+    note TEXT NOT NULL,
+    by TEXT NOT NULL,
+    closed_at REAL,
+    event_id INTEGER,
+    UNIQUE(job, fire_time, kind)
+);
+CREATE INDEX IF NOT EXISTS alerts_open ON alerts(job) WHERE state = 'open';
+-- Runs that failed their last retry under on_final_failure: dead_letter,
+-- until requeued (a new attempt of the record) or discarded.
+CREATE TABLE IF NOT EXISTS dead_letter(
+    run_id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    fire_time INTEGER NOT NULL,
+    at REAL NOT NULL,
+    state TEXT NOT NULL,             -- open | requeued | discarded
+    note TEXT NOT NULL,
+    by TEXT NOT NULL,
+    closed_at REAL,
+    requeue_run_id INTEGER
+);
 -- Every pause and resume of a job (name '': the maintenance pause), kept
 -- after the resume: `cronrd explain JOB --at T` says who paused it and why
 -- at a past T. Pruned with the run history.
