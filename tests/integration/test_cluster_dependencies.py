@@ -70,3 +70,39 @@ def test_leader_killed_mid_generation_one_child_run_per_generation(cluster):
                     for x in r.get("lineage", []))
     assert tails and max(tails.values()) == 1
     assert c.converged()
+
+
+def test_leader_killed_mid_downstream_rerun_each_record_reruns_once(cluster):
+    """rerun a --downstream over a -> b -> c; the leader is killed while b's
+    rerun runs: every record still gets exactly one more attempt, in order."""
+    c = cluster()
+    c.write_job("a", {"schedule": "0 0 1 1 *", "timezone": "UTC", "command": "true"})
+    c.write_job("b", {"schedule": "@after", "command": "sleep 2", "depends_on": ["a"]})
+    c.write_job("c", {"schedule": "@after", "command": "true", "depends_on": ["b"]})
+    c.start()
+    lead = c.leader()
+    t = "2026-01-01T00:00:00Z"
+    res = lead.cli("backfill", "a", "--from", t, "--to", t)
+    assert res.returncode == 0, res.stderr
+    lead.wait_runs(lambda rs: any(r["state"] == "succeeded" for r in rs), job="c",
+                   what="the first generation of c", timeout=40)
+    res = lead.cli("rerun", "a", "--at", t, "--downstream")
+    assert res.returncode == 0 and f"then, downstream: b@{t}, c@{t}" in res.stdout, res
+    lead.wait_runs(lambda rs: any(r["attempt"] == 2 and r["state"] == "running"
+                                  for r in rs), job="b", what="b's rerun running",
+                   timeout=30)
+    lead.kill9()
+    new = c.leader()
+    new.wait_runs(lambda rs: any(r["attempt"] >= 2 and r["state"] not in (
+        "pending", "assigned", "running") for r in rs), job="c", what="c rerun",
+                  timeout=60)
+    lead.start(wait=False)
+    lead.wait_ready(timeout=40)
+    c.converged()
+    for job in "abc":
+        runs = sorted(new.runs(job), key=lambda r: (r["attempt"], r["run_id"]))
+        assert {r["fire_time"] for r in runs} == {t}, runs
+        attempts = Counter(r["attempt"] for r in runs)
+        assert max(attempts.values()) == 1, runs    # never two of one attempt
+        firsts = [r for r in runs if r["kind"] != "retry"]
+        assert [r["attempt"] for r in firsts] == [1, 2], runs   # one rerun each
