@@ -373,7 +373,7 @@ def jobs(obj: Ctx, pattern, consistent, as_json):
     if as_json:
         # One JSON list, a job per line, written as the daemon streams it:
         # its text is not decoded and encoded again here.
-        out = click.get_text_stream("stdout")
+        out = sys.stdout
         first = [True]
 
         def write(msg: dict) -> None:
