@@ -194,7 +194,9 @@ CREATE TABLE IF NOT EXISTS run_lineage(
     parent_run_id INTEGER NOT NULL,
     PRIMARY KEY(run_id, parent_job)
 ) WITHOUT ROWID;
--- Who consumed a parent run (`--downstream` walks the lineage forwards).
+-- Who consumed a parent run (`--downstream` walks the lineage forwards; a
+-- per-node parent's outcome for a fire time is delivered once:
+-- state/dependencies.py, fire_time_outcome).
 CREATE INDEX IF NOT EXISTS run_lineage_parent ON run_lineage(parent_run_id);
 -- Backfills (`cronrd backfill`): a replicated object the leader's duties
 -- release, at most `parallel` runs at once, until done (state/backfill.py).
