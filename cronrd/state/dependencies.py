@@ -79,12 +79,11 @@ def sync_parents(sm: "StateMachine", name: str) -> None:
 
 
 # -- what a child sees of its parents ------------------------------------------------
-# A fresh success among the parent's newest FRESH_SCAN records (bounded: a parent
-# without a recent success is not read back to its first record on every look).
-FRESH_SCAN = 1000
-_FRESH = ("SELECT run_id, fire_time, state FROM (SELECT run_id, fire_time, state, finished_at "
-          f"FROM runs WHERE job=? ORDER BY run_id DESC LIMIT {FRESH_SCAN}) WHERE "
-          "state='succeeded' AND finished_at>=? ORDER BY run_id DESC LIMIT 1")
+# A fresh success: the parent's newest succeeded run by when it ended, if that
+# was at or after the cutoff -- one step down the runs_succeeded index (schema.py),
+# however many other records the parent has.
+_FRESH = ("SELECT run_id, fire_time, state FROM runs WHERE job=? AND state='succeeded' "
+          "AND finished_at>=? ORDER BY finished_at DESC, run_id DESC LIMIT 1")
 
 
 def parents_view(sm: "StateMachine", child: str, spec: "JobSpec", at: float) -> list[D.Parent]:

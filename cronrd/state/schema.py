@@ -100,6 +100,10 @@ CREATE TABLE IF NOT EXISTS runs(
 CREATE UNIQUE INDEX IF NOT EXISTS runs_key
     ON runs(job, fire_time, target, attempt) WHERE origin = 'schedule';
 CREATE INDEX IF NOT EXISTS runs_job ON runs(job, run_id);
+-- A job's successes by when they ended: a child's `within` finds its parent's
+-- newest one without reading its other records (state/dependencies.py).
+CREATE INDEX IF NOT EXISTS runs_succeeded ON runs(job, finished_at)
+    WHERE state = 'succeeded';
 -- The runs that may still change: the states of run_states.ACTIVE, in its
 -- order (a query uses a partial index only with the same term). An index
 -- made before the waiting state is remade (StateMachine.migrate).

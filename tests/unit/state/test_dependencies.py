@@ -162,6 +162,35 @@ def test_within_parent_satisfies_without_a_new_run():
     assert len(child_runs(log, "load")) == 3
 
 
+def test_within_finds_a_success_behind_many_newer_failures():
+    """``within`` is exact: a parent's fresh success counts however many
+    records it has after it (it was looked for in the newest 1,000 only)."""
+    log = Log()
+    put_all(log, fx={"concurrency": "allow"}, extract={}, load=dict(
+        schedule="@after", depends_on=[{"job": "extract"}, {"job": "fx", "within": 3600.0}]))
+    good = ok(log, "fx", T0 + 1)         # finished at T0 + 2
+    ok(log, "extract", T0 + 10)
+    assert len(child_runs(log, "load")) == 1   # consumed fx's success
+    for i in range(1100):               # 1,100 newer records of fx, all failed
+        log.finish(log.fire(T0 + 20 + i, name="fx")["run_id"], state="failed",
+                   exit_code=1)
+    ok(log, "extract", T0 + 2000)
+    runs = child_runs(log, "load")
+    assert len(runs) == 2 and runs[1].state == "pending", runs[1]
+    assert {x["job"]: x["run_id"] for x in deps.lineage(log.sm.conn, runs[1].run_id)}[
+        "fx"] == good
+
+
+def test_the_fresh_success_lookup_uses_an_index_also_in_an_older_database():
+    sm = StateMachine(apsw.Connection(":memory:"))
+    with sm.conn:
+        sm.conn.execute("DROP INDEX runs_succeeded")   # a database made before it
+    sm.migrate()                                       # (reopened)
+    plan = " ".join(str(r) for r in sm.conn.execute(
+        "EXPLAIN QUERY PLAN " + deps._FRESH, ("fx", 0.0)))
+    assert "runs_succeeded" in plan and "TEMP B-TREE" not in plan, plan
+
+
 def scheduled_child(log, wait=60.0, policy="skip"):
     put_all(log, a={}, c=dict(schedule="* * * * * *", depends_on=[{"job": "a"}],
                               wait_for_upstream=wait, on_upstream_failure=policy))
