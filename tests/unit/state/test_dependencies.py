@@ -615,6 +615,22 @@ def test_a_parent_on_every_node_is_one_outcome_per_fire_time(states, child_state
     assert [x["run_id"] for x in deps.lineage(log.sm.conn, c.run_id)] == [rids[worst]]
 
 
+def test_a_node_that_cannot_run_the_fire_is_a_skip_in_its_outcome():
+    """(The scheduler commits that node's skipped record after the runnable
+    nodes' fires: it does not end the fire time on its own.)"""
+    log = Log()
+    put_all(log, p=ALL, c=after("p"))
+    rids = fire_on_nodes(log, "p", T0 + 1, NODES[:2])
+    down = log.fire(T0 + 1, name="p", target="n3", node="n3",
+                    skip_reason="node n3 cannot run it: silent")["run_id"]
+    assert child_runs(log, "c") == []
+    for rid in rids.values():
+        end_on_node(log, rid)
+    (c,) = child_runs(log, "c")
+    assert (c.state, c.reason) == ("skipped", "upstream_skipped:p@2027-01-15T08:00:01Z")
+    assert [x["run_id"] for x in deps.lineage(log.sm.conn, c.run_id)] == [down]
+
+
 def test_a_parent_on_every_node_waits_for_a_nodes_retry():
     log = Log()
     put_all(log, p=dict(ALL, retries={"max": 1, "delay": 1.0, "backoff": 2.0,
