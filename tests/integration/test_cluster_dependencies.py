@@ -186,3 +186,36 @@ def test_queued_after_child_keeps_its_generations_in_order_through_a_leader_kill
     assert order == sorted(queued_at_kill, key=lambda rid: t(next(
         r["fire_time"] for r in qs if r["run_id"] == rid))), (order, qs)
     assert all(t(r["started_at"]) > killed_at for r in qs if r["run_id"] in queued_at_kill)
+
+
+def test_a_parent_on_every_node_starts_its_child_once_per_fire_time(cluster):
+    """run_on: all: three nodes run each fire time of the parent; the child
+    runs once per fire time (after the last of them), not once per node."""
+    c = cluster()
+    c.write_job("everywhere", {"schedule": "*/2 * * * * *", "run_on": "all",
+                               # the nodes' runs end apart: the child ran in between
+                               "command": 'case "$CRONRD_NODE" in a) sleep 0.1;; '
+                                          'b) sleep 0.8;; *) sleep 1.5;; esac',
+                               "concurrency": "allow"})
+    c.write_job("once", {"schedule": "@after", "depends_on": ["everywhere"],
+                         "command": "true", "concurrency": "allow"})
+    c.start()
+    lead = c.leader()
+    lead.wait_runs(lambda rs: sum(r["state"] == "succeeded" for r in rs) >= 3, job="once",
+                   timeout=60, what="three runs of the child")
+    out = lead.cli("pause", "everywhere")
+    assert out.returncode == 0, out.stderr
+    active = ("pending", "assigned", "running", "waiting")
+    wait_for(lambda: not [r for r in lead.runs() if r["state"] in active], 60,
+             what="every run ended", on_fail=c.logs)
+    c.converged()
+    runs = lead.runs(limit=100000)
+    parent = [r for r in runs if r["job"] == "everywhere"]
+    child = [r for r in runs if r["job"] == "once"]
+    assert not [r for r in child if r["attempt"] != 1], child
+    assert Counter(r["fire_time"] for r in child) == Counter(
+        {r["fire_time"]: 1 for r in parent}), (parent, child)
+    for r in child:
+        (consumed,) = r["lineage"]
+        assert consumed["run_id"] in {p["run_id"] for p in parent
+                                      if p["fire_time"] == r["fire_time"]}, r
