@@ -100,6 +100,10 @@ CREATE TABLE IF NOT EXISTS runs(
 CREATE UNIQUE INDEX IF NOT EXISTS runs_key
     ON runs(job, fire_time, target, attempt) WHERE origin = 'schedule';
 CREATE INDEX IF NOT EXISTS runs_job ON runs(job, run_id);
+-- A job's successes by when they ended: a child's `within` finds its parent's
+-- newest one without reading its other records (state/dependencies.py).
+CREATE INDEX IF NOT EXISTS runs_succeeded ON runs(job, finished_at)
+    WHERE state = 'succeeded';
 -- The runs that may still change: the states of run_states.ACTIVE, in its
 -- order (a query uses a partial index only with the same term). An index
 -- made before the waiting state is remade (StateMachine.migrate).
@@ -194,7 +198,9 @@ CREATE TABLE IF NOT EXISTS run_lineage(
     parent_run_id INTEGER NOT NULL,
     PRIMARY KEY(run_id, parent_job)
 ) WITHOUT ROWID;
--- Who consumed a parent run (`--downstream` walks the lineage forwards).
+-- Who consumed a parent run (`--downstream` walks the lineage forwards; a
+-- per-node parent's outcome for a fire time is delivered once:
+-- state/dependencies.py, fire_time_outcome).
 CREATE INDEX IF NOT EXISTS run_lineage_parent ON run_lineage(parent_run_id);
 -- Backfills (`cronrd backfill`): a replicated object the leader's duties
 -- release, at most `parallel` runs at once, until done (state/backfill.py).
