@@ -29,6 +29,33 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class Sla:
+    """What a job promises (``sla:``); the leader alerts on each miss
+    (decisions/sla.py). Durations in seconds; ``finish_by`` is HH:MM in the
+    job's zone. None: not promised."""
+    start_within: float | None = None
+    finish_within: float | None = None
+    finish_by: str | None = None
+    max_runtime: float | None = None
+    stale_after: float | None = None
+    failure_tolerance: int | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Sla":
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            v = d.get(f.name)
+            if v is None:
+                continue
+            kw[f.name] = (str(v) if f.name == "finish_by" else int(v)
+                          if f.name == "failure_tolerance" else float(v))
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
 class RunOn:
     mode: str = "any"  # any | all | nodes | tags
     values: tuple[str, ...] = ()
@@ -149,6 +176,10 @@ class JobSpec:
     pool_slots: int | None = None
     priority: int | None = None
     start_deadline: float | None = None
+    # Reliability policies: SLA alerts, and what a run that failed its last
+    # retry becomes (none | dead_letter).
+    sla: Sla | None = None
+    on_final_failure: str = "none"
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -204,6 +235,10 @@ class JobSpec:
             value = getattr(self, key)
             if value is not None:
                 d[key] = value
+        if self.sla is not None:
+            d["sla"] = self.sla.to_dict()
+        if self.on_final_failure != "none":
+            d["on_final_failure"] = self.on_final_failure
         return d
 
     @property
@@ -264,6 +299,8 @@ class JobSpec:
                 kwargs["params"] = tuple(Param.from_dict(n, ps[n]) for n in sorted(ps))
         elif "params" in kwargs:
             kwargs["params"] = ()
+        if kwargs.get("sla") is not None and not isinstance(kwargs["sla"], Sla):
+            kwargs["sla"] = Sla.from_dict(kwargs["sla"])
         for f in ("kill_grace", "catchup_window", "jitter", "wait_for_upstream"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])

@@ -25,6 +25,7 @@ from ..state import pools as PL
 from ..state import queries as Q
 from ..state import start_deadline
 from ..state.machine import Effect
+from . import alerting
 from .backfills import Backfiller
 from .clock import Clock
 from .log import Log
@@ -65,6 +66,7 @@ class Leadership:
         self._pending = asyncio.Event()  # pending runs were committed: place them
         self.backfiller: Backfiller | None = None
         self._leading = False
+        self._sla_looked = float("-inf")
 
     # -- life cycle ------------------------------------------------------------
     async def run(self) -> None:
@@ -137,8 +139,9 @@ class Leadership:
     async def _duties(self) -> None:
         """The leader's housekeeping, every duty_interval (a timer)."""
         while True:
-            for duty in [self._place_pending, self._upstream_timeouts, self._set_pools,
-                         self._start_deadlines, *self.members.leader_duties()]:
+            for duty in [self._place_pending, self._upstream_timeouts, self._sla_watch,
+                         self._set_pools, self._start_deadlines,
+                         *self.members.leader_duties()]:
                 try:
                     await duty()
                 except CronrdError as exc:
@@ -273,6 +276,17 @@ class Leadership:
                                                                  at=self.clock.now()))
             except CronrdError as exc:
                 log.info("event=start_deadline_failed run=%d error=\"%s\"", run_id, exc)
+    # -- SLA misses (runtime/alerting.py) ---------------------------------------------
+    async def _sla_watch(self) -> None:
+        """Propose the SLA misses not alerted yet (every alerting.EVERY s)."""
+        if not self.log.is_leader or self.members.clock_fence() is not None:
+            return
+        now = self.clock.now()
+        if now - self._sla_looked < alerting.EVERY:
+            return
+        self._sla_looked = now
+        await alerting.watch_once(self.conn, now, self.config.timezone,
+                                  self.log.propose_as_leader)
 
     # -- placing pending runs ----------------------------------------------------------
     async def _place_pending(self) -> None:
