@@ -94,3 +94,32 @@ def test_a_job_naming_an_unknown_pool_is_refused_at_its_line_and_column(node_fac
     assert any(p.startswith(f"{path}:3:7: unknown pool 'dbb'") for p in status["problems"])
     assert node.call("jobs") == [] or all(j["name"] not in ("bad", "big")
                                           for j in node.call("jobs"))
+
+
+def test_a_cluster_pool_stays_within_its_slots_across_leader_changes(cluster):
+    import yaml
+    c = cluster()
+    for n in c:
+        n.config["pools"] = {"db": {"slots": 1}}
+        n.config_path.write_text(yaml.safe_dump(n.config))
+    for name, prio in (("a", 0), ("b", 5), ("c", -5)):
+        c.write_job(name, {"schedule": "* * * * * *", "command": "sleep 0.5", "pool": "db",
+                           "priority": prio, "concurrency": "allow", "start_deadline": "3s"})
+    c.start()
+    done = 0
+    for _ in range(3):
+        lead = c.leader()
+        # a few runs go through the pool under this leader, others waiting
+        done += 3
+        wait_for(lambda: sum(r["state"] == "succeeded" for r in lead.runs()) >= done
+                 and any(r["state"] == "waiting" for r in lead.runs()), 30,
+                 what=f"{done} runs done through the pool, more waiting")
+        other = next(n for n in c if n is not lead)
+        res = lead.cli("cluster", "transfer-leader", other.config["node_id"])
+        assert res.returncode == 0, res.stderr
+        wait_for(lambda: c.leader() is not lead, 15, what="a new leader")
+    c.converged()
+    runs = c["a"].runs(limit=100000)
+    started = assert_one_at_a_time(runs)
+    assert len(started) >= 9 and len({r["node"] for r in started}) >= 2, started
+    assert all(n.call("pools")["pools"][0]["slots"] == 1 for n in c)
