@@ -831,7 +831,8 @@ def pool_step(s: Subject) -> list[Step]:
         data["start_deadline"] = spec.start_deadline
     use = next((u for u in PL.usage(s.conn) if u["pool"] == pool), None)
     size = ("not defined in the leader's daemon config" if use is None or not use["defined"]
-            else f"{use['slots']} slots{' per node' if use['scope'] == 'node' else ''}")
+            else f"{use['slots']} slot{'s' if use['slots'] != 1 else ''}"
+            f"{' per node' if use['scope'] == 'node' else ''}")
     head = (f"pool {pool} ({size}); takes {spec.slots_needed}, priority "
             f"{spec.priority or 0}")
     if spec.start_deadline:

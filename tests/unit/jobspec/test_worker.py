@@ -43,3 +43,23 @@ def test_an_unchanged_file_is_not_parsed(tmp_path):
     first = scan_for_sync(str(f), {os.geteuid()}, None)
     again = scan_for_sync(str(f), {os.geteuid()}, first["digest"])
     assert again["unchanged"] and again["jobs"] == [] and first["jobs"][0][0] == "a"
+
+
+def test_a_worker_checks_pools_it_is_given(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("schedule: '@daily'\ncommand: 'true'\npool: dbb\n")
+    proc = subprocess.Popen(argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        proc.stdin.write(json.dumps({"path": str(path), "allowed": [os.geteuid()],
+                                     "known": None, "pools": {"db": 2}}) + "\n")
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())
+    finally:
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+    (problem,) = problems_of(answer)
+    assert (problem.line, problem.col) == (3, 7) and problem.message.startswith(
+        "unknown pool 'dbb'")
+    assert answer == scan_for_sync(str(path), {os.geteuid()}, None, {"db": 2})
+    assert answer["digest"] != scan_for_sync(str(path), {os.geteuid()}, None)["digest"]

@@ -633,7 +633,7 @@ def test_the_pool_step_says_what_a_record_waited_for_and_how_full_the_pool_is():
     log.fire(T0 + 1, "a")
     w = log.fire(T0 + 1, "b")["run_id"]
     res = trail(log, T0 + 2, job="b", at=T0 + 1)
-    assert text(res, "pool") == ("pool db (1 slots); takes 1, priority 3, start_deadline 5m; "
+    assert text(res, "pool") == ("pool db (1 slot); takes 1, priority 3, start_deadline 5m; "
                                  f"run {w} waits: pool db: 1/1 slots in use")
     names = [s["step"] for s in res["steps"]]
     assert names.index("upstream" if "upstream" in names else "overlap") < \
@@ -644,7 +644,7 @@ def test_the_pool_step_says_what_a_record_waited_for_and_how_full_the_pool_is():
         f"run {w}: waited for pool db until 2027-01-15T08:00:05Z")
     # a fire to come: how full the pool is now
     res = trail(log, T0 + 6, job="a", at=T0 + 60)
-    assert text(res, "pool") == "pool db (1 slots); takes 1, priority 0: 1/1 slots in use now"
+    assert text(res, "pool") == "pool db (1 slot); takes 1, priority 0: 1/1 slots in use now"
     # a job without a pool has no pool step
     log.put("c")
     assert steps(trail(log, T0 + 6, job="c", at=T0 + 60), "pool") == []
