@@ -321,6 +321,12 @@ def status(obj: Ctx, consistent, as_json):
     if "jobs" in st:
         click.echo(f"jobs      {st['jobs']} ({st.get('paused', 0)} paused), "
                    f"{st.get('running', 0)} running, {st.get('assigned', 0)} about to start")
+    if st.get("pools"):
+        click.echo("pools     " + ", ".join(
+            f"{p['pool']} {p['in_use']}/{'-' if p['slots'] is None else p['slots']}"
+            + (" per node" if p.get("scope") == "node" else "")
+            + (f" ({p['waiting']} waiting)" if p["waiting"] else "") for p in st["pools"])
+            + "; `cronrd pools` for more")
     idx = []
     if st.get("commit_index") is not None:
         idx.append(f"commit index {st['commit_index']}")

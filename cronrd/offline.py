@@ -125,6 +125,7 @@ class Offline:
             "assigned": active.get("assigned", 0), "pending": active.get("pending", 0),
             "conflicts": Q.conflicts(self.conn),
             "maintenance": self._pause_note(""),
+            "pools": self._pools_brief(),
             "applied_index": int(self._meta("applied_index") or 0),
             "state_digest": self._meta("chain"),
             "socket": self.config.socket, "data_dir": self.config.data_dir,
@@ -189,6 +190,14 @@ class Offline:
         from .runtime.explain import OFFLINE_NODES, explain, nodes_from_state
         return explain(self.conn, args, now=time.time(), default_tz=self.config.timezone,
                        nodes=nodes_from_state(self.conn), nodes_note=OFFLINE_NODES)
+
+    def _pools_brief(self) -> list:
+        import apsw
+        from .runtime.reads import pools_brief
+        try:
+            return pools_brief(self.conn)
+        except apsw.SQLError:   # a database from before pools
+            return []
 
     def h_pools(self, args: dict, on_message) -> dict:
         from .runtime.reads import pools_view

@@ -39,7 +39,7 @@ from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
 from .clock import Clock
 from .control import Handler, Stream, arg
 from .leadership import Leadership
-from .reads import job_details, job_view, pools_view, runs_listing
+from .reads import job_details, job_view, pools_brief, pools_view, runs_listing
 from .log import Log
 from .members import Members
 from .runs.executor import Executor
@@ -243,6 +243,7 @@ class Handlers:
             "applied_index": self.machine.applied_index,
             "state_digest": self.machine.state_digest,
             "problems": [str(p) for p in self.watcher.problems],
+            "pools": pools_brief(self.conn),
             "socket": self.config.socket, "data_dir": self.config.data_dir,
             "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,
             "timezone": self.config.timezone,

@@ -256,3 +256,10 @@ def pools_view(conn, config=None) -> dict:
                          "in_use": 0, "waiting": 0, "runs": [],
                          "this_node_config": {"slots": p.slots, "scope": p.scope}})
     return {"pools": rows}
+
+
+def pools_brief(conn) -> list[dict]:
+    """`cronrd status`'s line: each pool's slots in use and runs waiting."""
+    from ..state import pools as PL
+    return [{k: p[k] for k in ("pool", "slots", "scope", "in_use", "waiting")}
+            for p in PL.usage(conn)]

@@ -58,6 +58,13 @@ def test_a_pool_of_one_slot_runs_one_at_a_time_in_priority_order(node_factory):
     assert [r["job"] for r in started] == ["hold", "high", "mid", "low"]
     assert all(r["reason"].startswith("waited for pool db until ") for r in started[1:]), \
         started
+    out = node.cli("status")
+    assert "pools     db 0/1; `cronrd pools` for more" in out.stdout, out.stdout
+    # With the daemon down, from this node's copy of the state.
+    assert node.terminate() == 0
+    out = node.cli("pools")
+    assert out.returncode == 0 and out.stdout.split("\n")[1].split()[:4] == [
+        "db", "cluster", "0/1", "0"], out.stdout + out.stderr
 
 
 def test_scheduled_runs_share_the_slot_and_start_deadline_skips_the_backlog(node_factory):

@@ -134,3 +134,35 @@ def test_run_now_bad_param_options_are_usage_errors(daemon, argv, words):
     res = run("--socket", d.path, "run-now", "load", *argv)
     assert res.exit_code == 2 and words in res.output
     assert d.requests == []
+
+
+# -- pools --------------------------------------------------------------------------------
+POOLS = {"pools": [
+    {"pool": "db", "slots": 2, "scope": "cluster", "defined": True, "in_use": 2,
+     "waiting": 3, "runs": [7, 9]},
+    {"pool": "gpu", "slots": 1, "scope": "node", "defined": True, "in_use": 1,
+     "waiting": 0, "runs": [8], "by_node": {"n1": 1}, "this_node_config": None},
+    {"pool": "etl", "slots": None, "scope": None, "defined": False, "in_use": 0,
+     "waiting": 1, "runs": []}]}
+
+
+def test_pools_lists_slots_in_use_waiting_runs_and_differences(daemon):
+    d = daemon(pools=POOLS)
+    res = run("--socket", d.path, "pools")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].split() == ["POOL", "SCOPE", "IN", "USE", "WAITING", "RUNS", "NOTE"]
+    assert lines[1].split()[:5] == ["db", "cluster", "2/2", "3", "7,9"]
+    assert "1/1 (n1: 1)" in lines[2] and "this node's config: no such pool" in lines[2]
+    assert "not in force: the leader's config does not define it" in lines[3]
+    assert json.loads(run("--socket", d.path, "pools", "--json").output) == POOLS
+    assert run("--socket", daemon(pools={"pools": []}).path, "pools").output.startswith(
+        "no pools (define them under pools: in the daemon config)")
+
+
+def test_status_has_a_pools_line(daemon):
+    d = daemon(status={**STATUS, "pools": [
+        {"pool": "db", "slots": 2, "scope": "cluster", "in_use": 2, "waiting": 3},
+        {"pool": "gpu", "slots": 1, "scope": "node", "in_use": 0, "waiting": 0}]})
+    out = run("--socket", d.path, "status").output
+    assert "pools     db 2/2 (3 waiting), gpu 0/1 per node; `cronrd pools` for more" in out
