@@ -654,7 +654,7 @@ def _v_pool_slots(ctx: FileProblems, key: str, node: Node) -> Any:
 
 def _v_priority(ctx: FileProblems, key: str, node: Node) -> Any:
     if not _is(node, INT) or not -MAX_PRIORITY <= _value(node) <= MAX_PRIORITY:
-        ctx.err(node, f"priority must be a whole number from -{MAX_PRIORITY} to "
+        ctx.err(node, f"{key} must be a whole number from -{MAX_PRIORITY} to "
                       f"{MAX_PRIORITY}; higher runs first ({_got(node)})")
         return _INVALID
     return _value(node)
@@ -699,6 +699,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "pool_slots": _v_pool_slots,
     "priority": _v_priority,
     "start_deadline": _v_duration(positive=True),
+    "backfill_priority": _v_priority,
     "sla": _v_sla,
     "on_final_failure": _v_choice(("none", "dead_letter")),
 }

@@ -176,6 +176,8 @@ class JobSpec:
     pool_slots: int | None = None
     priority: int | None = None
     start_deadline: float | None = None
+    # A backfill run's priority (None: after every on-time run of the pool).
+    backfill_priority: int | None = None
     # Reliability policies: SLA alerts, and what a run that failed its last
     # retry becomes (none | dead_letter).
     sla: Sla | None = None
@@ -322,7 +324,7 @@ class JobSpec:
         return self.canonical()[1]
 
 
-_POOL_KEYS = ("pool", "pool_slots", "priority", "start_deadline")
+_POOL_KEYS = ("pool", "pool_slots", "priority", "start_deadline", "backfill_priority")
 _CONTROL_KEYS = ("shell", "nice", "ioclass", "ioprio", "umask", "env_file")
 
 

@@ -118,7 +118,11 @@ def gate(conn: apsw.Connection, run: Run, spec) -> str | None:
     row = next(iter(conn.execute("SELECT pool, slots, priority, late FROM pool_runs "
                                  "WHERE run_id=?", (run.run_id,))), None)
     if row is None:
-        row = (spec.pool, spec.slots_needed, spec.priority or 0, int(_late(conn, run)))
+        late = _late(conn, run)
+        if late and spec.backfill_priority is not None:  # ranked with the on-time runs
+            row = (spec.pool, spec.slots_needed, spec.backfill_priority, 0)
+        else:
+            row = (spec.pool, spec.slots_needed, spec.priority or 0, int(late))
         conn.execute("INSERT INTO pool_runs(run_id, pool, slots, priority, late, fire_time, "
                      "waiting) VALUES(?,?,?,?,?,?,0)", (run.run_id, *row, run.fire_time))
     pool, need, priority, late = row

@@ -348,3 +348,19 @@ def test_a_node_scoped_run_pinned_to_a_full_node_does_not_hold_up_the_others():
     assert (state(log, pinned), state(log, free)) == ("waiting", "waiting")
     log.finish(b2, at=T0 + 5)   # a slot on n2: not for the run pinned to n1
     assert (state(log, pinned), state(log, free)) == ("waiting", "pending")
+
+
+def test_backfill_priority_ranks_backfill_runs_with_the_on_time_runs():
+    log = pool_log(slots=1, jobs=("busy", "j", "other"),
+                   j={"schedule": "* * * * *", "concurrency": "allow", "priority": 1,
+                      "backfill_priority": 5},
+                   other={"priority": 3})
+    busy = log.fire(T0 + 1, "busy")["run_id"]
+    past = [T0 - MIN * 3]
+    bid = log.apply(C.CreateBackfill(job="j", fire_times=past, from_time=past[0],
+                                     to_time=past[0], reprocess="missing", parallel=1,
+                                     order="oldest", at=T0 + 2))["backfill"]
+    [back] = log.apply(C.BackfillStep(backfill=bid, at=T0 + 2))["released"]
+    on_time = log.fire(T0 + 3, "other")["run_id"]
+    log.finish(busy, at=T0 + 10)
+    assert (state(log, back), state(log, on_time)) == ("pending", "waiting")
