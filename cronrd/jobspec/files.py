@@ -162,9 +162,9 @@ READER = _reader_digest()
 
 def file_digest(data: bytes, pools: Mapping[str, int] | None = None) -> str:
     """The digest of a job file's bytes as this cronrd reads them (with the
-    daemon config's pools, when it has any: a file naming a pool is read
-    again when they change)."""
-    if not pools:
+    daemon config's pools for a file that may name one: it is read again
+    when they change; other files keep their digest)."""
+    if not pools or b"pool" not in data:
         return hashlib.sha256(READER + data).hexdigest()
     names = json.dumps(sorted(pools.items()), separators=(",", ":")).encode()
     return hashlib.sha256(READER + b"pools\0" + names + b"\0" + data).hexdigest()

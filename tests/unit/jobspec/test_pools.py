@@ -47,9 +47,11 @@ def test_pool_slots_must_fit_the_pool_and_need_a_pool():
 
 
 def test_the_file_digest_changes_with_the_pools_so_files_are_read_again():
-    data = b"x"
+    data = b"pool: db\n"
     assert file_digest(data) == file_digest(data, {}) == file_digest(data, None)
     assert file_digest(data, {"db": 1}) != file_digest(data, {"db": 2}) != file_digest(data)
+    # a file that names no pool keeps its digest whatever the pools
+    assert file_digest(b"command: x\n", {"db": 1}) == file_digest(b"command: x\n")
 
 
 def test_a_jobs_dir_is_checked_against_the_pools(tmp_path):
