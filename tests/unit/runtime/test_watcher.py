@@ -111,3 +111,23 @@ def test_the_first_look_at_start_waits_a_bounded_while_for_the_leaders_clock(tmp
         res = await w.settle(0.3)
         assert res["held"] == "off" and Q.job_names(sm.conn) == ["a"]
     asyncio.run(main())
+
+
+def test_a_job_file_is_read_again_when_the_pools_change(tmp_path):
+    """A daemon restarted with other pools: a file naming a pool is parsed
+    again (its digest covers them) and a pool that went is a problem; the
+    job keeps its last good version."""
+    async def main():
+        (tmp_path / "p.yaml").write_text("schedule: '* * * * *'\ncommand: 'true'\npool: db\n")
+        sm = StateMachine(apsw.Connection(":memory:"))
+        log = LocalLog(sm)
+        w = W.Watcher(str(tmp_path), log, sm.conn, Clock(), node="n1", pools={"db": 1})
+        await w.reload()
+        assert Q.job_names(sm.conn) == ["p"] and w.problems == []
+        again = W.Watcher(str(tmp_path), log, sm.conn, Clock(), node="n1", pools={"etl": 1})
+        await again.reload()
+        assert [str(p) for p in again.problems] == [
+            f"{tmp_path}/p.yaml:3:7: unknown pool 'db' (the daemon config defines: etl); "
+            "add it under pools: in the daemon config or fix the name"]
+        assert Q.job_names(sm.conn) == ["p"]
+    asyncio.run(main())
