@@ -869,6 +869,11 @@ def run_now(obj: Ctx, job, wait, params, key):
     if key is not None:
         args["key"] = key
     res = obj.client(timeout=None if wait else 30.0).call("run_now", args, on_message=show)
+    if not wait and not res.get("existing") and res.get("state") == "waiting" and \
+            (res.get("reason") or "").startswith("pool "):
+        click.echo(f"run {res['run_id']} of {job} waits for its pool ({res['reason']}): it "
+                   f"starts when a slot frees; `cronrd pools` shows the pools")
+        return
     if not wait and not res.get("existing") and res.get("state") == "waiting":
         click.echo(f"queued run {res['run_id']} of {job} (concurrency: queue): it starts when "
                    f"the run ahead of it ends; `cronrd runs {job} --state waiting` shows the "

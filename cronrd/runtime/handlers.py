@@ -521,7 +521,8 @@ class Handlers:
         run_id = res["run_id"]
         if not wait:
             return {"run_id": run_id, "state": res["state"],
-                    **({"existing": True} if res.get("existing") else {})}
+                    **({"existing": True} if res.get("existing") else {}),
+                    **({"reason": res["reason"]} if res.get("reason") else {})}
         return Stream(self._follow_attempts(run_id))
 
     async def _follow_attempts(self, run_id: int):

@@ -849,6 +849,8 @@ class StateMachine:
                                node=cmd.node or None, due_at=cmd.at, at=cmd.at)
         RP.record(self.conn, run.run_id, cmd.job, cmd.params, cmd.key)
         effects.append(Effect("assign" if cmd.node else "pending", run=run))
+        if run.state == "waiting":  # for its pool's slots
+            return {"run_id": run.run_id, "state": "waiting", "reason": run.reason}
         return {"run_id": run.run_id, "state": state}
 
     def _apply_run_started(self, index, cmd: C.RunStarted, effects):

@@ -41,6 +41,8 @@ def test_a_pool_of_one_slot_runs_one_at_a_time_in_priority_order(node_factory):
     for name in ("low", "mid", "high"):
         out = node.cli("run-now", name)
         assert out.returncode == 0, out.stderr
+        assert f"of {name} waits for its pool (pool db: 1/1 slots in use" in out.stdout, \
+            out.stdout
     waiting = node.wait_runs(lambda rs: sum(r["state"] == "waiting" for r in rs) == 3,
                              what="three runs waiting for the pool")
     assert {r["reason"] for r in waiting if r["state"] == "waiting"} <= {

@@ -173,7 +173,9 @@ def test_a_manual_run_and_a_retry_wait_for_the_pool_too():
     log = pool_log(slots=1, a={"retries": {"max": 1, "delay": 0.0, "backoff": 1.0,
                                            "max_delay": 1.0, "jitter": 0.0}})
     a = log.fire(T0 + 1, "a")["run_id"]
-    manual = log.apply(C.ManualRun(job="b", node="", at=T0 + 1.5))["run_id"]
+    res = log.apply(C.ManualRun(job="b", node="", at=T0 + 1.5))
+    manual = res["run_id"]
+    assert res == {"run_id": manual, "state": "waiting", "reason": "pool db: 1/1 slots in use"}
     assert log.run(manual).state == "waiting"
     start(log, a)
     res = log.finish(a, state="failed", exit_code=1, at=T0 + 3)
