@@ -1321,7 +1321,7 @@ class StateMachine:
                                    node=None, due_at=cmd.at, at=cmd.at,
                                    reason=f"rerun by {cmd.who}" if cmd.who else "rerun")
             effects.append(Effect("pending", run=run))
-            state = "pending"
+            state = run.state.value  # pending, or waiting for its pool's slots
         out = {"run_id": run.run_id, "attempt": attempt, "state": state}
         if cmd.downstream is True:
             out["downstream"] = self._downstream(run.run_id, cmd.job, cmd.fire_time)
