@@ -325,6 +325,8 @@ BAD_FIELD_CASES = [
     ("on_upstream_failure: retry", "3:22: on_upstream_failure must be one of skip, fail"),
     ("wait_for_upstream: soon", "3:20: wait_for_upstream: "),
     ("params: [a]", "3:9: params must be a mapping of NAME: default-value or NAME: {type: "),
+    ("notify: [{to: chat, on: [faild]}]", "3:26: notify on: unknown event 'faild' (did you "
+                                          "mean 'failed'?); events: failed, retrying"),
     ("yes: 1", "3:1: keys must be strings (got yes, which YAML reads as the boolean true); quote it: \"yes\""),
 ]
 
