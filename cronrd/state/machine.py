@@ -25,6 +25,7 @@ from . import commands as C
 from . import dependencies as deps
 from . import downstream as DS
 from . import events as EV
+from . import run_events as RE
 from . import pause_log
 from . import queries as Q
 from . import queue as QU
@@ -1036,6 +1037,7 @@ class StateMachine:
                                target=run.target)
         RP.carry(self.conn, run.run_id, new.run_id)
         effects.append(Effect("pending" if lost else "assign", run=new))
+        RE.on_retry(self.conn, run.run_id, new.run_id, at)
         return new.run_id
 
     def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
@@ -1334,7 +1336,9 @@ class StateMachine:
                                                   "child_job, child_fire_time"),
                              ("pause_log", "event_id"),
                              ("run_params", "run_id"), ("run_keys", "job, key"),
-                             ("run_queue", "run_id")):
+                             ("run_queue", "run_id"),
+                             ("failing_jobs", "job"),
+                             ("deliveries", "event_id, notifier, attempt")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

@@ -269,6 +269,26 @@ CREATE TABLE IF NOT EXISTS events(
     delivered INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS events_undelivered ON events(event_id) WHERE delivered = 0;
+-- Jobs whose last final outcome was a failure (state/run_events.py): their
+-- next success is one "recovered" event. event_id: the first failure's.
+CREATE TABLE IF NOT EXISTS failing_jobs(
+    job TEXT PRIMARY KEY,
+    event_id INTEGER NOT NULL,
+    since REAL NOT NULL
+) WITHOUT ROWID;
+-- Each attempt to deliver an event to a notifier (state/deliveries.py), as
+-- the leader that made it recorded it through the log (DeliveryResult).
+CREATE TABLE IF NOT EXISTS deliveries(
+    event_id INTEGER NOT NULL,
+    notifier TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    at REAL NOT NULL,
+    ok INTEGER NOT NULL,             -- 1 sent, 0 failed
+    final INTEGER NOT NULL,          -- 1: no more attempts (sent, or given up)
+    error TEXT NOT NULL,
+    leader TEXT NOT NULL,
+    PRIMARY KEY(event_id, notifier, attempt)
+) WITHOUT ROWID;
 -- Every pause and resume of a job (name '': the maintenance pause), kept
 -- after the resume: `cronrd explain JOB --at T` says who paused it and why
 -- at a past T. Pruned with the run history.
