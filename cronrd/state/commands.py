@@ -391,12 +391,26 @@ class UpstreamTimeout(Command):
     at: float
 
 
+@dataclass(frozen=True)
+class DeliveryResult(Command):
+    """The leader: attempts to deliver events to notifiers (state/deliveries.py),
+    each [event_id, notifier, attempt, ok, final, error], and the events now
+    delivered (every recipient settled)."""
+
+    op: ClassVar[str] = "delivery_result"
+    at: float
+    leader: str
+    attempts: list = field(default_factory=list)
+    done: list = field(default_factory=list)
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
               AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit,
-              CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout)
+              CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
+              DeliveryResult)
 }
 
 

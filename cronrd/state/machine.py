@@ -26,6 +26,7 @@ from . import dependencies as deps
 from . import downstream as DS
 from . import events as EV
 from . import run_events as RE
+from . import deliveries as DL
 from . import pause_log
 from . import queries as Q
 from . import queue as QU
@@ -1210,6 +1211,7 @@ class StateMachine:
         RP.prune(self.conn)
         DS.prune(self.conn)
         EV.prune(self.conn, cmd.before)
+        DL.prune(self.conn)
         return {"runs_deleted": runs, **({"more": True} if more else {})}
 
     # -- audit ----------------------------------------------------------------
@@ -1315,6 +1317,14 @@ class StateMachine:
         except DS.TooMany as exc:
             raise Refused(f"{exc}; rerun fewer at once (without --downstream, then "
                           "the children one by one)") from None
+
+    # -- notifications: delivery attempts (state/deliveries.py) ------------------------
+    def _apply_delivery_result(self, index, cmd: C.DeliveryResult, effects):
+        if not isinstance(cmd.attempts, list) or not isinstance(cmd.done, list) or not all(
+                isinstance(a, list) and len(a) == 6 for a in cmd.attempts):
+            raise Refused("delivery_result: attempts must be [event_id, notifier, attempt, "
+                          "ok, final, error] lists and done a list of event ids")
+        return DL.record(self.conn, cmd.at, cmd.leader, cmd.attempts, cmd.done)
 
     # -- digest ---------------------------------------------------------------
     def full_digest(self) -> str:

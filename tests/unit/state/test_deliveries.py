@@ -1,0 +1,47 @@
+"""Delivery attempts recorded through the log: the same on every node, a
+repeated proposal changes nothing, delivered marks the event, prune takes
+the attempts with their events."""
+
+from __future__ import annotations
+
+from cronrd.state import commands as C
+from cronrd.state import deliveries as DL
+from cronrd.state import events as EV
+from tests.unit.state.test_state import T0, Log
+
+
+def test_attempts_are_recorded_once_and_done_marks_delivered():
+    a, b = Log(), Log()
+    for log in (a, b):
+        eid = EV.emit(log.sm.conn, "failed", job="j", at=T0, run_id=1)
+        cmd = C.DeliveryResult(at=T0 + 1, leader="n1",
+                               attempts=[[eid, "chat", 1, False, False, "HTTP 500"]])
+        assert log.apply(cmd) == {"attempts": 1, "delivered": 0}
+        assert log.apply(cmd) == {"attempts": 0, "delivered": 0}   # proposed again
+        assert log.apply(C.DeliveryResult(
+            at=T0 + 12, leader="n2", attempts=[[eid, "chat", 2, True, False, ""]],
+            done=[eid])) == {"attempts": 1, "delivered": 1}
+    assert a.sm.full_digest() == b.sm.full_digest()
+    [row] = DL.listing(a.sm.conn)
+    assert row["delivered"] and [(x["attempt"], x["ok"], x["final"], x["leader"], x["error"])
+                                 for x in row["attempts"]] == [
+        (1, False, False, "n1", "HTTP 500"), (2, True, True, "n2", "")]
+    assert EV.undelivered(a.sm.conn) == []
+    assert [(x.attempt, x.ok) for x in DL.attempts_of(a.sm.conn, [1])[1]] == [(1, False),
+                                                                           (2, True)]
+
+
+def test_prune_takes_the_attempts_of_pruned_events():
+    log = Log()
+    eid = EV.emit(log.sm.conn, "failed", job="j", at=T0)
+    log.apply(C.DeliveryResult(at=T0, leader="n1", attempts=[[eid, "c", 1, True, True, ""]],
+                               done=[eid]))
+    log.apply(C.Prune(before=T0 + 10, keep=10, at=T0 + 10))
+    assert DL.listing(log.sm.conn) == [] and DL.attempts_of(log.sm.conn, [eid]) == {}
+
+
+def test_a_malformed_result_is_refused():
+    import pytest
+    from cronrd.state.machine import Refused
+    with pytest.raises(Refused, match="attempts must be"):
+        Log().apply(C.DeliveryResult(at=T0, leader="n1", attempts=[[1, "c"]]))
