@@ -1152,6 +1152,66 @@ def audit(obj: Ctx, limit, before, consistent, as_json):
 
 
 @main.command()
+@click.argument("job", required=False, shell_complete=complete_jobs)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10000),
+              help="Events, newest first.")
+@click.option("--before", type=int, metavar="ID", help="Only events older than event id ID "
+              "(page back from the last ID shown).")
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def notifications(obj: Ctx, job, limit, before, consistent, as_json):
+    """Events (of JOB) and every attempt to deliver them, newest first: who
+    was tried, when, and how it went (the same on every node)."""
+    res = obj.client().call("notifications", read_args(consistent, {
+        "job": job, "limit": limit, "before": before}))
+    if as_json:
+        emit_json(res)
+        return
+    rows = []
+    for e in res["events"]:
+        what = f"{e['kind']} {e['job']}" + (f" run {e['run_id']}" if e["run_id"] else "")
+        if not e["attempts"]:
+            rows.append([e["event_id"], e["at"], what, None, None,
+                         "delivered (no recipient)" if e["delivered"] else "pending"])
+        for a in e["attempts"]:
+            result = "sent" if a["ok"] else ("gave up: " if a["final"] else "failed: ") \
+                + a["error"]
+            rows.append([e["event_id"], a["at"], what, a["notifier"], a["attempt"], result])
+    if not rows:
+        click.echo("no events" + (f" of job {job}" if job else "")
+                   + ("" if res["notifiers"] else "; no notifiers: in the daemon config "
+                      "(`man 8 cronrd`, NOTIFICATIONS)"))
+        return
+    table(rows, ["event", "time", "event of", "notifier", "attempt", "result"])
+
+
+@main.group()
+def notify():
+    """Notifiers of the daemon config."""
+
+
+@notify.command("test")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def notify_test(obj: Ctx, name, as_json):
+    """Send a test event through notifier NAME now (from this node; nothing is
+    recorded). Exit status 1 when it could not be delivered."""
+    res = obj.client(timeout=330.0).call("notify_test", {"name": name})
+    if as_json:
+        emit_json(res)
+    elif res["ok"]:
+        click.echo(f"{name} ({res['type']}, {res['to']}): delivered test event "
+                   f"{res['event_id']} in {res['seconds']:g}s: {res['result']}")
+    else:
+        click.echo(f"{name} ({res['type']}, {res['to']}): not delivered: {res['error']}",
+                   err=True)
+    if not res["ok"]:
+        sys.exit(1)
+
+
+@main.command()
 @click.pass_obj
 def reload(obj: Ctx):
     """Re-read the job files now (as SIGHUP does)."""
