@@ -563,6 +563,7 @@ class StateMachine:
         digest = self._job(name)["digest"]
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
         self.conn.execute("DELETE FROM pauses WHERE name=?", (name,))
+        RE.forget(self.conn, name)  # a job of this name made again starts afresh
         self._forget_specs(name, [digest])
         deps.sync_parents(self, name)
         # Runs not yet started will never start; running ones finish.

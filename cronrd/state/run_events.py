@@ -90,3 +90,9 @@ def on_retry(conn, run_id: int, retry_run_id: int, at: float) -> int | None:
         return eid
     return EV.emit(conn, "retrying", job=run.job, at=at, fire_time=run.fire_time,
                    run_id=run.run_id, data=_data(run, **more))
+
+
+def forget(conn, job: str) -> None:
+    """The job is removed: a job of that name made later has no failures to
+    recover from."""
+    conn.execute("DELETE FROM failing_jobs WHERE job=?", (job,))

@@ -117,6 +117,11 @@ def test_failure_retry_and_recovery_reach_a_signed_webhook_and_a_mail(node_facto
     res = node.cli("notify", "test", "pager")
     assert res.returncode == 1 and "no notifier named 'pager'" in res.stderr
 
+    node.terminate()  # with the daemon down, from the state database
+    res = node.cli("notifications", "--json")
+    assert res.returncode == 0 and "daemon not running" in res.stderr
+    assert {e["event_id"] for e in json.loads(res.stdout)["events"]} == set(events)
+
 
 def test_a_launch_failure_alerts(node, receivers):
     hook = receivers(WebhookReceiver)

@@ -98,3 +98,13 @@ def test_timed_out_and_a_lost_run_not_retried_are_failures():
     assert [(e["kind"], e["data"]["state"]) for e in events] == [
         ("failed", "timed_out"), ("failed", "lost")]
     assert events[1]["run_id"] == lost
+
+
+def test_a_removed_failing_job_made_again_does_not_recover():
+    log = Log()
+    log.put()
+    log.finish(log.fire(T0 + 1)["run_id"], "failed", exit_code=1)
+    log.apply(C.RemoveJob(name="j", at=T0 + 5, node=""))
+    log.put(at=T0 + 6)
+    log.finish(log.fire(T0 + 10)["run_id"])
+    assert [k for k, _ in kinds(log)] == ["failed"]
