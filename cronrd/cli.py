@@ -1568,6 +1568,7 @@ def validate(obj: Ctx, paths, no_permissions):
     controllers = host_controllers()[1]
     warnings = [f"{job.source}:{job.line}:1: warning: job {job.name}: {w}"
                 for job in seen.values() for w in host_warnings(job, controllers)]
+    warnings += _notify_warnings(obj, seen.values())
     for w in warnings:
         click.echo(w)
     noted = f", {len(warnings)} warning(s) about this host" if warnings else ""
@@ -1577,6 +1578,24 @@ def validate(obj: Ctx, paths, no_permissions):
                    err=True)
         sys.exit(1)
     click.echo(f"{jobs} job(s) valid{noted}", err=True)
+
+
+def _notify_warnings(obj: Ctx, jobs) -> list[str]:
+    """Jobs whose notify names a notifier this host's daemon config does not
+    define (a warning: its events would reach nobody there)."""
+    if not any(job.notify for job in jobs):
+        return []
+    try:
+        cfg = obj.try_config()
+    except CronrdError:
+        return []  # `cronrd check-config` says what is wrong with it
+    if cfg is None:
+        return []
+    known = cfg.notifications.notifiers
+    return [f"{job.source}:{job.line}:1: warning: job {job.name}: notify names {r.to!r}, which "
+            f"the daemon config {cfg.path} does not define under notifiers: (defined: "
+            f"{', '.join(known) or 'none'}); its events would reach nobody there"
+            for job in jobs for r in job.notify or () if r.to not in known]
 
 
 def _subdirs_with_job_files(path: str, checked: tuple[str, ...]) -> list[str]:
