@@ -31,6 +31,33 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class Sla:
+    """What a job promises (``sla:``); the leader alerts on each miss
+    (decisions/sla.py). Durations in seconds; ``finish_by`` is HH:MM in the
+    job's zone. None: not promised."""
+    start_within: float | None = None
+    finish_within: float | None = None
+    finish_by: str | None = None
+    max_runtime: float | None = None
+    stale_after: float | None = None
+    failure_tolerance: int | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Sla":
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            v = d.get(f.name)
+            if v is None:
+                continue
+            kw[f.name] = (str(v) if f.name == "finish_by" else int(v)
+                          if f.name == "failure_tolerance" else float(v))
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
 class RunOn:
     mode: str = "any"  # any | all | nodes | tags
     values: tuple[str, ...] = ()
@@ -146,6 +173,10 @@ class JobSpec:
     # Who hears of its events (jobspec/notify.py); None: the cluster default
     # (the daemon config's notify), (): nobody.
     notify: tuple[NotifyRoute, ...] | None = None
+    # Reliability policies: SLA alerts, and what a run that failed its last
+    # retry becomes (none | dead_letter).
+    sla: Sla | None = None
+    on_final_failure: str = "none"
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -199,6 +230,10 @@ class JobSpec:
             d["params"] = {p.name: p.to_dict() for p in self.params}
         if self.notify is not None:
             d["notify"] = [r.to_dict() for r in self.notify]
+        if self.sla is not None:
+            d["sla"] = self.sla.to_dict()
+        if self.on_final_failure != "none":
+            d["on_final_failure"] = self.on_final_failure
         return d
 
     @classmethod
@@ -256,6 +291,8 @@ class JobSpec:
             kwargs["params"] = ()
         if "notify" in kwargs:
             kwargs["notify"] = routes_from_data(kwargs["notify"])
+        if kwargs.get("sla") is not None and not isinstance(kwargs["sla"], Sla):
+            kwargs["sla"] = Sla.from_dict(kwargs["sla"])
         for f in ("kill_grace", "catchup_window", "jitter", "wait_for_upstream"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])

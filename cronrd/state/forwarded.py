@@ -42,6 +42,9 @@ FORWARDABLE: dict[str, str] = {
     C.CreateBackfill.op: "",
     C.SetBackfillState.op: "",
     C.Rerun.op: "",
+    # an operator's ack of an alert and dead-letter requeue/discard
+    C.AckAlert.op: "",
+    C.DeadLetterAction.op: "",
     C.Audit.op: "node",
 }
 

@@ -23,6 +23,7 @@ from ..schedule import iso_utc, retry_delay
 from . import backfill as BF
 from . import commands as C
 from . import dependencies as deps
+from . import alerts as AL
 from . import downstream as DS
 from . import events as EV
 from . import run_events as RE
@@ -968,6 +969,7 @@ class StateMachine:
                               signal=signal, log_path=log_path, effects=effects, index=index,
                               not_started=not_started)
         if retry is None:
+            AL.on_final(self, run, at)
             deps.parent_final(self, index or 0, run.job, run.run_id, at, effects)
         if release:
             self._queue_after(run, at, effects)
@@ -1213,6 +1215,7 @@ class StateMachine:
         DS.prune(self.conn)
         EV.prune(self.conn, cmd.before)
         DL.prune(self.conn)
+        AL.prune(self.conn, cmd.before)
         return {"runs_deleted": runs, **({"more": True} if more else {})}
 
     # -- audit ----------------------------------------------------------------
@@ -1327,6 +1330,28 @@ class StateMachine:
                           "ok, final, error] lists and done a list of event ids")
         return DL.record(self.conn, cmd.at, cmd.leader, cmd.attempts, cmd.done)
 
+    # -- alerts and the dead letter (state/alerts.py) -----------------------------------
+    def _apply_raise_alerts(self, index, cmd: C.RaiseAlerts, effects):
+        if not isinstance(cmd.alerts, list) or len(cmd.alerts) > 1000:
+            raise Refused("raise_alerts: alerts must be a list of at most 1000")
+        opened = []
+        for item in cmd.alerts:
+            if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)
+                    and isinstance(item[1], int) and item[2] in EV.SLA_KINDS
+                    and isinstance(item[3], str)):
+                raise Refused("raise_alerts: each alert is [job, fire_time, sla kind, detail]")
+            aid = AL.raise_alert(self.conn, job=item[0], fire_time=item[1], kind=item[2],
+                                 detail=item[3], at=cmd.at)
+            if aid is not None:
+                opened.append(aid)
+        return {"opened": opened}
+
+    def _apply_ack_alert(self, index, cmd: C.AckAlert, effects):
+        return AL.ack(self.conn, cmd.alert_id, cmd.note, cmd.who, cmd.at, Refused)
+
+    def _apply_dead_letter_action(self, index, cmd: C.DeadLetterAction, effects):
+        return AL.dead_letter_action(self, index, cmd, Refused, effects)
+
     # -- digest ---------------------------------------------------------------
     def full_digest(self) -> str:
         """Hash of every replicated table (O(rows): for tests and audits)."""
@@ -1342,7 +1367,8 @@ class StateMachine:
                              ("denied", "kind, value"), ("join_tokens", "node"),
                              ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
                              ("downstream_items", "root, job, fire_time"),
-                             ("events", "event_id"),
+                             ("events", "event_id"), ("alerts", "alert_id"),
+                             ("dead_letter", "run_id"),
                              ("downstream_edges", "root, parent_job, parent_fire_time, "
                                                   "child_job, child_fire_time"),
                              ("pause_log", "event_id"),
