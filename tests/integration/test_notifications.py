@@ -163,3 +163,26 @@ def test_a_hanging_receiver_does_not_delay_the_schedule(node, receivers):
         assert res["notifiers"]["hang"]["type"] == "webhook"
     finally:
         silent.close()
+
+
+def test_an_sla_miss_and_a_dead_lettered_run_reach_the_routes_that_want_them(node, receivers):
+    hook = receivers(WebhookReceiver, SECRET)
+    secret = node.base / "hook.secret"
+    secret.write_bytes(SECRET)
+    node.config.update(notifiers={"chat": {"type": "webhook", "url": hook.url,
+                                           "secret_file": str(secret)}},
+                       notify=[{"to": "chat", "on": ["sla_miss", "dead_lettered"]}])
+    node.config_path.write_text(__import__("yaml").safe_dump(node.config))
+    node.write_job("etl", {"schedule": "@yearly", "command": "exit 2",
+                           "on_final_failure": "dead_letter"})
+    node.write_job("slow", {"schedule": "*/3 * * * * *", "command": "sleep 60",
+                            "sla": {"max_runtime": "1s"}})
+    node.start()
+    node.cli("run-now", "etl", "--wait")
+    wait_for(lambda: {"dead_lettered", "sla_max_runtime"} <= set(kinds(hook)), 30,
+             what="dead_lettered and sla_max_runtime",
+             on_fail=lambda: f"{hook.requests}\n" + node.daemon_log())
+    assert "failed" not in kinds(hook)  # not asked for
+    assert all(r["valid"] for r in hook.requests)
+    sla = next(b for b in hook.events.values() if b["kind"] == "sla_max_runtime")
+    assert sla["job"] == "slow" and "longer than 1s" in sla["data"]["detail"]
