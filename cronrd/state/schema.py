@@ -282,6 +282,13 @@ CREATE TABLE IF NOT EXISTS failing_jobs(
     event_id INTEGER NOT NULL,
     since REAL NOT NULL
 ) WITHOUT ROWID;
+-- A run's delivered events go with its record (pruned by age or by
+-- history_max_runs_per_job), so a job skipping every second does not keep
+-- a month of events; an undelivered one stays until delivered.
+CREATE INDEX IF NOT EXISTS events_run ON events(run_id) WHERE run_id IS NOT NULL;
+CREATE TRIGGER IF NOT EXISTS runs_pruned_events AFTER DELETE ON runs BEGIN
+    DELETE FROM events WHERE run_id = OLD.run_id AND delivered = 1;
+END;
 -- Each attempt to deliver an event to a notifier (state/deliveries.py), as
 -- the leader that made it recorded it through the log (DeliveryResult).
 CREATE TABLE IF NOT EXISTS deliveries(

@@ -45,3 +45,16 @@ def test_a_malformed_result_is_refused():
     from cronrd.state.machine import Refused
     with pytest.raises(Refused, match="attempts must be"):
         Log().apply(C.DeliveryResult(at=T0, leader="n1", attempts=[[1, "c"]]))
+
+
+def test_a_pruned_runs_delivered_events_go_with_it_undelivered_ones_stay():
+    log = Log()
+    log.put()
+    for t in (1, 2, 3):
+        log.finish(log.fire(T0 + t)["run_id"], "failed", exit_code=1)
+    events = EV.undelivered(log.sm.conn, 100)
+    assert [e["run_id"] for e in events] == [1, 2, 3]
+    log.apply(C.DeliveryResult(at=T0 + 5, leader="n1", done=[events[0]["event_id"]]))
+    log.apply(C.Prune(before=T0 - 100, keep=1, at=T0 + 10))   # keeps run 3 only
+    left = [(e["run_id"], e["delivered"]) for e in DL.listing(log.sm.conn)]
+    assert left == [(3, False), (2, False)]   # run 1's delivered event went with it
