@@ -31,7 +31,7 @@ log = logging.getLogger("cronrd.notify")
 CONCURRENCY = 8       # sends at once
 MAX_IN_FLIGHT = 64    # sends started and not yet recorded (the rest wait a step)
 TICK = 1.0            # s between looks at the outbox (sooner when a run ends)
-SCAN = 200            # undelivered events looked at per step
+SCAN = 1000           # undelivered events looked at per step (oldest first)
 
 
 class Delivery:
