@@ -15,6 +15,20 @@ MAX_ERROR = 500     # characters of an error kept per attempt
 MAX_BATCH = 1000    # attempts or events in one DeliveryResult
 
 
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def well_formed(attempts, done) -> bool:
+    """A DeliveryResult's lists have the shapes ``record`` reads."""
+    return (isinstance(attempts, list) and isinstance(done, list)
+            and len(attempts) <= MAX_BATCH and len(done) <= MAX_BATCH
+            and all(_int(e) for e in done)
+            and all(isinstance(a, list) and len(a) == 6 and _int(a[0])
+                    and isinstance(a[1], str) and _int(a[2]) and isinstance(a[3], bool)
+                    and isinstance(a[4], bool) and isinstance(a[5], str) for a in attempts))
+
+
 def record(conn, at: float, leader: str, attempts: list, done: list) -> dict:
     """Apply one DeliveryResult: ``attempts`` as [event_id, notifier, attempt,
     ok, final, error]; ``done``: event ids now delivered. An attempt already

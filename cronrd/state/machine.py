@@ -1324,8 +1324,7 @@ class StateMachine:
 
     # -- notifications: delivery attempts (state/deliveries.py) ------------------------
     def _apply_delivery_result(self, index, cmd: C.DeliveryResult, effects):
-        if not isinstance(cmd.attempts, list) or not isinstance(cmd.done, list) or not all(
-                isinstance(a, list) and len(a) == 6 for a in cmd.attempts):
+        if not DL.well_formed(cmd.attempts, cmd.done):
             raise Refused("delivery_result: attempts must be [event_id, notifier, attempt, "
                           "ok, final, error] lists and done a list of event ids")
         return DL.record(self.conn, cmd.at, cmd.leader, cmd.attempts, cmd.done)

@@ -43,8 +43,10 @@ def test_prune_takes_the_attempts_of_pruned_events():
 def test_a_malformed_result_is_refused():
     import pytest
     from cronrd.state.machine import Refused
-    with pytest.raises(Refused, match="attempts must be"):
-        Log().apply(C.DeliveryResult(at=T0, leader="n1", attempts=[[1, "c"]]))
+    for attempts, done in (([[1, "c"]], []), ([["x", "c", 1, True, True, ""]], []),
+                           ([[1, "c", 1, 1, True, ""]], []), ([], ["1"]), ([], [True])):
+        with pytest.raises(Refused, match="attempts must be"):
+            Log().apply(C.DeliveryResult(at=T0, leader="n1", attempts=attempts, done=done))
 
 
 def test_a_pruned_runs_delivered_events_go_with_it_undelivered_ones_stay():
