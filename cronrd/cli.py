@@ -210,8 +210,12 @@ def check_config(obj: Ctx, file):
         where = (f"cluster node listening on {format_address(c.listen)}, "
                  f"{'joining' if c.join else 'initial members'} {members}, "
                  f"{'mutual TLS' if c.tls else 'INSECURE (no TLS)'}")
+    n = cfg.notifications
+    notes = (f"; notifiers {', '.join(f'{k} ({v.type})' for k, v in n.notifiers.items())}"
+             + (f", default notify: {', '.join(r.to for r in n.default)}" if n.default else "")
+             if n.notifiers else "")
     click.echo(f"{path}: ok: node {cfg.node_id}, jobs_dir {cfg.jobs_dir}, data_dir "
-               f"{cfg.data_dir}, {where}")
+               f"{cfg.data_dir}, {where}{notes}")
 
 
 def _print_config_problems(exc) -> None:

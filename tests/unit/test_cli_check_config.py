@@ -197,3 +197,18 @@ def test_validate_warns_of_a_notifier_the_config_does_not_define(tmp_path):
         f"{job}:1:1: warning: job j: notify names 'pager', which the daemon config {path} "
         "does not define under notifiers: (defined: chat); its events would reach nobody there"]
     assert res.stderr == "1 job(s) valid, 1 warning(s) about this host\n"
+
+
+def test_check_config_names_the_notifiers_and_checks_their_secret_files(tmp_path):
+    path = write_config(tmp_path, GOOD + (
+        "notifiers:\n  page: {type: command, command: 'true'}\n"
+        "  chat: {type: webhook, url: 'http://127.0.0.1:9/x', secret_file: chat.secret}\n"
+        "notify: [page]\n"))
+    res = run("check-config", str(path))
+    assert res.exit_code == 1
+    assert f"notifiers.chat.secret_file: cannot read {tmp_path / 'chat.secret'}" in res.stdout
+    (tmp_path / "chat.secret").write_text("k\n")
+    res = run("check-config", str(path))
+    assert res.exit_code == 0, res.stdout
+    assert res.stdout.rstrip().endswith("; notifiers chat (webhook), page (command), default "
+                                        "notify: page")
