@@ -31,6 +31,7 @@ log = logging.getLogger("cronrd.notify")
 CONCURRENCY = 8       # sends at once
 MAX_IN_FLIGHT = 64    # sends started and not yet recorded (the rest wait a step)
 TICK = 1.0            # s between looks at the outbox (sooner when a run ends)
+FAILED_PAUSE = 5.0    # s after a step that failed unexpectedly (logged)
 SCAN = 1000           # undelivered events looked at per step (oldest first)
 
 
@@ -63,6 +64,9 @@ class Delivery:
                     next_at = await self.step()
                 except CronrdError as exc:
                     log.info("event=delivery_step_failed error=\"%s\"", exc)
+                except Exception:  # a bug here must not end the scheduler's term
+                    log.exception("event=delivery_step_failed")
+                    await asyncio.sleep(FAILED_PAUSE)  # (not cut short by ended runs)
                 wait = TICK if next_at is None else min(TICK, max(0.02, next_at -
                                                                   self.clock.now()))
                 try:

@@ -117,3 +117,22 @@ def test_a_hanging_receiver_does_not_hold_up_another():
         fast.close()
     [row] = DL.listing(log.sm.conn)
     assert any("no answer within 1s" in a["error"] for a in row["attempts"])
+
+
+def test_a_failing_step_is_logged_and_the_loop_goes_on(caplog):
+    log = Log()
+    d = delivery(log, {}, [])
+    calls = []
+
+    async def broken():
+        calls.append(1)
+        raise RuntimeError("a bug")
+    d.step = broken
+
+    async def go():
+        task = asyncio.create_task(d.run())
+        await until(lambda: len(calls) >= 2, timeout=15)  # (5s apart)
+        assert not task.done()
+        task.cancel()
+    asyncio.run(go())
+    assert "event=delivery_step_failed" in caplog.text
