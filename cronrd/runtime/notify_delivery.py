@@ -152,6 +152,9 @@ class Delivery:
         except CronrdError as exc:  # not recorded: sent again (at least once)
             log.info("event=delivery_record_failed event_id=%d notifier=%s error=\"%s\"",
                      send.event_id, send.notifier, exc)
+        except Exception:
+            log.exception("event=delivery_record_failed event_id=%d notifier=%s",
+                          send.event_id, send.notifier)
         finally:
             self.in_flight.discard(key)
             self._wake.set()
