@@ -1373,7 +1373,7 @@ class StateMachine:
                              ("pause_log", "event_id"),
                              ("run_params", "run_id"), ("run_keys", "job, key"),
                              ("run_queue", "run_id"),
-                             ("failing_jobs", "job"),
+                             ("failing_jobs", "job, target"),
                              ("deliveries", "event_id, notifier, attempt")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):

@@ -14,7 +14,8 @@ Two hooks, both deterministic (everything comes from the run's record):
 
 A job is "failing" from its first ``failed`` or ``launch_failed`` event until
 a run of it succeeds (table ``failing_jobs``): that success is the one
-``recovered`` event, however many failures came before it.
+``recovered`` event, however many failures came before it. A ``run_on: all``
+job fails and recovers on each node apart (its runs' ``target``).
 """
 
 from __future__ import annotations
@@ -41,13 +42,15 @@ def _data(run: Run, **more) -> dict:
          "node": run.node, "reason": run.reason, "exit_code": run.exit_code,
          "signal": run.signal, "started_at": run.started_at,
          "finished_at": run.finished_at}
+    if run.target:
+        d["target"] = run.target  # a run_on: all job's run on that node
     d.update(more)
     return d
 
 
-def _failing(conn, job: str, event_id: int, at: float) -> None:
-    conn.execute("INSERT OR IGNORE INTO failing_jobs(job, event_id, since) VALUES(?,?,?)",
-                 (job, event_id, at))
+def _failing(conn, run: Run, event_id: int, at: float) -> None:
+    conn.execute("INSERT OR IGNORE INTO failing_jobs(job, target, event_id, since) "
+                 "VALUES(?,?,?,?)", (run.job, run.target, event_id, at))
 
 
 def on_final(conn, run_id: int, at: float) -> int | None:
@@ -58,8 +61,10 @@ def on_final(conn, run_id: int, at: float) -> int | None:
     state = run.state.value
     if state == "succeeded":
         for event_id, since in list(conn.execute(
-                "SELECT event_id, since FROM failing_jobs WHERE job=?", (run.job,))):
-            conn.execute("DELETE FROM failing_jobs WHERE job=?", (run.job,))
+                "SELECT event_id, since FROM failing_jobs WHERE job=? AND target=?",
+                (run.job, run.target))):
+            conn.execute("DELETE FROM failing_jobs WHERE job=? AND target=?",
+                         (run.job, run.target))
             return EV.emit(conn, "recovered", job=run.job, at=at, fire_time=run.fire_time,
                            run_id=run.run_id,
                            data=_data(run, failing_since=since, failed_event=event_id))
@@ -71,7 +76,7 @@ def on_final(conn, run_id: int, at: float) -> int | None:
         kind = "launch_failed" if is_launch_failure(run) else "failed"
         eid = EV.emit(conn, kind, job=run.job, at=at, fire_time=run.fire_time,
                       run_id=run.run_id, data=_data(run, final=True))
-        _failing(conn, run.job, eid, at)
+        _failing(conn, run, eid, at)
         return eid
     return None
 
@@ -86,7 +91,7 @@ def on_retry(conn, run_id: int, retry_run_id: int, at: float) -> int | None:
     if is_launch_failure(run):
         eid = EV.emit(conn, "launch_failed", job=run.job, at=at, fire_time=run.fire_time,
                       run_id=run.run_id, data=_data(run, **more))
-        _failing(conn, run.job, eid, at)
+        _failing(conn, run, eid, at)
         return eid
     return EV.emit(conn, "retrying", job=run.job, at=at, fire_time=run.fire_time,
                    run_id=run.run_id, data=_data(run, **more))

@@ -277,10 +277,13 @@ CREATE TABLE IF NOT EXISTS events(
 CREATE INDEX IF NOT EXISTS events_undelivered ON events(event_id) WHERE delivered = 0;
 -- Jobs whose last final outcome was a failure (state/run_events.py): their
 -- next success is one "recovered" event. event_id: the first failure's.
+-- target: the node of a run_on: all job's runs (each recovers on its own).
 CREATE TABLE IF NOT EXISTS failing_jobs(
-    job TEXT PRIMARY KEY,
+    job TEXT NOT NULL,
+    target TEXT NOT NULL,
     event_id INTEGER NOT NULL,
-    since REAL NOT NULL
+    since REAL NOT NULL,
+    PRIMARY KEY(job, target)
 ) WITHOUT ROWID;
 -- A run's delivered events go with its record (pruned by age or by
 -- history_max_runs_per_job), so a job skipping every second does not keep

@@ -108,3 +108,20 @@ def test_a_removed_failing_job_made_again_does_not_recover():
     log.put(at=T0 + 6)
     log.finish(log.fire(T0 + 10)["run_id"])
     assert [k for k, _ in kinds(log)] == ["failed"]
+
+
+def test_a_run_on_all_job_recovers_on_each_node_apart():
+    log = Log()
+    log.put(run_on={"mode": "all", "values": []})
+    a = log.fire(T0 + 1, target="n1")["run_id"]
+    b = log.fire(T0 + 1, target="n2", node="n2")["run_id"]
+    log.finish(a, "failed", exit_code=1)
+    log.apply(C.RunFinished(run_id=b, token=log.run(b).token, node="n2", state="succeeded",
+                            exit_code=0, signal=None, started_at=T0 + 1, finished_at=T0 + 2,
+                            log_path="/l"))
+    assert [k for k, _ in kinds(log)] == ["failed"]  # n2's success is not n1's recovery
+    c = log.fire(T0 + 3, target="n1")["run_id"]
+    log.finish(c)
+    events = EV.undelivered(log.sm.conn, 100)
+    assert [(e["kind"], e["data"].get("target")) for e in events] == [
+        ("failed", "n1"), ("recovered", "n1")]
