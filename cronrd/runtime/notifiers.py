@@ -178,7 +178,9 @@ async def _smtp(n: Notifier, event: dict, body: bytes, node_id: str, test: bool)
         password = read_secret(n.password_file, "password_file").decode("utf-8", "replace")
     try:
         await aiosmtplib.send(mail(n, event, body, node_id, test), hostname=n.host,
-                              port=n.port, use_tls=n.tls, start_tls=n.starttls or None,
+                              # (start_tls None would try STARTTLS whenever offered:
+                              # a local MTA's self-signed certificate would fail it)
+                              port=n.port, use_tls=n.tls, start_tls=n.starttls,
                               username=n.username, password=password, timeout=n.timeout)
     except aiosmtplib.SMTPException as exc:
         raise SendError(f"SMTP {n.host}:{n.port}: {exc}") from None

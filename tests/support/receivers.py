@@ -89,7 +89,8 @@ class WebhookReceiver:
 class SmtpReceiver:
     """An aiosmtpd server on 127.0.0.1; ``messages`` are the mails it got."""
 
-    def __init__(self):
+    def __init__(self, tls_context=None):
+        """``tls_context``: the server offers STARTTLS with it."""
         from aiosmtpd.controller import Controller
         outer = self
         self.messages: list = []
@@ -104,7 +105,8 @@ class SmtpReceiver:
         with socket.socket() as probe:  # (aiosmtpd's start cannot take port 0)
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
-        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port,
+                                     tls_context=tls_context)
         self.controller.start()
 
     def close(self) -> None:

@@ -137,3 +137,30 @@ def test_the_command_gets_the_event_json_on_stdin(tmp_path):
     with pytest.raises(N.SendError, match="no answer within 0.3s"):
         run(N.send(slow, EVENT, "n1", time.time()))
     assert time.monotonic() - start < 3
+
+
+def test_a_server_offering_starttls_with_a_self_signed_certificate_still_gets_mail(tmp_path):
+    """Without starttls: true the mail goes in the clear, as configured; it is
+    not upgraded to a TLS whose certificate check would fail."""
+    import shutil
+    import ssl
+    import subprocess
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=mail.test", "-keyout", str(tmp_path / "k.pem"),
+                    "-out", str(tmp_path / "c.pem")], check=True, capture_output=True)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
+    rx = SmtpReceiver(tls_context=ctx)
+    try:
+        n = Notifier(name="oncall", type="smtp", to=("ops@example.com",), sender="c@d",
+                     host="127.0.0.1", port=rx.port, timeout=5)
+        assert "mailed 1 recipient(s)" in run(N.send(n, EVENT, "n1", time.time()))
+        tls = Notifier(name="oncall", type="smtp", to=("ops@example.com",), sender="c@d",
+                       host="127.0.0.1", port=rx.port, timeout=5, starttls=True)
+        with pytest.raises(N.SendError, match="(?i)certificate"):
+            run(N.send(tls, EVENT, "n1", time.time()))  # asked for: verified, refused
+        assert len(rx.messages) == 1
+    finally:
+        rx.close()
