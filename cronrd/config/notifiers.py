@@ -239,6 +239,11 @@ def _notifier(name: str, spec: object, base: str, report: ConfigProblems,
         path("password_file")
         if kw.get("password_file") and not kw.get("username"):
             report.add(at + ("password_file",), f"{dotted}.password_file needs username:")
+        if kw.get("username") and not (kw.get("tls") or kw.get("starttls")) and \
+                kw.get("host", "localhost") not in ("localhost", "127.0.0.1", "::1"):
+            report.add(at + ("username",), f"{dotted}: a login to {kw.get('host')} needs "
+                                           "tls: true or starttls: true (the password would "
+                                           "cross the network in the clear)")
     else:
         string("command", required=True)
     if len(report.problems) > before:
