@@ -33,7 +33,7 @@ COMMON_KEYS = ("type", "timeout", "max_attempts", "retry_delay", "max_retry_dela
 TYPE_KEYS = {
     "smtp": ("to", "from", "host", "port", "tls", "starttls", "username", "password_file",
              "subject"),
-    "webhook": ("url", "secret_file", "headers"),
+    "webhook": ("url", "secret_file", "headers", "ca_file"),
     "command": ("command",),
 }
 MAX_NOTIFIERS = 64
@@ -52,6 +52,7 @@ class Notifier:
     # webhook
     url: str = ""
     secret_file: str | None = None  # HMAC-SHA256 key of X-Cronrd-Signature
+    ca_file: str | None = None      # https: trust this CA (PEM) instead of the system's
     headers: tuple[tuple[str, str], ...] = ()
     # smtp
     to: tuple[str, ...] = ()
@@ -198,6 +199,7 @@ def _notifier(name: str, spec: object, base: str, report: ConfigProblems,
                 report.add(at + ("url",), f"{dotted}.url must be an http:// or https:// URL "
                                           f"with a host (got {url!r})")
         path("secret_file")
+        path("ca_file")
         headers = spec.get("headers") or {}
         if not isinstance(headers, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) and k.strip() and "\n" not in k + v

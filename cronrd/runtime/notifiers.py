@@ -119,8 +119,11 @@ async def _webhook(n: Notifier, event: dict, body: bytes, now: float) -> str:
     head = f"POST {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
     try:
         reader, writer = await asyncio.open_connection(
-            url.hostname, port, ssl=ssl.create_default_context() if https else None,
-            limit=MAX_ANSWER)
+            url.hostname, port, ssl=_tls(n) if https else None, limit=MAX_ANSWER)
+    except ssl.SSLError as exc:
+        raise SendError(f"TLS with {url.hostname}:{port} failed: {exc.reason or exc}"
+                        + ("; give its CA as ca_file" if "CERTIFICATE" in str(exc) else "")
+                        ) from None
     except OSError as exc:
         raise SendError(f"cannot connect to {url.hostname}:{port}: "
                         f"{exc.strerror or exc}") from None
@@ -141,6 +144,14 @@ async def _webhook(n: Notifier, event: dict, body: bytes, now: float) -> str:
         reason = parts[2].strip() if len(parts) > 2 else ""
         raise SendError(f"HTTP {status} {reason}".rstrip() + f" from {url.hostname}:{port}")
     return f"HTTP {status}"
+
+
+def _tls(n: Notifier) -> ssl.SSLContext:
+    """The system's CAs, or the notifier's ``ca_file``; the host name checked."""
+    try:
+        return ssl.create_default_context(cafile=n.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise SendError(f"cannot load ca_file {n.ca_file}: {exc}") from None
 
 
 # -- smtp ------------------------------------------------------------------------------------

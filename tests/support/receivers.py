@@ -23,7 +23,7 @@ class WebhookReceiver:
     requests are answered 500; ``delay`` holds each answer (a slow receiver)."""
 
     def __init__(self, secret: bytes | None = None, *, fail_first: int = 0, delay: float = 0.0,
-                 max_skew: float = 300.0):
+                 max_skew: float = 300.0, tls_context=None):
         self.secret = secret
         self.fail_first = fail_first
         self.delay = delay
@@ -58,12 +58,17 @@ class WebhookReceiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        self.scheme = "http"
+        if tls_context is not None:  # https (``tls_context``: the server's side)
+            self.server.socket = tls_context.wrap_socket(self.server.socket, server_side=True)
+            self.scheme = "https"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        host = "localhost" if self.scheme == "https" else "127.0.0.1"  # (the cert's name)
+        return f"{self.scheme}://{host}:{self.server.server_address[1]}/hook"
 
     def check(self, headers: dict, body: bytes) -> dict:
         h = {k.lower(): v for k, v in headers.items()}

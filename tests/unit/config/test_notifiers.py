@@ -26,7 +26,8 @@ def test_three_types_and_a_default(tmp_path):
     path.write_text(
         "notifiers:\n"
         "  oncall: {type: smtp, to: [ops@example.com], from: cronrd@example.com, port: 2525}\n"
-        "  chat: {type: webhook, url: 'http://127.0.0.1:8080/hook', secret_file: chat.secret,\n"
+        "  chat: {type: webhook, url: 'https://127.0.0.1:8080/hook', secret_file: chat.secret,\n"
+        "         ca_file: /etc/ssl/hooks-ca.pem,\n"
         "         max_attempts: 3, retry_delay: 2s}\n"
         "  page: {type: command, command: /usr/local/bin/page, timeout: 5s}\n"
         "notify: [{to: oncall, on: [failed, recovered]}, chat]\n")
@@ -35,6 +36,7 @@ def test_three_types_and_a_default(tmp_path):
     chat = n.notifiers["chat"]
     assert (chat.type, chat.max_attempts, chat.retry_delay) == ("webhook", 3, 2.0)
     assert chat.secret_file == str(tmp_path / "chat.secret")  # relative to the config
+    assert chat.ca_file == "/etc/ssl/hooks-ca.pem"
     assert n.notifiers["oncall"].port == 2525 and n.notifiers["oncall"].sender == \
         "cronrd@example.com"
     assert n.notifiers["page"].timeout == 5.0

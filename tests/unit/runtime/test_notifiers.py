@@ -139,19 +139,27 @@ def test_the_command_gets_the_event_json_on_stdin(tmp_path):
     assert time.monotonic() - start < 3
 
 
-def test_a_server_offering_starttls_with_a_self_signed_certificate_still_gets_mail(tmp_path):
-    """Without starttls: true the mail goes in the clear, as configured; it is
-    not upgraded to a TLS whose certificate check would fail."""
+def self_signed(tmp_path, name: str):
+    """A server-side TLS context with a self-signed certificate for ``name``
+    (its PEM: tmp_path/c.pem)."""
     import shutil
     import ssl
     import subprocess
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=mail.test", "-keyout", str(tmp_path / "k.pem"),
-                    "-out", str(tmp_path / "c.pem")], check=True, capture_output=True)
+                    "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}",
+                    "-keyout", str(tmp_path / "k.pem"), "-out", str(tmp_path / "c.pem")],
+                   check=True, capture_output=True)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
+    return ctx
+
+
+def test_a_server_offering_starttls_with_a_self_signed_certificate_still_gets_mail(tmp_path):
+    """Without starttls: true the mail goes in the clear, as configured; it is
+    not upgraded to a TLS whose certificate check would fail."""
+    ctx = self_signed(tmp_path, "mail.test")
     rx = SmtpReceiver(tls_context=ctx)
     try:
         n = Notifier(name="oncall", type="smtp", to=("ops@example.com",), sender="c@d",
@@ -162,5 +170,21 @@ def test_a_server_offering_starttls_with_a_self_signed_certificate_still_gets_ma
         with pytest.raises(N.SendError, match="(?i)certificate"):
             run(N.send(tls, EVENT, "n1", time.time()))  # asked for: verified, refused
         assert len(rx.messages) == 1
+    finally:
+        rx.close()
+
+
+def test_an_https_webhook_is_verified_against_the_system_or_its_ca_file(tmp_path, secret_file):
+    rx = WebhookReceiver(b"k3y", tls_context=self_signed(tmp_path, "localhost"))
+    try:
+        assert rx.url.startswith("https://localhost:")
+        n = Notifier(name="chat", type="webhook", url=rx.url, secret_file=secret_file)
+        with pytest.raises(N.SendError, match="TLS with localhost:.* failed: .*give its CA as "
+                                              "ca_file"):
+            run(N.send(n, EVENT, "n1", time.time()))
+        trusted = Notifier(name="chat", type="webhook", url=rx.url, secret_file=secret_file,
+                           ca_file=str(tmp_path / "c.pem"))
+        assert run(N.send(trusted, EVENT, "n1", time.time())) == "HTTP 204"
+        assert [r["valid"] for r in rx.requests] == [True]
     finally:
         rx.close()
