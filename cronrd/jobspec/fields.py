@@ -18,6 +18,7 @@ from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_
 
 from .model import (_NAME_RULE, ENV_KEY_RE, NAME_RE, TRIGGER_RULES, Dependency, Limits,
                     RetryPolicy, RunOn, Sla)
+from .notify_field import v_notify
 from .params import parse_params
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
                     _value, mapping_items, node_pos)
@@ -700,6 +701,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "priority": _v_priority,
     "start_deadline": _v_duration(positive=True),
     "backfill_priority": _v_priority,
+    "notify": lambda ctx, key, node: _INVALID if (r := v_notify(ctx, key, node)) is None else r,
     "sla": _v_sla,
     "on_final_failure": _v_choice(("none", "dead_letter")),
 }

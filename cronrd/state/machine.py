@@ -26,6 +26,8 @@ from . import dependencies as deps
 from . import alerts as AL
 from . import downstream as DS
 from . import events as EV
+from . import run_events as RE
+from . import deliveries as DL
 from . import pause_log
 from . import pools as PL
 from . import start_deadline as SD
@@ -569,6 +571,7 @@ class StateMachine:
         digest = self._job(name)["digest"]
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
         self.conn.execute("DELETE FROM pauses WHERE name=?", (name,))
+        RE.forget(self.conn, name)  # a job of this name made again starts afresh
         self._forget_specs(name, [digest])
         deps.sync_parents(self, name)
         # Runs not yet started will never start; running ones finish.
@@ -1053,6 +1056,7 @@ class StateMachine:
                                target=run.target)
         RP.carry(self.conn, run.run_id, new.run_id)
         effects.append(Effect("pending" if lost else "assign", run=new))
+        RE.on_retry(self.conn, run.run_id, new.run_id, at)
         return new.run_id
 
     def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
@@ -1229,6 +1233,7 @@ class StateMachine:
         DS.prune(self.conn)
         EV.prune(self.conn, cmd.before)
         PL.prune(self.conn)
+        DL.prune(self.conn)
         AL.prune(self.conn, cmd.before)
         return {"runs_deleted": runs, **({"more": True} if more else {})}
 
@@ -1402,6 +1407,13 @@ class StateMachine:
         self._finish(run, "skipped", cmd.at, reason=SD.reason(run, spec), effects=effects,
                      index=index)
         return {"run_id": run.run_id, "state": "skipped"}
+    # -- notifications: delivery attempts (state/deliveries.py) ------------------------
+    def _apply_delivery_result(self, index, cmd: C.DeliveryResult, effects):
+        if not DL.well_formed(cmd.attempts, cmd.done):
+            raise Refused("delivery_result: attempts must be [event_id, notifier, attempt, "
+                          "ok, final, error] lists and done a list of event ids")
+        return DL.record(self.conn, cmd.at, cmd.leader, cmd.attempts, cmd.done)
+
     # -- alerts and the dead letter (state/alerts.py) -----------------------------------
     def _apply_raise_alerts(self, index, cmd: C.RaiseAlerts, effects):
         if not isinstance(cmd.alerts, list) or len(cmd.alerts) > 1000:
@@ -1445,8 +1457,10 @@ class StateMachine:
                                                   "child_job, child_fire_time"),
                              ("pause_log", "event_id"),
                              ("run_params", "run_id"), ("run_keys", "job, key"),
-                             ("run_queue", "run_id"), ("pools", "name"),
-                             ("pool_runs", "run_id")):
+                             ("run_queue", "run_id"),
+                             ("failing_jobs", "job, target"),
+                             ("deliveries", "event_id, notifier, attempt"),
+                             ("pools", "name"), ("pool_runs", "run_id")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

@@ -335,6 +335,8 @@ BAD_FIELD_CASES = [
     ("start_deadline: 0s", "3:17: start_deadline must be greater than 0"),
     ("backfill_priority: x", "3:20: backfill_priority must be a whole number from -1000 to "
                              "1000; higher runs first (got 'x')"),
+    ("notify: [{to: chat, on: [faild]}]", "3:26: notify on: unknown event 'faild' (did you "
+                                          "mean 'failed'?); events: failed, retrying"),
     ("sla: 5m", "3:6: sla must be a mapping with one or more of start_within, "),
     ("sla: {finish_by: 6}", "3:18: sla.finish_by must be a time of day HH:MM"),
     ("sla: {finish_by: '25:00'}", "3:18: sla.finish_by must be a time of day HH:MM"),
