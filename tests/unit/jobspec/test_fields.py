@@ -1,4 +1,4 @@
-"""Job fields pool, pool_slots, priority and start_deadline, checked against
+"""Job fields (jobspec/fields.py): pool, pool_slots, priority and start_deadline, checked against
 the daemon config's pools when they are known."""
 
 from __future__ import annotations
