@@ -623,6 +623,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "trigger_rule": _v_choice(TRIGGER_RULES),
     "on_upstream_failure": _v_choice(("skip", "fail")),
     "wait_for_upstream": _v_duration(),
+    "heartbeat_timeout": _v_duration(positive=True),
 }
 # Keys that mean something only next to depends_on.
 DEPENDENCY_KEYS = ("trigger_rule", "on_upstream_failure", "wait_for_upstream")

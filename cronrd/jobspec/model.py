@@ -141,6 +141,9 @@ class JobSpec:
     on_upstream_failure: str = "skip"     # skip | fail
     wait_for_upstream: float = 0.0        # seconds a scheduled child waits at its fire time
     params: tuple[Param, ...] = ()  # sorted by name
+    # A running attempt silent this long (no `cronrd heartbeat` or
+    # checkpoint since its start or its last one) is ended timed_out.
+    heartbeat_timeout: float | None = None
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -192,6 +195,8 @@ class JobSpec:
                 d["wait_for_upstream"] = self.wait_for_upstream
         if self.params:
             d["params"] = {p.name: p.to_dict() for p in self.params}
+        if self.heartbeat_timeout is not None:
+            d["heartbeat_timeout"] = self.heartbeat_timeout
         return d
 
     @classmethod
@@ -250,8 +255,9 @@ class JobSpec:
         for f in ("kill_grace", "catchup_window", "jitter", "wait_for_upstream"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])
-        if kwargs.get("timeout") is not None:
-            kwargs["timeout"] = float(kwargs["timeout"])
+        for f in ("timeout", "heartbeat_timeout"):
+            if kwargs.get(f) is not None:
+                kwargs[f] = float(kwargs[f])
         return cls(source=source, line=line, **kwargs)
 
     def canonical(self) -> tuple[str, str]:

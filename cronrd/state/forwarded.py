@@ -43,6 +43,10 @@ FORWARDABLE: dict[str, str] = {
     C.SetBackfillState.op: "",
     C.Rerun.op: "",
     C.Audit.op: "node",
+    # from inside a run on the sender (state/checkpoints.py: apply checks
+    # the token and that the run is the sender's)
+    C.SaveCheckpoint.op: "node",
+    C.Heartbeat.op: "node",
 }
 
 

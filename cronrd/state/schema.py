@@ -309,6 +309,29 @@ CREATE INDEX IF NOT EXISTS run_queue_order ON run_queue(job, target, fire_time, 
 -- A job's runs in flight (state/queue.py), without a walk over its history.
 CREATE INDEX IF NOT EXISTS runs_live_job ON runs(job, target)
     WHERE state IN ('pending', 'assigned', 'running', 'waiting');
+-- Checkpoints and heartbeats from inside a job (state/checkpoints.py): each
+-- attempt's token, as its sha256 (the token itself is only in the run's
+-- environment), reported with its start, and its last heartbeat.
+CREATE TABLE IF NOT EXISTS run_heartbeats(
+    run_id INTEGER PRIMARY KEY,
+    token_hash TEXT NOT NULL,
+    heartbeat_at REAL,               -- NULL until its first heartbeat
+    progress REAL,                   -- 0..1, NULL: never said
+    message TEXT
+);
+-- The last checkpoint of each record (job, origin, fire time, node key),
+-- saved by one of its attempts; a retry starts with it.
+CREATE TABLE IF NOT EXISTS checkpoints(
+    job TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    fire_time INTEGER NOT NULL,
+    target TEXT NOT NULL,
+    value TEXT NOT NULL,             -- at most 64 KiB of UTF-8
+    attempt INTEGER NOT NULL,        -- the attempt that saved it
+    run_id INTEGER NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY(job, origin, fire_time, target)
+) WITHOUT ROWID;
 """
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:
