@@ -25,6 +25,7 @@ from ..state import queries as Q
 from ..state.machine import Effect
 from .backfills import Backfiller
 from .clock import Clock
+from .heartbeats import HeartbeatWatch
 from .log import Log
 from .members import Members
 from .placement import Placement
@@ -63,6 +64,7 @@ class Leadership:
         self._pending = asyncio.Event()  # pending runs were committed: place them
         self.backfiller: Backfiller | None = None
         self._leading = False
+        self.heartbeats = HeartbeatWatch(log, conn, clock, lambda: members.clock_fence())
 
     # -- life cycle ------------------------------------------------------------
     async def run(self) -> None:
@@ -134,7 +136,7 @@ class Leadership:
         """The leader's housekeeping, every duty_interval (a timer)."""
         while True:
             for duty in [self._place_pending, self._upstream_timeouts,
-                         *self.members.leader_duties()]:
+                         self.heartbeats.duty, *self.members.leader_duties()]:
                 try:
                     await duty()
                 except CronrdError as exc:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+import apsw
+
 from ..schedule import iso_utc
 from ..schedule.durations import human_duration
 from .run import SELECT as SELECT_RUNS, Run
@@ -209,12 +211,15 @@ def views(conn, views_: list[dict]) -> list[dict]:
     ``heartbeat_message`` (None where the run has none)."""
     ids = [v["run_id"] for v in views_]
     found: dict[int, tuple] = {}
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        for rid, at, progress, message in conn.execute(
-                "SELECT run_id, heartbeat_at, progress, message FROM run_heartbeats "
-                f"WHERE run_id IN ({','.join('?' * len(chunk))})", chunk):
-            found[rid] = (at, progress, message)
+    try:
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            for rid, at, progress, message in conn.execute(
+                    "SELECT run_id, heartbeat_at, progress, message FROM run_heartbeats "
+                    f"WHERE run_id IN ({','.join('?' * len(chunk))})", chunk):
+                found[rid] = (at, progress, message)
+    except apsw.SQLError:
+        pass  # a database an older version wrote, read offline: no heartbeats in it
     for v in views_:
         at, progress, message = found.get(v["run_id"], (None, None, None))
         v["heartbeat_at"] = iso_utc(at) if at is not None else None

@@ -1,0 +1,131 @@
+"""Integration: checkpoints and heartbeats from inside a job, through a real
+daemon and the real CLI. A job saves a checkpoint and fails; its retry
+starts with it in CRONRD_CHECKPOINT. A token that is not the attempt's, or
+the token of an attempt a newer one replaced, is refused without harm. A
+job with heartbeat_timeout that stops heartbeating is ended timed_out and
+its process is killed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import REPO, wait_for
+
+pytestmark = pytest.mark.integration
+
+CLI = f"{sys.executable} -m cronrd"
+ENV = {"PYTHONPATH": str(REPO)}
+RETRY = {"max": 1, "delay": "1s"}
+
+
+def inside(node, run_id: int, token: str, *args: str) -> subprocess.CompletedProcess:
+    """The CLI as a job would call it, with a run's id and token."""
+    env = {**os.environ, **ENV, "CRONRD_RUN_ID": str(run_id), "CRONRD_RUN_TOKEN": token,
+           "CRONRD_SOCKET": node.socket}
+    return subprocess.run([sys.executable, "-m", "cronrd", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def read(path: Path) -> str:
+    wait_for(path.exists, what=str(path))
+    return path.read_text()
+
+
+def test_a_retry_starts_from_the_checkpoint_its_failed_attempt_saved(node):
+    out = node.out
+    node.write_job("ck", {
+        "schedule": "0 3 * * *", "env": ENV, "retries": RETRY,
+        "command": f"env | grep ^CRONRD_CHECKPOINT > {out}/$CRONRD_RUN_ID.env; "
+                   f'{CLI} checkpoint save "rows=${{CRONRD_ATTEMPT}}00" && '
+                   f"{CLI} checkpoint get > {out}/$CRONRD_RUN_ID.get && "
+                   '[ "$CRONRD_ATTEMPT" = 2 ]'})
+    node.start()
+    assert node.cli("run-now", "ck").returncode == 0
+    runs = node.wait_runs(lambda rs: any(r["attempt"] == 2 and r["state"] == "succeeded"
+                                         for r in rs), job="ck", what="the retry succeeded")
+    first = next(r for r in runs if r["attempt"] == 1)
+    second = next(r for r in runs if r["attempt"] == 2)
+    assert first["state"] == "failed"
+    assert read(out / f"{first['run_id']}.env") == ""
+    assert read(out / f"{first['run_id']}.get") == "rows=100"
+    env = dict(line.split("=", 1) for line in
+               read(out / f"{second['run_id']}.env").splitlines())
+    assert env == {"CRONRD_CHECKPOINT": "rows=100", "CRONRD_CHECKPOINT_ATTEMPT": "1"}
+    assert read(out / f"{second['run_id']}.get") == "rows=200"
+    # a save counts as a sign of life: the run shows when it was last heard of
+    assert second["heartbeat_at"] is not None
+
+
+def test_a_wrong_or_stale_token_is_refused_and_the_daemon_goes_on(node):
+    out = node.out
+    # attempt 1 keeps its id and token and fails; attempt 2 saves and stays running
+    node.write_job("stale", {
+        "schedule": "0 3 * * *", "env": ENV, "retries": RETRY, "kill_grace": "1s",
+        "command": f"echo $CRONRD_RUN_ID $CRONRD_RUN_TOKEN > {out}/$CRONRD_ATTEMPT.tok; "
+                   f'[ "$CRONRD_ATTEMPT" = 2 ] || exit 3; '
+                   f"{CLI} checkpoint save newer && touch {out}/saved && exec sleep 60"})
+    node.start()
+    assert node.cli("run-now", "stale").returncode == 0
+    read(out / "saved")
+    old_id, old_token = read(out / "1.tok").split()
+    new_id, new_token = read(out / "2.tok").split()
+    assert old_token != new_token
+    # the replaced attempt, with its own valid token
+    res = inside(node, int(old_id), old_token, "checkpoint", "save", "older")
+    assert res.returncode == 1
+    assert "refused" in res.stderr and "attempt 2 has replaced it" in res.stderr
+    res = inside(node, int(old_id), old_token, "heartbeat", "--progress", "0.9")
+    assert res.returncode == 1 and "replaced" in res.stderr
+    # a token that is not the run's
+    res = inside(node, int(new_id), "f" * 64, "checkpoint", "save", "forged")
+    assert res.returncode == 1 and "token does not belong to run" in res.stderr
+    res = inside(node, int(new_id), old_token, "checkpoint", "get")
+    assert res.returncode == 1 and "token does not belong" in res.stderr
+    # no such run
+    res = inside(node, 99999, new_token, "checkpoint", "get")
+    assert res.returncode == 1 and "no run with id 99999" in res.stderr
+    # the newest attempt reads its checkpoint, untouched by the others
+    res = inside(node, int(new_id), new_token, "checkpoint", "get")
+    assert (res.returncode, res.stdout) == (0, "newer"), res.stderr
+    # too big a value is refused with the limit, before anything is sent
+    res = inside(node, int(new_id), new_token, "checkpoint", "save", "x" * 70000)
+    assert res.returncode == 2 and "64 KiB" in res.stderr
+    big = node.base / "big"
+    big.write_text("y" * 65536)
+    res = inside(node, int(new_id), new_token, "checkpoint", "save", "--file", str(big))
+    assert res.returncode == 0, res.stderr
+    assert node.call("status")["ready"]
+    refused = [a for a in node.call("audit")["records"] if not a["allowed"]]
+    assert any(a["command"] == "checkpoint_save" for a in refused)
+    assert node.cli("cancel", new_id).returncode == 0
+
+
+def test_a_job_that_stops_heartbeating_is_ended_and_killed(node):
+    out = node.out
+    node.write_job("beat", {
+        "schedule": "0 3 * * *", "env": ENV, "heartbeat_timeout": "2s", "kill_grace": "1s",
+        "command": f"{CLI} heartbeat --progress 0.25 --message 'table 1 of 4' && "
+                   f"echo $$ > {out}/pid && exec sleep 60"})
+    node.start()
+    assert node.cli("run-now", "beat").returncode == 0
+    pid = int(read(out / "pid"))
+    [run] = node.wait_runs(lambda rs: rs and rs[0]["state"] == "timed_out", job="beat",
+                           timeout=30, what="the silent run ended")
+    assert run["reason"] == "heartbeat_timeout: no heartbeat for 2s"
+    assert (run["progress"], run["heartbeat_message"]) == (0.25, "table 1 of 4")
+
+    def gone():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    wait_for(gone, timeout=15, what=f"the job's process {pid} killed")
+    shown = node.cli("runs", "beat")
+    assert "progress 25%" in shown.stdout and "table 1 of 4" in shown.stdout
+    assert node.call("status")["ready"]
