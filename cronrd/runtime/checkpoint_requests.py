@@ -66,8 +66,7 @@ class CheckpointRequests:
         # The attempt's start (with its token's hash) may still be on its way
         # to the log when the job first speaks: wait for it, a while.
         deadline = h.clock.monotonic() + START_WAIT
-        while (run is not None and run.node == me and run.state in ("assigned", "running")
-               and CK.stored_hash(h.conn, run_id) is None
+        while (run is not None and run.node == me and run.state == "assigned"
                and h.clock.monotonic() < deadline):
             await asyncio.sleep(START_POLL)
             run = Q.get_run(h.conn, run_id)

@@ -129,3 +129,54 @@ def test_a_job_that_stops_heartbeating_is_ended_and_killed(node):
     shown = node.cli("runs", "beat")
     assert "progress 25%" in shown.stdout and "table 1 of 4" in shown.stdout
     assert node.call("status")["ready"]
+
+
+
+# The job's side of the protocol with nothing but the standard library: the
+# interpreter under test may live where another user cannot read it.
+RAW_CLIENT = """
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["CRONRD_SOCKET"])
+args = {"run_id": int(os.environ.get("CRONRD_RUN_ID", "0")),
+        "token": os.environ.get("CRONRD_RUN_TOKEN", "-"), **json.loads(sys.argv[2])}
+s.sendall(json.dumps({"cmd": sys.argv[1], "args": args}).encode() + b"\\n")
+reply = json.loads(s.makefile().readline())
+print(json.dumps(reply))
+sys.exit(0 if reply["ok"] else 1)
+"""
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root (to run a job as nobody) and /usr/bin/python3")
+def test_a_job_of_another_user_is_authorised_by_its_token_alone(node_factory):
+    import grp
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    node = node_factory(socket_group=grp.getgrgid(nobody.pw_gid).gr_name)
+    os.chmod(node.base, 0o755)       # mkdtemp's 0700 would keep nobody from the socket
+    os.chmod(node.out, 0o777)
+    out = node.out
+    (out / "client.py").write_text(RAW_CLIENT)
+    client = f"{SYSTEM_PYTHON} {out}/client.py"
+    node.write_job("theirs", {
+        "schedule": "0 3 * * *", "user": "nobody", "working_dir": "/tmp", "retries": RETRY,
+        "command": f"env | grep ^CRONRD_CHECKPOINT= > {out}/$CRONRD_ATTEMPT.env; "
+                   f"{client} heartbeat '{{\"progress\": 0.5}}' > {out}/$CRONRD_ATTEMPT.beat "
+                   f"&& {client} checkpoint_save '{{\"value\": \"from-'$(id -u)'\"}}' "
+                   f'> {out}/$CRONRD_ATTEMPT.save && [ "$CRONRD_ATTEMPT" = 2 ]'})
+    node.write_job("roots", {"schedule": "0 3 * * *", "command": "true"})
+    node.start()
+    assert node.cli("run-now", "theirs").returncode == 0
+    node.wait_runs(lambda rs: any(r["attempt"] == 2 and r["state"] == "succeeded"
+                                  for r in rs), job="theirs", what="the retry succeeded",
+                   timeout=30)
+    assert read(out / "2.env").strip() == f"CRONRD_CHECKPOINT=from-{nobody.pw_uid}"
+    assert '"ok": true' in read(out / "1.save")
+    # nobody may still not act on root's job
+    res = subprocess.run([SYSTEM_PYTHON, str(out / "client.py"), "pause",
+                          '{"job": "roots"}'], capture_output=True, text=True, timeout=60,
+                         env={"CRONRD_SOCKET": node.socket}, user=nobody.pw_uid,
+                         group=nobody.pw_gid, cwd="/tmp")
+    assert res.returncode == 1 and "permission denied" in res.stdout
