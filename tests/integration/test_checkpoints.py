@@ -180,3 +180,34 @@ def test_a_job_of_another_user_is_authorised_by_its_token_alone(node_factory):
                          env={"CRONRD_SOCKET": node.socket}, user=nobody.pw_uid,
                          group=nobody.pw_gid, cwd="/tmp")
     assert res.returncode == 1 and "permission denied" in res.stdout
+
+
+def test_a_retry_on_another_node_after_node_loss_gets_the_checkpoint(cluster, tmp_path):
+    c = cluster(node_timeout="3s")
+    c.start()
+    lead = c.leader()
+    fids = sorted(n.config["node_id"] for n in c.followers())
+    seen = tmp_path / "seen"
+    # a follower's save is forwarded to the leader and committed before it sleeps
+    c.write_job("long", {
+        "schedule": "@yearly", "run_on": fids, "env": ENV,
+        "command": f'echo "$CRONRD_ATTEMPT $CRONRD_NODE ${{CRONRD_CHECKPOINT:-none}} '
+                   f'${{CRONRD_CHECKPOINT_ATTEMPT:-none}}" >> {seen}; '
+                   f'{CLI} checkpoint save "done-on-$CRONRD_NODE" && exec sleep 60'})
+    wait_for(lambda: [j for j in lead.call("jobs") if j["name"] == "long"], what="job")
+    lead.call("run_now", {"job": "long"})
+    wait_for(lambda: seen.exists() and seen.read_text(), what="attempt 1 started")
+    first_node = seen.read_text().split()[1]
+    # its checkpoint is in the replicated state (the leader's too)
+    wait_for(lambda: lead.runs("long")[0]["heartbeat_at"] is not None,
+             what="the save committed")
+    c[first_node].kill9()
+    runs = lead.wait_runs(lambda rs: any(r["attempt"] == 2 and r["state"] == "running"
+                                         for r in rs), job="long", timeout=30,
+                          what="lost and retried elsewhere")
+    retry = next(r for r in runs if r["attempt"] == 2)
+    assert retry["node"] != first_node
+    wait_for(lambda: len(seen.read_text().splitlines()) == 2, what="attempt 2 started")
+    assert seen.read_text().splitlines()[1].split() == [
+        "2", retry["node"], f"done-on-{first_node}", "1"]
+    lead.cli("cancel", str(retry["run_id"]))
