@@ -10,7 +10,6 @@ from ..decisions.heartbeats import stuck
 from ..errors import CronrdError
 from ..state import checkpoints as CK
 from ..state import commands as C
-from ..state import queries as Q
 
 log = logging.getLogger("cronrd.leader")
 
@@ -28,7 +27,7 @@ class HeartbeatWatch:
     async def duty(self) -> None:
         if not self.log.is_leader or self.fenced() is not None:
             return
-        running = CK.running_with_timeouts(self.conn, lambda name: Q.job_spec(self.conn, name))
+        running = CK.running_with_timeouts(self.conn)
         now = self.clock.now()
         live = {run.run_id for run, _t, _l in running}
         for rid in [r for r in self.proposed if r not in live]:

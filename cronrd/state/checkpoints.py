@@ -31,7 +31,7 @@ import apsw
 
 from ..schedule import iso_utc
 from ..schedule.durations import human_duration
-from .run import SELECT as SELECT_RUNS, Run
+from .run import COLUMNS as RUN_COLUMNS, Run
 
 MAX_VALUE = 64 * 1024    # bytes of UTF-8 in one checkpoint value
 MAX_MESSAGE = 1000       # characters of a heartbeat's message
@@ -189,20 +189,24 @@ def stuck_reason(timeout: float) -> str:
     return f"heartbeat_timeout: no heartbeat for {human_duration(timeout)}"
 
 
-def running_with_timeouts(conn, job_spec) -> list[tuple]:
+def running_with_timeouts(conn) -> list[tuple]:
     """``[(run, heartbeat_timeout, last heard)]`` of the running runs whose
-    job has a heartbeat_timeout (``job_spec(name)``: its definition)."""
-    out, specs = [], {}
-    for row in list(conn.execute(f"{SELECT_RUNS} WHERE state='running' ORDER BY run_id")):
-        run = Run.from_row(row)
-        if run.job not in specs:
-            specs[run.job] = job_spec(run.job)
-        spec = specs[run.job]
-        timeout = getattr(spec, "heartbeat_timeout", None) if spec is not None else None
-        if timeout:
-            last = silent_since(conn, run)
-            if last is not None:
-                out.append((run, timeout, last))
+    job's definition in force has a heartbeat_timeout (one query: the
+    leader asks every duty pass)."""
+    cols = ",".join(f"r.{c}" for c in RUN_COLUMNS)
+    out = []
+    for row in list(conn.execute(
+            f"SELECT {cols}, json_extract(s.spec, '$.heartbeat_timeout'), h.heartbeat_at "
+            "FROM runs r JOIN jobs j ON j.name = r.job "
+            "JOIN specs s ON s.name = j.name AND s.digest = j.digest "
+            "LEFT JOIN run_heartbeats h ON h.run_id = r.run_id "
+            "WHERE r.state = 'running' "
+            "AND json_extract(s.spec, '$.heartbeat_timeout') IS NOT NULL ORDER BY r.run_id")):
+        run = Run.from_row(row[:-2])
+        timeout, beat_at = row[-2], row[-1]
+        last = beat_at if beat_at is not None else run.started_at
+        if timeout and last is not None:
+            out.append((run, float(timeout), last))
     return out
 
 

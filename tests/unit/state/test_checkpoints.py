@@ -183,8 +183,8 @@ def test_heartbeat_timeout_ends_a_silent_run_timed_out_and_retries_it():
     beat(log, rid, at=T0 + 100)
     with pytest.raises(Refused, match="within its heartbeat_timeout"):
         log.apply(C.HeartbeatTimeout(run_id=rid, at=T0 + 399))
-    assert [r.run_id for r, _t, _l in CK.running_with_timeouts(
-        log.sm.conn, lambda name: log.sm._job_spec(name))] == [rid]
+    assert [(r.run_id, t, last) for r, t, last in CK.running_with_timeouts(
+        log.sm.conn)] == [(rid, 300.0, T0 + 100)]
     log.effects.clear()
     res = log.apply(C.HeartbeatTimeout(run_id=rid, at=T0 + 400))
     run = log.run(rid)
@@ -203,7 +203,9 @@ def test_heartbeat_timeout_counts_from_the_start_and_needs_the_field():
     started(log, rid)
     with pytest.raises(Refused, match="has no heartbeat_timeout"):
         log.apply(C.HeartbeatTimeout(run_id=rid, at=T0 + 10_000))
+    assert CK.running_with_timeouts(log.sm.conn) == []
     log.put(heartbeat_timeout=60.0)
+    assert [t for _r, t, _l in CK.running_with_timeouts(log.sm.conn)] == [60.0]
     log.apply(C.HeartbeatTimeout(run_id=rid, at=T0 + 61))
     assert log.run(rid).reason == "heartbeat_timeout: no heartbeat for 1m"
 
