@@ -373,7 +373,7 @@ def jobs(obj: Ctx, pattern, consistent, as_json):
     if as_json:
         # One JSON list, a job per line, written as the daemon streams it:
         # its text is not decoded and encoded again here.
-        out = click.get_text_stream("stdout")
+        out = sys.stdout
         first = [True]
 
         def write(msg: dict) -> None:
@@ -1147,6 +1147,99 @@ def rerun(obj: Ctx, job, at, downstream, dry_run, as_json):
                    + " (`cronrd runs --kind rerun` shows them)")
     elif downstream:
         click.echo("nothing downstream consumed it (no record's lineage holds it)")
+
+
+@main.command()
+@click.argument("args", nargs=-1, metavar="[ack ID]")
+@click.option("--note", default="", metavar="TEXT", help="With ack: why, or what was done.")
+@click.option("--all", "show_all", is_flag=True, help="Also acked and resolved alerts.")
+@click.option("--job", default=None, metavar="JOB", help="Only this job's alerts.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100000))
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def alerts(obj: Ctx, args, note, show_all, job, limit, consistent, as_json):
+    """Open alerts, newest first: SLA misses and runs that failed their last
+    retry. `cronrd alerts ack ID --note TEXT` acknowledges one."""
+    if args:
+        if len(args) != 2 or args[0] != "ack":
+            raise UsageError("use `cronrd alerts` to list, or `cronrd alerts ack ID --note "
+                             "TEXT`")
+        try:
+            alert_id = int(args[1])
+        except ValueError:
+            raise UsageError(f"alerts ack takes an alert id (`cronrd alerts` lists them), not "
+                             f"{args[1]!r}") from None
+        res = obj.client().call("alert_ack", {"id": alert_id, "note": note})
+        if as_json:
+            emit_json(res)
+            return
+        click.echo(f"alert {alert_id} acked")
+        return
+    res = obj.client().call("alerts", read_args(consistent, {
+        "all": show_all, "job": job, "limit": limit}))
+    if as_json:
+        emit_json(res["alerts"])
+        return
+    if not res["alerts"]:
+        click.echo("no open alerts" if not show_all else "no alerts")
+        return
+    from .schedule import iso_utc
+    table([[a["alert_id"], a["job"], a["kind"], a["fire_time"], iso_utc(a["opened_at"]),
+            a["state"], a["detail"] + (f" [{a['note']}]" if a["note"] else "")]
+           for a in res["alerts"]],
+          ["id", "job", "kind", "fire_time", "opened", "state", "detail"])
+
+
+@main.command("dead-letter")
+@click.argument("args", nargs=-1, metavar="[list | requeue RUN | discard RUN]")
+@click.option("--note", default="", metavar="TEXT", help="Why (required to discard).")
+@click.option("--all", "show_all", is_flag=True, help="list: also requeued and discarded.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100000))
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def dead_letter(obj: Ctx, args, note, show_all, limit, consistent, as_json):
+    """Runs that failed their last retry under `on_final_failure:
+    dead_letter`: list them, requeue one (a new attempt of the same job and
+    fire time) or discard it with a note."""
+    action = args[0] if args else "list"
+    if action == "list" and len(args) <= 1:
+        res = obj.client().call("dead_letter", read_args(consistent, {
+            "all": show_all, "limit": limit}))
+        if as_json:
+            emit_json(res["dead_letter"])
+            return
+        if not res["dead_letter"]:
+            click.echo("the dead letter is empty")
+            return
+        from .schedule import iso_utc
+        table([[d["run_id"], d["job"], d["fire_time"], iso_utc(d["at"]), d["state"],
+                (d["run"] or {}).get("state"), (d["run"] or {}).get("exit_code"),
+                d["note"] or None] for d in res["dead_letter"]],
+              ["run", "job", "fire_time", "since", "state", "run_state", "exit", "note"])
+        return
+    if action not in ("requeue", "discard") or len(args) != 2:
+        raise UsageError("use `cronrd dead-letter list`, `cronrd dead-letter requeue RUN` or "
+                         "`cronrd dead-letter discard RUN --note TEXT`")
+    try:
+        run_id = int(args[1])
+    except ValueError:
+        raise UsageError(f"dead-letter {action} takes a run id (`cronrd dead-letter list` "
+                         f"shows them), not {args[1]!r}") from None
+    if action == "discard" and not note.strip():
+        raise UsageError("discarding needs --note TEXT: why this run may stay failed")
+    res = obj.client().call("dead_letter_action", {"run_id": run_id, "action": action,
+                                                   "note": note})
+    if as_json:
+        emit_json(res)
+        return
+    if action == "requeue":
+        click.echo(f"run {run_id} requeued as run {res['new_run_id']} (attempt "
+                   f"{res['attempt']}); `cronrd logs {res['job']} --run {res['new_run_id']} --follow` "
+                   "shows its output")
+    else:
+        click.echo(f"run {run_id} discarded")
 
 
 @main.command()

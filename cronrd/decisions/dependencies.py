@@ -79,6 +79,16 @@ class Gate:
         return max((o.fire_time for _p, o in self.lineage), default=None)
 
 
+_WORST_FIRST = {FAILURE: 0, SKIPPED: 1, SUCCESS: 2}
+
+
+def worst(outcomes: list[Outcome]) -> Outcome:
+    """The outcome of a fire time run on every node (``run_on: all``): the
+    worst of its per-node runs' -- a failure if any, else a skip if any,
+    else a success (the first such run, by run id)."""
+    return min(outcomes, key=lambda o: (_WORST_FIRST[outcome_class(o.state)], o.run_id))
+
+
 def _at(job: str, o: Outcome) -> str:
     return f"{job}@{iso_utc(o.fire_time)}"
 

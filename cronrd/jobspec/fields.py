@@ -17,7 +17,7 @@ from cronrd.errors import ScheduleError
 from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
 
 from .model import (_NAME_RULE, ENV_KEY_RE, NAME_RE, TRIGGER_RULES, Dependency, Limits,
-                    RetryPolicy, RunOn)
+                    RetryPolicy, RunOn, Sla)
 from .params import parse_params
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
                     _value, mapping_items, node_pos)
@@ -290,6 +290,44 @@ def _v_retries(ctx: FileProblems, key: str, node: Node) -> Any:
         else:
             kw[name] = v
     return _INVALID if bad else RetryPolicy(**kw)
+
+
+_SLA_KEYS = ("start_within", "finish_within", "finish_by", "max_runtime", "stale_after",
+             "failure_tolerance")
+_HHMM = re.compile(r"^([01]?[0-9]|2[0-3]):([0-5][0-9])$")
+
+
+def _v_sla(ctx: FileProblems, key: str, node: Node) -> Any:
+    if not isinstance(node, MappingNode) or not node.value:
+        ctx.err(node, "sla must be a mapping with one or more of " + ", ".join(_SLA_KEYS)
+                + f", e.g. sla: {{start_within: 5m, finish_by: \"06:00\"}} ({_got(node)})")
+        return _INVALID
+    kw: dict[str, Any] = {}
+    bad = False
+    duration = _v_duration(positive=True)
+    for name, (knode, vnode) in mapping_items(ctx, node).items():
+        full = f"sla.{name}"
+        if name == "finish_by":
+            text = str(_value(vnode)) if _is_str(vnode) else None
+            if text is None or not _HHMM.match(text):
+                ctx.err(vnode, f'{full} must be a time of day HH:MM in the job\'s zone, '
+                               f'quoted: finish_by: "06:00" ({_got(vnode)})')
+                v = _INVALID
+            else:
+                hh, mm = text.split(":")
+                v = f"{int(hh):02d}:{mm}"
+        elif name == "failure_tolerance":
+            v = _v_int(ctx, full, vnode, 1)
+        elif name in _SLA_KEYS:
+            v = duration(ctx, full, vnode)
+        else:
+            _unknown_key(ctx, knode, name, _SLA_KEYS, where="in sla")
+            v = _INVALID
+        if v is _INVALID:
+            bad = True
+        else:
+            kw[name] = v
+    return _INVALID if bad else Sla(**kw)
 
 
 def _v_run_on(ctx: FileProblems, key: str, node: Node) -> Any:
@@ -623,6 +661,8 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "trigger_rule": _v_choice(TRIGGER_RULES),
     "on_upstream_failure": _v_choice(("skip", "fail")),
     "wait_for_upstream": _v_duration(),
+    "sla": _v_sla,
+    "on_final_failure": _v_choice(("none", "dead_letter")),
     "heartbeat_timeout": _v_duration(positive=True),
 }
 # Keys that mean something only next to depends_on.

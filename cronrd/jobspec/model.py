@@ -29,6 +29,33 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class Sla:
+    """What a job promises (``sla:``); the leader alerts on each miss
+    (decisions/sla.py). Durations in seconds; ``finish_by`` is HH:MM in the
+    job's zone. None: not promised."""
+    start_within: float | None = None
+    finish_within: float | None = None
+    finish_by: str | None = None
+    max_runtime: float | None = None
+    stale_after: float | None = None
+    failure_tolerance: int | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Sla":
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            v = d.get(f.name)
+            if v is None:
+                continue
+            kw[f.name] = (str(v) if f.name == "finish_by" else int(v)
+                          if f.name == "failure_tolerance" else float(v))
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
 class RunOn:
     mode: str = "any"  # any | all | nodes | tags
     values: tuple[str, ...] = ()
@@ -141,6 +168,10 @@ class JobSpec:
     on_upstream_failure: str = "skip"     # skip | fail
     wait_for_upstream: float = 0.0        # seconds a scheduled child waits at its fire time
     params: tuple[Param, ...] = ()  # sorted by name
+    # Reliability policies: SLA alerts, and what a run that failed its last
+    # retry becomes (none | dead_letter).
+    sla: Sla | None = None
+    on_final_failure: str = "none"
     # A running attempt silent this long (no `cronrd heartbeat` or
     # checkpoint since its start or its last one) is ended timed_out.
     heartbeat_timeout: float | None = None
@@ -195,6 +226,10 @@ class JobSpec:
                 d["wait_for_upstream"] = self.wait_for_upstream
         if self.params:
             d["params"] = {p.name: p.to_dict() for p in self.params}
+        if self.sla is not None:
+            d["sla"] = self.sla.to_dict()
+        if self.on_final_failure != "none":
+            d["on_final_failure"] = self.on_final_failure
         if self.heartbeat_timeout is not None:
             d["heartbeat_timeout"] = self.heartbeat_timeout
         return d
@@ -252,6 +287,8 @@ class JobSpec:
                 kwargs["params"] = tuple(Param.from_dict(n, ps[n]) for n in sorted(ps))
         elif "params" in kwargs:
             kwargs["params"] = ()
+        if kwargs.get("sla") is not None and not isinstance(kwargs["sla"], Sla):
+            kwargs["sla"] = Sla.from_dict(kwargs["sla"])
         for f in ("kill_grace", "catchup_window", "jitter", "wait_for_upstream"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])

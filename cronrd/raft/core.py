@@ -41,6 +41,8 @@ VOTER_ONLY = frozenset({MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP, MsgType.TI
                         MsgType.VOTE, MsgType.PREVOTE})
 
 
+VOUCH_FOREVER = 1 << 62  # a vouch without the voucher's applied index (an older peer)
+
 class RaftError(CronrdError):
     """An invariant of the protocol was violated (a bug or corrupted state)."""
 
@@ -142,8 +144,10 @@ class Raft:
         self.log = RaftLog(snap_index, snap_term, list(entries))
         self.snapshot = snapshot            # latest snapshot (with data) to send followers
         self.conf = snapshot.meta.conf if snapshot else conf
-        self.vouched: set[str] = set()   # members this node has not applied yet (vouch)
-        self.vouched_voters: set[str] = set()
+        # members this node has not applied yet (vouch), each with the
+        # voucher's applied index: the vouch holds while this node is behind it
+        self.vouched: dict[str, int] = {}
+        self.vouched_voters: dict[str, int] = {}
         self.term = hard_state.term
         self.vote = hard_state.vote
         if hard_state.commit > self.log.last_index():
@@ -309,9 +313,9 @@ class Raft:
         knows: in the applied configuration, vouched for (``vouch``), or
         added (promoted) by a membership entry already in its log (the leader
         talks to a new member from the moment it appends the entry)?"""
-        if node in self.conf.voters or node in self.vouched_voters:
+        if node in self.conf.voters or self._vouched(node, True):
             return True
-        if not voter and (node in self.conf.learners or node in self.vouched):
+        if not voter and (node in self.conf.learners or self._vouched(node, False)):
             return True
         want = (ConfChangeType.PROMOTE,) if voter else (ConfChangeType.ADD_LEARNER,
                                                         ConfChangeType.PROMOTE)
@@ -335,12 +339,24 @@ class Raft:
         against, and the transport admits only the members it was told of."""
         return not self._in_conf() or self.knows_member(node, voter)
 
-    def vouch(self, node: str, voter: bool = False) -> None:
+    def vouch(self, node: str, voter: bool = False, upto: int | None = None) -> None:
         """A voter this node knows says ``node`` is a member (a voter) in its
         applied configuration: hear it before this node has applied that
         change. A node that lagged behind a member's addition or promotion
-        would otherwise drop every message of that member, even when it leads."""
-        (self.vouched_voters if voter else self.vouched).add(node)
+        would otherwise drop every message of that member, even when it leads.
+
+        ``upto``: the voucher's applied index when it answered. The vouch
+        holds only while this node has applied less: from there on its own
+        configuration is at least as new as the voucher's, and a voucher that
+        is behind (it has not applied ``node``'s removal yet) cannot bring a
+        removed node back. None (a voucher that does not say): until the
+        node's removal is applied here."""
+        held = self.vouched_voters if voter else self.vouched
+        held[node] = max(held.get(node, 0), VOUCH_FOREVER if upto is None else int(upto))
+
+    def _vouched(self, node: str, voter: bool) -> bool:
+        upto = (self.vouched_voters if voter else self.vouched).get(node)
+        return upto is not None and self.log.applied < upto
 
     def _promotable(self) -> bool:
         # campaign_held: set by the driver while this node must not lead
@@ -923,8 +939,8 @@ class Raft:
                 learners.remove(cc.node)
                 voters.append(cc.node)
         elif cc.type == ConfChangeType.REMOVE:
-            self.vouched.discard(cc.node)
-            self.vouched_voters.discard(cc.node)
+            self.vouched.pop(cc.node, None)
+            self.vouched_voters.pop(cc.node, None)
             if cc.node in voters:
                 voters.remove(cc.node)
             if cc.node in learners:

@@ -44,6 +44,7 @@ from ..schedule import (Schedule, Trigger, human_duration, iso_utc, make_trigger
                         parse_iso, parse_schedule, plan_catchup, resolve_timezone)
 from ..decisions import dependencies as D
 from ..state import dependencies as deps
+from ..state import alerts as AL
 from ..state import downstream as DS
 from ..state import pause_log
 from ..state import queries as Q
@@ -815,9 +816,27 @@ def downstream_step(s: Subject) -> list[Step]:
     return out
 
 
+def alerts_step(s: Subject) -> list[Step]:
+    """The alerts of this fire time (SLA misses, a final failure) and where
+    they stand; a fire time with an SLA and none says so."""
+    if s.gate_now:
+        return []
+    out = []
+    for a in AL.alerts(s.conn, include_closed=True, job=s.name, limit=1000):
+        if a["fire_time"] != s.t:
+            continue
+        state = a["state"] + (f" by {a['by']}" if a["by"] else "") + \
+            (f": {a['note']}" if a["note"] else "")
+        out.append(Step("alert", f"{a['kind']} (alert {a['alert_id']}, {state}): "
+                        f"{a['detail']}", {"alert": a}))
+    if not out and s.spec is not None and s.spec.sla is not None and s.handled:
+        out.append(Step("alert", "none: no SLA miss or failure alerted for this fire time"))
+    return out
+
+
 STEPS: list[Callable[[Subject], list[Step]]] = [
     job_step, schedule_step, pause_step, catchup_step, overlap_step, upstream_step,
-    placement_step, record_step, downstream_step,
+    placement_step, record_step, downstream_step, alerts_step,
 ]
 
 

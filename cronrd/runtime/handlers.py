@@ -33,6 +33,7 @@ from ..state.machine import Effect, StateMachine
 from . import backfills as B
 from ..decisions import backfill as BD
 from ..state import backfill as BF
+from ..state import alerts as AL
 from ..state import downstream as DS
 from .access import ADMIN, JOB, READ, TOKEN, Caller, check_admin, check_job
 from .checkpoint_requests import CheckpointRequests
@@ -61,7 +62,8 @@ CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
              "cluster_revoke_cert": "cluster revoke-cert",
              "cluster_remove": "cluster remove",
              "cluster_transfer_leader": "cluster transfer-leader",
-             "backfill_state": "backfill pause|resume|cancel"}
+             "backfill_state": "backfill pause|resume|cancel",
+             "alert_ack": "alerts ack", "dead_letter_action": "dead-letter requeue|discard"}
 RUN_STATES = run_states.ALL
 
 
@@ -135,6 +137,9 @@ class Handlers:
             "cancel": (JOB, self.h_cancel),
             "backfill": (JOB, self.h_backfill), "backfills": (READ, self.h_backfills),
             "backfill_state": (JOB, self.h_backfill_state), "rerun": (JOB, self.h_rerun),
+            "alerts": (READ, self.h_alerts), "alert_ack": (JOB, self.h_alert_ack),
+            "dead_letter": (READ, self.h_dead_letter),
+            "dead_letter_action": (JOB, self.h_dead_letter_action),
             "reload": (ADMIN, self.h_reload), "cluster_add": (ADMIN, self.h_cluster_add),
             "cluster_remove": (ADMIN, self.h_cluster_remove),
             "cluster_revoke_cert": (ADMIN, self.h_cluster_revoke_cert),
@@ -685,6 +690,64 @@ class Handlers:
         if "downstream" in res:
             res = {**res, "downstream": [[j, iso_utc(ft)] for j, ft in res["downstream"]]}
         return {**res, "job": name, "fire_time": iso_utc(t)}
+
+    # -- alerts and the dead letter (state/alerts.py, runtime/alerting.py) ------------
+    async def h_alerts(self, args: dict) -> dict:
+        await self._consistent(args)
+        limit = arg(args, "limit", int, 100)
+        if not 1 <= limit <= 100000:
+            raise UsageError("limit must be between 1 and 100000")
+        rows = AL.alerts(self.conn, include_closed=bool(arg(args, "all", bool, False)),
+                         job=arg(args, "job", str), limit=limit)
+        for r in rows:
+            r["fire_time"] = iso_utc(r["fire_time"])
+        return {"alerts": rows}
+
+    async def h_alert_ack(self, args: dict, caller: Caller) -> dict:
+        alert_id = arg(args, "id", int, required=True)
+        note = arg(args, "note", str, "")
+        if len(note) > 1000:
+            raise UsageError("the note is longer than 1000 characters; say it shorter")
+        row = next(iter(self.conn.execute("SELECT job FROM alerts WHERE alert_id=?",
+                                          (alert_id,))), None)
+        if row is None:
+            raise RequestError(f"no alert with id {alert_id}; `cronrd alerts --all` lists "
+                               "them")
+        await self._authorize_job(caller, "alert_ack", str(alert_id), row[0], change=True)
+        return await self.log.propose(C.AckAlert(alert_id=alert_id, note=note,
+                                                 at=self.clock.now(), who=caller.describe()))
+
+    async def h_dead_letter(self, args: dict) -> dict:
+        await self._consistent(args)
+        limit = arg(args, "limit", int, 100)
+        if not 1 <= limit <= 100000:
+            raise UsageError("limit must be between 1 and 100000")
+        rows = AL.dead_letters(self.conn, include_closed=bool(arg(args, "all", bool, False)),
+                               limit=limit)
+        for r in rows:
+            r["fire_time"] = iso_utc(r["fire_time"])
+            run = Q.get_run(self.conn, r["run_id"])
+            r["run"] = run.view() if run is not None else None
+        return {"dead_letter": rows}
+
+    async def h_dead_letter_action(self, args: dict, caller: Caller) -> dict:
+        run_id = arg(args, "run_id", int, required=True)
+        action = arg(args, "action", str, required=True)
+        note = arg(args, "note", str, "")
+        if action not in ("requeue", "discard"):
+            raise UsageError("action is requeue or discard")
+        if len(note) > 1000:
+            raise UsageError("the note is longer than 1000 characters; say it shorter")
+        row = next(iter(self.conn.execute("SELECT job FROM dead_letter WHERE run_id=?",
+                                          (run_id,))), None)
+        if row is None:
+            raise RequestError(f"run {run_id} is not in the dead letter; `cronrd dead-letter "
+                               "list` lists what is")
+        await self._authorize_job(caller, "dead_letter_action", str(run_id), row[0],
+                                  change=True)
+        return await self.log.propose(C.DeadLetterAction(
+            run_id=run_id, action=action, note=note, at=self.clock.now(),
+            who=caller.describe()))
 
     async def h_audit(self, args: dict) -> dict:
         await self._consistent(args)

@@ -23,6 +23,7 @@ from ..jobspec import JobSpec
 from ..state import commands as C
 from ..state import queries as Q
 from ..state.machine import Effect
+from . import alerting
 from .backfills import Backfiller
 from .clock import Clock
 from .heartbeats import HeartbeatWatch
@@ -64,6 +65,7 @@ class Leadership:
         self._pending = asyncio.Event()  # pending runs were committed: place them
         self.backfiller: Backfiller | None = None
         self._leading = False
+        self._sla_looked = float("-inf")
         self.heartbeats = HeartbeatWatch(log, conn, clock, lambda: members.clock_fence())
 
     # -- life cycle ------------------------------------------------------------
@@ -135,7 +137,7 @@ class Leadership:
     async def _duties(self) -> None:
         """The leader's housekeeping, every duty_interval (a timer)."""
         while True:
-            for duty in [self._place_pending, self._upstream_timeouts,
+            for duty in [self._place_pending, self._upstream_timeouts, self._sla_watch,
                          self.heartbeats.duty, *self.members.leader_duties()]:
                 try:
                     await duty()
@@ -248,6 +250,18 @@ class Leadership:
                                                                    at=self.clock.now()))
             except CronrdError as exc:
                 log.info("event=upstream_timeout_failed run=%d error=\"%s\"", run_id, exc)
+
+    # -- SLA misses (runtime/alerting.py) ---------------------------------------------
+    async def _sla_watch(self) -> None:
+        """Propose the SLA misses not alerted yet (every alerting.EVERY s)."""
+        if not self.log.is_leader or self.members.clock_fence() is not None:
+            return
+        now = self.clock.now()
+        if now - self._sla_looked < alerting.EVERY:
+            return
+        self._sla_looked = now
+        await alerting.watch_once(self.conn, now, self.config.timezone,
+                                  self.log.propose_as_leader)
 
     # -- placing pending runs ----------------------------------------------------------
     async def _place_pending(self) -> None:

@@ -140,9 +140,19 @@ class PeerTrust:
         answers = await asyncio.gather(*(self.rpc.call(v, "is_member", {"node": peer},
                                                        timeout=2.0) for v in voters),
                                        return_exceptions=True)
-        if any(isinstance(a, dict) and a.get("voter") is True for a in answers):
+        def upto(yes: list) -> int | None:
+            """The newest applied index among the answers that vouch (None: one
+            of them, an older version, did not say): the vouch holds while
+            this node is behind it (raft.vouch)."""
+            idx = [a.get("applied") for a in yes]
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in idx):
+                return None
+            return max(idx)
+
+        said = [a for a in answers if isinstance(a, dict) and a.get("voter") is True]
+        if said:
             log.info("event=member_vouched node=%s as=voter", peer)
-            raft.vouch(peer, voter=True)
+            raft.vouch(peer, voter=True, upto=upto(said))
             return
         # One voter's word suffices: it answers from its applied configuration,
         # so a "yes" means a committed entry added ``peer``. (A majority could
@@ -153,7 +163,8 @@ class PeerTrust:
             log.info("event=member_vouched node=%s by=%s hint=\"this node is behind on the "
                      "membership; it hears %s until it has caught up\"", peer,
                      ",".join(yes), peer)
-            self.node.raft.vouch(peer)
+            self.node.raft.vouch(peer, upto=upto([a for v, a in zip(voters, answers)
+                                                  if v in yes]))
 
     # -- admitting joiners ----------------------------------------------------------
     def _admit_joiner(self, peer: str, addr: str) -> None:
@@ -206,7 +217,7 @@ class PeerTrust:
             raise RequestError("is_member needs a node id")
         conf = self.node.raft.conf
         return {"member": node in conf.voters or node in conf.learners,
-                "voter": node in conf.voters}
+                "voter": node in conf.voters, "applied": self.node.raft.log.applied}
 
     def require_member(self, frm: str) -> None:
         if not self.node.raft.knows_member(frm):

@@ -329,7 +329,11 @@ class Scheduler:
         entry.last_proposed = max(entry.last_proposed, fire)
         due = fire + jitter_for(name, fire, spec.jitter)
         at = self.clock.now()
-        for choice in self.placement.choose(spec, fire):
+        # (the nodes that run it first: a node's skip is final at once, and a
+        # run_on: all fire time's outcome is final when its nodes' records all
+        # are, state/dependencies.py -- not before the runs are recorded)
+        for choice in sorted(self.placement.choose(spec, fire),
+                             key=lambda c: c.skip is not None):
             self._propose(C.Fire(job=name, fire_time=fire, kind=kind,
                                  node=choice.node or self.node_id, due_at=due, at=at,
                                  skip_reason=choice.skip, target=choice.target))

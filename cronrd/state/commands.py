@@ -403,6 +403,39 @@ class UpstreamTimeout(Command):
 
 
 @dataclass(frozen=True)
+class RaiseAlerts(Command):
+    """The leader: SLA misses it found (decisions/sla.py), each
+    [job, fire_time, kind, detail]; apply opens those not open already."""
+
+    op: ClassVar[str] = "raise_alerts"
+    alerts: list
+    at: float
+
+
+@dataclass(frozen=True)
+class AckAlert(Command):
+    """`cronrd alerts ack ID --note`."""
+
+    op: ClassVar[str] = "ack_alert"
+    alert_id: int
+    at: float
+    note: str = ""
+    who: str = ""
+
+
+@dataclass(frozen=True)
+class DeadLetterAction(Command):
+    """`cronrd dead-letter requeue|discard RUN`."""
+
+    op: ClassVar[str] = "dead_letter_action"
+    run_id: int
+    action: str  # requeue | discard
+    at: float
+    note: str = ""
+    who: str = ""
+
+
+@dataclass(frozen=True)
 class SaveCheckpoint(Command):
     """`cronrd checkpoint save` from inside a run (state/checkpoints.py):
     ``token_hash`` is the sha256 of the token the job presented to ``node``
@@ -448,6 +481,7 @@ COMMANDS: dict[str, type[Command]] = {
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
               AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit,
               CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
+              RaiseAlerts, AckAlert, DeadLetterAction,
               SaveCheckpoint, Heartbeat, HeartbeatTimeout)
 }
 

@@ -79,12 +79,11 @@ def sync_parents(sm: "StateMachine", name: str) -> None:
 
 
 # -- what a child sees of its parents ------------------------------------------------
-# A fresh success among the parent's newest FRESH_SCAN records (bounded: a parent
-# without a recent success is not read back to its first record on every look).
-FRESH_SCAN = 1000
-_FRESH = ("SELECT run_id, fire_time, state FROM (SELECT run_id, fire_time, state, finished_at "
-          f"FROM runs WHERE job=? ORDER BY run_id DESC LIMIT {FRESH_SCAN}) WHERE "
-          "state='succeeded' AND finished_at>=? ORDER BY run_id DESC LIMIT 1")
+# A fresh success: the parent's newest succeeded run by when it ended, if that
+# was at or after the cutoff -- one step down the runs_succeeded index (schema.py),
+# however many other records the parent has.
+_FRESH = ("SELECT run_id, fire_time, state FROM runs WHERE job=? AND state='succeeded' "
+          "AND finished_at>=? ORDER BY finished_at DESC, run_id DESC LIMIT 1")
 
 
 def parents_view(sm: "StateMachine", child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
@@ -149,10 +148,15 @@ def _record_final(sm: "StateMachine", index: int, *, job: str, kind: str, fire_t
 # -- a parent's outcome is final -----------------------------------------------------
 def parent_final(sm: "StateMachine", index: int, parent: str, run_id: int, at: float,
                  effects, depth: int = 0) -> None:
-    """``parent``'s run ``run_id`` is its final outcome for that fire time
-    (no retry follows): it is the newest outcome new to each child; evaluate
-    the gate of each child (in name order: the same on every node)."""
+    """``parent``'s run ``run_id`` ended and no retry follows: once that is
+    the parent's final outcome for the fire time (``fire_time_outcome``: a
+    per-node run waits for its fire time's other nodes' runs), it is the
+    newest outcome new to each child; evaluate the gate of each child (in
+    name order: the same on every node)."""
     if depth > MAX_DEPTH:
+        return
+    run_id = fire_time_outcome(sm.conn, run_id)
+    if run_id is None:
         return
     sm.conn.execute("UPDATE dep_cursors SET new_run_id=? WHERE parent=?", (run_id, parent))
     # a --downstream rerun's children follow it there, and consume it
@@ -174,6 +178,55 @@ def parent_final(sm: "StateMachine", index: int, parent: str, run_id: int, at: f
                 if waits_for_upstream(sm.conn, run.run_id):  # (its group may have gone)
                     resolve_waiting(sm, index, run, spec, at, effects, depth,
                                     timed_out=False)
+
+
+def fire_time_outcome(conn, run_id: int) -> int | None:
+    """The run that is the job's final outcome for the fire time run
+    ``run_id`` ended (no retry follows), or None while there is none yet.
+
+    A run of one record per fire time is that outcome. A per-node run
+    (``run_on: all``, target set) is one of a group: the group's outcome is
+    final when the last attempt of every node's run of that fire time has
+    ended, and is the worst of them (decisions/dependencies.py: ``worst``),
+    so a child sees one outcome per fire time, not one per node. A node's
+    run whose fire was committed after all the others had ended (a new
+    leader completing the fire) comes after the outcome was delivered: it
+    is not a second one."""
+    row = next(iter(conn.execute("SELECT job, origin, fire_time, target FROM runs "
+                                 "WHERE run_id=?", (run_id,))), None)
+    if row is None or not row[3]:
+        return run_id
+    job, origin, fire_time, target = row
+    # (the literal origin: runs_key is partial on origin = 'schedule')
+    origin_sql = "origin='schedule'" if origin == "schedule" else "origin='manual'"
+    latest: dict[str, tuple[int, str]] = {}
+    others: list[int] = []
+    for rid, tgt, state in conn.execute(
+            f"SELECT run_id, target, state FROM runs WHERE job=? AND {origin_sql} AND "
+            "fire_time=? AND target!='' ORDER BY target, attempt", (job, fire_time)):
+        latest[tgt] = (rid, state)
+        if tgt != target:
+            others.append(rid)
+    if any(state not in FINAL for _rid, state in latest.values()):
+        return None  # a node's run of this fire time has not ended yet
+    if others and _delivered(conn, job, others):
+        return None
+    return D.worst([D.Outcome(rid, fire_time, state)
+                    for rid, state in latest.values()]).run_id
+
+
+def _delivered(conn, parent: str, run_ids: list[int]) -> bool:
+    """Was one of these runs of ``parent`` delivered to a child as an
+    outcome (new to it, consumed by it, or in a run's lineage)?"""
+    marks = ",".join("?" * len(run_ids))
+    for _ in conn.execute(
+            f"SELECT 1 FROM dep_cursors WHERE parent=? AND (run_id IN ({marks}) OR "
+            f"new_run_id IN ({marks})) LIMIT 1", (parent, *run_ids, *run_ids)):
+        return True
+    for _ in conn.execute(f"SELECT 1 FROM run_lineage WHERE parent_run_id IN ({marks}) "
+                          "AND parent_job=? LIMIT 1", (*run_ids, parent)):
+        return True
+    return False
 
 
 def _after_child(sm: "StateMachine", index: int, child: str, spec: "JobSpec", at: float,

@@ -42,6 +42,9 @@ FORWARDABLE: dict[str, str] = {
     C.CreateBackfill.op: "",
     C.SetBackfillState.op: "",
     C.Rerun.op: "",
+    # an operator's ack of an alert and dead-letter requeue/discard
+    C.AckAlert.op: "",
+    C.DeadLetterAction.op: "",
     C.Audit.op: "node",
     # from inside a run on the sender (state/checkpoints.py: apply checks
     # the token and that the run is the sender's)

@@ -24,6 +24,7 @@ from . import backfill as BF
 from . import checkpoints as CK
 from . import commands as C
 from . import dependencies as deps
+from . import alerts as AL
 from . import downstream as DS
 from . import events as EV
 from . import pause_log
@@ -968,6 +969,7 @@ class StateMachine:
                               signal=signal, log_path=log_path, effects=effects, index=index,
                               not_started=not_started)
         if retry is None:
+            AL.on_final(self, run, at)
             deps.parent_final(self, index or 0, run.job, run.run_id, at, effects)
         if release:
             self._queue_after(run, at, effects)
@@ -1212,6 +1214,7 @@ class StateMachine:
         DS.prune(self.conn)
         CK.prune(self.conn)
         EV.prune(self.conn, cmd.before)
+        AL.prune(self.conn, cmd.before)
         return {"runs_deleted": runs, **({"more": True} if more else {})}
 
     # -- audit ----------------------------------------------------------------
@@ -1369,6 +1372,28 @@ class StateMachine:
         effects.append(Effect("stuck", run=self._get_run(run.run_id)))
         return {"run_id": run.run_id, "state": "timed_out", "retry_run_id": retry}
 
+    # -- alerts and the dead letter (state/alerts.py) -----------------------------------
+    def _apply_raise_alerts(self, index, cmd: C.RaiseAlerts, effects):
+        if not isinstance(cmd.alerts, list) or len(cmd.alerts) > 1000:
+            raise Refused("raise_alerts: alerts must be a list of at most 1000")
+        opened = []
+        for item in cmd.alerts:
+            if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)
+                    and isinstance(item[1], int) and item[2] in EV.SLA_KINDS
+                    and isinstance(item[3], str)):
+                raise Refused("raise_alerts: each alert is [job, fire_time, sla kind, detail]")
+            aid = AL.raise_alert(self.conn, job=item[0], fire_time=item[1], kind=item[2],
+                                 detail=item[3], at=cmd.at)
+            if aid is not None:
+                opened.append(aid)
+        return {"opened": opened}
+
+    def _apply_ack_alert(self, index, cmd: C.AckAlert, effects):
+        return AL.ack(self.conn, cmd.alert_id, cmd.note, cmd.who, cmd.at, Refused)
+
+    def _apply_dead_letter_action(self, index, cmd: C.DeadLetterAction, effects):
+        return AL.dead_letter_action(self, index, cmd, Refused, effects)
+
     # -- digest ---------------------------------------------------------------
     def full_digest(self) -> str:
         """Hash of every replicated table (O(rows): for tests and audits)."""
@@ -1384,7 +1409,8 @@ class StateMachine:
                              ("denied", "kind, value"), ("join_tokens", "node"),
                              ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
                              ("downstream_items", "root, job, fire_time"),
-                             ("events", "event_id"),
+                             ("events", "event_id"), ("alerts", "alert_id"),
+                             ("dead_letter", "run_id"),
                              ("downstream_edges", "root, parent_job, parent_fire_time, "
                                                   "child_job, child_fire_time"),
                              ("pause_log", "event_id"),

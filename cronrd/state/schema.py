@@ -100,6 +100,10 @@ CREATE TABLE IF NOT EXISTS runs(
 CREATE UNIQUE INDEX IF NOT EXISTS runs_key
     ON runs(job, fire_time, target, attempt) WHERE origin = 'schedule';
 CREATE INDEX IF NOT EXISTS runs_job ON runs(job, run_id);
+-- A job's successes by when they ended: a child's `within` finds its parent's
+-- newest one without reading its other records (state/dependencies.py).
+CREATE INDEX IF NOT EXISTS runs_succeeded ON runs(job, finished_at)
+    WHERE state = 'succeeded';
 -- The runs that may still change: the states of run_states.ACTIVE, in its
 -- order (a query uses a partial index only with the same term). An index
 -- made before the waiting state is remade (StateMachine.migrate).
@@ -194,7 +198,9 @@ CREATE TABLE IF NOT EXISTS run_lineage(
     parent_run_id INTEGER NOT NULL,
     PRIMARY KEY(run_id, parent_job)
 ) WITHOUT ROWID;
--- Who consumed a parent run (`--downstream` walks the lineage forwards).
+-- Who consumed a parent run (`--downstream` walks the lineage forwards; a
+-- per-node parent's outcome for a fire time is delivered once:
+-- state/dependencies.py, fire_time_outcome).
 CREATE INDEX IF NOT EXISTS run_lineage_parent ON run_lineage(parent_run_id);
 -- Backfills (`cronrd backfill`): a replicated object the leader's duties
 -- release, at most `parallel` runs at once, until done (state/backfill.py).
@@ -269,6 +275,36 @@ CREATE TABLE IF NOT EXISTS events(
     delivered INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS events_undelivered ON events(event_id) WHERE delivered = 0;
+-- Alerts (state/alerts.py): one per (job, fire time, kind) -- SLA misses
+-- the leader proposes, failures apply opens -- open until acked or resolved.
+CREATE TABLE IF NOT EXISTS alerts(
+    alert_id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    fire_time INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    state TEXT NOT NULL,             -- open | acked | resolved
+    note TEXT NOT NULL,
+    by TEXT NOT NULL,
+    closed_at REAL,
+    event_id INTEGER,
+    UNIQUE(job, fire_time, kind)
+);
+CREATE INDEX IF NOT EXISTS alerts_open ON alerts(job) WHERE state = 'open';
+-- Runs that failed their last retry under on_final_failure: dead_letter,
+-- until requeued (a new attempt of the record) or discarded.
+CREATE TABLE IF NOT EXISTS dead_letter(
+    run_id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    fire_time INTEGER NOT NULL,
+    at REAL NOT NULL,
+    state TEXT NOT NULL,             -- open | requeued | discarded
+    note TEXT NOT NULL,
+    by TEXT NOT NULL,
+    closed_at REAL,
+    requeue_run_id INTEGER
+);
 -- Every pause and resume of a job (name '': the maintenance pause), kept
 -- after the resume: `cronrd explain JOB --at T` says who paused it and why
 -- at a past T. Pruned with the run history.

@@ -521,7 +521,7 @@ class Sim:
             if m.frm in (pconf.voters if voter else pconf.members()):
                 self.trace("vouch", node.id, f"{m.frm} by {v}" + (" (voter)" if voter else ""))
                 self.stats["members vouched for"] += 1
-                r.vouch(m.frm, voter=voter)
+                r.vouch(m.frm, voter=voter, upto=peer.raft.log.applied)
                 return
 
     # -- the Ready cycle ------------------------------------------------------------------------

@@ -76,3 +76,13 @@ def test_waiting_consumes_nothing():
     gate = decide("all_succeeded", [p("a", "succeeded", 3), p("b")])
     assert gate.action == WAIT and gate.reason == "upstream_not_ready:b"
     assert gate.consume == ()
+
+
+def test_worst_of_a_fire_times_per_node_outcomes():
+    from cronrd.decisions.dependencies import worst
+    ok, skip = Outcome(1, 10, "succeeded"), Outcome(2, 10, "skipped")
+    lost, failed = Outcome(3, 10, "lost"), Outcome(4, 10, "failed")
+    assert worst([ok]) == ok
+    assert worst([ok, skip]) == skip
+    assert worst([failed, ok, skip, lost]) == lost     # a failure; the first by run id
+    assert worst([Outcome(5, 10, "succeeded"), ok]) == ok

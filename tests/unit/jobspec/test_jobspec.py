@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import textwrap
@@ -329,6 +330,13 @@ BAD_FIELD_CASES = [
     ("on_upstream_failure: retry", "3:22: on_upstream_failure must be one of skip, fail"),
     ("wait_for_upstream: soon", "3:20: wait_for_upstream: "),
     ("params: [a]", "3:9: params must be a mapping of NAME: default-value or NAME: {type: "),
+    ("sla: 5m", "3:6: sla must be a mapping with one or more of start_within, "),
+    ("sla: {finish_by: 6}", "3:18: sla.finish_by must be a time of day HH:MM"),
+    ("sla: {finish_by: '25:00'}", "3:18: sla.finish_by must be a time of day HH:MM"),
+    ("sla: {start_within: 0s}", "3:21: sla.start_within must be greater than 0"),
+    ("sla: {failure_tolerance: 0}", "3:26: sla.failure_tolerance must be a whole number >= 1"),
+    ("sla: {start_witin: 5m}", "3:7: unknown key 'start_witin' in sla (did you mean "),
+    ("on_final_failure: retry", "3:19: on_final_failure must be one of none, dead_letter"),
     ("yes: 1", "3:1: keys must be strings (got yes, which YAML reads as the boolean true); quote it: \"yes\""),
 ]
 
@@ -851,3 +859,14 @@ def test_nul_character_anywhere_in_a_job_is_refused():
         "command, environment variable or path can hold; remove it",
         "/etc/cronrd.d/nul.yaml:3:6: env contains a NUL character (\\0), which no command, "
         "environment variable or path can hold; remove it"]
+
+
+def test_sla_and_on_final_failure_round_trip_and_leave_other_digests_alone():
+    text = BASE + ('sla: {start_within: 5m, finish_by: "6:00", failure_tolerance: 2}\n'
+                   "on_final_failure: dead_letter\n")
+    (job,) = parse_job_text(text, "/etc/cronrd.d/job.yaml").jobs
+    assert job.sla.start_within == 300 and job.sla.finish_by == "06:00"
+    assert job.sla.failure_tolerance == 2 and job.on_final_failure == "dead_letter"
+    assert JobSpec.from_dict(job.to_dict()) == dataclasses.replace(job, source="", line=0)
+    (plain,) = parse_job_text(BASE, "/etc/cronrd.d/job.yaml").jobs
+    assert "sla" not in plain.to_dict() and "on_final_failure" not in plain.to_dict()

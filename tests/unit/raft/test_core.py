@@ -743,6 +743,24 @@ def test_a_vouched_member_is_heard_before_its_addition_is_applied():
     assert b.term == 1
 
 
+def test_a_voucher_behind_this_node_cannot_bring_a_removed_member_back():
+    # The removal of d is applied here (index 2); a voucher that has applied
+    # only up to index 1 still has d as a voter and vouches for it: ignored.
+    net = Net(["a", "b", "c"])
+    b = net["b"]
+    b.log.applied = 2
+    b.vouch("d", voter=True, upto=1)
+    b.vouch("d", upto=2)                  # not ahead of b either
+    assert not b.knows_member("d") and not b.knows_member("d", voter=True)
+    b.step(Message(type=MsgType.HEARTBEAT, to="b", frm="d", term=b.term + 1, commit=0))
+    assert b.lead == "" and b.term == 0
+    # a voucher ahead of b is heard, until b has applied as far as it had
+    b.vouch("d", voter=True, upto=5)
+    assert b.knows_member("d", voter=True)
+    b.log.applied = 5
+    assert not b.knows_member("d", voter=True)
+
+
 
 # -- what a member may not do (review of issue 9) ---------------------------------------------------------
 def test_a_learner_cannot_lead_a_voter_or_make_it_apply_anything():

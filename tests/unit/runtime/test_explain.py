@@ -283,7 +283,7 @@ def test_step_providers_are_an_extension_point():
     def gate(subject):
         return [Step("gate", "upstream extract: no success since T", blocks="upstream")]
     res = explain(log.sm.conn, {"job": "a", "next": True}, now=T0, default_tz="UTC",
-                  steps=STEPS[:-3] + [gate] + STEPS[-3:])
+                  steps=STEPS[:-4] + [gate] + STEPS[-4:])
     assert [s["step"] for s in res["steps"]][-3:] == ["gate", "placement", "record"]
     assert res["verdict"]["text"] == "would be skipped now: upstream"
 

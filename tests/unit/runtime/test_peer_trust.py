@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import types
 
 import pytest
 
@@ -36,15 +37,18 @@ class FakeRaft:
     def __init__(self, voters=("a", "b", "c"), learners=()):
         self.conf = ConfState(tuple(voters), tuple(learners))
         self.applied = 7
+        self.log = types.SimpleNamespace(applied=7)
         self.vouched: list[tuple[str, bool]] = []
+        self.vouched_upto: list[int | None] = []
 
     def knows_member(self, node, voter=False):
         if node in self.conf.voters or (node, True) in self.vouched:
             return True
         return not voter and (node in self.conf.learners or (node, False) in self.vouched)
 
-    def vouch(self, node, voter=False):
+    def vouch(self, node, voter=False, upto=None):
         self.vouched.append((node, voter))
+        self.vouched_upto.append(upto)
 
 
 class FakeNode:
@@ -205,6 +209,18 @@ def test_an_unknown_node_is_vouched_for_by_one_voter(tmp_path):
     assert sorted(p for p, m, a in w.rpc.calls if m == "is_member" and a == {"node": "d"}) \
         == ["b", "c"]
     assert w.raft.vouched == [("d", False)]
+    assert w.raft.vouched_upto == [None]   # b (an older version) did not say how far it is
+
+
+def test_a_vouch_carries_the_newest_applied_index_of_those_who_vouched(tmp_path):
+    w = World(tmp_path, answers={"b": {"member": True, "voter": False, "applied": 40},
+                                 "c": {"member": True, "voter": False, "applied": 55}})
+
+    async def main():
+        w.trust.ask_vouch("d")
+        await settle()
+    run(main())
+    assert w.raft.vouched == [("d", False)] and w.raft.vouched_upto == [55]
 
 
 def test_a_voter_vouches_for_a_voter_and_silence_vouches_for_nobody(tmp_path):
@@ -266,9 +282,12 @@ def test_only_members_ask_and_only_voters_change_the_membership(tmp_path):
         run(w.trust.rpc_is_member("x", {"node": "b"}))
     with pytest.raises(RequestError, match="needs a node id"):
         run(w.trust.rpc_is_member("b", {"node": 5}))
-    assert run(w.trust.rpc_is_member("d", {"node": "b"})) == {"member": True, "voter": True}
-    assert run(w.trust.rpc_is_member("b", {"node": "d"})) == {"member": True, "voter": False}
-    assert run(w.trust.rpc_is_member("b", {"node": "x"})) == {"member": False, "voter": False}
+    assert run(w.trust.rpc_is_member("d", {"node": "b"})) == {"member": True, "voter": True,
+                                                               "applied": 7}
+    assert run(w.trust.rpc_is_member("b", {"node": "d"})) == {"member": True, "voter": False,
+                                                               "applied": 7}
+    assert run(w.trust.rpc_is_member("b", {"node": "x"})) == {"member": False, "voter": False,
+                                                               "applied": 7}
     w.trust.require_member("d")
     w.trust.require_voter("b")
     with pytest.raises(PermissionDenied, match="not a voter"):

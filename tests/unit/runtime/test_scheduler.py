@@ -151,3 +151,27 @@ def test_a_run_on_all_fire_left_half_done_is_completed_by_the_next_scheduler():
             "SELECT target FROM runs WHERE fire_time=?", (fire,))}
         assert targets == {"n0", "n1"}
     asyncio.run(main())
+
+
+def test_a_run_on_all_fire_commits_the_nodes_that_run_it_before_the_skipped_ones():
+    """A node that cannot run a run_on: all fire gets a skipped record at
+    once; committed first, it would be the whole fire time's outcome for the
+    job's children (state/dependencies.py: fire_time_outcome) before the
+    other nodes' runs even exist. The runnable nodes' fires go first."""
+    from cronrd.runtime.placement import NodeView, Placement
+
+    async def main():
+        conn, log, clock, cfg = await _run_on_all_job("* * * * * *")
+        nodes = [NodeView("n0", False, "up", frozenset(), why_not="silent"),
+                 NodeView("n1", True, "up", frozenset()),
+                 NodeView("n2", True, "up", frozenset())]
+        sch = Scheduler(cfg, log, conn, clock, placement=Placement(conn, lambda: nodes))
+        sch.start()
+        fire = int(T0) + 2
+        sch._fire("j", sch.entries["j"], fire)
+        await log.drain()
+        rows = list(conn.execute("SELECT target, state FROM runs WHERE fire_time=? "
+                                 "ORDER BY run_id", (fire,)))
+        assert rows == [("n1", "assigned"), ("n2", "assigned"), ("n0", "skipped")], rows
+        sch.stop()
+    asyncio.run(main())

@@ -162,6 +162,35 @@ def test_within_parent_satisfies_without_a_new_run():
     assert len(child_runs(log, "load")) == 3
 
 
+def test_within_finds_a_success_behind_many_newer_failures():
+    """``within`` is exact: a parent's fresh success counts however many
+    records it has after it (it was looked for in the newest 1,000 only)."""
+    log = Log()
+    put_all(log, fx={"concurrency": "allow"}, extract={}, load=dict(
+        schedule="@after", depends_on=[{"job": "extract"}, {"job": "fx", "within": 3600.0}]))
+    good = ok(log, "fx", T0 + 1)         # finished at T0 + 2
+    ok(log, "extract", T0 + 10)
+    assert len(child_runs(log, "load")) == 1   # consumed fx's success
+    for i in range(1100):               # 1,100 newer records of fx, all failed
+        log.finish(log.fire(T0 + 20 + i, name="fx")["run_id"], state="failed",
+                   exit_code=1)
+    ok(log, "extract", T0 + 2000)
+    runs = child_runs(log, "load")
+    assert len(runs) == 2 and runs[1].state == "pending", runs[1]
+    assert {x["job"]: x["run_id"] for x in deps.lineage(log.sm.conn, runs[1].run_id)}[
+        "fx"] == good
+
+
+def test_the_fresh_success_lookup_uses_an_index_also_in_an_older_database():
+    sm = StateMachine(apsw.Connection(":memory:"))
+    with sm.conn:
+        sm.conn.execute("DROP INDEX runs_succeeded")   # a database made before it
+    sm.migrate()                                       # (reopened)
+    plan = " ".join(str(r) for r in sm.conn.execute(
+        "EXPLAIN QUERY PLAN " + deps._FRESH, ("fx", 0.0)))
+    assert "runs_succeeded" in plan and "TEMP B-TREE" not in plan, plan
+
+
 def scheduled_child(log, wait=60.0, policy="skip"):
     put_all(log, a={}, c=dict(schedule="* * * * * *", depends_on=[{"job": "a"}],
                               wait_for_upstream=wait, on_upstream_failure=policy))
@@ -344,6 +373,10 @@ def test_dependency_lookups_use_indexes():
     plan = " ".join(str(r) for r in sm.conn.execute(
         "EXPLAIN QUERY PLAN SELECT child FROM job_deps WHERE parent='a'"))
     assert "PRIMARY KEY" in plan or "INDEX" in plan
+    plan = " ".join(str(r) for r in sm.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT 1 FROM run_lineage WHERE parent_run_id IN (1, 2) AND "
+        "parent_job='a'"))
+    assert "run_lineage_parent" in plan
 
 
 # -- with concurrency: queue (state/queue.py) ----------------------------------------
@@ -541,3 +574,153 @@ def test_queued_children_keep_both_waits_apart_and_are_deterministic(seed):
     d2, r2 = play(cmds, batch=17)
     assert d1 == d2 and r1 == r2
     assert any(isinstance(r, dict) and r.get("state") == "waiting" for r in r1)
+
+
+# -- a parent that runs on every node (run_on: all) ----------------------------------
+ALL = {"run_on": {"mode": "all", "values": []}}
+NODES = ("n1", "n2", "n3")
+
+
+def fire_on_nodes(log, job, t, nodes=NODES):
+    """A run_on: all fire: one run per node; {node: run id}."""
+    return {n: log.fire(t, name=job, target=n, node=n)["run_id"] for n in nodes}
+
+
+def end_on_node(log, rid, state="succeeded", at=None):
+    run = log.run(rid)
+    return log.apply(C.RunFinished(
+        run_id=rid, token=run.token, node=run.node, state=state,
+        exit_code=0 if state == "succeeded" else 1, signal=None, started_at=run.due_at,
+        finished_at=at if at is not None else run.due_at + 1, log_path="/l"))
+
+
+@pytest.mark.parametrize("states, child_state, worst", [
+    (("succeeded", "succeeded", "succeeded"), "pending", "n1"),
+    (("succeeded", "failed", "skipped"), "skipped", "n2"),
+    (("skipped", "succeeded", "skipped"), "skipped", "n1"),
+    (("succeeded", "succeeded", "timed_out"), "skipped", "n3"),
+])
+def test_a_parent_on_every_node_is_one_outcome_per_fire_time(states, child_state, worst):
+    """run_on: all: the parent's outcome for a fire time is final when every
+    node's run of it has ended, and is the worst of them: one generation."""
+    log = Log()
+    put_all(log, p=ALL, c=after("p"))
+    rids = fire_on_nodes(log, "p", T0 + 1)
+    for node, state in list(zip(NODES, states))[:-1]:
+        end_on_node(log, rids[node], state)
+        assert child_runs(log, "c") == []      # a node's run has not ended yet
+    end_on_node(log, rids["n3"], states[-1])
+    (c,) = child_runs(log, "c")
+    assert (c.state, c.fire_time) == (child_state, T0 + 1)
+    assert [x["run_id"] for x in deps.lineage(log.sm.conn, c.run_id)] == [rids[worst]]
+
+
+def test_a_node_that_cannot_run_the_fire_is_a_skip_in_its_outcome():
+    """(The scheduler commits that node's skipped record after the runnable
+    nodes' fires: it does not end the fire time on its own.)"""
+    log = Log()
+    put_all(log, p=ALL, c=after("p"))
+    rids = fire_on_nodes(log, "p", T0 + 1, NODES[:2])
+    down = log.fire(T0 + 1, name="p", target="n3", node="n3",
+                    skip_reason="node n3 cannot run it: silent")["run_id"]
+    assert child_runs(log, "c") == []
+    for rid in rids.values():
+        end_on_node(log, rid)
+    (c,) = child_runs(log, "c")
+    assert (c.state, c.reason) == ("skipped", "upstream_skipped:p@2027-01-15T08:00:01Z")
+    assert [x["run_id"] for x in deps.lineage(log.sm.conn, c.run_id)] == [down]
+
+
+def test_a_parent_on_every_node_waits_for_a_nodes_retry():
+    log = Log()
+    put_all(log, p=dict(ALL, retries={"max": 1, "delay": 1.0, "backoff": 2.0,
+                                      "max_delay": 10.0, "jitter": 0.0}), c=after("p"))
+    rids = fire_on_nodes(log, "p", T0 + 1, NODES[:2])
+    end_on_node(log, rids["n1"])
+    retry = end_on_node(log, rids["n2"], "failed")["retry_run_id"]
+    assert retry and child_runs(log, "c") == []
+    if log.run(retry).state == "pending":
+        log.apply(C.AssignRun(run_id=retry, node="n2", at=T0 + 5))
+    end_on_node(log, retry)
+    (c,) = child_runs(log, "c")
+    assert c.state == "pending"
+
+
+def test_a_node_fired_after_the_others_ended_is_not_a_second_generation():
+    """A new leader completes a run_on: all fire after the nodes that had
+    theirs ran and ended: their outcome was delivered; the late node's run
+    does not make another."""
+    log = Log()
+    put_all(log, p=ALL, c=after("p"), d=after("c"))
+    rids = fire_on_nodes(log, "p", T0 + 1, NODES[:2])
+    for rid in rids.values():
+        end_on_node(log, rid)
+    (c,) = child_runs(log, "c")
+    log.apply(C.AssignRun(run_id=c.run_id, node="n1", at=T0 + 20))
+    log.finish(c.run_id, at=T0 + 21)    # (not absorbed by a run in progress)
+    late = log.fire(T0 + 1, name="p", target="n3", node="n3", at=T0 + 30)["run_id"]
+    end_on_node(log, late, "failed", at=T0 + 40)
+    assert [r.run_id for r in child_runs(log, "c")] == [c.run_id]
+    # the next fire time is one generation again
+    nxt = fire_on_nodes(log, "p", T0 + 60)
+    for rid in nxt.values():
+        end_on_node(log, rid, at=T0 + 61)
+    assert [(r.fire_time, r.attempt) for r in child_runs(log, "c")] == [(T0 + 1, 1),
+                                                                      (T0 + 60, 1)]
+
+
+def test_a_child_on_every_node_is_one_outcome_for_its_own_children():
+    """A scheduled run_on: all child whose wait runs out ends on every node
+    at once: its children see one outcome for that fire time."""
+    log = Log()
+    put_all(log, a={}, c=dict(schedule="* * * * * *", depends_on=[{"job": "a"}],
+                              wait_for_upstream=60.0, **ALL), d=after("c"))
+    w = fire_on_nodes(log, "c", T0 + 5)
+    log.apply(C.UpstreamTimeout(run_id=w["n1"], at=T0 + 70))
+    (d,) = child_runs(log, "d")
+    assert d.state == "skipped" and d.fire_time == T0 + 5
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_per_node_histories_make_one_generation_per_fire_time(seed):
+    """Per-node runs of several fire times ending in any order and state
+    (some nodes' fires late): exactly one child record per parent fire time,
+    its state and lineage from the worst per-node outcome."""
+    import random
+    from cronrd.decisions import dependencies as D
+    rng = random.Random(seed)
+    log = Log()
+    put_all(log, p=dict(ALL, concurrency="allow"), c=after("p", trigger_rule="all_succeeded"))
+    live, ended = [], {}      # (fire time, run id) in flight; fire time -> {run id: state}
+
+    def end(ft, rid, state, at):
+        end_on_node(log, rid, state, at=at)
+        ended.setdefault(ft, {})[rid] = state
+
+    for t in range(T0 + 10, T0 + 70, 10):
+        nodes = [n for n in NODES if rng.random() < 0.7] or ["n1"]
+        for n in nodes:
+            live.append((t, log.fire(t, name="p", target=n, node=n, at=t - 0.5)["run_id"]))
+        while live and rng.random() < 0.6:
+            ft, rid = live.pop(rng.randrange(len(live)))
+            end(ft, rid, rng.choice(["succeeded", "succeeded", "failed", "skipped"]), t + 1)
+        for n in NODES:       # a node's fire completed by a new leader, later
+            if n in nodes or rng.random() < 0.5:
+                continue
+            rid = log.fire(t, name="p", target=n, node=n, at=t + 2)["run_id"]
+            if any(ft == t for ft, _ in live):
+                live.append((t, rid))     # the others run still: one of them
+            else:                         # they ended: their outcome was delivered
+                end_on_node(log, rid, "failed", at=t + 3)
+    rng.shuffle(live)
+    for ft, rid in live:
+        end(ft, rid, rng.choice(["succeeded", "failed"]), T0 + 1000)
+    runs = child_runs(log, "c")
+    assert sorted(r.fire_time for r in runs) == sorted(ended)
+    for r in runs:
+        assert r.attempt == 1
+        outcome = D.worst([D.Outcome(rid, r.fire_time, st)
+                           for rid, st in ended[r.fire_time].items()])
+        assert [x["run_id"] for x in deps.lineage(log.sm.conn, r.run_id)] == [
+            outcome.run_id]
+        assert (r.state == "pending") == (outcome.state == "succeeded")

@@ -1,0 +1,121 @@
+"""The leader's SLA watch: every few seconds, the SLA misses of each job
+with an ``sla:`` (decisions/sla.py, over the replicated state), proposed
+as alerts; ``apply`` keeps one per (job, fire time, kind), so a new leader
+that finds the same miss proposes it in vain.
+
+Also the reads of ``cronrd alerts`` and ``cronrd dead-letter``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+from typing import Awaitable, Callable
+
+from ..decisions import sla as S
+from ..errors import CronrdError
+from ..jobspec import JobSpec
+from ..schedule import make_trigger, parse_schedule, resolve_timezone
+from ..state import alerts as AL
+from ..state import commands as C
+
+log = logging.getLogger("cronrd.alerting")
+
+WINDOW = 2 * 86400       # fire times looked at: at most this far back (besides the SLA's own)
+MAX_EXPECTED = 2000      # fire times of one job's schedule looked at, newest
+MAX_RECORDS = 5000       # records of one job looked at, newest
+EVERY = 5.0              # seconds between looks
+
+
+def sla_jobs(conn) -> list[tuple[str, JobSpec, float]]:
+    """(name, definition, in force since) of the jobs that have an ``sla:``."""
+    out = []
+    for name, text, since in conn.execute(
+            "SELECT j.name, s.spec, j.updated_at FROM jobs j JOIN specs s ON s.name = j.name "
+            "AND s.digest = j.digest WHERE s.spec LIKE '%\"sla\":%' ORDER BY j.name"):
+        spec = JobSpec.from_dict(json.loads(text))
+        if spec.sla is not None:
+            out.append((name, spec, since))
+    return out
+
+
+def _records(conn, job: str, first: int) -> tuple[list[S.Record], float | None]:
+    by: dict[int, dict] = {}
+    rows = list(conn.execute(
+        "SELECT fire_time, attempt, state, reason, started_at, finished_at FROM runs WHERE "
+        "job=? AND origin='schedule' AND target='' AND fire_time >= ? "
+        "ORDER BY fire_time DESC, attempt DESC LIMIT ?", (job, first, MAX_RECORDS)))
+    for ft, _attempt, state, reason, started, finished in reversed(rows):
+        d = by.setdefault(ft, {"started": None, "ok": None, "running": None})
+        d["state"], d["reason"] = state, reason
+        if started is not None and (d["started"] is None or started < d["started"]):
+            d["started"] = started
+        if state == "succeeded" and finished is not None and d["ok"] is None:
+            d["ok"] = finished
+        d["running"] = started if state == "running" else None
+    recs = [S.Record(ft, d["state"], d["reason"], d["started"], d["ok"], d["running"])
+            for ft, d in sorted(by.items())]
+    last = next(iter(conn.execute(
+        "SELECT MAX(finished_at) FROM (SELECT finished_at FROM runs WHERE job=? AND "
+        "state='succeeded' ORDER BY run_id DESC LIMIT 100)", (job,))), (None,))[0]
+    return recs, last
+
+
+def _finish_by(hhmm: str, zone) -> Callable[[int], float]:
+    hh, mm = (int(x) for x in hhmm.split(":"))
+
+    def deadline(t: int) -> float:
+        local = _dt.datetime.fromtimestamp(t, zone)
+        cand = local.replace(hour=hh, minute=mm, second=0, microsecond=0)
+        if cand.timestamp() < t:
+            cand = (local + _dt.timedelta(days=1)).replace(hour=hh, minute=mm, second=0,
+                                                           microsecond=0)
+        return cand.timestamp()
+    return deadline
+
+
+def job_misses(conn, name: str, spec: JobSpec, since: float, now: float,
+               default_tz: str) -> list[S.Miss]:
+    sla = spec.sla
+    offsets = [x for x in (sla.start_within, sla.finish_within) if x is not None]
+    first = int(max(since, now - WINDOW - max(offsets + [86400.0 if sla.finish_by else 0.0])))
+    zone = resolve_timezone(spec.timezone or default_tz)
+    expected: list[int] = []
+    try:
+        schedule = parse_schedule(spec.schedule)
+        if schedule.kind not in ("reboot", "after") and (offsets or sla.finish_by):
+            trigger = make_trigger(schedule, zone)
+            until = int(now - min(offsets)) if offsets else int(now)
+            # about the newest MAX_EXPECTED of them: narrow the span until it
+            # holds no more (an every-second job looks at the last half hour)
+            span = max(until - first, 1)
+            while True:
+                expected = list(trigger.fires_between(until - span - 1, until,
+                                                      limit=MAX_EXPECTED + 1))
+                if len(expected) <= MAX_EXPECTED or span <= 60:
+                    break
+                span //= 8
+            expected = [t for t in expected[:MAX_EXPECTED] if t >= since]
+    except CronrdError:
+        expected = []
+    recs, last = _records(conn, name, first)
+    finish_by = _finish_by(sla.finish_by, zone) if sla.finish_by else None
+    return S.misses(sla, recs, expected, now, since=since, last_success=last,
+                    finish_by=finish_by)
+
+
+async def watch_once(conn, now: float, default_tz: str,
+                     propose: Callable[[C.Command], Awaitable[dict]]) -> int:
+    """Propose the misses not alerted yet; how many were proposed."""
+    todo: list[list] = []
+    for name, spec, since in sla_jobs(conn):
+        try:
+            for m in job_misses(conn, name, spec, since, now, default_tz):
+                if not AL.exists(conn, name, m.fire_time, m.kind):
+                    todo.append([name, m.fire_time, m.kind, m.detail])
+        except Exception:
+            log.exception("event=sla_check_failed job=%s", name)
+    for i in range(0, len(todo), 500):
+        await propose(C.RaiseAlerts(alerts=todo[i:i + 500], at=now))
+    return len(todo)

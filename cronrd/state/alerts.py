@@ -1,0 +1,170 @@
+"""Alerts and the dead letter, inside ``apply``.
+
+An alert is keyed by (job, fire time, kind): the leader proposes the SLA
+misses it finds (RaiseAlerts; decisions/sla.py) and ``apply`` keeps the
+first, so a change of leader during a deadline gives one alert, never two.
+A run that fails its last retry opens an alert of kind ``failed`` itself.
+Each new alert records an event (state/events.py) for the notifiers.
+
+An alert is ``open`` until acked (`cronrd alerts ack ID --note`), or
+``resolved`` when a later run of the job succeeds (kinds ``failed``,
+``failure_tolerance``, ``stale_after``: the job recovered).
+
+The dead letter: a run of a job with ``on_final_failure: dead_letter`` that
+failed its last retry is marked as needing attention (a row of
+``dead_letter``, not a lifecycle state) until an operator requeues it (a new
+attempt of the same record, kind ``rerun``) or discards it with a note.
+"""
+
+from __future__ import annotations
+
+from . import events as EV
+from . import run_params as RP
+from .run_states import ACTIVE
+
+ALERT_KINDS = ("failed",) + EV.SLA_KINDS
+RECOVER = ("failed", "failure_tolerance", "stale_after")  # resolved by a later success
+FINAL_FAILURES = ("failed", "timed_out", "lost")
+MAX_DETAIL = 2000
+
+
+def raise_alert(conn, *, job: str, fire_time: int, kind: str, detail: str, at: float,
+                run_id: int | None = None) -> int | None:
+    """Open the alert (job, fire_time, kind) unless it exists; its id if new."""
+    if kind not in ALERT_KINDS:
+        raise ValueError(f"unknown alert kind {kind!r}")
+    conn.execute("INSERT OR IGNORE INTO alerts(job, fire_time, kind, detail, opened_at, "
+                 "state, note, by) VALUES(?,?,?,?,?,'open','','')",
+                 (job, fire_time, kind, str(detail)[:MAX_DETAIL], at))
+    if not conn.changes():
+        return None
+    alert_id = conn.last_insert_rowid()
+    if kind != "failed":  # (a failed run's own event is the notifiers' "failed")
+        event = EV.emit(conn, f"sla_{kind}", job=job, at=at, fire_time=fire_time,
+                        run_id=run_id, data={"alert_id": alert_id,
+                                             "detail": str(detail)[:MAX_DETAIL]})
+        conn.execute("UPDATE alerts SET event_id=? WHERE alert_id=?", (event, alert_id))
+    return alert_id
+
+
+def exists(conn, job: str, fire_time: int, kind: str) -> bool:
+    for _ in conn.execute("SELECT 1 FROM alerts WHERE job=? AND fire_time=? AND kind=?",
+                          (job, fire_time, kind)):
+        return True
+    return False
+
+
+def on_final(sm, run, at: float) -> None:
+    """``run`` is its record's final outcome (no retry follows)."""
+    conn = sm.conn
+    run = sm._get_run(run.run_id)
+    state = run.state.value if hasattr(run.state, "value") else str(run.state)
+    if state == "succeeded":
+        conn.execute("UPDATE alerts SET state='resolved', closed_at=?, note=? WHERE job=? AND "
+                     f"state='open' AND kind IN {tuple(RECOVER)!r}",
+                     (at, f"recovered: run {run.run_id} succeeded", run.job))
+        return
+    if state not in FINAL_FAILURES:
+        return
+    raise_alert(conn, job=run.job, fire_time=run.fire_time, kind="failed", at=at,
+                run_id=run.run_id,
+                detail=f"attempt {run.attempt} {state}" + (f": {run.reason}" if run.reason
+                                                           else "")
+                + (f" (exit {run.exit_code})" if run.exit_code is not None else ""))
+    spec = sm._job_spec(run.job)
+    if spec is not None and spec.on_final_failure == "dead_letter":
+        conn.execute("INSERT OR IGNORE INTO dead_letter(run_id, job, fire_time, at, state, "
+                     "note, by) VALUES(?,?,?,?,'open','','')",
+                     (run.run_id, run.job, run.fire_time, at))
+        if conn.changes():
+            EV.emit(conn, "dead_lettered", job=run.job, at=at, fire_time=run.fire_time,
+                    run_id=run.run_id, data={"attempt": run.attempt, "state": state})
+
+
+def ack(conn, alert_id: int, note: str, who: str, at: float, refused) -> dict:
+    row = next(iter(conn.execute("SELECT state FROM alerts WHERE alert_id=?", (alert_id,))),
+               None)
+    if row is None:
+        raise refused(f"no alert with id {alert_id}; `cronrd alerts --all` lists them")
+    if row[0] != "open":
+        raise refused(f"alert {alert_id} is {row[0]} already; only an open alert is acked")
+    conn.execute("UPDATE alerts SET state='acked', note=?, by=?, closed_at=? WHERE alert_id=?",
+                 (str(note)[:1000], str(who), at, alert_id))
+    return {"alert_id": alert_id, "state": "acked"}
+
+
+def dead_letter_action(sm, index: int, cmd, refused, effects) -> dict:
+    """Requeue (a new attempt of the same record) or discard a dead-lettered run."""
+    from .machine import Effect
+    conn = sm.conn
+    row = next(iter(conn.execute("SELECT job, fire_time, state FROM dead_letter WHERE "
+                                 "run_id=?", (cmd.run_id,))), None)
+    if row is None:
+        raise refused(f"run {cmd.run_id} is not in the dead letter; `cronrd dead-letter list` "
+                      "lists what is")
+    job, fire_time, state = row
+    if state != "open":
+        raise refused(f"run {cmd.run_id} was {state} already")
+    if cmd.action == "discard":
+        conn.execute("UPDATE dead_letter SET state='discarded', note=?, by=?, closed_at=? "
+                     "WHERE run_id=?", (str(cmd.note)[:1000], str(cmd.who), cmd.at,
+                                        cmd.run_id))
+        return {"run_id": cmd.run_id, "state": "discarded", "job": job}
+    if cmd.action != "requeue":
+        raise refused("dead letter action is requeue or discard")
+    old = sm._get_run(cmd.run_id)
+    if sm._job_spec(job) is None:
+        raise refused(f"job {job!r} is no longer defined; discard the run instead")
+    last = next(iter(conn.execute(
+        "SELECT attempt, state FROM runs WHERE job=? AND fire_time=? AND origin=? AND "
+        "target=? ORDER BY attempt DESC LIMIT 1", (job, fire_time, old.origin, old.target))))
+    if last[1] in ACTIVE:
+        raise refused(f"job {job!r} at that fire time has attempt {last[0]} {last[1]} "
+                      "already; wait for it to end")
+    run = sm._insert_run(index, job=job, origin=old.origin, kind="rerun",
+                         fire_time=fire_time, attempt=last[0] + 1, state="pending", node=None,
+                         due_at=cmd.at, at=cmd.at, target=old.target,
+                         reason=f"requeued from the dead letter by {cmd.who}" if cmd.who
+                         else "requeued from the dead letter")
+    RP.carry(conn, cmd.run_id, run.run_id)
+    effects.append(Effect("pending", run=run))
+    conn.execute("UPDATE dead_letter SET state='requeued', note=?, by=?, closed_at=?, "
+                 "requeue_run_id=? WHERE run_id=?", (str(cmd.note)[:1000], str(cmd.who),
+                                                     cmd.at, run.run_id, cmd.run_id))
+    return {"run_id": cmd.run_id, "state": "requeued", "new_run_id": run.run_id,
+            "attempt": last[0] + 1, "job": job}
+
+
+# -- reads ---------------------------------------------------------------------------
+_ALERT_COLS = ("alert_id", "job", "fire_time", "kind", "detail", "opened_at", "state", "note",
+               "by", "closed_at", "event_id")
+
+
+def alerts(conn, *, include_closed: bool = False, job: str | None = None,
+           limit: int = 100) -> list[dict]:
+    where, args = [], []
+    if not include_closed:
+        where.append("state='open'")
+    if job is not None:
+        where.append("job=?")
+        args.append(job)
+    sql = (f"SELECT {', '.join(_ALERT_COLS)} FROM alerts"
+           + (f" WHERE {' AND '.join(where)}" if where else "")
+           + " ORDER BY alert_id DESC LIMIT ?")
+    return [dict(zip(_ALERT_COLS, r)) for r in conn.execute(sql, (*args, limit))]
+
+
+_DL_COLS = ("run_id", "job", "fire_time", "at", "state", "note", "by", "closed_at",
+            "requeue_run_id")
+
+
+def dead_letters(conn, *, include_closed: bool = False, limit: int = 100) -> list[dict]:
+    sql = (f"SELECT {', '.join(_DL_COLS)} FROM dead_letter"
+           + ("" if include_closed else " WHERE state='open'") + " ORDER BY run_id DESC LIMIT ?")
+    return [dict(zip(_DL_COLS, r)) for r in conn.execute(sql, (limit,))]
+
+
+def prune(conn, before: float) -> None:
+    """Closed alerts and dead letters older than ``before``."""
+    conn.execute("DELETE FROM alerts WHERE state!='open' AND closed_at < ?", (before,))
+    conn.execute("DELETE FROM dead_letter WHERE state!='open' AND closed_at < ?", (before,))

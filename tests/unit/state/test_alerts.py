@@ -1,0 +1,96 @@
+"""Alerts keyed (job, fire time, kind): one however often proposed; failures
+open one, a success resolves it; the dead letter's requeue and discard."""
+
+from __future__ import annotations
+
+import pytest
+
+from cronrd.state import alerts as AL
+from cronrd.state import commands as C
+from cronrd.state import events as EV
+from cronrd.state.machine import Refused
+from tests.unit.state.test_backfill import finish
+from tests.unit.state.test_state import T0, Log
+
+
+def miss(job="j", t=T0, kind="start_within", detail="late"):
+    return [job, t, kind, detail]
+
+
+def test_the_same_miss_proposed_by_two_leaders_is_one_alert_and_one_event():
+    log = Log()
+    log.put()
+    first = log.apply(C.RaiseAlerts(alerts=[miss(), miss(kind="finish_within")], at=T0 + 5))
+    again = log.apply(C.RaiseAlerts(alerts=[miss(detail="later look")], at=T0 + 9))
+    assert len(first["opened"]) == 2 and again["opened"] == []
+    (a, b) = AL.alerts(log.sm.conn)
+    assert {a["kind"], b["kind"]} == {"start_within", "finish_within"}
+    assert [e["kind"] for e in EV.undelivered(log.sm.conn)] == ["sla_start_within",
+                                                               "sla_finish_within"]
+    for bad in ([["j", T0, "nonsense", "x"]], [["j", "T0", "start_within", "x"]], "x"):
+        with pytest.raises(Refused, match="raise_alerts"):
+            log.apply(C.RaiseAlerts(alerts=bad, at=T0))
+
+
+def test_ack_closes_an_open_alert_once():
+    log = Log()
+    log.put()
+    (aid,) = log.apply(C.RaiseAlerts(alerts=[miss()], at=T0))["opened"]
+    log.apply(C.AckAlert(alert_id=aid, note="known: node down", who="root", at=T0 + 1))
+    assert AL.alerts(log.sm.conn) == []
+    (row,) = AL.alerts(log.sm.conn, include_closed=True)
+    assert (row["state"], row["note"], row["by"]) == ("acked", "known: node down", "root")
+    with pytest.raises(Refused, match="acked already"):
+        log.apply(C.AckAlert(alert_id=aid, at=T0 + 2))
+    with pytest.raises(Refused, match="no alert with id 99"):
+        log.apply(C.AckAlert(alert_id=99, at=T0 + 2))
+
+
+def test_a_final_failure_opens_an_alert_a_retry_does_not_and_a_success_resolves_it():
+    log = Log()
+    log.put(retries={"max": 1, "delay": 1.0, "backoff": 2.0, "max_delay": 10.0,
+                     "jitter": 0.0})
+    rid = log.fire(T0 + 1)["run_id"]
+    retry = log.finish(rid, state="failed", exit_code=1)["retry_run_id"]
+    assert AL.alerts(log.sm.conn) == []          # a retry follows: not final
+    finish(log, retry, state="failed", at=T0 + 5)
+    (a,) = AL.alerts(log.sm.conn)
+    assert (a["kind"], a["fire_time"]) == ("failed", T0 + 1)
+    assert a["detail"].startswith("attempt 2 failed")
+    ok = log.fire(T0 + 20)["run_id"]
+    log.finish(ok)
+    assert AL.alerts(log.sm.conn) == []
+    (a,) = AL.alerts(log.sm.conn, include_closed=True)
+    assert a["state"] == "resolved" and a["note"] == f"recovered: run {ok} succeeded"
+
+
+def test_dead_letter_requeue_is_a_new_attempt_of_the_record_and_discard_needs_it_open():
+    log = Log()
+    log.put(on_final_failure="dead_letter")
+    rid = log.fire(T0 + 1)["run_id"]
+    log.finish(rid, state="failed", exit_code=2)
+    (d,) = AL.dead_letters(log.sm.conn)
+    assert (d["run_id"], d["state"]) == (rid, "open")
+    assert "dead_lettered" in [e["kind"] for e in EV.undelivered(log.sm.conn)]
+    res = log.apply(C.DeadLetterAction(run_id=rid, action="requeue", who="root", at=T0 + 9))
+    new = log.run(res["new_run_id"])
+    assert (new.fire_time, new.attempt, new.kind, new.state) == (T0 + 1, 2, "rerun",
+                                                                 "pending")
+    with pytest.raises(Refused, match="requeued already"):
+        log.apply(C.DeadLetterAction(run_id=rid, action="discard", at=T0 + 10))
+    # the requeued attempt fails again: a second dead letter, discarded with a note
+    finish(log, new.run_id, state="failed", at=T0 + 11)
+    (d2,) = AL.dead_letters(log.sm.conn)
+    assert d2["run_id"] == new.run_id
+    log.apply(C.DeadLetterAction(run_id=new.run_id, action="discard", note="bad input",
+                                 who="root", at=T0 + 12))
+    assert AL.dead_letters(log.sm.conn) == []
+    with pytest.raises(Refused, match="not in the dead letter"):
+        log.apply(C.DeadLetterAction(run_id=12345, action="requeue", at=T0))
+
+
+def test_a_job_without_dead_letter_keeps_its_failure_out_of_it():
+    log = Log()
+    log.put()
+    log.finish(log.fire(T0 + 1)["run_id"], state="failed", exit_code=1)
+    assert AL.dead_letters(log.sm.conn) == []
