@@ -210,8 +210,12 @@ def check_config(obj: Ctx, file):
         where = (f"cluster node listening on {format_address(c.listen)}, "
                  f"{'joining' if c.join else 'initial members'} {members}, "
                  f"{'mutual TLS' if c.tls else 'INSECURE (no TLS)'}")
+    n = cfg.notifications
+    notes = (f"; notifiers {', '.join(f'{k} ({v.type})' for k, v in n.notifiers.items())}"
+             + (f", default notify: {', '.join(r.to for r in n.default)}" if n.default else "")
+             if n.notifiers else "")
     click.echo(f"{path}: ok: node {cfg.node_id}, jobs_dir {cfg.jobs_dir}, data_dir "
-               f"{cfg.data_dir}, {where}")
+               f"{cfg.data_dir}, {where}{notes}")
 
 
 def _print_config_problems(exc) -> None:
@@ -1265,6 +1269,66 @@ def audit(obj: Ctx, limit, before, consistent, as_json):
 
 
 @main.command()
+@click.argument("job", required=False, shell_complete=complete_jobs)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10000),
+              help="Events, newest first.")
+@click.option("--before", type=int, metavar="ID", help="Only events older than event id ID "
+              "(page back from the last ID shown).")
+@consistent_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def notifications(obj: Ctx, job, limit, before, consistent, as_json):
+    """Events (of JOB) and every attempt to deliver them, newest first: who
+    was tried, when, and how it went (the same on every node)."""
+    res = obj.client().call("notifications", read_args(consistent, {
+        "job": job, "limit": limit, "before": before}))
+    if as_json:
+        emit_json(res)
+        return
+    rows = []
+    for e in res["events"]:
+        what = f"{e['kind']} {e['job']}" + (f" run {e['run_id']}" if e["run_id"] else "")
+        if not e["attempts"]:
+            rows.append([e["event_id"], e["at"], what, None, None,
+                         "delivered (no recipient)" if e["delivered"] else "pending"])
+        for a in e["attempts"]:
+            result = "sent" if a["ok"] else ("gave up: " if a["final"] else "failed: ") \
+                + a["error"]
+            rows.append([e["event_id"], a["at"], what, a["notifier"], a["attempt"], result])
+    if not rows:
+        click.echo("no events" + (f" of job {job}" if job else "")
+                   + ("" if res["notifiers"] else "; no notifiers: in the daemon config "
+                      "(`man 8 cronrd`, NOTIFICATIONS)"))
+        return
+    table(rows, ["event", "time", "event of", "notifier", "attempt", "result"])
+
+
+@main.group()
+def notify():
+    """Notifiers of the daemon config."""
+
+
+@notify.command("test")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def notify_test(obj: Ctx, name, as_json):
+    """Send a test event through notifier NAME now (from this node; nothing is
+    recorded). Exit status 1 when it could not be delivered."""
+    res = obj.client(timeout=330.0).call("notify_test", {"name": name})
+    if as_json:
+        emit_json(res)
+    elif res["ok"]:
+        click.echo(f"{name} ({res['type']}, {res['to']}): delivered test event "
+                   f"{res['event_id']} in {res['seconds']:g}s: {res['result']}")
+    else:
+        click.echo(f"{name} ({res['type']}, {res['to']}): not delivered: {res['error']}",
+                   err=True)
+    if not res["ok"]:
+        sys.exit(1)
+
+
+@main.command()
 @click.pass_obj
 def reload(obj: Ctx):
     """Re-read the job files now (as SIGHUP does)."""
@@ -1621,6 +1685,7 @@ def validate(obj: Ctx, paths, no_permissions):
     controllers = host_controllers()[1]
     warnings = [f"{job.source}:{job.line}:1: warning: job {job.name}: {w}"
                 for job in seen.values() for w in host_warnings(job, controllers)]
+    warnings += _notify_warnings(obj, seen.values())
     for w in warnings:
         click.echo(w)
     noted = f", {len(warnings)} warning(s) about this host" if warnings else ""
@@ -1630,6 +1695,24 @@ def validate(obj: Ctx, paths, no_permissions):
                    err=True)
         sys.exit(1)
     click.echo(f"{jobs} job(s) valid{noted}", err=True)
+
+
+def _notify_warnings(obj: Ctx, jobs) -> list[str]:
+    """Jobs whose notify names a notifier this host's daemon config does not
+    define (a warning: its events would reach nobody there)."""
+    if not any(job.notify for job in jobs):
+        return []
+    try:
+        cfg = obj.try_config()
+    except CronrdError:
+        return []  # `cronrd check-config` says what is wrong with it
+    if cfg is None:
+        return []
+    known = cfg.notifications.notifiers
+    return [f"{job.source}:{job.line}:1: warning: job {job.name}: notify names {r.to!r}, which "
+            f"the daemon config {cfg.path} does not define under notifiers: (defined: "
+            f"{', '.join(known) or 'none'}); its events would reach nobody there"
+            for job in jobs for r in job.notify or () if r.to not in known]
 
 
 def _subdirs_with_job_files(path: str, checked: tuple[str, ...]) -> list[str]:

@@ -38,8 +38,9 @@ Two kinds of findings (``Problem`` with the line and column):
   it, lines that do not parse, bad time zones, dynamic loader variables
   ``LD_*`` (a user's crontab must not make the programs a job starts load code
   by name), environment names cronrd cannot carry;
-* ``warnings``: converted, but worth a look: ``MAILTO`` (kept as a comment for
-  the notifications work), bash syntax in a command that runs under /bin/sh,
+* ``warnings``: converted, but worth a look: ``MAILTO`` (mapped to ``notify:``
+  a notifier named after its addresses, which the daemon config must define;
+  ``MAILTO=""`` is ``notify: []``), bash syntax in a command that runs under /bin/sh,
   a user crontab whose owner is unknown.
 """
 
@@ -103,6 +104,27 @@ _SHELL_WORDS = frozenset(
     "cd test [ [[ true false : . source echo printf exec command eval export set unset "
     "umask ulimit wait trap shift read if then else elif fi for while until do done "
     "case esac ! { } ( ) function".split())
+
+
+# What a MAILTO maps to: the notifier of its addresses, on failures (cron
+# mailed any output; cronrd keeps output in the run log and notifies when a
+# run fails or cannot start).
+MAILTO_EVENTS = ("failed", "launch_failed")
+
+
+def _addresses(value: str) -> list[str]:
+    """MAILTO's addresses, a bare user name as USER@localhost."""
+    return [a if "@" in a else f"{a}@localhost"
+            for a in (x.strip() for x in value.split(",")) if a]
+
+
+def mailto_notifier(value: str) -> str:
+    """The notifier name a MAILTO value maps to: ``mailto-`` and the
+    addresses, in the characters a notifier name may hold (at most 64)."""
+    base = "mailto-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", value.strip().lower()).strip("-.")
+    if len(base) > 64:
+        base = base[:55].rstrip("-.") + "-" + hashlib.sha256(value.encode()).hexdigest()[:8]
+    return base
 
 
 def is_system_crontab_path(path: str) -> bool:
@@ -557,6 +579,9 @@ def convert_crontab(text: str, *, path: str, system: bool | None = None,
     timezone: str | None = None
     jitter: str | None = None
     shell: str | None = None
+    # MAILTO: None (not set: the cluster default applies), [] (MAILTO="": no
+    # mail, so no notifications) or the notify routes of its notifier
+    notify: list | None = None
     jobs: list[dict] = []
     comments: list[list[str]] = []  # the comment lines to print before each job
     pending: list[str] = []  # comments waiting for the next job
@@ -590,14 +615,25 @@ def convert_crontab(text: str, *, path: str, system: bool | None = None,
                                         "daemon's time zone")
                 if name == "CRON_TZ":
                     continue  # TZ is also passed to the command, as cron does
+            if name == "MAILTO":
+                if not value:
+                    notify = []  # MAILTO="" turns mail off: the jobs below notify nobody
+                    continue
+                notifier = mailto_notifier(value)
+                notify = [{"to": notifier, "on": list(MAILTO_EVENTS)}]
+                pending.append(f"# MAILTO={value}: the jobs below notify {notifier} (define it "
+                               "under notifiers: in the daemon config)")
+                warning(lineno, 1, f"MAILTO={value} becomes notify: {notifier} (on "
+                                   f"{', '.join(MAILTO_EVENTS)}) for the jobs below; define it "
+                                   "in the daemon config: notifiers: {" + notifier + ": {type: "
+                                   f"smtp, to: [{', '.join(_addresses(value))}], from: "
+                                   "cronrd@HOST}}. cron mailed any output; cronrd notifies on "
+                                   "failure and keeps the output in the run log (cronrd logs JOB)")
+                continue
             if name in _MAIL_VARS:
-                if name == "MAILTO" and not value:
-                    continue  # MAILTO="" turns mail off: nothing to convert
-                pending.append(f"# {name}={value}: cronrd has no mail yet; notifications "
-                               "(issue 15) will map this")
-                warning(lineno, 1, f"{name}={value} is kept as a comment in the output: cronrd "
-                                   "sends no mail yet; a job's output is kept in its run log "
-                                   "(cronrd logs JOB)")
+                pending.append(f"# {name}={value}: set it on the notifier (from: for MAILFROM)")
+                warning(lineno, 1, f"{name}={value} is kept as a comment in the output: set it "
+                                   "on the notifier MAILTO maps to (MAILFROM is its from:)")
                 continue
             if name == "RANDOM_DELAY":
                 if value.isdigit():
@@ -674,6 +710,8 @@ def convert_crontab(text: str, *, path: str, system: bool | None = None,
             job["jitter"] = jitter
         job["catchup"] = "none"
         job["concurrency"] = "allow"
+        if notify is not None:
+            job["notify"] = [dict(r) for r in notify]
         jobs.append(job)
         comments.append(pending + [f"# line {lineno}" + ("" if enabled else " (commented out)")])
         pending = []

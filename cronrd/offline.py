@@ -22,7 +22,8 @@ from .errors import DaemonUnavailable, RequestError, UsageError
 from .schedule import iso_utc
 
 # Commands answered here; every other one needs the daemon.
-READS = ("status", "jobs", "job", "runs", "run", "logs", "audit", "explain", "graph")
+READS = ("status", "jobs", "job", "runs", "run", "logs", "audit", "explain", "graph",
+         "notifications")
 
 
 def daemon_holds(data_dir: str) -> bool | None:
@@ -198,6 +199,10 @@ class Offline:
         from .state import queries as Q
         return {"records": Q.audit(self.conn, args.get("limit") or 50, args.get("before")),
                 "applied_index": int(self._meta("applied_index") or 0)}
+
+    def h_notifications(self, args: dict, on_message) -> dict:
+        from .runtime.notify_handlers import notifications
+        return notifications(self.conn, self.config, args)
 
     def h_logs(self, args: dict, on_message) -> dict | None:
         """The runs' log files on this node (the daemon is not there to ask

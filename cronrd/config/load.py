@@ -77,7 +77,9 @@ def _values(node: Node, key: KeyPath, report: ConfigProblems, constructor: SafeC
     is left out), and merge keys work."""
     if isinstance(node, MappingNode) and node.tag == _MAP:
         out = {}
-        for name, (knode, vnode) in mapping_items(report, node).items():
+        # notify: [{to: X, on: [...]}]: "on" is a word there, not YAML 1.1's true
+        words = ("on",) if key[:1] == ("notify",) and len(key) == 2 else ()
+        for name, (knode, vnode) in mapping_items(report, node, words).items():
             report.where[key + (name,)] = (node_pos(knode), node_pos(vnode))
             out[name] = _values(vnode, key + (name,), report, constructor)
         return out

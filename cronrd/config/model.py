@@ -8,6 +8,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from .notifiers import Notifications
+
 
 DEFAULT_CONFIG_PATH = "/etc/cronrd/cronrd.yaml"
 
@@ -23,7 +25,8 @@ class TLSPaths:
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
               "log_dir", "log_retention", "history_retention", "history_max_runs_per_job",
               "shutdown", "log_level",
-              "watch_interval", "max_running", "accept_jobs_from", "cluster")
+              "watch_interval", "max_running", "accept_jobs_from", "cluster",
+              "notifiers", "notify")
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
                 "node_timeout", "election_timeout", "max_clock_offset")
@@ -97,6 +100,8 @@ class Config:
     accept_jobs_from: tuple[str, ...] | None = None
     path: str = ""
     cluster: ClusterConfig | None = None    # None: a one-node cluster without a network
+    # notifiers: and notify: (the cluster default of the jobs' notify)
+    notifications: Notifications = field(default_factory=Notifications)
 
     @property
     def state_db(self) -> str:

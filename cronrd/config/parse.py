@@ -11,6 +11,7 @@ from cronrd.schedule import host_timezone, parse_duration, resolve_timezone
 
 from .cluster import parse_cluster
 from .directories import creation_problems, jobs_dir_problems, ownership_problems
+from .notifiers import parse_notifications
 from .model import DEFAULT_MAX_RUNNING, KNOWN_KEYS, Config
 from .problems import ConfigProblems
 
@@ -141,6 +142,7 @@ def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files
     if raw.get("cluster") is not None:
         cluster = parse_cluster(raw["cluster"], path, base, node_id, report,
                                 load_tls=daemon_files)
+    notifications = parse_notifications(raw, base, report, daemon_files=daemon_files)
     paths = {"data_dir": data_dir, "log_dir": log_dir, "jobs_dir": jobs_dir, "socket": sock}
     found = []
     if daemon_files:
@@ -157,4 +159,5 @@ def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files
                   history_retention=history, history_max_runs_per_job=keep_runs,
                   shutdown_mode=mode, shutdown_grace=grace,
                   log_level=level, watch_interval=min(max(watch, 0.1), 60.0), path=path,
-                  max_running=max_running, accept_jobs_from=accept, cluster=cluster)
+                  max_running=max_running, accept_jobs_from=accept, cluster=cluster,
+                  notifications=notifications)

@@ -18,6 +18,7 @@ from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_
 
 from .model import (_NAME_RULE, ENV_KEY_RE, NAME_RE, TRIGGER_RULES, Dependency, Limits,
                     RetryPolicy, RunOn, Sla)
+from .notify_field import v_notify
 from .params import parse_params
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
                     _value, mapping_items, node_pos)
@@ -661,6 +662,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "trigger_rule": _v_choice(TRIGGER_RULES),
     "on_upstream_failure": _v_choice(("skip", "fail")),
     "wait_for_upstream": _v_duration(),
+    "notify": lambda ctx, key, node: _INVALID if (r := v_notify(ctx, key, node)) is None else r,
     "sla": _v_sla,
     "on_final_failure": _v_choice(("none", "dead_letter")),
     "heartbeat_timeout": _v_duration(positive=True),

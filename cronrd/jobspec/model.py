@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .notify import NotifyRoute, routes_from_data
+
 DEFAULT_JOBS_DIR = "/etc/cronrd.d"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -168,6 +170,9 @@ class JobSpec:
     on_upstream_failure: str = "skip"     # skip | fail
     wait_for_upstream: float = 0.0        # seconds a scheduled child waits at its fire time
     params: tuple[Param, ...] = ()  # sorted by name
+    # Who hears of its events (jobspec/notify.py); None: the cluster default
+    # (the daemon config's notify), (): nobody.
+    notify: tuple[NotifyRoute, ...] | None = None
     # Reliability policies: SLA alerts, and what a run that failed its last
     # retry becomes (none | dead_letter).
     sla: Sla | None = None
@@ -226,6 +231,8 @@ class JobSpec:
                 d["wait_for_upstream"] = self.wait_for_upstream
         if self.params:
             d["params"] = {p.name: p.to_dict() for p in self.params}
+        if self.notify is not None:
+            d["notify"] = [r.to_dict() for r in self.notify]
         if self.sla is not None:
             d["sla"] = self.sla.to_dict()
         if self.on_final_failure != "none":
@@ -287,6 +294,8 @@ class JobSpec:
                 kwargs["params"] = tuple(Param.from_dict(n, ps[n]) for n in sorted(ps))
         elif "params" in kwargs:
             kwargs["params"] = ()
+        if "notify" in kwargs:
+            kwargs["notify"] = routes_from_data(kwargs["notify"])
         if kwargs.get("sla") is not None and not isinstance(kwargs["sla"], Sla):
             kwargs["sla"] = Sla.from_dict(kwargs["sla"])
         for f in ("kill_grace", "catchup_window", "jitter", "wait_for_upstream"):

@@ -86,10 +86,12 @@ class FileProblems:
         self.at(*node_pos(node), message)
 
 
-def mapping_items(ctx: FileProblems, node: MappingNode) -> dict[str, tuple[Node, Node]]:
+def mapping_items(ctx: FileProblems, node: MappingNode, word_keys: tuple[str, ...] = ()
+                  ) -> dict[str, tuple[Node, Node]]:
     """Ordered ``key -> (key_node, value_node)``; reports duplicate and
     non-string keys. Supports ``<<:`` merge keys (own keys win, then earlier
-    merged mappings win over later ones)."""
+    merged mappings win over later ones). ``word_keys``: plain keys YAML 1.1
+    reads as booleans that are meant as words here (``on`` of notify)."""
     own: dict[str, tuple[Node, Node]] = {}
     merged: dict[str, tuple[Node, Node]] = {}
     for knode, vnode in node.value:
@@ -103,7 +105,9 @@ def mapping_items(ctx: FileProblems, node: MappingNode) -> dict[str, tuple[Node,
                 for k, pair in mapping_items(ctx, src).items():
                     merged.setdefault(k, pair)
             continue
-        if not _is_str(knode):
+        if word_keys and _is(knode, BOOL) and knode.value in word_keys:
+            pass  # a word after all (the key's text)
+        elif not _is_str(knode):
             hint = ""
             if _is(knode, BOOL):
                 hint = f"; quote it: \"{knode.value}\""

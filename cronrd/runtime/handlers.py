@@ -31,6 +31,7 @@ from ..state import queries as Q
 from ..state.run import Run
 from ..state.machine import Effect, StateMachine
 from . import backfills as B
+from . import notify_handlers as NH
 from ..decisions import backfill as BD
 from ..state import backfill as BF
 from ..state import alerts as AL
@@ -63,6 +64,7 @@ CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
              "cluster_remove": "cluster remove",
              "cluster_transfer_leader": "cluster transfer-leader",
              "backfill_state": "backfill pause|resume|cancel",
+             "notify_test": "notify test",
              "alert_ack": "alerts ack", "dead_letter_action": "dead-letter requeue|discard"}
 RUN_STATES = run_states.ALL
 
@@ -146,7 +148,11 @@ class Handlers:
             "cluster_transfer_leader": (ADMIN, self.h_cluster_transfer_leader),
             "checkpoint_save": (TOKEN, self.checkpoints.save),
             "checkpoint_get": (TOKEN, self.checkpoints.get),
-            "heartbeat": (TOKEN, self.checkpoints.heartbeat)}
+            "heartbeat": (TOKEN, self.checkpoints.heartbeat),
+            # notifications (notify_handlers.py): reading the attempts; a test
+            # send runs the config's notifier (a command: as the daemon's user)
+            "notifications": (READ, self.h_notifications),
+            "notify_test": (ADMIN, self.h_notify_test)}
         return {name: self._guard(name, access, fn) for name, (access, fn) in table.items()}
 
     def _guard(self, name: str, access: str, fn):
@@ -757,6 +763,13 @@ class Handlers:
             raise UsageError("limit must be between 1 and 100000")
         return {"records": Q.audit(self.conn, limit, before),
                 "applied_index": self.machine.applied_index}
+
+    async def h_notifications(self, args: dict) -> dict:
+        await self._consistent(args)
+        return NH.notifications(self.conn, self.config, args)
+
+    async def h_notify_test(self, args: dict) -> dict:
+        return await NH.notify_test(self.config, self.clock, args)
 
     async def h_reload(self, args: dict) -> dict:
         return await self.watcher.reload()

@@ -29,6 +29,7 @@ from .clock import Clock
 from .heartbeats import HeartbeatWatch
 from .log import Log
 from .members import Members
+from .notify_delivery import Delivery
 from .placement import Placement
 from .scheduler import Scheduler
 from .tasks import HEALTHY_AFTER, RESTART_MAX, RESTART_MIN
@@ -64,6 +65,7 @@ class Leadership:
         self._assigning: set[int] = set()
         self._pending = asyncio.Event()  # pending runs were committed: place them
         self.backfiller: Backfiller | None = None
+        self.delivery: Delivery | None = None  # the outbox's sender (notify_delivery.py)
         self._leading = False
         self._sla_looked = float("-inf")
         self.heartbeats = HeartbeatWatch(log, conn, clock, lambda: members.clock_fence())
@@ -122,6 +124,9 @@ class Leadership:
                          tg.create_task(self.backfiller.run(), name="backfills")]
                 if self.claims:
                     tasks.append(tg.create_task(self._mover(), name="claims"))
+                self.delivery = Delivery(self.config, self.conn, self.log.propose_as_leader,
+                                         self.clock)
+                tasks.append(tg.create_task(self.delivery.run(), name="notifications"))
                 await self.members.changes.until(lambda: not self.log.is_leader)
                 for task in tasks:
                     task.cancel()
@@ -129,6 +134,7 @@ class Leadership:
         finally:
             self._leading = False
             self.backfiller = None
+            self.delivery = None
             self._assigning.clear()
             self._moving.clear()
             sched.stop()
@@ -229,6 +235,8 @@ class Leadership:
             self.scheduler.on_effects(effects)
         if self.backfiller is not None:
             self.backfiller.on_effects(effects)
+        if self.delivery is not None:
+            self.delivery.on_effects(effects)
         for eff in effects:
             if eff.kind == "restored" and self.scheduler is not None:
                 self.scheduler.started = False

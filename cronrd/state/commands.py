@@ -403,6 +403,19 @@ class UpstreamTimeout(Command):
 
 
 @dataclass(frozen=True)
+class DeliveryResult(Command):
+    """The leader: attempts to deliver events to notifiers (state/deliveries.py),
+    each [event_id, notifier, attempt, ok, final, error], and the events now
+    delivered (every recipient settled)."""
+
+    op: ClassVar[str] = "delivery_result"
+    at: float
+    leader: str
+    attempts: list = field(default_factory=list)
+    done: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class RaiseAlerts(Command):
     """The leader: SLA misses it found (decisions/sla.py), each
     [job, fire_time, kind, detail]; apply opens those not open already."""
@@ -481,7 +494,7 @@ COMMANDS: dict[str, type[Command]] = {
               RunStarted, RunFinished, CancelRun, Prune, NodeInfo, NodeLost, RemoveNode,
               AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit,
               CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
-              RaiseAlerts, AckAlert, DeadLetterAction,
+              DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction,
               SaveCheckpoint, Heartbeat, HeartbeatTimeout)
 }
 

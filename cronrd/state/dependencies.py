@@ -32,6 +32,7 @@ from ..decisions import dependencies as D
 from ..schedule import parse_schedule
 from . import downstream as DS
 from . import queue as QU
+from . import run_events as RE
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, FINAL, sql_in
 
@@ -153,6 +154,7 @@ def parent_final(sm: "StateMachine", index: int, parent: str, run_id: int, at: f
     per-node run waits for its fire time's other nodes' runs), it is the
     newest outcome new to each child; evaluate the gate of each child (in
     name order: the same on every node)."""
+    RE.on_final(sm.conn, run_id, at)  # failed, skipped, recovered...: an event
     if depth > MAX_DEPTH:
         return
     run_id = fire_time_outcome(sm.conn, run_id)

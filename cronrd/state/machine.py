@@ -27,6 +27,8 @@ from . import dependencies as deps
 from . import alerts as AL
 from . import downstream as DS
 from . import events as EV
+from . import run_events as RE
+from . import deliveries as DL
 from . import pause_log
 from . import queries as Q
 from . import queue as QU
@@ -563,6 +565,7 @@ class StateMachine:
         digest = self._job(name)["digest"]
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
         self.conn.execute("DELETE FROM pauses WHERE name=?", (name,))
+        RE.forget(self.conn, name)  # a job of this name made again starts afresh
         self._forget_specs(name, [digest])
         deps.sync_parents(self, name)
         # Runs not yet started will never start; running ones finish.
@@ -1041,6 +1044,7 @@ class StateMachine:
                                target=run.target)
         RP.carry(self.conn, run.run_id, new.run_id)
         effects.append(Effect("pending" if lost else "assign", run=new))
+        RE.on_retry(self.conn, run.run_id, new.run_id, at)
         return new.run_id
 
     def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
@@ -1214,6 +1218,7 @@ class StateMachine:
         DS.prune(self.conn)
         CK.prune(self.conn)
         EV.prune(self.conn, cmd.before)
+        DL.prune(self.conn)
         AL.prune(self.conn, cmd.before)
         return {"runs_deleted": runs, **({"more": True} if more else {})}
 
@@ -1372,6 +1377,13 @@ class StateMachine:
         effects.append(Effect("stuck", run=self._get_run(run.run_id)))
         return {"run_id": run.run_id, "state": "timed_out", "retry_run_id": retry}
 
+    # -- notifications: delivery attempts (state/deliveries.py) ------------------------
+    def _apply_delivery_result(self, index, cmd: C.DeliveryResult, effects):
+        if not DL.well_formed(cmd.attempts, cmd.done):
+            raise Refused("delivery_result: attempts must be [event_id, notifier, attempt, "
+                          "ok, final, error] lists and done a list of event ids")
+        return DL.record(self.conn, cmd.at, cmd.leader, cmd.attempts, cmd.done)
+
     # -- alerts and the dead letter (state/alerts.py) -----------------------------------
     def _apply_raise_alerts(self, index, cmd: C.RaiseAlerts, effects):
         if not isinstance(cmd.alerts, list) or len(cmd.alerts) > 1000:
@@ -1415,7 +1427,10 @@ class StateMachine:
                                                   "child_job, child_fire_time"),
                              ("pause_log", "event_id"),
                              ("run_params", "run_id"), ("run_keys", "job, key"),
-                             ("run_queue", "run_id"), ("run_heartbeats", "run_id"),
+                             ("run_queue", "run_id"),
+                             ("failing_jobs", "job, target"),
+                             ("deliveries", "event_id, notifier, attempt"),
+                             ("run_heartbeats", "run_id"),
                              ("checkpoints", "job, origin, fire_time, target")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):

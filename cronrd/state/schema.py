@@ -275,6 +275,36 @@ CREATE TABLE IF NOT EXISTS events(
     delivered INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS events_undelivered ON events(event_id) WHERE delivered = 0;
+-- Jobs whose last final outcome was a failure (state/run_events.py): their
+-- next success is one "recovered" event. event_id: the first failure's.
+-- target: the node of a run_on: all job's runs (each recovers on its own).
+CREATE TABLE IF NOT EXISTS failing_jobs(
+    job TEXT NOT NULL,
+    target TEXT NOT NULL,
+    event_id INTEGER NOT NULL,
+    since REAL NOT NULL,
+    PRIMARY KEY(job, target)
+) WITHOUT ROWID;
+-- A run's delivered events go with its record (pruned by age or by
+-- history_max_runs_per_job), so a job skipping every second does not keep
+-- a month of events; an undelivered one stays until delivered.
+CREATE INDEX IF NOT EXISTS events_run ON events(run_id) WHERE run_id IS NOT NULL;
+CREATE TRIGGER IF NOT EXISTS runs_pruned_events AFTER DELETE ON runs BEGIN
+    DELETE FROM events WHERE run_id = OLD.run_id AND delivered = 1;
+END;
+-- Each attempt to deliver an event to a notifier (state/deliveries.py), as
+-- the leader that made it recorded it through the log (DeliveryResult).
+CREATE TABLE IF NOT EXISTS deliveries(
+    event_id INTEGER NOT NULL,
+    notifier TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    at REAL NOT NULL,
+    ok INTEGER NOT NULL,             -- 1 sent, 0 failed
+    final INTEGER NOT NULL,          -- 1: no more attempts (sent, or given up)
+    error TEXT NOT NULL,
+    leader TEXT NOT NULL,
+    PRIMARY KEY(event_id, notifier, attempt)
+) WITHOUT ROWID;
 -- Alerts (state/alerts.py): one per (job, fire time, kind) -- SLA misses
 -- the leader proposes, failures apply opens -- open until acked or resolved.
 CREATE TABLE IF NOT EXISTS alerts(

@@ -109,7 +109,7 @@ def test_a_socket_group_member_reads_everything_but_acts_only_on_its_own_jobs(sh
 
     # Read-only views work for a socket group member.
     for args in (("status",), ("jobs",), ("runs",), ("runs", "backup"), ("audit",),
-                 ("cluster", "members")):
+                 ("notifications",), ("cluster", "members")):
         res = cli_as_nobody(node, *args)
         if args[0] == "cluster":  # a one-node daemon: answered, not refused
             assert "permission denied" not in res.stderr, res.stderr
@@ -126,7 +126,8 @@ def test_a_socket_group_member_reads_everything_but_acts_only_on_its_own_jobs(sh
                       ("reload", ("reload",)),
                       ("cluster_add", ("cluster", "add", "evil", "127.0.0.1:9")),
                       ("cluster_remove", ("cluster", "remove", "n1")),
-                      ("cluster_transfer_leader", ("cluster", "transfer-leader"))):
+                      ("cluster_transfer_leader", ("cluster", "transfer-leader")),
+                      ("notify_test", ("notify", "test", "chat"))):
         res = cli_as_nobody(node, *args)
         assert res.returncode == 1, (args, res.stdout, res.stderr)
         assert "permission denied" in res.stderr and who in res.stderr, res.stderr

@@ -185,3 +185,30 @@ def test_validate_points_at_the_jobs_next_to_a_config_whose_jobs_dir_is_missing(
         f"`cronrd check-config {tmp_path}/cronrd.yaml`",
         f"{tmp_path}/jobs: a subdirectory with YAML files, which neither validate nor the "
         f"daemon reads; check them with `cronrd validate {tmp_path}/jobs`"]
+
+
+def test_validate_warns_of_a_notifier_the_config_does_not_define(tmp_path):
+    path = write_config(tmp_path, GOOD + "notifiers:\n  chat: {type: command, command: 'true'}\n")
+    job = tmp_path / "jobs" / "j.yaml"
+    job.write_text("schedule: '@daily'\ncommand: 'true'\nnotify: [chat, {to: pager}]\n")
+    res = run("--config", str(path), "validate", "--no-permissions", str(tmp_path / "jobs"))
+    assert res.exit_code == 0  # a warning: another host's config may define it
+    assert res.stdout.splitlines() == [
+        f"{job}:1:1: warning: job j: notify names 'pager', which the daemon config {path} "
+        "does not define under notifiers: (defined: chat); its events would reach nobody there"]
+    assert res.stderr == "1 job(s) valid, 1 warning(s) about this host\n"
+
+
+def test_check_config_names_the_notifiers_and_checks_their_secret_files(tmp_path):
+    path = write_config(tmp_path, GOOD + (
+        "notifiers:\n  page: {type: command, command: 'true'}\n"
+        "  chat: {type: webhook, url: 'http://127.0.0.1:9/x', secret_file: chat.secret}\n"
+        "notify: [page]\n"))
+    res = run("check-config", str(path))
+    assert res.exit_code == 1
+    assert f"notifiers.chat.secret_file: cannot read {tmp_path / 'chat.secret'}" in res.stdout
+    (tmp_path / "chat.secret").write_text("k\n")
+    res = run("check-config", str(path))
+    assert res.exit_code == 0, res.stdout
+    assert res.stdout.rstrip().endswith("; notifiers chat (webhook), page (command), default "
+                                        "notify: page")

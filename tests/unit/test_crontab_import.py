@@ -94,10 +94,13 @@ def test_system_crontab():
         "/etc/crontab:19:1: expected 5 time fields, a user and a command, found 4 field(s); line skipped",
         "/etc/crontab:20:1: expected @weekly followed by a user and a command; line skipped",
     ]
-    # MAILTO is not an error: it is kept for the notifications work
+    # MAILTO is not an error: it becomes a notifier reference the config must define
     assert [str(p) for p in result.warnings] == [
-        "/etc/crontab:14:1: MAILTO=ops@example.com is kept as a comment in the output: cronrd sends "
-        "no mail yet; a job's output is kept in its run log (cronrd logs JOB)"]
+        "/etc/crontab:14:1: MAILTO=ops@example.com becomes notify: mailto-ops-example.com (on "
+        "failed, launch_failed) for the jobs below; define it in the daemon config: notifiers: "
+        "{mailto-ops-example.com: {type: smtp, to: [ops@example.com], from: cronrd@HOST}}. cron "
+        "mailed any output; cronrd notifies on failure and keeps the output in the run log "
+        "(cronrd logs JOB)"]
     assert result.system and result.format_note == (
         "/etc/crontab: read as a system crontab (cron reads /etc/crontab and /etc/cron.d/* with a "
         "user column); pass --user if it is not")
@@ -110,21 +113,37 @@ def test_output_header_names_source_and_semantics_and_problems():
     joined = "\n".join(header)
     assert "catchup: none" in joined and "concurrency: allow" in joined
     assert "# Lines not converted:\n#   line 17: the command contains %" in joined
-    assert "# Warnings:\n#   line 14: MAILTO=ops@example.com is kept as a comment" in joined
+    assert "# Warnings:\n#   line 14: MAILTO=ops@example.com becomes notify: " in joined
     assert yaml.safe_load(text)["jobs"][0]["name"] == "run-parts-cron-hourly"
 
 
-def test_mailto_is_a_comment_before_the_jobs_it_applies_to():
+def test_mailto_becomes_a_notifier_reference_of_the_jobs_after_it():
     text = ("0 1 * * * root /bin/a\nMAILTO=ops@example.com\n0 2 * * * root /bin/b\n"
-            "0 3 * * * root /bin/c\nMAILTO=dev@example.com,root\n")
+            "MAILTO=dev@example.com,root\n0 3 * * * root /bin/c\nMAILTO=\"\"\n"
+            "0 4 * * * root /bin/d\n")
     result = imported(text, path="/etc/cron.d/x")
-    assert result.problems == [] and [j["name"] for j in result.jobs] == ["a", "b", "c"]
+    assert result.problems == [] and [j["name"] for j in result.jobs] == ["a", "b", "c", "d"]
+    by_name = specs(result)
+    assert by_name["a"].notify is None        # before any MAILTO: the cluster default
+    assert [r.to_dict() for r in by_name["b"].notify] == [
+        {"to": "mailto-ops-example.com", "on": ["failed", "launch_failed"]}]
+    assert [r.to for r in by_name["c"].notify] == ["mailto-dev-example.com-root"]
+    assert by_name["d"].notify == ()          # MAILTO="": no mail, no notifications
     body = result.yaml_text[result.yaml_text.index("jobs:"):].splitlines()
-    note = "# MAILTO=ops@example.com: cronrd has no mail yet; notifications (issue 15) will map this"
+    note = ("# MAILTO=ops@example.com: the jobs below notify mailto-ops-example.com (define it "
+            "under notifiers: in the daemon config)")
     assert body[body.index(note) + 1:body.index(note) + 3] == ["# line 3", "- name: b"]
-    assert body[-1] == ("# MAILTO=dev@example.com,root: cronrd has no mail yet; notifications "
-                        "(issue 15) will map this")
-    assert [p.line for p in result.warnings] == [2, 5]
+    assert [p.line for p in result.warnings] == [2, 4]
+    assert "to: [dev@example.com, root@localhost]" in result.warnings[1].message
+
+
+def test_a_long_mailto_gets_a_valid_notifier_name():
+    from cronrd.crontab_import import mailto_notifier
+    from cronrd.jobspec.notify import NOTIFIER_NAME_RE
+    long = ",".join(f"person{i}@example.com" for i in range(10))
+    name = mailto_notifier(long)
+    assert NOTIFIER_NAME_RE.fullmatch(name) and len(name) <= 64
+    assert name != mailto_notifier(long + ",x@example.com")
 
 
 USER_CRONTAB = """\
@@ -287,6 +306,11 @@ def test_user_line_with_too_few_fields_hints_at_system_format():
     assert "found 6 field(s)" in result.problems[0].message
 
 
+def job_notify(job: dict):
+    from cronrd.jobspec.notify import routes_from_data
+    return routes_from_data(job["notify"])
+
+
 def test_mail_settings_and_other_env_edge_cases():
     text = """\
 MAILTO=root,ops@example.com
@@ -308,8 +332,10 @@ CRON_TZ=Mars/Olympus
                      (6, "CRON_TZ=Mars/Olympus")]
     assert "cron needs the shell's full path (e.g. SHELL=/bin/bash)" in result.problems[0].message
     assert "unknown time zone 'Mars/Olympus'" in result.problems[2].message
-    assert [(p.line, p.message.split(" is kept")[0]) for p in result.warnings] == [
+    assert [(p.line, p.message.split(" ")[0]) for p in result.warnings] == [
         (1, "MAILTO=root,ops@example.com"), (2, "MAILFROM=cron@example.com")]
+    assert "MAILFROM is its from:" in result.warnings[1].message
+    assert [r.to for r in job_notify(job)] == ["mailto-root-ops-example.com"]
     assert specs(result)["echo"].jitter == 900.0
 
 

@@ -46,12 +46,14 @@ def test_a_copied_system_crontab_is_read_as_one_and_says_so(tmp_path):
     err = res.stderr.splitlines()
     assert err[0] == (f"{bak}: read as a system crontab (each job line has a user column: "
                       "root); pass --user if it is not")
-    assert err[1] == (f"{bak}:4:1: warning: MAILTO=ops@example.com is kept as a comment in "
-                      "the output: cronrd sends no mail yet; a job's output is kept in its "
-                      "run log (cronrd logs JOB)")
+    assert err[1].startswith(f"{bak}:4:1: warning: MAILTO=ops@example.com becomes notify: "
+                             "mailto-ops-example.com (on failed, launch_failed)")
     assert err[-1] == "4 job(s) converted, 0 line(s) not converted, 1 warning(s)"
-    assert ("# MAILTO=ops@example.com: cronrd has no mail yet; notifications (issue 15) will "
-            "map this\n# line 9\n- name: run-parts-cron-hourly") in res.stdout
+    assert ("# MAILTO=ops@example.com: the jobs below notify mailto-ops-example.com (define "
+            "it under notifiers: in the daemon config)\n# line 9\n- name: "
+            "run-parts-cron-hourly") in res.stdout
+    assert jobs[0]["notify"] == [{"to": "mailto-ops-example.com",
+                                  "on": ["failed", "launch_failed"]}]
 
     forced = run("--user", "--owner", "alice", str(bak))
     assert forced.exit_code == 0

@@ -83,6 +83,8 @@ NO_UNIT_TEST_FILE = {
                                "integration/test_daemon.py (shutdown modes)",
     "runtime/runs/processes.py": "security/test_process_identity.py, integration/",
     "runtime/runs/spawner.py": "unit/runtime/runs/test_supervisor.py (driven through Spawner)",
+    "jobspec/notify_field.py": "unit/jobspec/test_notify.py (the notify key of job files)",
+    "runtime/notify_handlers.py": "integration/test_notifications.py (notifications, notify test)",
 }
 
 

@@ -330,6 +330,8 @@ BAD_FIELD_CASES = [
     ("on_upstream_failure: retry", "3:22: on_upstream_failure must be one of skip, fail"),
     ("wait_for_upstream: soon", "3:20: wait_for_upstream: "),
     ("params: [a]", "3:9: params must be a mapping of NAME: default-value or NAME: {type: "),
+    ("notify: [{to: chat, on: [faild]}]", "3:26: notify on: unknown event 'faild' (did you "
+                                          "mean 'failed'?); events: failed, retrying"),
     ("sla: 5m", "3:6: sla must be a mapping with one or more of start_within, "),
     ("sla: {finish_by: 6}", "3:18: sla.finish_by must be a time of day HH:MM"),
     ("sla: {finish_by: '25:00'}", "3:18: sla.finish_by must be a time of day HH:MM"),
