@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cronrd.schedule import parse_iso
 from harness import REPO, wait_for
 
 pytestmark = pytest.mark.integration
@@ -211,3 +212,16 @@ def test_a_retry_on_another_node_after_node_loss_gets_the_checkpoint(cluster, tm
     assert seen.read_text().splitlines()[1].split() == [
         "2", retry["node"], f"done-on-{first_node}", "1"]
     lead.cli("cancel", str(retry["run_id"]))
+
+
+def test_a_job_that_keeps_heartbeating_runs_past_its_heartbeat_timeout(node):
+    node.write_job("alive", {
+        "schedule": "0 3 * * *", "env": ENV, "heartbeat_timeout": "4s",
+        "command": f"for i in 1 2 3 4 5 6 7 8; do {CLI} heartbeat --progress 0.$i || exit 9; "
+                   "sleep 0.7; done"})
+    node.start()
+    assert node.cli("run-now", "alive", "--wait").returncode == 0
+    [run] = node.runs("alive")
+    assert (run["state"], run["progress"]) == ("succeeded", 0.8)
+    # it ran longer than its heartbeat_timeout
+    assert parse_iso(run["finished_at"]) - parse_iso(run["started_at"]) > 4
