@@ -654,6 +654,25 @@ def _echo_inputs(runs: list[dict]) -> None:
                 ["params " + " ".join(f"{k}={v}" for k, v in sorted(r["params"].items()))]
                 if r.get("params") else [])
             click.echo(f"run {r['run_id']}: " + "; ".join(parts))
+    _echo_heartbeats(runs)
+
+
+def _echo_heartbeats(runs: list[dict], now: float | None = None) -> None:
+    """Below a table of runs: the progress and last heartbeat of those that
+    sent one (`cronrd heartbeat`)."""
+    from .schedule import parse_iso
+    now = Clock().now() if now is None else now
+    for r in runs:
+        if r.get("heartbeat_at") is None:
+            continue
+        parts = []
+        if r.get("progress") is not None:
+            parts.append(f"progress {r['progress'] * 100:.0f}%")
+        parts.append(f"last heartbeat {r['heartbeat_at']} "
+                     f"({_ago(now - parse_iso(r['heartbeat_at']))})")
+        if r.get("heartbeat_message"):
+            parts.append(r["heartbeat_message"])
+        click.echo(f"run {r['run_id']}: " + "; ".join(parts))
 
 
 def _pause_text(p: dict | None) -> str:
@@ -710,6 +729,7 @@ def print_job(j: dict, now: float) -> None:
     if active:
         click.echo(f"active     {len(active)} run(s):")
         table([run_row(r, now, False) for r in active], RUN_HEADERS)
+        _echo_heartbeats(active, now)
     recent = j.get("recent_runs") or []
     click.echo(f"\nlast {len(recent)} run(s):" if recent else "\nno runs yet")
     if recent:
@@ -1901,6 +1921,89 @@ def _schedule_of(obj: Ctx, what: str) -> tuple[str, str | None]:
         return spec.schedule, spec.timezone
     raise UsageError(f"{what!r} is neither a schedule expression nor a known job; quote "
                      "an expression, e.g. cronrd next '*/5 * * * *'")
+
+
+# -- from inside a job: checkpoints and heartbeats ------------------------------------------
+def _run_client(obj: Ctx) -> tuple["Client", dict]:
+    """The daemon that started this run (--socket, else $CRONRD_SOCKET, which
+    every run gets) and the run's id and token from the environment."""
+    from .client import Client
+    run_id, token = os.environ.get("CRONRD_RUN_ID", ""), os.environ.get("CRONRD_RUN_TOKEN", "")
+    if not run_id.isdigit() or not token:
+        raise UsageError("this command works inside a run of a cronrd job: CRONRD_RUN_ID and "
+                         "CRONRD_RUN_TOKEN are not set (keep them in the job's environment)")
+    path = obj.socket_arg or os.environ.get("CRONRD_SOCKET") or obj.socket()
+    return Client(path, timeout=30), {"run_id": int(run_id), "token": token}
+
+
+@main.group()
+def checkpoint():
+    """Save or read the checkpoint of the running job's fire time (from inside
+    the job). A retry of the fire time, on any node, gets the last one saved in
+    CRONRD_CHECKPOINT (and the attempt that saved it in CRONRD_CHECKPOINT_ATTEMPT)."""
+
+
+@checkpoint.command("save")
+@click.argument("value", required=False)
+@click.option("--file", "path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Save the contents of this file ('-': standard input) instead.")
+@click.pass_obj
+def checkpoint_save(obj: Ctx, value, path):
+    """Save VALUE (text, at most 64 KiB) as this fire time's checkpoint. Refused
+    for an attempt that a newer one has replaced."""
+    import base64
+    if (value is None) == (path is None):
+        raise UsageError("give the value or --file FILE (one of them)")
+    if path is not None:
+        try:
+            if path == "-":
+                data = sys.stdin.buffer.read(256 * 1024)
+            else:
+                with open(path, "rb") as f:
+                    data = f.read(256 * 1024)
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    else:
+        data = value.encode("utf-8", "surrogateescape")
+    from .state.checkpoints import value_problem
+    try:
+        problem = value_problem(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        problem = ("the checkpoint value is not UTF-8 text; encode binary data, e.g. with "
+                   "base64")
+    if problem is not None:
+        raise UsageError(problem)
+    client, args = _run_client(obj)
+    args["value_b64"] = base64.b64encode(data).decode()
+    client.call("checkpoint_save", args)
+
+
+@checkpoint.command("get")
+@click.option("--json", "as_json", is_flag=True, help="Value, attempt and time as JSON.")
+@click.pass_obj
+def checkpoint_get(obj: Ctx, as_json):
+    """Print the last checkpoint of this fire time as saved (nothing if none)."""
+    client, args = _run_client(obj)
+    res = client.call("checkpoint_get", args)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+    elif res.get("value"):
+        sys.stdout.write(res["value"])
+
+
+@main.command()
+@click.option("--progress", type=click.FloatRange(0, 1), help="How far the run is, 0 to 1.")
+@click.option("--message", help="A short note on what it is doing (shown by `runs`, `show`).")
+@click.pass_obj
+def heartbeat(obj: Ctx, progress, message):
+    """Tell the cluster the running job is alive (from inside the job); a job
+    with heartbeat_timeout is ended timed_out when it stays silent that long."""
+    client, args = _run_client(obj)
+    if progress is not None:
+        args["progress"] = progress
+    if message is not None:
+        args["message"] = message
+    client.call("heartbeat", args)
 
 
 @main.command()

@@ -704,6 +704,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "notify": lambda ctx, key, node: _INVALID if (r := v_notify(ctx, key, node)) is None else r,
     "sla": _v_sla,
     "on_final_failure": _v_choice(("none", "dead_letter")),
+    "heartbeat_timeout": _v_duration(positive=True),
 }
 # Keys that mean something only next to depends_on.
 DEPENDENCY_KEYS = ("trigger_rule", "on_upstream_failure", "wait_for_upstream")

@@ -187,6 +187,9 @@ class JobSpec:
     # retry becomes (none | dead_letter).
     sla: Sla | None = None
     on_final_failure: str = "none"
+    # A running attempt silent this long (no `cronrd heartbeat` or
+    # checkpoint since its start or its last one) is ended timed_out.
+    heartbeat_timeout: float | None = None
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -248,6 +251,8 @@ class JobSpec:
             d["sla"] = self.sla.to_dict()
         if self.on_final_failure != "none":
             d["on_final_failure"] = self.on_final_failure
+        if self.heartbeat_timeout is not None:
+            d["heartbeat_timeout"] = self.heartbeat_timeout
         return d
 
     @property
@@ -315,10 +320,9 @@ class JobSpec:
         for f in ("kill_grace", "catchup_window", "jitter", "wait_for_upstream"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])
-        if kwargs.get("timeout") is not None:
-            kwargs["timeout"] = float(kwargs["timeout"])
-        if kwargs.get("start_deadline") is not None:
-            kwargs["start_deadline"] = float(kwargs["start_deadline"])
+        for f in ("timeout", "heartbeat_timeout", "start_deadline"):
+            if kwargs.get(f) is not None:
+                kwargs[f] = float(kwargs[f])
         return cls(source=source, line=line, **kwargs)
 
     def canonical(self) -> tuple[str, str]:

@@ -6,7 +6,8 @@ Root and the daemon's own uid may do everything. Anyone else who can reach
 the socket (a member of ``socket_group``) may read the views, and may act on
 a job (run-now, pause, resume, cancel, read a run's log) only if the job runs
 as their own user; a job without ``user:`` runs as root. Changes to the
-cluster and ``reload`` are for root only.
+cluster and ``reload`` are for root only. A job's own checkpoints and
+heartbeats are authorised by its run's token, not by the caller's uid.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from ..jobspec import JobSpec
 READ = "read"    # anyone who can reach the socket
 JOB = "job"      # root, the daemon's uid, or the job's own user
 ADMIN = "admin"  # root or the daemon's uid only
+# Whoever presents a run's token (CRONRD_RUN_TOKEN), whatever their uid:
+# checkpoints and heartbeats from inside a job (runtime/checkpoint_requests.py).
+TOKEN = "token"
 
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 

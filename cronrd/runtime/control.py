@@ -35,7 +35,8 @@ from .access import Caller
 
 log = logging.getLogger("cronrd.control")
 
-MAX_REQUEST = 64 * 1024       # bytes in one request line, newline included
+MAX_REQUEST = 128 * 1024      # bytes in one request line, newline included (a 64 KiB
+                              # checkpoint, base64)
 MAX_CLIENTS = 64              # connections at once (an unprivileged uid: half of them)
 PRIVILEGED_RESERVE = 8        # more connections only root and the daemon's uid get
 REQUEST_TIMEOUT = 10.0        # seconds for a request line to arrive

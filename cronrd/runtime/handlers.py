@@ -36,7 +36,8 @@ from ..decisions import backfill as BD
 from ..state import backfill as BF
 from ..state import alerts as AL
 from ..state import downstream as DS
-from .access import ADMIN, JOB, READ, Caller, check_admin, check_job
+from .access import ADMIN, JOB, READ, TOKEN, Caller, check_admin, check_job
+from .checkpoint_requests import CheckpointRequests
 from .clock import Clock
 from .control import Handler, Stream, arg
 from .leadership import Leadership
@@ -94,6 +95,7 @@ class Handlers:
         self.waiters: dict[int, list[asyncio.Future]] = {}  # run id -> `run-now --wait`
         self._refusals: dict[int, tuple[float, int]] = {}  # uid -> (window start, count)
         self._triggers = Triggers(config.timezone)  # a follower's next fire times
+        self.checkpoints = CheckpointRequests(self)
 
     def on_effects(self, effects: list[Effect]) -> None:
         """Wake whoever waits for a run that is done (`run-now --wait`)."""
@@ -145,6 +147,9 @@ class Handlers:
             "cluster_remove": (ADMIN, self.h_cluster_remove),
             "cluster_revoke_cert": (ADMIN, self.h_cluster_revoke_cert),
             "cluster_transfer_leader": (ADMIN, self.h_cluster_transfer_leader),
+            "checkpoint_save": (TOKEN, self.checkpoints.save),
+            "checkpoint_get": (TOKEN, self.checkpoints.get),
+            "heartbeat": (TOKEN, self.checkpoints.heartbeat),
             # notifications (notify_handlers.py): reading the attempts; a test
             # send runs the config's notifier (a command: as the daemon's user)
             "notifications": (READ, self.h_notifications),
@@ -156,7 +161,7 @@ class Handlers:
             async def read(args: dict, caller: Caller):
                 return await fn(args)
             return read
-        if access == JOB:
+        if access in (JOB, TOKEN):  # the handler checks the job's user, or the token
             return fn
 
         async def admin(args: dict, caller: Caller):
@@ -375,6 +380,8 @@ class Handlers:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
         from ..state.dependencies import lineage
         view = run_params.add_to_views(self.conn, [run.view()])[0]
+        from ..state.checkpoints import views as heartbeat_views
+        heartbeat_views(self.conn, [view])
         consumed = lineage(self.conn, run_id)
         if consumed:
             view["lineage"] = consumed  # the parent runs it consumed

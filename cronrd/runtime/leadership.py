@@ -28,6 +28,7 @@ from ..state.machine import Effect
 from . import alerting
 from .backfills import Backfiller
 from .clock import Clock
+from .heartbeats import HeartbeatWatch
 from .log import Log
 from .members import Members
 from .notify_delivery import Delivery
@@ -69,6 +70,7 @@ class Leadership:
         self.delivery: Delivery | None = None  # the outbox's sender (notify_delivery.py)
         self._leading = False
         self._sla_looked = float("-inf")
+        self.heartbeats = HeartbeatWatch(log, conn, clock, lambda: members.clock_fence())
 
     # -- life cycle ------------------------------------------------------------
     async def run(self) -> None:
@@ -146,7 +148,7 @@ class Leadership:
         """The leader's housekeeping, every duty_interval (a timer)."""
         while True:
             for duty in [self._place_pending, self._upstream_timeouts, self._sla_watch,
-                         self._set_pools, self._start_deadlines,
+                         self._set_pools, self._start_deadlines, self.heartbeats.duty,
                          *self.members.leader_duties()]:
                 try:
                     await duty()

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from ..errors import CronrdError, RequestError, UsageError
 from ..schedule import iso_utc, make_trigger, parse_iso, parse_schedule
 from ..state import queries as Q
-from ..state import run_params, run_states
+from ..state import checkpoints, run_params, run_states
 from .control import arg
 
 RUN_KINDS = ("scheduled", "catchup", "manual", "retry", "backfill", "rerun", "upstream")
@@ -109,6 +109,7 @@ def runs_listing(conn, args: dict, default_tz: str, applied_index: int) -> dict:
         view["timezone"] = zones[r.job]
         views.append(view)
     run_params.add_to_views(conn, views)
+    checkpoints.views(conn, views)
     if views:  # the parent runs each child run consumed (one query for the page)
         lineage: dict[int, list[dict]] = {}
         for rid, parent, prid in conn.execute(
@@ -175,10 +176,10 @@ def job_details(conn, job: dict, view: dict, now: float, count: int,
         "file_problems": problems,
         "last_good": bool(problems),
         "next_fires": upcoming,
-        "recent_runs": run_params.add_to_views(
-            conn, [r.view() for r in Q.list_runs(conn, name, None, RECENT_RUNS)]),
-        "active_runs": run_params.add_to_views(
-            conn, [r.view() for r in Q.active_runs_of(conn, name)]),
+        "recent_runs": checkpoints.views(conn, run_params.add_to_views(
+            conn, [r.view() for r in Q.list_runs(conn, name, None, RECENT_RUNS)])),
+        "active_runs": checkpoints.views(conn, run_params.add_to_views(
+            conn, [r.view() for r in Q.active_runs_of(conn, name)])),
     }
 
 

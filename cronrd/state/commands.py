@@ -167,6 +167,17 @@ class RunStarted(Command):
     pid: int
     started_at: float
     log_path: str
+    # sha256 hex of the attempt's secret token (CRONRD_RUN_TOKEN; see
+    # state/checkpoints.py); "" for none.
+    secret: str = ""
+
+    def encode(self) -> bytes:
+        # Without a secret, the bytes of earlier versions (rolling upgrades).
+        body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if not self.secret:
+            del body["secret"]
+        body["op"] = self.op
+        return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
 
 @dataclass(frozen=True)
@@ -449,11 +460,51 @@ class SetPools(Command):
 
 
 @dataclass(frozen=True)
+class SaveCheckpoint(Command):
+    """`cronrd checkpoint save` from inside a run (state/checkpoints.py):
+    ``token_hash`` is the sha256 of the token the job presented to ``node``
+    (the node it runs on); apply keeps ``value`` as its record's checkpoint
+    only if the token is the attempt's and the attempt is its record's
+    newest and running (fencing)."""
+
+    op: ClassVar[str] = "save_checkpoint"
+    run_id: int
+    token_hash: str
+    value: str
+    node: str
+    at: float
+
+
+@dataclass(frozen=True)
 class StartDeadline(Command):
     """The leader: a run not started yet is past its job's start_deadline;
     ``apply`` checks it again and records it skipped (reason start_deadline)."""
 
     op: ClassVar[str] = "start_deadline"
+    run_id: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Heartbeat(Command):
+    """`cronrd heartbeat` from inside a run: fenced like SaveCheckpoint."""
+
+    op: ClassVar[str] = "heartbeat"
+    run_id: int
+    token_hash: str
+    node: str
+    at: float
+    progress: float | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class HeartbeatTimeout(Command):
+    """The leader: a running run of a job with heartbeat_timeout has been
+    silent for longer (apply checks it again); it ends timed_out, and is
+    retried per the job's retries."""
+
+    op: ClassVar[str] = "heartbeat_timeout"
     run_id: int
     at: float
 
@@ -465,7 +516,7 @@ COMMANDS: dict[str, type[Command]] = {
               AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit,
               CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
               DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction, SetPools,
-              StartDeadline)
+              StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout)
 }
 
 

@@ -46,6 +46,10 @@ FORWARDABLE: dict[str, str] = {
     C.AckAlert.op: "",
     C.DeadLetterAction.op: "",
     C.Audit.op: "node",
+    # from inside a run on the sender (state/checkpoints.py: apply checks
+    # the token and that the run is the sender's)
+    C.SaveCheckpoint.op: "node",
+    C.Heartbeat.op: "node",
 }
 
 

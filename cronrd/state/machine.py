@@ -21,6 +21,7 @@ from ..decisions import overlap
 from ..errors import StateError
 from ..schedule import iso_utc, retry_delay
 from . import backfill as BF
+from . import checkpoints as CK
 from . import commands as C
 from . import dependencies as deps
 from . import alerts as AL
@@ -42,7 +43,7 @@ from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE
 
 @dataclass(frozen=True)
 class Effect:
-    kind: str  # assign | pending | cancel | run_done | jobs_changed | job_source_moved | restored
+    kind: str  # assign | pending | cancel | run_done | stuck | jobs_changed | job_source_moved | restored
     run: Run | None = None
     job: str | None = None
 
@@ -861,6 +862,8 @@ class StateMachine:
         if run.token != cmd.token or run.node != cmd.node:
             raise Refused(f"run {cmd.run_id}: start report from {cmd.node} with token "
                           f"{cmd.token} is stale (current token {run.token} on {run.node})")
+        CK.record_start(self.conn, cmd.run_id, cmd.secret if isinstance(cmd.secret, str)
+                        and len(cmd.secret) == CK.TOKEN_HASH_LEN else "")
         if run.pid == cmd.pid and run.started_at == cmd.started_at:
             # The same report again (a forwarded proposal retried after a timeout).
             return {"state": run.state.value, "duplicate": True,
@@ -1231,6 +1234,7 @@ class StateMachine:
                     break
         RP.prune(self.conn)
         DS.prune(self.conn)
+        CK.prune(self.conn)
         EV.prune(self.conn, cmd.before)
         PL.prune(self.conn)
         DL.prune(self.conn)
@@ -1407,6 +1411,58 @@ class StateMachine:
         self._finish(run, "skipped", cmd.at, reason=SD.reason(run, spec), effects=effects,
                      index=index)
         return {"run_id": run.run_id, "state": "skipped"}
+
+    # -- checkpoints and heartbeats from inside a job (state/checkpoints.py) --------------
+    def _token_run(self, cmd, what: str) -> Run:
+        """The attempt a SaveCheckpoint or Heartbeat speaks for, checked."""
+        if not isinstance(cmd.run_id, int) or isinstance(cmd.run_id, bool):
+            raise Refused(f"{what}: run_id must be a whole number")
+        if not isinstance(cmd.at, (int, float)) or isinstance(cmd.at, bool):
+            raise Refused(f"{what}: at must be a number")
+        run = Q.get_run(self.conn, cmd.run_id)
+        problem = CK.check_attempt(self.conn, run, cmd.token_hash, cmd.node)
+        if problem is not None:
+            raise Refused(f"{what} refused: {problem}")
+        return run
+
+    def _apply_save_checkpoint(self, index, cmd: C.SaveCheckpoint, effects):
+        problem = CK.value_problem(cmd.value)
+        if problem is not None:
+            raise Refused(f"checkpoint refused: {problem}")
+        run = self._token_run(cmd, "checkpoint")
+        CK.save(self.conn, run, cmd.value, cmd.at)
+        CK.beat(self.conn, run.run_id, cmd.at, None, None)  # a save is a sign of life
+        return {"run_id": run.run_id, "attempt": run.attempt}
+
+    def _apply_heartbeat(self, index, cmd: C.Heartbeat, effects):
+        problem = CK.progress_problem(cmd.progress) or (
+            None if cmd.message is None else CK.message_problem(cmd.message))
+        if problem is not None:
+            raise Refused(f"heartbeat refused: {problem}")
+        run = self._token_run(cmd, "heartbeat")
+        CK.beat(self.conn, run.run_id, cmd.at,
+                None if cmd.progress is None else float(cmd.progress), cmd.message)
+        return {"run_id": run.run_id}
+
+    def _apply_heartbeat_timeout(self, index, cmd: C.HeartbeatTimeout, effects):
+        run = self._get_run(cmd.run_id)
+        if run.state != "running":
+            raise Refused(f"run {cmd.run_id} is {run.state}, not running")
+        spec = self._job_spec(run.job)
+        timeout = spec.heartbeat_timeout if spec is not None else None
+        if not timeout:
+            raise Refused(f"run {cmd.run_id}: job {run.job!r} has no heartbeat_timeout")
+        last = CK.silent_since(self.conn, run)
+        if last is None or cmd.at - last < timeout:
+            raise Refused(f"run {cmd.run_id} was heard of at {iso_utc(last)}, within its "
+                          f"heartbeat_timeout")
+        reason = CK.stuck_reason(timeout)
+        retry = self._finish(run, "timed_out", cmd.at, reason=reason, effects=effects,
+                             index=index)
+        # Its node stops the process (the record is final already).
+        effects.append(Effect("stuck", run=self._get_run(run.run_id)))
+        return {"run_id": run.run_id, "state": "timed_out", "retry_run_id": retry}
+
     # -- notifications: delivery attempts (state/deliveries.py) ------------------------
     def _apply_delivery_result(self, index, cmd: C.DeliveryResult, effects):
         if not DL.well_formed(cmd.attempts, cmd.done):
@@ -1460,7 +1516,9 @@ class StateMachine:
                              ("run_queue", "run_id"),
                              ("failing_jobs", "job, target"),
                              ("deliveries", "event_id, notifier, attempt"),
-                             ("pools", "name"), ("pool_runs", "run_id")):
+                             ("pools", "name"), ("pool_runs", "run_id"),
+                             ("run_heartbeats", "run_id"),
+                             ("checkpoints", "job, origin, fire_time, target")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

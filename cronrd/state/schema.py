@@ -395,6 +395,29 @@ CREATE TABLE IF NOT EXISTS pool_runs(
 );
 CREATE INDEX IF NOT EXISTS pool_runs_order ON pool_runs(pool, waiting, late, priority,
                                                         fire_time, run_id);
+-- Checkpoints and heartbeats from inside a job (state/checkpoints.py): each
+-- attempt's token, as its sha256 (the token itself is only in the run's
+-- environment), reported with its start, and its last heartbeat.
+CREATE TABLE IF NOT EXISTS run_heartbeats(
+    run_id INTEGER PRIMARY KEY,
+    token_hash TEXT NOT NULL,
+    heartbeat_at REAL,               -- NULL until its first heartbeat
+    progress REAL,                   -- 0..1, NULL: never said
+    message TEXT
+);
+-- The last checkpoint of each record (job, origin, fire time, node key),
+-- saved by one of its attempts; a retry starts with it.
+CREATE TABLE IF NOT EXISTS checkpoints(
+    job TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    fire_time INTEGER NOT NULL,
+    target TEXT NOT NULL,
+    value TEXT NOT NULL,             -- at most 64 KiB of UTF-8
+    attempt INTEGER NOT NULL,        -- the attempt that saved it
+    run_id INTEGER NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY(job, origin, fire_time, target)
+) WITHOUT ROWID;
 """
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:

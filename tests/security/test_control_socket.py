@@ -278,7 +278,9 @@ def test_megabyte_requests_without_newline_do_not_grow_the_daemon(node):
         except OSError:
             pass
         reply = json.loads(s.makefile("rb").readline())
-    assert reply["ok"] is False and "larger than 65536 bytes" in reply["error"]
+    from cronrd.runtime.control import MAX_REQUEST
+    assert MAX_REQUEST == 128 * 1024  # a 64 KiB checkpoint, base64, fits
+    assert reply["ok"] is False and f"larger than {MAX_REQUEST} bytes" in reply["error"]
     assert node.log_file.read_text().count("Traceback") == 0
 
 

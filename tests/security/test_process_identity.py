@@ -61,3 +61,21 @@ def test_run_process_requires_the_runs_identity(stranger):
     finally:
         me.kill()
         me.wait()
+
+
+def test_an_adopted_runs_token_is_read_from_its_own_process_only(stranger):
+    from cronrd.runtime.runs.processes import run_secret
+    from cronrd.state.checkpoints import token_hash
+    assert run_secret(psutil.Process(stranger.pid), 7, "n1") == ""
+    assert run_secret(None, 7, "n1") == ""
+    me = subprocess.Popen(["sleep", "30"], env={"CRONRD_RUN_ID": "7", "CRONRD_NODE": "n1",
+                                                "CRONRD_RUN_TOKEN": "tok"})
+    try:
+        wait_for(lambda: psutil.Process(me.pid).environ().get("CRONRD_RUN_ID") == "7",
+                 what="sleep's own environment")
+        proc = psutil.Process(me.pid)
+        assert run_secret(proc, 7, "n1") == token_hash("tok")
+        assert run_secret(proc, 8, "n1") == "" and run_secret(proc, 7, "n2") == ""
+    finally:
+        me.kill()
+        me.wait(10)

@@ -47,7 +47,6 @@ NO_UNIT_TEST_FILE = {
     "config/parse.py": "unit/config/test_config.py, unit/config/test_load.py",
     "config/problems.py": "unit/config/test_load.py (FILE:LINE:COL problems)",
     # jobspec/: tested as a package.
-    "jobspec/fields.py": "unit/jobspec/test_jobspec.py (the package as a whole)",
     "jobspec/files.py": "unit/jobspec/test_jobspec.py (the package as a whole)",
     "jobspec/model.py": "unit/jobspec/test_jobspec.py (the package as a whole)",
     "jobspec/nodes.py": "unit/jobspec/test_jobspec.py (the package as a whole)",

@@ -32,6 +32,7 @@ class ActiveRun:
     timers: list = field(default_factory=list)
     hard_kill: asyncio.TimerHandle | None = None
     slot: bool = False               # counted in InFlight.slots (holds a max_running slot)
+    secret: str = ""                 # sha256 of its CRONRD_RUN_TOKEN (for RunStarted)
 
 
 class InFlight:

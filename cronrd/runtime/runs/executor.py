@@ -35,6 +35,7 @@ from ...state import run_life as L
 from ...state import run_params as RP
 from ...state.machine import Effect
 from ...state.run import Run
+from ..checkpoint_requests import attempt_env
 from ..clock import Clock
 from . import records
 from . import restart
@@ -174,6 +175,11 @@ class Executor:
             self.schedule(run)
         elif eff.kind == "cancel":
             self.cancel(run.run_id, run.reason or "cancelled")
+        elif eff.kind == "stuck":
+            # Ended timed_out by the leader (heartbeat_timeout): stop its processes.
+            act = self.active.get(run.run_id)
+            if act is not None:
+                self.apply(act, L.Stop("timed_out", run.reason or "heartbeat_timeout"))
         elif eff.kind == "run_done":
             # Final already (cancelled, job removed...) while it waited at its
             # gate: it must not start, and it is not reported again.
@@ -245,15 +251,19 @@ class Executor:
             self._not_started(run, "skipped", now, reason=over)
             return
         self._deferred.discard(run.run_id)
+        workflow = run_env(run, spec, self.config.timezone, *RP.inputs(self.conn, run))
+        # its token for checkpoints and heartbeats, and a retry's last checkpoint
+        extra, secret = attempt_env(self.conn, run, self.config.socket)
+        workflow.update(extra)
         act = spawn(run, spec, now, self.config.log_dir, self.runs_dir, node_id=self.node_id,
                     identities=self.identities, job_nofile=self.job_nofile,
                     gates=self.gates, spawner=self.spawner, claimed=self.claims is None,
-                    cgroups=self.cgroups, workflow=run_env(run, spec, self.config.timezone,
-                                                           *RP.inputs(self.conn, run)))
+                    cgroups=self.cgroups, workflow=workflow)
         if isinstance(act, NotStarted):
             self._not_started(run, "failed", now, reason=act.reason, log_path=act.log_path,
                               exit_code=act.exit_code)
             return
+        act.secret = secret
         self.flight.add(act)
         act.gate.runs.append(act)
         if self.claims is not None and act.gate.claiming:
@@ -523,7 +533,8 @@ class Executor:
         self.reporter.propose(C.RunStarted(run_id=run.run_id, token=run.token,
                                            node=self.node_id, pid=act.life.pid,
                                            started_at=act.life.started_at,
-                                           log_path=act.log_path), on_result=on_result)
+                                           log_path=act.log_path, secret=act.secret),
+                              on_result=on_result)
 
     # -- waiting for runs to end -----------------------------------------------------
     def _changed(self) -> None:

@@ -7,6 +7,8 @@ import signal
 
 import psutil
 
+from ...state.checkpoints import token_hash
+
 
 def snapshot_tree(pid: int) -> list[psutil.Process]:
     """The process and all its descendants (those that left the group too)."""
@@ -87,6 +89,22 @@ def run_process(pid: int | None, started_at: float | None, *, run_id: int,
     except (psutil.Error, OSError, ValueError, OverflowError):
         return None
     return proc if run_identity(proc, run_id, node) else None
+
+
+def run_secret(proc: psutil.Process | None, run_id: int, node: str) -> str:
+    """The hash of the CRONRD_RUN_TOKEN run ``run_id`` was started with, read
+    from its process (an adopted run whose start was not reported yet: the
+    daemon that made the token is gone); "" if it cannot be read."""
+    if proc is None:
+        return ""
+    try:
+        env = proc.environ()
+    except (psutil.Error, OSError):
+        return ""
+    if env.get("CRONRD_RUN_ID") != str(run_id) or env.get("CRONRD_NODE") != node:
+        return ""
+    token = env.get("CRONRD_RUN_TOKEN", "")
+    return token_hash(token) if token else ""
 
 
 SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}

@@ -36,7 +36,7 @@ from . import recovery as R
 from .active import ActiveRun
 from .legacy import at_gate, find_orphans, stop_orphans
 from .logs import run_log_path
-from .processes import run_process, signal_tree
+from .processes import run_process, run_secret, signal_tree
 from .reports import finished
 
 if TYPE_CHECKING:
@@ -151,7 +151,11 @@ def _settle(ex: "Executor", run: Run, settle: R.Settle) -> str:
         ex.apply(act, L.Exited(None, rec.written, now))
         return "lost"
     # Adopted: it goes on under its supervisor.
-    # Still assigned: it passed its gate as the last daemon stopped.
+    # Still assigned: it passed its gate as the last daemon stopped; its
+    # start is reported now, with its token's hash read from its process.
+    if run.state == "assigned":
+        act.secret = run_secret(run_process(rec.pid, None, run_id=run.run_id,
+                                            node=ex.node_id), run.run_id, ex.node_id)
     ex.adopt(act, report_start=run.state == "assigned")
     if spec is not None and spec.timeout:
         ex.arm_timeout(act, spec.timeout - (now - act.life.started_at))

@@ -131,6 +131,7 @@ def test_run_on_forms(text, expected):
 @pytest.mark.parametrize("text, attr, expected", [
     ("timeout: null", "timeout", None),
     ("timeout: 30", "timeout", 30.0),
+    ("heartbeat_timeout: 5m", "heartbeat_timeout", 300.0),
     ("timezone: ~", "timezone", None),
     ("user:", "user", None),
     ("user: 0", "user", "0"),
@@ -195,6 +196,9 @@ BAD_FIELD_CASES = [
     ("on_node_loss: ignore", "3:15: on_node_loss must be one of retry, fail (got 'ignore')"),
     ("on_node_loss: ~", "3:15: on_node_loss must be one of retry, fail (got an empty value (null)); "
                         "remove the key to use the default"),
+    ("heartbeat_timeout: 0", "3:20: heartbeat_timeout must be greater than 0 (got 0)"),
+    ("heartbeat_timeout: null", "3:20: heartbeat_timeout must be a duration such as 30s, 5m or "
+                                "1h30m (got an empty value (null)); remove the key"),
     ("timeout: 0", "3:10: timeout must be greater than 0 (got 0); use timeout: null for no timeout"),
     ("timeout: 0s", "3:10: timeout must be greater than 0 (got 0s); use timeout: null for no timeout"),
     ("timeout: soon", "3:10: timeout: bad duration 'soon': use a number with units ms, s, m, h, d, w, "

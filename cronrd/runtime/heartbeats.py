@@ -1,0 +1,43 @@
+"""The leader's heartbeat_timeout duty: end the running runs that have been
+silent too long (decisions/heartbeats.py decides, apply checks again and
+ends them timed_out; their node stops the process on the ``stuck`` effect)."""
+
+from __future__ import annotations
+
+import logging
+
+from ..decisions.heartbeats import stuck
+from ..errors import CronrdError
+from ..state import checkpoints as CK
+from ..state import commands as C
+
+log = logging.getLogger("cronrd.leader")
+
+RETRY_AFTER = 5.0   # s before a proposal for the same run is made again
+
+
+class HeartbeatWatch:
+    def __init__(self, log_, conn, clock, fenced):
+        self.log = log_
+        self.conn = conn
+        self.clock = clock
+        self.fenced = fenced          # () -> why this leader's clock may not decide, or None
+        self.proposed: dict[int, float] = {}
+
+    async def duty(self) -> None:
+        if not self.log.is_leader or self.fenced() is not None:
+            return
+        running = CK.running_with_timeouts(self.conn)
+        now = self.clock.now()
+        live = {run.run_id for run, _t, _l in running}
+        for rid in [r for r in self.proposed if r not in live]:
+            del self.proposed[rid]
+        for rid in stuck(now, [(run.run_id, t, last) for run, t, last in running],
+                         self.proposed, RETRY_AFTER):
+            self.proposed[rid] = now
+            try:
+                res = await self.log.propose_as_leader(C.HeartbeatTimeout(run_id=rid, at=now))
+                log.warning("event=run_stuck run=%d reason=\"heartbeat_timeout\" retry=%s",
+                            rid, res.get("retry_run_id") if isinstance(res, dict) else None)
+            except CronrdError as exc:
+                log.info("event=heartbeat_timeout_failed run=%d error=\"%s\"", rid, exc)
