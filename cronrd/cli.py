@@ -239,6 +239,14 @@ def consistent_option(f):
     return click.option("--consistent", is_flag=True, help=CONSISTENT_HELP)(f)
 
 
+def _id_arg(text: str, what: str) -> int:
+    """A numeric id given as an argument, or a usage error saying ``what``."""
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{what}, not {text!r}") from None
+
+
 def read_args(consistent: bool, args: dict | None = None) -> dict:
     """The args of a read request; {"consistent": true} asks for a ReadIndex first."""
     args = dict(args or {})
@@ -1038,11 +1046,8 @@ def backfill(obj: Ctx, args, first, last, reprocess, parallel, order, dry_run, n
     attempt of the same record). `cronrd backfill pause|resume|cancel ID`
     controls a backfill that is going on."""
     if len(args) == 2 and args[0] in BACKFILL_ACTIONS and first is None:
-        try:
-            bid = int(args[1])
-        except ValueError:
-            raise UsageError(f"backfill {args[0]} takes a backfill id (`cronrd backfills` "
-                             f"lists them), not {args[1]!r}") from None
+        bid = _id_arg(args[1], f"backfill {args[0]} takes a backfill id (`cronrd backfills` "
+                      "lists them)")
         res = obj.client().call("backfill_state", {"id": bid,
                                                    "state": BACKFILL_ACTIONS[args[0]]})
         if as_json:
@@ -1212,11 +1217,8 @@ def alerts(obj: Ctx, args, note, show_all, job, limit, consistent, as_json):
         if len(args) != 2 or args[0] != "ack":
             raise UsageError("use `cronrd alerts` to list, or `cronrd alerts ack ID --note "
                              "TEXT`")
-        try:
-            alert_id = int(args[1])
-        except ValueError:
-            raise UsageError(f"alerts ack takes an alert id (`cronrd alerts` lists them), not "
-                             f"{args[1]!r}") from None
+        alert_id = _id_arg(args[1], "alerts ack takes an alert id (`cronrd alerts` lists "
+                           "them)")
         res = obj.client().call("alert_ack", {"id": alert_id, "note": note})
         if as_json:
             emit_json(res)
@@ -1269,11 +1271,8 @@ def dead_letter(obj: Ctx, args, note, show_all, limit, consistent, as_json):
     if action not in ("requeue", "discard") or len(args) != 2:
         raise UsageError("use `cronrd dead-letter list`, `cronrd dead-letter requeue RUN` or "
                          "`cronrd dead-letter discard RUN --note TEXT`")
-    try:
-        run_id = int(args[1])
-    except ValueError:
-        raise UsageError(f"dead-letter {action} takes a run id (`cronrd dead-letter list` "
-                         f"shows them), not {args[1]!r}") from None
+    run_id = _id_arg(args[1], f"dead-letter {action} takes a run id (`cronrd dead-letter "
+                     "list` shows them)")
     if action == "discard" and not note.strip():
         raise UsageError("discarding needs --note TEXT: why this run may stay failed")
     res = obj.client().call("dead_letter_action", {"run_id": run_id, "action": action,

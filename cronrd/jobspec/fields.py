@@ -246,6 +246,26 @@ def _v_int(ctx: FileProblems, key: str, node: Node, minimum: int) -> Any:
     return n
 
 
+def _sub_fields(ctx: FileProblems, node: MappingNode, field: str, keys: tuple[str, ...],
+                check: Callable[[str, str, Node], Any], make: Callable[..., Any]) -> Any:
+    """A mapping field whose keys each have their own check: ``check(name,
+    "field.name", value node)`` gives the value, _INVALID (it reported why),
+    or None for a key it does not know (reported here). ``make(**values)``
+    once every key is valid."""
+    kw: dict[str, Any] = {}
+    bad = False
+    for name, (knode, vnode) in mapping_items(ctx, node).items():
+        v = check(name, f"{field}.{name}", vnode)
+        if v is None:
+            _unknown_key(ctx, knode, name, keys, where=f"in {field}")
+            v = _INVALID
+        if v is _INVALID:
+            bad = True
+        else:
+            kw[name] = v
+    return _INVALID if bad else make(**kw)
+
+
 _RETRY_KEYS = ("max", "delay", "backoff", "max_delay", "jitter")
 
 
@@ -260,37 +280,29 @@ def _v_retries(ctx: FileProblems, key: str, node: Node) -> Any:
         ctx.err(node, "retries must be a count (a whole number >= 0) or a mapping with keys "
                       f"{', '.join(_RETRY_KEYS)} ({_got(node)})")
         return _INVALID
-    kw: dict[str, Any] = {}
-    bad = False
     duration = _v_duration()
-    for name, (knode, vnode) in mapping_items(ctx, node).items():
-        full = f"retries.{name}"
+
+    def check(name: str, full: str, vnode: Node) -> Any:
         if name == "max":
             v = _v_int(ctx, full, vnode, 0)
             if v is not _INVALID and v > MAX_RETRIES:
                 ctx.err(vnode, f"{full} must be at most {MAX_RETRIES} (got {v})")
                 v = _INVALID
-        elif name in ("delay", "max_delay", "jitter"):
-            v = duration(ctx, full, vnode)
-        elif name == "backoff":
+            return v
+        if name in ("delay", "max_delay", "jitter"):
+            return duration(ctx, full, vnode)
+        if name == "backoff":
             if not _is_number(vnode):
                 ctx.err(vnode, f"{full} must be a number >= 1, the factor each delay is multiplied by "
                                f"({_got(vnode)})")
-                v = _INVALID
-            elif float(_value(vnode)) < 1:
+                return _INVALID
+            if float(_value(vnode)) < 1:
                 ctx.err(vnode, f"{full} must be a number >= 1 (got {vnode.value}); "
                                "use 1 for a constant delay")
-                v = _INVALID
-            else:
-                v = float(_value(vnode))
-        else:
-            _unknown_key(ctx, knode, name, _RETRY_KEYS, where="in retries")
-            v = _INVALID
-        if v is _INVALID:
-            bad = True
-        else:
-            kw[name] = v
-    return _INVALID if bad else RetryPolicy(**kw)
+                return _INVALID
+            return float(_value(vnode))
+        return None
+    return _sub_fields(ctx, node, "retries", _RETRY_KEYS, check, RetryPolicy)
 
 
 _SLA_KEYS = ("start_within", "finish_within", "finish_by", "max_runtime", "stale_after",
@@ -303,32 +315,23 @@ def _v_sla(ctx: FileProblems, key: str, node: Node) -> Any:
         ctx.err(node, "sla must be a mapping with one or more of " + ", ".join(_SLA_KEYS)
                 + f", e.g. sla: {{start_within: 5m, finish_by: \"06:00\"}} ({_got(node)})")
         return _INVALID
-    kw: dict[str, Any] = {}
-    bad = False
     duration = _v_duration(positive=True)
-    for name, (knode, vnode) in mapping_items(ctx, node).items():
-        full = f"sla.{name}"
+
+    def check(name: str, full: str, vnode: Node) -> Any:
         if name == "finish_by":
             text = str(_value(vnode)) if _is_str(vnode) else None
             if text is None or not _HHMM.match(text):
                 ctx.err(vnode, f'{full} must be a time of day HH:MM in the job\'s zone, '
                                f'quoted: finish_by: "06:00" ({_got(vnode)})')
-                v = _INVALID
-            else:
-                hh, mm = text.split(":")
-                v = f"{int(hh):02d}:{mm}"
-        elif name == "failure_tolerance":
-            v = _v_int(ctx, full, vnode, 1)
-        elif name in _SLA_KEYS:
-            v = duration(ctx, full, vnode)
-        else:
-            _unknown_key(ctx, knode, name, _SLA_KEYS, where="in sla")
-            v = _INVALID
-        if v is _INVALID:
-            bad = True
-        else:
-            kw[name] = v
-    return _INVALID if bad else Sla(**kw)
+                return _INVALID
+            hh, mm = text.split(":")
+            return f"{int(hh):02d}:{mm}"
+        if name == "failure_tolerance":
+            return _v_int(ctx, full, vnode, 1)
+        if name in _SLA_KEYS:
+            return duration(ctx, full, vnode)
+        return None
+    return _sub_fields(ctx, node, "sla", _SLA_KEYS, check, Sla)
 
 
 def _v_run_on(ctx: FileProblems, key: str, node: Node) -> Any:
@@ -499,28 +502,21 @@ def _v_limits(ctx: FileProblems, key: str, node: Node) -> Any:
         ctx.err(node, "limits must be a mapping with one or more of memory, cpu, tasks, "
                       f"open_files, e.g. limits: {{memory: 512MiB, cpu: 50%}} ({_got(node)})")
         return _INVALID
-    kw: dict[str, Any] = {}
-    bad = False
-    for name, (knode, vnode) in mapping_items(ctx, node).items():
-        full = f"limits.{name}"
+
+    def check(name: str, full: str, vnode: Node) -> Any:
         if name == "memory":
-            v = _v_size(ctx, full, vnode, MIN_MEMORY, 1 << 50)
-        elif name == "cpu":
-            v = _v_percent(ctx, full, vnode)
-        elif name in ("tasks", "open_files"):
+            return _v_size(ctx, full, vnode, MIN_MEMORY, 1 << 50)
+        if name == "cpu":
+            return _v_percent(ctx, full, vnode)
+        if name in ("tasks", "open_files"):
             top = MAX_TASKS if name == "tasks" else MAX_OPEN_FILES
             v = _v_int(ctx, full, vnode, 1 if name == "tasks" else MIN_OPEN_FILES)
             if v is not _INVALID and v > top:
                 ctx.err(vnode, f"{full} must be at most {top} (got {v})")
                 v = _INVALID
-        else:
-            _unknown_key(ctx, knode, name, _LIMIT_KEYS, where="in limits")
-            v = _INVALID
-        if v is _INVALID:
-            bad = True
-        else:
-            kw[name] = v
-    return _INVALID if bad else Limits(**kw)
+            return v
+        return None
+    return _sub_fields(ctx, node, "limits", _LIMIT_KEYS, check, Limits)
 
 
 def _v_size(ctx: FileProblems, key: str, node: Node, low: int, high: int) -> Any:

@@ -166,3 +166,33 @@ def test_status_has_a_pools_line(daemon):
         {"pool": "gpu", "slots": 1, "scope": "node", "in_use": 0, "waiting": 0}]})
     out = run("--socket", d.path, "status").output
     assert "pools     db 2/2 (3 waiting), gpu 0/1 per node; `cronrd pools` for more" in out
+
+
+# -- alerts and the dead letter ------------------------------------------------------
+@pytest.mark.parametrize("argv, said", [
+    (["alerts", "ack", "x"], "alerts ack takes an alert id (`cronrd alerts` lists them), "
+                             "not 'x'"),
+    (["alerts", "close", "3"], "use `cronrd alerts` to list, or `cronrd alerts ack ID"),
+    (["dead-letter", "requeue", "y"], "dead-letter requeue takes a run id"),
+    (["dead-letter", "discard", "5"], "discarding needs --note TEXT"),
+    (["dead-letter", "drop", "5"], "use `cronrd dead-letter list`"),
+    (["backfill", "pause", "z"], "backfill pause takes a backfill id"),
+])
+def test_alerts_and_dead_letter_refuse_bad_arguments_before_asking(daemon, argv, said):
+    d = daemon()
+    res = run("--socket", d.path, *argv)
+    assert res.exit_code == 2 and said in res.output, res.output
+    assert d.requests == []
+
+
+def test_alerts_ack_and_dead_letter_requeue_send_what_was_asked(daemon):
+    d = daemon(alert_ack={"alert_id": 4, "state": "acked"},
+               dead_letter_action={"run_id": 9, "state": "requeued", "new_run_id": 12,
+                                   "attempt": 3, "job": "etl"})
+    res = run("--socket", d.path, "alerts", "ack", "4", "--note", "disk replaced")
+    assert res.exit_code == 0 and "alert 4 acked" in res.output
+    res = run("--socket", d.path, "dead-letter", "requeue", "9")
+    assert res.exit_code == 0 and "run 9 requeued as run 12 (attempt 3)" in res.output
+    assert [(r["cmd"], r["args"]) for r in d.requests] == [
+        ("alert_ack", {"id": 4, "note": "disk replaced"}),
+        ("dead_letter_action", {"run_id": 9, "action": "requeue", "note": ""})]
