@@ -64,3 +64,27 @@ def test_explain_lists_the_alerts_of_a_fire_time():
     (step,) = [s for s in out["steps"] if s["step"] == "alert"]
     assert step["text"].startswith(f"start_within (alert {a['alert_id']}, acked by root: "
                                    "cluster was down): no attempt started within 5m")
+
+
+def test_a_run_on_all_job_that_started_and_succeeded_on_every_node_misses_nothing():
+    """run_on: all: a fire time's records are one per node (target = the
+    node); they are its records, not a fire time that never fired."""
+    from cronrd.state import commands as C
+    log = Log()
+    log.put(schedule="0 * * * *", run_on={"mode": "all", "values": []},
+            sla={"start_within": 300.0, "finish_within": 600.0}, at=T0 - 1800)
+    for t, ends in ((T0, ("succeeded", "succeeded")), (T0 + 3600, ("succeeded", "failed"))):
+        for node, state in zip(("n1", "n2"), ends):
+            rid = log.fire(t, target=node, node=node)["run_id"]
+            run = log.run(rid)
+            log.apply(C.RunStarted(run_id=rid, token=run.token, node=node, pid=10,
+                                   started_at=t + 1, log_path="/l"))
+            log.apply(C.RunFinished(run_id=rid, token=run.token, node=node, state=state,
+                                    exit_code=0 if state == "succeeded" else 1, signal=None,
+                                    started_at=t + 1, finished_at=t + 2, log_path="/l"))
+    assert watch(log, T0 + 700) == 0
+    assert [a["kind"] for a in AL.alerts(log.sm.conn)] == ["failed"]  # n2's, at T0 + 3600
+    # A fire time succeeds when every node's run did: n2 failed, it missed its finish.
+    watch(log, T0 + 3600 + 700)
+    assert [(a["fire_time"], a["kind"]) for a in AL.alerts(log.sm.conn)
+            if a["kind"] != "failed"] == [(T0 + 3600, "finish_within")]
