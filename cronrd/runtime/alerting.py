@@ -41,25 +41,56 @@ def sla_jobs(conn) -> list[tuple[str, JobSpec, float]]:
 
 
 def _records(conn, job: str, first: int) -> tuple[list[S.Record], float | None]:
-    by: dict[int, dict] = {}
+    # Keyed by (fire time, target): a run_on: all job has one record per node
+    # at each fire time (target = the node), merged below.
+    by: dict[tuple[int, str], dict] = {}
     rows = list(conn.execute(
-        "SELECT fire_time, attempt, state, reason, started_at, finished_at FROM runs WHERE "
-        "job=? AND origin='schedule' AND target='' AND fire_time >= ? "
-        "ORDER BY fire_time DESC, attempt DESC LIMIT ?", (job, first, MAX_RECORDS)))
-    for ft, _attempt, state, reason, started, finished in reversed(rows):
-        d = by.setdefault(ft, {"started": None, "ok": None, "running": None})
+        "SELECT fire_time, target, attempt, state, reason, started_at, finished_at FROM runs "
+        "WHERE job=? AND origin='schedule' AND fire_time >= ? "
+        "ORDER BY fire_time DESC, attempt DESC, target DESC LIMIT ?", (job, first, MAX_RECORDS)))
+    for ft, target, _attempt, state, reason, started, finished in reversed(rows):
+        d = by.setdefault((ft, target), {"started": None, "ok": None, "running": None})
         d["state"], d["reason"] = state, reason
         if started is not None and (d["started"] is None or started < d["started"]):
             d["started"] = started
         if state == "succeeded" and finished is not None and d["ok"] is None:
             d["ok"] = finished
         d["running"] = started if state == "running" else None
-    recs = [S.Record(ft, d["state"], d["reason"], d["started"], d["ok"], d["running"])
-            for ft, d in sorted(by.items())]
+    per_time: dict[int, list[dict]] = {}
+    for (ft, _target), d in sorted(by.items()):
+        per_time.setdefault(ft, []).append(d)
+    recs = [_merged(ft, ds) for ft, ds in sorted(per_time.items())]
     last = next(iter(conn.execute(
         "SELECT MAX(finished_at) FROM (SELECT finished_at FROM runs WHERE job=? AND "
         "state='succeeded' ORDER BY run_id DESC LIMIT 100)", (job,))), (None,))[0]
     return recs, last
+
+
+def _rank(d: dict) -> int:
+    """Which node's record speaks for a run_on: all fire time: one still
+    active, else a failure, else one skipped not by choice, else a success."""
+    if d["state"] in ("pending", "assigned", "running", "waiting"):
+        return 0
+    if d["state"] in S.FAILURES:
+        return 1
+    if d["state"] != "succeeded" and not S.chosen(S.Record(0, d["state"], d["reason"])):
+        return 2
+    return 3 if d["state"] == "succeeded" else 4
+
+
+def _merged(ft: int, ds: list[dict]) -> S.Record:
+    """One fire time's record from its nodes' (one, but for run_on: all): it
+    started when the first node started, succeeded when the last did (never,
+    while one has not), runs since the first still running."""
+    if len(ds) == 1:
+        d = ds[0]
+        return S.Record(ft, d["state"], d["reason"], d["started"], d["ok"], d["running"])
+    head = min(ds, key=_rank)
+    starts = [d["started"] for d in ds if d["started"] is not None]
+    oks = [d["ok"] for d in ds if not S.chosen(S.Record(ft, d["state"], d["reason"]))]
+    running = [d["running"] for d in ds if d["running"] is not None]
+    return S.Record(ft, head["state"], head["reason"], min(starts) if starts else None,
+                    None if None in oks else max(oks), min(running) if running else None)
 
 
 def _finish_by(hhmm: str, zone) -> Callable[[int], float]:
