@@ -366,3 +366,21 @@ def test_backfill_priority_ranks_backfill_runs_with_the_on_time_runs():
     on_time = log.fire(T0 + 3, "other")["run_id"]
     log.finish(busy, at=T0 + 10)
     assert (state(log, back), state(log, on_time)) == ("pending", "waiting")
+
+
+def test_a_run_that_needs_more_slots_than_its_pool_has_does_not_hold_up_the_others():
+    """It can never fit (it waits, saying so), so it is no run "ahead": the
+    pool's other runs go by it, however it got there (a job file with a
+    pool_slots too large, or a pool the daemon config shrank)."""
+    log = pool_log(slots=2, jobs=("a", "b"), a={"pool_slots": 3})
+    big = log.fire(T0 + 1, "a")
+    assert big["state"] == "waiting" and "a run takes 3 slots" in big["reason"]
+    b = log.fire(T0 + 1, "b")
+    assert b["state"] == "assigned"
+    start(log, b["run_id"])
+    log.finish(b["run_id"], at=T0 + 5)
+    assert state(log, big["run_id"]) == "waiting"
+    assert log.fire(T0 + 6, "b")["state"] == "assigned"
+    # The pool grows: it fits now, and goes.
+    log.apply(C.SetPools(pools=[["db", 4, "cluster"]], at=T0 + 7))
+    assert state(log, big["run_id"]) == "pending"
