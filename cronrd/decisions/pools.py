@@ -39,10 +39,20 @@ def admit(slots: int, in_use: int, need: int, ahead: int) -> bool:
     return ahead == 0 and in_use + need <= slots
 
 
-def release(free: int, waiters: list[Waiter]) -> list[int]:
-    """The run ids to release now, in order, with ``free`` slots."""
+def fits_ever(w: Waiter, slots: int) -> bool:
+    """Could ``w`` ever take its slots in a pool of ``slots``? One that could
+    not waits (its reason says why) but is nobody's run ahead: it would
+    hold up the whole pool for good."""
+    return w.slots <= slots
+
+
+def release(free: int, waiters: list[Waiter], slots: int | None = None) -> list[int]:
+    """The run ids to release now, in order, with ``free`` slots (of the
+    pool's ``slots``: a run needing more is passed over)."""
     out = []
     for w in sorted(waiters, key=Waiter.key):
+        if slots is not None and not fits_ever(w, slots):
+            continue
         if w.slots > free:
             break
         out.append(w.run_id)
@@ -60,6 +70,8 @@ def release_by_node(free: dict[str, int], spare: int, slots: int,
     free = dict(free)
     out = []
     for w, target in sorted(waiters, key=lambda wt: wt[0].key()):
+        if not fits_ever(w, slots):
+            continue
         if w.slots > spare:
             break
         if target:

@@ -139,7 +139,8 @@ def gate(conn: apsw.Connection, run: Run, spec) -> str | None:
                 D.reason(pool, used, slots, node=run.node, need=need)
         else:
             mine = D.order_key(bool(late), priority, run.fire_time, run.run_id)
-            ahead = sum(1 for w in waiters(conn, pool) if w.key() < mine)
+            ahead = sum(1 for w in waiters(conn, pool)
+                        if w.key() < mine and D.fits_ever(w, slots))
             used = in_use(conn, pool, but=run.run_id)
             why = None if D.admit(slots, used, need, ahead) else \
                 D.reason(pool, used, slots, ahead=ahead, need=need)
@@ -218,7 +219,7 @@ def release(conn: apsw.Connection, pool: str, at: float, freed_on: str | None = 
     if conf is None or not waiting:
         return []
     slots, scope = conf
-    out = (D.release(slots - in_use(conn, pool), waiting) if scope == "cluster"
+    out = (D.release(slots - in_use(conn, pool), waiting, slots) if scope == "cluster"
            else _release_by_node(conn, pool, slots, freed_on))
     why = f"waited for pool {pool} until {iso_utc(at)}"
     for run_id in out:
@@ -234,11 +235,12 @@ def release(conn: apsw.Connection, pool: str, at: float, freed_on: str | None = 
 def _refresh(conn: apsw.Connection, pool: str, slots: int) -> None:
     """Each waiting run of a cluster pool says how many wait ahead of it."""
     used = in_use(conn, pool)
-    for n, w in enumerate(waiters(conn, pool)):
+    n = 0  # runs ahead (one that can never fit is nobody's: decisions/pools.py)
+    for w in waiters(conn, pool):
+        why = D.reason(pool, used, slots, ahead=n, need=w.slots)
         conn.execute("UPDATE runs SET reason=? WHERE run_id=? AND state='waiting' AND "
-                     "reason IS NOT ?", (D.reason(pool, used, slots, ahead=n, need=w.slots),
-                                         w.run_id, D.reason(pool, used, slots, ahead=n,
-                                                            need=w.slots)))
+                     "reason IS NOT ?", (why, w.run_id, why))
+        n += D.fits_ever(w, slots)
 
 
 def pools_with_waiters(conn: apsw.Connection) -> list[str]:

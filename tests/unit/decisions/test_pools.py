@@ -27,6 +27,13 @@ def test_release_by_node_passes_over_runs_pinned_to_a_full_node():
     assert D.release_by_node({"n1": 1, "n2": 1}, 1, 1, ws) == [1]   # one released, not placed
 
 
+def test_a_run_that_can_never_fit_is_passed_over_not_waited_behind():
+    ws = [W(1, 3, 9, 1), W(2, 1, 0, 2)]
+    assert D.release(2, ws, 2) == [2]
+    assert D.release(2, ws) == []               # without the pool's slots: strict order
+    assert D.release_by_node({"n1": 2}, 2, 2, [(w, "") for w in ws]) == [2]
+
+
 def test_reasons_say_what_to_do():
     assert D.reason("db", 2, 2) == "pool db: 2/2 slots in use"
     assert D.reason("db", 1, 1, node="n1", ahead=2) == \
