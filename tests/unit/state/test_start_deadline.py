@@ -69,3 +69,45 @@ def test_a_manual_run_counts_from_when_it_was_asked_and_a_queue_moves_on():
     assert state(log, second) == "skipped"
     log.finish(first, at=T0 + 95)
     assert state(log, third) == "pending"  # the queue went on past the skipped one
+
+
+def _vm_steps(conn, fn) -> int:
+    """SQLite virtual machine steps ``fn`` takes (in hundreds)."""
+    steps = [0]
+
+    def tick():
+        steps[0] += 1
+        return 0
+    conn.set_progress_handler(tick, 100)
+    try:
+        fn()
+    finally:
+        conn.set_progress_handler(None)
+    return steps[0]
+
+
+def test_the_duty_reads_the_runs_not_started_not_every_jobs_definition():
+    """The leader looks every second: with 100,000 jobs, reading each
+    definition held its loop for a fifth of a second each time. Its cost
+    follows the runs not started, not the jobs."""
+    log = pool_log(slots=1, b={"start_deadline": 300.0})
+    log.fire(T0 + 1, "a")
+    b = log.fire(T0 + 2, "b")["run_id"]
+    conn = log.sm.conn
+
+    def more_jobs(n, start):
+        with conn:
+            for i in range(start, start + n):
+                text = '{"command":"true","name":"x%d","schedule":"* * * * *",' \
+                       '"start_deadline":60.0}' % i
+                conn.execute("INSERT INTO specs(name, digest, spec) VALUES(?,?,?)",
+                             (f"x{i}", f"d{i}", text))
+                conn.execute("INSERT INTO jobs(name, digest, source, paused, cursor, "
+                             "created_at, updated_at) VALUES(?,?,'/x',0,0,0,0)",
+                             (f"x{i}", f"d{i}"))
+    more_jobs(100, 0)
+    few = _vm_steps(conn, lambda: SD.overdue(conn, T0 + 302))
+    more_jobs(5000, 100)
+    many = _vm_steps(conn, lambda: SD.overdue(conn, T0 + 302))
+    assert SD.overdue(conn, T0 + 302) == [b]
+    assert many <= few + 5
