@@ -16,7 +16,7 @@ import apsw
 
 from ..schedule import human_duration, iso_utc
 from . import queries as Q
-from .run import SELECT as SELECT_RUNS, Run
+from .run import COLUMNS, Run
 from .run_states import NOT_STARTED, sql_in
 
 ON_TIME_KINDS = ("scheduled", "catchup", "upstream")
@@ -56,20 +56,24 @@ def fire_reason(fire_time: int, spec, at: float) -> str | None:
 
 
 def overdue(conn: apsw.Connection, now: float) -> list[int]:
-    """Runs not started whose job's start_deadline has passed (the leader's duty)."""
-    names = [n for (n,) in conn.execute(
-        "SELECT name FROM jobs JOIN specs USING(name, digest) WHERE "
-        "instr(spec, '\"start_deadline\":') > 0 ORDER BY name")]
+    """Runs not started whose job's start_deadline has passed (the leader's
+    duty, every second): read from the runs not started (few, by index
+    runs_active) and their jobs' definitions in force, not from every job."""
+    cols = ",".join(f"r.{c}" for c in COLUMNS)
+    specs: dict[str, object] = {}
     out: list[int] = []
-    for name in names:
-        spec = Q.job_spec(conn, name)
-        for row in conn.execute(
-                f"{SELECT_RUNS} WHERE job=? AND state IN {sql_in(NOT_STARTED)} AND "
-                "claimed_at IS NULL ORDER BY run_id LIMIT ?", (name, SCAN_LIMIT)):
-            run = Run.from_row(row)
-            end = expires(run, spec)
-            if end is not None and now >= end:
-                out.append(run.run_id)
-        if len(out) >= SCAN_LIMIT:
-            break
-    return out[:SCAN_LIMIT]
+    for row in list(conn.execute(
+            f"SELECT {cols} FROM runs r JOIN jobs j ON j.name = r.job "
+            "JOIN specs s ON s.name = j.name AND s.digest = j.digest "
+            f"WHERE r.{Q.ACTIVE_SQL} AND r.state IN {sql_in(NOT_STARTED)} "
+            "AND r.claimed_at IS NULL "
+            "AND instr(s.spec, '\"start_deadline\":') > 0 ORDER BY r.run_id")):
+        run = Run.from_row(row)
+        if run.job not in specs:
+            specs[run.job] = Q.job_spec(conn, run.job)
+        end = expires(run, specs[run.job])
+        if end is not None and now >= end:
+            out.append(run.run_id)
+            if len(out) >= SCAN_LIMIT:
+                break
+    return out
