@@ -238,3 +238,31 @@ def test_run_started_without_a_secret_encodes_as_before():
     again = C.decode(C.RunStarted(run_id=1, token=2, node="n1", pid=3, started_at=T0,
                                   log_path="/l", secret="f" * 64).encode())
     assert again.secret == "f" * 64
+
+
+def test_the_heartbeat_timeout_duty_reads_the_running_runs_not_the_history():
+    """The leader looks every second: its cost follows the runs running, not
+    the runs table (the history of 100,000 jobs), by index runs_active."""
+    from tests.unit.state.test_start_deadline import _vm_steps
+    log = Log()
+    log.put(heartbeat_timeout=300.0)
+    rid = log.fire(T0 + 1)["run_id"]
+    started(log, rid)
+    done = log.fire(T0 + 2)["run_id"]
+    log.finish(done)
+    conn = log.sm.conn
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)") if r[1] != "run_id"]
+
+    def history(n, base):  # finished records of other fire times, copies of ``done``
+        with conn:
+            conn.execute(
+                f"WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?) "
+                f"INSERT INTO runs({','.join(cols)}) SELECT "
+                + ",".join("fire_time + ? + i" if c == "fire_time" else c for c in cols)
+                + " FROM runs, k WHERE run_id=?", (n, base, done))
+    history(50, 1000)
+    few = _vm_steps(conn, lambda: CK.running_with_timeouts(conn))
+    history(5000, 2000)
+    many = _vm_steps(conn, lambda: CK.running_with_timeouts(conn))
+    assert [r.run_id for r, _t, _l in CK.running_with_timeouts(conn)] == [rid]
+    assert many <= few + 5
