@@ -31,6 +31,7 @@ import apsw
 
 from ..schedule import iso_utc
 from ..schedule.durations import human_duration
+from . import queries as Q
 from .run import COLUMNS as RUN_COLUMNS, Run
 
 MAX_VALUE = 64 * 1024    # bytes of UTF-8 in one checkpoint value
@@ -200,7 +201,7 @@ def running_with_timeouts(conn) -> list[tuple]:
             "FROM runs r JOIN jobs j ON j.name = r.job "
             "JOIN specs s ON s.name = j.name AND s.digest = j.digest "
             "LEFT JOIN run_heartbeats h ON h.run_id = r.run_id "
-            "WHERE r.state = 'running' "
+            f"WHERE r.{Q.ACTIVE_SQL} AND r.state = 'running' "  # (index runs_active)
             "AND json_extract(s.spec, '$.heartbeat_timeout') IS NOT NULL ORDER BY r.run_id")):
         run = Run.from_row(row[:-2])
         timeout, beat_at = row[-2], row[-1]
