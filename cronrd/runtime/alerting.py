@@ -32,8 +32,9 @@ def sla_jobs(conn) -> list[tuple[str, JobSpec, float]]:
     """(name, definition, in force since) of the jobs that have an ``sla:``."""
     out = []
     for name, text, since in conn.execute(
-            "SELECT j.name, s.spec, j.updated_at FROM jobs j JOIN specs s ON s.name = j.name "
-            "AND s.digest = j.digest WHERE s.spec LIKE '%\"sla\":%' ORDER BY j.name"):
+            "SELECT j.name, s.spec, j.updated_at FROM specs s "  # (CROSS: specs_sla first)
+            "CROSS JOIN jobs j ON j.name = s.name AND j.digest = s.digest "
+            "WHERE instr(s.spec, '\"sla\":') > 0 ORDER BY j.name"):
         spec = JobSpec.from_dict(json.loads(text))
         if spec.sla is not None:
             out.append((name, spec, since))

@@ -31,6 +31,11 @@ CREATE TABLE IF NOT EXISTS specs(
     spec TEXT NOT NULL,
     UNIQUE(name, digest)
 );
+-- The definitions with an SLA: the leader's SLA watch finds them every few
+-- seconds without reading every definition (runtime/alerting.py, sla_jobs;
+-- a query must repeat the predicate to use the index).
+CREATE INDEX IF NOT EXISTS specs_sla ON specs(name, digest)
+    WHERE instr(spec, '"sla":') > 0;
 -- Each node's own definition of a job (the file in its jobs_dir), as the
 -- digest of its definition; the row in jobs is the version they all agree on.
 CREATE TABLE IF NOT EXISTS job_sources(
