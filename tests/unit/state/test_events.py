@@ -28,3 +28,16 @@ def test_events_are_numbered_in_apply_order_and_listed_until_delivered():
 def test_an_unknown_kind_is_a_bug_not_an_event():
     with pytest.raises(ValueError, match="unknown event kind"):
         EV.emit(Log().sm.conn, "exploded", job="j", at=T0)
+
+
+def test_an_event_id_is_never_given_again_after_its_event_was_pruned():
+    """Receivers drop an id they have seen: an id given again (SQLite reuses
+    the largest rowid once its row is deleted) would be a lost event."""
+    log = Log()
+    conn = log.sm.conn
+    first = EV.emit(conn, "failed", job="j", at=T0)
+    conn.execute("UPDATE events SET delivered=1")
+    EV.prune(conn, T0 + 100)           # delivered and old: gone
+    assert EV.get(conn, first) is None
+    again = EV.emit(conn, "failed", job="j", at=T0 + 200)
+    assert again > first
