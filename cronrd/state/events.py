@@ -30,11 +30,19 @@ def emit(conn, kind: str, *, job: str, at: float, fire_time: int | None = None,
     """Record one event (inside apply: deterministic); its id."""
     if kind not in KINDS:
         raise ValueError(f"unknown event kind {kind!r}")
-    conn.execute("INSERT INTO events(kind, job, fire_time, run_id, at, data) "
-                 "VALUES(?,?,?,?,?,?)",
-                 (kind, job, fire_time, run_id, at,
+    # Ids only grow, even once the newest events were pruned (a bare rowid
+    # would be given again: receivers dedupe on it and would drop the new
+    # event). The last id given is kept in meta, replicated with the rest.
+    last = max(next(iter(conn.execute("SELECT COALESCE(MAX(event_id), 0) FROM events")))[0],
+               int(next(iter(conn.execute("SELECT value FROM meta WHERE key='event_seq'")),
+                         (0,))[0] or 0))
+    conn.execute("INSERT INTO events(event_id, kind, job, fire_time, run_id, at, data) "
+                 "VALUES(?,?,?,?,?,?,?)",
+                 (last + 1, kind, job, fire_time, run_id, at,
                   json.dumps(data or {}, sort_keys=True, separators=(",", ":"))))
-    return conn.last_insert_rowid()
+    conn.execute("INSERT INTO meta(key, value) VALUES('event_seq', ?) "
+                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (last + 1,))
+    return last + 1
 
 
 def get(conn, event_id: int) -> dict | None:
