@@ -94,3 +94,21 @@ def test_a_job_without_dead_letter_keeps_its_failure_out_of_it():
     log.put()
     log.finish(log.fire(T0 + 1)["run_id"], state="failed", exit_code=1)
     assert AL.dead_letters(log.sm.conn) == []
+
+
+def test_a_run_on_all_jobs_success_on_one_node_does_not_resolve_another_nodes_failure():
+    """run_on: all fails and recovers on each node apart (as its recovered
+    event): n1's success is no recovery of n2, which still fails."""
+    from tests.unit.state.test_dependencies import end_on_node
+    log = Log()
+    log.put(run_on={"mode": "all", "values": []})
+    rids = {n: log.fire(T0 + 1, target=n, node=n)["run_id"] for n in ("n1", "n2")}
+    end_on_node(log, rids["n2"], "failed")
+    end_on_node(log, rids["n1"])
+    (a,) = AL.alerts(log.sm.conn)
+    assert (a["kind"], a["state"]) == ("failed", "open")
+    more = {n: log.fire(T0 + 2, target=n, node=n)["run_id"] for n in ("n1", "n2")}
+    end_on_node(log, more["n1"])
+    assert len(AL.alerts(log.sm.conn)) == 1      # n2 has not succeeded since
+    end_on_node(log, more["n2"])
+    assert AL.alerts(log.sm.conn) == []          # now it has: recovered
