@@ -60,6 +60,10 @@ def on_final(sm, run, at: float) -> None:
     run = sm._get_run(run.run_id)
     state = run.state.value if hasattr(run.state, "value") else str(run.state)
     if state == "succeeded":
+        if run.target and next(iter(conn.execute(
+                "SELECT 1 FROM failing_jobs WHERE job=? AND target!=? LIMIT 1",
+                (run.job, run.target))), None) is not None:
+            return  # run_on: all: another node still fails (state/run_events.py)
         conn.execute("UPDATE alerts SET state='resolved', closed_at=?, note=? WHERE job=? AND "
                      f"state='open' AND kind IN {tuple(RECOVER)!r}",
                      (at, f"recovered: run {run.run_id} succeeded", run.job))
