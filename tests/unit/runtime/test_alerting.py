@@ -113,3 +113,27 @@ def test_finding_the_jobs_with_an_sla_does_not_read_every_definition():
     many = _vm_steps(conn, lambda: alerting.sla_jobs(conn))
     assert [n for n, _s, _t in alerting.sla_jobs(conn)] == ["kept"]
     assert many <= few + 5
+
+
+def test_start_within_counts_from_the_runs_due_time_with_its_jitter():
+    """jitter delays each fire's start on purpose (deterministically): the
+    SLA counts from when the run is due, not from the bare fire time."""
+    from cronrd.schedule.delays import jitter_for
+    from cronrd.state import commands as C
+    log = Log()
+    log.put(name="spread", schedule="0 * * * *", jitter=600.0,
+            sla={"start_within": 300.0, "finish_within": 400.0}, at=T0 - 1800)
+    due = T0 + jitter_for("spread", T0, 600.0)
+    assert due - T0 > 500                       # later than start_within, on purpose
+    rid = log.fire(T0, name="spread", due_at=due)["run_id"]
+    run = log.run(rid)
+    log.apply(C.RunStarted(run_id=rid, token=run.token, node="n1", pid=10,
+                           started_at=due + 1, log_path="/l"))
+    log.apply(C.RunFinished(run_id=rid, token=run.token, node="n1", state="succeeded",
+                            exit_code=0, signal=None, started_at=due + 1,
+                            finished_at=due + 2, log_path="/l"))
+    assert watch(log, T0 + 1500) == 0
+    # the next fire time, never fired: a miss from its own due time on
+    nxt = T0 + 3600 + jitter_for("spread", T0 + 3600, 600.0)
+    assert watch(log, nxt + 299) == 0
+    assert watch(log, nxt + 301) == 1
