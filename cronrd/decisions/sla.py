@@ -64,12 +64,15 @@ def chosen(rec: Record) -> bool:
 
 def misses(sla, records: Iterable[Record], expected: Iterable[int], now: float, *,
            since: float, last_success: float | None,
-           finish_by: Callable[[int], float] | None = None) -> list[Miss]:
+           finish_by: Callable[[int], float] | None = None,
+           due_at: Callable[[int], float] | None = None) -> list[Miss]:
     """The misses of one job at ``now``. ``records``: its records of the
     window looked at; ``expected``: the fire times its schedule had in it
     (one without a record never ran: a miss of start and finish);
     ``since``: when the definition with this SLA came into force (nothing
-    before it is judged); ``last_success``: when its newest success ended."""
+    before it is judged); ``last_success``: when its newest success ended;
+    ``due_at``: when a fire time's run is due (its jitter after it, on
+    purpose): start_within and finish_within count from then."""
     recs = {r.fire_time: r for r in records}
     times = sorted(set(recs) | {t for t in expected if t >= since})
     out: list[Miss] = []
@@ -79,13 +82,14 @@ def misses(sla, records: Iterable[Record], expected: Iterable[int], now: float, 
             continue
         started = rec.started_at if rec else None
         done = rec.succeeded_at if rec else None
+        base = due_at(t) if due_at is not None else t
         if sla.start_within is not None:
-            due = t + sla.start_within
+            due = base + sla.start_within
             if due <= now and (started is None or started > due):
                 out.append(Miss(t, "start_within", due, _late(
                     "no attempt started", t, sla.start_within, started, rec)))
         if sla.finish_within is not None:
-            due = t + sla.finish_within
+            due = base + sla.finish_within
             if due <= now and (done is None or done > due):
                 out.append(Miss(t, "finish_within", due, _late(
                     "not succeeded", t, sla.finish_within, done, rec)))

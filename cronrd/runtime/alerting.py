@@ -17,6 +17,7 @@ from ..decisions import sla as S
 from ..errors import CronrdError
 from ..jobspec import JobSpec
 from ..schedule import make_trigger, parse_schedule, resolve_timezone
+from ..schedule.delays import jitter_for
 from ..state import alerts as AL
 from ..state import commands as C
 
@@ -133,8 +134,9 @@ def job_misses(conn, name: str, spec: JobSpec, since: float, now: float,
         expected = []
     recs, last = _records(conn, name, first)
     finish_by = _finish_by(sla.finish_by, zone) if sla.finish_by else None
+    due_at = ((lambda t: t + jitter_for(name, t, spec.jitter)) if spec.jitter else None)
     return S.misses(sla, recs, expected, now, since=since, last_success=last,
-                    finish_by=finish_by)
+                    finish_by=finish_by, due_at=due_at)
 
 
 async def watch_once(conn, now: float, default_tz: str,
