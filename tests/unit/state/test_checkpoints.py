@@ -266,3 +266,18 @@ def test_the_heartbeat_timeout_duty_reads_the_running_runs_not_the_history():
     many = _vm_steps(conn, lambda: CK.running_with_timeouts(conn))
     assert [r.run_id for r, _t, _l in CK.running_with_timeouts(conn)] == [rid]
     assert many <= few + 5
+
+
+def test_text_that_is_not_utf8_is_refused_with_the_reason():
+    """A lone surrogate (JSON "\\ud800" from the control socket) is not
+    UTF-8: refused as such, before the log, not failing inside apply."""
+    log = Log()
+    log.put()
+    rid = log.fire(T0 + 1)["run_id"]
+    started(log, rid)
+    assert "UTF-8" in CK.value_problem("a\ud800b")
+    assert "UTF-8" in CK.message_problem("a\ud800b")
+    with pytest.raises(Refused, match="checkpoint refused: .*UTF-8"):
+        save(log, rid, "a\ud800b")
+    with pytest.raises(Refused, match="heartbeat refused: .*UTF-8"):
+        beat(log, rid, message="a\ud800b")
