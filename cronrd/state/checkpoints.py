@@ -51,7 +51,11 @@ def value_problem(value) -> str | None:
     if "\x00" in value:
         return ("a checkpoint value cannot hold NUL bytes (it is passed to the retry in "
                 "an environment variable); encode binary data, e.g. with base64")
-    size = len(value.encode("utf-8", "surrogatepass"))
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return ("a checkpoint value is UTF-8 text, and this one holds a lone surrogate; "
+                "encode binary data, e.g. with base64")
     if size > MAX_VALUE:
         return (f"the checkpoint value is {size} bytes, more than the {MAX_VALUE} bytes "
                 "(64 KiB) a checkpoint may hold; save a smaller value, e.g. a position or "
@@ -62,6 +66,10 @@ def value_problem(value) -> str | None:
 def message_problem(message) -> str | None:
     if not isinstance(message, str):
         return "a heartbeat message is text"
+    try:
+        message.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a heartbeat message is UTF-8 text, and this one holds a lone surrogate"
     if len(message) > MAX_MESSAGE:
         return f"the heartbeat message is longer than {MAX_MESSAGE} characters; say it shorter"
     return None
