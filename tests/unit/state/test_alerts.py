@@ -112,3 +112,29 @@ def test_a_run_on_all_jobs_success_on_one_node_does_not_resolve_another_nodes_fa
     assert len(AL.alerts(log.sm.conn)) == 1      # n2 has not succeeded since
     end_on_node(log, more["n2"])
     assert AL.alerts(log.sm.conn) == []          # now it has: recovered
+
+
+@pytest.mark.parametrize("concurrency", ["forbid", "queue"])
+def test_a_requeue_keeps_the_jobs_concurrency_like_a_rerun(concurrency):
+    """A requeued run is a rerun (its gate does not skip it): under forbid
+    it is refused while another run of the job runs, under queue it waits
+    its turn; never a second run at once."""
+    log = Log()
+    log.put(on_final_failure="dead_letter", concurrency=concurrency)
+    rid = log.fire(T0 + 1)["run_id"]
+    log.finish(rid, state="failed", exit_code=2)
+    busy = log.fire(T0 + 2)["run_id"]
+    run = log.run(busy)
+    log.apply(C.RunStarted(run_id=busy, token=run.token, node="n1", pid=5,
+                           started_at=T0 + 2, log_path="/l"))
+    if concurrency == "forbid":
+        with pytest.raises(Refused, match="still running"):
+            log.apply(C.DeadLetterAction(run_id=rid, action="requeue", at=T0 + 3))
+        assert AL.dead_letters(log.sm.conn)[0]["state"] == "open"
+        return
+    res = log.apply(C.DeadLetterAction(run_id=rid, action="requeue", at=T0 + 3))
+    assert log.run(res["new_run_id"]).state == "waiting"
+    log.apply(C.RunFinished(run_id=busy, token=run.token, node="n1", state="succeeded",
+                            exit_code=0, signal=None, started_at=T0 + 2, finished_at=T0 + 4,
+                            log_path="/l"))
+    assert log.run(res["new_run_id"]).state == "pending"
