@@ -125,13 +125,27 @@ def dead_letter_action(sm, index: int, cmd, refused, effects) -> dict:
     if last[1] in ACTIVE:
         raise refused(f"job {job!r} at that fire time has attempt {last[0]} {last[1]} "
                       "already; wait for it to end")
-    run = sm._insert_run(index, job=job, origin=old.origin, kind="rerun",
-                         fire_time=fire_time, attempt=last[0] + 1, state="pending", node=None,
-                         due_at=cmd.at, at=cmd.at, target=old.target,
-                         reason=f"requeued from the dead letter by {cmd.who}" if cmd.who
-                         else "requeued from the dead letter")
+    # The job's concurrency, as for a rerun (a rerun's gate never skips it).
+    why = sm._admit(index, sm._job(job), cmd.at, effects)
+    if why is not None:
+        raise refused(f"run {cmd.run_id} not requeued: {why}; wait for the active run to "
+                      f"finish (`cronrd runs {job} --state running`)")
+    hold = sm._queue_hold(job, old.target, fire_time)
+    if hold is not None and hold.skip is not None:
+        raise refused(f"run {cmd.run_id} not requeued: {hold.skip}; wait for the queue to "
+                      f"drain (`cronrd runs {job} --state waiting`)")
+    if hold is not None and hold.wait is not None:  # queued, by its fire time
+        run = sm._enqueue(index, job=job, origin=old.origin, kind="rerun",
+                          fire_time=fire_time, attempt=last[0] + 1, due_at=cmd.at, at=cmd.at,
+                          reason=hold.wait, target=old.target)
+    else:
+        run = sm._insert_run(index, job=job, origin=old.origin, kind="rerun",
+                             fire_time=fire_time, attempt=last[0] + 1, state="pending",
+                             node=None, due_at=cmd.at, at=cmd.at, target=old.target,
+                             reason=f"requeued from the dead letter by {cmd.who}" if cmd.who
+                             else "requeued from the dead letter")
+        effects.append(Effect("pending", run=run))
     RP.carry(conn, cmd.run_id, run.run_id)
-    effects.append(Effect("pending", run=run))
     conn.execute("UPDATE dead_letter SET state='requeued', note=?, by=?, closed_at=?, "
                  "requeue_run_id=? WHERE run_id=?", (str(cmd.note)[:1000], str(cmd.who),
                                                      cmd.at, run.run_id, cmd.run_id))
