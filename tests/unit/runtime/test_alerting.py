@@ -137,3 +137,18 @@ def test_start_within_counts_from_the_runs_due_time_with_its_jitter():
     nxt = T0 + 3600 + jitter_for("spread", T0 + 3600, 600.0)
     assert watch(log, nxt + 299) == 0
     assert watch(log, nxt + 301) == 1
+
+
+def test_a_failure_streak_longer_than_the_window_looked_at_is_one_alert():
+    """failure_tolerance is keyed by the streak's first failure: a streak
+    that began before the window the watch reads (two days) is the same
+    streak as the window slides, not a new alert each hour."""
+    log = Log()
+    log.put(schedule="0 * * * *", sla={"failure_tolerance": 3}, at=T0 - 1800)
+    for h in range(80):
+        t = T0 + h * 3600
+        rid = log.fire(t)["run_id"]
+        log.finish(rid, state="failed", exit_code=1, at=t + 10)
+        watch(log, t + 60)
+    kinds = [a["kind"] for a in AL.alerts(log.sm.conn) if a["kind"] != "failed"]
+    assert kinds == ["failure_tolerance"]
