@@ -135,8 +135,27 @@ def job_misses(conn, name: str, spec: JobSpec, since: float, now: float,
     recs, last = _records(conn, name, first)
     finish_by = _finish_by(sla.finish_by, zone) if sla.finish_by else None
     due_at = ((lambda t: t + jitter_for(name, t, spec.jitter)) if spec.jitter else None)
-    return S.misses(sla, recs, expected, now, since=since, last_success=last,
-                    finish_by=finish_by, due_at=due_at)
+    out = S.misses(sla, recs, expected, now, since=since, last_success=last,
+                   finish_by=finish_by, due_at=due_at)
+    return [m for m in out if not _streak_alerted(conn, name, m, recs, first, last)]
+
+
+def _streak_alerted(conn, job: str, miss: S.Miss, recs: list[S.Record], first: int,
+                    last_success: float | None) -> bool:
+    """A failure_tolerance streak that reaches back to the first record read
+    (the window starts at ``first``) may have begun before it: if an alert of
+    it was opened before the window, since the last success, it is that
+    streak's (keyed by its real first failure), not a new one."""
+    if miss.kind != "failure_tolerance":
+        return False
+    head = next((r.fire_time for r in recs if not S.chosen(r)), None)
+    if head != miss.fire_time:
+        return False  # the streak began inside the window: its key is its own
+    return next(iter(conn.execute(
+        "SELECT 1 FROM alerts WHERE job=? AND kind='failure_tolerance' AND fire_time < ? "
+        "AND opened_at > ? LIMIT 1",
+        (job, min(first, miss.fire_time), -1.0 if last_success is None else last_success))),
+        None) is not None
 
 
 async def watch_once(conn, now: float, default_tz: str,
