@@ -45,3 +45,34 @@ def test_one_host_a_bad_command_in_a_batch_is_refused_alone(tmp_path):
     assert machine.applied_index == 3
     assert [r.run_id for r in Q.list_runs(machine.conn)] == [1]
     assert [e.kind for e in effects if e.kind == "assign"] == ["assign"]
+
+
+def test_a_command_that_breaks_a_constraint_is_refused_alone_not_fatal():
+    """A NaN time (JSON NaN decodes) binds as NULL: a NOT NULL constraint of
+    a table fails inside apply. That is the command's doing, alike on every
+    node, not the disk's: refused, never the node stopping (and, replayed
+    after a restart, stopping again: the whole cluster down for good)."""
+    from cronrd.state.apply import apply_batch
+    from cronrd.state import checkpoints as CK
+    from tests.unit.state.test_state import Log
+    digests = []
+    for _ in range(2):
+        log = Log()
+        log.put()
+        rid = log.fire(T0 + 1)["run_id"]
+        run = log.run(rid)
+        log.apply(C.RunStarted(run_id=rid, token=run.token, node="n1", pid=1,
+                               started_at=T0 + 1, log_path="/l", secret=CK.token_hash("t")))
+        nan = C.decode(b'{"op":"save_checkpoint","run_id":%d,"token_hash":"%s","value":"v",'
+                       b'"node":"n1","at":NaN}' % (rid, CK.token_hash("t").encode()))
+        i = log.index
+        with log.sm.conn:
+            results, _ = apply_batch(log.sm, [(i + 1, nan), (i + 2, C.SaveCheckpoint(
+                run_id=rid, token_hash=CK.token_hash("t"), value="w", node="n1",
+                at=T0 + 2))])
+        assert isinstance(results[i + 1], Refused)
+        assert results[i + 2] == {"run_id": rid, "attempt": 1}
+        assert log.sm.applied_index == i + 2
+        assert CK.of_record(log.sm.conn, run)["value"] == "w"
+        digests.append(log.sm.full_digest())
+    assert digests[0] == digests[1]
