@@ -9,7 +9,8 @@ batches here, so a batch means the same thing on one host as in a cluster:
   from a buggy or newer proposer) is that index's result, as an exception;
   it still advances the applied index and the digest, alike on every node,
   and the other commands of the batch apply;
-* only the database failing (``apsw.Error``) fails the batch: it raises,
+* only the database failing (``apsw.Error``, but for a constraint or type
+  the command's values break: ``COMMAND_ERRORS``) fails the batch: it raises,
   nothing of the batch is committed, and the caller decides (the one-host
   log fails the batch's proposals, a Raft node stops rather than diverge).
 """
@@ -26,6 +27,10 @@ from . import commands as C
 from .machine import Effect, Refused, StateMachine
 
 log = logging.getLogger("cronrd.state")
+
+# SQLite errors a command's own values cause (the same on every node), as
+# against the disk's: those refuse the command, these fail the batch.
+COMMAND_ERRORS = (apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError)
 
 
 def apply_batch(machine: StateMachine, entries: Iterable[tuple[int, C.Command | bytes]]
@@ -54,8 +59,15 @@ def apply_batch(machine: StateMachine, entries: Iterable[tuple[int, C.Command | 
                 result, eff = machine.apply(index, cmd, raw)
             except CronrdError as exc:
                 results[index] = exc
-            except apsw.Error:
-                raise  # this node's disk, not the command: the batch fails
+            except apsw.Error as exc:
+                if not isinstance(exc, COMMAND_ERRORS):
+                    raise  # this node's disk, not the command: the batch fails
+                # A constraint the command's values break (a NaN time binds
+                # as NULL): the command's doing, alike on every node.
+                log.error("event=command_failed index=%d op=%s error=%r", index, cmd.op, exc)
+                results[index] = Refused(f"command {cmd.op} at index {index} could not be "
+                                         f"applied: {exc}; run the same cronrd version on "
+                                         "every node")
             except Exception as exc:
                 # apply has advanced the index and the digest (and rolled the
                 # command back): refused alike on every node, never fatal.
