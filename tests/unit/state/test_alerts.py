@@ -138,3 +138,21 @@ def test_a_requeue_keeps_the_jobs_concurrency_like_a_rerun(concurrency):
                             exit_code=0, signal=None, started_at=T0 + 2, finished_at=T0 + 4,
                             log_path="/l"))
     assert log.run(res["new_run_id"]).state == "pending"
+
+
+def test_an_always_failing_jobs_failed_alerts_go_with_its_run_history():
+    """One open alert per failed fire time: a job failing every minute made
+    1,440 a day, kept for ever. An open failed alert whose fire time's
+    records were pruned goes with them, but the job's newest one stays open
+    (it still shows the job failing)."""
+    log = Log()
+    log.put()
+    for i in range(10):
+        rid = log.fire(T0 + 1 + i)["run_id"]
+        log.finish(rid, state="failed", exit_code=1)
+    assert len(AL.alerts(log.sm.conn)) == 10
+    log.apply(C.Prune(before=T0 - 1, at=T0 + 30, keep=3))
+    assert [a["fire_time"] for a in AL.alerts(log.sm.conn)] == [T0 + 10, T0 + 9, T0 + 8]
+    # a job whose every record is pruned keeps its newest open alert
+    log.apply(C.Prune(before=T0 + 1000, at=T0 + 1000))
+    assert [a["fire_time"] for a in AL.alerts(log.sm.conn)] == [T0 + 10]
