@@ -183,6 +183,15 @@ def dead_letters(conn, *, include_closed: bool = False, limit: int = 100) -> lis
 
 
 def prune(conn, before: float) -> None:
-    """Closed alerts and dead letters older than ``before``."""
+    """Closed alerts and dead letters older than ``before``; and open alerts
+    but the newest of each job and kind (it still shows the job failing, or
+    late) whose fire time's records were pruned (a ``failed`` one) or that
+    are older than ``before``: a job failing every minute would otherwise
+    keep 1,440 open alerts a day for ever."""
     conn.execute("DELETE FROM alerts WHERE state!='open' AND closed_at < ?", (before,))
+    conn.execute(
+        "DELETE FROM alerts WHERE state='open' AND (opened_at < ? OR (kind='failed' AND "
+        "NOT EXISTS (SELECT 1 FROM runs r WHERE r.job=alerts.job AND "
+        "r.fire_time=alerts.fire_time))) AND alert_id < (SELECT MAX(a.alert_id) FROM "
+        "alerts a WHERE a.job=alerts.job AND a.kind=alerts.kind)", (before,))
     conn.execute("DELETE FROM dead_letter WHERE state!='open' AND closed_at < ?", (before,))
