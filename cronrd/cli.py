@@ -347,6 +347,8 @@ def status(obj: Ctx, consistent, as_json):
     digest = st.get("state_digest")
     if idx or digest:
         click.echo("state     " + ", ".join(idx + ([f"digest {digest[:16]}"] if digest else [])))
+    if st.get("http"):
+        click.echo(f"http      {st['http']} (web UI and API, /metrics)")
     if "socket" in st:
         click.echo(f"paths     socket {st['socket']}\n          data {st.get('data_dir')}\n"
                    f"          logs {st.get('log_dir')}\n          jobs {st.get('jobs_dir')}")

@@ -1,10 +1,10 @@
 """The daemon: wires storage, the members and their log, the executor, the
-leadership, the watcher and the control socket onto one asyncio loop, and
+leadership, the watcher, the control socket and the HTTP server onto one asyncio loop, and
 owns its life cycle: signals, systemd, start-up order and shutdown order.
 
 Its long-lived work runs as named services (tasks.py): a service that fails
 is logged with its name and either restarted with a bounded back-off (the
-watcher, housekeeping, the announcement) or stops the daemon with exit code
+watcher, housekeeping, the announcement, the HTTP server) or stops the daemon with exit code
 1 so that systemd restarts it (the members' upkeep, the leadership, the
 watchdog). Shutdown cancels and awaits every one of them. The control
 commands live in handlers.py.
@@ -138,6 +138,17 @@ class Daemon:
                                  started_at=self.started_at, is_ready=lambda: self.ready)
         self.log.subscribe(self._on_effects)
         self.control = ControlServer(cfg.socket, self.handlers.table(), cfg.socket_group)
+        self.http = None
+        if cfg.http.listen is not None:
+            from .http_server import HttpServer  # aiohttp only when it serves
+            from .metrics import Metrics, StateCollector
+            self.http = HttpServer(cfg.http, is_ready=lambda: self.ready,
+                                   status=self.members.status,
+                                   metrics=Metrics(StateCollector(
+                                       self.conn, cfg.node_id, self.members.status,
+                                       lambda: self.machine.applied_index,
+                                       lambda: self.log.is_leader)))
+            self.handlers.http_url = lambda: self.http.url
         await self.control.start()
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
                         (signal.SIGHUP, self.watcher.kick)):
@@ -149,6 +160,8 @@ class Daemon:
             await self.members.start()
             self.services.start("members", self.members.run)
             self.services.start("removal", self._watch_removal)
+            if self.http is not None:  # /healthz and /readyz answer while it catches up
+                self.services.start("http", self.http.run, restart=True)
             # Caught up with the cluster before acting on the state.
             await self.members.wait_caught_up()
             if not self.stop_event.is_set():  # else SIGTERM while waiting for the cluster
@@ -292,7 +305,8 @@ class Daemon:
             await self._hand_over()  # to the other members, if there are any
         await self.services.stop("leadership")
         self.watcher.stop()
-        await self.services.stop("watcher", "announce", "housekeeping", "watchdog", "removal")
+        await self.services.stop("watcher", "announce", "housekeeping", "watchdog", "removal",
+                                 "http")
         await self.executor.shutdown(cfg.shutdown_mode, cfg.shutdown_grace)
         await self.log.drain()
         await self.services.stop("members")

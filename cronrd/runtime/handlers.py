@@ -96,6 +96,7 @@ class Handlers:
         self._refusals: dict[int, tuple[float, int]] = {}  # uid -> (window start, count)
         self._triggers = Triggers(config.timezone)  # a follower's next fire times
         self.checkpoints = CheckpointRequests(self)
+        self.http_url: Callable[[], str | None] = lambda: None  # the daemon's, once it serves
 
     def on_effects(self, effects: list[Effect]) -> None:
         """Wake whoever waits for a run that is done (`run-now --wait`)."""
@@ -258,6 +259,7 @@ class Handlers:
             "socket": self.config.socket, "data_dir": self.config.data_dir,
             "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,
             "timezone": self.config.timezone,
+            "http": self.http_url(),
         }
 
     def _job_view(self, job: dict, last: Run | None) -> dict:

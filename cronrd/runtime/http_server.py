@@ -1,0 +1,140 @@
+"""The HTTP server of the web UI, the API and ``/metrics``, inside the
+daemon's event loop (aiohttp).
+
+So far: ``GET /healthz`` (the process answers), ``GET /readyz`` (ready as
+``cronrd status`` says: job files loaded, the scheduler running) and ``GET
+/metrics`` (metrics.py). Errors are RFC 9457 ``application/problem+json``.
+
+Every request is bounded (body size, header sizes, a handler that fails is
+a 500 with the error logged), so no request can stop the daemon. The daemon
+runs :meth:`HttpServer.run` as a restartable service: a port that cannot be
+bound is logged (``event=http_failed``) and tried again with back-off while
+the jobs keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from typing import Callable
+
+from aiohttp import web
+
+from ..config import HttpConfig, format_address
+from .metrics import CONTENT_TYPE, Metrics
+
+log = logging.getLogger("cronrd.http")
+
+MAX_BODY = 1024 * 1024     # bytes in one request body
+SHUTDOWN_TIMEOUT = 2.0     # seconds open requests get when the daemon stops
+
+
+def problem(status: int, title: str, detail: str = "", **extra) -> web.Response:
+    """An RFC 9457 problem document."""
+    body = {"type": "about:blank", "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    body.update(extra)
+    return web.Response(status=status, text=json.dumps(body),
+                        content_type="application/problem+json")
+
+
+@web.middleware
+async def _problems(request: web.Request, handler):
+    """Every error as problem+json; an unexpected one is logged, never raised
+    into the server."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return problem(exc.status, exc.reason, exc.text if exc.text and
+                       not exc.text.startswith(f"{exc.status}:") else "")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("event=http_handler_failed method=%s path=%s", request.method,
+                      request.path)
+        return problem(500, "Internal Server Error", f"{type(exc).__name__}; see the "
+                       "daemon's log (event=http_handler_failed)")
+
+
+def tls_context(config: HttpConfig) -> ssl.SSLContext | None:
+    if config.tls is None:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(config.tls.cert, config.tls.key)
+    if config.tls.client_ca:
+        ctx.load_verify_locations(cafile=config.tls.client_ca)
+        ctx.verify_mode = ssl.CERT_OPTIONAL  # a token still works without a certificate
+    return ctx
+
+
+class HttpServer:
+    def __init__(self, config: HttpConfig, *, is_ready: Callable[[], bool],
+                 status: Callable[[], dict], metrics: Metrics):
+        self.config = config
+        self.is_ready = is_ready
+        self.status = status
+        self.metrics = metrics
+        self.address: tuple[str, int] | None = None  # bound, while serving
+        self.app = self.make_app()
+
+    @property
+    def url(self) -> str | None:
+        if self.address is None:
+            return None
+        scheme = "https" if self.config.tls else "http"
+        return f"{scheme}://{format_address(self.address)}"
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[_problems],
+                              handler_args={"max_field_size": 8190, "max_line_size": 8190})
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.get_metrics)
+        return app
+
+    async def run(self) -> None:
+        """Serve until cancelled (the daemon's service ``http``)."""
+        host, port = self.config.listen
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                               shutdown_timeout=SHUTDOWN_TIMEOUT)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host, port, ssl_context=tls_context(self.config),
+                               backlog=128, reuse_address=True)
+            try:
+                await site.start()
+            except OSError as exc:
+                log.error("event=http_failed listen=%s error=\"%s\" hint=\"another program "
+                          "may hold the port: free it, or set http.listen in the config "
+                          "(http: {enabled: false} turns the server off); jobs keep "
+                          "running\"", format_address((host, port)), exc)
+                raise
+            bound = runner.addresses  # the socket names: the port, when listen's was 0
+            self.address = (host, bound[0][1]) if bound else (host, port)
+            log.info("event=http_listening url=%s", self.url)
+            await asyncio.Event().wait()
+        finally:
+            self.address = None
+            await runner.cleanup()
+
+    # -- routes ------------------------------------------------------------------------
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        st = self.status()
+        body = {"ready": bool(self.is_ready()), "role": st.get("role"),
+                "leader": st.get("leader")}
+        if not body["ready"]:
+            return problem(503, "Not Ready", "the daemon is starting: job files not loaded "
+                           "or not caught up with the cluster yet", **body)
+        return web.json_response(body)
+
+    async def get_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})

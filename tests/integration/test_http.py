@@ -1,0 +1,98 @@
+"""The daemon's HTTP server (issue 16) through real daemons: /healthz,
+/readyz and /metrics over TCP, a port that is taken, the server turned off,
+and requests that must not hurt the daemon."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def samples(text: str) -> dict:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_health_readiness_and_metrics_of_a_running_daemon(node):
+    node.write_job("ok", {"schedule": "* * * * * *", "command": "true"})
+    node.write_job("idle", {"schedule": "@yearly", "command": "true"})
+    node.start()
+    url = node.call("status")["http"]
+    assert url.startswith("http://127.0.0.1:")
+    assert "http " in node.cli("status").stdout  # `cronrd status` names it too
+    assert get(url + "/healthz")[0] == 200
+    status, ctype, body = get(url + "/readyz")
+    assert status == 200 and json.loads(body) == {"ready": True, "role": "leader",
+                                                  "leader": "n1"}
+    node.wait_runs(lambda rs: any(r["state"] == "succeeded" for r in rs), job="ok")
+    wait_for(lambda: ("cronrd_job_last_success_timestamp_seconds", (("job_name", "ok"),))
+             in samples(get(url + "/metrics")[2]), what="a last success in /metrics")
+    status, ctype, body = get(url + "/metrics")
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    got = samples(body)
+    assert got[("cronrd_raft_is_leader", ())] == 1
+    assert got[("cronrd_node_up", (("node", "n1"),))] == 1
+    assert got[("cronrd_job_running", (("job_name", "idle"),))] == 0
+    assert got[("cronrd_raft_applied_index", ())] > 0
+
+
+def test_bad_requests_do_not_hurt_the_daemon(node):
+    node.start()
+    url = node.call("status")["http"]
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    for junk in (b"\x00\xff garbage\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\n" +
+                 b"X-Big: " + b"a" * 100_000 + b"\r\n\r\n",
+                 b"GET /healthz HTTP/1.1\r\nContent-Length: -5\r\n\r\n", b"GET /he"):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(junk)
+            s.shutdown(socket.SHUT_WR)
+            reply = s.recv(200)
+            assert not reply or reply.startswith(b"HTTP/1.") and b" 200 " not in reply[:15]
+    status, ctype, body = get(url + "/nosuch")
+    assert status == 404 and ctype.startswith("application/problem+json")
+    assert json.loads(body)["status"] == 404
+    assert get(url + "/healthz")[0] == 200
+    assert node.call("status")["ready"] and node.proc.poll() is None
+
+
+def test_a_taken_port_leaves_the_jobs_running_and_is_tried_again(node_factory):
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    node = node_factory(http={"listen": f"127.0.0.1:{port}"})
+    node.write_job("ok", {"schedule": "* * * * * *", "command": "true"})
+    try:
+        node.start()
+        wait_for(lambda: "event=http_failed" in node.daemon_log(), what="http_failed logged")
+        assert node.call("status")["http"] is None
+        node.wait_runs(lambda rs: any(r["state"] == "succeeded" for r in rs), job="ok")
+    finally:
+        holder.close()
+    url = wait_for(lambda: node.call("status")["http"], timeout=20, what="the port bound")
+    assert url == f"http://127.0.0.1:{port}" and get(url + "/healthz")[0] == 200
+
+
+def test_the_server_can_be_turned_off(node_factory):
+    node = node_factory(http={"enabled": False})
+    node.start()
+    assert node.call("status")["http"] is None
+    assert "event=http_listening" not in node.daemon_log()

@@ -1,0 +1,96 @@
+"""/metrics (cronrd/runtime/metrics.py): the families, their labels and values,
+rendered by the official client from a registry of our own."""
+
+from __future__ import annotations
+
+import prometheus_client
+from prometheus_client.parser import text_string_to_metric_families
+
+from cronrd import __version__
+from cronrd.runtime.metrics import CACHE_SECONDS, Metrics, StateCollector
+from cronrd.state import commands as C
+from tests.unit.state.test_state import T0, Log
+
+
+def samples(page: bytes) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for fam in text_string_to_metric_families(page.decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def collector(log: Log, status=None, leader=True) -> StateCollector:
+    return StateCollector(log.sm.conn, "n1", lambda: status or {
+        "role": "leader", "leader": "n1", "term": 3, "commit_index": 41, "down": []},
+        lambda: log.index, lambda: leader)
+
+
+def a_log() -> Log:
+    log = Log()
+    log.apply(C.NodeInfo(node="n1", state="up", addr="127.0.0.1:7000", tags=(), at=T0))
+    log.apply(C.NodeInfo(node="n2", state="up", addr="127.0.0.1:7001", tags=(), at=T0))
+    log.apply(C.NodeInfo(node="n3", state="draining", addr="127.0.0.1:7002", tags=(), at=T0))
+    log.put("a")
+    log.put("b")
+    log.put("idle")
+    ok = log.fire(T0 + 1, "a")
+    log.finish(ok["run_id"], at=T0 + 5)
+    ok = log.fire(T0 + 2, "a")
+    log.finish(ok["run_id"], at=T0 + 9)
+    bad = log.fire(T0 + 3, "b")
+    log.finish(bad["run_id"], state="failed", exit_code=2)
+    run = log.fire(T0 + 4, "b")
+    log.apply(C.RunStarted(run_id=run["run_id"], token=log.run(run["run_id"]).token,
+                           node="n1", pid=10, started_at=T0 + 4, log_path="/l"))
+    return log
+
+
+def test_the_families_and_their_values():
+    log = a_log()
+    status = {"term": 3, "commit_index": 41, "down": [{"node": "n2"}]}
+    got = samples(Metrics(collector(log, status)).render())
+    assert got[("cronrd_build_info", (("node", "n1"), ("version", __version__)))] == 1
+    assert got[("cronrd_raft_is_leader", ())] == 1
+    assert got[("cronrd_raft_term", ())] == 3
+    assert got[("cronrd_raft_commit_index", ())] == 41
+    assert got[("cronrd_raft_applied_index", ())] == log.index
+    # up, unreachable from here, draining
+    assert got[("cronrd_node_up", (("node", "n1"),))] == 1
+    assert got[("cronrd_node_up", (("node", "n2"),))] == 0
+    assert got[("cronrd_node_up", (("node", "n3"),))] == 0
+    # every job has its running gauge, 0 included
+    assert got[("cronrd_job_running", (("job_name", "a"),))] == 0
+    assert got[("cronrd_job_running", (("job_name", "b"),))] == 1
+    assert got[("cronrd_job_running", (("job_name", "idle"),))] == 0
+    # the newest success only; a job without one has no sample
+    assert got[("cronrd_job_last_success_timestamp_seconds", (("job_name", "a"),))] == T0 + 9
+    assert ("cronrd_job_last_success_timestamp_seconds", (("job_name", "b"),)) not in got
+
+
+def test_labels_are_job_name_never_job_nor_a_run_id():
+    page = Metrics(collector(a_log())).render().decode()
+    for fam in text_string_to_metric_families(page):
+        for s in fam.samples:
+            assert "job" not in s.labels and "run_id" not in s.labels, s
+
+
+def test_the_registry_is_our_own_not_the_global_one():
+    Metrics(collector(a_log())).render()
+    assert b"cronrd_" not in prometheus_client.generate_latest(prometheus_client.REGISTRY)
+
+
+def test_a_page_is_reused_within_the_cache_time():
+    log = a_log()
+    now = [100.0]
+    m = Metrics(collector(log), monotonic=lambda: now[0])
+    first = m.render()
+    log.put("new")
+    assert m.render() is first
+    now[0] += CACHE_SECONDS
+    assert b'job_name="new"' in m.render()
+
+
+def test_a_follower_reports_it_does_not_lead():
+    got = samples(Metrics(collector(a_log(), leader=False)).render())
+    assert got[("cronrd_raft_is_leader", ())] == 0
