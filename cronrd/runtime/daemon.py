@@ -141,13 +141,12 @@ class Daemon:
         self.http = None
         if cfg.http.listen is not None:
             from .http_server import HttpServer  # aiohttp only when it serves
-            from .metrics import Metrics, StateCollector
+            from .metrics import Metrics
+            from .storage import open_readonly
             self.http = HttpServer(cfg.http, is_ready=lambda: self.ready,
                                    status=self.members.status,
-                                   metrics=Metrics(StateCollector(
-                                       self.conn, cfg.node_id, self.members.status,
-                                       lambda: self.machine.applied_index,
-                                       lambda: self.log.is_leader)))
+                                   metrics=Metrics(lambda: open_readonly(cfg.state_db),
+                                                   self._metrics_view))
             self.handlers.http_url = lambda: self.http.url
         await self.control.start()
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
@@ -312,6 +311,8 @@ class Daemon:
         await self.services.stop("members")
         await self.members.stop()
         self.outbox.close()
+        if self.http is not None:
+            self.http.metrics.close()
         await self.control.close()
         self.conn.close()
         self.lock.release()
@@ -377,6 +378,15 @@ class Daemon:
             except Exception:
                 log.exception("event=effect_listener_failed")
         self.applied.notify()
+
+    def _metrics_view(self) -> dict:
+        """This node's live Raft view for /metrics (metrics.py)."""
+        from .metrics import live_view
+        node = getattr(self.members, "node", None)  # a cluster's Raft node
+        return live_view(self.config.node_id,
+                         {**self.members.status(),
+                          "leader_changes": getattr(node, "leader_changes", 0)},
+                         self.machine.applied_index, self.log.is_leader)
 
     def _read_log_chunk(self, run_id: int, offset: int) -> dict:
         """A chunk of a run's log on this node (handlers.py), also for peers."""

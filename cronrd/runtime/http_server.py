@@ -137,4 +137,4 @@ class HttpServer:
         return web.json_response(body)
 
     async def get_metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=await self.metrics.page(), headers={"Content-Type": CONTENT_TYPE})

@@ -37,7 +37,8 @@ from . import queue as QU
 from . import run_params as RP
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
-from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1,
+from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, SEED_JOB_OUTCOMES,
+                     UPGRADE_FROM_V1,
                      UPGRADE_TO_V5, UPGRADE_TO_V6)
 
 
@@ -149,7 +150,11 @@ class StateMachine:
                     "SELECT sql FROM sqlite_master WHERE type='index' AND name='runs_active'")):
                 if "'waiting'" not in (sql or ""):  # made before the waiting state: remade
                     conn.execute("DROP INDEX runs_active")
+            seed = version is not None and not list(conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='job_outcomes'"))
             conn.execute(SCHEMA)
+            if seed:
+                conn.execute(SEED_JOB_OUTCOMES)
             for table, column, sql in ADDED_COLUMNS:
                 if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
                     conn.execute(sql)
@@ -1518,7 +1523,8 @@ class StateMachine:
                              ("deliveries", "event_id, notifier, attempt"),
                              ("pools", "name"), ("pool_runs", "run_id"),
                              ("run_heartbeats", "run_id"),
-                             ("checkpoints", "job, origin, fire_time, target")):
+                             ("checkpoints", "job, origin, fire_time, target"),
+                             ("job_outcomes", "job, origin, outcome, reason")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

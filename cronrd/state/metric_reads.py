@@ -24,3 +24,11 @@ def last_success_by_job(conn: apsw.Connection) -> dict[str, float]:
     return {job: at for job, at in conn.execute(
         "SELECT job, MAX(finished_at) FROM runs WHERE state = 'succeeded' "
         "AND finished_at IS NOT NULL GROUP BY job")}
+
+
+def outcomes(conn: apsw.Connection) -> list[tuple[str, str, str, str, int]]:
+    """(job, origin, outcome, reason, count) of every known job's ended runs
+    (job_outcomes: counted as records end, never lowered by pruning)."""
+    return list(conn.execute(
+        "SELECT o.job, o.origin, o.outcome, o.reason, o.n FROM job_outcomes AS o "
+        "JOIN jobs ON jobs.name = o.job ORDER BY o.job, o.origin, o.outcome, o.reason"))

@@ -51,6 +51,11 @@ def test_health_readiness_and_metrics_of_a_running_daemon(node):
     assert got[("cronrd_node_up", (("node", "n1"),))] == 1
     assert got[("cronrd_job_running", (("job_name", "idle"),))] == 0
     assert got[("cronrd_raft_applied_index", ())] > 0
+    ok = (("job_name", "ok"), ("origin", "schedule"), ("outcome", "succeeded"))
+    assert got[("cronrd_job_runs_total", ok)] >= 1
+    assert got[("cronrd_job_runs_total", (("job_name", "idle"), ("origin", "schedule"),
+                                          ("outcome", "failed")))] == 0
+    assert "event=http_handler_failed" not in node.daemon_log()
 
 
 def test_bad_requests_do_not_hurt_the_daemon(node):

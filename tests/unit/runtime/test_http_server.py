@@ -17,7 +17,7 @@ class FakeMetrics:
     def __init__(self):
         self.fail = False
 
-    def render(self) -> bytes:
+    async def page(self) -> bytes:
         if self.fail:
             raise RuntimeError("boom")
         return b"# HELP x y\n"

@@ -7,8 +7,11 @@ import prometheus_client
 from prometheus_client.parser import text_string_to_metric_families
 
 from cronrd import __version__
-from cronrd.runtime.metrics import CACHE_SECONDS, Metrics, StateCollector
+import asyncio
+
+from cronrd.runtime.metrics import CACHE_SECONDS, Metrics, live_view, render
 from cronrd.state import commands as C
+from cronrd.state import queries as Q
 from tests.unit.state.test_state import T0, Log
 
 
@@ -20,10 +23,10 @@ def samples(page: bytes) -> dict[tuple[str, tuple], float]:
     return out
 
 
-def collector(log: Log, status=None, leader=True) -> StateCollector:
-    return StateCollector(log.sm.conn, "n1", lambda: status or {
+def scrape(log: Log, status=None, leader=True) -> bytes:
+    return render(log.sm.conn, live_view("n1", status or {
         "role": "leader", "leader": "n1", "term": 3, "commit_index": 41, "down": []},
-        lambda: log.index, lambda: leader)
+        log.index, leader))
 
 
 def a_log() -> Log:
@@ -48,13 +51,14 @@ def a_log() -> Log:
 
 def test_the_families_and_their_values():
     log = a_log()
-    status = {"term": 3, "commit_index": 41, "down": [{"node": "n2"}]}
-    got = samples(Metrics(collector(log, status)).render())
+    status = {"term": 3, "commit_index": 41, "down": [{"id": "n2"}], "leader_changes": 2}
+    got = samples(scrape(log, status))
     assert got[("cronrd_build_info", (("node", "n1"), ("version", __version__)))] == 1
     assert got[("cronrd_raft_is_leader", ())] == 1
     assert got[("cronrd_raft_term", ())] == 3
     assert got[("cronrd_raft_commit_index", ())] == 41
     assert got[("cronrd_raft_applied_index", ())] == log.index
+    assert got[("cronrd_raft_leader_changes_total", ())] == 2
     # up, unreachable from here, draining
     assert got[("cronrd_node_up", (("node", "n1"),))] == 1
     assert got[("cronrd_node_up", (("node", "n2"),))] == 0
@@ -68,29 +72,57 @@ def test_the_families_and_their_values():
     assert ("cronrd_job_last_success_timestamp_seconds", (("job_name", "b"),)) not in got
 
 
+def test_run_and_skip_counters_exist_from_load_and_survive_pruning():
+    log = a_log()
+    skipped = log.fire(T0 + 20, "idle", skip_reason="overlap: run 3 still running")
+    assert log.run(skipped["run_id"]).state == "skipped"
+    got = samples(scrape(log))
+    runs = "cronrd_job_runs_total"
+    assert got[(runs, (("job_name", "a"), ("origin", "schedule"), ("outcome", "succeeded")))] == 2
+    assert got[(runs, (("job_name", "b"), ("origin", "schedule"), ("outcome", "failed")))] == 1
+    # a job that never ran has its counters, at 0
+    for outcome in ("succeeded", "failed", "timed_out", "lost", "cancelled"):
+        assert got[(runs, (("job_name", "idle"), ("origin", "schedule"),
+                           ("outcome", outcome)))] == 0
+    assert got[("cronrd_job_skips_total", (("job_name", "idle"), ("reason", "overlap")))] == 1
+    # pruning the records keeps the counts (counters never go down)
+    log.apply(C.Prune(before=T0 + 10_000, at=T0 + 10_000, keep=1))
+    assert Q.list_runs(log.sm.conn, job="a") == []  # the records are gone
+    assert samples(scrape(log))[(runs, (("job_name", "a"), ("origin", "schedule"),
+                                        ("outcome", "succeeded")))] == 2
+
+
 def test_labels_are_job_name_never_job_nor_a_run_id():
-    page = Metrics(collector(a_log())).render().decode()
+    page = scrape(a_log()).decode()
     for fam in text_string_to_metric_families(page):
         for s in fam.samples:
             assert "job" not in s.labels and "run_id" not in s.labels, s
 
 
 def test_the_registry_is_our_own_not_the_global_one():
-    Metrics(collector(a_log())).render()
+    scrape(a_log())
     assert b"cronrd_" not in prometheus_client.generate_latest(prometheus_client.REGISTRY)
 
 
 def test_a_page_is_reused_within_the_cache_time():
     log = a_log()
     now = [100.0]
-    m = Metrics(collector(log), monotonic=lambda: now[0])
-    first = m.render()
-    log.put("new")
-    assert m.render() is first
-    now[0] += CACHE_SECONDS
-    assert b'job_name="new"' in m.render()
+    m = Metrics(lambda: log.sm.conn, lambda: live_view("n1", {}, log.index, True),
+                monotonic=lambda: now[0])
+
+    async def main():
+        first = await m.page()
+        log.put("new")
+        assert await m.page() is first
+        now[0] += CACHE_SECONDS
+        assert b'job_name="new"' in await m.page()
+    try:
+        asyncio.run(main())
+    finally:
+        m._conn = None  # the test's connection stays the test's
+        m.close()
 
 
 def test_a_follower_reports_it_does_not_lead():
-    got = samples(Metrics(collector(a_log(), leader=False)).render())
+    got = samples(scrape(a_log(), leader=False))
     assert got[("cronrd_raft_is_leader", ())] == 0
