@@ -26,6 +26,7 @@ from ..config import Config, check_directories
 from ..errors import CronrdError
 from ..state import commands as C
 from ..state import queries as Q
+from ..state import tokens
 from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .control import ControlServer
@@ -146,7 +147,10 @@ class Daemon:
             self.http = HttpServer(cfg.http, is_ready=lambda: self.ready,
                                    status=self.members.status,
                                    metrics=Metrics(lambda: open_readonly(cfg.state_db),
-                                                   self._metrics_view))
+                                                   self._metrics_view),
+                                   find_token=lambda secret: tokens.by_secret(self.conn, secret),
+                                   list_tokens=lambda: tokens.listing(self.conn),
+                                   now=self.clock.now)
             self.handlers.http_url = lambda: self.http.url
         await self.control.start()
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),

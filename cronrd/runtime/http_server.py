@@ -2,8 +2,11 @@
 daemon's event loop (aiohttp).
 
 So far: ``GET /healthz`` (the process answers), ``GET /readyz`` (ready as
-``cronrd status`` says: job files loaded, the scheduler running) and ``GET
-/metrics`` (metrics.py). Errors are RFC 9457 ``application/problem+json``.
+``cronrd status`` says: job files loaded, the scheduler running), ``GET
+/metrics`` (metrics.py), open to whoever reaches the port; and ``/api/v1/``,
+where every route needs ``Authorization: Bearer TOKEN`` (`cronrd token
+create`) of a role at least the route's (401 without a valid token, 403 for
+a role too low). Errors are RFC 9457 ``application/problem+json``.
 
 Every request is bounded (body size, header sizes, a handler that fails is
 a 500 with the error logged), so no request can stop the daemon. The daemon
@@ -23,6 +26,8 @@ from typing import Callable
 from aiohttp import web
 
 from ..config import HttpConfig, format_address
+from ..schedule import iso_utc
+from ..state.tokens import role_allows
 from .metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger("cronrd.http")
@@ -73,13 +78,32 @@ def tls_context(config: HttpConfig) -> ssl.SSLContext | None:
     return ctx
 
 
+API = "/api/v1/"
+# The request's token (a state/tokens.py row), once _auth has checked it.
+TOKEN = web.RequestKey("token", dict) if hasattr(web, "RequestKey") else "token"
+
+
+def _unauthorized(detail: str) -> web.Response:
+    resp = problem(401, "Unauthorized", detail)
+    resp.headers["WWW-Authenticate"] = 'Bearer realm="cronrd"'
+    return resp
+
+
 class HttpServer:
     def __init__(self, config: HttpConfig, *, is_ready: Callable[[], bool],
-                 status: Callable[[], dict], metrics: Metrics):
+                 status: Callable[[], dict], metrics: Metrics,
+                 find_token: Callable[[str], dict | None] = lambda secret: None,
+                 list_tokens: Callable[[], list[dict]] = list,
+                 now: Callable[[], float] = lambda: 0.0):
         self.config = config
         self.is_ready = is_ready
         self.status = status
         self.metrics = metrics
+        self.find_token = find_token    # the token whose secret this is (state/tokens.py)
+        self.list_tokens = list_tokens
+        self.now = now
+        # (method, path) -> the least role (viewer | operator | admin) of each API route
+        self.roles: dict[tuple[str, str], str] = {}
         self.address: tuple[str, int] | None = None  # bound, while serving
         self.app = self.make_app()
 
@@ -91,12 +115,45 @@ class HttpServer:
         return f"{scheme}://{format_address(self.address)}"
 
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[_problems],
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[_problems, self._auth],
                               handler_args={"max_field_size": 8190, "max_line_size": 8190})
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.get_metrics)
+        self.api(app, "GET", "whoami", self.whoami, "viewer")
+        self.api(app, "GET", "tokens", self.tokens, "admin")
         return app
+
+    def api(self, app: web.Application, method: str, path: str, handler, role: str) -> None:
+        """An API route and the least role that may use it."""
+        app.router.add_route(method, API + path, handler)
+        self.roles[(method, API + path)] = role
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        """/api/v1/: a valid bearer token (401) of a role high enough (403)."""
+        if not request.path.startswith(API):
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        scheme, _, secret = header.partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            return _unauthorized("send Authorization: Bearer TOKEN; `cronrd token create "
+                                 "--name NAME --role viewer` (as root) makes a token")
+        token = self.find_token(secret.strip())
+        if token is None:
+            return _unauthorized("unknown or revoked token; `cronrd token list` shows the "
+                                 "tokens, `cronrd token create` makes a new one")
+        if token.get("expires_at") is not None and token["expires_at"] <= self.now():
+            return _unauthorized(f"token {token['name']!r} has expired; create a new one "
+                                 "with `cronrd token create`")
+        route = request.match_info.route.resource
+        needed = self.roles.get((request.method, route.canonical if route else ""))
+        if needed is not None and not role_allows(token["role"], needed):
+            return problem(403, "Forbidden", f"token {token['name']!r} has the role "
+                           f"{token['role']}; this needs {needed} or higher", role=token["role"],
+                           needed=needed)
+        request[TOKEN] = token
+        return await handler(request)
 
     async def run(self) -> None:
         """Serve until cancelled (the daemon's service ``http``)."""
@@ -135,6 +192,17 @@ class HttpServer:
             return problem(503, "Not Ready", "the daemon is starting: job files not loaded "
                            "or not caught up with the cluster yet", **body)
         return web.json_response(body)
+
+    async def whoami(self, request: web.Request) -> web.Response:
+        t = request[TOKEN]
+        return web.json_response({"name": t["name"], "role": t["role"],
+                                  "jobs": t["jobs"] or None,
+                                  "expires_at": iso_utc(t["expires_at"])})
+
+    async def tokens(self, request: web.Request) -> web.Response:
+        return web.json_response({"tokens": [
+            {**t, "jobs": t["jobs"] or None, "expires_at": iso_utc(t["expires_at"]),
+             "created_at": iso_utc(t["created_at"])} for t in self.list_tokens()]})
 
     async def get_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=await self.metrics.page(), headers={"Content-Type": CONTENT_TYPE})

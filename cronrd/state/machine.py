@@ -30,6 +30,7 @@ from . import events as EV
 from . import run_events as RE
 from . import deliveries as DL
 from . import pause_log
+from . import tokens
 from . import pools as PL
 from . import start_deadline as SD
 from . import queries as Q
@@ -1273,6 +1274,18 @@ class StateMachine:
                           (cmd.node, cmd.token_hash, cmd.addr, cmd.at))
         return {"node": cmd.node}
 
+    def _apply_create_token(self, index, cmd: C.CreateToken, effects):
+        problem = tokens.create(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"name": cmd.name, "role": cmd.role}
+
+    def _apply_revoke_token(self, index, cmd: C.RevokeToken, effects):
+        problem = tokens.revoke(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"revoked": cmd.name}
+
     def _apply_audit(self, index, cmd: C.Audit, effects):
         self.conn.execute(
             "INSERT INTO audit(at, node, uid, user, pid, command, target, allowed, detail) "
@@ -1524,7 +1537,8 @@ class StateMachine:
                              ("pools", "name"), ("pool_runs", "run_id"),
                              ("run_heartbeats", "run_id"),
                              ("checkpoints", "job, origin, fire_time, target"),
-                             ("job_outcomes", "job, origin, outcome, reason")):
+                             ("job_outcomes", "job, origin, outcome, reason"),
+                             ("api_tokens", "name")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

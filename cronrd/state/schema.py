@@ -420,6 +420,16 @@ CREATE TABLE IF NOT EXISTS checkpoints(
     at REAL NOT NULL,
     PRIMARY KEY(job, origin, fire_time, target)
 ) WITHOUT ROWID;
+-- HTTP API tokens (state/tokens.py), by name: the sha256 of each secret only.
+CREATE TABLE IF NOT EXISTS api_tokens(
+    name TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,              -- viewer | operator | admin
+    jobs TEXT NOT NULL,              -- a glob of job names, '' for every job
+    expires_at REAL,                 -- NULL: never
+    created_at REAL NOT NULL,
+    node TEXT NOT NULL               -- where it was made
+) WITHOUT ROWID;
 -- How many runs of each job ended how (/metrics: cronrd_job_runs_total and
 -- cronrd_job_skips_total), counted by triggers as a record reaches a final
 -- state, so they only grow: pruning old records leaves them. ``reason``: for

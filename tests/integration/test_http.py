@@ -101,3 +101,45 @@ def test_the_server_can_be_turned_off(node_factory):
     node.start()
     assert node.call("status")["http"] is None
     assert "event=http_listening" not in node.daemon_log()
+
+
+def api(url: str, path: str, secret: str | None) -> tuple[int, dict]:
+    req = urllib.request.Request(url + "/api/v1/" + path, headers={
+        "Authorization": f"Bearer {secret}"} if secret else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_tokens_made_with_the_cli_open_the_api_by_role(node):
+    node.start()
+    url = node.call("status")["http"]
+    res = node.cli("token", "create", "--name", "grafana", "--role", "viewer",
+                   "--expires", "90d")
+    assert res.returncode == 0, res.stderr
+    viewer = res.stdout.strip()
+    assert res.stdout == viewer + "\n" and viewer.startswith("crd_")  # alone on stdout
+    assert "not shown again" in res.stderr
+    admin = node.cli("token", "create", "--name", "ops", "--role", "admin").stdout.strip()
+    # stored hashed only
+    assert viewer.encode() not in (node.base / "state" / "state.db").read_bytes()
+    status, doc = api(url, "whoami", viewer)
+    assert status == 200 and doc["name"] == "grafana" and doc["role"] == "viewer"
+    assert doc["expires_at"].endswith("Z")
+    assert api(url, "whoami", None)[0] == 401
+    status, doc = api(url, "tokens", viewer)
+    assert status == 403 and doc["needed"] == "admin"
+    status, doc = api(url, "tokens", admin)
+    assert status == 200 and [t["name"] for t in doc["tokens"]] == ["grafana", "ops"]
+    listed = node.cli("token", "list")
+    assert listed.returncode == 0 and "grafana" in listed.stdout and viewer not in listed.stdout
+    again = node.cli("token", "create", "--name", "grafana", "--role", "admin")
+    assert again.returncode == 1 and "exists already" in again.stderr
+    assert node.cli("token", "revoke", "grafana").returncode == 0
+    status, doc = api(url, "whoami", viewer)
+    assert status == 401 and "unknown or revoked" in doc["detail"]
+    records = node.call("audit", {"limit": 20})["records"]
+    assert {("token_create", "grafana"), ("token_create", "ops"), ("token_revoke", "grafana")} \
+        <= {(a["command"], a["target"]) for a in records}
