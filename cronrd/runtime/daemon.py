@@ -150,7 +150,7 @@ class Daemon:
                                                    self._metrics_view),
                                    find_token=lambda secret: tokens.by_secret(self.conn, secret),
                                    list_tokens=lambda: tokens.listing(self.conn),
-                                   now=self.clock.now)
+                                   now=self.clock.now, reads=self.handlers)
             self.handlers.http_url = lambda: self.http.url
         await self.control.start()
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),

@@ -25,7 +25,10 @@ from typing import Callable
 
 from aiohttp import web
 
+from .. import __version__
 from ..config import HttpConfig, format_address
+from ..errors import CronrdError
+from .http_api import ReadRoutes, Route, error_response, openapi
 from ..schedule import iso_utc
 from ..state.tokens import role_allows
 from .metrics import CONTENT_TYPE, Metrics
@@ -59,6 +62,9 @@ async def _problems(request: web.Request, handler):
                        not exc.text.startswith(f"{exc.status}:") else "")
     except asyncio.CancelledError:
         raise
+    except CronrdError as exc:  # a refused request: what was wrong, what to do
+        status, title = error_response(exc)
+        return problem(status, title, str(exc))
     except Exception as exc:
         log.exception("event=http_handler_failed method=%s path=%s", request.method,
                       request.path)
@@ -94,7 +100,7 @@ class HttpServer:
                  status: Callable[[], dict], metrics: Metrics,
                  find_token: Callable[[str], dict | None] = lambda secret: None,
                  list_tokens: Callable[[], list[dict]] = list,
-                 now: Callable[[], float] = lambda: 0.0):
+                 now: Callable[[], float] = lambda: 0.0, reads=None):
         self.config = config
         self.is_ready = is_ready
         self.status = status
@@ -102,8 +108,11 @@ class HttpServer:
         self.find_token = find_token    # the token whose secret this is (state/tokens.py)
         self.list_tokens = list_tokens
         self.now = now
-        # (method, path) -> the least role (viewer | operator | admin) of each API route
-        self.roles: dict[tuple[str, str], str] = {}
+        self.reads = reads              # the control socket's reads (handlers.py)
+        # (method, path) -> the least role (viewer | operator | admin) of each
+        # route, None for the open ones; every route, for the OpenAPI document
+        self.roles: dict[tuple[str, str], str | None] = {}
+        self.routes: list[Route] = []
         self.address: tuple[str, int] | None = None  # bound, while serving
         self.app = self.make_app()
 
@@ -117,22 +126,31 @@ class HttpServer:
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[_problems, self._auth],
                               handler_args={"max_field_size": 8190, "max_line_size": 8190})
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.get_metrics)
-        self.api(app, "GET", "whoami", self.whoami, "viewer")
-        self.api(app, "GET", "tokens", self.tokens, "admin")
+        routes = [
+            (Route("GET", "/healthz", "200 while the process answers.", None), self.healthz),
+            (Route("GET", "/readyz", "200 once the node is ready (job files loaded, the "
+                   "scheduler running), else 503.", None), self.readyz),
+            (Route("GET", "/metrics", "Prometheus metrics.", None), self.get_metrics),
+            (Route("GET", API + "openapi.json", "This document.", None), self.get_openapi),
+            (Route("GET", API + "whoami", "The token's name, role, jobs and expiry.",
+                   "viewer"), self.whoami),
+            (Route("GET", API + "tokens", "The API tokens (never their secrets).", "admin"),
+             self.tokens),
+        ]
+        if self.reads is not None:
+            routes += ReadRoutes(self.reads, lambda request: request[TOKEN]).routes()
+        for route, handler in routes:
+            app.router.add_route(route.method, route.path, handler)
+            self.routes.append(route)
+            self.roles[(route.method, route.path)] = route.role
         return app
-
-    def api(self, app: web.Application, method: str, path: str, handler, role: str) -> None:
-        """An API route and the least role that may use it."""
-        app.router.add_route(method, API + path, handler)
-        self.roles[(method, API + path)] = role
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
         """/api/v1/: a valid bearer token (401) of a role high enough (403)."""
-        if not request.path.startswith(API):
+        resource = request.match_info.route.resource
+        needed = self.roles.get((request.method, resource.canonical if resource else ""), "")
+        if not request.path.startswith(API) or needed is None:  # None: open to all
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")
@@ -146,9 +164,7 @@ class HttpServer:
         if token.get("expires_at") is not None and token["expires_at"] <= self.now():
             return _unauthorized(f"token {token['name']!r} has expired; create a new one "
                                  "with `cronrd token create`")
-        route = request.match_info.route.resource
-        needed = self.roles.get((request.method, route.canonical if route else ""))
-        if needed is not None and not role_allows(token["role"], needed):
+        if needed and not role_allows(token["role"], needed):
             return problem(403, "Forbidden", f"token {token['name']!r} has the role "
                            f"{token['role']}; this needs {needed} or higher", role=token["role"],
                            needed=needed)
@@ -203,6 +219,9 @@ class HttpServer:
         return web.json_response({"tokens": [
             {**t, "jobs": t["jobs"] or None, "expires_at": iso_utc(t["expires_at"]),
              "created_at": iso_utc(t["created_at"])} for t in self.list_tokens()]})
+
+    async def get_openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(openapi(self.routes, __version__))
 
     async def get_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=await self.metrics.page(), headers={"Content-Type": CONTENT_TYPE})

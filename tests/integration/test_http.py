@@ -143,3 +143,27 @@ def test_tokens_made_with_the_cli_open_the_api_by_role(node):
     records = node.call("audit", {"limit": 20})["records"]
     assert {("token_create", "grafana"), ("token_create", "ops"), ("token_revoke", "grafana")} \
         <= {(a["command"], a["target"]) for a in records}
+
+
+def test_jobs_and_runs_through_the_api_page_like_the_cli(node):
+    for name in ("a", "b", "c"):
+        node.write_job(name, {"schedule": "@yearly", "command": "true"})
+    node.write_job("tick", {"schedule": "* * * * * *", "command": "true"})
+    node.start()
+    url = node.call("status")["http"]
+    viewer = node.cli("token", "create", "--name", "v", "--role", "viewer").stdout.strip()
+    status, doc = api(url, "jobs?limit=3", viewer)
+    assert status == 200 and [j["name"] for j in doc["items"]] == ["a", "b", "c"]
+    status, doc = api(url, f"jobs?limit=3&cursor={doc['next_cursor']}", viewer)
+    assert [j["name"] for j in doc["items"]] == ["tick"] and doc["next_cursor"] is None
+    assert doc["items"][0]["schedule"] == "* * * * * *"
+    node.wait_runs(lambda rs: sum(r["state"] == "succeeded" for r in rs) >= 3, job="tick")
+    status, doc = api(url, "runs?job=tick&state=succeeded&limit=2&consistent=true", viewer)
+    assert status == 200 and len(doc["items"]) == 2 and doc["next_cursor"]
+    first = [r["run_id"] for r in doc["items"]]
+    status, doc = api(url, f"runs?job=tick&state=succeeded&limit=2&cursor={doc['next_cursor']}",
+                      viewer)
+    assert doc["items"] and max(r["run_id"] for r in doc["items"]) < min(first)
+    assert api(url, "runs?job=nosuch", viewer)[0] == 400
+    status, doc = api(url, "openapi.json", None)
+    assert status == 200 and "/api/v1/runs" in doc["paths"]

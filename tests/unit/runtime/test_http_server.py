@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from aiohttp.test_utils import TestClient, TestServer
 
 from cronrd.config import HttpConfig
@@ -31,6 +33,8 @@ TOKENS = {
                  "created_at": NOW - 10, "node": "n1"},
     "old": {"name": "old", "role": "admin", "jobs": "", "expires_at": NOW,
             "created_at": NOW - 10, "node": "n1"},
+    "b-secret": {"name": "backups", "role": "viewer", "jobs": "backup-*", "expires_at": None,
+                 "created_at": NOW, "node": "n1"},
 }
 
 
@@ -129,15 +133,119 @@ def test_a_role_too_low_is_forbidden():
         r = await client.get("/api/v1/tokens", headers=bearer("a-secret"))
         assert r.status == 200
         names = [t["name"] for t in (await r.json())["tokens"]]
-        assert names == ["grafana", "ops", "old"]
+        assert names == ["grafana", "ops", "old", "backups"]
         assert all("hash" not in t for t in (await r.json())["tokens"])
     serve(body)
 
 
-def test_every_api_route_has_a_role():
-    server = HttpServer(HttpConfig(), is_ready=lambda: True, status=dict,
-                        metrics=FakeMetrics())
-    api = {(r.method, r.resource.canonical) for r in server.app.router.routes()
-           if r.resource is not None and r.resource.canonical.startswith("/api/v1/")
-           and r.method != "HEAD"}
-    assert api and api == set(server.roles)
+class FakeReads:
+    """The daemon's jobs and runs reads over fixed lists (handlers.py's answers)."""
+
+    def __init__(self):
+        self.jobs = [{"name": n} for n in ("backup-db", "backup-www", "report", "sync")]
+        self.runs = [{"run_id": i, "job": self.jobs[i % 4]["name"]} for i in range(10, 0, -1)]
+        self.asked = []
+
+    async def h_jobs(self, args):
+        self.asked.append(args)
+        import fnmatch
+        rows = [j for j in self.jobs if (args["after"] is None or j["name"] > args["after"])
+                and (args["match"] is None or fnmatch.fnmatchcase(j["name"], args["match"]))]
+        page = rows[:args["limit"]]
+        return {"jobs": page, "next": page[-1]["name"] if len(page) == args["limit"] else None}
+
+    async def h_runs(self, args):
+        self.asked.append(args)
+        if args.get("state") == "bogus":
+            from cronrd.errors import UsageError
+            raise UsageError("unknown state 'bogus'")
+        rows = [r for r in self.runs if args["before"] is None or r["run_id"] < args["before"]]
+        return {"runs": rows[:args["limit"]], "gaps": []}
+
+
+def serve_reads(body):
+    reads = FakeReads()
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=dict, metrics=FakeMetrics(), find_token=TOKENS.get,
+                        now=lambda: NOW, reads=reads)
+
+    async def main():
+        async with TestClient(TestServer(server.app)) as client:
+            return await body(client, reads)
+    return asyncio.run(main()), server
+
+
+def test_jobs_and_runs_page_with_a_cursor():
+    async def body(client, reads):
+        names, cursor = [], None
+        while True:
+            r = await client.get("/api/v1/jobs", params={"limit": "3", **(
+                {"cursor": cursor} if cursor else {})}, headers=bearer("v-secret"))
+            assert r.status == 200
+            doc = await r.json()
+            names += [j["name"] for j in doc["items"]]
+            cursor = doc["next_cursor"]
+            if cursor is None:
+                break
+        assert names == ["backup-db", "backup-www", "report", "sync"]
+        r = await client.get("/api/v1/runs", params={"limit": "4", "job": "report",
+                                                      "since": "1800000000"},
+                             headers=bearer("v-secret"))
+        doc = await r.json()
+        assert [x["run_id"] for x in doc["items"]] == [10, 9, 8, 7]
+        assert reads.asked[-1]["job"] == "report" and reads.asked[-1]["since"] == 1.8e9
+        r = await client.get("/api/v1/runs", params={"limit": "4",
+                                                      "cursor": doc["next_cursor"]},
+                             headers=bearer("v-secret"))
+        assert [x["run_id"] for x in (await r.json())["items"]] == [6, 5, 4, 3]
+    serve_reads(body)
+
+
+def test_a_token_for_some_jobs_sees_only_those():
+    async def body(client, reads):
+        r = await client.get("/api/v1/jobs", headers=bearer("b-secret"))
+        assert [j["name"] for j in (await r.json())["items"]] == ["backup-db", "backup-www"]
+        r = await client.get("/api/v1/jobs", params={"match": "*www"},
+                             headers=bearer("b-secret"))
+        assert [j["name"] for j in (await r.json())["items"]] == ["backup-www"]
+        r = await client.get("/api/v1/runs", headers=bearer("b-secret"))
+        assert {x["job"] for x in (await r.json())["items"]} == {"backup-db", "backup-www"}
+        r = await client.get("/api/v1/runs", params={"job": "report"},
+                             headers=bearer("b-secret"))
+        assert r.status == 403
+    serve_reads(body)
+
+
+@pytest.mark.parametrize("path, params, detail", [
+    ("/api/v1/jobs", {"limit": "0"}, "limit must be a whole number from 1 to 1000"),
+    ("/api/v1/jobs", {"limit": "x"}, "limit must be a whole number"),
+    ("/api/v1/jobs", {"cursor": "!!!"}, "cursor is not one this server made"),
+    ("/api/v1/runs", {"cursor": "eyJiZWZvcmUiOiJ4In0"}, "cursor is not one this server made"),
+    ("/api/v1/runs", {"state": "bogus"}, "unknown state 'bogus'"),
+])
+def test_bad_parameters_are_a_400_saying_what_to_do(path, params, detail):
+    async def body(client, reads):
+        r = await client.get(path, params=params, headers=bearer("v-secret"))
+        assert r.status == 400
+        assert detail in (await r.json(content_type=None))["detail"]
+    serve_reads(body)
+
+
+def test_every_route_is_in_the_openapi_document_with_its_role():
+    async def body(client, reads):
+        r = await client.get("/api/v1/openapi.json")  # no token needed
+        assert r.status == 200
+        return await r.json()
+    doc, server = serve_reads(body)
+    served = {(r.method.lower(), r.resource.canonical) for r in server.app.router.routes()
+              if r.method != "HEAD"}
+    listed = {(m, p) for p, ops in doc["paths"].items() for m in ops}
+    assert served == listed
+    assert doc["openapi"].startswith("3.") and ("get", "/api/v1/runs") in listed
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if path.startswith("/api/v1/") and path != "/api/v1/openapi.json":
+                assert op["security"] == [{"bearer": []}] and op["x-cronrd-role"], path
+                assert server.roles[(method.upper(), path)] == op["x-cronrd-role"]
+            else:
+                assert "security" not in op, path
