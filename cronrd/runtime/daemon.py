@@ -387,10 +387,14 @@ class Daemon:
         """This node's live Raft view for /metrics (metrics.py)."""
         from .metrics import live_view
         node = getattr(self.members, "node", None)  # a cluster's Raft node
+        sched = self.leadership.scheduler if self.log.is_leader else None
+        fires = {} if sched is None else {  # a dict walk: ~10 ms for 100,000 jobs
+            name: sched.next_fire(name) for name in sched.entries}
         return live_view(self.config.node_id,
                          {**self.members.status(),
                           "leader_changes": getattr(node, "leader_changes", 0)},
-                         self.machine.applied_index, self.log.is_leader)
+                         self.machine.applied_index, self.log.is_leader,
+                         {name: t for name, t in fires.items() if t is not None})
 
     def _read_log_chunk(self, run_id: int, offset: int) -> dict:
         """A chunk of a run's log on this node (handlers.py), also for peers."""

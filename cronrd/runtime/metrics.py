@@ -39,9 +39,11 @@ ZERO_OUTCOMES = ("succeeded", "failed")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def live_view(node_id: str, status: dict, applied_index: int, is_leader: bool) -> dict:
-    """What the page needs from the daemon's objects, taken on the loop."""
-    return {"node": node_id, "term": status.get("term") or 0,
+def live_view(node_id: str, status: dict, applied_index: int, is_leader: bool,
+              next_fires: dict[str, int] | None = None) -> dict:
+    """What the page needs from the daemon's objects, taken on the loop
+    (``next_fires``: the leader's scheduler's next fire time of each job)."""
+    return {"next_fires": next_fires or {},"node": node_id, "term": status.get("term") or 0,
             "commit_index": status.get("commit_index") or 0,
             "applied_index": applied_index, "is_leader": bool(is_leader),
             "down": sorted({d.get("id") or d.get("node") for d in status.get("down") or ()
@@ -107,6 +109,13 @@ class StateCollector:
                                 "When the job's newest successful run ended (Unix time).",
                                 labels=["job_name"])
         for name, at in sorted(R.last_success_by_job(self.conn).items()):
+            fam.add_metric([name], at)
+        yield fam
+        fam = GaugeMetricFamily("cronrd_job_next_fire_timestamp_seconds",
+                                "The job's next fire time (Unix time), as the leader's "
+                                "scheduler has it (reported by the leader only).",
+                                labels=["job_name"])
+        for name, at in sorted(live["next_fires"].items()):
             fam.add_metric([name], at)
         yield fam
 

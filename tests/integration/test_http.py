@@ -12,6 +12,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cronrd.schedule import parse_iso
 from harness import wait_for
 
 pytestmark = pytest.mark.integration
@@ -54,6 +55,8 @@ def test_health_readiness_and_metrics_of_a_running_daemon(node):
     assert got[("cronrd_job_runs_total", ok)] >= 1
     assert got[("cronrd_job_runs_total", (("job_name", "idle"), ("origin", "schedule"),
                                           ("outcome", "failed")))] == 0
+    next_idle = got[("cronrd_job_next_fire_timestamp_seconds", (("job_name", "idle"),))]
+    assert parse_iso(node.call("job", {"name": "idle"})["next_fire"]) == next_idle
     assert "event=http_handler_failed" not in node.daemon_log()
 
 

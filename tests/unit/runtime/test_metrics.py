@@ -131,6 +131,14 @@ def test_a_page_is_reused_within_the_cache_time():
         m.close()
 
 
+def test_next_fire_times_come_from_the_leaders_scheduler():
+    log = a_log()
+    page = render(log.sm.conn, live_view("n1", {}, log.index, True, {"a": T0 + 60}))
+    got = samples(page)
+    assert got[("cronrd_job_next_fire_timestamp_seconds", (("job_name", "a"),))] == T0 + 60
+    assert ("cronrd_job_next_fire_timestamp_seconds", (("job_name", "b"),)) not in got
+
+
 def test_a_follower_reports_it_does_not_lead():
     got = samples(scrape(a_log(), leader=False))
     assert got[("cronrd_raft_is_leader", ())] == 0
