@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import ssl
+import subprocess
 
 import pytest
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from cronrd.config import HttpConfig
+from cronrd.config import HttpConfig, HttpTLS
 from cronrd.runtime.http_server import HttpServer
 
 
@@ -249,3 +252,41 @@ def test_every_route_is_in_the_openapi_document_with_its_role():
                 assert server.roles[(method.upper(), path)] == op["x-cronrd-role"]
             else:
                 assert "security" not in op, path
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_the_server_serves_https_with_the_configured_certificate(tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1",
+                    "-keyout", str(tmp_path / "k.pem"), "-out", str(tmp_path / "c.pem")],
+                   check=True, capture_output=True)
+    cfg = HttpConfig(listen=("127.0.0.1", 0), tls=HttpTLS(str(tmp_path / "c.pem"),
+                                                          str(tmp_path / "k.pem")))
+    server = HttpServer(cfg, is_ready=lambda: True, status=dict, metrics=FakeMetrics())
+
+    async def main():
+        task = asyncio.create_task(server.run())
+        for _ in range(200):
+            if server.address is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert server.url.startswith("https://127.0.0.1:")
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "c.pem"))
+        host, port = server.address
+        reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = await reader.read()
+        writer.close()
+        # plain HTTP to the TLS port gets nothing it could take for an answer
+        r2, w2 = await asyncio.open_connection(host, port)
+        w2.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        plain = await asyncio.wait_for(r2.read(100), 5)
+        w2.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert server.address is None
+        return reply, plain
+    reply, plain = asyncio.run(main())
+    assert reply.startswith(b"HTTP/1.1 200") and b'{"status": "ok"}' in reply
+    assert b"200 OK" not in plain
