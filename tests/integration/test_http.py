@@ -169,3 +169,25 @@ def test_jobs_and_runs_through_the_api_page_like_the_cli(node):
     assert api(url, "runs?job=nosuch", viewer)[0] == 400
     status, doc = api(url, "openapi.json", None)
     assert status == 200 and "/api/v1/runs" in doc["paths"]
+
+
+def test_a_cluster_every_node_serves_and_a_token_made_on_a_follower_works_everywhere(cluster):
+    c = cluster()
+    c.write_job("tick", {"schedule": "* * * * * *", "command": "true"})
+    c.start()
+    lead = c.leader()
+    follower = c.followers()[0]
+    res = follower.cli("token", "create", "--name", "ops", "--role", "admin")
+    assert res.returncode == 0, res.stderr
+    secret = res.stdout.strip()
+    for n in c:
+        url = n.call("status")["http"]
+        wait_for(lambda: api(url, "whoami", secret)[0] == 200,
+                 what=f"the token on {n.config['node_id']}")
+        got = samples(get(url + "/metrics")[2])
+        leads = 1 if n is lead else 0
+        assert got[("cronrd_raft_is_leader", ())] == leads
+        assert {k[1][0][1] for k in got if k[0] == "cronrd_node_up"} == {"a", "b", "c"}
+        assert (("cronrd_job_next_fire_timestamp_seconds", (("job_name", "tick"),)) in got) \
+            == bool(leads)
+        assert get(url + "/readyz")[0] == 200
