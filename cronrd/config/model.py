@@ -22,11 +22,34 @@ class TLSPaths:
     cert: str
     key: str
 
+@dataclass(frozen=True)
+class HttpTLS:
+    """PEM files for the HTTP server: its certificate and key, and optionally
+    the CA whose client certificates it asks for (mutual TLS)."""
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+
+DEFAULT_HTTP_LISTEN = "127.0.0.1:8177"
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """The ``http:`` section: where the web UI, API and /metrics listen
+    (``listen`` None: off), with TLS or, off loopback, the explicit insecure word."""
+    listen: tuple[str, int] | None = ("127.0.0.1", 8177)
+    tls: HttpTLS | None = None
+    insecure_network: bool = False   # insecure: {allow_network: true}
+
+
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
               "log_dir", "log_retention", "history_retention", "history_max_runs_per_job",
               "shutdown", "log_level",
               "watch_interval", "max_running", "accept_jobs_from", "cluster",
-              "notifiers", "notify", "pools")
+              "notifiers", "notify", "pools", "http")
+HTTP_KEYS = ("enabled", "listen", "tls", "insecure")
+HTTP_TLS_KEYS = ("cert", "key", "client_ca")
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
                 "node_timeout", "election_timeout", "max_clock_offset")
@@ -117,6 +140,7 @@ class Config:
     pools: tuple[PoolConfig, ...] = ()      # sorted by name; the leader's are in force
     # notifiers: and notify: (the cluster default of the jobs' notify)
     notifications: Notifications = field(default_factory=Notifications)
+    http: HttpConfig = field(default_factory=HttpConfig)  # the web UI, API and /metrics
 
     def pool_map(self) -> dict[str, PoolConfig]:
         return {p.name: p for p in self.pools}

@@ -1,10 +1,10 @@
 """The daemon: wires storage, the members and their log, the executor, the
-leadership, the watcher and the control socket onto one asyncio loop, and
+leadership, the watcher, the control socket and the HTTP server onto one asyncio loop, and
 owns its life cycle: signals, systemd, start-up order and shutdown order.
 
 Its long-lived work runs as named services (tasks.py): a service that fails
 is logged with its name and either restarted with a bounded back-off (the
-watcher, housekeeping, the announcement) or stops the daemon with exit code
+watcher, housekeeping, the announcement, the HTTP server) or stops the daemon with exit code
 1 so that systemd restarts it (the members' upkeep, the leadership, the
 watchdog). Shutdown cancels and awaits every one of them. The control
 commands live in handlers.py.
@@ -26,6 +26,7 @@ from ..config import Config, check_directories
 from ..errors import CronrdError
 from ..state import commands as C
 from ..state import queries as Q
+from ..state import tokens
 from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .control import ControlServer
@@ -138,6 +139,19 @@ class Daemon:
                                  started_at=self.started_at, is_ready=lambda: self.ready)
         self.log.subscribe(self._on_effects)
         self.control = ControlServer(cfg.socket, self.handlers.table(), cfg.socket_group)
+        self.http = None
+        if cfg.http.listen is not None:
+            from .http_server import HttpServer  # aiohttp only when it serves
+            from .metrics import Metrics
+            from .storage import open_readonly
+            self.http = HttpServer(cfg.http, is_ready=lambda: self.ready,
+                                   status=self.members.status,
+                                   metrics=Metrics(lambda: open_readonly(cfg.state_db),
+                                                   self._metrics_view),
+                                   find_token=lambda secret: tokens.by_secret(self.conn, secret),
+                                   list_tokens=lambda: tokens.listing(self.conn),
+                                   now=self.clock.now, reads=self.handlers)
+            self.handlers.http_url = lambda: self.http.url
         await self.control.start()
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
                         (signal.SIGHUP, self.watcher.kick)):
@@ -149,6 +163,8 @@ class Daemon:
             await self.members.start()
             self.services.start("members", self.members.run)
             self.services.start("removal", self._watch_removal)
+            if self.http is not None:  # /healthz and /readyz answer while it catches up
+                self.services.start("http", self.http.run, restart=True)
             # Caught up with the cluster before acting on the state.
             await self.members.wait_caught_up()
             if not self.stop_event.is_set():  # else SIGTERM while waiting for the cluster
@@ -292,12 +308,15 @@ class Daemon:
             await self._hand_over()  # to the other members, if there are any
         await self.services.stop("leadership")
         self.watcher.stop()
-        await self.services.stop("watcher", "announce", "housekeeping", "watchdog", "removal")
+        await self.services.stop("watcher", "announce", "housekeeping", "watchdog", "removal",
+                                 "http")
         await self.executor.shutdown(cfg.shutdown_mode, cfg.shutdown_grace)
         await self.log.drain()
         await self.services.stop("members")
         await self.members.stop()
         self.outbox.close()
+        if self.http is not None:
+            self.http.metrics.close()
         await self.control.close()
         self.conn.close()
         self.lock.release()
@@ -363,6 +382,19 @@ class Daemon:
             except Exception:
                 log.exception("event=effect_listener_failed")
         self.applied.notify()
+
+    def _metrics_view(self) -> dict:
+        """This node's live Raft view for /metrics (metrics.py)."""
+        from .metrics import live_view
+        node = getattr(self.members, "node", None)  # a cluster's Raft node
+        sched = self.leadership.scheduler if self.log.is_leader else None
+        fires = {} if sched is None else {  # a dict walk: ~10 ms for 100,000 jobs
+            name: sched.next_fire(name) for name in sched.entries}
+        return live_view(self.config.node_id,
+                         {**self.members.status(),
+                          "leader_changes": getattr(node, "leader_changes", 0)},
+                         self.machine.applied_index, self.log.is_leader,
+                         {name: t for name, t in fires.items() if t is not None})
 
     def _read_log_chunk(self, run_id: int, offset: int) -> dict:
         """A chunk of a run's log on this node (handlers.py), also for peers."""

@@ -48,6 +48,7 @@ from .runs.executor import Executor
 from .runs import output as O
 from .runs.logs import read_run_log, run_log_path
 from .scheduler import Triggers
+from .token_requests import TokenRequests
 from .watcher import Watcher
 
 log = logging.getLogger("cronrd.daemon")
@@ -65,7 +66,9 @@ CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
              "cluster_transfer_leader": "cluster transfer-leader",
              "backfill_state": "backfill pause|resume|cancel",
              "notify_test": "notify test",
-             "alert_ack": "alerts ack", "dead_letter_action": "dead-letter requeue|discard"}
+             "alert_ack": "alerts ack", "dead_letter_action": "dead-letter requeue|discard",
+             "token_create": "token create", "token_list": "token list",
+             "token_revoke": "token revoke"}
 RUN_STATES = run_states.ALL
 
 
@@ -96,6 +99,8 @@ class Handlers:
         self._refusals: dict[int, tuple[float, int]] = {}  # uid -> (window start, count)
         self._triggers = Triggers(config.timezone)  # a follower's next fire times
         self.checkpoints = CheckpointRequests(self)
+        self.tokens = TokenRequests(config, clock, conn, log)
+        self.http_url: Callable[[], str | None] = lambda: None  # the daemon's, once it serves
 
     def on_effects(self, effects: list[Effect]) -> None:
         """Wake whoever waits for a run that is done (`run-now --wait`)."""
@@ -153,7 +158,11 @@ class Handlers:
             # notifications (notify_handlers.py): reading the attempts; a test
             # send runs the config's notifier (a command: as the daemon's user)
             "notifications": (READ, self.h_notifications),
-            "notify_test": (ADMIN, self.h_notify_test)}
+            "notify_test": (ADMIN, self.h_notify_test),
+            # HTTP API tokens (token_requests.py): root only, each change audited
+            "token_create": (ADMIN, self.tokens.create),
+            "token_list": (ADMIN, self.tokens.list),
+            "token_revoke": (ADMIN, self.tokens.revoke)}
         return {name: self._guard(name, access, fn) for name, (access, fn) in table.items()}
 
     def _guard(self, name: str, access: str, fn):
@@ -165,7 +174,8 @@ class Handlers:
             return fn
 
         async def admin(args: dict, caller: Caller):
-            target = args.get("node") if isinstance(args.get("node"), str) else ""
+            target = next((args[k] for k in ("node", "name") if isinstance(args.get(k), str)),
+                          "")
             what = f"cronrd {CLI_NAMES.get(name, name)}" + (f" {target}" if target else "")
             await self._authorize(caller, name, target, what, lambda: check_admin(caller, what),
                                   change=True)
@@ -258,6 +268,7 @@ class Handlers:
             "socket": self.config.socket, "data_dir": self.config.data_dir,
             "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,
             "timezone": self.config.timezone,
+            "http": self.http_url(),
         }
 
     def _job_view(self, job: dict, last: Run | None) -> dict:

@@ -27,6 +27,14 @@ def open_db(path: str) -> apsw.Connection:
     return conn
 
 
+def open_readonly(path: str) -> apsw.Connection:
+    """A read-only connection to a database the daemon holds open in WAL
+    mode (its readers see whole committed batches, never one half applied)."""
+    conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+    conn.setbusytimeout(5000)
+    return conn
+
+
 class DataDirLock:
     """An exclusive lock on data_dir so two daemons never share one state."""
 

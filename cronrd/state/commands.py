@@ -284,6 +284,32 @@ class JoinToken(Command):
 
 
 @dataclass(frozen=True)
+class CreateToken(Command):
+    """An HTTP API token (state/tokens.py): ``token_hash`` is the sha256 hex of
+    the secret, which is never in the log. ``jobs``: a glob of the job names
+    it may act on ("" every job); ``expires_at`` None: never. Made on ``node``."""
+
+    op: ClassVar[str] = "create_token"
+    node: str
+    name: str
+    token_hash: str
+    role: str
+    jobs: str
+    expires_at: float | None
+    at: float
+
+
+@dataclass(frozen=True)
+class RevokeToken(Command):
+    """Revoke the API token ``name`` (asked on ``node``)."""
+
+    op: ClassVar[str] = "revoke_token"
+    node: str
+    name: str
+    at: float
+
+
+@dataclass(frozen=True)
 class AssignRun(Command):
     """The leader places a pending run on a node."""
 
@@ -516,7 +542,8 @@ COMMANDS: dict[str, type[Command]] = {
               AssignRun, ClaimRuns, ReplaceRuns, Deny, JoinToken, Audit,
               CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
               DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction, SetPools,
-              StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout)
+              StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout, CreateToken,
+              RevokeToken)
 }
 
 

@@ -46,6 +46,9 @@ FORWARDABLE: dict[str, str] = {
     C.AckAlert.op: "",
     C.DeadLetterAction.op: "",
     C.Audit.op: "node",
+    # an admin's API token made or revoked on a follower (root on its socket)
+    C.CreateToken.op: "node",
+    C.RevokeToken.op: "node",
     # from inside a run on the sender (state/checkpoints.py: apply checks
     # the token and that the run is the sender's)
     C.SaveCheckpoint.op: "node",

@@ -30,6 +30,7 @@ from . import events as EV
 from . import run_events as RE
 from . import deliveries as DL
 from . import pause_log
+from . import tokens
 from . import pools as PL
 from . import start_deadline as SD
 from . import queries as Q
@@ -37,7 +38,8 @@ from . import queue as QU
 from . import run_params as RP
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
-from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, UPGRADE_FROM_V1,
+from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, SEED_JOB_OUTCOMES,
+                     UPGRADE_FROM_V1,
                      UPGRADE_TO_V5, UPGRADE_TO_V6)
 
 
@@ -149,7 +151,11 @@ class StateMachine:
                     "SELECT sql FROM sqlite_master WHERE type='index' AND name='runs_active'")):
                 if "'waiting'" not in (sql or ""):  # made before the waiting state: remade
                     conn.execute("DROP INDEX runs_active")
+            seed = version is not None and not list(conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='job_outcomes'"))
             conn.execute(SCHEMA)
+            if seed:
+                conn.execute(SEED_JOB_OUTCOMES)
             for table, column, sql in ADDED_COLUMNS:
                 if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
                     conn.execute(sql)
@@ -1268,6 +1274,18 @@ class StateMachine:
                           (cmd.node, cmd.token_hash, cmd.addr, cmd.at))
         return {"node": cmd.node}
 
+    def _apply_create_token(self, index, cmd: C.CreateToken, effects):
+        problem = tokens.create(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"name": cmd.name, "role": cmd.role}
+
+    def _apply_revoke_token(self, index, cmd: C.RevokeToken, effects):
+        problem = tokens.revoke(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"revoked": cmd.name}
+
     def _apply_audit(self, index, cmd: C.Audit, effects):
         self.conn.execute(
             "INSERT INTO audit(at, node, uid, user, pid, command, target, allowed, detail) "
@@ -1518,7 +1536,9 @@ class StateMachine:
                              ("deliveries", "event_id, notifier, attempt"),
                              ("pools", "name"), ("pool_runs", "run_id"),
                              ("run_heartbeats", "run_id"),
-                             ("checkpoints", "job, origin, fire_time, target")):
+                             ("checkpoints", "job, origin, fire_time, target"),
+                             ("job_outcomes", "job, origin, outcome, reason"),
+                             ("api_tokens", "name")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

@@ -1,5 +1,7 @@
 """The replicated state's SQLite schema (one database per node)."""
 
+from .run_states import FINAL
+
 SCHEMA_VERSION = 6
 
 SCHEMA = """
@@ -423,7 +425,57 @@ CREATE TABLE IF NOT EXISTS checkpoints(
     at REAL NOT NULL,
     PRIMARY KEY(job, origin, fire_time, target)
 ) WITHOUT ROWID;
+-- HTTP API tokens (state/tokens.py), by name: the sha256 of each secret only.
+CREATE TABLE IF NOT EXISTS api_tokens(
+    name TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,              -- viewer | operator | admin
+    jobs TEXT NOT NULL,              -- a glob of job names, '' for every job
+    expires_at REAL,                 -- NULL: never
+    created_at REAL NOT NULL,
+    node TEXT NOT NULL               -- where it was made
+) WITHOUT ROWID;
+-- How many runs of each job ended how (/metrics: cronrd_job_runs_total and
+-- cronrd_job_skips_total), counted by triggers as a record reaches a final
+-- state, so they only grow: pruning old records leaves them. ``reason``: for
+-- skipped runs the leading word of the reason (overlap, max_running,
+-- start_deadline, upstream_skipped, ...; 'other' when it has none), else ''.
+CREATE TABLE IF NOT EXISTS job_outcomes(
+    job TEXT NOT NULL,
+    origin TEXT NOT NULL,            -- schedule | manual
+    outcome TEXT NOT NULL,           -- a final run state
+    reason TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY(job, origin, outcome, reason)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS runs_outcome_new AFTER INSERT ON runs
+WHEN NEW.state IN (FINAL_STATES) BEGIN
+    INSERT INTO job_outcomes(job, origin, outcome, reason, n)
+    VALUES (NEW.job, NEW.origin, NEW.state, REASON_CODE, 1)
+    ON CONFLICT(job, origin, outcome, reason) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS runs_outcome_ended AFTER UPDATE OF state ON runs
+WHEN NEW.state IN (FINAL_STATES) AND OLD.state NOT IN (FINAL_STATES) BEGIN
+    INSERT INTO job_outcomes(job, origin, outcome, reason, n)
+    VALUES (NEW.job, NEW.origin, NEW.state, REASON_CODE, 1)
+    ON CONFLICT(job, origin, outcome, reason) DO UPDATE SET n = n + 1;
+END;
 """
+
+# The leading word of a skipped run's reason (letters and '_' up to the first
+# space, ':' or '('), as SQL over the row ``R`` (NEW in the triggers).
+_WORD = "(replace(replace(COALESCE(R.reason, ''), ':', ' '), '(', ' ') || ' ')"
+_CODE = f"substr({_WORD}, 1, instr({_WORD}, ' ') - 1)"
+REASON_CODE_SQL = (f"CASE WHEN R.state != 'skipped' THEN '' WHEN {_CODE} = '' OR {_CODE} "
+                   f"GLOB '*[^a-z_]*' THEN 'other' ELSE {_CODE} END")
+_FINAL = FINAL
+SCHEMA = SCHEMA.replace("FINAL_STATES", ", ".join(f"'{s}'" for s in _FINAL)).replace(
+    "REASON_CODE", REASON_CODE_SQL.replace("R.", "NEW."))
+# A database made before job_outcomes: its counts start from the records it holds.
+SEED_JOB_OUTCOMES = (
+    "INSERT INTO job_outcomes(job, origin, outcome, reason, n) "
+    f"SELECT R.job, R.origin, R.state, {REASON_CODE_SQL}, COUNT(*) FROM runs AS R "
+    f"WHERE R.state IN ({', '.join(repr(s) for s in _FINAL)}) GROUP BY 1, 2, 3, 4")
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:
 # version 3 only adds the audit table, version 4 the denied and join_tokens tables).

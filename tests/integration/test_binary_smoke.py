@@ -177,6 +177,10 @@ def test_daemon_schedules_runs_now_logs_and_stops(bnode):
     st = json.loads(res.stdout)
     assert st["node_id"] == "b1" and st["version"] == __version__
     assert st["jobs"] == 2 and st["ready"] is True
+    # the bundled aiohttp and prometheus_client serve the HTTP side
+    import urllib.request
+    with urllib.request.urlopen(st["http"] + "/metrics", timeout=10) as r:
+        assert r.status == 200 and b'cronrd_job_runs_total{job_name="answer"' in r.read()
 
     # A scheduled job fires, once per second, one record per fire time.
     runs = bnode.wait_runs(lambda rs: sum(r["state"] == "succeeded" for r in rs) >= 3,

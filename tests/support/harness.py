@@ -58,7 +58,9 @@ class Node:
         cfg = {"node_id": node_id, "data_dir": str(self.base / "state"),
                "jobs_dir": str(self.jobs_dir), "socket": str(self.base / "sock"),
                "log_dir": str(self.base / "logs"), "timezone": "UTC",
-               "log_level": "debug"}
+               "log_level": "debug",
+               # A free port each (many daemons on one host): status["http"] tells it.
+               "http": {"listen": "127.0.0.1:0"}}
         cfg.update(config)
         self.config = cfg
         self.config_path.write_text(yaml.safe_dump(cfg))

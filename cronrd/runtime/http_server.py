@@ -1,0 +1,227 @@
+"""The HTTP server of the web UI, the API and ``/metrics``, inside the
+daemon's event loop (aiohttp).
+
+So far: ``GET /healthz`` (the process answers), ``GET /readyz`` (ready as
+``cronrd status`` says: job files loaded, the scheduler running), ``GET
+/metrics`` (metrics.py), open to whoever reaches the port; and ``/api/v1/``,
+where every route needs ``Authorization: Bearer TOKEN`` (`cronrd token
+create`) of a role at least the route's (401 without a valid token, 403 for
+a role too low). Errors are RFC 9457 ``application/problem+json``.
+
+Every request is bounded (body size, header sizes, a handler that fails is
+a 500 with the error logged), so no request can stop the daemon. The daemon
+runs :meth:`HttpServer.run` as a restartable service: a port that cannot be
+bound is logged (``event=http_failed``) and tried again with back-off while
+the jobs keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from typing import Callable
+
+from aiohttp import web
+
+from .. import __version__
+from ..config import HttpConfig, format_address
+from ..errors import CronrdError
+from .http_api import ReadRoutes, Route, error_response, openapi
+from ..schedule import iso_utc
+from ..state.tokens import role_allows
+from .metrics import CONTENT_TYPE, Metrics
+
+log = logging.getLogger("cronrd.http")
+
+MAX_BODY = 1024 * 1024     # bytes in one request body
+SHUTDOWN_TIMEOUT = 2.0     # seconds open requests get when the daemon stops
+
+
+def problem(status: int, title: str, detail: str = "", **extra) -> web.Response:
+    """An RFC 9457 problem document."""
+    body = {"type": "about:blank", "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    body.update(extra)
+    return web.Response(status=status, text=json.dumps(body),
+                        content_type="application/problem+json")
+
+
+@web.middleware
+async def _problems(request: web.Request, handler):
+    """Every error as problem+json; an unexpected one is logged, never raised
+    into the server."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return problem(exc.status, exc.reason, exc.text if exc.text and
+                       not exc.text.startswith(f"{exc.status}:") else "")
+    except asyncio.CancelledError:
+        raise
+    except CronrdError as exc:  # a refused request: what was wrong, what to do
+        status, title = error_response(exc)
+        return problem(status, title, str(exc))
+    except Exception as exc:
+        log.exception("event=http_handler_failed method=%s path=%s", request.method,
+                      request.path)
+        return problem(500, "Internal Server Error", f"{type(exc).__name__}; see the "
+                       "daemon's log (event=http_handler_failed)")
+
+
+def tls_context(config: HttpConfig) -> ssl.SSLContext | None:
+    if config.tls is None:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(config.tls.cert, config.tls.key)
+    if config.tls.client_ca:
+        ctx.load_verify_locations(cafile=config.tls.client_ca)
+        ctx.verify_mode = ssl.CERT_OPTIONAL  # a token still works without a certificate
+    return ctx
+
+
+API = "/api/v1/"
+# The request's token (a state/tokens.py row), once _auth has checked it.
+TOKEN = web.RequestKey("token", dict) if hasattr(web, "RequestKey") else "token"
+
+
+def _unauthorized(detail: str) -> web.Response:
+    resp = problem(401, "Unauthorized", detail)
+    resp.headers["WWW-Authenticate"] = 'Bearer realm="cronrd"'
+    return resp
+
+
+class HttpServer:
+    def __init__(self, config: HttpConfig, *, is_ready: Callable[[], bool],
+                 status: Callable[[], dict], metrics: Metrics,
+                 find_token: Callable[[str], dict | None] = lambda secret: None,
+                 list_tokens: Callable[[], list[dict]] = list,
+                 now: Callable[[], float] = lambda: 0.0, reads=None):
+        self.config = config
+        self.is_ready = is_ready
+        self.status = status
+        self.metrics = metrics
+        self.find_token = find_token    # the token whose secret this is (state/tokens.py)
+        self.list_tokens = list_tokens
+        self.now = now
+        self.reads = reads              # the control socket's reads (handlers.py)
+        # (method, path) -> the least role (viewer | operator | admin) of each
+        # route, None for the open ones; every route, for the OpenAPI document
+        self.roles: dict[tuple[str, str], str | None] = {}
+        self.routes: list[Route] = []
+        self.address: tuple[str, int] | None = None  # bound, while serving
+        self.app = self.make_app()
+
+    @property
+    def url(self) -> str | None:
+        if self.address is None:
+            return None
+        scheme = "https" if self.config.tls else "http"
+        return f"{scheme}://{format_address(self.address)}"
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[_problems, self._auth],
+                              handler_args={"max_field_size": 8190, "max_line_size": 8190})
+        routes = [
+            (Route("GET", "/healthz", "200 while the process answers.", None), self.healthz),
+            (Route("GET", "/readyz", "200 once the node is ready (job files loaded, the "
+                   "scheduler running), else 503.", None), self.readyz),
+            (Route("GET", "/metrics", "Prometheus metrics.", None), self.get_metrics),
+            (Route("GET", API + "openapi.json", "This document.", None), self.get_openapi),
+            (Route("GET", API + "whoami", "The token's name, role, jobs and expiry.",
+                   "viewer"), self.whoami),
+            (Route("GET", API + "tokens", "The API tokens (never their secrets).", "admin"),
+             self.tokens),
+        ]
+        if self.reads is not None:
+            routes += ReadRoutes(self.reads, lambda request: request[TOKEN]).routes()
+        for route, handler in routes:
+            app.router.add_route(route.method, route.path, handler)
+            self.routes.append(route)
+            self.roles[(route.method, route.path)] = route.role
+        return app
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        """/api/v1/: a valid bearer token (401) of a role high enough (403)."""
+        resource = request.match_info.route.resource
+        needed = self.roles.get((request.method, resource.canonical if resource else ""), "")
+        if not request.path.startswith(API) or needed is None:  # None: open to all
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        scheme, _, secret = header.partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            return _unauthorized("send Authorization: Bearer TOKEN; `cronrd token create "
+                                 "--name NAME --role viewer` (as root) makes a token")
+        token = self.find_token(secret.strip())
+        if token is None:
+            return _unauthorized("unknown or revoked token; `cronrd token list` shows the "
+                                 "tokens, `cronrd token create` makes a new one")
+        if token.get("expires_at") is not None and token["expires_at"] <= self.now():
+            return _unauthorized(f"token {token['name']!r} has expired; create a new one "
+                                 "with `cronrd token create`")
+        if needed and not role_allows(token["role"], needed):
+            return problem(403, "Forbidden", f"token {token['name']!r} has the role "
+                           f"{token['role']}; this needs {needed} or higher", role=token["role"],
+                           needed=needed)
+        request[TOKEN] = token
+        return await handler(request)
+
+    async def run(self) -> None:
+        """Serve until cancelled (the daemon's service ``http``)."""
+        host, port = self.config.listen
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                               shutdown_timeout=SHUTDOWN_TIMEOUT)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host, port, ssl_context=tls_context(self.config),
+                               backlog=128, reuse_address=True)
+            try:
+                await site.start()
+            except OSError as exc:
+                log.error("event=http_failed listen=%s error=\"%s\" hint=\"another program "
+                          "may hold the port: free it, or set http.listen in the config "
+                          "(http: {enabled: false} turns the server off); jobs keep "
+                          "running\"", format_address((host, port)), exc)
+                raise
+            bound = runner.addresses  # the socket names: the port, when listen's was 0
+            self.address = (host, bound[0][1]) if bound else (host, port)
+            log.info("event=http_listening url=%s", self.url)
+            await asyncio.Event().wait()
+        finally:
+            self.address = None
+            await runner.cleanup()
+
+    # -- routes ------------------------------------------------------------------------
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        st = self.status()
+        body = {"ready": bool(self.is_ready()), "role": st.get("role"),
+                "leader": st.get("leader")}
+        if not body["ready"]:
+            return problem(503, "Not Ready", "the daemon is starting: job files not loaded "
+                           "or not caught up with the cluster yet", **body)
+        return web.json_response(body)
+
+    async def whoami(self, request: web.Request) -> web.Response:
+        t = request[TOKEN]
+        return web.json_response({"name": t["name"], "role": t["role"],
+                                  "jobs": t["jobs"] or None,
+                                  "expires_at": iso_utc(t["expires_at"])})
+
+    async def tokens(self, request: web.Request) -> web.Response:
+        return web.json_response({"tokens": [
+            {**t, "jobs": t["jobs"] or None, "expires_at": iso_utc(t["expires_at"]),
+             "created_at": iso_utc(t["created_at"])} for t in self.list_tokens()]})
+
+    async def get_openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(openapi(self.routes, __version__))
+
+    async def get_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=await self.metrics.page(), headers={"Content-Type": CONTENT_TYPE})

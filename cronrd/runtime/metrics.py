@@ -1,0 +1,174 @@
+"""Prometheus ``/metrics``: the official client renders a registry of our
+own (never the process-global one), filled at scrape time from the
+replicated state and this node's Raft view.
+
+Each family is one query (cronrd/state/metric_reads.py), not one per job,
+all in one read transaction on a read-only connection of its own, in a
+thread of its own: a scrape of 100,000 jobs neither blocks the event loop
+nor sees a batch half applied (the state is in WAL mode). A rendered page
+is reused for ``CACHE_SECONDS``, and for ``CACHE_FACTOR`` times its render
+time when that is longer, so several scrapers cost one render and a big
+state costs a bounded share of a core. Job
+labels are ``job_name`` (Prometheus' own ``job`` label is the scrape
+job's); no run id is ever a label.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily,
+                                    Metric)
+
+from .. import __version__
+from ..state import metric_reads as R
+from ..state import queries as Q
+
+CACHE_SECONDS = 1.0
+# A page is reused for at least this many times as long as it took to render,
+# so that scraping costs at most about a tenth of one core: the official client
+# renders some 30,000 samples a second, and 100,000 jobs are about 300,000.
+CACHE_FACTOR = 10.0
+# The outcomes every job has a series of from its load (at 0), for origin
+# "schedule"; the other outcomes and origins get one when they first happen.
+ZERO_OUTCOMES = ("succeeded", "failed")
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def live_view(node_id: str, status: dict, applied_index: int, is_leader: bool,
+              next_fires: dict[str, int] | None = None) -> dict:
+    """What the page needs from the daemon's objects, taken on the loop
+    (``next_fires``: the leader's scheduler's next fire time of each job)."""
+    return {"next_fires": next_fires or {},"node": node_id, "term": status.get("term") or 0,
+            "commit_index": status.get("commit_index") or 0,
+            "applied_index": applied_index, "is_leader": bool(is_leader),
+            "down": sorted({d.get("id") or d.get("node") for d in status.get("down") or ()
+                            if isinstance(d, dict)} - {None}),
+            "leader_changes": status.get("leader_changes", 0)}
+
+
+class StateCollector:
+    """One scrape's families over ``conn`` and ``live`` (see live_view)."""
+
+    def __init__(self, conn, live: dict):
+        self.conn = conn
+        self.live = live
+
+    def collect(self) -> Iterator[Metric]:
+        live = self.live
+        info = InfoMetricFamily("cronrd_build", "The running cronrd's version.")
+        info.add_metric([], {"version": __version__, "node": live["node"]})
+        yield info
+        yield _gauge("cronrd_raft_is_leader", "1 if this node leads the cluster.",
+                     1 if live["is_leader"] else 0)
+        yield _gauge("cronrd_raft_term", "This node's current Raft term.", live["term"])
+        yield _gauge("cronrd_raft_commit_index", "The highest log index this node knows "
+                     "is committed.", live["commit_index"])
+        yield _gauge("cronrd_raft_applied_index", "The highest log index applied to this "
+                     "node's state.", live["applied_index"])
+        yield CounterMetricFamily("cronrd_raft_leader_changes", "Times this node saw the "
+                                  "leader change since it started.",
+                                  value=live["leader_changes"])
+        down = set(live["down"])
+        up = GaugeMetricFamily("cronrd_node_up", "1 if the node is up as this node sees "
+                               "it (announced up and reachable), else 0.", labels=["node"])
+        for row in Q.nodes(self.conn):
+            up.add_metric([row["node"]], 1 if row["state"] == "up" and
+                          row["node"] not in down else 0)
+        yield up
+        names = R.job_names(self.conn)
+        runs = CounterMetricFamily(
+            "cronrd_job_runs", "Runs of the job that ended, by origin (schedule | manual) "
+            "and outcome (the final state).", labels=["job_name", "origin", "outcome"])
+        skips = CounterMetricFamily(
+            "cronrd_job_skips", "Fire times of the job recorded skipped, by the reason's "
+            "leading word.", labels=["job_name", "reason"])
+        counts: dict[tuple[str, str, str], int] = {}
+        for job, origin, outcome, reason, n in R.outcomes(self.conn):
+            key = (job, origin, outcome)
+            counts[key] = counts.get(key, 0) + n
+            if outcome == "skipped":
+                skips.add_metric([job, reason], n)
+        for name in names:  # every job's scheduled successes and failures exist from its
+            for outcome in ZERO_OUTCOMES:  # load, at 0 (the rest appear when they happen)
+                counts.setdefault((name, "schedule", outcome), 0)
+        for (job, origin, outcome), n in sorted(counts.items()):
+            runs.add_metric([job, origin, outcome], n)
+        yield runs
+        yield skips
+        fam = GaugeMetricFamily("cronrd_job_running", "Runs of the job running now (only "
+                                "jobs with a run running).", labels=["job_name"])
+        for name, n in sorted(R.running_by_job(self.conn).items()):
+            fam.add_metric([name], n)
+        yield fam
+        fam = GaugeMetricFamily("cronrd_job_last_success_timestamp_seconds",
+                                "When the job's newest successful run ended (Unix time).",
+                                labels=["job_name"])
+        for name, at in sorted(R.last_success_by_job(self.conn).items()):
+            fam.add_metric([name], at)
+        yield fam
+        fam = GaugeMetricFamily("cronrd_job_next_fire_timestamp_seconds",
+                                "The job's next fire time (Unix time), as the leader's "
+                                "scheduler has it (reported by the leader only).",
+                                labels=["job_name"])
+        for name, at in sorted(live["next_fires"].items()):
+            fam.add_metric([name], at)
+        yield fam
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def render(conn, live: dict) -> bytes:
+    """The exposition page, from one read transaction on ``conn``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StateCollector(conn, live))
+    conn.execute("BEGIN")
+    try:
+        return generate_latest(registry)
+    finally:
+        conn.execute("COMMIT")
+
+
+class Metrics:
+    """The page, rendered in one worker thread on ``connect()``'s connection
+    (opened there, used only there) and cached for ``CACHE_SECONDS``."""
+
+    def __init__(self, connect: Callable[[], object], live: Callable[[], dict],
+                 monotonic: Callable[[], float] = time.monotonic):
+        self.connect = connect
+        self.live = live
+        self.monotonic = monotonic
+        self._conn = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cronrd-metrics")
+        self._lock = asyncio.Lock()
+        self._page: bytes | None = None
+        self._at = 0.0
+        self._keep = CACHE_SECONDS  # how long the page in hand is reused
+
+    def _render(self, live: dict) -> bytes:
+        if self._conn is None:
+            self._conn = self.connect()
+        return render(self._conn, live)
+
+    async def page(self) -> bytes:
+        async with self._lock:  # scrapes at once share one render
+            now = self.monotonic()
+            if self._page is None or now - self._at >= self._keep:
+                live = self.live()
+                self._page = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, self._render, live)
+                self._at = self.monotonic()
+                self._keep = max(CACHE_SECONDS, CACHE_FACTOR * (self._at - now))
+            return self._page
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

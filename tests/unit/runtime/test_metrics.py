@@ -1,0 +1,144 @@
+"""/metrics (cronrd/runtime/metrics.py): the families, their labels and values,
+rendered by the official client from a registry of our own."""
+
+from __future__ import annotations
+
+import prometheus_client
+from prometheus_client.parser import text_string_to_metric_families
+
+from cronrd import __version__
+import asyncio
+
+from cronrd.runtime.metrics import CACHE_FACTOR, CACHE_SECONDS, Metrics, live_view, render
+from cronrd.state import commands as C
+from cronrd.state import queries as Q
+from tests.unit.state.test_state import T0, Log
+
+
+def samples(page: bytes) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for fam in text_string_to_metric_families(page.decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def scrape(log: Log, status=None, leader=True) -> bytes:
+    return render(log.sm.conn, live_view("n1", status or {
+        "role": "leader", "leader": "n1", "term": 3, "commit_index": 41, "down": []},
+        log.index, leader))
+
+
+def a_log() -> Log:
+    log = Log()
+    log.apply(C.NodeInfo(node="n1", state="up", addr="127.0.0.1:7000", tags=(), at=T0))
+    log.apply(C.NodeInfo(node="n2", state="up", addr="127.0.0.1:7001", tags=(), at=T0))
+    log.apply(C.NodeInfo(node="n3", state="draining", addr="127.0.0.1:7002", tags=(), at=T0))
+    log.put("a")
+    log.put("b")
+    log.put("idle")
+    ok = log.fire(T0 + 1, "a")
+    log.finish(ok["run_id"], at=T0 + 5)
+    ok = log.fire(T0 + 2, "a")
+    log.finish(ok["run_id"], at=T0 + 9)
+    bad = log.fire(T0 + 3, "b")
+    log.finish(bad["run_id"], state="failed", exit_code=2)
+    run = log.fire(T0 + 4, "b")
+    log.apply(C.RunStarted(run_id=run["run_id"], token=log.run(run["run_id"]).token,
+                           node="n1", pid=10, started_at=T0 + 4, log_path="/l"))
+    return log
+
+
+def test_the_families_and_their_values():
+    log = a_log()
+    status = {"term": 3, "commit_index": 41, "down": [{"id": "n2"}], "leader_changes": 2}
+    got = samples(scrape(log, status))
+    assert got[("cronrd_build_info", (("node", "n1"), ("version", __version__)))] == 1
+    assert got[("cronrd_raft_is_leader", ())] == 1
+    assert got[("cronrd_raft_term", ())] == 3
+    assert got[("cronrd_raft_commit_index", ())] == 41
+    assert got[("cronrd_raft_applied_index", ())] == log.index
+    assert got[("cronrd_raft_leader_changes_total", ())] == 2
+    # up, unreachable from here, draining
+    assert got[("cronrd_node_up", (("node", "n1"),))] == 1
+    assert got[("cronrd_node_up", (("node", "n2"),))] == 0
+    assert got[("cronrd_node_up", (("node", "n3"),))] == 0
+    # every job has its running gauge, 0 included
+    assert got[("cronrd_job_running", (("job_name", "b"),))] == 1
+    assert ("cronrd_job_running", (("job_name", "a"),)) not in got  # none running
+    # the newest success only; a job without one has no sample
+    assert got[("cronrd_job_last_success_timestamp_seconds", (("job_name", "a"),))] == T0 + 9
+    assert ("cronrd_job_last_success_timestamp_seconds", (("job_name", "b"),)) not in got
+
+
+def test_run_and_skip_counters_exist_from_load_and_survive_pruning():
+    log = a_log()
+    skipped = log.fire(T0 + 20, "idle", skip_reason="overlap: run 3 still running")
+    assert log.run(skipped["run_id"]).state == "skipped"
+    got = samples(scrape(log))
+    runs = "cronrd_job_runs_total"
+    assert got[(runs, (("job_name", "a"), ("origin", "schedule"), ("outcome", "succeeded")))] == 2
+    assert got[(runs, (("job_name", "b"), ("origin", "schedule"), ("outcome", "failed")))] == 1
+    # a job that never ran has its counters, at 0
+    for outcome in ("succeeded", "failed"):
+        assert got[(runs, (("job_name", "idle"), ("origin", "schedule"),
+                           ("outcome", outcome)))] == 0
+    assert got[("cronrd_job_skips_total", (("job_name", "idle"), ("reason", "overlap")))] == 1
+    # pruning the records keeps the counts (counters never go down)
+    log.apply(C.Prune(before=T0 + 10_000, at=T0 + 10_000, keep=1))
+    assert Q.list_runs(log.sm.conn, job="a") == []  # the records are gone
+    assert samples(scrape(log))[(runs, (("job_name", "a"), ("origin", "schedule"),
+                                        ("outcome", "succeeded")))] == 2
+
+
+def test_labels_are_job_name_never_job_nor_a_run_id():
+    page = scrape(a_log()).decode()
+    for fam in text_string_to_metric_families(page):
+        for s in fam.samples:
+            assert "job" not in s.labels and "run_id" not in s.labels, s
+
+
+def test_the_registry_is_our_own_not_the_global_one():
+    scrape(a_log())
+    assert b"cronrd_" not in prometheus_client.generate_latest(prometheus_client.REGISTRY)
+
+
+def test_a_page_is_reused_within_the_cache_time():
+    log = a_log()
+    now = [100.0]
+    m = Metrics(lambda: log.sm.conn, lambda: live_view("n1", {}, log.index, True),
+                monotonic=lambda: now[0])
+
+    async def main():
+        first = await m.page()
+        log.put("new")
+        assert await m.page() is first
+        now[0] += CACHE_SECONDS
+        assert b'job_name="new"' in await m.page()
+        # a slow render is reused for CACHE_FACTOR times its duration
+        m._render = lambda live: now.__setitem__(0, now[0] + 3.0) or b"slow"
+        now[0] += CACHE_SECONDS
+        assert await m.page() == b"slow"
+        m._render = lambda live: b"next"
+        now[0] += 3.0 * CACHE_FACTOR - 0.5
+        assert await m.page() == b"slow"
+        now[0] += 0.5
+        assert await m.page() == b"next"
+    try:
+        asyncio.run(main())
+    finally:
+        m._conn = None  # the test's connection stays the test's
+        m.close()
+
+
+def test_next_fire_times_come_from_the_leaders_scheduler():
+    log = a_log()
+    page = render(log.sm.conn, live_view("n1", {}, log.index, True, {"a": T0 + 60}))
+    got = samples(page)
+    assert got[("cronrd_job_next_fire_timestamp_seconds", (("job_name", "a"),))] == T0 + 60
+    assert ("cronrd_job_next_fire_timestamp_seconds", (("job_name", "b"),)) not in got
+
+
+def test_a_follower_reports_it_does_not_lead():
+    got = samples(scrape(a_log(), leader=False))
+    assert got[("cronrd_raft_is_leader", ())] == 0

@@ -1,0 +1,35 @@
+"""What /metrics reads (cronrd/state/metric_reads.py), and the job_outcomes
+counts behind cronrd_job_runs_total: kept by triggers as records end, seeded
+from the records when an older database first gets the table."""
+
+from __future__ import annotations
+
+from cronrd.state import metric_reads as R
+from cronrd.state.machine import StateMachine
+from tests.unit.state.test_state import T0, Log
+
+
+def test_outcomes_count_each_record_once_as_it_ends():
+    log = Log()
+    log.put("a")
+    run = log.fire(T0 + 1, "a")
+    assert R.outcomes(log.sm.conn) == []  # assigned: not ended
+    log.finish(run["run_id"], state="failed", exit_code=1)
+    log.fire(T0 + 2, "a", skip_reason="max_running (3) reached")
+    log.fire(T0 + 3, "a", skip_reason="Catch-up skipped it")  # no leading code word
+    assert R.outcomes(log.sm.conn) == [("a", "schedule", "failed", "", 1),
+                                       ("a", "schedule", "skipped", "max_running", 1),
+                                       ("a", "schedule", "skipped", "other", 1)]
+
+
+def test_an_older_database_is_seeded_from_its_records():
+    log = Log()
+    log.put("a")
+    for t in (1, 2):
+        log.finish(log.fire(T0 + t, "a")["run_id"])
+    conn = log.sm.conn
+    conn.execute("DROP TABLE job_outcomes")  # as a database made before it
+    StateMachine(conn)  # migrate() at open
+    assert R.outcomes(conn) == [("a", "schedule", "succeeded", "", 2)]
+    assert R.last_success_by_job(conn) == {"a": T0 + 3}
+    assert R.job_names(conn) == ["a"]
