@@ -71,6 +71,8 @@ NO_UNIT_TEST_FILE = {
     "runtime/cluster.py": "integration/test_cluster.py, security/test_membership_trust.py",
     "runtime/control.py": "security/test_control_server.py, integration/test_daemon.py",
     "runtime/daemon.py": "integration/test_daemon.py, integration/test_run_survival.py",
+    "runtime/http_api.py": "unit/runtime/test_http_server.py (its routes: tokens, roles, "
+                           "pages, cursors, errors, the OpenAPI document)",
     "runtime/handlers.py": "integration/test_daemon.py (every control command, through the socket)",
     "runtime/local_log.py": "unit/runtime/test_log_contract.py (both Log implementations)",
     "runtime/storage.py": "used by most state and runtime unit tests (open_db)",
