@@ -25,7 +25,9 @@ def cfg(tmp_path):
     return parse_config({
         "node_id": "n1", "data_dir": str(tmp_path / "state"),
         "jobs_dir": str(tmp_path / "jobs"), "socket": str(tmp_path / "sock"),
-        "log_dir": str(tmp_path / "logs"), "timezone": "UTC"}, str(tmp_path / "cronrd.yaml"))
+        "log_dir": str(tmp_path / "logs"), "timezone": "UTC",
+        "http": {"listen": "127.0.0.1:0"}},   # a free port: never a fixed one shared by tests
+        str(tmp_path / "cronrd.yaml"))
 
 
 def run_daemon(daemon: Daemon, while_running=None) -> tuple[int, set]:
@@ -56,7 +58,7 @@ def test_a_stop_cancels_and_awaits_every_task_the_daemon_owns(cfg, caplog):
     code, left = run_daemon(Daemon(cfg), look)
     assert code == 0
     # (one host: the members have no upkeep, their service returned at once)
-    assert seen["services"] == ["announce", "heap", "housekeeping", "leadership",
+    assert seen["services"] == ["announce", "heap", "housekeeping", "http", "leadership",
                                 "removal", "watcher"]
     assert left == set(), f"tasks left running after Daemon.run returned: {left}"
     assert "event=stopped" in caplog.text
