@@ -433,7 +433,9 @@ def test_a_switching_run_with_controls_finds_its_streams_where_the_drop_script_l
         key, log_path = sup.start("", switch=True, argv=argv, env_fd=envfd,
                                   controls=["nice 1", f"umask {0o027}"])
         os.close(envfd)
-        await sup.wait_for(lambda: _closed(sup, key))
+        # The record is closed before the supervisor's "exited" event reaches
+        # the spawner: wait for both, or the event list may lack "exited".
+        await sup.wait_for(lambda: _closed(sup, key) and sup.event(key, "exited"))
         sup.spawner.close()
         return key, log_path
     key, log_path = run(main())
