@@ -47,9 +47,21 @@ KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "time
               "log_dir", "log_retention", "history_retention", "history_max_runs_per_job",
               "shutdown", "log_level",
               "watch_interval", "max_running", "accept_jobs_from", "cluster",
-              "notifiers", "notify", "pools", "http")
+              "notifiers", "notify", "pools", "http", "hooks")
 HTTP_KEYS = ("enabled", "listen", "tls", "insecure")
 HTTP_TLS_KEYS = ("cert", "key", "client_ca")
+HOOK_KEYS = ("secret_file", "dedupe", "replay_window")
+
+
+@dataclass(frozen=True)
+class HookConfig:
+    """One of ``hooks:`` (config/hooks.py): a webhook that starts the jobs
+    listing it under ``triggers:``."""
+    name: str
+    secret_file: str | None
+    secret: bytes | None = field(default=None, repr=False)  # read by the daemon at start
+    dedupe: tuple[str, ...] | None = None   # the body's field naming a delivery
+    replay_window: float = 300.0            # seconds a signed timestamp stays good
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
                 "node_timeout", "election_timeout", "max_clock_offset")
@@ -141,6 +153,7 @@ class Config:
     # notifiers: and notify: (the cluster default of the jobs' notify)
     notifications: Notifications = field(default_factory=Notifications)
     http: HttpConfig = field(default_factory=HttpConfig)  # the web UI, API and /metrics
+    hooks: tuple[HookConfig, ...] = ()      # webhooks (POST /api/v1/hooks/NAME), by name
 
     def pool_map(self) -> dict[str, PoolConfig]:
         return {p.name: p for p in self.pools}

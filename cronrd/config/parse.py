@@ -10,6 +10,7 @@ from cronrd.errors import ScheduleError
 from cronrd.schedule import host_timezone, parse_duration, resolve_timezone
 
 from .cluster import parse_cluster
+from .hooks import parse_hooks
 from .http import parse_http
 from .pools import parse_pools
 from .directories import creation_problems, jobs_dir_problems, ownership_problems
@@ -147,6 +148,7 @@ def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files
     pools = parse_pools(raw.get("pools"), report)
     notifications = parse_notifications(raw, base, report, daemon_files=daemon_files)
     http = parse_http(raw.get("http"), base, report, load_tls=daemon_files)
+    hooks = parse_hooks(raw.get("hooks"), base, report, load_secrets=daemon_files)
     paths = {"data_dir": data_dir, "log_dir": log_dir, "jobs_dir": jobs_dir, "socket": sock}
     found = []
     if daemon_files:
@@ -164,4 +166,4 @@ def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files
                   shutdown_mode=mode, shutdown_grace=grace,
                   log_level=level, watch_interval=min(max(watch, 0.1), 60.0), path=path,
                   max_running=max_running, accept_jobs_from=accept, cluster=cluster,
-                  notifications=notifications, pools=pools, http=http)
+                  notifications=notifications, pools=pools, http=http, hooks=hooks)

@@ -657,6 +657,27 @@ def _v_priority(ctx: FileProblems, key: str, node: Node) -> Any:
     return _value(node)
 
 
+def _v_triggers(ctx: FileProblems, key: str, node: Node) -> Any:
+    """triggers: [HOOK, ...]: the webhooks (daemon config hooks:) that start the job."""
+    if not isinstance(node, SequenceNode) or not node.value:
+        ctx.err(node, f"{key} must be a non-empty list of hook names, e.g. triggers: [deploy]"
+                      f" (the daemon config's hooks:) ({_got(node)})")
+        return _INVALID
+    names: list[str] = []
+    bad = False
+    for item in node.value:
+        if not _is_str(item) or not NAME_RE.fullmatch(item.value):
+            ctx.err(item, f"each entry of {key} must be a hook name ({_NAME_RULE}) "
+                          f"({_got(item)})")
+            bad = True
+        elif item.value in names:
+            ctx.err(item, f"hook {item.value!r} is listed twice in {key}; remove one")
+            bad = True
+        else:
+            names.append(item.value)
+    return _INVALID if bad else tuple(sorted(names))
+
+
 _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "name": _v_name,
     "description": _v_description,
@@ -701,6 +722,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "sla": _v_sla,
     "on_final_failure": _v_choice(("none", "dead_letter")),
     "heartbeat_timeout": _v_duration(positive=True),
+    "triggers": _v_triggers,
 }
 # Keys that mean something only next to depends_on.
 DEPENDENCY_KEYS = ("trigger_rule", "on_upstream_failure", "wait_for_upstream")

@@ -190,6 +190,9 @@ class JobSpec:
     # A running attempt silent this long (no `cronrd heartbeat` or
     # checkpoint since its start or its last one) is ended timed_out.
     heartbeat_timeout: float | None = None
+    # The webhooks (the daemon config's hooks:) whose calls start the job
+    # (POST /api/v1/hooks/NAME), sorted.
+    triggers: tuple[str, ...] = ()
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -253,6 +256,8 @@ class JobSpec:
             d["on_final_failure"] = self.on_final_failure
         if self.heartbeat_timeout is not None:
             d["heartbeat_timeout"] = self.heartbeat_timeout
+        if self.triggers:
+            d["triggers"] = list(self.triggers)
         return d
 
     @property
@@ -320,6 +325,8 @@ class JobSpec:
         for f in ("kill_grace", "catchup_window", "jitter", "wait_for_upstream"):
             if f in kwargs:
                 kwargs[f] = float(kwargs[f])
+        if "triggers" in kwargs:
+            kwargs["triggers"] = tuple(str(t) for t in kwargs["triggers"] or ())
         for f in ("timeout", "heartbeat_timeout", "start_deadline"):
             if kwargs.get(f) is not None:
                 kwargs[f] = float(kwargs[f])

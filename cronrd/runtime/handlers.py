@@ -490,29 +490,33 @@ class Handlers:
     def read_log_chunk(self, run_id: int, offset: int) -> dict:
         return read_log_chunk(self.config, self.conn, run_id, offset)
 
+    async def log_chunk(self, run: Run, offset: int) -> dict:
+        """A chunk of ``run``'s log from output position ``offset``, read on
+        the node that ran it: this one, or asked over the peer port (`logs`
+        and the HTTP log stream on any node)."""
+        node = run.node
+        if node in (None, self.config.node_id):
+            return self.read_log_chunk(run.run_id, offset)
+        try:
+            return await self.members.call(node, "read_log", {"run_id": run.run_id,
+                                                              "offset": offset})
+        except CronrdError as exc:
+            raise RequestError(
+                f"run {run.run_id} ran on node {node}, whose log could not be read: "
+                f"{exc}; the file is {run.log_path or 'in its log_dir'} on "
+                f"that host") from None
+
     async def _stream_log(self, run: Run, follow: bool, lines: int | None = None):
         run_id = run.run_id
         offset = 0
         decoders: dict[str, codecs.IncrementalDecoder] = {}
-        me = self.config.node_id
         yield {"run": run.view()}
         held: list[dict] | None = [] if lines is not None else None  # -n: until caught up
         while True:
             run = Q.get_run(self.conn, run_id) or run
             active = run.state in run_states.ACTIVE
-            node = run.node
             while run.started_at is not None or run.log_path:
-                if node in (None, me):
-                    chunk = self.read_log_chunk(run_id, offset)
-                else:
-                    try:
-                        chunk = await self.members.call(node, "read_log", {
-                            "run_id": run_id, "offset": offset})
-                    except CronrdError as exc:
-                        raise RequestError(
-                            f"run {run_id} ran on node {node}, whose log could not be read: "
-                            f"{exc}; the file is {run.log_path or 'in its log_dir'} on "
-                            f"that host") from None
+                chunk = await self.log_chunk(run, offset)
                 offset = chunk["offset"]
                 for msg in chunk_messages(chunk, decoders):
                     if held is not None:

@@ -139,6 +139,12 @@ class HttpServer:
         ]
         if self.reads is not None:
             routes += ReadRoutes(self.reads, lambda request: request[TOKEN]).routes()
+            # Server-Sent Events and webhook triggers (http_stream.py, http_hooks.py)
+            from .http_hooks import HookRoutes
+            from .http_stream import StreamRoutes
+            routes += StreamRoutes(self.reads, lambda request: request[TOKEN]).routes()
+            hooks = getattr(getattr(self.reads, "config", None), "hooks", ())
+            routes += HookRoutes(self.reads, hooks, self.now).routes()
         for route, handler in routes:
             app.router.add_route(route.method, route.path, handler)
             self.routes.append(route)
