@@ -33,6 +33,7 @@ class Route:
     role: str | None            # None: no token needed
     params: tuple[tuple[str, str], ...] = ()   # (query parameter, description)
     responses: dict = field(default_factory=lambda: {"200": {"description": "OK"}})
+    auth: str | None = None     # role None but authenticated otherwise: "hmac" (http_hooks.py)
 
 
 def encode_cursor(value: dict) -> str:
@@ -151,6 +152,8 @@ def openapi(routes: list[Route], version: str) -> dict:
                         "content": {"application/problem+json": {}}},
                 "403": {"description": f"the token's role is below {r.role}",
                         "content": {"application/problem+json": {}}}})
+        elif r.auth == "hmac":
+            op["security"] = [{"hmac": []}]
         if r.params:
             op["parameters"] = [{"name": name, "in": "query", "required": False,
                                  "description": doc, "schema": {"type": "string"}}
@@ -158,8 +161,11 @@ def openapi(routes: list[Route], version: str) -> dict:
         paths.setdefault(r.path, {})[r.method.lower()] = op
     return {"openapi": "3.1.0",
             "info": {"title": "cronrd API", "version": version},
-            "components": {"securitySchemes": {"bearer": {"type": "http",
-                                                          "scheme": "bearer"}}},
+            "components": {"securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "hmac": {"type": "apiKey", "in": "header", "name": "X-Cronrd-Signature",
+                         "description": "sha256=HEX: HMAC-SHA256 of X-Cronrd-Timestamp + '.' "
+                                        "+ the body with the hook's key (webhooks)"}}},
             "paths": paths}
 
 

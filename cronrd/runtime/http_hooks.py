@@ -108,7 +108,8 @@ class HookRoutes:
                                   "401": {"description": "bad signature or timestamp",
                                           "content": {"application/problem+json": {}}},
                                   "404": {"description": "no such hook",
-                                          "content": {"application/problem+json": {}}}}),
+                                          "content": {"application/problem+json": {}}}},
+                       auth="hmac"),
                  self.deliver)]
 
     def _verify(self, hook: HookConfig, request: web.Request, body: bytes) -> str:

@@ -197,6 +197,8 @@ BAD_FIELD_CASES = [
     ("on_node_loss: ~", "3:15: on_node_loss must be one of retry, fail (got an empty value (null)); "
                         "remove the key to use the default"),
     ("heartbeat_timeout: 0", "3:20: heartbeat_timeout must be greater than 0 (got 0)"),
+    ("triggers: deploy", "3:11: triggers must be a non-empty list of hook names, e.g. "
+                         "triggers: [deploy] (the daemon config's hooks:) (got 'deploy')"),
     ("heartbeat_timeout: null", "3:20: heartbeat_timeout must be a duration such as 30s, 5m or "
                                 "1h30m (got an empty value (null)); remove the key"),
     ("timeout: 0", "3:10: timeout must be greater than 0 (got 0); use timeout: null for no timeout"),
