@@ -38,7 +38,9 @@ from aiohttp import web
 
 from ..config.model import HookConfig
 from ..errors import CronrdError, UsageError
+from ..jobspec.params import check_run_params
 from ..state import commands as C
+from ..state import queries as Q
 from ..state.triggers import jobs_triggered_by
 from ..state import run_params
 from .http_api import Route
@@ -159,6 +161,8 @@ class HookRoutes:
                    "this hook start it"} for job, paused in found if paused]
         for job in jobs:
             try:
+                for row in Q.jobs(conn, name=job):  # a required param has no value here
+                    check_run_params(job, row["spec"].params, {})
                 res = await log_.propose(C.ManualRun(job=job, node="", at=self.now(), key=key))
             except CronrdError as exc:
                 errors.append({"job": job, "detail": str(exc)})

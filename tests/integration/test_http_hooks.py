@@ -52,6 +52,8 @@ def test_a_signed_hook_starts_its_jobs_once_per_key(node_factory, tmp_path):
         node.write_job(name, {"schedule": "@yearly", "command": f"echo {name}",
                               "triggers": ["deploy"]})
     node.write_job("unrelated", {"schedule": "@yearly", "command": "true"})
+    node.write_job("needs", {"schedule": "@yearly", "command": "true", "triggers": ["deploy"],
+                             "params": {"target": {"required": True}}})
     node.start()
     url = node.call("status")["http"]
     body = json.dumps({"delivery": {"id": "d-1"}, "ref": "main"}).encode()
@@ -70,7 +72,8 @@ def test_a_signed_hook_starts_its_jobs_once_per_key(node_factory, tmp_path):
 
     status, doc = post(url, "deploy", body)
     assert status == 202, doc
-    assert sorted(r["job"] for r in doc["runs"]) == ["build", "notify"] and not doc["errors"]
+    assert sorted(r["job"] for r in doc["runs"]) == ["build", "notify"]
+    assert doc["errors"][0]["job"] == "needs" and "--param target" in doc["errors"][0]["detail"]
     assert doc["key"] == "hook:deploy:d-1"
     first = {r["job"]: r["run_id"] for r in doc["runs"]}
     node.wait_runs(lambda rs: rs and rs[0]["state"] == "succeeded", job="build")
@@ -92,6 +95,7 @@ def test_a_signed_hook_starts_its_jobs_once_per_key(node_factory, tmp_path):
     status, doc = post(url, "deploy", json.dumps({"delivery": {"id": "d-3"}}).encode())
     assert [r["job"] for r in doc["runs"]] == ["build"]
     assert doc["errors"][0]["job"] == "notify" and "paused" in doc["errors"][0]["detail"]
+    assert node.call("runs", {"job": "needs"})["runs"] == []
     audit = node.call("audit", {"limit": 50})["records"]
     assert any(a["command"] == "hook" and a["user"] == "hook:deploy" for a in audit)
     assert "event=http_handler_failed" not in node.daemon_log()
