@@ -106,6 +106,8 @@ def _load_secret(name: str, path: str, key: tuple, report: ConfigProblems) -> by
             return None
         with open(path, "rb") as f:
             data = f.read(MAX_SECRET + 1)
+    except PermissionError:  # the CLI as another user; the daemon reads it (else: 503)
+        return None
     except FileNotFoundError:
         report.add(where, f"hooks.{name}.secret_file: {path} does not exist; write the HMAC "
                           "key there (relative paths are relative to the config file)")

@@ -118,7 +118,7 @@ class HookRoutes:
         """The signature after checking it and the timestamp (401 otherwise)."""
         if hook.secret is None:
             raise _problem(503, f"hook {hook.name!r} has no key loaded; check "
-                                "hooks.{hook.name}.secret_file and restart the daemon")
+                                f"hooks.{hook.name}.secret_file and restart the daemon")
         stamp = request.headers.get(TIMESTAMP, "").strip()
         given = request.headers.get(SIGNATURE, "").strip()
         if not stamp or not given:

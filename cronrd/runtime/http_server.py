@@ -142,7 +142,8 @@ class HttpServer:
             # Server-Sent Events and webhook triggers (http_stream.py, http_hooks.py)
             from .http_hooks import HookRoutes
             from .http_stream import StreamRoutes
-            routes += StreamRoutes(self.reads, lambda request: request[TOKEN]).routes()
+            self.streams = StreamRoutes(self.reads, lambda request: request[TOKEN])
+            routes += self.streams.routes()
             hooks = getattr(getattr(self.reads, "config", None), "hooks", ())
             routes += HookRoutes(self.reads, hooks, self.now).routes()
         for route, handler in routes:
@@ -197,7 +198,8 @@ class HttpServer:
             bound = runner.addresses  # the socket names: the port, when listen's was 0
             self.address = (host, bound[0][1]) if bound else (host, port)
             log.info("event=http_listening url=%s", self.url)
-            await asyncio.Event().wait()
+            feed = getattr(getattr(self, "streams", None), "feed", None)
+            await (feed.run() if feed is not None else asyncio.Event().wait())
         finally:
             self.address = None
             await runner.cleanup()

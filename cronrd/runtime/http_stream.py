@@ -14,7 +14,8 @@ changes this node applies.
     repeats it.)
 
 ``GET /api/v1/events``
-    What changed in the replicated state as this node applies it:
+    What changed in the replicated state as this node applies it (looked
+    at after each batch with effects, and every POLL_INTERVAL):
     ``run_started``, ``run_ended`` (with its outcome and exit code),
     ``job_paused``, ``job_resumed`` (job "" is ``pause --all``),
     ``alert_raised``, ``alert_acked``, ``alert_resolved``, ``notice`` (the
@@ -29,7 +30,8 @@ changes this node applies.
     shared by all clients; each client reads the ring at its own pace (a
     write waits for the client's socket), so a slow client costs no memory:
     one that falls behind the ring gets ``reset`` and continues at the
-    newest. The feed starts with the first client of the node's life.
+    newest. The feed starts with the HTTP server: events from before the
+    daemon's start are not kept.
 
 Both need a viewer token; a token limited to some jobs (``--jobs GLOB``)
 sees only their runs and events (leader changes and ``pause --all`` are
@@ -64,6 +66,7 @@ log = logging.getLogger("cronrd.http")
 FOLLOW_INTERVAL = 0.2  # seconds between looks at a running run's log
 KEEPALIVE = 15.0       # seconds between comment lines on a quiet stream
 FEED_SIZE = 10_000     # events the node keeps for clients to catch up from
+POLL_INTERVAL = 0.25   # seconds between looks at the state besides the effects
 RETRY_MS = 2000        # the reconnect delay the server suggests to EventSource
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
@@ -131,7 +134,18 @@ class StreamRoutes:
     def __init__(self, reads, token_of: Callable[[web.Request], dict]):
         self.reads = reads
         self.token_of = token_of
-        self.feed: EventFeed | None = None  # made by the first /events client
+        # Filled from the start, so that a client moving here from another
+        # node resumes with its Last-Event-ID (the server is made once the
+        # state is open; FakeReads in unit tests have no log).
+        self.feed: EventFeed | None = None
+        if getattr(reads, "log", None) is not None:
+            self.feed = EventFeed(reads.conn, self._leader, lambda: reads.machine.applied_index)
+            reads.log.subscribe(self.feed.on_effects)
+
+    def _leader(self) -> str | None:
+        """The leader this node knows of (a one-node cluster: itself)."""
+        log_ = self.reads.log
+        return (log_.leader or None) if hasattr(log_, "leader") else self.reads.config.node_id
 
     def routes(self) -> list[tuple[Route, object]]:
         return [
@@ -223,9 +237,7 @@ class StreamRoutes:
             raise UsageError(f"Last-Event-ID {after!r} must be the id of an event of this "
                              "stream (a whole number)")
         if self.feed is None:
-            self.feed = EventFeed(self.reads.conn, self.reads.members.status,
-                                  lambda: self.reads.machine.applied_index)
-            self.reads.log.subscribe(self.feed.on_effects)
+            raise web.HTTPServiceUnavailable(text="this server has no event feed")
         resp = await _open(request)
         try:
             await self._follow_events(resp, self.feed, glob, after)
@@ -268,10 +280,10 @@ class EventFeed:
     changes by growing ids (pause_log, alerts, events) or a small indexed set
     (the running runs, the open alerts)."""
 
-    def __init__(self, conn, status: Callable[[], dict], applied_index: Callable[[], int],
-                 size: int = FEED_SIZE):
+    def __init__(self, conn, leader: Callable[[], str | None],
+                 applied_index: Callable[[], int], size: int = FEED_SIZE):
         self.conn = conn
-        self.status = status
+        self.leader_of = leader
         self.applied_index = applied_index
         self.size = size
         # (seq, applied index, last of its batch, kind, data); seq counts every event made
@@ -289,7 +301,7 @@ class EventFeed:
         self.open_alerts = {r[0] for r in self.conn.execute(
             "SELECT alert_id FROM alerts WHERE state='open'")}
         self.running = self._running()
-        self.leader = self.status().get("leader")
+        self.leader = self.leader_of()
 
     def _one(self, sql: str, *args) -> int:
         return next(iter(self.conn.execute(sql, args)))[0]
@@ -326,6 +338,13 @@ class EventFeed:
         return out, after + len(out), lost
 
     # -- filling -------------------------------------------------------------------------
+    async def run(self, interval: float = POLL_INTERVAL) -> None:
+        """Look again every ``interval``: a batch without effects (an alert
+        raised or acked, a leader's first entry) calls no listener."""
+        while True:
+            await asyncio.sleep(interval)
+            self.on_effects([])
+
     def on_effects(self, effects) -> None:
         try:
             batch = self._collect(effects)
@@ -348,7 +367,7 @@ class EventFeed:
             self._start_cursors()
             return [("reset", {"detail": "this node installed a snapshot of the state: "
                                "re-read it, then follow on"})]
-        leader = self.status().get("leader")
+        leader = self.leader_of()
         if leader != self.leader:
             out.append(("leader_changed", {"leader": leader, "was": self.leader}))
             self.leader = leader

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -35,10 +36,12 @@ class SSE:
     def body(self) -> dict:
         return json.loads(self.resp.read())
 
-    def next(self) -> tuple[str, dict, str | None] | None:
-        """The next event (type, data, its id field or None); None at the end."""
+    def next(self, deadline: float | None = None) -> tuple[str, dict, str | None] | None:
+        """The next event (type, data, its id field or None); None at the end.
+        Past ``deadline`` (time.monotonic()) an AssertionError, keep-alives or not."""
         event, data, eid = "message", [], None
         while True:
+            assert deadline is None or time.monotonic() < deadline, "no event in time"
             raw = self.resp.readline()
             if not raw:
                 return None
@@ -61,11 +64,16 @@ class SSE:
             elif name == "id":
                 eid = value
 
-    def until(self, pred, what: str, limit: int = 1000) -> list[tuple[str, dict, str | None]]:
+    def until(self, pred, what: str, limit: int = 1000, timeout: float = 40.0
+              ) -> list[tuple[str, dict, str | None]]:
         """Events up to and including the first for which ``pred`` holds."""
-        seen = []
+        seen: list = []
+        deadline = time.monotonic() + timeout
         for _ in range(limit):
-            ev = self.next()
+            try:
+                ev = self.next(deadline)
+            except AssertionError:
+                raise AssertionError(f"no {what} within {timeout}s; got {seen}") from None
             assert ev is not None, f"the stream ended before {what}; got {seen}"
             seen.append(ev)
             if pred(ev):
@@ -160,6 +168,14 @@ def test_the_event_stream_tells_runs_pauses_and_resumes_from_last_event_id(node)
     ended = got[-1][1]
     assert ended["state"] == "failed" and ended["exit_code"] == 3
     assert all(d.get("job") in (None, "", "work") for _, d, _ in got)  # not "hidden"
+    # The failure opens an alert; acking it (a command without effects) is told too.
+    got += s.until(lambda e: e[0] == "alert_raised", "alert_raised") \
+        if "alert_raised" not in [k for k, _, _ in got] else []
+    alert = next(d for k, d, _ in got if k == "alert_raised")
+    assert alert["job"] == "work" and alert["kind"] == "failed" and alert["state"] == "open"
+    node.call("alert_ack", {"id": alert["alert_id"], "note": "seen"})
+    acked = s.until(lambda e: e[0] == "alert_acked", "alert_acked")[-1][1]
+    assert acked["alert_id"] == alert["alert_id"] and acked["note"] == "seen"
     assert node.cli("pause", "work", "--note", "db move").returncode == 0
     paused = s.until(lambda e: e[0] == "job_paused", "job_paused")[-1][1]
     assert paused["job"] == "work" and paused["note"] == "db move"
@@ -176,9 +192,15 @@ def test_the_event_stream_tells_runs_pauses_and_resumes_from_last_event_id(node)
     kinds = [k for k, _, _ in replay]
     assert "run_started" not in kinds and "run_ended" not in kinds
     assert all(int(i) > int(mark) for _, _, i in replay if i is not None)
-    # An id older than anything the node kept: a reset, then the stream goes on.
-    old = SSE(url, "/api/v1/events", viewer, last_id="0")
-    assert old.next()[0] == "reset"
+    # An id from before the node's start is older than anything it kept: a
+    # reset, then the stream goes on.
+    node.terminate()
+    node.start()
+    url = node.call("status")["http"]
+    old = SSE(url, "/api/v1/events", viewer, last_id="1")
+    assert old.next(time.monotonic() + 20)[0] == "reset"
+    assert node.cli("pause", "work").returncode == 0
+    old.until(lambda e: e[0] == "job_paused", "job_paused after the reset")
     old.close()
     assert SSE(url, "/api/v1/events", None).status == 401
 
@@ -209,3 +231,35 @@ def test_a_follower_streams_a_log_from_the_node_that_ran_it(cluster):
     assert "".join(d["text"] for k, d, _ in s.until(lambda e: e[0] == "end", "end")
                    if k == "log") == "oops\n"
     s.close()
+
+
+def test_events_resume_on_another_node_and_tell_a_change_of_leader(cluster):
+    c = cluster()
+    c.write_job("work", {"schedule": "@yearly", "command": "true"})
+    c.start()
+    lead = c.leader()
+    secret = token(lead, role="viewer")
+    f1, f2 = c.followers()
+    u1, u2 = f1.call("status")["http"], f2.call("status")["http"]
+    wait_for(lambda: SSE(u2, "/api/v1/events", secret).status == 200, what="the token on f2")
+    s = wait_for(lambda: (x := SSE(u1, "/api/v1/events", secret)).status == 200 and x,
+                 what="the token on f1")
+    assert f1.cli("pause", "work", "--note", "one").returncode == 0
+    s.until(lambda e: e[0] == "job_paused", "job_paused on f1")
+    mark = s.last_id
+    assert mark is not None
+    assert f1.cli("resume", "work").returncode == 0
+    s.until(lambda e: e[0] == "job_resumed", "job_resumed on f1")
+    s.close()
+    # The id f1 gave resumes on f2: what came after it, not what came before.
+    moved = SSE(u2, "/api/v1/events", secret, last_id=mark)
+    got = moved.until(lambda e: e[0] == "job_resumed", "job_resumed on f2")
+    assert "reset" not in [k for k, _, _ in got]
+    assert all(d.get("note") != "one" for k, d, _ in got if k == "job_paused") or \
+        int(mark) < min(int(i) for _, _, i in got if i is not None)
+    # A change of leader is an event on the followers' streams.
+    lead.kill9()
+    changed = moved.until(lambda e: e[0] == "leader_changed" and e[1]["leader"],
+                          "leader_changed", limit=50)[-1][1]
+    assert changed["leader"] in (f1.config["node_id"], f2.config["node_id"])
+    moved.close()

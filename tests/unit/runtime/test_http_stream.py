@@ -43,7 +43,7 @@ def test_sse_puts_the_data_on_one_line():
 
 
 def feed_over(log: Log, size: int = 100) -> EventFeed:
-    feed = EventFeed(log.sm.conn, lambda: {"leader": "n1"}, lambda: log.index, size=size)
+    feed = EventFeed(log.sm.conn, lambda: "n1", lambda: log.index, size=size)
     return feed
 
 
