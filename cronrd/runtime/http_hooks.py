@@ -146,7 +146,12 @@ class HookRoutes:
             raise _problem(404, f"no hook named {name!r}: define it under hooks: in the "
                                 "daemon config of every node")
         body = await request.read()
-        signature = self._verify(hook, request, body)
+        try:
+            signature = self._verify(hook, request, body)
+        except web.HTTPException as exc:
+            log.warning("event=hook_refused hook=%s status=%d remote=%s", name, exc.status,
+                        request.remote)
+            raise
         value = dedupe_value(body, hook.dedupe) if hook.dedupe else signature
         key = run_key(name, value)
         conn, log_ = self.reads.conn, self.reads.log

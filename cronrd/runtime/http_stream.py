@@ -209,7 +209,12 @@ class StreamRoutes:
                 try:
                     chunk = await self.reads.log_chunk(run, offset)
                 except CronrdError as exc:
+                    # Over (its log gone): the end, so that EventSource does not
+                    # come back for it. Running (its node unreachable): a close,
+                    # and the client reconnects from its Last-Event-ID.
                     await resp.write(sse("problem", {"detail": str(exc)}))
+                    if not active:
+                        await resp.write(sse("end", run.view()))
                     return
                 for data, end in log_events(chunk, decoders):
                     await resp.write(sse("log", data, end))
@@ -365,6 +370,7 @@ class EventFeed:
         out: list[tuple[str, dict]] = []
         if any(e.kind == "restored" for e in effects):  # a snapshot replaced the state
             self._start_cursors()
+            self.floor = self.applied_index()  # what came before it is not told
             return [("reset", {"detail": "this node installed a snapshot of the state: "
                                "re-read it, then follow on"})]
         leader = self.leader_of()

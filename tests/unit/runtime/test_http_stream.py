@@ -87,3 +87,18 @@ def test_a_client_behind_the_ring_is_told_it_lost_events():
     events, seq, lost = feed.read(start)
     assert lost and len(events) == 3 and seq == feed.newest_seq()
     assert feed.position_after(0) is None  # before what the node kept: a reset
+
+
+def test_a_snapshot_installed_is_a_reset_and_earlier_ids_cannot_resume():
+    from cronrd.state.machine import Effect
+    log = Log()
+    log.put("j", schedule="@yearly")
+    feed = feed_over(log)
+    apply(log, feed, C.SetPaused(name="j", paused=True, at=T0 + 1))
+    before = feed.read(0)[0][-1][0]
+    log.index += 5  # (as a snapshot at a later index would)
+    feed.on_effects([Effect("restored")])
+    events, _, _ = feed.read(0)
+    assert events[-1][2] == "reset" and events[-1][0] == log.index
+    assert feed.position_after(before) is None
+    assert feed.position_after(log.index) == feed.newest_seq()
