@@ -142,7 +142,8 @@ class HttpServer:
             # Server-Sent Events and webhook triggers (http_stream.py, http_hooks.py)
             from .http_hooks import HookRoutes
             from .http_stream import StreamRoutes
-            self.streams = StreamRoutes(self.reads, lambda request: request[TOKEN])
+            self.streams = StreamRoutes(self.reads, lambda request: request[TOKEN],
+                                        self._token_still_valid)
             routes += self.streams.routes()
             hooks = getattr(getattr(self.reads, "config", None), "hooks", ())
             routes += HookRoutes(self.reads, hooks, self.now).routes()
@@ -177,6 +178,14 @@ class HttpServer:
                            needed=needed)
         request[TOKEN] = token
         return await handler(request)
+
+    def _token_still_valid(self, request: web.Request) -> bool:
+        """The request's bearer token is still known and unexpired (a long
+        stream checks again now and then)."""
+        secret = request.headers.get("Authorization", "").partition(" ")[2].strip()
+        token = self.find_token(secret) if secret else None
+        return token is not None and (token.get("expires_at") is None
+                                      or token["expires_at"] > self.now())
 
     async def run(self) -> None:
         """Serve until cancelled (the daemon's service ``http``)."""

@@ -35,7 +35,8 @@ changes this node applies.
 
 Both need a viewer token; a token limited to some jobs (``--jobs GLOB``)
 sees only their runs and events (leader changes and ``pause --all`` are
-everyone's). A comment line is sent every KEEPALIVE seconds.
+everyone's). A comment line is sent every KEEPALIVE seconds of quiet, after
+checking the token again: a stream whose token was revoked or expired ends.
 """
 
 from __future__ import annotations
@@ -131,9 +132,11 @@ class StreamRoutes:
     """The two SSE routes over ``reads`` (the daemon's Handlers: conn,
     machine, members, log, log_chunk)."""
 
-    def __init__(self, reads, token_of: Callable[[web.Request], dict]):
+    def __init__(self, reads, token_of: Callable[[web.Request], dict],
+                 token_ok: Callable[[web.Request], bool] = lambda request: True):
         self.reads = reads
         self.token_of = token_of
+        self.token_ok = token_ok  # the request's token is still valid (not revoked, expired)
         # Filled from the start, so that a client moving here from another
         # node resumes with its Last-Event-ID (the server is made once the
         # state is open; FakeReads in unit tests have no log).
@@ -171,7 +174,7 @@ class StreamRoutes:
         run, offset = self._log_request(request)
         resp = await _open(request)
         try:
-            await self._follow_log(resp, run, offset)
+            await self._follow_log(request, resp, run, offset)
         except ConnectionError:  # the client went away
             pass
         return resp
@@ -196,7 +199,8 @@ class StreamRoutes:
                              "(the id of a log event), a whole number")
         return run, int(start)
 
-    async def _follow_log(self, resp: web.StreamResponse, run: Run, offset: int) -> None:
+    async def _follow_log(self, request: web.Request, resp: web.StreamResponse, run: Run,
+                          offset: int) -> None:
         conn, run_id = self.reads.conn, run.run_id
         await resp.write(sse("run", run.view()))
         decoders: dict[str, codecs.IncrementalDecoder] = {}
@@ -230,6 +234,8 @@ class StreamRoutes:
                 await resp.write(sse("end", run.view()))
                 return
             if loop.time() - quiet_since >= KEEPALIVE:
+                if not self.token_ok(request):
+                    return  # revoked or expired: the reconnect gets its 401
                 await resp.write(b": keepalive\n\n")
                 quiet_since = loop.time()
             await asyncio.sleep(FOLLOW_INTERVAL)  # a file has no "grew" event: look again
@@ -245,13 +251,13 @@ class StreamRoutes:
             raise web.HTTPServiceUnavailable(text="this server has no event feed")
         resp = await _open(request)
         try:
-            await self._follow_events(resp, self.feed, glob, after)
+            await self._follow_events(request, resp, self.feed, glob, after)
         except ConnectionError:  # the client went away
             pass
         return resp
 
-    async def _follow_events(self, resp: web.StreamResponse, feed: "EventFeed",
-                             glob: str | None, after: str | None) -> None:
+    async def _follow_events(self, request: web.Request, resp: web.StreamResponse,
+                             feed: "EventFeed", glob: str | None, after: str | None) -> None:
         seq = feed.position_after(int(after)) if after is not None else feed.newest_seq()
         if seq is None:
             await resp.write(sse("reset", {
@@ -275,6 +281,8 @@ class StreamRoutes:
                     continue
                 await resp.write(sse(kind, data, index if last_of_batch else None))
             if not await feed.changes.wait(KEEPALIVE):
+                if not self.token_ok(request):
+                    return  # revoked or expired: the reconnect gets its 401
                 await resp.write(b": keepalive\n\n")
 
 

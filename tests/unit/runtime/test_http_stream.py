@@ -102,3 +102,53 @@ def test_a_snapshot_installed_is_a_reset_and_earlier_ids_cannot_resume():
     assert events[-1][2] == "reset" and events[-1][0] == log.index
     assert feed.position_after(before) is None
     assert feed.position_after(log.index) == feed.newest_seq()
+
+
+class StateReads:
+    """The parts of the daemon's Handlers the stream routes use, over a
+    state machine applied in-process."""
+
+    def __init__(self, log: Log):
+        self.conn = log.sm.conn
+        self.machine = log.sm
+        self.log = self
+        self.leader = "n1"
+        self.listeners = []
+
+    def subscribe(self, listener) -> None:
+        self.listeners.append(listener)
+
+
+def test_an_event_stream_ends_when_its_token_is_revoked(monkeypatch):
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from cronrd.config import HttpConfig
+    from cronrd.runtime import http_stream
+    from cronrd.runtime.http_server import HttpServer
+    monkeypatch.setattr(http_stream, "KEEPALIVE", 0.2)
+    log = Log()
+    log.put("j", schedule="@yearly")
+    tokens = {"v": {"name": "v", "role": "viewer", "jobs": "", "expires_at": None}}
+    reads = StateReads(log)
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=dict, metrics=None, find_token=tokens.get,
+                        now=lambda: T0, reads=reads)
+
+    async def main():
+        async with TestClient(TestServer(server.app)) as client:
+            r = await client.get("/api/v1/events", headers={"Authorization": "Bearer v"})
+            assert r.status == 200
+            log.apply(C.SetPaused(name="j", paused=True, at=T0 + 1, note="x"))
+            for listener in reads.listeners:
+                listener(log.effects)
+            seen = b""
+            while b"job_paused" not in seen:
+                seen += await asyncio.wait_for(r.content.readany(), 5)
+            del tokens["v"]  # revoked: the stream ends at its next keep-alive
+            rest = await asyncio.wait_for(r.content.read(), 5)
+            assert b"event:" not in rest
+            again = await client.get("/api/v1/events", headers={"Authorization": "Bearer v"})
+            assert again.status == 401
+    asyncio.run(main())
