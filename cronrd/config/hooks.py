@@ -5,7 +5,7 @@
 
     hooks:
       deploy:
-        secret_file: /etc/cronrd/hooks/deploy.secret   # the HMAC key (its bytes, trimmed)
+        secret_file: /etc/cronrd/hooks/deploy.secret   # the HMAC key (trailing newline dropped)
         dedupe: $.delivery.id      # the body's field that names one delivery (optional)
         replay_window: 5m          # how old a signed timestamp may be (default 5m)
 
@@ -115,7 +115,7 @@ def _load_secret(name: str, path: str, key: tuple, report: ConfigProblems) -> by
     except OSError as exc:
         report.add(where, f"hooks.{name}.secret_file: cannot read {path}: {exc.strerror}")
         return None
-    data = data.strip()
+    data = data.rstrip(b"\r\n")  # as the webhook notifiers read theirs (notifiers.py)
     if len(data) > MAX_SECRET or len(data) < MIN_SECRET:
         report.add(where, f"hooks.{name}.secret_file: the key in {path} must be "
                           f"{MIN_SECRET} to {MAX_SECRET} bytes (has {len(data)})")

@@ -24,6 +24,9 @@ history_retention). A repeat answers 200 with the first delivery's runs
 Every delivery that passes the signature is audited (user ``hook:NAME``).
 Refusals: 404 unknown hook, 401 bad or missing signature or timestamp out
 of the window, 400 a body without the dedupe field.
+
+The signing is the webhook notifiers' (notifiers.py): a cronrd webhook
+notifier with the same key can call a hook.
 """
 
 from __future__ import annotations
@@ -44,18 +47,15 @@ from ..state import queries as Q
 from ..state.triggers import jobs_triggered_by
 from ..state import run_params
 from .http_api import Route
+# The X-Cronrd-Signature value of a delivery: the scheme of the webhook
+# notifiers, so that one cluster's notifier can call another's hook.
+from .notifiers import sign
 
 log = logging.getLogger("cronrd.http")
 
 TIMESTAMP = "X-Cronrd-Timestamp"
 SIGNATURE = "X-Cronrd-Signature"
 MAX_KEY_TEXT = 200  # characters of a dedupe value used as they are (longer: hashed)
-
-
-def sign(secret: bytes, timestamp: str, body: bytes) -> str:
-    """The X-Cronrd-Signature value of a delivery (what a sender computes)."""
-    mac = hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
 
 
 def _problem(status: int, detail: str) -> web.HTTPException:
