@@ -37,6 +37,7 @@ Both need a viewer token; a token limited to some jobs (``--jobs GLOB``)
 sees only their runs and events (leader changes and ``pause --all`` are
 everyone's). A comment line is sent every KEEPALIVE seconds of quiet, after
 checking the token again: a stream whose token was revoked or expired ends.
+A node serves at most MAX_STREAMS streams at once (503 beyond).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ FOLLOW_INTERVAL = 0.2  # seconds between looks at a running run's log
 KEEPALIVE = 15.0       # seconds between comment lines on a quiet stream
 FEED_SIZE = 10_000     # events the node keeps for clients to catch up from
 POLL_INTERVAL = 0.25   # seconds between looks at the state besides the effects
+MAX_STREAMS = 256      # streams (both routes) one node serves at once; more get 503
 RETRY_MS = 2000        # the reconnect delay the server suggests to EventSource
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
@@ -89,6 +91,23 @@ def _last_id(request: web.Request, query_key: str) -> str | None:
 
 def _glob(token: dict) -> str | None:
     return token.get("jobs") or None
+
+
+class _Slot:
+    """One of the node's MAX_STREAMS, held while a stream is served."""
+
+    def __init__(self, routes: "StreamRoutes"):
+        if routes.open >= MAX_STREAMS:
+            raise web.HTTPServiceUnavailable(
+                text=f"this node serves {MAX_STREAMS} streams already; close one, or "
+                     "connect to another node of the cluster")
+        self.routes = routes
+
+    def __enter__(self):
+        self.routes.open += 1
+
+    def __exit__(self, *exc):
+        self.routes.open -= 1
 
 
 async def _open(request: web.Request) -> web.StreamResponse:
@@ -137,6 +156,7 @@ class StreamRoutes:
         self.reads = reads
         self.token_of = token_of
         self.token_ok = token_ok  # the request's token is still valid (not revoked, expired)
+        self.open = 0  # streams being served
         # Filled from the start, so that a client moving here from another
         # node resumes with its Last-Event-ID (the server is made once the
         # state is open; FakeReads in unit tests have no log).
@@ -172,11 +192,12 @@ class StreamRoutes:
     # -- GET /api/v1/runs/{id}/log/stream ------------------------------------------------
     async def log_stream(self, request: web.Request) -> web.StreamResponse:
         run, offset = self._log_request(request)
-        resp = await _open(request)
-        try:
-            await self._follow_log(request, resp, run, offset)
-        except ConnectionError:  # the client went away
-            pass
+        with _Slot(self):
+            resp = await _open(request)
+            try:
+                await self._follow_log(request, resp, run, offset)
+            except ConnectionError:  # the client went away
+                pass
         return resp
 
     def _log_request(self, request: web.Request) -> tuple[Run, int]:
@@ -249,11 +270,12 @@ class StreamRoutes:
                              "stream (a whole number)")
         if self.feed is None:
             raise web.HTTPServiceUnavailable(text="this server has no event feed")
-        resp = await _open(request)
-        try:
-            await self._follow_events(request, resp, self.feed, glob, after)
-        except ConnectionError:  # the client went away
-            pass
+        with _Slot(self):
+            resp = await _open(request)
+            try:
+                await self._follow_events(request, resp, self.feed, glob, after)
+            except ConnectionError:  # the client went away
+                pass
         return resp
 
     async def _follow_events(self, request: web.Request, resp: web.StreamResponse,

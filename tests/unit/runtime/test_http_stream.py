@@ -152,3 +152,36 @@ def test_an_event_stream_ends_when_its_token_is_revoked(monkeypatch):
             again = await client.get("/api/v1/events", headers={"Authorization": "Bearer v"})
             assert again.status == 401
     asyncio.run(main())
+
+
+def test_a_node_serves_a_bounded_number_of_streams(monkeypatch):
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from cronrd.config import HttpConfig
+    from cronrd.runtime import http_stream
+    from cronrd.runtime.http_server import HttpServer
+    monkeypatch.setattr(http_stream, "MAX_STREAMS", 1)
+    log = Log()
+    tokens = {"v": {"name": "v", "role": "viewer", "jobs": "", "expires_at": None}}
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=dict, metrics=None, find_token=tokens.get,
+                        now=lambda: T0, reads=StateReads(log))
+    auth = {"Authorization": "Bearer v"}
+
+    async def main():
+        async with TestClient(TestServer(server.app)) as client:
+            first = await client.get("/api/v1/events", headers=auth)
+            assert first.status == 200
+            second = await client.get("/api/v1/events", headers=auth)
+            assert second.status == 503 and "another node" in (await second.json())["detail"]
+            first.close()
+            async def freed():
+                while True:
+                    r = await client.get("/api/v1/events", headers=auth)
+                    if r.status == 200:
+                        return r
+                    await asyncio.sleep(0.05)
+            (await asyncio.wait_for(freed(), 5)).close()
+    asyncio.run(main())
