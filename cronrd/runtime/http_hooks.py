@@ -23,7 +23,9 @@ history_retention). A repeat answers 200 with the first delivery's runs
 
 Every delivery that passes the signature is audited (user ``hook:NAME``).
 Refusals: 404 unknown hook, 401 bad or missing signature or timestamp out
-of the window, 400 a body without the dedupe field.
+of the window, 400 a body without the dedupe field, 503 when the cluster
+cannot commit now (no leader): sending again is safe. A job that refuses the
+run (paused, a required param, its concurrency) is named under "errors".
 
 The signing is the webhook notifiers' (notifiers.py): a cronrd webhook
 notifier with the same key can call a hook.
@@ -40,7 +42,7 @@ from typing import Callable
 from aiohttp import web
 
 from ..config.model import HookConfig
-from ..errors import CronrdError, UsageError
+from ..errors import CronrdError, RequestError, StateError, UsageError
 from ..jobspec.params import check_run_params
 from ..state import commands as C
 from ..state import queries as Q
@@ -62,6 +64,11 @@ def _problem(status: int, detail: str) -> web.HTTPException:
     cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 404: web.HTTPNotFound,
            503: web.HTTPServiceUnavailable}[status]
     return cls(text=detail)
+
+
+def _unavailable(exc: Exception) -> web.HTTPException:
+    return _problem(503, f"the cluster could not take the delivery now ({exc}); send it "
+                         "again: the same key starts nothing twice")
 
 
 def dedupe_value(body: bytes, fields: tuple[str, ...]) -> str:
@@ -157,10 +164,13 @@ class HookRoutes:
         conn, log_ = self.reads.conn, self.reads.log
         found = jobs_triggered_by(conn, name)
         jobs = [job for job, paused in found if not paused]
-        await log_.propose(C.Audit(node=self.reads.config.node_id, uid=-1, user=f"hook:{name}",
-                                   pid=0, command="hook", target=name, allowed=True,
-                                   at=self.now(), detail=f"key {key}; jobs "
-                                   f"{', '.join(jobs) or '(none)'}"))
+        try:
+            await log_.propose(C.Audit(node=self.reads.config.node_id, uid=-1,
+                                       user=f"hook:{name}", pid=0, command="hook", target=name,
+                                       allowed=True, at=self.now(), detail=f"key {key}; jobs "
+                                       f"{', '.join(jobs) or '(none)'}"))
+        except CronrdError as exc:
+            raise _unavailable(exc) from None
         runs = []
         errors = [{"job": job, "detail": f"job {job!r} is paused; `cronrd resume {job}` lets "
                    "this hook start it"} for job, paused in found if paused]
@@ -169,9 +179,11 @@ class HookRoutes:
                 for row in Q.jobs(conn, name=job):  # a required param has no value here
                     check_run_params(job, row["spec"].params, {})
                 res = await log_.propose(C.ManualRun(job=job, node="", at=self.now(), key=key))
-            except CronrdError as exc:
+            except (StateError, UsageError, RequestError) as exc:  # this job refused it
                 errors.append({"job": job, "detail": str(exc)})
                 continue
+            except CronrdError as exc:  # no leader now: the sender sends again, same key
+                raise _unavailable(exc) from None
             runs.append({"job": job, "run_id": res["run_id"], "state": res["state"],
                          **({"existing": True} if res.get("existing") else {})})
         repeat = bool(runs) and all(r.get("existing") for r in runs)

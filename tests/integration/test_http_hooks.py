@@ -125,3 +125,10 @@ def test_a_key_used_on_one_node_starts_nothing_on_another(cluster, tmp_path):
     status, doc = post(new.call("status")["http"], "deploy", body)
     assert status == 200 and doc["runs"][0]["run_id"] == run_id
     assert len(new.call("runs", {"job": "build"})["runs"]) == 1
+    # Without a majority nothing can be committed: 503, send again later.
+    rest = [n for n in c.running() if n is not new]
+    for n in rest:
+        n.kill9()
+    status, doc = post(new.call("status")["http"], "deploy",
+                       json.dumps({"delivery": {"id": "x-10"}}).encode())
+    assert status == 503 and "send it again" in doc["detail"], doc
