@@ -1047,7 +1047,10 @@ class StateMachine:
         elif state not in ("failed", "timed_out"):
             return None
         attempt = run.attempt + 1
-        if attempt > allowed and not not_started:
+        # The retries count from the attempt that began this try: a rerun (or
+        # a dead-letter requeue) is attempt 2, 5, ... of its record and has
+        # its own retries, and a lost one is run again like any other.
+        if attempt - self._try_began(run) + 1 > allowed and not not_started:
             return None
         key = f"{run.job}/{run.fire_time}/{attempt}"
         delay = 0.0 if state == "lost" else retry_delay(
@@ -1067,6 +1070,18 @@ class StateMachine:
         effects.append(Effect("pending" if lost else "assign", run=new))
         RE.on_retry(self.conn, run.run_id, new.run_id, at)
         return new.run_id
+
+    def _try_began(self, run: Run) -> int:
+        """The attempt that began the try ``run`` belongs to: its own, or for
+        a retry the newest earlier attempt of its record that was no retry."""
+        if run.kind != "retry":
+            return run.attempt
+        for (first,) in self.conn.execute(
+                "SELECT MAX(attempt) FROM runs WHERE job=? AND fire_time=? AND target=? "
+                "AND origin=? AND attempt<? AND kind!='retry'",
+                (run.job, run.fire_time, run.target, run.origin, run.attempt)):
+            return first or 1
+        return 1
 
     def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
         run = self._get_run(cmd.run_id)
