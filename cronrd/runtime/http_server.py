@@ -29,6 +29,7 @@ from .. import __version__
 from ..config import HttpConfig, format_address
 from ..errors import CronrdError
 from .http_api import ReadRoutes, Route, error_response, openapi
+from .http_certs import principal
 from ..schedule import iso_utc
 from ..state.tokens import role_allows
 from .metrics import CONTENT_TYPE, Metrics
@@ -154,6 +155,12 @@ class HttpServer:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")
+        if not header and self.config.tls is not None and self.config.tls.client_roles:
+            cert = principal(request.transport.get_extra_info("peercert")
+                             if request.transport is not None else None,
+                             self.config.tls.client_roles)
+            if cert is not None:  # a verified client certificate with a role
+                return await self._as(request, handler, cert, needed)
         if scheme.lower() != "bearer" or not secret.strip():
             return _unauthorized("send Authorization: Bearer TOKEN; `cronrd token create "
                                  "--name NAME --role viewer` (as root) makes a token")
@@ -164,6 +171,10 @@ class HttpServer:
         if token.get("expires_at") is not None and token["expires_at"] <= self.now():
             return _unauthorized(f"token {token['name']!r} has expired; create a new one "
                                  "with `cronrd token create`")
+        return await self._as(request, handler, token, needed)
+
+    async def _as(self, request: web.Request, handler, token: dict, needed: str):
+        """Serve ``request`` as ``token`` (a token, or a certificate's role)."""
         if needed and not role_allows(token["role"], needed):
             return problem(403, "Forbidden", f"token {token['name']!r} has the role "
                            f"{token['role']}; this needs {needed} or higher", role=token["role"],
