@@ -19,6 +19,7 @@ attempt of the same record, kind ``rerun``) or discards it with a note.
 from __future__ import annotations
 
 from . import events as EV
+from . import seq as SEQ
 from . import run_params as RP
 from .run_states import ACTIVE
 
@@ -33,12 +34,13 @@ def raise_alert(conn, *, job: str, fire_time: int, kind: str, detail: str, at: f
     """Open the alert (job, fire_time, kind) unless it exists; its id if new."""
     if kind not in ALERT_KINDS:
         raise ValueError(f"unknown alert kind {kind!r}")
-    conn.execute("INSERT OR IGNORE INTO alerts(job, fire_time, kind, detail, opened_at, "
-                 "state, note, by) VALUES(?,?,?,?,?,'open','','')",
-                 (job, fire_time, kind, str(detail)[:MAX_DETAIL], at))
+    alert_id = SEQ.peek(conn, "alert_seq", "alerts", "alert_id")
+    conn.execute("INSERT OR IGNORE INTO alerts(alert_id, job, fire_time, kind, detail, "
+                 "opened_at, state, note, by) VALUES(?,?,?,?,?,?,'open','','')",
+                 (alert_id, job, fire_time, kind, str(detail)[:MAX_DETAIL], at))
     if not conn.changes():
         return None
-    alert_id = conn.last_insert_rowid()
+    SEQ.taken(conn, "alert_seq", alert_id)
     if kind != "failed":  # (a failed run's own event is the notifiers' "failed")
         event = EV.emit(conn, f"sla_{kind}", job=job, at=at, fire_time=fire_time,
                         run_id=run_id, data={"alert_id": alert_id,

@@ -26,6 +26,7 @@ from . import commands as C
 from . import dependencies as deps
 from . import alerts as AL
 from . import downstream as DS
+from . import seq as SEQ
 from . import events as EV
 from . import run_events as RE
 from . import deliveries as DL
@@ -666,18 +667,20 @@ class StateMachine:
                     fire_time: int, attempt: int, state: str, node: str | None,
                     due_at: float | None, at: float, reason: str | None = None,
                     target: str = "") -> Run:
+        run_id = SEQ.peek(self.conn, "run_seq", "runs", "run_id")  # never one given before
         try:
             self.conn.execute(
-                "INSERT INTO runs(job, origin, kind, fire_time, attempt, target, state,"
+                "INSERT INTO runs(run_id, job, origin, kind, fire_time, attempt, target, state,"
                 " node, token, due_at, created_at, reason, assigned_at)"
-                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (job, origin, kind, fire_time, attempt, target, state, node,
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, job, origin, kind, fire_time, attempt, target, state, node,
                  index if state == "assigned" else None, due_at, at, reason,
                  at if state == "assigned" else None))
         except apsw.ConstraintError:
             raise Refused(f"a run record for job {job!r} at fire time {fire_time} "
                           f"attempt {attempt} already exists") from None
-        run = self._get_run(self.conn.last_insert_rowid())
+        SEQ.taken(self.conn, "run_seq", run_id)
+        run = self._get_run(run_id)
         return self._pool_gate(run) if state in ("pending", "assigned") else run
 
     def _admit(self, index: int, job: dict, at: float, effects) -> str | None:
