@@ -140,6 +140,8 @@ class HttpServer:
         ]
         if self.reads is not None:
             routes += ReadRoutes(self.reads, lambda request: request[TOKEN]).routes()
+            from .http_writes import ApiRoutes  # the rest of API v1 (the "api" part)
+            routes += ApiRoutes(self.reads, lambda request: request[TOKEN]).routes()
         for route, handler in routes:
             app.router.add_route(route.method, route.path, handler)
             self.routes.append(route)
