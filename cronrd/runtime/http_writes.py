@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from typing import Any
 
 from aiohttp import web
@@ -259,9 +260,25 @@ class ApiRoutes:
         self._exists(name)
         view = await self.h.h_job({"name": name, "next": int(text),
                                    "consistent": request.query.get("consistent") == "true"})
-        spec = Q.job_spec(self.h.conn, name)
-        view["source_line"] = spec.line if spec is not None and spec.line else None
+        view["source_line"] = self._source_line(name, view.get("source") or "")
         return _json(view)
+
+    def _source_line(self, name: str, source: str) -> int | None:
+        """The line of the job's definition in its file, if the file is on
+        this node (the state keeps the file's path, not the line)."""
+        path = source if os.path.isabs(source) else os.path.join(self.h.config.jobs_dir,
+                                                                 source)
+        try:
+            if os.path.getsize(path) > MAX_VALIDATE * 4:
+                return None
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+        for spec in parse_job_text(text, path).jobs:
+            if spec.name == name:
+                return spec.line or None
+        return None
 
     def _exists(self, name: str) -> None:
         if not any(Q.jobs(self.h.conn, name=name)):
