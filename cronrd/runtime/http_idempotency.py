@@ -44,12 +44,11 @@ class IdempotencyCache:
             OrderedDict()
 
     def _expire(self) -> None:
+        """Drop the keys older than TTL, and the oldest while full (room for one)."""
         now = self.now()
         while self.entries:
-            key, (_fp, at, fut) = next(iter(self.entries.items()))
-            if now - at < self.ttl and len(self.entries) <= self.max_keys:
-                break
-            if not fut.done() and len(self.entries) <= self.max_keys:
+            _fp, at, _fut = next(iter(self.entries.values()))
+            if now - at < self.ttl and len(self.entries) < self.max_keys:
                 break
             self.entries.popitem(last=False)
 
@@ -61,7 +60,7 @@ class IdempotencyCache:
         if not key or len(key) > MAX_KEY_LEN or not key.isprintable():
             raise UsageError(f"{HEADER} must be 1 to {MAX_KEY_LEN} printable characters "
                              "(a UUID is a good choice)")
-        fp = hashlib.sha256(request.method.encode() + b" " + request.path.encode() + b"\n"
+        fp = hashlib.sha256(request.method.encode() + b" " + request.path_qs.encode() + b"\n"
                             + body).hexdigest()
         self._expire()
         slot = (token, key)
