@@ -158,6 +158,11 @@ def openapi(routes: list[Route], version: str) -> dict:
                                  "schema": {"type": "string"}} for name in in_path] + \
                 [{"name": name, "in": "query", "required": False,
                   "description": doc, "schema": {"type": "string"}} for name, doc in r.params]
+        if r.method == "POST":
+            body = ({"application/yaml": {"schema": {"type": "string"}}}
+                    if r.path.endswith("/validate") else
+                    {"application/json": {"schema": {"type": "object"}}})
+            op["requestBody"] = {"required": False, "content": body}
         paths.setdefault(r.path, {})[r.method.lower()] = op
     return {"openapi": "3.1.0",
             "info": {"title": "cronrd API", "version": version},

@@ -105,6 +105,17 @@ def _str(value: Any, name: str, default: str = "") -> str:
     return value
 
 
+async def audit_refused(handlers, token: dict, request: web.Request, detail: str) -> None:
+    """A write refused for the token's role (http_server._auth): audited like
+    the socket's refusals (the first few per caller and minute)."""
+    if not hasattr(handlers, "_audit"):
+        return
+    resource = request.match_info.route.resource
+    command = f"{request.method} {resource.canonical if resource else request.path}"
+    target = next(iter(request.match_info.values()), "")
+    await handlers._audit(Caller.of_token(token), command, target, False, detail)
+
+
 class ApiRoutes:
     """The routes over ``handlers`` (the daemon's Handlers); ``token_of``:
     request -> its token row (http_server.TOKEN)."""
@@ -419,12 +430,16 @@ class ApiRoutes:
     def _page(self, request, rows: list[dict], key: str, limit: int,
               times: tuple[str, ...] = ()) -> web.Response:
         glob = self.glob(request)
-        items = []
+        items, zones = [], {}
         for r in rows:
-            if glob and not job_allowed(glob, r.get("job") or r.get("target") or ""):
+            job = r.get("job") or ""
+            if glob and not job_allowed(glob, job):
                 continue
+            if job not in zones:
+                zones[job] = self._job_zone(job)
             items.append({**r, **{t: iso_utc(r[t]) if isinstance(r.get(t), (int, float))
-                                  else r.get(t) for t in times if t in r}})
+                                  else r.get(t) for t in times if t in r},
+                          "timezone": zones[job]})
         return _json({"items": items, "next_cursor": encode_cursor({"before": rows[-1][key]})
                       if len(rows) == limit else None})
 

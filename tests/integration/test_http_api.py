@@ -167,6 +167,8 @@ def test_pause_resume_run_cancel_rerun_and_log_audited_as_the_token(api_node):
     assert "db-*" in doc["detail"]
     audited(n, "token:op", "pause", "web-report", allowed=False)
     problem(call(n.url, "POST", "jobs/db-backup/resume", n.viewer, {}), 403)
+    rec = audited(n, "token:v", "POST /api/v1/jobs/{name}/resume", "db-backup", allowed=False)
+    assert "has the role viewer" in rec["detail"] and rec["uid"] == -1
     problem(call(n.url, "POST", "jobs/db-backup/resume", n.op, b"{not json"), 400)
     problem(call(n.url, "POST", "jobs/db-backup/resume", n.op, [1, 2]), 400)
     problem(call(n.url, "POST", "jobs/db-backup/pause", n.op, {"note": 5}), 400)
@@ -267,6 +269,7 @@ def test_backfills_alerts_and_the_dead_letter(api_node):
     status, _, page = call(n.url, "GET", "backfills?limit=1", n.viewer)
     assert status == 200 and page["items"][0]["id"] == bf["backfill"]
     assert page["items"][0]["from"] == "2019-06-01T00:00:00Z"
+    assert page["items"][0]["timezone"] == "Europe/Paris"
     problem(call(n.url, "GET", "backfills?cursor=nonsense", n.viewer), 400)
     wait_for(lambda: call(n.url, "GET", "backfills?limit=1", n.viewer)[2]["items"][0]
              ["counts"]["done"] == 3, what="the backfill done")
@@ -299,6 +302,7 @@ def test_backfills_alerts_and_the_dead_letter(api_node):
     dead = wait_for(lambda: call(n.url, "GET", "dead-letter", n.viewer)[2]["items"],
                     what="the dead letter")
     assert dead[0]["run_id"] == run_id and dead[0]["run"]["state"] == "failed"
+    assert dead[0]["fire_time"].endswith("Z") and dead[0]["timezone"] == "UTC"
     alerts = wait_for(lambda: call(n.url, "GET", "alerts?job=db-fail", n.op)[2]["items"],
                       what="the failure alert")
     problem(call(n.url, "GET", "alerts?job=web-report", n.op), 403)
