@@ -138,6 +138,11 @@ class ApiRoutes:
     def caller(self, request: web.Request) -> Caller:
         return Caller.of_token(self.token_of(request))
 
+    async def consistent(self, request: web.Request) -> None:
+        """``?consistent=true``: wait until this node has every committed write."""
+        if request.query.get("consistent", "").lower() in ("1", "true", "yes"):
+            await self.h.log.read_barrier()
+
     def glob(self, request: web.Request) -> str:
         return self.token_of(request).get("jobs") or ""
 
@@ -234,13 +239,15 @@ class ApiRoutes:
 
     # -- cluster and nodes -------------------------------------------------------------
     async def cluster(self, request: web.Request) -> web.Response:
-        st = await self.h.h_status({"consistent": request.query.get("consistent") == "true"})
+        await self.consistent(request)
+        st = await self.h.h_status({})
         keep = ("node_id", "role", "leader", "term", "commit_index", "ready", "version",
                 "jobs", "paused", "running", "assigned", "pending", "applied_index",
                 "maintenance", "timezone", "http")
         return _json({k: st.get(k) for k in keep})
 
     async def nodes(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         drains = drained(self.h.conn)
         rows = Q.nodes(self.h.conn)
         if not rows:  # one host: it never announces itself
@@ -263,14 +270,14 @@ class ApiRoutes:
 
     # -- jobs --------------------------------------------------------------------------
     async def job(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         name = request.match_info["name"]
         self.sees(request, name, f"GET /api/v1/jobs/{name}")
         text = request.query.get("next", "5")
         if not text.isdigit():
             raise UsageError(f"next must be a whole number 0 to 100 (got {text!r})")
         self._exists(name)
-        view = await self.h.h_job({"name": name, "next": int(text),
-                                   "consistent": request.query.get("consistent") == "true"})
+        view = await self.h.h_job({"name": name, "next": int(text)})
         view["source_line"] = self._source_line(name, view.get("source") or "")
         return _json(view)
 
@@ -296,6 +303,7 @@ class ApiRoutes:
             raise NotFound(f"no job named {name!r}; GET /api/v1/jobs lists the jobs")
 
     async def explain(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         name = request.match_info["name"]
         self.sees(request, name, f"GET /api/v1/jobs/{name}/explain")
         self._exists(name)
@@ -320,11 +328,13 @@ class ApiRoutes:
         return _json({"job": name, **(res if isinstance(res, dict) else {})})
 
     async def job_graph(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         name = request.match_info["name"]
         self.sees(request, name, f"GET /api/v1/jobs/{name}/graph")
         return _json(self._only_seen(request, await self.h.h_graph({"job": name})))
 
     async def graph(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         return _json(self._only_seen(request, await self.h.h_graph({})))
 
     def _only_seen(self, request, graph: dict) -> dict:
@@ -369,6 +379,7 @@ class ApiRoutes:
         return run
 
     async def run(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         run = self._run_of(request, f"GET {request.path}")
         view = await self.h.h_run({"run_id": run.run_id})
         view["timezone"] = self._job_zone(run.job)
@@ -385,6 +396,7 @@ class ApiRoutes:
         return _json(await self.h.h_cancel({"run_id": run_id}, self.caller(request)))
 
     async def run_log(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         run = self._run_of(request, f"GET {request.path}")
         offset, length = (request.query.get(k, d) for k, d in (("offset", "0"),
                                                                   ("length", str(LOG_CHUNK))))
@@ -416,6 +428,7 @@ class ApiRoutes:
 
     # -- backfills ---------------------------------------------------------------------
     async def backfills(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         limit, before = page_limit(request), self._before(request)
         rows = BF.listing(self.h.conn, None, limit, before=before)
         return self._page(request, rows, "id", limit, times=("from", "to", "created_at",
@@ -470,6 +483,7 @@ class ApiRoutes:
 
     # -- alerts, dead letter, pools ----------------------------------------------------
     async def alerts(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         limit, before = page_limit(request), self._before(request)
         job = request.query.get("job") or None
         if job:
@@ -489,6 +503,7 @@ class ApiRoutes:
                                               self.caller(request)))
 
     async def dead_letter(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         limit, before = page_limit(request), self._before(request)
         rows = AL.dead_letters(self.h.conn, include_closed=request.query.get("all") == "true",
                                limit=limit, before=before)
@@ -510,10 +525,12 @@ class ApiRoutes:
         return route
 
     async def pools(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         return _json(await self.h.h_pools({}))
 
     # -- audit, tokens, validate -------------------------------------------------------
     async def audit(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
         limit, before = page_limit(request), self._before(request)
         rows = Q.audit(self.h.conn, limit, before)
         return _json({"items": rows, "next_cursor": encode_cursor(

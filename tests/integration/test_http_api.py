@@ -368,7 +368,8 @@ def test_audit_tokens_and_validate(api_node):
 def test_a_node_drained_through_a_follower_gets_no_new_runs(cluster):
     c = cluster()
     # sleeping runs: the leader spreads them by load (without the drain: on every node)
-    c.write_job("spread", {"schedule": "@yearly", "command": "sleep 2", "concurrency": "allow"})
+    c.write_job("spread", {"schedule": "@yearly", "command": "sleep 2; echo slept",
+                           "concurrency": "allow"})
     c.start()
     follower = c.followers()[0]
     fid = follower.config["node_id"]
@@ -391,6 +392,9 @@ def test_a_node_drained_through_a_follower_gets_no_new_runs(cluster):
         [r for r in follower.runs("spread") if r["run_id"] in ids and r["state"] ==
          "succeeded"]), 40, what="the six runs")
     assert fid not in {r["node"] for r in done}
+    # a run's log through a node that did not run it; a read after the write
+    status, h, text = call(url, "GET", f"runs/{done[0]['run_id']}/log?consistent=true", op)
+    assert status == 200 and text == "slept\n" and h["X-Cronrd-More"] == "false"
     assert call(url, "POST", f"nodes/{fid}/undrain", admin, {})[0] == 200
     wait_for(lambda: call(url, "GET", "nodes", op)[2]["items"] and
              all(x["drained"] is None for x in call(url, "GET", "nodes", op)[2]["items"]),
