@@ -31,6 +31,7 @@ from ..state import backfill as BF
 from ..state import queries as Q
 from ..state import tokens as T
 from ..state.node_drains import drained
+from ..state.run import SELECT as RUN_SELECT, Run
 from ..state.tokens import job_allowed
 from .access import Caller, check_token_sees
 from .handlers import LOG_CHUNK, read_log_chunk
@@ -383,10 +384,11 @@ class ApiRoutes:
         run = self._run_of(request, f"GET {request.path}")
         view = await self.h.h_run({"run_id": run.run_id})
         view["timezone"] = self._job_zone(run.job)
-        # the attempts of its fire time, oldest first
-        view["attempts"] = [r.view() for r in reversed(Q.list_runs(self.h.conn, run.job, None,
-                                                                   200))
-                            if r.fire_time == run.fire_time and r.kind == run.kind]
+        # every attempt of its fire time (the run and its retries), first first
+        view["attempts"] = [Run.from_row(row).view() for row in self.h.conn.execute(
+            f"{RUN_SELECT} WHERE job=? AND origin=? AND fire_time=? AND target=? "
+            "ORDER BY attempt, run_id LIMIT 100",
+            (run.job, run.origin, run.fire_time, run.target))]
         return _json(view)
 
     async def cancel(self, request: web.Request, body: dict) -> web.Response:

@@ -71,7 +71,8 @@ def api_node(node):
                                  "timezone": "Europe/Paris"})
     node.write_job("db-sleep", {"schedule": "@yearly", "command": "sleep 60"})
     node.write_job("db-fail", {"schedule": "@yearly", "command": "false",
-                               "on_final_failure": "dead_letter"})
+                               "on_final_failure": "dead_letter",
+                               "retries": {"max": 1, "delay": "100ms"}})
     node.write_job("web-report", {"schedule": "@yearly", "command": "echo web"})
     node.start()
     node.url = node.call("status")["http"]
@@ -301,7 +302,12 @@ def test_backfills_alerts_and_the_dead_letter(api_node):
     run_id = call(n.url, "POST", "jobs/db-fail/run", n.op, {})[2]["run_id"]
     dead = wait_for(lambda: call(n.url, "GET", "dead-letter", n.viewer)[2]["items"],
                     what="the dead letter")
-    assert dead[0]["run_id"] == run_id and dead[0]["run"]["state"] == "failed"
+    # the dead letter holds the last attempt; the run's detail lists both
+    status, _, run = call(n.url, "GET", f"runs/{run_id}", n.op)
+    assert [(a["attempt"], a["state"]) for a in run["attempts"]] == [(1, "failed"),
+                                                                      (2, "failed")]
+    assert dead[0]["run_id"] == run["attempts"][1]["run_id"]
+    assert dead[0]["run"]["state"] == "failed"
     assert dead[0]["fire_time"].endswith("Z") and dead[0]["timezone"] == "UTC"
     alerts = wait_for(lambda: call(n.url, "GET", "alerts?job=db-fail", n.op)[2]["items"],
                       what="the failure alert")
@@ -315,10 +321,11 @@ def test_backfills_alerts_and_the_dead_letter(api_node):
     audited(n, "token:op", "alert_ack", str(aid))
     assert aid not in [a["alert_id"] for a in call(n.url, "GET", "alerts", n.op)[2]["items"]]
     problem(call(n.url, "POST", "dead-letter/999999/discard", n.op, {}), 404)
-    status, _, res = call(n.url, "POST", f"dead-letter/{run_id}/discard", n.op,
+    last = dead[0]["run_id"]
+    status, _, res = call(n.url, "POST", f"dead-letter/{last}/discard", n.op,
                           {"note": "bad input"})
     assert status == 200
-    audited(n, "token:op", "dead_letter_action", str(run_id))
+    audited(n, "token:op", "dead_letter_action", str(last))
     assert call(n.url, "GET", "dead-letter", n.viewer)[2]["items"] == []
 
 
