@@ -155,8 +155,9 @@ class ApiRoutes:
         """A POST route: JSON body (else the raw bytes), Idempotency-Key."""
         async def route(request: web.Request) -> web.Response:
             raw, body = await _body(request) if json_body else (await request.read(), {})
+            t = self.token_of(request)  # a token made again under its name: new keys
             return await self.idempotency.run(
-                self.token_of(request)["name"], request, raw,
+                f"{t['name']}@{t.get('created_at')}", request, raw,
                 lambda: fn(request, body))
         return route
 
