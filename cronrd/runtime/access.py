@@ -45,7 +45,10 @@ class Caller:
 
     @classmethod
     def of_token(cls, row: dict) -> "Caller":
-        return cls(uid=-1, gid=-1, pid=0, name=f"token:{row['name']}", token=row)
+        """A token's caller, "token:NAME"; a client certificate's principal
+        (http_certs.py) keeps its "cert:NAME" (token names have no colon)."""
+        name = row["name"] if ":" in row["name"] else f"token:{row['name']}"
+        return cls(uid=-1, gid=-1, pid=0, name=name, token=row)
 
     @classmethod
     def of(cls, uid: int, gid: int, pid: int) -> "Caller":
@@ -67,7 +70,9 @@ class Caller:
 
     def describe(self) -> str:
         if self.token is not None:
-            return f"token {self.token['name']!r} (role {self.token['role']})"
+            kind, _, name = self.name.partition(":")
+            kind = {"cert": "certificate"}.get(kind, kind)
+            return f"{kind} {name!r} (role {self.token['role']})"
         return f"uid {self.uid} ({self.name})" if self.name else f"uid {self.uid}"
 
 

@@ -406,3 +406,27 @@ def test_a_node_drained_through_a_follower_gets_no_new_runs(cluster):
     wait_for(lambda: call(url, "GET", "nodes", op)[2]["items"] and
              all(x["drained"] is None for x in call(url, "GET", "nodes", op)[2]["items"]),
              what="undrained")
+
+
+def test_a_client_certificate_writes_as_cert_name(node_factory, tmp_path):
+    import ssl
+
+    from cronrd.runtime import tls
+    tls.init_ca(tmp_path)
+    server = tls.issue_node_cert(tmp_path, "web")
+    deploy = tls.issue_node_cert(tmp_path, "deploy")
+    node = node_factory(http={"listen": "127.0.0.1:0", "tls": {
+        "cert": server.cert, "key": server.key, "client_ca": server.ca,
+        "client_roles": {"deploy": "operator"}}})
+    node.write_job("a", {"schedule": "@yearly", "command": "true"})
+    node.start()
+    url = node.call("status")["http"]
+    ctx = ssl.create_default_context(cafile=server.ca)
+    ctx.load_cert_chain(deploy.cert, deploy.key)
+    req = urllib.request.Request(url + "/api/v1/jobs/a/pause", data=b'{"note": "release"}',
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+        assert r.status == 200
+    assert node.call("job", {"name": "a"})["pause"]["note"] == "release"
+    rec = audited(node, "cert:deploy", "pause", "a")
+    assert rec["uid"] == -1

@@ -22,6 +22,11 @@ def test_a_token_caller_is_named_for_its_token_and_never_privileged():
     assert (c.uid, c.gid, c.pid, c.name) == (-1, -1, 0, "token:ci")
     assert not c.privileged
     assert c.describe() == "token 'ci' (role admin)"
+    # a client certificate's principal (http_certs.principal) keeps its name
+    cert = Caller.of_token({"name": "cert:backup.example", "role": "operator", "jobs": "",
+                            "expires_at": None, "created_at": None, "node": None})
+    assert cert.name == "cert:backup.example" and not cert.privileged
+    assert cert.describe() == "certificate 'backup.example' (role operator)"
 
 
 @pytest.mark.parametrize("role,ok", [("viewer", False), ("operator", True), ("admin", True)])
