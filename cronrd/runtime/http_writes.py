@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..errors import CronrdError, PermissionDenied, RequestError, UsageError
+from ..errors import CronrdError, RequestError, UsageError
 from ..jobspec import parse_job_text
 from ..schedule import iso_utc, parse_iso
 from ..state import alerts as AL
