@@ -140,6 +140,8 @@ class HttpServer:
         ]
         if self.reads is not None:
             routes += ReadRoutes(self.reads, lambda request: request[TOKEN]).routes()
+            from .http_writes import ApiRoutes  # the rest of API v1 (the "api" part)
+            routes += ApiRoutes(self.reads, lambda request: request[TOKEN]).routes()
         for route, handler in routes:
             app.router.add_route(route.method, route.path, handler)
             self.routes.append(route)
@@ -176,9 +178,12 @@ class HttpServer:
     async def _as(self, request: web.Request, handler, token: dict, needed: str):
         """Serve ``request`` as ``token`` (a token, or a certificate's role)."""
         if needed and not role_allows(token["role"], needed):
-            return problem(403, "Forbidden", f"token {token['name']!r} has the role "
-                           f"{token['role']}; this needs {needed} or higher", role=token["role"],
-                           needed=needed)
+            detail = (f"token {token['name']!r} has the role {token['role']}; this needs "
+                      f"{needed} or higher")
+            if self.reads is not None and request.method != "GET":  # a refused write
+                from .http_writes import audit_refused
+                await audit_refused(self.reads, token, request, detail)
+            return problem(403, "Forbidden", detail, role=token["role"], needed=needed)
         request[TOKEN] = token
         return await handler(request)
 

@@ -161,8 +161,11 @@ _ALERT_COLS = ("alert_id", "job", "fire_time", "kind", "detail", "opened_at", "s
 
 
 def alerts(conn, *, include_closed: bool = False, job: str | None = None,
-           limit: int = 100) -> list[dict]:
+           limit: int = 100, before: int | None = None) -> list[dict]:
     where, args = [], []
+    if before is not None:  # pages back (the API's cursor)
+        where.append("alert_id<?")
+        args.append(before)
     if not include_closed:
         where.append("state='open'")
     if job is not None:
@@ -178,10 +181,14 @@ _DL_COLS = ("run_id", "job", "fire_time", "at", "state", "note", "by", "closed_a
             "requeue_run_id")
 
 
-def dead_letters(conn, *, include_closed: bool = False, limit: int = 100) -> list[dict]:
+def dead_letters(conn, *, include_closed: bool = False, limit: int = 100,
+                 before: int | None = None) -> list[dict]:
+    where = ([] if include_closed else ["state='open'"]) + \
+        (["run_id<?"] if before is not None else [])
     sql = (f"SELECT {', '.join(_DL_COLS)} FROM dead_letter"
-           + ("" if include_closed else " WHERE state='open'") + " ORDER BY run_id DESC LIMIT ?")
-    return [dict(zip(_DL_COLS, r)) for r in conn.execute(sql, (limit,))]
+           + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY run_id DESC LIMIT ?")
+    return [dict(zip(_DL_COLS, r)) for r in conn.execute(
+        sql, ((before,) if before is not None else ()) + (limit,))]
 
 
 def prune(conn, before: float) -> None:

@@ -32,6 +32,7 @@ from . import run_events as RE
 from . import deliveries as DL
 from . import pause_log
 from . import tokens
+from . import node_drains
 from . import pools as PL
 from . import start_deadline as SD
 from . import queries as Q
@@ -1206,6 +1207,7 @@ class StateMachine:
         self.conn.execute("DELETE FROM nodes WHERE node=?", (cmd.node,))
         removed = bool(self.conn.changes())
         self.conn.execute("DELETE FROM join_tokens WHERE node=?", (cmd.node,))
+        self.conn.execute("DELETE FROM node_drains WHERE node=?", (cmd.node,))
         why = f"node {cmd.node} was removed from the cluster"
         if cmd.deny:
             self._deny("node", cmd.node, why, cmd.at)
@@ -1303,6 +1305,12 @@ class StateMachine:
         if problem:
             raise Refused(problem)
         return {"revoked": cmd.name}
+
+    def _apply_drain_node(self, index, cmd: C.DrainNode, effects):
+        problem = node_drains.apply(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"node": cmd.node, "drained": cmd.drained}
 
     def _apply_audit(self, index, cmd: C.Audit, effects):
         self.conn.execute(
@@ -1556,7 +1564,7 @@ class StateMachine:
                              ("run_heartbeats", "run_id"),
                              ("checkpoints", "job, origin, fire_time, target"),
                              ("job_outcomes", "job, origin, outcome, reason"),
-                             ("api_tokens", "name")):
+                             ("api_tokens", "name"), ("node_drains", "node")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())
