@@ -67,7 +67,6 @@ NO_UNIT_TEST_FILE = {
     "state/machine.py": "unit/state/test_state.py, unit/state/test_state_cluster.py",
     "state/schema.py": "unit/state/test_state_cluster.py (schema version)",
     # runtime/
-    "runtime/access.py": "security/test_control_server.py, security/test_control_socket.py",
     "runtime/clock.py": "unit/runtime/test_scheduler.py (an injected clock)",
     "runtime/cluster.py": "integration/test_cluster.py, security/test_membership_trust.py",
     "runtime/control.py": "security/test_control_server.py, integration/test_daemon.py",
