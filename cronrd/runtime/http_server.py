@@ -145,7 +145,8 @@ class HttpServer:
             app.router.add_route(route.method, route.path, handler)
             self.routes.append(route)
             self.roles[(route.method, route.path)] = route.role
-        UiPages(self).install(app)  # the web UI (http_ui.py): its own login and checks
+        # the web UI (http_ui.py): its pages check the session cookie themselves
+        self.routes += UiPages(self).install(app)
         return app
 
     @web.middleware

@@ -38,6 +38,7 @@ from ..state import run_states
 from ..state.events import SLA_KINDS
 from ..state.tokens import job_allowed, role_allows
 from .access import Caller
+from .http_api import Route
 from .http_session import (COOKIE, CSRF_FIELD, CSRF_HEADER, cookie_options, csrf_ok,
                            csrf_token)
 
@@ -179,33 +180,48 @@ class UiPages:
     def reads(self):
         return self.server.reads
 
-    def install(self, app: web.Application) -> None:
-        r = app.router
-        r.add_get("/", self.overview)
-        r.add_get("/login", self.login_form)
-        r.add_post("/login", self.login)
-        r.add_post("/logout", self.logout)
-        r.add_get("/jobs", self.jobs)
-        r.add_get("/jobs/{name}", self.job)
-        r.add_post("/jobs/{name}/run", self.act_run)
-        r.add_post("/jobs/{name}/pause", self.act_pause)
-        r.add_post("/jobs/{name}/resume", self.act_resume)
-        r.add_post("/jobs/{name}/backfill", self.act_backfill)
-        r.add_post("/jobs/{name}/rerun", self.act_rerun)
-        r.add_get("/runs", self.runs)
-        r.add_get("/runs/{id:\\d+}", self.run)
-        r.add_get("/runs/{id:\\d+}/log", self.run_log)
-        r.add_post("/runs/{id:\\d+}/cancel", self.act_cancel)
-        r.add_get("/graph", self.graph)
-        r.add_get("/backfills", self.backfills)
-        r.add_post("/backfills/{id:\\d+}/{state:paused|running|cancelled}",
-                   self.act_backfill_state)
-        r.add_get("/alerts", self.alerts)
-        r.add_post("/alerts/{id:\\d+}/ack", self.act_ack)
-        r.add_post("/dead-letter/{id:\\d+}/{what:requeue|discard}", self.act_dead_letter)
-        r.add_get("/nodes", self.nodes)
-        r.add_get("/audit", self.audit)
-        r.add_static("/ui/static", str(UI_DIR / "static"))
+    def install(self, app: web.Application) -> list[Route]:
+        """Add the pages to ``app``; their Routes, for the OpenAPI document
+        (role None there: the pages check the session cookie themselves)."""
+        html = {"200": {"description": "an HTML page", "content": {"text/html": {}}}}
+        post = {"303": {"description": "done: to the next page"},
+                "403": {"description": "no CSRF token, or the role is too low"}}
+        table = [
+            ("GET", "/", "Overview page.", self.overview),
+            ("GET", "/login", "The login form (input `token`).", self.login_form),
+            ("POST", "/login", "Log in: sets the session cookie.", self.login),
+            ("POST", "/logout", "Log out: clears the session cookie.", self.logout),
+            ("GET", "/jobs", "Jobs page (q, state, user, after).", self.jobs),
+            ("GET", "/jobs/{name}", "Job page.", self.job),
+            ("POST", "/jobs/{name}/run", "Run now (operator).", self.act_run),
+            ("POST", "/jobs/{name}/pause", "Pause with a note (operator).", self.act_pause),
+            ("POST", "/jobs/{name}/resume", "Resume (operator).", self.act_resume),
+            ("POST", "/jobs/{name}/backfill", "Backfill, or its dry run (operator).",
+             self.act_backfill),
+            ("POST", "/jobs/{name}/rerun", "Rerun a fire time (operator).", self.act_rerun),
+            ("GET", "/runs", "Runs page (job, state, node, before).", self.runs),
+            ("GET", "/runs/{id}", "Run page with its live log.", self.run),
+            ("GET", "/runs/{id}/log", "The live log's poll (offset): JSON.", self.run_log),
+            ("POST", "/runs/{id}/cancel", "Cancel the run (operator).", self.act_cancel),
+            ("GET", "/graph", "Dependency graph page (job).", self.graph),
+            ("GET", "/backfills", "Backfills page (before).", self.backfills),
+            ("POST", "/backfills/{id}/{state}", "Pause, resume or cancel a backfill "
+             "(operator).", self.act_backfill_state),
+            ("GET", "/alerts", "Alerts and dead letter page.", self.alerts),
+            ("POST", "/alerts/{id}/ack", "Acknowledge an alert (operator).", self.act_ack),
+            ("POST", "/dead-letter/{id}/{what}", "Requeue or discard (operator).",
+             self.act_dead_letter),
+            ("GET", "/nodes", "Nodes page.", self.nodes),
+            ("GET", "/audit", "Audit page (admin).", self.audit),
+        ]
+        out = []
+        for method, path, summary, handler in table:
+            app.router.add_route(method, path, handler)
+            out.append(Route(method, path, summary, None,
+                             responses=dict(html if method == "GET" else post)))
+        app.router.add_static("/ui/static", str(UI_DIR / "static"))
+        out.append(Route("GET", "/ui/static", "The UI's stylesheet and script.", None))
+        return out
 
     # -- sessions ---------------------------------------------------------------------
     def session(self, request: web.Request) -> Session | None:
@@ -392,7 +408,7 @@ class UiPages:
 
     @page()
     async def run(self, request, sess):
-        run_id = int(request.match_info["id"])
+        run_id = _id(request)
         run = await self.reads.h_run({"run_id": run_id})
         self.check_job(sess, run["job"])
         attempts = (await self.reads.h_runs({"job": run["job"], "limit": 100}))["runs"]
@@ -409,7 +425,7 @@ class UiPages:
         if sess is None:
             return web.json_response({"error": "log in first"}, status=401)
         self.need_reads()
-        run_id = int(request.match_info["id"])
+        run_id = _id(request)
         run = Q.get_run(self.reads.conn, run_id)
         if run is None:
             return web.json_response({"error": f"no run {run_id}"}, status=404)
@@ -560,7 +576,7 @@ class UiPages:
 
     @action()
     async def act_cancel(self, request, sess, form):
-        run_id = int(request.match_info["id"])
+        run_id = _id(request)
         run = Q.get_run(self.reads.conn, run_id)
         if run is not None:
             self.check_job(sess, run.job)
@@ -569,7 +585,7 @@ class UiPages:
 
     @action()
     async def act_backfill_state(self, request, sess, form):
-        bid = int(request.match_info["id"])
+        bid = _id(request)
         for (job,) in self.reads.conn.execute("SELECT job FROM backfills WHERE id=?", (bid,)):
             self.check_job(sess, job)
         await self.reads.h_backfill_state({"id": bid, "state": request.match_info["state"]},
@@ -578,7 +594,7 @@ class UiPages:
 
     @action()
     async def act_ack(self, request, sess, form):
-        aid = int(request.match_info["id"])
+        aid = _id(request)
         for (job,) in self.reads.conn.execute("SELECT job FROM alerts WHERE alert_id=?",
                                               (aid,)):
             self.check_job(sess, job)
@@ -588,7 +604,7 @@ class UiPages:
 
     @action()
     async def act_dead_letter(self, request, sess, form):
-        run_id = int(request.match_info["id"])
+        run_id = _id(request)
         for (job,) in self.reads.conn.execute("SELECT job FROM dead_letter WHERE run_id=?",
                                               (run_id,)):
             self.check_job(sess, job)
@@ -613,6 +629,14 @@ def _safe_next(text: str | None) -> str:
 
 def _int(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
+
+
+def _id(request: web.Request, key: str = "id") -> int:
+    """A numeric path part (404 otherwise)."""
+    value = _int(request.match_info[key])
+    if value is None:
+        raise web.HTTPNotFound(text=f"{key} must be a number")
+    return value
 
 
 def _time(value, what: str) -> int:

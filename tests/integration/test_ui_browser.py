@@ -21,6 +21,9 @@ pytestmark = pytest.mark.integration
 webdriver = pytest.importorskip("selenium.webdriver")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
+if not (CHROMIUM and DRIVER) and os.environ.get("CI"):
+    pytest.fail("CI must have chromium and chromium-driver: .ci/run installs them",
+                pytrace=False)
 if not (CHROMIUM and DRIVER):
     pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium "
                 "chromium-driver; .ci/run does)", allow_module_level=True)
