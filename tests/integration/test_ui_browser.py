@@ -91,8 +91,13 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
     node.write_job("cleanup", {"schedule": "*/15 * * * *", "command": "true"})
     node.write_job("publish", {"schedule": "@daily", "command": "true",
                                "depends_on": ["report"]})
+    node.write_job("import-orders", {"schedule": "*/5 * * * *",
+                                     "command": "echo 'orders.csv: no such file' >&2; exit 3"})
     node.start()
     url = node.call("status")["http"]
+    failed = node.call("run_now", {"job": "import-orders"})["run_id"]
+    wait_for(lambda: node.call("run", {"run_id": failed})["state"] == "failed",
+             what="a failed run to show")
     ops = node.cli("token", "create", "--name", "alice", "--role", "operator").stdout.strip()
     viewer = node.cli("token", "create", "--name", "bob", "--role", "viewer").stdout.strip()
     b = browser
@@ -106,6 +111,7 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
     wait_for(lambda: text_of(b, "whoami") == "alice · operator",
              what="the overview after login")
     assert "Overview" in b.title
+    assert str(failed) in b.find_element(By.ID, "failures").text
     # the session cookie is not readable from the page's script
     assert b.execute_script("return document.cookie") == ""
     b.shot("overview")
@@ -113,7 +119,7 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
     # see the jobs, open one
     b.find_element(By.LINK_TEXT, "Jobs").click()
     names = [a.text for a in b.find_elements(By.CSS_SELECTOR, "#jobs td:first-child a")]
-    assert names == ["cleanup", "publish", "report"]
+    assert names == ["cleanup", "import-orders", "publish", "report"]
     b.shot("jobs")
     b.find_element(By.LINK_TEXT, "report").click()
     assert b.find_element(By.TAG_NAME, "h1").text.startswith("report")
