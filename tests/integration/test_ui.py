@@ -223,3 +223,36 @@ def test_every_list_pages(node):
     nxt = re.search(r'href="([^"]+)" id="next"', text).group(1).replace("&amp;", "&")
     rest = re.findall(r'<td><a href="/runs/(\d+)">', b.get(nxt)[1])
     assert len(rest) == 3 and max(map(int, rest)) < min(map(int, first))
+
+
+def test_a_session_goes_on_on_another_node_when_its_node_dies(cluster):
+    c = cluster()
+    c.write_job("hello", {"schedule": "@yearly", "command": "echo hi"})
+    c.start()
+    lead = c.leader()
+    first, second = c.followers()
+    secret = lead.cli("token", "create", "--name", "ops", "--role", "operator").stdout.strip()
+    b = Browser(first.call("status")["http"])
+    wait_for(lambda: b.post("/login", {"token": secret})[0].status == 303,
+             what="the token on the first follower")
+    csrf = b.csrf("/jobs/hello")
+    resp, text = b.post("/jobs/hello/run", {"csrf": csrf})
+    assert resp.status == 303, text
+    run_id = int(resp.headers["Location"].rsplit("/", 1)[1])
+    # the log, from whichever node ran it
+    wait_for(lambda: json.loads(b.get(f"/runs/{run_id}/log?offset=0")[1])["text"] == "hi\n",
+             timeout=20, what="the run's log through the first follower")
+    first.kill9()
+    # the same cookie and CSRF token on another node
+    other = Browser(second.call("status")["http"])
+    other.cookies = dict(b.cookies)
+    resp, text = other.get("/jobs/hello")
+    assert resp.status == 200 and "ops · operator" in text
+    resp, text = other.post("/jobs/hello/pause", {"csrf": csrf, "note": "moved"})
+    assert resp.status == 303, text
+    wait_for(lambda: second.call("job", {"name": "hello"})["paused"], what="paused")
+    assert second.call("job", {"name": "hello"})["pause"]["by"] == "token:ops"
+    poll = json.loads(other.get(f"/runs/{run_id}/log?offset=0")[1])
+    assert poll["state"] == "succeeded"
+    assert poll["text"] == "hi\n" or "could not be read" in (poll["error"] or "") \
+        or first.config["node_id"] in (poll["error"] or "")
