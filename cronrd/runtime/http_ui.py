@@ -22,8 +22,8 @@ from __future__ import annotations
 import base64
 import fnmatch
 import functools
+import heapq
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -317,7 +317,7 @@ class UiPages:
     async def overview(self, request, sess):
         st = await self.reads.h_status({})
         members = await self.members(st)
-        now = time.time()
+        now = self.reads.clock.now()
         running = (await self.reads.h_runs({"state": "running", "limit": PAGE}))["runs"]
         failed = (await self.reads.h_runs({"state": "failed,lost,timed_out", "limit": 100,
                                            "since": now - 86400}))["runs"]
@@ -326,13 +326,25 @@ class UiPages:
         alerts = (await self.reads.h_alerts({"limit": 100}))["alerts"]
         late = [a for a in alerts if a.get("kind") in SLA_KINDS]
         dead = (await self.reads.h_dead_letter({"limit": 100}))["dead_letter"]
-        jobs = await self.reads.h_jobs({"limit": 200, "match": sess.glob or None})
-        upcoming = sorted((j for j in jobs["jobs"] if j["next_fire"]),
-                          key=lambda j: j["next_fire"])[:10]
+        upcoming, partial = await self.next_fires(sess)
         return self.render(request, "overview.html", sess, st=st, members=members["members"],
                            leader=members["leader"], running=running, failed=failed,
                            failed_more=len(failed) >= 100, alerts=alerts, late=late,
-                           dead=dead, upcoming=upcoming, title="Overview")
+                           dead=dead, upcoming=upcoming, upcoming_partial=partial,
+                           title="Overview")
+
+    async def next_fires(self, sess: Session, count: int = 10) -> tuple[list[dict], bool]:
+        """The next ``count`` fire times of all jobs, from the leader's
+        scheduler; elsewhere those of the first jobs by name (True: partial)."""
+        sched = getattr(getattr(self.reads, "leadership", None), "scheduler", None)
+        if sched is not None:
+            soon = heapq.nsmallest(count, (
+                (e.next_fire, n) for n, e in sched.entries.items()
+                if e.active and e.next_fire is not None and job_allowed(sess.glob, n)))
+            return [{"name": n, "next_fire": iso_utc(t)} for t, n in soon], False
+        jobs = await self.reads.h_jobs({"limit": 200, "match": sess.glob or None})
+        return sorted((j for j in jobs["jobs"] if j["next_fire"]),
+                      key=lambda j: j["next_fire"])[:count], jobs["next"] is not None
 
     @page()
     async def jobs(self, request, sess):
