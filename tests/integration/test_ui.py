@@ -256,3 +256,36 @@ def test_a_session_goes_on_on_another_node_when_its_node_dies(cluster):
     assert poll["state"] == "succeeded"
     assert poll["text"] == "hi\n" or "could not be read" in (poll["error"] or "") \
         or first.config["node_id"] in (poll["error"] or "")
+
+
+def test_backfill_preview_and_start_alert_ack_from_the_pages(node):
+    node.write_job("hourly", {"schedule": "0 * * * *", "command": "true"})
+    node.write_job("bad", {"schedule": "@yearly", "command": "exit 2"})
+    node.start()
+    url = node.call("status")["http"]
+    b = Browser(url)
+    b.login(tokens(node)["ops"])
+    csrf = b.csrf("/jobs/hourly")
+    form = {"csrf": csrf, "from": "2026-11-01T00:00", "to": "2026-11-01T03:00",
+            "reprocess": "missing", "note": "gap"}
+    resp, text = b.post("/jobs/hourly/backfill", {**form, "go": "preview"})
+    assert resp.status == 200 and "dry run" in text and "2026-11-01 01:00:00Z" in text
+    assert node.call("backfills", {})["backfills"] == []  # a preview changes nothing
+    resp, text = b.post("/jobs/hourly/backfill", {**form, "go": "start"})
+    assert resp.status == 303 and resp.headers["Location"] == "/backfills", text
+    (bf,) = node.call("backfills", {})["backfills"]
+    assert bf["job"] == "hourly" and bf["who"] == "token:ops"
+    resp, text = b.get("/backfills")
+    assert resp.status == 200 and f"<td>{bf['id']}</td>" in text
+    resp, text = b.post("/jobs/hourly/backfill", {**form, "from": "yesterday"})
+    assert resp.status == 400 and "bad time" in text
+    # a failed run opens an alert; ack it from the alerts page
+    run_id = node.call("run_now", {"job": "bad"})["run_id"]
+    wait_for(lambda: node.call("alerts", {})["alerts"], what="the failed run's alert")
+    (alert,) = node.call("alerts", {})["alerts"]
+    resp, text = b.get("/alerts")
+    assert resp.status == 200 and f"/alerts/{alert['alert_id']}/ack" in text
+    resp, _ = b.post(f"/alerts/{alert['alert_id']}/ack", {"csrf": csrf, "note": "known"})
+    assert resp.status == 303
+    wait_for(lambda: not node.call("alerts", {})["alerts"], what="the alert acked")
+    assert b.get(f"/runs/{run_id}")[0].status == 200
