@@ -129,6 +129,7 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
     # run it now; its log arrives while it runs
     b.find_element(By.ID, "run-now").click()
     wait_for(lambda: "/runs/" in b.current_url, what="the run's page")
+    run_page = b.current_url.removeprefix(url)
     wait_for(lambda: "line 1" in text_of(b, "log"), timeout=20, what="the first line, live")
     log = b.find_element(By.ID, "log")
     seen_early = log.text
@@ -161,7 +162,8 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
 
     # phone width: nothing scrolls sideways
     b.set_window_size(390, 844)
-    for page, name in (("/", "overview"), ("/jobs", "jobs"), ("/jobs/report", "job")):
+    for page, name in (("/", "overview"), ("/jobs", "jobs"), ("/jobs/report", "job"),
+                       (run_page, "run"), ("/alerts", "alerts"), ("/graph", "graph")):
         b.get(url + page)
         assert no_sideways_scroll(b), page
         b.shot(f"phone-{name}")
