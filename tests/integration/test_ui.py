@@ -279,6 +279,15 @@ def test_backfill_preview_and_start_alert_ack_from_the_pages(node):
     assert resp.status == 200 and f"<td>{bf['id']}</td>" in text
     resp, text = b.post("/jobs/hourly/backfill", {**form, "from": "yesterday"})
     assert resp.status == 400 and "bad time" in text
+    # rerun one of the backfilled fire times; explain another
+    node.wait_runs(lambda rs: any(r["fire_time"] == "2026-11-01T01:00:00Z" and
+                                  r["state"] == "succeeded" for r in rs), job="hourly")
+    resp, text = b.post("/jobs/hourly/rerun", {"csrf": csrf, "at": "2026-11-01T01:00"})
+    assert resp.status == 303 and resp.headers["Location"].startswith("/runs/"), text
+    wait_for(lambda: any(r["kind"] == "rerun" for r in node.call(
+        "runs", {"job": "hourly", "limit": 20})["runs"]), what="the rerun")
+    resp, text = b.get("/jobs/hourly?explain_at=2026-11-01T02:00Z")
+    assert resp.status == 200 and "2026-11-01 02:00:00Z" in text and 'id="verdict"' in text
     # a failed run opens an alert; ack it from the alerts page
     run_id = node.call("run_now", {"job": "bad"})["run_id"]
     wait_for(lambda: node.call("alerts", {})["alerts"], what="the failed run's alert")
