@@ -144,7 +144,7 @@ def test_browser_writes_need_the_csrf_token_and_an_operator_role(node):
     assert resp.status == 303, text
     job = node.call("job", {"name": "hello"})
     assert job["paused"] and job["pause"]["note"] == "disk full"
-    assert job["pause"]["by"] == "token:ops"
+    assert job["pause"]["by"] == "token 'ops' (role operator)"
     resp, text = ops.get("/jobs/hello")
     assert "disk full" in text and 'id="resume"' in text
     resp, _ = ops.post("/jobs/hello/resume", {"csrf": csrf})
@@ -251,7 +251,7 @@ def test_a_session_goes_on_on_another_node_when_its_node_dies(cluster):
     resp, text = other.post("/jobs/hello/pause", {"csrf": csrf, "note": "moved"})
     assert resp.status == 303, text
     wait_for(lambda: second.call("job", {"name": "hello"})["paused"], what="paused")
-    assert second.call("job", {"name": "hello"})["pause"]["by"] == "token:ops"
+    assert second.call("job", {"name": "hello"})["pause"]["by"] == "token 'ops' (role operator)"
     poll = json.loads(other.get(f"/runs/{run_id}/log?offset=0")[1])
     assert poll["state"] == "succeeded"
     assert poll["text"] == "hi\n" or "could not be read" in (poll["error"] or "") \
@@ -274,7 +274,7 @@ def test_backfill_preview_and_start_alert_ack_from_the_pages(node):
     resp, text = b.post("/jobs/hourly/backfill", {**form, "go": "start"})
     assert resp.status == 303 and resp.headers["Location"] == "/backfills", text
     (bf,) = node.call("backfills", {})["backfills"]
-    assert bf["job"] == "hourly" and bf["who"] == "token:ops"
+    assert bf["job"] == "hourly" and bf["who"] == "token 'ops' (role operator)"
     resp, text = b.get("/backfills")
     assert resp.status == 200 and f"<td>{bf['id']}</td>" in text
     resp, text = b.post("/jobs/hourly/backfill", {**form, "from": "yesterday"})

@@ -148,7 +148,7 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
     wait_for(lambda: "waiting for the new schema" in text_of(b, "pause-note"),
              what="the pause note")
     assert b.find_element(By.ID, "job-state").text == "paused"
-    assert node.call("job", {"name": "report"})["pause"]["by"] == "token:alice"
+    assert node.call("job", {"name": "report"})["pause"]["by"] == "token 'alice' (role operator)"
     b.shot("job-paused")
 
     # the other pages
@@ -192,6 +192,6 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
                             post('/jobs/cleanup/pause')]);""")
     assert statuses == [403, 403, 403]
     job = node.call("job", {"name": "report"})
-    assert job["paused"] and job["pause"]["by"] == "token:alice"
+    assert job["paused"] and job["pause"]["by"] == "token 'alice' (role operator)"
     assert not node.call("job", {"name": "cleanup"})["paused"]
     assert "event=http_handler_failed" not in node.daemon_log()
