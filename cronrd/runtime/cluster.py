@@ -321,8 +321,8 @@ class Cluster:
                 why = f"its clock: {self.clocks.fence()}"
             elif state not in ("up", "unknown"):
                 why = {"draining": "draining (stopping)", "joining": "still joining",
-                       "drained": f"drained by {drains.get(node, {}).get('by')} (POST "
-                                  f"/api/v1/nodes/{node}/undrain undoes it)",
+                       "drained": f"drained by {drains.get(node, {}).get('by')} "
+                                  f"(`cronrd cluster undrain {node}` undoes it)",
                        "unknown": "has not announced itself yet (starting?)"}.get(
                            state, f"state {state}")
             views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why))
@@ -491,6 +491,7 @@ class Cluster:
         addrs = self._addresses()
         now_wall = self.clock.now()
         offsets = self.clocks.members()
+        drains = node_drains.drained(self.conn)
         out = []
         for node in self.member_ids():
             age = self.contact_age(node)
@@ -506,6 +507,7 @@ class Cluster:
                 "state": row.get("state"), "tags": list(row.get("tags") or ()),
                 "clock_offset_ms": None if offsets.get(node) is None
                 else round(offsets[node] * 1000, 1),
+                "drained": drains.get(node),   # an admin's drain: {by, note, at}, or None
             })
         return {"leader": self.node.leader or None, "members": out}
 

@@ -803,7 +803,9 @@ class Handlers:
         node = arg(args, "node", str, required=True)
         drained = bool(arg(args, "drained", bool, True))
         command = "node_drain" if drained else "node_undrain"
-        what = f"POST /api/v1/nodes/{node}/{'drain' if drained else 'undrain'}"
+        verb = "drain" if drained else "undrain"
+        what = (f"POST /api/v1/nodes/{node}/{verb}" if caller.token is not None
+                else f"cronrd cluster {verb} {node}")
         await self._authorize(caller, command, node, what, lambda: check_admin(caller, what),
                               change=False)
         self.members.members()  # one host: "runs without a cluster", nothing to drain to

@@ -406,6 +406,18 @@ def test_a_node_drained_through_a_follower_gets_no_new_runs(cluster):
     wait_for(lambda: call(url, "GET", "nodes", op)[2]["items"] and
              all(x["drained"] is None for x in call(url, "GET", "nodes", op)[2]["items"]),
              what="undrained")
+    # the same from the CLI (root on any node), shown by `cronrd cluster members`
+    leader = c.leader()
+    res = leader.cli("cluster", "drain", fid, "--note", "kernel update")
+    assert res.returncode == 0 and f"cronrd cluster undrain {fid}" in res.stdout, res.stderr
+    wait_for(lambda: f"(drained)" in follower.cli("cluster", "members").stdout,
+             what="members shows the drain")
+    member = {m["id"]: m for m in follower.call("cluster_members")["members"]}[fid]
+    assert member["drained"]["note"] == "kernel update"
+    audited(leader, "root", "node_drain", fid)
+    assert leader.cli("cluster", "undrain", fid).returncode == 0
+    wait_for(lambda: "(drained)" not in follower.cli("cluster", "members").stdout,
+             what="members shows the undrain")
 
 
 def test_a_client_certificate_writes_as_cert_name(node_factory, tmp_path):
