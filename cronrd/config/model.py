@@ -29,6 +29,10 @@ class HttpTLS:
     cert: str
     key: str
     client_ca: str | None = None
+    # certificate name (subject CN or a DNS subjectAltName) -> (role, jobs
+    # glob or ""): a client certificate from client_ca with one of these
+    # names acts with that role without a token (http_certs.py)
+    client_roles: tuple[tuple[str, str, str], ...] = ()
 
 
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8177"
@@ -49,7 +53,7 @@ KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "time
               "watch_interval", "max_running", "accept_jobs_from", "cluster",
               "notifiers", "notify", "pools", "http", "hooks")
 HTTP_KEYS = ("enabled", "listen", "tls", "insecure")
-HTTP_TLS_KEYS = ("cert", "key", "client_ca")
+HTTP_TLS_KEYS = ("cert", "key", "client_ca", "client_roles")
 HOOK_KEYS = ("secret_file", "dedupe", "replay_window")
 
 
@@ -62,6 +66,7 @@ class HookConfig:
     secret: bytes | None = field(default=None, repr=False)  # read by the daemon at start
     dedupe: tuple[str, ...] | None = None   # the body's field naming a delivery
     replay_window: float = 300.0            # seconds a signed timestamp stays good
+
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
                 "node_timeout", "election_timeout", "max_clock_offset")

@@ -1,7 +1,7 @@
 """Server-Sent Events of API v1: a run's log as it grows, and the state
 changes this node applies.
 
-``GET /api/v1/runs/{id}/log/stream``
+``GET /api/v1/runs/{run_id}/log/stream``
     The run's output from the node that ran it (this one or another, as
     ``cronrd logs -f`` reads it: Handlers.log_chunk). Events: ``run`` (the
     run's record, first), ``log`` (``{"stream", "time", "text"}``, one per
@@ -172,7 +172,7 @@ class StreamRoutes:
 
     def routes(self) -> list[tuple[Route, object]]:
         return [
-            (Route("GET", "/api/v1/runs/{id}/log/stream", "A run's log as Server-Sent Events "
+            (Route("GET", "/api/v1/runs/{run_id}/log/stream", "A run's log as Server-Sent Events "
                    "as it grows (events run, log, end; a log event's id is the output byte "
                    "position after it: reconnect with Last-Event-ID to resume).", "viewer",
                    (("offset", "output position to start at (as Last-Event-ID)"),),
@@ -189,7 +189,7 @@ class StreamRoutes:
              self.events),
         ]
 
-    # -- GET /api/v1/runs/{id}/log/stream ------------------------------------------------
+    # -- GET /api/v1/runs/{run_id}/log/stream ------------------------------------------
     async def log_stream(self, request: web.Request) -> web.StreamResponse:
         run, offset = self._log_request(request)
         with _Slot(self):
@@ -201,7 +201,7 @@ class StreamRoutes:
         return resp
 
     def _log_request(self, request: web.Request) -> tuple[Run, int]:
-        text = request.match_info["id"]
+        text = request.match_info["run_id"]
         if not text.isdigit():
             raise UsageError(f"run id {text!r} must be a whole number (the run_id of "
                              "GET /api/v1/runs)")

@@ -136,7 +136,7 @@ def test_a_running_log_streams_live_and_resumes_from_last_event_id(node):
     assert bad.status == 400 and "Last-Event-ID" in bad.body()["detail"]
     assert SSE(url, f"/api/v1/runs/{run_id}/log/stream", None).status == 401
     doc = json.loads(_get(url, "/api/v1/openapi.json"))
-    assert "/api/v1/runs/{id}/log/stream" in doc["paths"]
+    assert "/api/v1/runs/{run_id}/log/stream" in doc["paths"]
     assert "/api/v1/events" in doc["paths"] and "/api/v1/hooks/{name}" in doc["paths"]
     assert "event=http_handler_failed" not in node.daemon_log()
 
