@@ -185,3 +185,32 @@ def test_a_node_serves_a_bounded_number_of_streams(monkeypatch):
                     await asyncio.sleep(0.05)
             (await asyncio.wait_for(freed(), 5)).close()
     asyncio.run(main())
+
+
+def test_a_stream_opened_with_the_session_cookie_lives_until_its_token_goes(monkeypatch):
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from cronrd.config import HttpConfig
+    from cronrd.runtime import http_stream
+    from cronrd.runtime.http_server import HttpServer
+    from cronrd.runtime.http_session import COOKIE
+    monkeypatch.setattr(http_stream, "KEEPALIVE", 0.1)
+    tokens = {"v": {"name": "v", "role": "viewer", "jobs": "", "expires_at": None}}
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=dict, metrics=None, find_token=tokens.get,
+                        now=lambda: T0, reads=StateReads(Log()))
+
+    async def main():
+        async with TestClient(TestServer(server.app)) as client:
+            r = await client.get("/api/v1/events", cookies={COOKIE: "v"})
+            assert r.status == 200
+            got = b""
+            while got.count(b": keepalive") < 3:  # still open after several checks
+                more = await asyncio.wait_for(r.content.readany(), 5)
+                assert more, "the stream ended while its token was valid"
+                got += more
+            del tokens["v"]
+            await asyncio.wait_for(r.content.read(), 5)  # ends
+    asyncio.run(main())
