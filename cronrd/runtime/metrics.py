@@ -21,12 +21,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily,
-                                    Metric)
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                    HistogramMetricFamily, InfoMetricFamily, Metric)
+from prometheus_client.utils import floatToGoString
 
 from .. import __version__
 from ..state import metric_reads as R
+from ..state import pools as P
 from ..state import queries as Q
+from ..state.schema import HISTOGRAM_BUCKETS
 
 CACHE_SECONDS = 1.0
 # A page is reused for at least this many times as long as it took to render,
@@ -70,6 +73,9 @@ class StateCollector:
                      "is committed.", live["commit_index"])
         yield _gauge("cronrd_raft_applied_index", "The highest log index applied to this "
                      "node's state.", live["applied_index"])
+        yield _gauge("cronrd_raft_apply_lag", "Log entries this node knows are committed "
+                     "and has not applied yet.",
+                     max(0, live["commit_index"] - live["applied_index"]))
         yield CounterMetricFamily("cronrd_raft_leader_changes", "Times this node saw the "
                                   "leader change since it started.",
                                   value=live["leader_changes"])
@@ -111,6 +117,27 @@ class StateCollector:
         for name, at in sorted(R.last_success_by_job(self.conn).items()):
             fam.add_metric([name], at)
         yield fam
+        yield from _histograms(self.conn)
+        fam = GaugeMetricFamily("cronrd_job_alerts_open", "Open (unacknowledged, unresolved) "
+                                "alerts of the job, by kind: failed, or an SLA kind "
+                                "(only jobs with one).", labels=["job_name", "kind"])
+        for job, kind, n in R.open_alerts(self.conn):
+            fam.add_metric([job, kind], n)
+        yield fam
+        fam = GaugeMetricFamily("cronrd_job_dead_letter", "Open dead-letter entries of the "
+                                "job: runs that failed their last retry, neither requeued "
+                                "nor discarded (only jobs with one).", labels=["job_name"])
+        for job, n in R.dead_letter_open(self.conn):
+            fam.add_metric([job], n)
+        yield fam
+        yield from _pools(self.conn)
+        fam = CounterMetricFamily("cronrd_notifications", "Delivery attempts of "
+                                  "notifications by notifier and outcome: sent, failed "
+                                  "(another attempt follows) or given_up (the last one "
+                                  "failed).", labels=["notifier", "outcome"])
+        for notifier, outcome, n in R.notify_outcomes(self.conn):
+            fam.add_metric([notifier, outcome], n)
+        yield fam
         fam = GaugeMetricFamily("cronrd_job_next_fire_timestamp_seconds",
                                 "The job's next fire time (Unix time), as the leader's "
                                 "scheduler has it (reported by the leader only).",
@@ -118,6 +145,48 @@ class StateCollector:
         for name, at in sorted(live["next_fires"].items()):
             fam.add_metric([name], at)
         yield fam
+
+
+HISTOGRAMS = (
+    ("duration", "cronrd_job_run_duration_seconds",
+     "How long the job's runs took, start to end (runs that started)."),
+    ("delay", "cronrd_job_schedule_delay_seconds",
+     "How long after its fire time each scheduled run of the job started (first "
+     "attempts of kind scheduled: not catch-up, backfill, retry or manual runs)."),
+)
+
+
+def _histograms(conn) -> Iterator[Metric]:
+    """The per-job histograms, from job_histograms' cumulative bucket counts
+    (only jobs with an observation: one that never ran has no series)."""
+    for metric, name, doc in HISTOGRAMS:
+        bounds = [floatToGoString(b) for b in HISTOGRAM_BUCKETS[metric]] + ["+Inf"]
+        fam = HistogramMetricFamily(name, doc, labels=["job_name"])
+        for row in R.histograms(conn, metric):
+            count = row[-1]
+            fam.add_metric([row[0]], list(zip(bounds, (*row[1:11], count))),
+                           sum_value=row[11])
+        yield fam
+
+
+def _pools(conn) -> Iterator[Metric]:
+    """Each pool's slots, in use and waiting (state/pools.py usage)."""
+    rows = P.usage(conn)
+    total = GaugeMetricFamily("cronrd_pool_slots", "Slots of the pool in force (of a "
+                              "node-scoped pool: on each node).", labels=["pool"])
+    used = GaugeMetricFamily("cronrd_pool_slots_in_use", "Slots of the pool held by runs "
+                             "(of a node-scoped pool: on all nodes together).",
+                             labels=["pool"])
+    waiting = GaugeMetricFamily("cronrd_pool_waiting_runs", "Runs waiting for slots of "
+                                "the pool.", labels=["pool"])
+    for row in rows:
+        if row["slots"] is not None:
+            total.add_metric([row["pool"]], row["slots"])
+        used.add_metric([row["pool"]], row["in_use"])
+        waiting.add_metric([row["pool"]], row["waiting"])
+    yield total
+    yield used
+    yield waiting
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

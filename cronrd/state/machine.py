@@ -39,6 +39,7 @@ from . import run_params as RP
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, SEED_JOB_OUTCOMES,
+                     SEED_JOB_HISTOGRAMS, SEED_NOTIFY_OUTCOMES,
                      UPGRADE_FROM_V1,
                      UPGRADE_TO_V5, UPGRADE_TO_V6)
 
@@ -151,11 +152,17 @@ class StateMachine:
                     "SELECT sql FROM sqlite_master WHERE type='index' AND name='runs_active'")):
                 if "'waiting'" not in (sql or ""):  # made before the waiting state: remade
                     conn.execute("DROP INDEX runs_active")
-            seed = version is not None and not list(conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='job_outcomes'"))
+            have = {name for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table'")}
+            seed = version is not None and "job_outcomes" not in have
             conn.execute(SCHEMA)
             if seed:
                 conn.execute(SEED_JOB_OUTCOMES)
+            if version is not None and "job_histograms" not in have:
+                for sql in SEED_JOB_HISTOGRAMS:
+                    conn.execute(sql)
+            if version is not None and "notify_outcomes" not in have:
+                conn.execute(SEED_NOTIFY_OUTCOMES)
             for table, column, sql in ADDED_COLUMNS:
                 if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
                     conn.execute(sql)
@@ -1538,6 +1545,8 @@ class StateMachine:
                              ("run_heartbeats", "run_id"),
                              ("checkpoints", "job, origin, fire_time, target"),
                              ("job_outcomes", "job, origin, outcome, reason"),
+                             ("job_histograms", "job, metric"),
+                             ("notify_outcomes", "notifier, outcome"),
                              ("api_tokens", "name")):
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):

@@ -32,3 +32,31 @@ def outcomes(conn: apsw.Connection) -> list[tuple[str, str, str, str, int]]:
     return list(conn.execute(
         "SELECT o.job, o.origin, o.outcome, o.reason, o.n FROM job_outcomes AS o "
         "JOIN jobs ON jobs.name = o.job ORDER BY o.job, o.origin, o.outcome, o.reason"))
+
+
+def histograms(conn: apsw.Connection, metric: str) -> list[tuple]:
+    """(job, b0..b9, sum, count) of every known job with an observation of
+    ``metric`` (duration | delay: job_histograms, kept by triggers)."""
+    cols = ", ".join(f"h.b{i}" for i in range(10))
+    return list(conn.execute(
+        f"SELECT h.job, {cols}, h.sum, h.count FROM job_histograms AS h "
+        "JOIN jobs ON jobs.name = h.job WHERE h.metric = ? ORDER BY h.job", (metric,)))
+
+
+def open_alerts(conn: apsw.Connection) -> list[tuple[str, str, int]]:
+    """(job, kind, count) of the open alerts (the partial index alerts_open)."""
+    return list(conn.execute(
+        "SELECT job, kind, COUNT(*) FROM alerts WHERE state = 'open' "
+        "GROUP BY job, kind ORDER BY job, kind"))
+
+
+def dead_letter_open(conn: apsw.Connection) -> list[tuple[str, int]]:
+    """(job, count) of the open dead-letter entries (index dead_letter_open)."""
+    return list(conn.execute(
+        "SELECT job, COUNT(*) FROM dead_letter WHERE state = 'open' GROUP BY job ORDER BY job"))
+
+
+def notify_outcomes(conn: apsw.Connection) -> list[tuple[str, str, int]]:
+    """(notifier, outcome, count) of every delivery attempt recorded."""
+    return list(conn.execute(
+        "SELECT notifier, outcome, n FROM notify_outcomes ORDER BY notifier, outcome"))

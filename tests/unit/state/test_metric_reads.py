@@ -33,3 +33,35 @@ def test_an_older_database_is_seeded_from_its_records():
     assert R.outcomes(conn) == [("a", "schedule", "succeeded", "", 2)]
     assert R.last_success_by_job(conn) == {"a": T0 + 3}
     assert R.job_names(conn) == ["a"]
+
+
+def test_histograms_and_notification_counts_of_an_older_database_are_seeded():
+    from cronrd.state import commands as C
+    from cronrd.state import events as EV
+    log = Log()
+    log.put("a")
+    for t in (1, 2):
+        log.finish(log.fire(T0 + t, "a")["run_id"], at=T0 + t + 3)
+    eid = EV.emit(log.sm.conn, "failed", job="a", at=T0)
+    log.apply(C.DeliveryResult(at=T0, leader="n1", attempts=[[eid, "c", 1, False, True, "x"]]))
+    conn = log.sm.conn
+    before = (R.histograms(conn, "duration"), R.histograms(conn, "delay"),
+              R.notify_outcomes(conn))
+    assert before[0] == [("a", 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 6.0, 2)]
+    assert before[2] == [("c", "given_up", 1)]
+    conn.execute("DROP TABLE job_histograms; DROP TABLE notify_outcomes")
+    StateMachine(conn)  # migrate() at open
+    assert (R.histograms(conn, "duration"), R.histograms(conn, "delay"),
+            R.notify_outcomes(conn)) == before
+
+
+def test_the_per_job_reads_use_their_indexes():
+    log = Log()
+    plans = {name: " ".join(str(r[-1]) for r in log.sm.conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+             for name, sql in (
+                 ("alerts", "SELECT job, kind, COUNT(*) FROM alerts WHERE state = 'open' "
+                            "GROUP BY job, kind"),
+                 ("dead_letter", "SELECT job, COUNT(*) FROM dead_letter WHERE state = 'open' "
+                                 "GROUP BY job"))}
+    assert "alerts_open" in plans["alerts"], plans
+    assert "dead_letter_open" in plans["dead_letter"], plans
