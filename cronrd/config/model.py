@@ -41,6 +41,9 @@ class HttpConfig:
     listen: tuple[str, int] | None = ("127.0.0.1", 8177)
     tls: HttpTLS | None = None
     insecure_network: bool = False   # insecure: {allow_network: true}
+    # /metrics gives per-job histograms while there are at most this many jobs
+    # (each job's two are 26 samples: 100,000 jobs would be 2.6 million)
+    job_histograms: int = 10_000
 
 
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
@@ -48,7 +51,7 @@ KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "time
               "shutdown", "log_level",
               "watch_interval", "max_running", "accept_jobs_from", "cluster",
               "notifiers", "notify", "pools", "http")
-HTTP_KEYS = ("enabled", "listen", "tls", "insecure")
+HTTP_KEYS = ("enabled", "listen", "tls", "insecure", "job_histograms")
 HTTP_TLS_KEYS = ("cert", "key", "client_ca")
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",

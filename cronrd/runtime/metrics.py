@@ -54,12 +54,18 @@ def live_view(node_id: str, status: dict, applied_index: int, is_leader: bool,
             "leader_changes": status.get("leader_changes", 0)}
 
 
-class StateCollector:
-    """One scrape's families over ``conn`` and ``live`` (see live_view)."""
+# The most jobs /metrics gives per-job histograms for (config: http.job_histograms).
+JOB_HISTOGRAMS = 10_000
 
-    def __init__(self, conn, live: dict):
+
+class StateCollector:
+    """One scrape's families over ``conn`` and ``live`` (see live_view);
+    per-job histograms while there are at most ``job_histograms`` jobs."""
+
+    def __init__(self, conn, live: dict, job_histograms: int = JOB_HISTOGRAMS):
         self.conn = conn
         self.live = live
+        self.job_histograms = job_histograms
 
     def collect(self) -> Iterator[Metric]:
         live = self.live
@@ -117,7 +123,7 @@ class StateCollector:
         for name, at in sorted(R.last_success_by_job(self.conn).items()):
             fam.add_metric([name], at)
         yield fam
-        yield from _histograms(self.conn)
+        yield from _histograms(self.conn, per_job=len(names) <= self.job_histograms)
         fam = GaugeMetricFamily("cronrd_job_alerts_open", "Open (unacknowledged, unresolved) "
                                 "alerts of the job, by kind: failed, or an SLA kind "
                                 "(only jobs with one).", labels=["job_name", "kind"])
@@ -148,23 +154,33 @@ class StateCollector:
 
 
 HISTOGRAMS = (
-    ("duration", "cronrd_job_run_duration_seconds",
-     "How long the job's runs took, start to end (runs that started)."),
-    ("delay", "cronrd_job_schedule_delay_seconds",
-     "How long after its fire time each scheduled run of the job started (first "
+    ("duration", "run_duration_seconds",
+     "How long {whose} runs took, start to end (runs that started)."),
+    ("delay", "schedule_delay_seconds",
+     "How long after its fire time each scheduled run of {whose} started (first "
      "attempts of kind scheduled: not catch-up, backfill, retry or manual runs)."),
 )
 
 
-def _histograms(conn) -> Iterator[Metric]:
-    """The per-job histograms, from job_histograms' cumulative bucket counts
-    (only jobs with an observation: one that never ran has no series)."""
+def _histograms(conn, per_job: bool) -> Iterator[Metric]:
+    """The histograms of every job together (cronrd_run_duration_seconds,
+    cronrd_schedule_delay_seconds), and per job (cronrd_job_...: only jobs
+    with an observation; only when ``per_job``), from job_histograms'
+    cumulative bucket counts."""
     for metric, name, doc in HISTOGRAMS:
         bounds = [floatToGoString(b) for b in HISTOGRAM_BUCKETS[metric]] + ["+Inf"]
-        fam = HistogramMetricFamily(name, doc, labels=["job_name"])
+        row = R.histogram_total(conn, metric)
+        fam = HistogramMetricFamily(f"cronrd_{name}", doc.format(whose="all jobs'") +
+                                    " Every job together, removed jobs included.")
+        fam.add_metric([], list(zip(bounds, (*row[:10], row[11]))), sum_value=row[10])
+        yield fam
+        if not per_job:
+            continue
+        fam = HistogramMetricFamily(f"cronrd_job_{name}", doc.format(whose="the job's")
+                                    + " Only while there are at most http.job_histograms "
+                                    "jobs.", labels=["job_name"])
         for row in R.histograms(conn, metric):
-            count = row[-1]
-            fam.add_metric([row[0]], list(zip(bounds, (*row[1:11], count))),
+            fam.add_metric([row[0]], list(zip(bounds, (*row[1:11], row[12]))),
                            sum_value=row[11])
         yield fam
 
@@ -193,10 +209,10 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
-def render(conn, live: dict) -> bytes:
+def render(conn, live: dict, job_histograms: int = JOB_HISTOGRAMS) -> bytes:
     """The exposition page, from one read transaction on ``conn``."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(conn, live))
+    registry.register(StateCollector(conn, live, job_histograms))
     conn.execute("BEGIN")
     try:
         return generate_latest(registry)
@@ -209,9 +225,11 @@ class Metrics:
     (opened there, used only there) and cached for ``CACHE_SECONDS``."""
 
     def __init__(self, connect: Callable[[], object], live: Callable[[], dict],
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic,
+                 job_histograms: int = JOB_HISTOGRAMS):
         self.connect = connect
         self.live = live
+        self.job_histograms = job_histograms
         self.monotonic = monotonic
         self._conn = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cronrd-metrics")
@@ -223,7 +241,7 @@ class Metrics:
     def _render(self, live: dict) -> bytes:
         if self._conn is None:
             self._conn = self.connect()
-        return render(self._conn, live)
+        return render(self._conn, live, self.job_histograms)
 
     async def page(self) -> bytes:
         async with self._lock:  # scrapes at once share one render

@@ -60,3 +60,12 @@ def notify_outcomes(conn: apsw.Connection) -> list[tuple[str, str, int]]:
     """(notifier, outcome, count) of every delivery attempt recorded."""
     return list(conn.execute(
         "SELECT notifier, outcome, n FROM notify_outcomes ORDER BY notifier, outcome"))
+
+
+def histogram_total(conn: apsw.Connection, metric: str) -> tuple:
+    """(b0..b9, sum, count) of ``metric`` over every job's row, removed jobs
+    included (a total that never goes down)."""
+    cols = ", ".join(f"COALESCE(SUM(b{i}), 0)" for i in range(10))
+    return next(iter(conn.execute(
+        f"SELECT {cols}, COALESCE(SUM(sum), 0.0), COALESCE(SUM(count), 0) "
+        "FROM job_histograms WHERE metric = ?", (metric,))))

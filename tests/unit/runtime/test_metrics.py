@@ -251,3 +251,26 @@ def test_every_family_has_help_and_type_and_parses():
               "cronrd_job_dead_letter", "cronrd_pool_slots", "cronrd_pool_slots_in_use",
               "cronrd_raft_apply_lag", "cronrd_node_up"):
         assert fams[g] == "gauge", g
+
+
+def test_histograms_of_all_jobs_always_per_job_only_up_to_the_limit():
+    log = a_log()  # three jobs: a, b, idle
+    dur = "cronrd_run_duration_seconds"
+    for limit, per_job in ((3, True), (2, False), (0, False)):
+        got = samples(render(log.sm.conn, live_view("n1", {}, log.index, True), limit))
+        assert got[(f"{dur}_count", ())] == 3  # a's two and b's one, whatever the limit
+        assert got[(f"{dur}_bucket", (("le", "5.0"),))] == 2
+        assert got[("cronrd_schedule_delay_seconds_count", ())] == 4
+        assert (("cronrd_job_run_duration_seconds_count", (("job_name", "a"),)) in got) \
+            is per_job
+    # a removed job's runs stay in the totals (they never go down)
+    log.apply(C.RemoveJob(name="a", at=T0 + 500))
+    got = samples(scrape(log))
+    assert got[(f"{dur}_count", ())] == 3
+    assert ("cronrd_job_run_duration_seconds_count", (("job_name", "a"),)) not in got
+
+
+def test_an_empty_state_has_zero_totals():
+    got = samples(scrape(Log()))
+    assert got[("cronrd_run_duration_seconds_count", ())] == 0
+    assert got[("cronrd_schedule_delay_seconds_bucket", (("le", "+Inf"),))] == 0
