@@ -41,6 +41,7 @@ metrics_s=...``. Target (issue 16): p99 <= 50 ms for a page of 100.
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -53,6 +54,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import apsw
+
+print = functools.partial(print, flush=True)  # noqa: A001 (progress as it happens)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
@@ -155,17 +158,33 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--n", type=int, default=200, help="requests per measured read")
     ap.add_argument("--cli-n", type=int, default=10, help="`cronrd runs` processes")
+    ap.add_argument("--settle", type=float, default=10.0,
+                    help="seconds between the restart and the first measurement (the "
+                         "start's own work, such as the first gc.freeze, is not steady "
+                         "state)")
+    ap.add_argument("--warmup", type=int, default=10, help="unmeasured requests per read")
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--job-histograms", type=int, default=None, metavar="N",
+                    help="http.job_histograms (default: the daemon's, 10,000 jobs)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args()
     rng = random.Random(16)
-    node = Node("n1", log_level="info")
+    http_cfg = {"listen": "127.0.0.1:0"}
+    if args.job_histograms is not None:
+        http_cfg["job_histograms"] = args.job_histograms
+    node = Node("n1", log_level="info", http=http_cfg)
+
+    def loaded(want: int):
+        if node.proc.poll() is not None:
+            raise SystemExit(f"the daemon exited ({node.proc.returncode}):\n"
+                             + node.daemon_log()[-3000:])
+        return jobs_known(node) >= want
     try:
         write_fleet(node.jobs_dir, args.jobs, args.files)
         (node.jobs_dir / "tick.yaml").unlink()  # no every-second job: reads only
         t0 = time.monotonic()
         node.start(wait=False)
-        wait_for(lambda: jobs_known(node) >= args.jobs, args.timeout, interval=0.5,
+        wait_for(lambda: loaded(args.jobs), args.timeout, interval=0.5,
                  what=f"{args.jobs} jobs loaded")
         print(f"loaded {args.jobs} jobs in {time.monotonic() - t0:.1f} s")
         token = node.cli("token", "create", "--name", "bench", "--role", "viewer"
@@ -180,15 +199,19 @@ def main() -> None:
         t0 = time.monotonic()
         node.start(wait=False)
         node.wait_ready(timeout=args.timeout)
-        wait_for(lambda: jobs_known(node) >= args.jobs, args.timeout, interval=0.5,
+        wait_for(lambda: loaded(args.jobs), args.timeout, interval=0.5,
                  what="the jobs after the restart")
-        print(f"restarted on that state in {time.monotonic() - t0:.1f} s")
+        print(f"restarted on that state in {time.monotonic() - t0:.1f} s; measuring "
+              f"from {args.settle:g} s later")
+        time.sleep(args.settle)
         url = node.call("status")["http"]
         api = Http(url, token)
         res = {}
         hot, cold = info["hot"], info["cold"]
 
         def http_read(label: str, paths: list[str]) -> list[float]:
+            for p in paths[:args.warmup]:
+                api.get(p)
             ms = []
             for p in paths:
                 status, body, took = api.get(p)
@@ -200,6 +223,8 @@ def main() -> None:
 
         def sock_read(label: str, cmd: str, argss: list[dict]) -> list[float]:
             c = Client(node.socket, timeout=600)
+            for a in argss[:args.warmup]:
+                c.call(cmd, a)
             ms = timed(lambda i: c.call(cmd, argss[i]), len(argss))
             print(f"  socket {label:34s} {summary(ms)}")
             return ms
@@ -238,7 +263,8 @@ def main() -> None:
         print(f"  CLI    cronrd runs HOT --limit 100 --json  {summary(cli)} "
               "(a process: interpreter start included)")
 
-        print("\n/metrics at that size:")
+        print(f"\ndaemon peak RSS before any scrape {peak_rss_mb(node.proc.pid) or 0:.0f} MB")
+        print("/metrics at that size:")
         raw = http.client.HTTPConnection(urlsplit(url).hostname, urlsplit(url).port,
                                          timeout=600)
         for what in ("first scrape (renders)", "second scrape (cached)"):
@@ -250,7 +276,7 @@ def main() -> None:
             samples = sum(1 for line in page.splitlines() if line and not line.startswith(b"#"))
             print(f"  {what:24s} {took:6.2f} s   {len(page) / 1e6:6.1f} MB   "
                   f"{samples} samples")
-        print(f"\ndaemon peak RSS {peak_rss_mb(node.proc.pid) or 0:.0f} MB")
+        print(f"daemon peak RSS after {peak_rss_mb(node.proc.pid) or 0:.0f} MB")
 
         def p99(key):
             return f"{pct(res[key], 99):.1f}" if key in res else "-"
