@@ -66,6 +66,9 @@ def test_every_family_of_a_running_daemon(node_factory, tmp_path):
     assert d >= 2 and got[("cronrd_job_schedule_delay_seconds_bucket",
                            ok + (("le", "1.0"),))] == d
     assert ("cronrd_job_schedule_delay_seconds_count", bad) not in got  # manual: not late
+    # and of every job together
+    assert got[("cronrd_run_duration_seconds_count", ())] >= n + 1  # ok's and bad's
+    assert got[("cronrd_schedule_delay_seconds_count", ())] >= d
     # gauges
     assert got[("cronrd_job_last_success_timestamp_seconds", ok)] > 0
     assert got[("cronrd_job_next_fire_timestamp_seconds", idle)] > 0
