@@ -111,6 +111,37 @@ def _sync_parts(cmd) -> tuple[list, list, list, list, list]:
         [tuple(c) for c in claims]
 
 
+# Every replicated table (all but meta) and the order full_digest reads it in.
+DIGEST_TABLES = (
+    ("jobs", "name"), ("specs", "name, digest"),
+    ("job_sources", "name, node"), ("source_files", "node, path"),
+    ("file_claims", "digest"), ("job_deps", "parent, child"),
+    ("dep_cursors", "child, parent"),
+    ("run_lineage", "run_id, parent_job"),
+    ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
+    ("late_reports", "report_id"), ("audit", "audit_id"),
+    ("denied", "kind, value"), ("join_tokens", "node"),
+    ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
+    ("downstream_items", "root, job, fire_time"),
+    ("events", "event_id"), ("alerts", "alert_id"),
+    ("dead_letter", "run_id"),
+    ("downstream_edges", "root, parent_job, parent_fire_time, child_job, child_fire_time"),
+    ("pause_log", "event_id"),
+    ("run_params", "run_id"), ("run_keys", "job, key"),
+    ("run_queue", "run_id"),
+    ("failing_jobs", "job, target"),
+    ("deliveries", "event_id, notifier, attempt"),
+    ("pools", "name"), ("pool_runs", "run_id"),
+    ("run_heartbeats", "run_id"),
+    ("checkpoints", "job, origin, fire_time, target"),
+    ("job_outcomes", "job, origin, outcome, reason"),
+    ("job_histograms", "job, metric"),
+    ("notify_outcomes", "notifier, outcome"),
+    ("api_tokens", "name"),
+    ("pauses", "name"),
+)
+
+
 class StateMachine:
     def __init__(self, conn: apsw.Connection, node_id: str = ""):
         """``node_id`` is used only to upgrade a version 1 database, whose jobs
@@ -1522,32 +1553,7 @@ class StateMachine:
         """Hash of every replicated table (O(rows): for tests and audits)."""
         h = hashlib.sha256()
         h.update(str(self.applied_index).encode())
-        for table, order in (("jobs", "name"), ("specs", "name, digest"),
-                             ("job_sources", "name, node"), ("source_files", "node, path"),
-                             ("file_claims", "digest"), ("job_deps", "parent, child"),
-                             ("dep_cursors", "child, parent"),
-                             ("run_lineage", "run_id, parent_job"),
-                             ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
-                             ("late_reports", "report_id"), ("audit", "audit_id"),
-                             ("denied", "kind, value"), ("join_tokens", "node"),
-                             ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
-                             ("downstream_items", "root, job, fire_time"),
-                             ("events", "event_id"), ("alerts", "alert_id"),
-                             ("dead_letter", "run_id"),
-                             ("downstream_edges", "root, parent_job, parent_fire_time, "
-                                                  "child_job, child_fire_time"),
-                             ("pause_log", "event_id"),
-                             ("run_params", "run_id"), ("run_keys", "job, key"),
-                             ("run_queue", "run_id"),
-                             ("failing_jobs", "job, target"),
-                             ("deliveries", "event_id, notifier, attempt"),
-                             ("pools", "name"), ("pool_runs", "run_id"),
-                             ("run_heartbeats", "run_id"),
-                             ("checkpoints", "job, origin, fire_time, target"),
-                             ("job_outcomes", "job, origin, outcome, reason"),
-                             ("job_histograms", "job, metric"),
-                             ("notify_outcomes", "notifier, outcome"),
-                             ("api_tokens", "name")):
+        for table, order in DIGEST_TABLES:
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())
