@@ -1,6 +1,6 @@
-"""Prometheus ``/metrics``: the official client renders a registry of our
-own (never the process-global one), filled at scrape time from the
-replicated state and this node's Raft view.
+"""Prometheus ``/metrics``: the official client renders families of our
+own (never the process-global registry's), one at a time, made at scrape
+time from the replicated state and this node's Raft view.
 
 Each family is one query (cronrd/state/metric_reads.py), not one per job,
 all in one read transaction on a read-only connection of its own, in a
@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily, InfoMetricFamily, Metric)
 from prometheus_client.utils import floatToGoString
@@ -92,38 +92,26 @@ class StateCollector:
             up.add_metric([row["node"]], 1 if row["state"] == "up" and
                           row["node"] not in down else 0)
         yield up
-        names = R.job_names(self.conn)
-        runs = CounterMetricFamily(
+        conn = self.conn
+        jobs = R.job_count(conn)
+        yield from _chunked(lambda: CounterMetricFamily(
             "cronrd_job_runs", "Runs of the job that ended, by origin (schedule | manual) "
-            "and outcome (the final state).", labels=["job_name", "origin", "outcome"])
-        skips = CounterMetricFamily(
+            "and outcome (the final state).", labels=["job_name", "origin", "outcome"]),
+            R.run_counts(conn, ZERO_OUTCOMES), lambda fam, row: fam.add_metric(row[:3], row[3]))
+        yield from _chunked(lambda: CounterMetricFamily(
             "cronrd_job_skips", "Fire times of the job recorded skipped, by the reason's "
-            "leading word.", labels=["job_name", "reason"])
-        counts: dict[tuple[str, str, str], int] = {}
-        for job, origin, outcome, reason, n in R.outcomes(self.conn):
-            key = (job, origin, outcome)
-            counts[key] = counts.get(key, 0) + n
-            if outcome == "skipped":
-                skips.add_metric([job, reason], n)
-        for name in names:  # every job's scheduled successes and failures exist from its
-            for outcome in ZERO_OUTCOMES:  # load, at 0 (the rest appear when they happen)
-                counts.setdefault((name, "schedule", outcome), 0)
-        for (job, origin, outcome), n in sorted(counts.items()):
-            runs.add_metric([job, origin, outcome], n)
-        yield runs
-        yield skips
+            "leading word.", labels=["job_name", "reason"]),
+            R.skip_counts(conn), lambda fam, row: fam.add_metric(row[:2], row[2]))
         fam = GaugeMetricFamily("cronrd_job_running", "Runs of the job running now (only "
                                 "jobs with a run running).", labels=["job_name"])
-        for name, n in sorted(R.running_by_job(self.conn).items()):
+        for name, n in sorted(R.running_by_job(conn).items()):
             fam.add_metric([name], n)
         yield fam
-        fam = GaugeMetricFamily("cronrd_job_last_success_timestamp_seconds",
-                                "When the job's newest successful run ended (Unix time).",
-                                labels=["job_name"])
-        for name, at in sorted(R.last_success_by_job(self.conn).items()):
-            fam.add_metric([name], at)
-        yield fam
-        yield from _histograms(self.conn, per_job=len(names) <= self.job_histograms)
+        yield from _chunked(lambda: GaugeMetricFamily(
+            "cronrd_job_last_success_timestamp_seconds",
+            "When the job's newest successful run ended (Unix time).", labels=["job_name"]),
+            R.last_successes(conn), lambda fam, row: fam.add_metric(row[:1], row[1]))
+        yield from _histograms(conn, per_job=jobs <= self.job_histograms)
         fam = GaugeMetricFamily("cronrd_job_alerts_open", "Open (unacknowledged, unresolved) "
                                 "alerts of the job, by kind: failed, or an SLA kind "
                                 "(only jobs with one).", labels=["job_name", "kind"])
@@ -144,13 +132,11 @@ class StateCollector:
         for notifier, outcome, n in R.notify_outcomes(self.conn):
             fam.add_metric([notifier, outcome], n)
         yield fam
-        fam = GaugeMetricFamily("cronrd_job_next_fire_timestamp_seconds",
-                                "The job's next fire time (Unix time), as the leader's "
-                                "scheduler has it (reported by the leader only).",
-                                labels=["job_name"])
-        for name, at in sorted(live["next_fires"].items()):
-            fam.add_metric([name], at)
-        yield fam
+        yield from _chunked(lambda: GaugeMetricFamily(
+            "cronrd_job_next_fire_timestamp_seconds", "The job's next fire time (Unix time), "
+            "as the leader's scheduler has it (reported by the leader only).",
+            labels=["job_name"]), sorted(live["next_fires"].items()),
+            lambda fam, row: fam.add_metric(row[:1], row[1]))
 
 
 HISTOGRAMS = (
@@ -176,13 +162,12 @@ def _histograms(conn, per_job: bool) -> Iterator[Metric]:
         yield fam
         if not per_job:
             continue
-        fam = HistogramMetricFamily(f"cronrd_job_{name}", doc.format(whose="the job's")
-                                    + " Only while there are at most http.job_histograms "
-                                    "jobs.", labels=["job_name"])
-        for row in R.histograms(conn, metric):
-            fam.add_metric([row[0]], list(zip(bounds, (*row[1:11], row[12]))),
-                           sum_value=row[11])
-        yield fam
+        yield from _chunked(
+            lambda: HistogramMetricFamily(f"cronrd_job_{name}", doc.format(
+                whose="the job's") + " Only while there are at most http.job_histograms "
+                "jobs.", labels=["job_name"]),
+            R.histograms(conn, metric), lambda fam, row: fam.add_metric(
+                [row[0]], list(zip(bounds, (*row[1:11], row[12]))), sum_value=row[11]))
 
 
 def _pools(conn) -> Iterator[Metric]:
@@ -209,13 +194,56 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+# Samples per piece of a family (see _chunked).
+CHUNK = 10_000
+
+
+def _chunked(make: Callable[[], Metric], rows: Iterable, add: Callable[[Metric, tuple], None],
+             size: int | None = None) -> Iterator[Metric]:
+    """One family whose samples are ``add(family, row)`` of each of ``rows``,
+    yielded in pieces of ``size`` rows: render() writes the pieces after the
+    first without their HELP and TYPE lines, so the page has one family, and
+    only one piece's samples and lines are in memory at once (100,000 jobs'
+    run counter is 200,000 samples: made whole, with the page's lines, a
+    scrape cost the daemon some 200 MB more peak RSS)."""
+    size = size or CHUNK
+    fam, n, first = make(), 0, True
+    for row in rows:
+        add(fam, row)
+        n += 1
+        if n == size:
+            fam.continued = not first
+            yield fam
+            fam, n, first = make(), 0, False
+    if n or first:
+        fam.continued = not first
+        yield fam
+
+
+class _One:
+    """One family (or piece of one: _chunked) as a collector: the official
+    client renders the page a piece at a time, so only one piece's samples
+    and text lines live at once."""
+
+    def __init__(self, family: Metric):
+        self.family = family
+
+    def collect(self) -> Iterator[Metric]:
+        yield self.family
+
+
 def render(conn, live: dict, job_histograms: int = JOB_HISTOGRAMS) -> bytes:
     """The exposition page, from one read transaction on ``conn``."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(conn, live, job_histograms))
+    parts = []
     conn.execute("BEGIN")
     try:
-        return generate_latest(registry)
+        for family in StateCollector(conn, live, job_histograms).collect():
+            text = generate_latest(_One(family))
+            if getattr(family, "continued", False):  # a piece after the first (_chunked)
+                text = text.split(b"\n", 2)[2]  # without its HELP and TYPE lines
+            parts.append(text)
+            del family, text
+        return b"".join(parts)
     finally:
         conn.execute("COMMIT")
 

@@ -274,3 +274,19 @@ def test_an_empty_state_has_zero_totals():
     got = samples(scrape(Log()))
     assert got[("cronrd_run_duration_seconds_count", ())] == 0
     assert got[("cronrd_schedule_delay_seconds_bucket", (("le", "+Inf"),))] == 0
+
+
+def test_a_big_family_is_rendered_in_pieces_as_one_family(monkeypatch):
+    import cronrd.runtime.metrics as M
+    log = a_log()
+    for i in range(25):
+        log.put(f"more{i:02d}")
+    whole = scrape(log)
+    monkeypatch.setattr(M, "CHUNK", 7)
+    pieces = scrape(log)
+    assert pieces == whole  # the same bytes: one HELP and TYPE per family
+    text = pieces.decode()
+    assert text.count("# TYPE cronrd_job_runs_total counter") == 1
+    assert samples(pieces)[("cronrd_job_runs_total", (("job_name", "more24"),
+                                                      ("origin", "schedule"),
+                                                      ("outcome", "failed")))] == 0
