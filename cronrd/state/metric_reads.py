@@ -1,6 +1,6 @@
 """What ``/metrics`` reads from the replicated state: one query per metric
 family, never one per job (a scrape of 100,000 jobs is a handful of indexed
-scans)."""
+scans); the per-job ones are read as the page is rendered, not held whole."""
 
 from __future__ import annotations
 
@@ -9,23 +9,11 @@ from typing import Iterator
 import apsw
 
 
-def job_names(conn: apsw.Connection) -> list[str]:
-    """Every known job, by name (the primary key's order)."""
-    return [name for (name,) in conn.execute("SELECT name FROM jobs ORDER BY name")]
-
-
 def running_by_job(conn: apsw.Connection) -> dict[str, int]:
     """Runs now running, per job (the partial index of active runs)."""
     return {job: n for job, n in conn.execute(
         "SELECT job, COUNT(*) FROM runs WHERE state IN ('pending', 'assigned', 'running', "
         "'waiting') AND state = 'running' GROUP BY job")}
-
-
-def last_success_by_job(conn: apsw.Connection) -> dict[str, float]:
-    """When each job's newest success ended (the index of successes)."""
-    return {job: at for job, at in conn.execute(
-        "SELECT job, MAX(finished_at) FROM runs WHERE state = 'succeeded' "
-        "AND finished_at IS NOT NULL GROUP BY job")}
 
 
 def outcomes(conn: apsw.Connection) -> list[tuple[str, str, str, str, int]]:

@@ -31,8 +31,8 @@ def test_an_older_database_is_seeded_from_its_records():
     conn.execute("DROP TABLE job_outcomes")  # as a database made before it
     StateMachine(conn)  # migrate() at open
     assert R.outcomes(conn) == [("a", "schedule", "succeeded", "", 2)]
-    assert R.last_success_by_job(conn) == {"a": T0 + 3}
-    assert R.job_names(conn) == ["a"]
+    assert list(R.last_successes(conn)) == [("a", T0 + 3)]
+    assert R.job_count(conn) == 1
 
 
 def test_histograms_and_notification_counts_of_an_older_database_are_seeded():
