@@ -219,6 +219,10 @@ def main() -> None:
                     raise SystemExit(f"{label}: GET {p} answered {status}: {body[:300]!r}")
                 ms.append(took)
             print(f"  HTTP   {label:34s} {summary(ms)}")
+            slow = sorted(range(len(ms)), key=lambda i: -ms[i])[:3]
+            if ms and pct(ms, 99) > 2 * statistics.median(ms):  # where the tail is
+                print("         the slowest: " + ", ".join(
+                    f"#{i + 1} {ms[i]:.0f} ms" for i in sorted(slow)))
             return ms
 
         def sock_read(label: str, cmd: str, argss: list[dict]) -> list[float]:
