@@ -1605,6 +1605,8 @@ def cluster_members(obj: Ctx, as_json):
         role = m.get("role") or "-"
         if m.get("state") and m["state"] != "up":
             role += f" ({m['state']})"
+        if m.get("drained"):
+            role += " (drained)"
         reach = m.get("reachable")
         rows.append([f"{m['id']}{' *' if m.get('self') else ''}", m.get("address"), role,
                      None if reach is None else ("yes" if reach else "NO"),
@@ -1732,6 +1734,28 @@ def cluster_transfer_leader(obj: Ctx, node):
     leader = res.get("leader") if isinstance(res, dict) else None
     click.echo(f"the leader is now {leader}" if leader else
                "leadership transfer started; `cronrd cluster members` shows the new leader")
+
+
+@cluster.command("drain")
+@click.argument("node")
+@click.option("--note", default="", help="Why (shown in `cronrd cluster members` and the UI).")
+@click.pass_obj
+def cluster_drain(obj: Ctx, node, note):
+    """Place no new runs on NODE; its running runs finish (for maintenance).
+
+    It stays drained across restarts until `cronrd cluster undrain NODE`."""
+    obj.client().call("node_drain", {"node": node, "drained": True, "note": note})
+    click.echo(f"drained {node}: no new runs go there (its running runs finish); "
+               f"`cronrd cluster undrain {node}` takes it back")
+
+
+@cluster.command("undrain")
+@click.argument("node")
+@click.pass_obj
+def cluster_undrain(obj: Ctx, node):
+    """Let NODE take new runs again."""
+    obj.client().call("node_drain", {"node": node, "drained": False})
+    click.echo(f"undrained {node}: it takes new runs again")
 
 
 # -- offline commands ---------------------------------------------------------------------

@@ -123,7 +123,7 @@ def _parse_tls(raw: object, base: str, report: ConfigProblems) -> HttpTLS | None
     files: dict[str, str] = {}
     for key in HTTP_TLS_KEYS:
         value = raw.get(key)
-        if value is None and key == "client_ca":
+        if key == "client_roles" or value is None and key == "client_ca":
             continue
         if not isinstance(value, str) or not value:
             report.add(T + (key,), f"http.tls.{key} is required: the path of {_WHAT[key]}")
@@ -143,9 +143,54 @@ def _parse_tls(raw: object, base: str, report: ConfigProblems) -> HttpTLS | None
                                    f"at {_WHAT[key]}")
             continue
         files[key] = full
+    roles = _parse_client_roles(raw.get("client_roles"), "client_ca" in files, report)
     if len(report.problems) > before:
         return None
-    return HttpTLS(cert=files["cert"], key=files["key"], client_ca=files.get("client_ca"))
+    return HttpTLS(cert=files["cert"], key=files["key"], client_ca=files.get("client_ca"),
+                   client_roles=roles)
+
+
+_ROLES = ("viewer", "operator", "admin")
+
+
+def _parse_client_roles(raw: object, has_ca: bool, report: ConfigProblems
+                        ) -> tuple[tuple[str, str, str], ...]:
+    """``client_roles: {NAME: ROLE | {role: ROLE, jobs: GLOB}}``."""
+    T = H + ("tls", "client_roles")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not raw:
+        report.add(T, "http.tls.client_roles must be a mapping {CERTIFICATE_NAME: ROLE} "
+                      "(or {CERTIFICATE_NAME: {role: ROLE, jobs: GLOB}})")
+        return ()
+    if not has_ca:
+        report.add(T, "http.tls.client_roles needs http.tls.client_ca: the CA whose client "
+                      "certificates are checked before their names are trusted")
+        return ()
+    out = []
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name or len(name) > 255:
+            report.add(T, f"http.tls.client_roles: {name!r} is not a certificate name (the "
+                          "subject CN or a DNS subjectAltName of the client certificate)")
+            continue
+        role, jobs = value, ""
+        if isinstance(value, dict):
+            extra = set(value) - {"role", "jobs"}
+            if extra:
+                report.add(T + (name,), f"http.tls.client_roles.{name}: unknown keys "
+                                        f"{sorted(extra)}; use role and jobs")
+                continue
+            role, jobs = value.get("role"), value.get("jobs", "")
+        if role not in _ROLES:
+            report.add(T + (name,), f"http.tls.client_roles.{name}: role must be one of "
+                                    f"{', '.join(_ROLES)} (got {role!r})")
+            continue
+        if not isinstance(jobs, str) or len(jobs) > 200:
+            report.add(T + (name,), f"http.tls.client_roles.{name}: jobs must be a shell "
+                                    "pattern of job names such as 'etl-*' (or left out: all)")
+            continue
+        out.append((name, role, jobs))
+    return tuple(sorted(out))
 
 
 def _load_tls(tls: HttpTLS, report: ConfigProblems) -> None:

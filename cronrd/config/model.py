@@ -29,6 +29,10 @@ class HttpTLS:
     cert: str
     key: str
     client_ca: str | None = None
+    # certificate name (subject CN or a DNS subjectAltName) -> (role, jobs
+    # glob or ""): a client certificate from client_ca with one of these
+    # names acts with that role without a token (http_certs.py)
+    client_roles: tuple[tuple[str, str, str], ...] = ()
 
 
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8177"
@@ -52,7 +56,7 @@ KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "time
               "watch_interval", "max_running", "accept_jobs_from", "cluster",
               "notifiers", "notify", "pools", "http")
 HTTP_KEYS = ("enabled", "listen", "tls", "insecure", "job_histograms")
-HTTP_TLS_KEYS = ("cert", "key", "client_ca")
+HTTP_TLS_KEYS = ("cert", "key", "client_ca", "client_roles")
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
                 "node_timeout", "election_timeout", "max_clock_offset")

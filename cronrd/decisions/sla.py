@@ -65,14 +65,17 @@ def chosen(rec: Record) -> bool:
 def misses(sla, records: Iterable[Record], expected: Iterable[int], now: float, *,
            since: float, last_success: float | None,
            finish_by: Callable[[int], float] | None = None,
-           due_at: Callable[[int], float] | None = None) -> list[Miss]:
+           due_at: Callable[[int], float] | None = None,
+           paused: bool = False, resumed_at: float | None = None) -> list[Miss]:
     """The misses of one job at ``now``. ``records``: its records of the
     window looked at; ``expected``: the fire times its schedule had in it
     (one without a record never ran: a miss of start and finish);
     ``since``: when the definition with this SLA came into force (nothing
     before it is judged); ``last_success``: when its newest success ended;
     ``due_at``: when a fire time's run is due (its jitter after it, on
-    purpose): start_within and finish_within count from then."""
+    purpose): start_within and finish_within count from then. A job the
+    operator paused is not stale (``paused``), and after its resume
+    (``resumed_at``) staleness counts from the resume at the earliest."""
     recs = {r.fire_time: r for r in records}
     times = sorted(set(recs) | {t for t in expected if t >= since})
     out: list[Miss] = []
@@ -104,8 +107,10 @@ def misses(sla, records: Iterable[Record], expected: Iterable[int], now: float, 
                 out.append(Miss(t, "max_runtime", due, f"running for longer than "
                                 f"{human_duration(sla.max_runtime)} (since "
                                 f"{iso_utc(rec.running_since)})"))
-    if sla.stale_after is not None:
+    if sla.stale_after is not None and not paused:
         base = max(last_success, since) if last_success is not None else since
+        if resumed_at is not None:
+            base = max(base, resumed_at)
         due = base + sla.stale_after
         if due <= now:
             what = (f"no success since {iso_utc(last_success)}" if last_success is not None

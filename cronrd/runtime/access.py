@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import PermissionDenied
 from ..jobspec import JobSpec
+from ..state.tokens import job_allowed, role_allows
 
 # How a request is checked: every request name the daemon serves has one.
 READ = "read"    # anyone who can reach the socket
@@ -37,7 +38,17 @@ class Caller:
     uid: int
     gid: int
     pid: int
-    name: str  # the uid's user name on this host ('' if it has none)
+    name: str  # the uid's user name on this host ('' if it has none); "token:NAME"
+    # An HTTP API token's caller (the api_tokens row, state/tokens.py): its
+    # role and job glob decide, never the uid (-1); never privileged.
+    token: dict | None = None
+
+    @classmethod
+    def of_token(cls, row: dict) -> "Caller":
+        """A token's caller, "token:NAME"; a client certificate's principal
+        (http_certs.py) keeps its "cert:NAME" (token names have no colon)."""
+        name = row["name"] if ":" in row["name"] else f"token:{row['name']}"
+        return cls(uid=-1, gid=-1, pid=0, name=name, token=row)
 
     @classmethod
     def of(cls, uid: int, gid: int, pid: int) -> "Caller":
@@ -52,10 +63,16 @@ class Caller:
 
     @property
     def privileged(self) -> bool:
-        """Root, or the user the daemon runs as."""
+        """Root, or the user the daemon runs as (never a token)."""
+        if self.token is not None:
+            return False
         return self.uid == 0 or self.uid == os.geteuid()
 
     def describe(self) -> str:
+        if self.token is not None:
+            kind, _, name = self.name.partition(":")
+            kind = {"cert": "certificate"}.get(kind, kind)
+            return f"{kind} {name!r} (role {self.token['role']})"
         return f"uid {self.uid} ({self.name})" if self.name else f"uid {self.uid}"
 
 
@@ -83,13 +100,23 @@ def job_user(spec: JobSpec | None) -> str:
 
 
 def check_admin(caller: Caller, what: str) -> None:
+    if caller.token is not None:
+        if not role_allows(caller.token["role"], "admin"):
+            raise PermissionDenied(f"permission denied: `{what}` needs an admin token; you "
+                                   f"are {caller.describe()}")
+        return
     if not caller.privileged:
         raise PermissionDenied(f"permission denied: `{what}` needs root; you are "
                                f"{caller.describe()}")
 
 
-def check_job(caller: Caller, what: str, spec: JobSpec | None) -> None:
-    """``what`` (e.g. ``cronrd pause backup``) acts on a job with ``spec``."""
+def check_job(caller: Caller, what: str, spec: JobSpec | None, job: str | None = None) -> None:
+    """``what`` (e.g. ``cronrd pause backup``) acts on the job ``job`` with
+    ``spec`` (None: gone)."""
+    if caller.token is not None:
+        check_token_job(caller, what, job if job is not None else
+                        spec.name if spec is not None else None)
+        return
     if caller.privileged:
         return
     user = job_user(spec)
@@ -98,3 +125,23 @@ def check_job(caller: Caller, what: str, spec: JobSpec | None) -> None:
     needs = "root" if user in ("root", "0") else f"root or user {user!r}"
     raise PermissionDenied(f"permission denied: `{what}` needs {needs}; you are "
                            f"{caller.describe()}")
+
+
+def check_token_job(caller: Caller, what: str, job: str | None) -> None:
+    """A token acts on a job when its role is operator or admin and its
+    ``jobs`` glob (if any) matches the job's name."""
+    t = caller.token
+    if not role_allows(t["role"], "operator"):
+        raise PermissionDenied(f"permission denied: `{what}` needs an operator or admin "
+                               f"token; you are {caller.describe()}")
+    check_token_sees(caller, what, job)
+
+
+def check_token_sees(caller: Caller, what: str, job: str | None) -> None:
+    """A token limited to some jobs (``--jobs GLOB``) reads and acts on
+    those only (a job that is gone: only an unlimited token)."""
+    glob = (caller.token or {}).get("jobs") or ""
+    if glob and (job is None or not job_allowed(glob, job)):
+        raise PermissionDenied(f"permission denied: `{what}`: token "
+                               f"{caller.token['name']!r} may act only on the jobs matching "
+                               f"{glob!r}; ask an admin for a token that covers {job!r}")

@@ -42,6 +42,16 @@ def sla_jobs(conn) -> list[tuple[str, JobSpec, float]]:
     return out
 
 
+def _pause_state(conn, name: str) -> tuple[bool, float | None]:
+    """Whether the job is paused now (or every job is: `pause --all`), and
+    when it (or every job) was last resumed."""
+    paused = any(p for (p,) in conn.execute("SELECT paused FROM jobs WHERE name=?", (name,))) \
+        or any(conn.execute("SELECT 1 FROM pauses WHERE name=''"))  # `pause --all`
+    resumed = next(iter(conn.execute("SELECT MAX(at) FROM pause_log WHERE name IN (?, '') "
+                                     "AND paused=0", (name,))), (None,))[0]
+    return paused, resumed
+
+
 def _records(conn, job: str, first: int) -> tuple[list[S.Record], float | None]:
     # Keyed by (fire time, target): a run_on: all job has one record per node
     # at each fire time (target = the node), merged below.
@@ -135,8 +145,9 @@ def job_misses(conn, name: str, spec: JobSpec, since: float, now: float,
     recs, last = _records(conn, name, first)
     finish_by = _finish_by(sla.finish_by, zone) if sla.finish_by else None
     due_at = ((lambda t: t + jitter_for(name, t, spec.jitter)) if spec.jitter else None)
+    paused, resumed_at = _pause_state(conn, name)
     out = S.misses(sla, recs, expected, now, since=since, last_success=last,
-                   finish_by=finish_by, due_at=due_at)
+                   finish_by=finish_by, due_at=due_at, paused=paused, resumed_at=resumed_at)
     return [m for m in out if not _streak_alerted(conn, name, m, recs, first, last)]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import logging
 import secrets
 
 from ..errors import PermissionDenied, UsageError
@@ -29,8 +30,14 @@ from .access import Caller
 from .control import arg
 
 START_WAIT = 10.0     # s a request waits for its attempt's start to be committed
+# At most one heartbeat of a run goes to the replicated log per this many
+# seconds: a job calling `cronrd heartbeat` in a tight loop must not flood the
+# log. A heartbeat within the interval is answered at once and its progress
+# and message are sent with the next one, at the interval's end.
+HEARTBEAT_INTERVAL = 1.0
 START_POLL = 0.05
 MAX_TOKEN = 256       # characters of a presented token
+log = logging.getLogger("cronrd.checkpoints")
 CLI = {"checkpoint_save": "checkpoint save", "checkpoint_get": "checkpoint get",
        "heartbeat": "heartbeat"}
 
@@ -50,6 +57,8 @@ class CheckpointRequests:
 
     def __init__(self, handlers):
         self.h = handlers
+        self._heartbeat_sent: dict[int, float] = {}   # run id -> monotonic time sent
+        self._heartbeat_later: dict[int, C.Heartbeat] = {}  # the newest held back
 
     async def _attempt(self, args: dict, caller: Caller, command: str) -> tuple[Run, str]:
         """The run the request speaks for and its token's hash, once the token
@@ -122,7 +131,35 @@ class CheckpointRequests:
         if problem is not None:
             raise UsageError(problem)
         run, presented = await self._attempt(args, caller, "heartbeat")
-        return await self._propose(C.Heartbeat(
+        cmd = C.Heartbeat(
             run_id=run.run_id, token_hash=presented, node=self.h.config.node_id,
             at=self.h.clock.now(), progress=None if progress is None else float(progress),
-            message=message), "heartbeat", caller)
+            message=message)
+        now = self.h.clock.monotonic()
+        sent = self._heartbeat_sent.get(run.run_id)
+        if sent is not None and now - sent < HEARTBEAT_INTERVAL:
+            if run.run_id not in self._heartbeat_later:
+                asyncio.get_running_loop().create_task(
+                    self._send_later(run.run_id, sent + HEARTBEAT_INTERVAL - now))
+            self._heartbeat_later[run.run_id] = cmd
+            return {"run_id": run.run_id, "coalesced": True}
+        self._heartbeat_sent[run.run_id] = now
+        if len(self._heartbeat_sent) > 10_000:  # bounded: forget the ones long quiet
+            for rid, t in list(self._heartbeat_sent.items()):
+                if now - t >= HEARTBEAT_INTERVAL:
+                    del self._heartbeat_sent[rid]
+        return await self._propose(cmd, "heartbeat", caller)
+
+    async def _send_later(self, run_id: int, delay: float) -> None:
+        """Send the newest heartbeat held back for ``run_id`` once its
+        interval is over (with the time it was made)."""
+        await asyncio.sleep(max(0.0, delay))
+        cmd = self._heartbeat_later.pop(run_id, None)
+        if cmd is None:
+            return
+        self._heartbeat_sent[run_id] = self.h.clock.monotonic()
+        try:
+            await self.h.log.propose(cmd)
+        except Exception as exc:  # a newer attempt, no leader: the job sends again
+            log.info(
+                "event=heartbeat_held_not_sent run=%d error=\"%s\"", run_id, exc)

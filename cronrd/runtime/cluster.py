@@ -29,6 +29,7 @@ from ..raft.core import VOTER_ONLY
 from ..raft.types import ConfChangeType, ConfState, Message, MsgType
 from ..schedule import iso_utc, parse_schedule
 from ..state import commands as C
+from ..state import node_drains
 from ..state import queries as Q
 from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
@@ -290,11 +291,14 @@ class Cluster:
 
     def node_views(self) -> list[NodeView]:
         rows = {r["node"]: r for r in Q.nodes(self.conn)}
+        drains = node_drains.drained(self.conn)  # an admin's drain: no new runs there
         offsets = self.clocks.members()
         views = []
         for node in self.member_ids():
             row = rows.get(node) or {}
             state = row.get("state") or "unknown"
+            if node in drains and state in ("up", "unknown"):
+                state = "drained"
             healthy = self.lease.healthy(node)
             why = ""
             clock_off = offsets.get(node) is not None and \
@@ -317,6 +321,8 @@ class Cluster:
                 why = f"its clock: {self.clocks.fence()}"
             elif state not in ("up", "unknown"):
                 why = {"draining": "draining (stopping)", "joining": "still joining",
+                       "drained": f"drained by {drains.get(node, {}).get('by')} "
+                                  f"(`cronrd cluster undrain {node}` undoes it)",
                        "unknown": "has not announced itself yet (starting?)"}.get(
                            state, f"state {state}")
             views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why))
@@ -485,6 +491,7 @@ class Cluster:
         addrs = self._addresses()
         now_wall = self.clock.now()
         offsets = self.clocks.members()
+        drains = node_drains.drained(self.conn)
         out = []
         for node in self.member_ids():
             age = self.contact_age(node)
@@ -500,6 +507,7 @@ class Cluster:
                 "state": row.get("state"), "tags": list(row.get("tags") or ()),
                 "clock_offset_ms": None if offsets.get(node) is None
                 else round(offsets[node] * 1000, 1),
+                "drained": drains.get(node),   # an admin's drain: {by, note, at}, or None
             })
         return {"leader": self.node.leader or None, "members": out}
 

@@ -46,6 +46,7 @@ from ..decisions import dependencies as D
 from ..state import dependencies as deps
 from ..state import alerts as AL
 from ..state import downstream as DS
+from ..state import node_drains
 from ..state import pause_log
 from ..state import pools as PL
 from ..state import queries as Q
@@ -960,8 +961,13 @@ def _records_verdict(records: list[Run]) -> dict:
 def nodes_from_state(conn) -> list[NodeView]:
     """The members as last announced in the replicated state (with the
     daemon down: no health of its own to add)."""
-    return [NodeView(n["node"], n["state"] == "up", n["state"], frozenset(n["tags"]),
-                     "" if n["state"] == "up" else n["state"]) for n in Q.nodes(conn)]
+    drains = node_drains.drained(conn)
+    views = []
+    for n in Q.nodes(conn):
+        state = "drained" if n["node"] in drains and n["state"] == "up" else n["state"]
+        views.append(NodeView(n["node"], n["state"] == "up", state, frozenset(n["tags"]),
+                              "" if state == "up" else state))
+    return views
 
 
 OFFLINE_NODES = "as last announced; the daemon is not running"

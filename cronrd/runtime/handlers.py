@@ -96,7 +96,7 @@ class Handlers:
         self.started_at = started_at
         self.is_ready = is_ready  # job files loaded and the scheduler running
         self.waiters: dict[int, list[asyncio.Future]] = {}  # run id -> `run-now --wait`
-        self._refusals: dict[int, tuple[float, int]] = {}  # uid -> (window start, count)
+        self._refusals: dict = {}  # uid (a token: its caller name) -> (window start, count)
         self._triggers = Triggers(config.timezone)  # a follower's next fire times
         self.checkpoints = CheckpointRequests(self)
         self.tokens = TokenRequests(config, clock, conn, log)
@@ -162,7 +162,10 @@ class Handlers:
             # HTTP API tokens (token_requests.py): root only, each change audited
             "token_create": (ADMIN, self.tokens.create),
             "token_list": (ADMIN, self.tokens.list),
-            "token_revoke": (ADMIN, self.tokens.revoke)}
+            "token_revoke": (ADMIN, self.tokens.revoke),
+            # an admin drains a node (the HTTP API; state/node_drains.py): the
+            # handler checks (as ADMIN) and audits, and records who drained it
+            "node_drain": (JOB, self.h_node_drain)}
         return {name: self._guard(name, access, fn) for name, (access, fn) in table.items()}
 
     def _guard(self, name: str, access: str, fn):
@@ -208,14 +211,15 @@ class Handlers:
         # for the first few of each uid per minute (a refusal loop must not
         # flood the replicated log or the daemon's).
         now = self.clock.monotonic()
-        start, n = self._refusals.get(caller.uid, (now, 0))
+        who = caller.uid if caller.token is None else caller.name  # tokens: uid -1 each
+        start, n = self._refusals.get(who, (now, 0))
         if now - start >= REFUSAL_WINDOW:
             if n > REFUSALS_AUDITED:
                 log.warning("event=control_refused_unrecorded uid=%d user=%s count=%d "
                             "window_s=%g", caller.uid, caller.name, n - REFUSALS_AUDITED,
                             REFUSAL_WINDOW)
             start, n = now, 0
-        self._refusals[caller.uid] = (start, n + 1)
+        self._refusals[who] = (start, n + 1)
         if n < REFUSALS_AUDITED:
             log.warning("event=control_refused uid=%d user=%s pid=%d command=%s target=%s "
                         "reason=\"%s\"", caller.uid, caller.name, caller.pid, command,
@@ -227,7 +231,7 @@ class Handlers:
         spec = self._job_spec(job)
         what = f"cronrd {CLI_NAMES.get(command, command)} {target}"
         await self._authorize(caller, command, target, what,
-                              lambda: check_job(caller, what, spec), change=change)
+                              lambda: check_job(caller, what, spec, job), change=change)
 
     def _job_spec(self, name: str) -> JobSpec | None:
         """A job's effective spec; None for a job that is gone (root's, then)."""
@@ -792,6 +796,23 @@ class Handlers:
 
     async def h_reload(self, args: dict) -> dict:
         return await self.watcher.reload()
+
+    async def h_node_drain(self, args: dict, caller: Caller) -> dict:
+        """Drain (``drained``) or undrain ``node``: no new runs are placed
+        there; its running runs finish. Root, the daemon's uid, an admin token."""
+        node = arg(args, "node", str, required=True)
+        drained = bool(arg(args, "drained", bool, True))
+        command = "node_drain" if drained else "node_undrain"
+        verb = "drain" if drained else "undrain"
+        what = (f"POST /api/v1/nodes/{node}/{verb}" if caller.token is not None
+                else f"cronrd cluster {verb} {node}")
+        await self._authorize(caller, command, node, what, lambda: check_admin(caller, what),
+                              change=False)
+        self.members.members()  # one host: "runs without a cluster", nothing to drain to
+        await self._audit(caller, command, node, True)
+        return await self.log.propose(C.DrainNode(
+            origin=self.config.node_id, node=node, drained=drained,
+            note=arg(args, "note", str, ""), by=caller.describe(), at=self.clock.now()))
 
     async def h_cluster_members(self, args: dict) -> dict:
         return self.members.members()

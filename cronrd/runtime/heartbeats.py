@@ -23,17 +23,25 @@ class HeartbeatWatch:
         self.clock = clock
         self.fenced = fenced          # () -> why this leader's clock may not decide, or None
         self.proposed: dict[int, float] = {}
+        # When this node's current spell as leader began (its first duty as
+        # leader); None while it does not lead. Silence counts from then.
+        self.leading_since: float | None = None
 
     async def duty(self) -> None:
-        if not self.log.is_leader or self.fenced() is not None:
+        if not self.log.is_leader:
+            self.leading_since = None
+            return
+        now = self.clock.now()
+        if self.leading_since is None:
+            self.leading_since = now
+        if self.fenced() is not None:
             return
         running = CK.running_with_timeouts(self.conn)
-        now = self.clock.now()
         live = {run.run_id for run, _t, _l in running}
         for rid in [r for r in self.proposed if r not in live]:
             del self.proposed[rid]
         for rid in stuck(now, [(run.run_id, t, last) for run, t, last in running],
-                         self.proposed, RETRY_AFTER):
+                         self.proposed, RETRY_AFTER, self.leading_since):
             self.proposed[rid] = now
             try:
                 res = await self.log.propose_as_leader(C.HeartbeatTimeout(run_id=rid, at=now))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import fnmatch
 import json
+import re
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -151,10 +152,17 @@ def openapi(routes: list[Route], version: str) -> dict:
                         "content": {"application/problem+json": {}}},
                 "403": {"description": f"the token's role is below {r.role}",
                         "content": {"application/problem+json": {}}}})
-        if r.params:
-            op["parameters"] = [{"name": name, "in": "query", "required": False,
-                                 "description": doc, "schema": {"type": "string"}}
-                                for name, doc in r.params]
+        in_path = re.findall(r"{(\w+)}", r.path)
+        if r.params or in_path:
+            op["parameters"] = [{"name": name, "in": "path", "required": True,
+                                 "schema": {"type": "string"}} for name in in_path] + \
+                [{"name": name, "in": "query", "required": False,
+                  "description": doc, "schema": {"type": "string"}} for name, doc in r.params]
+        if r.method == "POST":
+            body = ({"application/yaml": {"schema": {"type": "string"}}}
+                    if r.path.endswith("/validate") else
+                    {"application/json": {"schema": {"type": "object"}}})
+            op["requestBody"] = {"required": False, "content": body}
         paths.setdefault(r.path, {})[r.method.lower()] = op
     return {"openapi": "3.1.0",
             "info": {"title": "cronrd API", "version": version},
@@ -164,5 +172,10 @@ def openapi(routes: list[Route], version: str) -> dict:
 
 
 def error_response(exc: CronrdError):
-    """The status of a refused read: 403 for a permission, else 400."""
+    """The status of a refused request: 403 for a permission, the error's
+    own ``http_status`` (404, 422...), else 400."""
+    status = getattr(exc, "http_status", None)
+    if status is not None:
+        return status, {404: "Not Found", 409: "Conflict",
+                        422: "Unprocessable Content"}.get(status, "Bad Request")
     return (403, "Forbidden") if isinstance(exc, PermissionDenied) else (400, "Bad Request")

@@ -29,9 +29,12 @@ from .. import __version__
 from ..config import HttpConfig, format_address
 from ..errors import CronrdError
 from .http_api import ReadRoutes, Route, error_response, openapi
+from .http_certs import principal
+from .http_ui import UiPages
 from ..schedule import iso_utc
 from ..state.tokens import role_allows
 from .metrics import CONTENT_TYPE, Metrics
+from .http_session import COOKIE, CSRF_HEADER, SAFE_METHODS, csrf_ok
 
 log = logging.getLogger("cronrd.http")
 
@@ -139,21 +142,37 @@ class HttpServer:
         ]
         if self.reads is not None:
             routes += ReadRoutes(self.reads, lambda request: request[TOKEN]).routes()
+            from .http_writes import ApiRoutes  # the rest of API v1 (the "api" part)
+            routes += ApiRoutes(self.reads, lambda request: request[TOKEN]).routes()
         for route, handler in routes:
             app.router.add_route(route.method, route.path, handler)
             self.routes.append(route)
             self.roles[(route.method, route.path)] = route.role
+        # the web UI (http_ui.py): its pages check the session cookie themselves
+        self.routes += UiPages(self).install(app)
         return app
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
-        """/api/v1/: a valid bearer token (401) of a role high enough (403)."""
+        """/api/v1/: a valid bearer token (401) of a role high enough (403).
+        The browser's session cookie counts as the token; its writes need the
+        CSRF header (403)."""
         resource = request.match_info.route.resource
         needed = self.roles.get((request.method, resource.canonical if resource else ""), "")
         if not request.path.startswith(API) or needed is None:  # None: open to all
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")
+        session = not header and bool(request.cookies.get(COOKIE))
+        if not header and not session and self.config.tls is not None \
+                and self.config.tls.client_roles:
+            cert = principal(request.transport.get_extra_info("peercert")
+                             if request.transport is not None else None,
+                             self.config.tls.client_roles)
+            if cert is not None:  # a verified client certificate with a role
+                return await self._as(request, handler, cert, needed)
+        if session:  # the browser's session cookie (http_session.py) holds the token
+            scheme, secret = "bearer", request.cookies[COOKIE]
         if scheme.lower() != "bearer" or not secret.strip():
             return _unauthorized("send Authorization: Bearer TOKEN; `cronrd token create "
                                  "--name NAME --role viewer` (as root) makes a token")
@@ -164,10 +183,23 @@ class HttpServer:
         if token.get("expires_at") is not None and token["expires_at"] <= self.now():
             return _unauthorized(f"token {token['name']!r} has expired; create a new one "
                                  "with `cronrd token create`")
+        if session and request.method not in SAFE_METHODS and not csrf_ok(
+                secret.strip(), request.headers.get(CSRF_HEADER)):
+            return problem(403, "Forbidden", f"a write from a browser session needs the "
+                           f"{CSRF_HEADER} header of its page (or send Authorization: Bearer "
+                           "TOKEN instead of the cookie)")
+        return await self._as(request, handler, token, needed)
+
+    async def _as(self, request: web.Request, handler, token: dict, needed: str):
+        """Serve ``request`` as ``token`` (a token, a session's token, or a
+        certificate's role)."""
         if needed and not role_allows(token["role"], needed):
-            return problem(403, "Forbidden", f"token {token['name']!r} has the role "
-                           f"{token['role']}; this needs {needed} or higher", role=token["role"],
-                           needed=needed)
+            detail = (f"token {token['name']!r} has the role {token['role']}; this needs "
+                      f"{needed} or higher")
+            if self.reads is not None and request.method != "GET":  # a refused write
+                from .http_writes import audit_refused
+                await audit_refused(self.reads, token, request, detail)
+            return problem(403, "Forbidden", detail, role=token["role"], needed=needed)
         request[TOKEN] = token
         return await handler(request)
 

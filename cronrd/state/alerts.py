@@ -19,6 +19,7 @@ attempt of the same record, kind ``rerun``) or discards it with a note.
 from __future__ import annotations
 
 from . import events as EV
+from . import seq as SEQ
 from . import run_params as RP
 from .run_states import ACTIVE
 
@@ -33,12 +34,13 @@ def raise_alert(conn, *, job: str, fire_time: int, kind: str, detail: str, at: f
     """Open the alert (job, fire_time, kind) unless it exists; its id if new."""
     if kind not in ALERT_KINDS:
         raise ValueError(f"unknown alert kind {kind!r}")
-    conn.execute("INSERT OR IGNORE INTO alerts(job, fire_time, kind, detail, opened_at, "
-                 "state, note, by) VALUES(?,?,?,?,?,'open','','')",
-                 (job, fire_time, kind, str(detail)[:MAX_DETAIL], at))
+    alert_id = SEQ.peek(conn, "alert_seq", "alerts", "alert_id")
+    conn.execute("INSERT OR IGNORE INTO alerts(alert_id, job, fire_time, kind, detail, "
+                 "opened_at, state, note, by) VALUES(?,?,?,?,?,?,'open','','')",
+                 (alert_id, job, fire_time, kind, str(detail)[:MAX_DETAIL], at))
     if not conn.changes():
         return None
-    alert_id = conn.last_insert_rowid()
+    SEQ.taken(conn, "alert_seq", alert_id)
     if kind != "failed":  # (a failed run's own event is the notifiers' "failed")
         event = EV.emit(conn, f"sla_{kind}", job=job, at=at, fire_time=fire_time,
                         run_id=run_id, data={"alert_id": alert_id,
@@ -159,8 +161,11 @@ _ALERT_COLS = ("alert_id", "job", "fire_time", "kind", "detail", "opened_at", "s
 
 
 def alerts(conn, *, include_closed: bool = False, job: str | None = None,
-           limit: int = 100) -> list[dict]:
+           limit: int = 100, before: int | None = None) -> list[dict]:
     where, args = [], []
+    if before is not None:  # pages back (the API's cursor)
+        where.append("alert_id<?")
+        args.append(before)
     if not include_closed:
         where.append("state='open'")
     if job is not None:
@@ -176,10 +181,14 @@ _DL_COLS = ("run_id", "job", "fire_time", "at", "state", "note", "by", "closed_a
             "requeue_run_id")
 
 
-def dead_letters(conn, *, include_closed: bool = False, limit: int = 100) -> list[dict]:
+def dead_letters(conn, *, include_closed: bool = False, limit: int = 100,
+                 before: int | None = None) -> list[dict]:
+    where = ([] if include_closed else ["state='open'"]) + \
+        (["run_id<?"] if before is not None else [])
     sql = (f"SELECT {', '.join(_DL_COLS)} FROM dead_letter"
-           + ("" if include_closed else " WHERE state='open'") + " ORDER BY run_id DESC LIMIT ?")
-    return [dict(zip(_DL_COLS, r)) for r in conn.execute(sql, (limit,))]
+           + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY run_id DESC LIMIT ?")
+    return [dict(zip(_DL_COLS, r)) for r in conn.execute(
+        sql, ((before,) if before is not None else ()) + (limit,))]
 
 
 def prune(conn, before: float) -> None:

@@ -220,13 +220,16 @@ def rerun_attempt(conn, job: str, fire_time: int, refused) -> int:
 
 
 # -- reads (the control socket's `backfills`) -------------------------------------------
-def listing(conn, bid: int | None = None, limit: int = 50) -> list[dict]:
-    """Backfills with their progress, newest first (or one, ``bid``)."""
+def listing(conn, bid: int | None = None, limit: int = 50,
+            before: int | None = None) -> list[dict]:
+    """Backfills with their progress, newest first (or one, ``bid``; those
+    before id ``before``)."""
     rows = list(conn.execute(
         "SELECT id, job, from_time, to_time, reprocess, parallel, ord, state, note, who, "
         "created_at, updated_at, total FROM backfills "
-        + ("WHERE id=? " if bid is not None else "") + "ORDER BY id DESC LIMIT ?",
-        ((bid,) if bid is not None else ()) + (limit,)))
+        + ("WHERE id=? " if bid is not None else "WHERE id<? " if before is not None else "")
+        + "ORDER BY id DESC LIMIT ?",
+        ((bid,) if bid is not None else (before,) if before is not None else ()) + (limit,)))
     out = []
     for r in rows:
         d = dict(zip(("id", "job", "from", "to", "reprocess", "parallel", "order", "state",

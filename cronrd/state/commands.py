@@ -535,6 +535,20 @@ class HeartbeatTimeout(Command):
     at: float
 
 
+@dataclass(frozen=True)
+class DrainNode(Command):
+    """An admin drains (or undrains) ``node`` (state/node_drains.py);
+    ``origin``: the node the request was made on, ``by``: who."""
+
+    op: ClassVar[str] = "drain_node"
+    origin: str
+    node: str
+    drained: bool
+    note: str
+    by: str
+    at: float
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
@@ -543,7 +557,7 @@ COMMANDS: dict[str, type[Command]] = {
               CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
               DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction, SetPools,
               StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout, CreateToken,
-              RevokeToken)
+              RevokeToken, DrainNode)
 }
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 
+from . import seq as SEQ
+
 RUN_KINDS = ("failed", "retrying", "skipped", "launch_failed", "recovered", "dead_lettered")
 SLA_KINDS = ("start_within", "finish_within", "finish_by", "max_runtime", "stale_after",
              "failure_tolerance")
@@ -33,16 +35,13 @@ def emit(conn, kind: str, *, job: str, at: float, fire_time: int | None = None,
     # Ids only grow, even once the newest events were pruned (a bare rowid
     # would be given again: receivers dedupe on it and would drop the new
     # event). The last id given is kept in meta, replicated with the rest.
-    last = max(next(iter(conn.execute("SELECT COALESCE(MAX(event_id), 0) FROM events")))[0],
-               int(next(iter(conn.execute("SELECT value FROM meta WHERE key='event_seq'")),
-                         (0,))[0] or 0))
+    event_id = SEQ.peek(conn, "event_seq", "events", "event_id")
     conn.execute("INSERT INTO events(event_id, kind, job, fire_time, run_id, at, data) "
                  "VALUES(?,?,?,?,?,?,?)",
-                 (last + 1, kind, job, fire_time, run_id, at,
+                 (event_id, kind, job, fire_time, run_id, at,
                   json.dumps(data or {}, sort_keys=True, separators=(",", ":"))))
-    conn.execute("INSERT INTO meta(key, value) VALUES('event_seq', ?) "
-                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (last + 1,))
-    return last + 1
+    SEQ.taken(conn, "event_seq", event_id)
+    return event_id
 
 
 def get(conn, event_id: int) -> dict | None:

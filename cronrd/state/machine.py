@@ -26,11 +26,13 @@ from . import commands as C
 from . import dependencies as deps
 from . import alerts as AL
 from . import downstream as DS
+from . import seq as SEQ
 from . import events as EV
 from . import run_events as RE
 from . import deliveries as DL
 from . import pause_log
 from . import tokens
+from . import node_drains
 from . import pools as PL
 from . import start_deadline as SD
 from . import queries as Q
@@ -139,6 +141,7 @@ DIGEST_TABLES = (
     ("notify_outcomes", "notifier, outcome"),
     ("api_tokens", "name"),
     ("pauses", "name"),
+    ("node_drains", "node"),
 )
 
 
@@ -704,18 +707,20 @@ class StateMachine:
                     fire_time: int, attempt: int, state: str, node: str | None,
                     due_at: float | None, at: float, reason: str | None = None,
                     target: str = "") -> Run:
+        run_id = SEQ.peek(self.conn, "run_seq", "runs", "run_id")  # never one given before
         try:
             self.conn.execute(
-                "INSERT INTO runs(job, origin, kind, fire_time, attempt, target, state,"
+                "INSERT INTO runs(run_id, job, origin, kind, fire_time, attempt, target, state,"
                 " node, token, due_at, created_at, reason, assigned_at)"
-                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (job, origin, kind, fire_time, attempt, target, state, node,
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, job, origin, kind, fire_time, attempt, target, state, node,
                  index if state == "assigned" else None, due_at, at, reason,
                  at if state == "assigned" else None))
         except apsw.ConstraintError:
             raise Refused(f"a run record for job {job!r} at fire time {fire_time} "
                           f"attempt {attempt} already exists") from None
-        run = self._get_run(self.conn.last_insert_rowid())
+        SEQ.taken(self.conn, "run_seq", run_id)
+        run = self._get_run(run_id)
         return self._pool_gate(run) if state in ("pending", "assigned") else run
 
     def _admit(self, index: int, job: dict, at: float, effects) -> str | None:
@@ -1085,7 +1090,10 @@ class StateMachine:
         elif state not in ("failed", "timed_out"):
             return None
         attempt = run.attempt + 1
-        if attempt > allowed and not not_started:
+        # The retries count from the attempt that began this try: a rerun (or
+        # a dead-letter requeue) is attempt 2, 5, ... of its record and has
+        # its own retries, and a lost one is run again like any other.
+        if attempt - self._try_began(run) + 1 > allowed and not not_started:
             return None
         key = f"{run.job}/{run.fire_time}/{attempt}"
         delay = 0.0 if state == "lost" else retry_delay(
@@ -1105,6 +1113,18 @@ class StateMachine:
         effects.append(Effect("pending" if lost else "assign", run=new))
         RE.on_retry(self.conn, run.run_id, new.run_id, at)
         return new.run_id
+
+    def _try_began(self, run: Run) -> int:
+        """The attempt that began the try ``run`` belongs to: its own, or for
+        a retry the newest earlier attempt of its record that was no retry."""
+        if run.kind != "retry":
+            return run.attempt
+        for (first,) in self.conn.execute(
+                "SELECT MAX(attempt) FROM runs WHERE job=? AND fire_time=? AND target=? "
+                "AND origin=? AND attempt<? AND kind!='retry'",
+                (run.job, run.fire_time, run.target, run.origin, run.attempt)):
+            return first or 1
+        return 1
 
     def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
         run = self._get_run(cmd.run_id)
@@ -1226,6 +1246,7 @@ class StateMachine:
         self.conn.execute("DELETE FROM nodes WHERE node=?", (cmd.node,))
         removed = bool(self.conn.changes())
         self.conn.execute("DELETE FROM join_tokens WHERE node=?", (cmd.node,))
+        self.conn.execute("DELETE FROM node_drains WHERE node=?", (cmd.node,))
         why = f"node {cmd.node} was removed from the cluster"
         if cmd.deny:
             self._deny("node", cmd.node, why, cmd.at)
@@ -1323,6 +1344,12 @@ class StateMachine:
         if problem:
             raise Refused(problem)
         return {"revoked": cmd.name}
+
+    def _apply_drain_node(self, index, cmd: C.DrainNode, effects):
+        problem = node_drains.apply(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"node": cmd.node, "drained": cmd.drained}
 
     def _apply_audit(self, index, cmd: C.Audit, effects):
         self.conn.execute(

@@ -435,6 +435,13 @@ CREATE TABLE IF NOT EXISTS api_tokens(
     created_at REAL NOT NULL,
     node TEXT NOT NULL               -- where it was made
 ) WITHOUT ROWID;
+-- Nodes an admin drained (state/node_drains.py): no new runs go there.
+CREATE TABLE IF NOT EXISTS node_drains(
+    node TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    by TEXT NOT NULL,                -- who drained it (e.g. token 'ops')
+    note TEXT NOT NULL
+) WITHOUT ROWID;
 -- How many runs of each job ended how (/metrics: cronrd_job_runs_total and
 -- cronrd_job_skips_total), counted by triggers as a record reaches a final
 -- state, so they only grow: pruning old records leaves them. ``reason``: for

@@ -181,6 +181,11 @@ def test_daemon_schedules_runs_now_logs_and_stops(bnode):
     import urllib.request
     with urllib.request.urlopen(st["http"] + "/metrics", timeout=10) as r:
         assert r.status == 200 and b'cronrd_job_runs_total{job_name="answer"' in r.read()
+    # and the web UI's templates and static files came along (jinja2 renders them)
+    with urllib.request.urlopen(st["http"] + "/login", timeout=10) as r:
+        assert r.status == 200 and b'name="token"' in r.read()
+    with urllib.request.urlopen(st["http"] + "/ui/static/ui.css", timeout=10) as r:
+        assert r.status == 200
 
     # A scheduled job fires, once per second, one record per fire time.
     runs = bnode.wait_runs(lambda rs: sum(r["state"] == "succeeded" for r in rs) >= 3,

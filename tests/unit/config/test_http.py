@@ -108,3 +108,27 @@ def test_job_histograms_is_a_number_of_jobs():
     for bad in (-1, "many", True, 1.5):
         with pytest.raises(ConfigError, match="http.job_histograms must be a whole number"):
             http({"job_histograms": bad})
+
+
+def test_client_roles_map_certificate_names_to_roles(tmp_path):
+    for name in ("c.pem", "k.pem", "ca.pem"):
+        (tmp_path / name).write_text("x")
+    tls = {"cert": str(tmp_path / "c.pem"), "key": str(tmp_path / "k.pem"),
+           "client_ca": str(tmp_path / "ca.pem")}
+    got = http({"listen": "0.0.0.0:8443", "tls": {
+        **tls, "client_roles": {"grafana": "viewer",
+                                "deployer": {"role": "operator", "jobs": "etl-*"}}}})
+    assert got.tls.client_roles == (("deployer", "operator", "etl-*"),
+                                    ("grafana", "viewer", ""))
+    bad = [({"client_roles": {"x": "root"}}, "client_roles.x: role must be one of viewer"),
+           ({"client_roles": ["x"]}, "client_roles must be a mapping"),
+           ({"client_roles": {"x": {"role": "viewer", "job": "a"}}}, "unknown keys ['job']"),
+           ({"client_roles": {"x": {"role": "viewer", "jobs": 3}}}, "jobs must be a shell")]
+    for extra, message in bad:
+        with pytest.raises(ConfigError) as exc:
+            http({"listen": "0.0.0.0:8443", "tls": {**tls, **extra}})
+        assert message in str(exc.value)
+    no_ca = {k: v for k, v in tls.items() if k != "client_ca"}
+    with pytest.raises(ConfigError) as exc:
+        http({"listen": "0.0.0.0:8443", "tls": {**no_ca, "client_roles": {"x": "viewer"}}})
+    assert "client_roles needs http.tls.client_ca" in str(exc.value)

@@ -14,3 +14,10 @@ def test_a_recent_proposal_is_not_made_again():
     running = [(1, 60.0, 1000.0)]
     assert stuck(1062.0, running, {1: 1060.0}, 5.0) == []
     assert stuck(1065.0, running, {1: 1060.0}, 5.0) == [1]
+
+
+def test_silence_counts_from_when_the_leader_began_to_lead():
+    running = [(1, 60.0, 1000.0)]
+    assert stuck(1100.0, running, {}, 5.0, leading_since=1090.0) == []
+    assert stuck(1150.0, running, {}, 5.0, leading_since=1090.0) == [1]
+    assert stuck(1100.0, running, {}, 5.0, leading_since=900.0) == [1]   # heard before

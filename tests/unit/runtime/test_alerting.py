@@ -152,3 +152,22 @@ def test_a_failure_streak_longer_than_the_window_looked_at_is_one_alert():
         watch(log, t + 60)
     kinds = [a["kind"] for a in AL.alerts(log.sm.conn) if a["kind"] != "failed"]
     assert kinds == ["failure_tolerance"]
+
+
+def test_a_paused_job_is_not_stale_and_after_its_resume_gets_its_whole_span():
+    # Before: stale_after alerted while the operator had the job paused (no
+    # success was expected), and again at once on its resume.
+    from cronrd.state import commands as C
+    log = Log()
+    log.put(schedule="@yearly", sla={"stale_after": 600.0}, at=T0)
+    log.apply(C.SetPaused(name="j", paused=True, at=T0 + 10, note="migration", by="root"))
+    assert watch(log, T0 + 5000) == 0
+    log.apply(C.SetPaused(name="j", paused=False, at=T0 + 5000, note="", by="root"))
+    assert watch(log, T0 + 5599) == 0           # 600 s from the resume
+    assert watch(log, T0 + 5601) == 1
+    (a,) = AL.alerts(log.sm.conn)
+    assert a["kind"] == "stale_after"
+    # a maintenance pause of every job (`pause --all`) is a pause too
+    log.put(name="k", schedule="@yearly", sla={"stale_after": 600.0}, at=T0 + 6000)
+    log.apply(C.SetPaused(name="", paused=True, at=T0 + 6001, note="", by="root"))
+    assert watch(log, T0 + 9000) == 0

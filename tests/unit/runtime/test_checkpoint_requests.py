@@ -120,3 +120,29 @@ def test_a_request_waits_for_the_start_then_gives_up(monkeypatch):
     with pytest.raises(PermissionDenied, match="token does not belong"):
         asyncio.run(req.get({"run_id": rid, "token": token}, CALLER))
     assert h.clock.t >= 10.0
+
+
+def test_heartbeats_in_a_tight_loop_reach_the_log_once_a_second_the_newest_last():
+    # Before: every `cronrd heartbeat` was a write to the replicated log, so
+    # a job calling it in a loop flooded the log (and every node's disk).
+    req, h, rid, token, audits = setup()
+    args = {"run_id": rid, "token": token}
+
+    async def main():
+        for i in range(50):                        # 50 heartbeats within 0.49 s
+            h.clock.t = i * 0.01
+            res = await req.heartbeat({**args, "progress": i / 100, "message": f"m{i}"},
+                                      CALLER)
+            assert res["run_id"] == rid and res.get("coalesced", False) == (i > 0)
+        assert len(h.log.proposed) == 1
+        h.clock.t = 1.0
+        for _ in range(100):                       # the held-back one goes at ~1 s
+            if len(h.log.proposed) == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert len(h.log.proposed) == 2
+        assert CK.heartbeat_of(h.conn, rid)[1:] == (0.49, "m49")
+        h.clock.t = 2.5                            # a quiet while later: sent at once
+        await req.heartbeat({**args, "message": "later"}, CALLER)
+        assert len(h.log.proposed) == 3
+    asyncio.run(main())

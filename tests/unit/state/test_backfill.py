@@ -277,3 +277,41 @@ def test_the_listing_says_why_an_open_backfill_is_held():
     assert BF.listing(log.sm.conn)[0]["held"] is None
     log.apply(C.SetPaused(name="", paused=True, at=T0 + 1))
     assert BF.listing(log.sm.conn)[0]["held"] == "maintenance pause of every job"
+
+
+def _end_newest(log: Log, state: str, at: float) -> tuple:
+    """End the newest attempt of j@PAST[0] ``state`` (lost: its node is lost)."""
+    rid, run_state, token = next(iter(log.sm.conn.execute(
+        "SELECT run_id, state, token FROM runs WHERE job='j' ORDER BY attempt DESC LIMIT 1")))
+    if run_state == "pending":
+        log.apply(C.AssignRun(run_id=rid, node="n1", at=at))
+        token = log.index
+    log.apply(C.RunStarted(run_id=rid, token=token, node="n1", pid=10, started_at=at,
+                           log_path="/l"))
+    if state == "lost":
+        return log.apply(C.NodeLost(node="n1", at=at + 1, reason="node n1 is down"))
+    log.apply(C.RunFinished(run_id=rid, token=token, node="n1", state=state, exit_code=1,
+                            signal=None, started_at=at, finished_at=at + 1, log_path="/l"))
+    return {}
+
+
+def test_a_rerun_has_retries_of_its_own_and_a_lost_rerun_is_run_again():
+    # Before the fix the retries counted from the record's first attempt: a
+    # rerun after the retries were spent had none, and a rerun lost with its
+    # node was never run again (at-least-once broken; --downstream then
+    # reported its consumers upstream_failed).
+    log = log_with_job(concurrency="allow", retries={"max": 1, "delay": 0})
+    log.sm.conn.execute("UPDATE jobs SET cursor=? WHERE name='j'", (PAST[0] - 1,))
+    log.fire(PAST[0], due_at=PAST[0])
+    _end_newest(log, "failed", T0)          # attempt 1 fails
+    _end_newest(log, "failed", T0 + 2)      # its retry, attempt 2, fails: spent
+    assert [r[3] for r in runs(log)] == ["scheduled", "retry"]
+    log.apply(C.Rerun(job="j", fire_time=PAST[0], at=T0 + 10))
+    _end_newest(log, "failed", T0 + 11)     # the rerun, attempt 3, fails...
+    assert [(r[3], r[4]) for r in runs(log)][-1] == ("retry", "assigned")  # ...and is retried
+    _end_newest(log, "failed", T0 + 13)     # attempt 4 fails: this try is spent
+    assert len(runs(log)) == 4
+    log.apply(C.Rerun(job="j", fire_time=PAST[0], at=T0 + 20))
+    res = _end_newest(log, "lost", T0 + 21)  # the rerun's node is lost
+    assert len(res["retries"]) == 1
+    assert [(r[2], r[3], r[4]) for r in runs(log)][-1] == (6, "retry", "pending")

@@ -209,3 +209,29 @@ def test_explain_says_what_a_downstream_rerun_did_to_a_record():
     assert c.startswith(f"downstream of {root}: rerun as run ")
     assert lines("d") == [f"downstream of {root}: waits for its parents in that rerun to end"]
     assert lines("e") == [f"downstream of {root}: waits for its parents in that rerun to end"]
+
+
+def test_a_consumer_follows_a_rerun_lost_with_its_node_once_the_retry_succeeds():
+    # The 3-node leader-kill test saw this: b's rerun ran on the killed node,
+    # was lost, was not retried, and c was reported upstream_failed.
+    log = Log()
+    put_all(log, a={}, b=after("a"), c=after("b"))
+    ok(log, "a", T0 + 1)
+    for job in "bc":
+        run_through(log, job, T0 + 1)
+    res = log.apply(C.Rerun(job="a", fire_time=T0 + 1, at=T0 + 50, downstream=True))
+    run_through(log, "a", T0 + 1)
+    (rid,) = next(iter(log.sm.conn.execute(
+        "SELECT run_id FROM runs WHERE job='b' ORDER BY attempt DESC LIMIT 1")))
+    log.apply(C.AssignRun(run_id=rid, node="n2", at=T0 + 60))
+    log.apply(C.RunStarted(run_id=rid, token=log.index, node="n2", pid=10,
+                           started_at=T0 + 60, log_path="/l"))
+    assert log.apply(C.NodeLost(node="n2", at=T0 + 70, reason="down"))["retries"]
+    assert len(records(log, "c")[T0 + 1]) == 1    # c waits for b's last attempt
+    run_through(log, "b", T0 + 1)                  # the retry succeeds elsewhere
+    assert [a[:2] for a in records(log, "b")[T0 + 1]] == [(1, "upstream"), (2, "rerun"),
+                                                          (3, "retry")]
+    assert records(log, "c")[T0 + 1][-1] == (2, "rerun", "pending")
+    run_through(log, "c", T0 + 1)
+    assert {i["job"]: i["state"] for i in DS.items(log.sm.conn, res["run_id"])} == {
+        "a": "done", "b": "done", "c": "done"}

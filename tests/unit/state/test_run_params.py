@@ -201,19 +201,23 @@ def test_a_rerun_and_a_backfill_reprocess_start_a_new_key_their_retries_keep():
     assert _key(log, rerun) == _key(log, rerun_retry) == f"j/{fire}/rerun-3"
     assert _key(log, first) == f"j/{iso}"              # history keeps its own
     finish(log, rerun_retry, "failed")
-    # a backfill with --reprocess failed: attempt 5, a new key again
+    for spent in (5, 6):  # the rerun has retries of its own (max 3): 4, 5, 6
+        assert (log.run(spent).kind, log.run(spent).attempt) == ("retry", spent)
+        assert _key(log, spent) == f"j/{fire}/rerun-3"
+        finish(log, spent, "failed")
+    # a backfill with --reprocess failed: attempt 7, a new key again
     bid = log.apply(C.CreateBackfill(job="j", fire_times=[PAST[0]], from_time=PAST[0],
                                      to_time=PAST[0], reprocess="failed", parallel=1,
                                      order="oldest", at=T0 + 9))["backfill"]
     log.apply(C.BackfillStep(backfill=bid, at=T0 + 10))
     reprocess = max(r for (r,) in log.sm.conn.execute("SELECT run_id FROM runs"))
-    assert (log.run(reprocess).kind, log.run(reprocess).attempt) == ("backfill", 5)
-    assert _key(log, reprocess) == f"j/{fire}/rerun-5"
+    assert (log.run(reprocess).kind, log.run(reprocess).attempt) == ("backfill", 7)
+    assert _key(log, reprocess) == f"j/{fire}/rerun-7"
     # the views say the same
     views = RP.add_to_views(log.sm.conn, [log.run(i).view() for i in (first, rerun_retry,
                                                                        reprocess)])
     assert [v["idempotency_key"] for v in views] == [f"j/{iso}", f"j/{fire}/rerun-3",
-                                                     f"j/{fire}/rerun-5"]
+                                                     f"j/{fire}/rerun-7"]
 
 
 def test_a_backfill_that_creates_a_missing_record_keeps_the_plain_key():

@@ -1,0 +1,197 @@
+"""The web UI in a real browser: Debian's chromium driven through
+chromium-driver (WebDriver, selenium). Log in with a token, see the jobs,
+open one, run it now and watch its log arrive while it runs, pause it with
+a note, log out; a viewer has no operator buttons and the server refuses
+its writes. Screenshots of each page (desktop and phone width) go to the
+test's tmp dir; CRONRD_UI_SCREENSHOTS=DIR copies them there as well (the
+README's docs/ui-overview.png is the overview one)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import wait_for
+
+pytestmark = pytest.mark.integration
+
+webdriver = pytest.importorskip("selenium.webdriver")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+if not (CHROMIUM and DRIVER) and os.environ.get("CI"):
+    pytest.fail("CI must have chromium and chromium-driver: .ci/run installs them",
+                pytrace=False)
+if not (CHROMIUM and DRIVER):
+    pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium "
+                "chromium-driver; .ci/run does)", allow_module_level=True)
+
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.common.exceptions import WebDriverException  # noqa: E402
+
+SLOW = "for i in 1 2 3 4 5 6; do echo \"line $i\"; sleep 1; done"
+
+
+@pytest.fixture
+def browser(tmp_path):
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                "--disable-gpu", "--window-size=1280,900", "--hide-scrollbars",
+                f"--user-data-dir={tmp_path / 'profile'}"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=opts)
+    driver.set_page_load_timeout(30)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    copy_to = os.environ.get("CRONRD_UI_SCREENSHOTS")
+
+    def shot(name: str) -> Path:
+        path = shots / f"{name}.png"
+        # the whole page, not just the window
+        driver.set_window_size(driver.get_window_size()["width"], 600)
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        width = driver.execute_script("return window.innerWidth")
+        driver.set_window_size(driver.get_window_size()["width"], max(600, min(height + 140,
+                                                                                 4000)))
+        driver.save_screenshot(str(path))
+        if copy_to:
+            Path(copy_to).mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, Path(copy_to) / path.name)
+        assert width > 0
+        return path
+    driver.shot = shot
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def text_of(driver, element_id: str) -> str:
+    """The text of the element with this id, "" while the page has none
+    (a form's POST may still be loading the next page)."""
+    try:
+        return " ".join(e.text for e in driver.find_elements(By.ID, element_id))
+    except WebDriverException:
+        return ""
+
+
+def no_sideways_scroll(driver) -> bool:
+    """The page fits the window's width (tables scroll inside their box)."""
+    return driver.execute_script(
+        "return document.documentElement.scrollWidth <= window.innerWidth + 1")
+
+
+def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
+    node.write_job("report", {"schedule": "@daily", "command": SLOW,
+                              "description": "prints six lines, one a second"})
+    node.write_job("cleanup", {"schedule": "*/15 * * * *", "command": "true"})
+    node.write_job("publish", {"schedule": "@daily", "command": "true",
+                               "depends_on": ["report"]})
+    node.write_job("import-orders", {"schedule": "*/5 * * * *",
+                                     "command": "echo 'orders.csv: no such file' >&2; exit 3"})
+    node.start()
+    url = node.call("status")["http"]
+    failed = node.call("run_now", {"job": "import-orders"})["run_id"]
+    wait_for(lambda: node.call("run", {"run_id": failed})["state"] == "failed",
+             what="a failed run to show")
+    ops = node.cli("token", "create", "--name", "alice", "--role", "operator").stdout.strip()
+    viewer = node.cli("token", "create", "--name", "bob", "--role", "viewer").stdout.strip()
+    b = browser
+
+    # log in
+    b.get(url + "/")
+    assert b.current_url.startswith(url + "/login")
+    b.shot("login")
+    b.find_element(By.NAME, "token").send_keys(ops)
+    b.find_element(By.ID, "login").click()
+    wait_for(lambda: text_of(b, "whoami") == "alice · operator",
+             what="the overview after login")
+    assert "Overview" in b.title
+    assert str(failed) in b.find_element(By.ID, "failures").text
+    # the session cookie is not readable from the page's script
+    assert b.execute_script("return document.cookie") == ""
+    b.shot("overview")
+
+    # see the jobs, open one
+    b.find_element(By.LINK_TEXT, "Jobs").click()
+    names = [a.text for a in b.find_elements(By.CSS_SELECTOR, "#jobs td:first-child a")]
+    assert names == ["cleanup", "import-orders", "publish", "report"]
+    b.shot("jobs")
+    b.find_element(By.LINK_TEXT, "report").click()
+    assert b.find_element(By.TAG_NAME, "h1").text.startswith("report")
+    assert "jobs/report.yaml" in b.find_element(By.ID, "source").text
+    b.shot("job")
+
+    # run it now; its log arrives while it runs
+    b.find_element(By.ID, "run-now").click()
+    wait_for(lambda: "/runs/" in b.current_url, what="the run's page")
+    run_page = b.current_url.removeprefix(url)
+    wait_for(lambda: "line 1" in text_of(b, "log"), timeout=20, what="the first line, live")
+    log = b.find_element(By.ID, "log")
+    seen_early = log.text
+    assert "line 6" not in seen_early  # it came while the run ran
+    assert b.find_element(By.ID, "run-state").text in ("running", "assigned")
+    b.shot("run-live")
+    wait_for(lambda: "line 6" in log.text and text_of(b, "run-state") == "succeeded", timeout=30, what="the whole log and the run's end")
+    assert [ln for ln in log.text.splitlines()] == [f"line {i}" for i in range(1, 7)]
+    assert b.find_element(By.ID, "exit-code").text == "0"
+    b.shot("run-done")
+
+    # pause it with a note
+    b.find_element(By.LINK_TEXT, "report").click()
+    b.find_element(By.ID, "pause-note-input").send_keys("waiting for the new schema")
+    b.find_element(By.ID, "pause").click()
+    wait_for(lambda: "waiting for the new schema" in text_of(b, "pause-note"),
+             what="the pause note")
+    assert b.find_element(By.ID, "job-state").text == "paused"
+    assert node.call("job", {"name": "report"})["pause"]["by"] == "token 'alice' (role operator)"
+    b.shot("job-paused")
+
+    # the other pages
+    for page in ("runs", "graph", "alerts", "backfills", "nodes"):
+        b.get(f"{url}/{page}")
+        assert b.find_element(By.ID, "whoami")
+        if page == "graph":  # report -> publish, drawn
+            assert len(b.find_elements(By.CSS_SELECTOR, "svg.graph rect")) == 2
+            assert len(b.find_elements(By.CSS_SELECTOR, "svg.graph line")) == 1
+        b.shot(page)
+
+    # phone width: nothing scrolls sideways
+    b.set_window_size(390, 844)
+    for page, name in (("/", "overview"), ("/jobs", "jobs"), ("/jobs/report", "job"),
+                       (run_page, "run"), ("/alerts", "alerts"), ("/graph", "graph")):
+        b.get(url + page)
+        assert no_sideways_scroll(b), page
+        b.shot(f"phone-{name}")
+    b.set_window_size(1280, 900)
+
+    # log out
+    b.find_element(By.ID, "logout").click()
+    wait_for(lambda: "/login" in b.current_url, what="the login page")
+    b.get(url + "/jobs")
+    assert "/login" in b.current_url
+
+    # a viewer: no operator buttons, and the server refuses the writes
+    b.find_element(By.NAME, "token").send_keys(viewer)
+    b.find_element(By.ID, "login").click()
+    wait_for(lambda: text_of(b, "whoami") == "bob · viewer",
+             what="the viewer's session")
+    b.get(url + "/jobs/report")
+    assert not b.find_elements(By.ID, "run-now") and not b.find_elements(By.ID, "resume")
+    b.shot("viewer-job")
+    statuses = b.execute_script("""
+        const csrf = document.querySelector('input[name=csrf]').value;
+        const post = (path) => fetch(path, {method: 'POST', credentials: 'same-origin',
+            headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+            body: 'csrf=' + csrf}).then(r => r.status);
+        return Promise.all([post('/jobs/report/resume'), post('/jobs/report/run'),
+                            post('/jobs/cleanup/pause')]);""")
+    assert statuses == [403, 403, 403]
+    job = node.call("job", {"name": "report"})
+    assert job["paused"] and job["pause"]["by"] == "token 'alice' (role operator)"
+    assert not node.call("job", {"name": "cleanup"})["paused"]
+    assert "event=http_handler_failed" not in node.daemon_log()
