@@ -87,3 +87,37 @@ def test_every_family_of_a_running_daemon(node_factory, tmp_path):
     # never a `job` label, never a run id
     for name, labels in got:
         assert "job" not in dict(labels) and "run_id" not in dict(labels), (name, labels)
+
+
+def test_a_cluster_counts_the_same_on_every_node_and_sees_a_leader_go(cluster):
+    c = cluster()
+    c.write_job("once", {"schedule": "@yearly", "command": "sleep 0.3"})
+    c.start()
+    lead = c.leader()
+    assert lead.cli("run-now", "once", "--wait").returncode == 0
+    key = ("cronrd_job_run_duration_seconds_count", (("job_name", "once"),))
+    urls = {n.config["node_id"]: n.call("status")["http"] for n in c}
+    wait_for(lambda: all(scrape(u)[1].get(key) == 1 for u in urls.values()),
+             what="the run's duration on every node")
+    pages = {nid: scrape(u)[1] for nid, u in urls.items()}
+    for got in pages.values():  # replicated: the same counts and buckets everywhere
+        assert {k: v for k, v in got.items() if k[0].startswith(("cronrd_job_runs",
+                "cronrd_job_run_duration", "cronrd_run_duration"))} == \
+            {k: v for k, v in pages[lead.config["node_id"]].items()
+             if k[0].startswith(("cronrd_job_runs", "cronrd_job_run_duration",
+                                 "cronrd_run_duration"))}
+    before = {nid: got[("cronrd_raft_leader_changes_total", ())] for nid, got in pages.items()}
+    gone = lead.config["node_id"]
+    lead.kill9()
+    survivors = [n for n in c if n.config["node_id"] != gone]
+
+    def seen():
+        for n in survivors:
+            got = scrape(urls[n.config["node_id"]])[1]
+            if got[("cronrd_raft_leader_changes_total", ())] <= before[n.config["node_id"]] \
+                    or got[("cronrd_node_up", (("node", gone),))] != 0:
+                return False
+        return sum(scrape(urls[n.config["node_id"]])[1][("cronrd_raft_is_leader", ())]
+                   for n in survivors) == 1
+    wait_for(seen, timeout=30, what="a new leader, one more leader change and the old "
+             "leader down on both survivors", on_fail=c.logs)
