@@ -50,6 +50,14 @@ def parse_http(raw: object, base: str, report: ConfigProblems, *,
         except ValueError as exc:
             report.add(H + ("listen",), f"http.listen {exc}")
     insecure_network = _parse_insecure(raw.get("insecure"), report)
+    job_histograms = raw.get("job_histograms", HttpConfig.job_histograms)
+    if not isinstance(job_histograms, int) or isinstance(job_histograms, bool) \
+            or job_histograms < 0:
+        report.add(H + ("job_histograms",),
+                   f"http.job_histograms must be a whole number of jobs, 0 or more (got "
+                   f"{job_histograms!r}): /metrics gives per-job histograms while there are "
+                   "at most that many jobs (0: never; the cluster-wide ones are always there)")
+        job_histograms = HttpConfig.job_histograms
     tls = None
     if raw.get("tls") is not None:
         tls = _parse_tls(raw["tls"], base, report)
@@ -69,7 +77,7 @@ def parse_http(raw: object, base: str, report: ConfigProblems, *,
     if len(report.problems) > before:
         return HttpConfig()
     return HttpConfig(listen=listen if enabled else None, tls=tls,
-                      insecure_network=insecure_network)
+                      insecure_network=insecure_network, job_histograms=job_histograms)
 
 
 def parse_listen(value: object) -> tuple[str, int]:

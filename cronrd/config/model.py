@@ -45,6 +45,10 @@ class HttpConfig:
     listen: tuple[str, int] | None = ("127.0.0.1", 8177)
     tls: HttpTLS | None = None
     insecure_network: bool = False   # insecure: {allow_network: true}
+    # /metrics gives per-job histograms while there are at most this many jobs
+    # (each job's two are 26 samples: 100,000 jobs would be 2.6 million, a 24 s
+    # render and a 230 MB page: bench/api.py)
+    job_histograms: int = 10_000
 
 
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
@@ -52,7 +56,7 @@ KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "time
               "shutdown", "log_level",
               "watch_interval", "max_running", "accept_jobs_from", "cluster",
               "notifiers", "notify", "pools", "http", "hooks")
-HTTP_KEYS = ("enabled", "listen", "tls", "insecure")
+HTTP_KEYS = ("enabled", "listen", "tls", "insecure", "job_histograms")
 HTTP_TLS_KEYS = ("cert", "key", "client_ca", "client_roles")
 HOOK_KEYS = ("secret_file", "dedupe", "replay_window")
 

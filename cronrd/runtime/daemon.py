@@ -147,7 +147,8 @@ class Daemon:
             self.http = HttpServer(cfg.http, is_ready=lambda: self.ready,
                                    status=self.members.status,
                                    metrics=Metrics(lambda: open_readonly(cfg.state_db),
-                                                   self._metrics_view),
+                                                   self._metrics_view,
+                                                   job_histograms=cfg.http.job_histograms),
                                    find_token=lambda secret: tokens.by_secret(self.conn, secret),
                                    list_tokens=lambda: tokens.listing(self.conn),
                                    now=self.clock.now, reads=self.handlers)

@@ -37,12 +37,11 @@ def record(conn, at: float, leader: str, attempts: list, done: list) -> dict:
     for event_id, notifier, attempt, ok, final, error in attempts[:MAX_BATCH]:
         if not _event_exists(conn, event_id):
             continue  # pruned meanwhile
-        before = conn.total_changes()
         conn.execute("INSERT OR IGNORE INTO deliveries(event_id, notifier, attempt, at, ok, "
                      "final, error, leader) VALUES(?,?,?,?,?,?,?,?)",
                      (int(event_id), str(notifier), int(attempt), at, int(bool(ok)),
                       int(bool(ok) or bool(final)), str(error or "")[:MAX_ERROR], leader))
-        added += conn.total_changes() - before
+        added += conn.changes()  # this row only (not the trigger's notify_outcomes)
     marked = 0
     for event_id in done[:MAX_BATCH]:
         before = conn.total_changes()

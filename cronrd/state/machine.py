@@ -41,6 +41,7 @@ from . import run_params as RP
 from .run import SELECT as SELECT_RUNS, Run
 from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, SEED_JOB_OUTCOMES,
+                     SEED_JOB_HISTOGRAMS, SEED_NOTIFY_OUTCOMES,
                      UPGRADE_FROM_V1,
                      UPGRADE_TO_V5, UPGRADE_TO_V6)
 
@@ -112,6 +113,38 @@ def _sync_parts(cmd) -> tuple[list, list, list, list, list]:
         [tuple(c) for c in claims]
 
 
+# Every replicated table (all but meta) and the order full_digest reads it in.
+DIGEST_TABLES = (
+    ("jobs", "name"), ("specs", "name, digest"),
+    ("job_sources", "name, node"), ("source_files", "node, path"),
+    ("file_claims", "digest"), ("job_deps", "parent, child"),
+    ("dep_cursors", "child, parent"),
+    ("run_lineage", "run_id, parent_job"),
+    ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
+    ("late_reports", "report_id"), ("audit", "audit_id"),
+    ("denied", "kind, value"), ("join_tokens", "node"),
+    ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
+    ("downstream_items", "root, job, fire_time"),
+    ("events", "event_id"), ("alerts", "alert_id"),
+    ("dead_letter", "run_id"),
+    ("downstream_edges", "root, parent_job, parent_fire_time, child_job, child_fire_time"),
+    ("pause_log", "event_id"),
+    ("run_params", "run_id"), ("run_keys", "job, key"),
+    ("run_queue", "run_id"),
+    ("failing_jobs", "job, target"),
+    ("deliveries", "event_id, notifier, attempt"),
+    ("pools", "name"), ("pool_runs", "run_id"),
+    ("run_heartbeats", "run_id"),
+    ("checkpoints", "job, origin, fire_time, target"),
+    ("job_outcomes", "job, origin, outcome, reason"),
+    ("job_histograms", "job, metric"),
+    ("notify_outcomes", "notifier, outcome"),
+    ("api_tokens", "name"),
+    ("pauses", "name"),
+    ("node_drains", "node"),
+)
+
+
 class StateMachine:
     def __init__(self, conn: apsw.Connection, node_id: str = ""):
         """``node_id`` is used only to upgrade a version 1 database, whose jobs
@@ -153,11 +186,17 @@ class StateMachine:
                     "SELECT sql FROM sqlite_master WHERE type='index' AND name='runs_active'")):
                 if "'waiting'" not in (sql or ""):  # made before the waiting state: remade
                     conn.execute("DROP INDEX runs_active")
-            seed = version is not None and not list(conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='job_outcomes'"))
+            have = {name for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table'")}
+            seed = version is not None and "job_outcomes" not in have
             conn.execute(SCHEMA)
             if seed:
                 conn.execute(SEED_JOB_OUTCOMES)
+            if version is not None and "job_histograms" not in have:
+                for sql in SEED_JOB_HISTOGRAMS:
+                    conn.execute(sql)
+            if version is not None and "notify_outcomes" not in have:
+                conn.execute(SEED_NOTIFY_OUTCOMES)
             for table, column, sql in ADDED_COLUMNS:
                 if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
                     conn.execute(sql)
@@ -1541,30 +1580,7 @@ class StateMachine:
         """Hash of every replicated table (O(rows): for tests and audits)."""
         h = hashlib.sha256()
         h.update(str(self.applied_index).encode())
-        for table, order in (("jobs", "name"), ("specs", "name, digest"),
-                             ("job_sources", "name, node"), ("source_files", "node, path"),
-                             ("file_claims", "digest"), ("job_deps", "parent, child"),
-                             ("dep_cursors", "child, parent"),
-                             ("run_lineage", "run_id, parent_job"),
-                             ("nodes", "node"), ("runs", "run_id"), ("gaps", "gap_id"),
-                             ("late_reports", "report_id"), ("audit", "audit_id"),
-                             ("denied", "kind, value"), ("join_tokens", "node"),
-                             ("backfills", "id"), ("backfill_items", "backfill, fire_time"),
-                             ("downstream_items", "root, job, fire_time"),
-                             ("events", "event_id"), ("alerts", "alert_id"),
-                             ("dead_letter", "run_id"),
-                             ("downstream_edges", "root, parent_job, parent_fire_time, "
-                                                  "child_job, child_fire_time"),
-                             ("pause_log", "event_id"),
-                             ("run_params", "run_id"), ("run_keys", "job, key"),
-                             ("run_queue", "run_id"),
-                             ("failing_jobs", "job, target"),
-                             ("deliveries", "event_id, notifier, attempt"),
-                             ("pools", "name"), ("pool_runs", "run_id"),
-                             ("run_heartbeats", "run_id"),
-                             ("checkpoints", "job, origin, fire_time, target"),
-                             ("job_outcomes", "job, origin, outcome, reason"),
-                             ("api_tokens", "name"), ("node_drains", "node")):
+        for table, order in DIGEST_TABLES:
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())

@@ -467,7 +467,78 @@ WHEN NEW.state IN (FINAL_STATES) AND OLD.state NOT IN (FINAL_STATES) BEGIN
     VALUES (NEW.job, NEW.origin, NEW.state, REASON_CODE, 1)
     ON CONFLICT(job, origin, outcome, reason) DO UPDATE SET n = n + 1;
 END;
+-- The run duration and schedule delay histograms of each job (/metrics:
+-- cronrd_job_run_duration_seconds, cronrd_job_schedule_delay_seconds), one
+-- row per job and metric, kept by triggers as records start and end: a
+-- scrape reads one row per job, never the run history, and pruning records
+-- leaves the counts. b0..b9: how many observations were <= each bound of
+-- HISTOGRAM_BUCKETS[metric] (cumulative, as Prometheus has them); count is
+-- the +Inf bucket. duration: finished_at - started_at of a run that ended
+-- having started; delay: started_at - fire_time of a scheduled attempt 1
+-- (kind 'scheduled': catch-up, backfill, retry and manual runs are late by
+-- design).
+CREATE TABLE IF NOT EXISTS job_histograms(
+    job TEXT NOT NULL,
+    metric TEXT NOT NULL,            -- duration | delay
+    b0 INTEGER NOT NULL, b1 INTEGER NOT NULL, b2 INTEGER NOT NULL, b3 INTEGER NOT NULL,
+    b4 INTEGER NOT NULL, b5 INTEGER NOT NULL, b6 INTEGER NOT NULL, b7 INTEGER NOT NULL,
+    b8 INTEGER NOT NULL, b9 INTEGER NOT NULL,
+    sum REAL NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY(job, metric)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS runs_duration AFTER UPDATE OF state ON runs
+WHEN NEW.state IN (FINAL_STATES) AND OLD.state NOT IN (FINAL_STATES)
+     AND NEW.started_at IS NOT NULL AND NEW.finished_at IS NOT NULL BEGIN
+    OBSERVE_DURATION;
+END;
+CREATE TRIGGER IF NOT EXISTS runs_delay AFTER UPDATE OF started_at ON runs
+WHEN OLD.started_at IS NULL AND NEW.started_at IS NOT NULL AND NEW.kind = 'scheduled' BEGIN
+    OBSERVE_DELAY;
+END;
+-- How each notifier's delivery attempts went (/metrics:
+-- cronrd_notifications_total): sent, failed (another attempt follows) or
+-- given_up (the last attempt failed); counted as attempts are recorded, so
+-- pruning deliveries with their events leaves the counts.
+CREATE TABLE IF NOT EXISTS notify_outcomes(
+    notifier TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY(notifier, outcome)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS deliveries_outcome AFTER INSERT ON deliveries BEGIN
+    INSERT INTO notify_outcomes(notifier, outcome, n)
+    VALUES (NEW.notifier, NOTIFY_OUTCOME, 1)
+    ON CONFLICT(notifier, outcome) DO UPDATE SET n = n + 1;
+END;
+-- Open dead-letter entries per job (/metrics: cronrd_job_dead_letter).
+CREATE INDEX IF NOT EXISTS dead_letter_open ON dead_letter(job) WHERE state = 'open';
 """
+
+# The bounds (seconds) of the per-job histograms' buckets: ten each, the
+# columns b0..b9 of job_histograms (changing them needs a migration).
+HISTOGRAM_BUCKETS = {
+    "duration": (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 86400.0),
+    "delay": (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0),
+}
+_HIST_COLS = ", ".join(f"b{i}" for i in range(10))
+
+
+def _observe(metric: str, value: str, row: str = "NEW") -> str:
+    """The upsert adding one observation ``value`` (SQL over ``row``)."""
+    v = value.replace("R.", f"{row}.")
+    cells = ", ".join(f"({v}) <= {b!r}" for b in HISTOGRAM_BUCKETS[metric])
+    sets = ", ".join(f"b{i} = b{i} + excluded.b{i}" for i in range(10))
+    return (f"INSERT INTO job_histograms(job, metric, {_HIST_COLS}, sum, count) "
+            f"VALUES ({row}.job, '{metric}', {cells}, {v}, 1) "
+            f"ON CONFLICT(job, metric) DO UPDATE SET {sets}, sum = sum + excluded.sum, "
+            f"count = count + 1")
+
+
+DURATION_SQL = "MAX(0.0, R.finished_at - R.started_at)"
+DELAY_SQL = "MAX(0.0, R.started_at - R.fire_time)"
+NOTIFY_OUTCOME_SQL = ("CASE WHEN R.ok THEN 'sent' WHEN R.final THEN 'given_up' "
+                      "ELSE 'failed' END")
 
 # The leading word of a skipped run's reason (letters and '_' up to the first
 # space, ':' or '('), as SQL over the row ``R`` (NEW in the triggers).
@@ -477,12 +548,30 @@ REASON_CODE_SQL = (f"CASE WHEN R.state != 'skipped' THEN '' WHEN {_CODE} = '' OR
                    f"GLOB '*[^a-z_]*' THEN 'other' ELSE {_CODE} END")
 _FINAL = FINAL
 SCHEMA = SCHEMA.replace("FINAL_STATES", ", ".join(f"'{s}'" for s in _FINAL)).replace(
-    "REASON_CODE", REASON_CODE_SQL.replace("R.", "NEW."))
+    "REASON_CODE", REASON_CODE_SQL.replace("R.", "NEW.")).replace(
+    "OBSERVE_DURATION", _observe("duration", DURATION_SQL)).replace(
+    "OBSERVE_DELAY", _observe("delay", DELAY_SQL)).replace(
+    "NOTIFY_OUTCOME", NOTIFY_OUTCOME_SQL.replace("R.", "NEW."))
 # A database made before job_outcomes: its counts start from the records it holds.
 SEED_JOB_OUTCOMES = (
     "INSERT INTO job_outcomes(job, origin, outcome, reason, n) "
     f"SELECT R.job, R.origin, R.state, {REASON_CODE_SQL}, COUNT(*) FROM runs AS R "
     f"WHERE R.state IN ({', '.join(repr(s) for s in _FINAL)}) GROUP BY 1, 2, 3, 4")
+
+# A database made before job_histograms or notify_outcomes: seeded likewise
+# (one statement per metric: each upsert adds a record's observation).
+SEED_JOB_HISTOGRAMS = tuple(
+    f"INSERT INTO job_histograms(job, metric, {_HIST_COLS}, sum, count) "
+    f"SELECT R.job, '{metric}', "
+    + ", ".join(f"SUM(({sql}) <= {b!r})" for b in HISTOGRAM_BUCKETS[metric])
+    + f", SUM({sql}), COUNT(*) FROM runs AS R WHERE {where} GROUP BY R.job"
+    for metric, sql, where in (
+        ("duration", DURATION_SQL, f"R.state IN ({', '.join(repr(s) for s in _FINAL)}) AND "
+         "R.started_at IS NOT NULL AND R.finished_at IS NOT NULL"),
+        ("delay", DELAY_SQL, "R.started_at IS NOT NULL AND R.kind = 'scheduled'")))
+SEED_NOTIFY_OUTCOMES = (
+    "INSERT INTO notify_outcomes(notifier, outcome, n) "
+    f"SELECT R.notifier, {NOTIFY_OUTCOME_SQL}, COUNT(*) FROM deliveries AS R GROUP BY 1, 2")
 
 # Migrations from older versions, run before SCHEMA (which then adds new tables:
 # version 3 only adds the audit table, version 4 the denied and join_tokens tables).

@@ -101,6 +101,15 @@ def test_the_daemon_check_loads_the_tls_files(tmp_path):
     assert "is not the private key of" in str(report.problems[0])
 
 
+def test_job_histograms_is_a_number_of_jobs():
+    assert http({}).job_histograms == 10_000
+    assert http({"job_histograms": 0}).job_histograms == 0
+    assert http({"job_histograms": 200_000}).job_histograms == 200_000
+    for bad in (-1, "many", True, 1.5):
+        with pytest.raises(ConfigError, match="http.job_histograms must be a whole number"):
+            http({"job_histograms": bad})
+
+
 def test_client_roles_map_certificate_names_to_roles(tmp_path):
     for name in ("c.pem", "k.pem", "ca.pem"):
         (tmp_path / name).write_text("x")

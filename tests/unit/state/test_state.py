@@ -437,3 +437,11 @@ def test_maintenance_pause_skips_every_job_and_leaves_own_pauses_alone():
 def test_a_set_paused_from_before_notes_decodes_with_empty_note():
     cmd = C.decode(b'{"op":"set_paused","name":"j","paused":true,"at":1.0}')
     assert (cmd.note, cmd.by) == ("", "")
+
+
+def test_full_digest_reads_every_replicated_table():
+    from cronrd.state.machine import DIGEST_TABLES
+    log = Log()
+    tables = {name for (name,) in log.sm.conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+    assert tables - {"meta"} == {t for t, _ in DIGEST_TABLES}
