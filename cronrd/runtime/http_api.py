@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from ..errors import CronrdError, PermissionDenied, UsageError
+from ..state.tokens import job_allowed, sql_glob
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -107,11 +108,12 @@ class ReadRoutes:
             raise UsageError("cursor is not one this server made")
         match = request.query.get("match") or None
         res = await self.reads.h_jobs({"limit": limit, "after": after,
-                                       "match": glob or match,
+                                       "match": sql_glob(glob) if glob else match,
                                        "consistent": consistent(request)})
         items = res["jobs"]
-        if glob and match:  # both: the token's in SQL, the caller's here
-            items = [j for j in items if fnmatch.fnmatchcase(j["name"], match)]
+        if glob:  # the token's (narrowed in SQL if it can be), the caller's here
+            items = [j for j in items if job_allowed(glob, j["name"]) and
+                     (not match or fnmatch.fnmatchcase(j["name"], match))]
         return web.json_response({"items": items, "next_cursor": encode_cursor(
             {"after": res["next"]}) if res["next"] else None})
 

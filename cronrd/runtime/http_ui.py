@@ -36,7 +36,7 @@ from ..schedule import iso_utc, parse_iso
 from ..state import queries as Q
 from ..state import run_states
 from ..state.events import SLA_KINDS
-from ..state.tokens import job_allowed, role_allows
+from ..state.tokens import job_allowed, role_allows, sql_glob
 from .access import Caller
 from .http_api import Route
 from .http_session import (COOKIE, CSRF_FIELD, CSRF_HEADER, cookie_options, csrf_ok,
@@ -330,8 +330,9 @@ class UiPages:
                 (e.next_fire, n) for n, e in sched.entries.items()
                 if e.active and e.next_fire is not None and job_allowed(sess.glob, n)))
             return [{"name": n, "next_fire": iso_utc(t)} for t, n in soon], False
-        jobs = await self.reads.h_jobs({"limit": 200, "match": sess.glob or None})
-        return sorted((j for j in jobs["jobs"] if j["next_fire"]),
+        jobs = await self.reads.h_jobs({"limit": 200, "match": sql_glob(sess.glob)})
+        return sorted((j for j in jobs["jobs"] if j["next_fire"] and
+                       job_allowed(sess.glob, j["name"])),
                       key=lambda j: j["next_fire"])[:count], jobs["next"] is not None
 
     @page()
@@ -342,10 +343,11 @@ class UiPages:
         after = request.query.get("after") or None
         match = q if any(c in q for c in "*?[") else (f"*{q}*" if q else None)
         res = await self.reads.h_jobs({"limit": PAGE, "after": after,
-                                       "match": sess.glob or match})
+                                       "match": sql_glob(sess.glob) if sess.glob else match})
         items = res["jobs"]
-        if sess.glob and match:
-            items = [j for j in items if fnmatch.fnmatchcase(j["name"], match)]
+        if sess.glob:
+            items = [j for j in items if job_allowed(sess.glob, j["name"]) and
+                     (not match or fnmatch.fnmatchcase(j["name"], match))]
         for j in items:
             spec = Q.job_spec(self.reads.conn, j["name"])
             j["user"] = (spec.user if spec is not None else None) or "root"

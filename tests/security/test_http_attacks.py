@@ -1,0 +1,227 @@
+"""Attacks on the HTTP surface (issue 16): the API, the web UI and their
+session, through aiohttp's test client with the daemon's Handlers faked.
+Each test is one way in that must stay shut."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import sqlite3
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from cronrd.config import HttpConfig, HttpTLS
+from cronrd.runtime import http_server
+from cronrd.runtime.http_server import HttpServer
+from cronrd.runtime.http_session import COOKIE
+from cronrd.runtime.http_ui import _safe_next
+
+NOW = 1_800_000_000.0
+TOKENS = {
+    "adm": {"name": "adm", "role": "admin", "jobs": "", "expires_at": None,
+            "created_at": NOW},
+    # "db-" then anything but x, as fnmatch (access.py) reads it
+    "neg": {"name": "neg", "role": "viewer", "jobs": "db-[!x]*", "expires_at": None,
+            "created_at": NOW},
+    "caret": {"name": "caret", "role": "viewer", "jobs": "db-[^x]*", "expires_at": None,
+              "created_at": NOW},
+    "web": {"name": "web", "role": "operator", "jobs": "web-*", "expires_at": None,
+            "created_at": NOW},
+}
+JOBS = ["db-a", "db-x1", "web-1"]
+_GLOB = sqlite3.connect(":memory:")
+
+
+def sql_glob(name: str, pattern: str) -> bool:
+    """SQLite's GLOB, as queries.jobs filters job names."""
+    return bool(_GLOB.execute("SELECT ? GLOB ?", (name, pattern)).fetchone()[0])
+
+
+class FakeMetrics:
+    async def page(self) -> bytes:
+        return b""
+
+
+class FakeConn:
+    def execute(self, *a):
+        return iter(())
+
+
+class FakeConfig:
+    pools = ()
+    node_id = "n1"
+    timezone = "UTC"
+
+
+class FakeClock:
+    def now(self):
+        return NOW
+
+
+class FakeHandlers:
+    def __init__(self):
+        self.conn = FakeConn()
+        self.config = FakeConfig()
+        self.clock = FakeClock()
+        self.calls = []
+
+    def table(self):
+        return {}
+
+    async def h_jobs(self, args):
+        names = [n for n in JOBS if args.get("match") is None or sql_glob(n, args["match"])]
+        return {"jobs": [{"name": n, "paused": False, "enabled": True, "last_run": None,
+                          "next_fire": None} for n in names], "next": None}
+
+    async def h_status(self, args):
+        return {"node_id": "n1", "leader": "n1", "jobs": 3, "running": 0, "paused": 0}
+
+    async def h_cluster_members(self, args):
+        return {"leader": "n1", "members": []}
+
+    async def h_runs(self, args):
+        return {"runs": []}
+
+    async def h_alerts(self, args):
+        return {"alerts": [{"alert_id": i, "job": j, "kind": "late"}
+                           for i, j in enumerate(JOBS)]}
+
+    async def h_dead_letter(self, args):
+        return {"dead_letter": [{"run_id": i, "job": j} for i, j in enumerate(JOBS)]}
+
+    async def _audit(self, *a, **kw):
+        pass
+
+
+def serve(body, cfg: HttpConfig | None = None):
+    reads = FakeHandlers()
+    server = HttpServer(cfg or HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=lambda: {}, metrics=FakeMetrics(), find_token=TOKENS.get,
+                        now=lambda: NOW, reads=reads)
+
+    async def main():
+        async with TestClient(TestServer(server.app)) as client:
+            return await body(client, reads)
+    return asyncio.run(main())
+
+
+def bearer(secret: str) -> dict:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def cookie(secret: str) -> dict:
+    return {"Cookie": f"{COOKIE}={secret}"}
+
+
+@pytest.mark.parametrize("secret", ["neg", "caret"])
+def test_a_bracket_glob_token_lists_no_job_outside_its_glob(secret):
+    """SQLite's GLOB reads [!x] and [^x] otherwise than fnmatch: the listing
+    must not show a job the token may not see."""
+    allowed = [n for n in JOBS if fnmatch.fnmatchcase(n, TOKENS[secret]["jobs"])]
+    assert allowed in (["db-a"], ["db-x1"])  # fnmatch: [^x] is "^ or x"
+    async def body(client, reads):
+        r = await client.get("/api/v1/jobs", headers=bearer(secret))
+        assert r.status == 200
+        names = [j["name"] for j in (await r.json())["items"]]
+        assert names == allowed
+        r = await client.get("/jobs", headers=cookie(secret))
+        assert r.status == 200
+        html = await r.text()
+        assert all((f">{n}<" in html) == (n in allowed) for n in JOBS), html
+    serve(body)
+
+
+def test_the_overview_counts_only_the_tokens_alerts_and_dead_letters():
+    async def body(client, reads):
+        r = await client.get("/", headers=cookie("web"))
+        assert r.status == 200
+        html = await r.text()
+        # one late alert and one dead letter of web-*, not the three of all jobs
+        assert "<b>1</b><span>late</span>" in html, html
+        assert "<b>1</b><span>dead letter</span>" in html
+    serve(body)
+
+
+def test_a_certificate_write_from_another_site_is_refused(monkeypatch):
+    """A browser sends its client certificate to any page's request, as it
+    sends a cookie: a write another site's page makes with it is CSRF."""
+    monkeypatch.setattr(http_server, "principal", lambda peercert, roles: {
+        "name": "cert:ops", "role": "operator", "jobs": "", "expires_at": None,
+        "created_at": None, "node": None})
+    cfg = HttpConfig(listen=("127.0.0.1", 0), tls=HttpTLS(
+        "c.pem", "k.pem", "ca.pem", (("ops", "operator", ""),)))
+
+    async def body(client, reads):
+        r = await client.get("/api/v1/whoami")
+        assert r.status == 200 and (await r.json())["name"] == "cert:ops"
+        for headers in ({"Origin": "https://evil.example"}, {"Origin": "null"},
+                        {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}):
+            r = await client.post("/api/v1/validate", data=b"", headers=headers)
+            assert r.status == 403, (headers, r.status)
+        # a client that is not a browser (no Origin), or the server's own page
+        r = await client.post("/api/v1/validate", data=b"")
+        assert r.status == 200
+        own = f"http://{client.host}:{client.port}"
+        r = await client.post("/api/v1/validate", data=b"", headers={
+            "Origin": own, "Sec-Fetch-Site": "same-origin"})
+        assert r.status == 200
+    serve(body, cfg)
+
+
+def test_after_login_no_path_a_browser_reads_as_another_site():
+    """Browsers drop tabs and newlines from a URL: "/<TAB>/evil" is "//evil"."""
+    for bad in ("/\t/evil.example", "/\n/evil.example", "/\r/evil.example",
+                "/ /evil.example", "/\x00/evil.example", "/\x0b/x"):
+        assert _safe_next(bad) == "/", repr(bad)
+    assert _safe_next("/jobs/a%20b?q=x") == "/jobs/a%20b?q=x"
+
+
+def test_login_redirects_only_to_a_local_path():
+    async def body(client, reads):
+        r = await client.post("/login", data={"token": "adm", "next": "/\t/evil.example"},
+                              allow_redirects=False)
+        assert r.status == 303 and r.headers["Location"] == "/"
+    serve(body)
+
+
+def test_a_login_from_a_sandboxed_page_is_refused():
+    """Origin: null is what a sandboxed iframe of another site sends."""
+    async def body(client, reads):
+        for headers in ({"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}):
+            r = await client.post("/login", data={"token": "adm"}, headers=headers,
+                                  allow_redirects=False)
+            assert r.status == 403 and "Set-Cookie" not in r.headers, headers
+        r = await client.post("/login", data={"token": "adm"}, allow_redirects=False,
+                              headers={"Sec-Fetch-Site": "same-origin"})
+        assert r.status == 303
+    serve(body)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs?limit=%C2%B2", "/api/v1/runs?limit=%C2%B2",
+                                  "/api/v1/runs/%C2%B2", "/api/v1/runs/%C2%B2/log",
+                                  "/api/v1/audit?limit=%C2%B2"])
+def test_a_digit_that_is_no_number_is_a_bad_request(path):
+    """"²".isdigit() is True, int("²") fails: 400, never a 500."""
+    async def body(client, reads):
+        r = await client.get(path, headers=bearer("adm"))
+        assert r.status == 400, (path, r.status, await r.text())
+    serve(body)
+
+
+@pytest.mark.parametrize("path", ["/runs?before=%C2%B2", "/runs/%C2%B2",
+                                  "/audit?before=%C2%B2", "/alerts?before=%C2%B2"])
+def test_a_ui_page_given_a_digit_that_is_no_number_does_not_fail(path):
+    async def body(client, reads):
+        r = await client.get(path, headers=cookie("adm"))
+        assert r.status < 500, (path, r.status, await r.text())
+    serve(body)
+
+
+def test_api_answers_are_never_sniffed_as_html():
+    """A run's log is text/plain the job wrote: a browser must not render it."""
+    async def body(client, reads):
+        for path in ("/api/v1/whoami", "/healthz", "/api/v1/nosuch"):
+            r = await client.get(path, headers=bearer("adm"))
+            assert r.headers.get("X-Content-Type-Options") == "nosniff", path
+    serve(body)
