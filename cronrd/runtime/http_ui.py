@@ -311,9 +311,11 @@ class UiPages:
                                            "since": now - 86400}))["runs"]
         running = [r for r in running if job_allowed(sess.glob, r["job"])]
         failed = [r for r in failed if job_allowed(sess.glob, r["job"])]
-        alerts = (await self.reads.h_alerts({"limit": 100}))["alerts"]
+        alerts = [a for a in (await self.reads.h_alerts({"limit": 100}))["alerts"]
+                  if job_allowed(sess.glob, a["job"])]
         late = [a for a in alerts if a.get("kind") in SLA_KINDS]
-        dead = (await self.reads.h_dead_letter({"limit": 100}))["dead_letter"]
+        dead = [d for d in (await self.reads.h_dead_letter({"limit": 100}))["dead_letter"]
+                if job_allowed(sess.glob, d["job"])]
         upcoming, partial = await self.next_fires(sess)
         return self.render(request, "overview.html", sess, st=st, members=members["members"],
                            leader=members["leader"], running=running, failed=failed,

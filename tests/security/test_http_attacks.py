@@ -84,7 +84,7 @@ class FakeHandlers:
         return {"runs": []}
 
     async def h_alerts(self, args):
-        return {"alerts": [{"alert_id": i, "job": j, "kind": "late"}
+        return {"alerts": [{"alert_id": i, "job": j, "kind": "start_within"}
                            for i, j in enumerate(JOBS)]}
 
     async def h_dead_letter(self, args):
