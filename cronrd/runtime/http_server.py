@@ -34,7 +34,7 @@ from .http_ui import UiPages
 from ..schedule import iso_utc
 from ..state.tokens import role_allows
 from .metrics import CONTENT_TYPE, Metrics
-from .http_session import COOKIE, CSRF_HEADER, SAFE_METHODS, csrf_ok
+from .http_session import COOKIE, CSRF_HEADER, SAFE_METHODS, csrf_ok, from_another_site
 
 log = logging.getLogger("cronrd.http")
 
@@ -170,6 +170,14 @@ class HttpServer:
                              if request.transport is not None else None,
                              self.config.tls.client_roles)
             if cert is not None:  # a verified client certificate with a role
+                # a browser sends it with any site's request, as a cookie: no
+                # write from another site's page (CSRF)
+                if request.method not in SAFE_METHODS and from_another_site(
+                        request.headers, request.scheme, request.host):
+                    return problem(403, "Forbidden", "a write with a client certificate "
+                                   "from another site's page is refused; send it from a "
+                                   "client that is not a browser, or with Authorization: "
+                                   "Bearer TOKEN")
                 return await self._as(request, handler, cert, needed)
         if session:  # the browser's session cookie (http_session.py) holds the token
             scheme, secret = "bearer", request.cookies[COOKIE]

@@ -40,7 +40,7 @@ from ..state.tokens import job_allowed, role_allows, sql_glob
 from .access import Caller
 from .http_api import Route
 from .http_session import (COOKIE, CSRF_FIELD, CSRF_HEADER, cookie_options, csrf_ok,
-                           csrf_token)
+                           csrf_token, from_another_site)
 
 log = logging.getLogger("cronrd.http")
 
@@ -272,8 +272,7 @@ class UiPages:
             request.query.get("next")), message="")
 
     async def login(self, request: web.Request) -> web.Response:
-        origin = request.headers.get("Origin")
-        if origin and origin != "null" and origin != f"{request.scheme}://{request.host}":
+        if from_another_site(request.headers, request.scheme, request.host):
             return self.render(request, "login.html", None, status=403, next="/",
                                message="a login from another site is refused")
         form = await request.post()
