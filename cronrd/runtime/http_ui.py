@@ -105,7 +105,7 @@ def page(role: str = "viewer"):
         async def handler(self: "UiPages", request: web.Request):
             sess = self.session(request)
             if sess is None:
-                raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))
+                raise web.HTTPSeeOther("/login?" + urlencode({"next": request.rel_url.raw_path_qs}))
             try:
                 if not sess.can(role):
                     raise UiError(403, f"this page needs the role {role}; token "
@@ -624,8 +624,10 @@ def _redirect(url: str) -> web.Response:
 
 
 def _safe_next(text: str | None) -> str:
-    """A local path to go to after login (never another site)."""
-    if not text or not text.startswith("/") or text.startswith("//") or "\\" in text:
+    """A local path to go to after login (never another site; a browser
+    drops tabs and newlines from a URL, so "/<TAB>/x" would be "//x")."""
+    if not text or not text.startswith("/") or text.startswith("//") or "\\" in text \
+            or any(c <= " " or c == "\x7f" for c in text):
         return "/"
     return text
 
