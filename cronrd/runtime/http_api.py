@@ -55,11 +55,26 @@ def decode_cursor(text: str | None) -> dict:
     return value
 
 
+def whole_number(text: str | None) -> bool:
+    """ASCII digits SQLite's integer holds ("²".isdigit() is True, and
+    int() refuses it)."""
+    return bool(text) and text.isascii() and text.isdigit() and len(text) <= 18
+
+
+def cursor_before(cur: dict) -> int | None:
+    """A cursor's ``before`` (an id), None on the first page."""
+    before = cur.get("before")
+    if before is not None and (not isinstance(before, int) or isinstance(before, bool)
+                               or not 0 <= before < 2 ** 63):
+        raise UsageError("cursor is not one this server made")
+    return before
+
+
 def page_limit(request: web.Request) -> int:
     text = request.query.get("limit")
     if text is None:
         return DEFAULT_LIMIT
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+    if not whole_number(text) or not 1 <= int(text) <= MAX_LIMIT:
         raise UsageError(f"limit must be a whole number from 1 to {MAX_LIMIT} (got {text!r})")
     return int(text)
 
@@ -121,13 +136,11 @@ class ReadRoutes:
         glob = self.token_of(request).get("jobs") or None
         limit = page_limit(request)
         cur = decode_cursor(request.query.get("cursor"))
-        before = cur.get("before")
-        if before is not None and (not isinstance(before, int) or isinstance(before, bool)):
-            raise UsageError("cursor is not one this server made")
+        before = cursor_before(cur)
         args = {k: request.query[k] for k in ("job", "state", "kind", "node", "since",
                                               "until") if request.query.get(k)}
         for k in ("since", "until"):  # Unix seconds as numbers
-            if k in args and args[k].replace(".", "", 1).isdigit():
+            if k in args and re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", args[k]):
                 args[k] = float(args[k])
         if glob and "job" in args and not fnmatch.fnmatchcase(args["job"], glob):
             raise PermissionDenied(f"this token may read only the jobs matching {glob!r}")

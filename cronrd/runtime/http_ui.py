@@ -38,7 +38,7 @@ from ..state import run_states
 from ..state.events import SLA_KINDS
 from ..state.tokens import job_allowed, role_allows, sql_glob
 from .access import Caller
-from .http_api import Route
+from .http_api import Route, whole_number
 from .http_session import (COOKIE, CSRF_FIELD, CSRF_HEADER, cookie_options, csrf_ok,
                            csrf_token, from_another_site)
 
@@ -633,7 +633,7 @@ def _safe_next(text: str | None) -> str:
 
 
 def _int(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() else None
+    return int(text) if whole_number(text) else None
 
 
 def _id(request: web.Request, key: str = "id") -> int:

@@ -35,7 +35,8 @@ from ..state.run import SELECT as RUN_SELECT, Run
 from ..state.tokens import job_allowed
 from .access import Caller, check_token_sees
 from .handlers import LOG_CHUNK, read_log_chunk
-from .http_api import MAX_LIMIT, Route, decode_cursor, encode_cursor, page_limit
+from .http_api import (MAX_LIMIT, Route, cursor_before, decode_cursor, encode_cursor,
+                       page_limit, whole_number)
 from .http_idempotency import IdempotencyCache
 
 API = "/api/v1"
@@ -85,7 +86,7 @@ def _time_arg(value: Any, name: str) -> int:
 
 def _int_id(request: web.Request, name: str) -> int:
     text = request.match_info[name]
-    if not text.isdigit() or len(text) > 18:
+    if not whole_number(text):
         raise UsageError(f"{name} must be a whole number (got {text!r})")
     return int(text)
 
@@ -276,7 +277,7 @@ class ApiRoutes:
         name = request.match_info["name"]
         self.sees(request, name, f"GET /api/v1/jobs/{name}")
         text = request.query.get("next", "5")
-        if not text.isdigit():
+        if not whole_number(text):
             raise UsageError(f"next must be a whole number 0 to 100 (got {text!r})")
         self._exists(name)
         view = await self.h.h_job({"name": name, "next": int(text)})
@@ -400,13 +401,13 @@ class ApiRoutes:
 
     async def run_log(self, request: web.Request) -> web.Response:
         await self.consistent(request)
-        run = self._run_of(request, f"GET {request.path}")
         offset, length = (request.query.get(k, d) for k, d in (("offset", "0"),
                                                                   ("length", str(LOG_CHUNK))))
-        if not offset.isdigit() or not length.isdigit() or \
+        if not whole_number(offset) or not whole_number(length) or \
                 not 1 <= int(length) <= MAX_LOG_LENGTH:
             raise UsageError(f"offset must be a whole number >= 0 and length 1 to "
                              f"{MAX_LOG_LENGTH} (got offset={offset!r} length={length!r})")
+        run = self._run_of(request, f"GET {request.path}")
         at, want = int(offset), int(length)
         data, more, me = b"", False, self.h.config.node_id
         while len(data) < want:
@@ -438,10 +439,7 @@ class ApiRoutes:
                                                                "updated_at"))
 
     def _before(self, request) -> int | None:
-        before = decode_cursor(request.query.get("cursor")).get("before")
-        if before is not None and (not isinstance(before, int) or isinstance(before, bool)):
-            raise UsageError("cursor is not one this server made")
-        return before
+        return cursor_before(decode_cursor(request.query.get("cursor")))
 
     def _page(self, request, rows: list[dict], key: str, limit: int,
               times: tuple[str, ...] = ()) -> web.Response:

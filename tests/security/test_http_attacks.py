@@ -80,8 +80,21 @@ class FakeHandlers:
     async def h_cluster_members(self, args):
         return {"leader": "n1", "members": []}
 
+    @staticmethod
+    def bind(*values):
+        """As SQLite binds a parameter: an int beyond 64 bits fails."""
+        for v in values:
+            if isinstance(v, (int, float)) and not -2 ** 63 <= v < 2 ** 63:
+                raise OverflowError("int too big to convert")
+
     async def h_runs(self, args):
+        from cronrd.runtime.reads import _time  # the real parsing of the times
+        self.bind(args.get("before"), _time(args, "since"), _time(args, "until"))
         return {"runs": []}
+
+    async def h_audit(self, args):
+        self.bind(args.get("before"))
+        return {"records": []}
 
     async def h_alerts(self, args):
         return {"alerts": [{"alert_id": i, "job": j, "kind": "start_within"}
@@ -224,4 +237,22 @@ def test_api_answers_are_never_sniffed_as_html():
         for path in ("/api/v1/whoami", "/healthz", "/api/v1/nosuch"):
             r = await client.get(path, headers=bearer("adm"))
             assert r.headers.get("X-Content-Type-Options") == "nosniff", path
+    serve(body)
+
+
+def test_huge_numbers_are_bad_requests_not_failures():
+    """A number SQLite cannot hold (a cursor, an offset, a page's before)."""
+    from cronrd.runtime.http_api import encode_cursor
+    huge = str(10 ** 30)
+
+    async def body(client, reads):
+        for path in ("/api/v1/runs/1/log?offset=" + huge,
+                     "/api/v1/audit?cursor=" + encode_cursor({"before": 10 ** 30}),
+                     "/api/v1/runs?cursor=" + encode_cursor({"before": 10 ** 30}),
+                     "/api/v1/runs?since=" + "9" * 400):
+            r = await client.get(path, headers=bearer("adm"))
+            assert r.status == 400, (path, r.status, await r.text())
+        for path in ("/runs?before=" + huge, "/audit?before=" + huge):
+            r = await client.get(path, headers=cookie("adm"))
+            assert r.status < 500, (path, r.status, await r.text())
     serve(body)
