@@ -75,6 +75,12 @@ async def _problems(request: web.Request, handler):
                        "daemon's log (event=http_handler_failed)")
 
 
+async def _no_sniffing(request: web.Request, response: web.StreamResponse) -> None:
+    """No browser reads an answer as another type than it says: a run's log
+    (text/plain, what the job wrote) is never rendered as HTML."""
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
 def tls_context(config: HttpConfig) -> ssl.SSLContext | None:
     if config.tls is None:
         return None
@@ -150,6 +156,7 @@ class HttpServer:
             self.roles[(route.method, route.path)] = route.role
         # the web UI (http_ui.py): its pages check the session cookie themselves
         self.routes += UiPages(self).install(app)
+        app.on_response_prepare.append(_no_sniffing)
         return app
 
     @web.middleware
