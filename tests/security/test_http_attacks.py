@@ -256,3 +256,16 @@ def test_huge_numbers_are_bad_requests_not_failures():
             r = await client.get(path, headers=cookie("adm"))
             assert r.status < 500, (path, r.status, await r.text())
     serve(body)
+
+
+def test_an_admin_token_limited_to_some_jobs_has_no_power_over_every_job():
+    """Making tokens (an unlimited one, too), draining a node and pausing
+    every job reach past a --jobs glob: they need an unlimited admin."""
+    from cronrd.errors import PermissionDenied
+    from cronrd.runtime.access import Caller, check_admin
+    limited = Caller.of_token({"name": "dbadm", "role": "admin", "jobs": "db-*",
+                               "expires_at": None})
+    with pytest.raises(PermissionDenied, match=r"db-\*"):
+        check_admin(limited, "cronrd token create root2")
+    check_admin(Caller.of_token({"name": "adm", "role": "admin", "jobs": "",
+                                 "expires_at": None}), "cronrd token create x")
