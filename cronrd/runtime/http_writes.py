@@ -63,7 +63,7 @@ async def _body(request: web.Request) -> tuple[bytes, dict]:
         return raw, {}
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise UsageError(f"the body is not JSON ({exc}); send a JSON object, e.g. "
                          '{"note": "disk full"}') from None
     if not isinstance(value, dict):

@@ -269,3 +269,11 @@ def test_an_admin_token_limited_to_some_jobs_has_no_power_over_every_job():
         check_admin(limited, "cronrd token create root2")
     check_admin(Caller.of_token({"name": "adm", "role": "admin", "jobs": "",
                                  "expires_at": None}), "cronrd token create x")
+
+
+def test_a_body_nested_too_deep_for_json_is_a_bad_request():
+    async def body(client, reads):
+        r = await client.post("/api/v1/jobs/db-a/pause", data=b"[" * 200_000,
+                              headers=bearer("adm"))
+        assert r.status == 400, (r.status, await r.text())
+    serve(body)
