@@ -47,7 +47,7 @@ def decode_cursor(text: str | None) -> dict:
         return {}
     try:
         value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         value = None
     if not isinstance(value, dict):
         raise UsageError("cursor is not one this server made: pass next_cursor from the "

@@ -5,6 +5,7 @@ Each test is one way in that must stay shut."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import fnmatch
 import sqlite3
 
@@ -275,5 +276,8 @@ def test_a_body_nested_too_deep_for_json_is_a_bad_request():
     async def body(client, reads):
         r = await client.post("/api/v1/jobs/db-a/pause", data=b"[" * 200_000,
                               headers=bearer("adm"))
+        assert r.status == 400, (r.status, await r.text())
+        deep = base64.urlsafe_b64encode(b"[" * 5000).decode()
+        r = await client.get("/api/v1/runs?cursor=" + deep, headers=bearer("adm"))
         assert r.status == 400, (r.status, await r.text())
     serve(body)
