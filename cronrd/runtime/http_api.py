@@ -24,6 +24,7 @@ from ..state.tokens import job_allowed, sql_glob
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+MAX_PATTERN = 200   # characters of a job name pattern (as a token's --jobs)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ class ReadRoutes:
         if after is not None and not isinstance(after, str):
             raise UsageError("cursor is not one this server made")
         match = request.query.get("match") or None
+        if match is not None and len(match) > MAX_PATTERN:
+            raise UsageError(f"match is a pattern of at most {MAX_PATTERN} characters")
         res = await self.reads.h_jobs({"limit": limit, "after": after,
                                        "match": sql_glob(glob) if glob else match,
                                        "consistent": consistent(request)})

@@ -38,7 +38,7 @@ from ..state import run_states
 from ..state.events import SLA_KINDS
 from ..state.tokens import job_allowed, role_allows, sql_glob
 from .access import Caller
-from .http_api import Route, whole_number
+from .http_api import MAX_PATTERN, Route, whole_number
 from .http_session import (COOKIE, CSRF_FIELD, CSRF_HEADER, cookie_options, csrf_ok,
                            csrf_token, from_another_site)
 
@@ -339,6 +339,8 @@ class UiPages:
     @page()
     async def jobs(self, request, sess):
         q = request.query.get("q", "").strip()
+        if len(q) > MAX_PATTERN:
+            raise UiError(400, f"search for at most {MAX_PATTERN} characters")
         state = request.query.get("state", "")
         user = request.query.get("user", "").strip()
         after = request.query.get("after") or None

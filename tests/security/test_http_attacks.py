@@ -281,3 +281,17 @@ def test_a_body_nested_too_deep_for_json_is_a_bad_request():
         r = await client.get("/api/v1/runs?cursor=" + deep, headers=bearer("adm"))
         assert r.status == 400, (r.status, await r.text())
     serve(body)
+
+
+def test_a_job_pattern_is_short():
+    """Each new pattern is compiled and cached (fnmatch keeps 32,768): a
+    client sending long ones would fill the daemon's memory."""
+    async def body(client, reads):
+        long = "a" * 201 + "*"
+        r = await client.get("/api/v1/jobs?match=" + long, headers=bearer("neg"))
+        assert r.status == 400, (r.status, await r.text())
+        r = await client.get("/jobs?q=" + long, headers=cookie("neg"))
+        assert r.status == 400, r.status
+        r = await client.get("/api/v1/jobs?match=db-*", headers=bearer("neg"))
+        assert r.status == 200
+    serve(body)
