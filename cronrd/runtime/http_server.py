@@ -40,6 +40,7 @@ log = logging.getLogger("cronrd.http")
 
 MAX_BODY = 1024 * 1024     # bytes in one request body
 SHUTDOWN_TIMEOUT = 2.0     # seconds open requests get when the daemon stops
+IDLE_TIMEOUT = 75.0        # seconds a connection is kept without a whole request
 
 
 def problem(status: int, title: str, detail: str = "", **extra) -> web.Response:
@@ -222,7 +223,8 @@ class HttpServer:
         """Serve until cancelled (the daemon's service ``http``)."""
         host, port = self.config.listen
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
-                               shutdown_timeout=SHUTDOWN_TIMEOUT)
+                               shutdown_timeout=SHUTDOWN_TIMEOUT,
+                               keepalive_timeout=IDLE_TIMEOUT)
         await runner.setup()
         try:
             site = web.TCPSite(runner, host, port, ssl_context=tls_context(self.config),

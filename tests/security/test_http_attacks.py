@@ -295,3 +295,30 @@ def test_a_job_pattern_is_short():
         r = await client.get("/api/v1/jobs?match=db-*", headers=bearer("neg"))
         assert r.status == 200
     serve(body)
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /healthz HTTP/1.1\r\nHost: x\r\n"])
+def test_a_connection_that_sends_no_whole_request_is_closed(monkeypatch, sent):
+    """Each open connection holds one of the daemon's file descriptors (the
+    jobs' logs, Raft's sockets): an idle or half-sent one is not kept."""
+    monkeypatch.setattr(http_server, "IDLE_TIMEOUT", 0.5)
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=lambda: {}, metrics=FakeMetrics())
+
+    async def main():
+        task = asyncio.create_task(server.run())
+        try:
+            for _ in range(200):
+                if server.address is not None:
+                    break
+                await asyncio.sleep(0.01)
+            reader, writer = await asyncio.open_connection(*server.address)
+            writer.write(sent)
+            await writer.drain()
+            # closed by the server well before the deadline (EOF or a 4xx)
+            await asyncio.wait_for(reader.read(), timeout=10)
+            writer.close()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    asyncio.run(main())
