@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import ssl
+import time
 from typing import Callable
 
 from aiohttp import web
@@ -41,6 +42,7 @@ log = logging.getLogger("cronrd.http")
 MAX_BODY = 1024 * 1024     # bytes in one request body
 SHUTDOWN_TIMEOUT = 2.0     # seconds open requests get when the daemon stops
 IDLE_TIMEOUT = 75.0        # seconds a connection is kept without a whole request
+MAX_CONNECTIONS = 256      # open at once; one more is closed at once
 
 
 def problem(status: int, title: str, detail: str = "", **extra) -> web.Response:
@@ -80,6 +82,24 @@ async def _no_sniffing(request: web.Request, response: web.StreamResponse) -> No
     """No browser reads an answer as another type than it says: a run's log
     (text/plain, what the job wrote) is never rendered as HTML."""
     response.headers["X-Content-Type-Options"] = "nosniff"
+
+
+def _cap_connections(server: web.Server) -> None:
+    """Close a connection beyond MAX_CONNECTIONS as soon as it is made: each
+    holds a file descriptor of the daemon (the jobs' logs, Raft's sockets)."""
+    made = server.connection_made
+    refused = {"at": 0.0}
+
+    def connection_made(handler, transport) -> None:
+        made(handler, transport)
+        if len(server.connections) > MAX_CONNECTIONS:
+            transport.close()
+            now = time.monotonic()
+            if now - refused["at"] >= 60:  # logged once a minute at most
+                refused["at"] = now
+                log.warning("event=http_connections_full max=%d hint=\"a client holds many "
+                            "connections open; new ones are closed\"", MAX_CONNECTIONS)
+    server.connection_made = connection_made
 
 
 def tls_context(config: HttpConfig) -> ssl.SSLContext | None:
@@ -226,6 +246,7 @@ class HttpServer:
                                shutdown_timeout=SHUTDOWN_TIMEOUT,
                                keepalive_timeout=IDLE_TIMEOUT)
         await runner.setup()
+        _cap_connections(runner.server)
         try:
             site = web.TCPSite(runner, host, port, ssl_context=tls_context(self.config),
                                backlog=128, reuse_address=True)

@@ -322,3 +322,37 @@ def test_a_connection_that_sends_no_whole_request_is_closed(monkeypatch, sent):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     asyncio.run(main())
+
+
+def test_connections_beyond_the_cap_are_closed_at_once(monkeypatch):
+    monkeypatch.setattr(http_server, "MAX_CONNECTIONS", 3)
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=lambda: {}, metrics=FakeMetrics())
+
+    async def get(reader, writer) -> bytes:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), timeout=10)
+
+    async def main():
+        task = asyncio.create_task(server.run())
+        try:
+            for _ in range(200):
+                if server.address is not None:
+                    break
+                await asyncio.sleep(0.01)
+            idle = [await asyncio.open_connection(*server.address) for _ in range(3)]
+            await asyncio.sleep(0.1)
+            extra = await asyncio.open_connection(*server.address)
+            assert await asyncio.wait_for(extra[0].read(), timeout=10) == b""
+            extra[1].close()
+            idle[0][1].close()
+            await asyncio.sleep(0.1)
+            assert (await get(*await asyncio.open_connection(*server.address))
+                    ).startswith(b"HTTP/1.1 200")
+            for _, w in idle[1:]:
+                w.close()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    asyncio.run(main())
