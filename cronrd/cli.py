@@ -702,7 +702,7 @@ def _pause_text(p: dict | None) -> str:
         return ""
     by = f" by {p['by']}" if p.get("by") else ""
     note = f": {p['note']}" if p.get("note") else ""
-    return f"{by} at {p.get('at')}{note}"
+    return printable(f"{by} at {p.get('at')}{note}")
 
 
 def print_job(j: dict, now: float) -> None:

@@ -367,3 +367,7 @@ def test_a_refused_requests_target_cannot_drive_the_admins_terminal(capsys):
     assert not any(c in out for c in "\x1b\x07\x9b\r"), repr(out)
     assert out.count("\n") == 2  # the header and one row
     assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07x\\x9b2J\\r\\nfake" in out
+
+    from cronrd.cli import _pause_text
+    assert "\x1b" not in _pause_text({"by": "token 'op' (role operator)", "at": "t",
+                                       "note": "\x1b[2Jgone"})
