@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import stat
 from typing import Any
 
 from aiohttp import web
@@ -286,15 +287,20 @@ class ApiRoutes:
 
     def _source_line(self, name: str, source: str) -> int | None:
         """The line of the job's definition in its file, if the file is on
-        this node (the state keeps the file's path, not the line)."""
-        path = source if os.path.isabs(source) else os.path.join(self.h.config.jobs_dir,
-                                                                 source)
+        this node (the state keeps the file's path, not the line). Only a
+        regular file under jobs_dir is read: whoever can commit a record
+        could name any file (/dev/zero, /etc/shadow)."""
+        jobs_dir = os.path.normpath(self.h.config.jobs_dir)
+        path = os.path.normpath(os.path.join(jobs_dir, source))
+        if os.path.commonpath([jobs_dir, path]) != jobs_dir:
+            return None
         try:
-            if os.path.getsize(path) > MAX_VALIDATE * 4:
-                return None
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError):
+            with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_VALIDATE * 4:
+                    return None
+                text = f.read(MAX_VALIDATE * 4).decode()
+        except (OSError, UnicodeDecodeError, ValueError):
             return None
         for spec in parse_job_text(text, path).jobs:
             if spec.name == name:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import fnmatch
+import os
 import sqlite3
 
 import pytest
@@ -371,3 +372,26 @@ def test_a_refused_requests_target_cannot_drive_the_admins_terminal(capsys):
     from cronrd.cli import _pause_text
     assert "\x1b" not in _pause_text({"by": "token 'op' (role operator)", "at": "t",
                                        "note": "\x1b[2Jgone"})
+
+
+def test_a_jobs_source_outside_the_jobs_dir_is_never_opened(tmp_path):
+    """The state names a job's source file; whoever can commit a record
+    could name any file (/dev/zero, /etc/shadow): only jobs_dir's are read."""
+    from cronrd.runtime.http_writes import ApiRoutes
+    jobs_dir = tmp_path / "cronrd.d"
+    jobs_dir.mkdir()
+    (jobs_dir / "x.yaml").write_text("\nname: x\nschedule: '@daily'\ncommand: 'true'\n")
+    outside = tmp_path / "secret.yaml"
+    outside.write_text("name: x\nschedule: '@daily'\ncommand: 'true'\n")
+    (jobs_dir / "zero.yaml").symlink_to("/dev/zero")
+    os.mkfifo(jobs_dir / "fifo.yaml")
+
+    class H:
+        class config:
+            pass
+    H.config.jobs_dir = str(jobs_dir)
+    routes = ApiRoutes(H, lambda request: {})
+    assert routes._source_line("x", "x.yaml") == 2
+    assert routes._source_line("x", str(jobs_dir / "x.yaml")) == 2
+    for source in (str(outside), "../secret.yaml", "/dev/zero", "zero.yaml", "fifo.yaml"):
+        assert routes._source_line("x", source) is None, source
