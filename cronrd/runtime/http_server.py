@@ -30,6 +30,7 @@ from .. import __version__
 from ..config import HttpConfig, format_address
 from ..errors import CronrdError
 from .http_api import ReadRoutes, Route, error_response, openapi
+from .access import Caller, check_admin
 from .http_certs import principal
 from .http_ui import UiPages
 from ..schedule import iso_utc
@@ -286,6 +287,7 @@ class HttpServer:
                                   "expires_at": iso_utc(t["expires_at"])})
 
     async def tokens(self, request: web.Request) -> web.Response:
+        check_admin(Caller.of_token(request[TOKEN]), "GET /api/v1/tokens")
         return web.json_response({"tokens": [
             {**t, "jobs": t["jobs"] or None, "expires_at": iso_utc(t["expires_at"]),
              "created_at": iso_utc(t["created_at"])} for t in self.list_tokens()]})

@@ -395,3 +395,17 @@ def test_a_jobs_source_outside_the_jobs_dir_is_never_opened(tmp_path):
     assert routes._source_line("x", str(jobs_dir / "x.yaml")) == 2
     for source in (str(outside), "../secret.yaml", "/dev/zero", "zero.yaml", "fifo.yaml"):
         assert routes._source_line("x", source) is None, source
+
+
+def test_an_admin_token_limited_to_some_jobs_lists_no_tokens():
+    TOKENS["dbadm"] = {"name": "dbadm", "role": "admin", "jobs": "db-*",
+                       "expires_at": None, "created_at": NOW}
+    try:
+        async def body(client, reads):
+            r = await client.get("/api/v1/tokens", headers=bearer("dbadm"))
+            assert r.status == 403 and "db-*" in (await r.json())["detail"]
+            r = await client.get("/api/v1/tokens", headers=bearer("adm"))
+            assert r.status == 200
+        serve(body)
+    finally:
+        del TOKENS["dbadm"]
