@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -77,11 +78,22 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): a job
+    name, note or audit target someone sent must not move the cursor or
+    talk to the terminal of whoever lists it."""
+    return _CONTROL.sub(lambda m: {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(
+        m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
 def table(rows: list[list[Any]], headers: list[str], widths: list[int] | None = None,
           header: bool = True) -> list[int]:
     """Print rows in columns; ``widths``: the columns of the page before
     (a later page keeps them, so its columns line up with the first's)."""
-    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    cells = [[("-" if v is None else printable(str(v))) for v in row] for row in rows]
     if widths is None:
         widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     if header:
@@ -690,7 +702,7 @@ def _pause_text(p: dict | None) -> str:
         return ""
     by = f" by {p['by']}" if p.get("by") else ""
     note = f": {p['note']}" if p.get("note") else ""
-    return f"{by} at {p.get('at')}{note}"
+    return printable(f"{by} at {p.get('at')}{note}")
 
 
 def print_job(j: dict, now: float) -> None:

@@ -104,6 +104,10 @@ def check_admin(caller: Caller, what: str) -> None:
         if not role_allows(caller.token["role"], "admin"):
             raise PermissionDenied(f"permission denied: `{what}` needs an admin token; you "
                                    f"are {caller.describe()}")
+        if caller.token.get("jobs"):  # it could make an unlimited token, or act on all
+            raise PermissionDenied(f"permission denied: `{what}` needs an admin token for "
+                                   f"every job; {caller.describe()} is limited to the jobs "
+                                   f"matching {caller.token['jobs']!r}")
         return
     if not caller.privileged:
         raise PermissionDenied(f"permission denied: `{what}` needs root; you are "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import functools
 import json
 import logging
 import os
@@ -232,6 +233,23 @@ class Handlers:
         what = f"cronrd {CLI_NAMES.get(command, command)} {target}"
         await self._authorize(caller, command, target, what,
                               lambda: check_job(caller, what, spec, job), change=change)
+
+    async def _authorize_downstream(self, caller: Caller, command: str, job: str) -> None:
+        """``--downstream`` runs again the jobs that depend on ``job``
+        (transitively): the caller must be allowed to act on each of them."""
+        if caller.privileged:
+            return
+        todo, seen = [job], {job}
+        while todo:
+            for (child,) in self.conn.execute("SELECT child FROM job_deps WHERE parent=?",
+                                              (todo.pop(),)):
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
+        for child in sorted(seen - {job}):
+            what = f"cronrd {command} {job} --downstream (it reruns {child})"
+            await self._authorize(caller, command, job, what, functools.partial(
+                check_job, caller, what, self._job_spec(child), child), change=False)
 
     def _job_spec(self, name: str) -> JobSpec | None:
         """A job's effective spec; None for a job that is gone (root's, then)."""
@@ -648,6 +666,8 @@ class Handlers:
         if len(note) > 1000:
             raise UsageError("the note is longer than 1000 characters; say it shorter")
         await self._authorize_job(caller, "backfill", name, name, change=not dry_run)
+        if arg(args, "downstream", bool, False):
+            await self._authorize_downstream(caller, "backfill", name)
         spec = self._job_spec(name)
         BF.check_job(spec, name, RequestError)
         times, lines = B.plan(self.conn, spec, self.config.timezone, first, last, reprocess,
@@ -705,10 +725,12 @@ class Handlers:
         self._job_or_error(name)
         at = arg(args, "at", int, required=True)
         await self._authorize_job(caller, "rerun", name, name, change=True)
+        downstream = bool(arg(args, "downstream", bool, False))
+        if downstream:
+            await self._authorize_downstream(caller, "rerun", name)
         spec = self._job_spec(name)
         BF.check_job(spec, name, RequestError)
         t = B.rerun_time(self.conn, spec, self.config.timezone, at)
-        downstream = bool(arg(args, "downstream", bool, False))
         if arg(args, "dry_run", bool, False):
             try:
                 order, _edges = DS.closure(self.conn, name, t)

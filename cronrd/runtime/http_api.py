@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from ..errors import CronrdError, PermissionDenied, UsageError
+from ..state.tokens import job_allowed, sql_glob
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+MAX_PATTERN = 200   # characters of a job name pattern (as a token's --jobs)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def decode_cursor(text: str | None) -> dict:
         return {}
     try:
         value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         value = None
     if not isinstance(value, dict):
         raise UsageError("cursor is not one this server made: pass next_cursor from the "
@@ -55,11 +57,26 @@ def decode_cursor(text: str | None) -> dict:
     return value
 
 
+def whole_number(text: str | None) -> bool:
+    """ASCII digits SQLite's integer holds ("²".isdigit() is True, and
+    int() refuses it)."""
+    return bool(text) and text.isascii() and text.isdigit() and len(text) <= 18
+
+
+def cursor_before(cur: dict) -> int | None:
+    """A cursor's ``before`` (an id), None on the first page."""
+    before = cur.get("before")
+    if before is not None and (not isinstance(before, int) or isinstance(before, bool)
+                               or not 0 <= before < 2 ** 63):
+        raise UsageError("cursor is not one this server made")
+    return before
+
+
 def page_limit(request: web.Request) -> int:
     text = request.query.get("limit")
     if text is None:
         return DEFAULT_LIMIT
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+    if not whole_number(text) or not 1 <= int(text) <= MAX_LIMIT:
         raise UsageError(f"limit must be a whole number from 1 to {MAX_LIMIT} (got {text!r})")
     return int(text)
 
@@ -107,12 +124,15 @@ class ReadRoutes:
         if after is not None and not isinstance(after, str):
             raise UsageError("cursor is not one this server made")
         match = request.query.get("match") or None
+        if match is not None and len(match) > MAX_PATTERN:
+            raise UsageError(f"match is a pattern of at most {MAX_PATTERN} characters")
         res = await self.reads.h_jobs({"limit": limit, "after": after,
-                                       "match": glob or match,
+                                       "match": sql_glob(glob) if glob else match,
                                        "consistent": consistent(request)})
         items = res["jobs"]
-        if glob and match:  # both: the token's in SQL, the caller's here
-            items = [j for j in items if fnmatch.fnmatchcase(j["name"], match)]
+        if glob:  # the token's (narrowed in SQL if it can be), the caller's here
+            items = [j for j in items if job_allowed(glob, j["name"]) and
+                     (not match or fnmatch.fnmatchcase(j["name"], match))]
         return web.json_response({"items": items, "next_cursor": encode_cursor(
             {"after": res["next"]}) if res["next"] else None})
 
@@ -120,13 +140,11 @@ class ReadRoutes:
         glob = self.token_of(request).get("jobs") or None
         limit = page_limit(request)
         cur = decode_cursor(request.query.get("cursor"))
-        before = cur.get("before")
-        if before is not None and (not isinstance(before, int) or isinstance(before, bool)):
-            raise UsageError("cursor is not one this server made")
+        before = cursor_before(cur)
         args = {k: request.query[k] for k in ("job", "state", "kind", "node", "since",
                                               "until") if request.query.get(k)}
         for k in ("since", "until"):  # Unix seconds as numbers
-            if k in args and args[k].replace(".", "", 1).isdigit():
+            if k in args and re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", args[k]):
                 args[k] = float(args[k])
         if glob and "job" in args and not fnmatch.fnmatchcase(args["job"], glob):
             raise PermissionDenied(f"this token may read only the jobs matching {glob!r}")

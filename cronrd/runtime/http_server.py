@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import ssl
+import time
 from typing import Callable
 
 from aiohttp import web
@@ -29,17 +30,20 @@ from .. import __version__
 from ..config import HttpConfig, format_address
 from ..errors import CronrdError
 from .http_api import ReadRoutes, Route, error_response, openapi
+from .access import Caller, check_admin
 from .http_certs import principal
 from .http_ui import UiPages
 from ..schedule import iso_utc
 from ..state.tokens import role_allows
 from .metrics import CONTENT_TYPE, Metrics
-from .http_session import COOKIE, CSRF_HEADER, SAFE_METHODS, csrf_ok
+from .http_session import COOKIE, CSRF_HEADER, SAFE_METHODS, csrf_ok, from_another_site
 
 log = logging.getLogger("cronrd.http")
 
 MAX_BODY = 1024 * 1024     # bytes in one request body
 SHUTDOWN_TIMEOUT = 2.0     # seconds open requests get when the daemon stops
+IDLE_TIMEOUT = 75.0        # seconds a connection is kept without a whole request
+MAX_CONNECTIONS = 256      # open at once; one more is closed at once
 
 
 def problem(status: int, title: str, detail: str = "", **extra) -> web.Response:
@@ -73,6 +77,30 @@ async def _problems(request: web.Request, handler):
                       request.path)
         return problem(500, "Internal Server Error", f"{type(exc).__name__}; see the "
                        "daemon's log (event=http_handler_failed)")
+
+
+async def _no_sniffing(request: web.Request, response: web.StreamResponse) -> None:
+    """No browser reads an answer as another type than it says: a run's log
+    (text/plain, what the job wrote) is never rendered as HTML."""
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
+def _cap_connections(server: web.Server) -> None:
+    """Close a connection beyond MAX_CONNECTIONS as soon as it is made: each
+    holds a file descriptor of the daemon (the jobs' logs, Raft's sockets)."""
+    made = server.connection_made
+    refused = {"at": 0.0}
+
+    def connection_made(handler, transport) -> None:
+        made(handler, transport)
+        if len(server.connections) > MAX_CONNECTIONS:
+            transport.close()
+            now = time.monotonic()
+            if now - refused["at"] >= 60:  # logged once a minute at most
+                refused["at"] = now
+                log.warning("event=http_connections_full max=%d hint=\"a client holds many "
+                            "connections open; new ones are closed\"", MAX_CONNECTIONS)
+    server.connection_made = connection_made
 
 
 def tls_context(config: HttpConfig) -> ssl.SSLContext | None:
@@ -158,6 +186,7 @@ class HttpServer:
             self.roles[(route.method, route.path)] = route.role
         # the web UI (http_ui.py): its pages check the session cookie themselves
         self.routes += UiPages(self).install(app)
+        app.on_response_prepare.append(_no_sniffing)
         return app
 
     @web.middleware
@@ -178,6 +207,14 @@ class HttpServer:
                              if request.transport is not None else None,
                              self.config.tls.client_roles)
             if cert is not None:  # a verified client certificate with a role
+                # a browser sends it with any site's request, as a cookie: no
+                # write from another site's page (CSRF)
+                if request.method not in SAFE_METHODS and from_another_site(
+                        request.headers, request.scheme, request.host):
+                    return problem(403, "Forbidden", "a write with a client certificate "
+                                   "from another site's page is refused; send it from a "
+                                   "client that is not a browser, or with Authorization: "
+                                   "Bearer TOKEN")
                 return await self._as(request, handler, cert, needed)
         if session:  # the browser's session cookie (http_session.py) holds the token
             scheme, secret = "bearer", request.cookies[COOKIE]
@@ -229,8 +266,10 @@ class HttpServer:
         """Serve until cancelled (the daemon's service ``http``)."""
         host, port = self.config.listen
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
-                               shutdown_timeout=SHUTDOWN_TIMEOUT)
+                               shutdown_timeout=SHUTDOWN_TIMEOUT,
+                               keepalive_timeout=IDLE_TIMEOUT)
         await runner.setup()
+        _cap_connections(runner.server)
         try:
             site = web.TCPSite(runner, host, port, ssl_context=tls_context(self.config),
                                backlog=128, reuse_address=True)
@@ -271,6 +310,7 @@ class HttpServer:
                                   "expires_at": iso_utc(t["expires_at"])})
 
     async def tokens(self, request: web.Request) -> web.Response:
+        check_admin(Caller.of_token(request[TOKEN]), "GET /api/v1/tokens")
         return web.json_response({"tokens": [
             {**t, "jobs": t["jobs"] or None, "expires_at": iso_utc(t["expires_at"]),
              "created_at": iso_utc(t["created_at"])} for t in self.list_tokens()]})

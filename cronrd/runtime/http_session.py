@@ -31,6 +31,16 @@ def csrf_ok(secret: str, presented: str | None) -> bool:
     return bool(presented) and hmac.compare_digest(csrf_token(secret), presented)
 
 
+def from_another_site(headers, scheme: str, host: str) -> bool:
+    """Whether a browser says the request comes from another site's page
+    (``Sec-Fetch-Site``, else ``Origin``; ``Origin: null`` is a sandboxed
+    or opaque page). A client that is no browser sends neither."""
+    if headers.get("Sec-Fetch-Site", "").lower() in ("cross-site", "same-site"):
+        return True
+    origin = headers.get("Origin")
+    return origin is not None and origin != f"{scheme}://{host}"
+
+
 def cookie_options(tls: bool) -> dict:
     """aiohttp set_cookie arguments of the session cookie (no max-age: it
     ends with the browser's session)."""

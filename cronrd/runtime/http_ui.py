@@ -36,11 +36,11 @@ from ..schedule import iso_utc, parse_iso
 from ..state import queries as Q
 from ..state import run_states
 from ..state.events import SLA_KINDS
-from ..state.tokens import job_allowed, role_allows
+from ..state.tokens import job_allowed, role_allows, sql_glob
 from .access import Caller
-from .http_api import Route
+from .http_api import MAX_PATTERN, Route, whole_number
 from .http_session import (COOKIE, CSRF_FIELD, CSRF_HEADER, cookie_options, csrf_ok,
-                           csrf_token)
+                           csrf_token, from_another_site)
 
 log = logging.getLogger("cronrd.http")
 
@@ -105,7 +105,7 @@ def page(role: str = "viewer"):
         async def handler(self: "UiPages", request: web.Request):
             sess = self.session(request)
             if sess is None:
-                raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))
+                raise web.HTTPSeeOther("/login?" + urlencode({"next": request.rel_url.raw_path_qs}))
             try:
                 if not sess.can(role):
                     raise UiError(403, f"this page needs the role {role}; token "
@@ -272,8 +272,7 @@ class UiPages:
             request.query.get("next")), message="")
 
     async def login(self, request: web.Request) -> web.Response:
-        origin = request.headers.get("Origin")
-        if origin and origin != "null" and origin != f"{request.scheme}://{request.host}":
+        if from_another_site(request.headers, request.scheme, request.host):
             return self.render(request, "login.html", None, status=403, next="/",
                                message="a login from another site is refused")
         form = await request.post()
@@ -311,9 +310,11 @@ class UiPages:
                                            "since": now - 86400}))["runs"]
         running = [r for r in running if job_allowed(sess.glob, r["job"])]
         failed = [r for r in failed if job_allowed(sess.glob, r["job"])]
-        alerts = (await self.reads.h_alerts({"limit": 100}))["alerts"]
+        alerts = [a for a in (await self.reads.h_alerts({"limit": 100}))["alerts"]
+                  if job_allowed(sess.glob, a["job"])]
         late = [a for a in alerts if a.get("kind") in SLA_KINDS]
-        dead = (await self.reads.h_dead_letter({"limit": 100}))["dead_letter"]
+        dead = [d for d in (await self.reads.h_dead_letter({"limit": 100}))["dead_letter"]
+                if job_allowed(sess.glob, d["job"])]
         upcoming, partial = await self.next_fires(sess)
         return self.render(request, "overview.html", sess, st=st, members=members["members"],
                            leader=members["leader"], running=running, failed=failed,
@@ -330,22 +331,26 @@ class UiPages:
                 (e.next_fire, n) for n, e in sched.entries.items()
                 if e.active and e.next_fire is not None and job_allowed(sess.glob, n)))
             return [{"name": n, "next_fire": iso_utc(t)} for t, n in soon], False
-        jobs = await self.reads.h_jobs({"limit": 200, "match": sess.glob or None})
-        return sorted((j for j in jobs["jobs"] if j["next_fire"]),
+        jobs = await self.reads.h_jobs({"limit": 200, "match": sql_glob(sess.glob)})
+        return sorted((j for j in jobs["jobs"] if j["next_fire"] and
+                       job_allowed(sess.glob, j["name"])),
                       key=lambda j: j["next_fire"])[:count], jobs["next"] is not None
 
     @page()
     async def jobs(self, request, sess):
         q = request.query.get("q", "").strip()
+        if len(q) > MAX_PATTERN:
+            raise UiError(400, f"search for at most {MAX_PATTERN} characters")
         state = request.query.get("state", "")
         user = request.query.get("user", "").strip()
         after = request.query.get("after") or None
         match = q if any(c in q for c in "*?[") else (f"*{q}*" if q else None)
         res = await self.reads.h_jobs({"limit": PAGE, "after": after,
-                                       "match": sess.glob or match})
+                                       "match": sql_glob(sess.glob) if sess.glob else match})
         items = res["jobs"]
-        if sess.glob and match:
-            items = [j for j in items if fnmatch.fnmatchcase(j["name"], match)]
+        if sess.glob:
+            items = [j for j in items if job_allowed(sess.glob, j["name"]) and
+                     (not match or fnmatch.fnmatchcase(j["name"], match))]
         for j in items:
             spec = Q.job_spec(self.reads.conn, j["name"])
             j["user"] = (spec.user if spec is not None else None) or "root"
@@ -621,14 +626,16 @@ def _redirect(url: str) -> web.Response:
 
 
 def _safe_next(text: str | None) -> str:
-    """A local path to go to after login (never another site)."""
-    if not text or not text.startswith("/") or text.startswith("//") or "\\" in text:
+    """A local path to go to after login (never another site; a browser
+    drops tabs and newlines from a URL, so "/<TAB>/x" would be "//x")."""
+    if not text or not text.startswith("/") or text.startswith("//") or "\\" in text \
+            or any(c <= " " or c == "\x7f" for c in text):
         return "/"
     return text
 
 
 def _int(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() else None
+    return int(text) if whole_number(text) else None
 
 
 def _id(request: web.Request, key: str = "id") -> int:

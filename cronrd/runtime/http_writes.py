@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import stat
 from typing import Any
 
 from aiohttp import web
@@ -35,7 +36,8 @@ from ..state.run import SELECT as RUN_SELECT, Run
 from ..state.tokens import job_allowed
 from .access import Caller, check_token_sees
 from .handlers import LOG_CHUNK, read_log_chunk
-from .http_api import MAX_LIMIT, Route, decode_cursor, encode_cursor, page_limit
+from .http_api import (MAX_LIMIT, Route, cursor_before, decode_cursor, encode_cursor,
+                       page_limit, whole_number)
 from .http_idempotency import IdempotencyCache
 
 API = "/api/v1"
@@ -62,7 +64,7 @@ async def _body(request: web.Request) -> tuple[bytes, dict]:
         return raw, {}
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise UsageError(f"the body is not JSON ({exc}); send a JSON object, e.g. "
                          '{"note": "disk full"}') from None
     if not isinstance(value, dict):
@@ -85,7 +87,7 @@ def _time_arg(value: Any, name: str) -> int:
 
 def _int_id(request: web.Request, name: str) -> int:
     text = request.match_info[name]
-    if not text.isdigit() or len(text) > 18:
+    if not whole_number(text):
         raise UsageError(f"{name} must be a whole number (got {text!r})")
     return int(text)
 
@@ -276,7 +278,7 @@ class ApiRoutes:
         name = request.match_info["name"]
         self.sees(request, name, f"GET /api/v1/jobs/{name}")
         text = request.query.get("next", "5")
-        if not text.isdigit():
+        if not whole_number(text):
             raise UsageError(f"next must be a whole number 0 to 100 (got {text!r})")
         self._exists(name)
         view = await self.h.h_job({"name": name, "next": int(text)})
@@ -285,15 +287,20 @@ class ApiRoutes:
 
     def _source_line(self, name: str, source: str) -> int | None:
         """The line of the job's definition in its file, if the file is on
-        this node (the state keeps the file's path, not the line)."""
-        path = source if os.path.isabs(source) else os.path.join(self.h.config.jobs_dir,
-                                                                 source)
+        this node (the state keeps the file's path, not the line). Only a
+        regular file under jobs_dir is read: whoever can commit a record
+        could name any file (/dev/zero, /etc/shadow)."""
+        jobs_dir = os.path.normpath(self.h.config.jobs_dir)
+        path = os.path.normpath(os.path.join(jobs_dir, source))
+        if os.path.commonpath([jobs_dir, path]) != jobs_dir:
+            return None
         try:
-            if os.path.getsize(path) > MAX_VALIDATE * 4:
-                return None
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError):
+            with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_VALIDATE * 4:
+                    return None
+                text = f.read(MAX_VALIDATE * 4).decode()
+        except (OSError, UnicodeDecodeError, ValueError):
             return None
         for spec in parse_job_text(text, path).jobs:
             if spec.name == name:
@@ -400,13 +407,13 @@ class ApiRoutes:
 
     async def run_log(self, request: web.Request) -> web.Response:
         await self.consistent(request)
-        run = self._run_of(request, f"GET {request.path}")
         offset, length = (request.query.get(k, d) for k, d in (("offset", "0"),
                                                                   ("length", str(LOG_CHUNK))))
-        if not offset.isdigit() or not length.isdigit() or \
+        if not whole_number(offset) or not whole_number(length) or \
                 not 1 <= int(length) <= MAX_LOG_LENGTH:
             raise UsageError(f"offset must be a whole number >= 0 and length 1 to "
                              f"{MAX_LOG_LENGTH} (got offset={offset!r} length={length!r})")
+        run = self._run_of(request, f"GET {request.path}")
         at, want = int(offset), int(length)
         data, more, me = b"", False, self.h.config.node_id
         while len(data) < want:
@@ -438,10 +445,7 @@ class ApiRoutes:
                                                                "updated_at"))
 
     def _before(self, request) -> int | None:
-        before = decode_cursor(request.query.get("cursor")).get("before")
-        if before is not None and (not isinstance(before, int) or isinstance(before, bool)):
-            raise UsageError("cursor is not one this server made")
-        return before
+        return cursor_before(decode_cursor(request.query.get("cursor")))
 
     def _page(self, request, rows: list[dict], key: str, limit: int,
               times: tuple[str, ...] = ()) -> web.Response:

@@ -31,6 +31,14 @@ def job_allowed(glob: str, job: str) -> bool:
     return not glob or fnmatch.fnmatchcase(job, glob)
 
 
+def sql_glob(glob: str) -> str | None:
+    """``glob`` for SQLite's GLOB (queries.jobs), when it means there what
+    it means to :func:`job_allowed`; None when it does not (SQLite reads a
+    bracket otherwise: ``[!x]`` and ``[^x]``), then filter with
+    :func:`job_allowed`. An answer narrowed in SQL is filtered again anyway."""
+    return glob if glob and "[" not in glob else None
+
+
 def create(conn: apsw.Connection, cmd: C.CreateToken) -> str | None:
     """Store the token; or the reason it is refused (nothing stored)."""
     if cmd.role not in ROLES:

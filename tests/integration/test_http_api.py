@@ -442,3 +442,41 @@ def test_a_client_certificate_writes_as_cert_name(node_factory, tmp_path):
     assert node.call("job", {"name": "a"})["pause"]["note"] == "release"
     rec = audited(node, "cert:deploy", "pause", "a")
     assert rec["uid"] == -1
+
+
+def test_a_token_reruns_and_backfills_downstream_only_within_its_glob(node):
+    """`--downstream` reruns the child records too: a token limited to db-*
+    may not rerun web-child that way, nor plan it (its dry run names it)."""
+    node.write_job("db-parent", {"schedule": "0 0 1 1 *", "timezone": "UTC",
+                                 "command": "true"})
+    node.write_job("web-child", {"schedule": "@after", "command": "true",
+                                 "depends_on": [{"job": "db-parent"}]})
+    node.write_job("db-child", {"schedule": "@after", "command": "true",
+                                "depends_on": [{"job": "db-parent"}]})
+    node.start()
+    url = node.call("status")["http"]
+    op = token(node, "op", "operator", "db-*")
+    full = token(node, "full", "operator")
+    t = "2026-01-01T00:00:00Z"
+    res = node.cli("backfill", "db-parent", "--from", t, "--to", t)
+    assert res.returncode == 0, res.stderr
+    node.wait_runs(lambda rs: sum(r["job"].endswith("child") and r["state"] == "succeeded"
+                                  for r in rs) == 2, what="the children's first runs")
+    for body in ({"at": t, "downstream": True}, {"at": t, "downstream": True,
+                                                 "dry_run": True}):
+        doc = problem(call(url, "POST", "jobs/db-parent/rerun", op, body), 403)
+        assert "web-child" in doc["detail"], doc
+    for dry in (True, False):
+        doc = problem(call(url, "POST", "backfills", op, {
+            "job": "db-parent", "from": t, "to": t, "downstream": True, "dry_run": dry}), 403)
+        assert "web-child" in doc["detail"], doc
+    assert len(node.runs("web-child")) == 1
+    audited(node, "token:op", "rerun", "db-parent", allowed=False)
+    # without --downstream, or with a token for every job, it is done
+    status, _, res = call(url, "POST", "jobs/db-parent/rerun", op, {"at": t, "dry_run": True})
+    assert status == 200, res
+    status, _, res = call(url, "POST", "jobs/db-parent/rerun", full,
+                          {"at": t, "downstream": True})
+    assert status == 202, res
+    node.wait_runs(lambda rs: len([r for r in rs if r["job"] == "web-child"]) == 2,
+                   what="web-child rerun downstream by the unlimited token")
