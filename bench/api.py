@@ -126,10 +126,11 @@ def summary(ms: list[float]) -> str:
 
 
 class Http:
-    def __init__(self, url: str, token: str):
+    def __init__(self, url: str, token: str, cookie: bool = False):
         u = urlsplit(url)
         self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
-        self.headers = {"Authorization": f"Bearer {token}"}
+        self.headers = ({"Cookie": f"cronrd_session={token}"} if cookie else
+                        {"Authorization": f"Bearer {token}"})
 
     def get(self, path: str) -> tuple[int, bytes, float]:
         t0 = time.perf_counter()
@@ -260,6 +261,28 @@ def main() -> None:
         else:
             res["run"] = http_read("GET /api/v1/runs/{id}", [f"/api/v1/runs/{i}" for i in ids])
         sock_read("run {run_id}", "run", [{"run_id": i} for i in ids])
+        # the web UI's pages, as a browser with a session cookie gets them
+        page = Http(url, token, cookie=True)
+
+        def ui_read(label: str, paths: list[str]) -> list[float]:
+            for p in paths[:args.warmup]:
+                page.get(p)
+            ms = []
+            for p in paths:
+                status, body, took = page.get(p)
+                if status != 200:
+                    raise SystemExit(f"{label}: GET {p} answered {status}: {body[:300]!r}")
+                ms.append(took)
+            print(f"  UI     {label:34s} {summary(ms)}")
+            return ms
+        print("\nthe web UI's pages (HTML, a session cookie):")
+        n_ui = max(args.n // 4, 20)
+        res["ui_overview"] = ui_read("GET / (overview)", ["/"] * n_ui)
+        res["ui_jobs"] = ui_read("GET /jobs (a page of 50)", ["/jobs"] * n_ui)
+        res["ui_search"] = ui_read("GET /jobs?q=PATTERN", [f"/jobs?q={hot[:6]}*"] * n_ui)
+        res["ui_job"] = ui_read("GET /jobs/HOT (grid, explain)", [f"/jobs/{hot}"] * n_ui)
+        res["ui_runs"] = ui_read("GET /runs?job=HOT", [f"/runs?job={hot}"] * n_ui)
+        res["ui_run"] = ui_read("GET /runs/{id}", [f"/runs/{i}" for i in ids[:n_ui]])
         cli = timed(lambda i: subprocess.run(
             [sys.executable, "-m", "cronrd", "--config", str(node.config_path), "runs", hot,
              "--limit", "100", "--json"], stdout=subprocess.DEVNULL, check=True,
@@ -286,6 +309,9 @@ def main() -> None:
             return f"{pct(res[key], 99):.1f}" if key in res else "-"
         print(f"RESULT jobs_p99_ms={p99('jobs')} runs_job_p99_ms={p99('runs_job')} "
               f"runs_all_p99_ms={p99('runs_all')} run_p99_ms={p99('run')} "
+              + " ".join(f"{k}_p99_ms={p99(k)}" for k in ("ui_overview", "ui_jobs", "ui_search",
+                                                          "ui_job", "ui_runs", "ui_run"))
+              + " "
               f"metrics_s={res['metrics']:.2f}")
     finally:
         if args.keep:
