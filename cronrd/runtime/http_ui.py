@@ -106,21 +106,27 @@ def page(role: str = "viewer"):
             sess = self.session(request)
             if sess is None:
                 raise web.HTTPSeeOther("/login?" + urlencode({"next": request.rel_url.raw_path_qs}))
-            try:
+            async def go():
                 if not sess.can(role):
                     raise UiError(403, f"this page needs the role {role}; token "
                                        f"{sess.token['name']!r} is {sess.token['role']}")
                 self.need_reads()
                 return await fn(self, request, sess)
-            except UiError as exc:
-                return self.render(request, "error.html", sess, status=exc.status,
-                                   message=str(exc))
-            except CronrdError as exc:
-                status = 403 if isinstance(exc, PermissionDenied) else 400
-                return self.render(request, "error.html", sess, status=status,
-                                   message=str(exc))
+            return await _as_page(self, request, sess, go)
         return handler
     return wrap
+
+
+async def _as_page(pages: "UiPages", request: web.Request, sess, go):
+    """``go()``, with a refusal or bad input shown as the error page."""
+    try:
+        return await go()
+    except UiError as exc:
+        return pages.render(request, "error.html", sess, status=exc.status,
+                            message=str(exc))
+    except CronrdError as exc:
+        status = 403 if isinstance(exc, PermissionDenied) else 400
+        return pages.render(request, "error.html", sess, status=status, message=str(exc))
 
 
 def action(role: str = "operator"):
@@ -139,7 +145,7 @@ def action(role: str = "operator"):
                 return self.render(request, "error.html", sess, status=403,
                                    message="this form has no valid CSRF token: reload the "
                                            "page and try again")
-            try:
+            async def go():
                 self.need_reads()
                 if not sess.can(role):
                     what = fn.__name__.removeprefix("act_")
@@ -148,13 +154,7 @@ def action(role: str = "operator"):
                     raise UiError(403, f"token {sess.token['name']!r} has the role "
                                        f"{sess.token['role']}; this needs {role} or higher")
                 return await fn(self, request, sess, form)
-            except UiError as exc:
-                return self.render(request, "error.html", sess, status=exc.status,
-                                   message=str(exc))
-            except CronrdError as exc:
-                status = 403 if isinstance(exc, PermissionDenied) else 400
-                return self.render(request, "error.html", sess, status=status,
-                                   message=str(exc))
+            return await _as_page(self, request, sess, go)
         return handler
     return wrap
 
