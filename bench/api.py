@@ -210,16 +210,16 @@ def main() -> None:
         res = {}
         hot, cold = info["hot"], info["cold"]
 
-        def http_read(label: str, paths: list[str]) -> list[float]:
+        def http_read(label: str, paths: list[str], client=api, tag="HTTP") -> list[float]:
             for p in paths[:args.warmup]:
-                api.get(p)
+                client.get(p)
             ms = []
             for p in paths:
-                status, body, took = api.get(p)
+                status, body, took = client.get(p)
                 if status != 200:
                     raise SystemExit(f"{label}: GET {p} answered {status}: {body[:300]!r}")
                 ms.append(took)
-            print(f"  HTTP   {label:34s} {summary(ms)}")
+            print(f"  {tag:6s} {label:34s} {summary(ms)}")
             slow = sorted(range(len(ms)), key=lambda i: -ms[i])[:3]
             if ms and pct(ms, 99) > 2 * statistics.median(ms):  # where the tail is
                 print("         the slowest: " + ", ".join(
@@ -265,16 +265,7 @@ def main() -> None:
         page = Http(url, token, cookie=True)
 
         def ui_read(label: str, paths: list[str]) -> list[float]:
-            for p in paths[:args.warmup]:
-                page.get(p)
-            ms = []
-            for p in paths:
-                status, body, took = page.get(p)
-                if status != 200:
-                    raise SystemExit(f"{label}: GET {p} answered {status}: {body[:300]!r}")
-                ms.append(took)
-            print(f"  UI     {label:34s} {summary(ms)}")
-            return ms
+            return http_read(label, paths, client=page, tag="UI")
         print("\nthe web UI's pages (HTML, a session cookie):")
         n_ui = max(args.n // 4, 20)
         res["ui_overview"] = ui_read("GET / (overview)", ["/"] * n_ui)
