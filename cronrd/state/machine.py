@@ -129,7 +129,7 @@ DIGEST_TABLES = (
     ("dead_letter", "run_id"),
     ("downstream_edges", "root, parent_job, parent_fire_time, child_job, child_fire_time"),
     ("pause_log", "event_id"),
-    ("run_params", "run_id"), ("run_keys", "job, key"),
+    ("run_params", "run_id"), ("run_keys", "job, key"), ("run_retries", "run_id"),
     ("run_queue", "run_id"),
     ("failing_jobs", "job, target"),
     ("deliveries", "event_id, notifier, attempt"),
@@ -1110,6 +1110,8 @@ class StateMachine:
                                due_at=max(at + delay, run.due_at or at), at=at,
                                target=run.target)
         RP.carry(self.conn, run.run_id, new.run_id)
+        self.conn.execute("INSERT INTO run_retries(run_id, retry_run_id) VALUES(?,?)",
+                          (run.run_id, new.run_id))
         effects.append(Effect("pending" if lost else "assign", run=new))
         RE.on_retry(self.conn, run.run_id, new.run_id, at)
         return new.run_id
@@ -1298,6 +1300,7 @@ class StateMachine:
                     more = True
                     break
         RP.prune(self.conn)
+        self.conn.execute("DELETE FROM run_retries WHERE run_id NOT IN (SELECT run_id FROM runs)")
         DS.prune(self.conn)
         CK.prune(self.conn)
         EV.prune(self.conn, cmd.before)

@@ -437,6 +437,11 @@ def job_schedule(conn: apsw.Connection, name: str) -> tuple[JobSpec, bool, int] 
 
 def next_attempt(conn: apsw.Connection, run: Run) -> int | None:
     """The run id of ``run``'s next attempt (a retry of the same fire), if any."""
+    for (rid,) in conn.execute("SELECT retry_run_id FROM run_retries WHERE run_id=?",
+                               (run.run_id,)):
+        return rid
+    if run.origin == "manual":  # two manual runs may share a fire time: only the link
+        return None
     for (rid,) in conn.execute(
             "SELECT run_id FROM runs WHERE job=? AND origin=? AND fire_time=? AND target=? "
             "AND attempt=? ORDER BY run_id LIMIT 1",

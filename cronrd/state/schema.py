@@ -354,6 +354,12 @@ CREATE TABLE IF NOT EXISTS pause_log(
     at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS pause_log_name ON pause_log(name, at);
+-- Each retry's predecessor (machine.py _end_run): `run-now --wait` follows
+-- its own run's retries even when two manual runs of a job share a fire time.
+CREATE TABLE IF NOT EXISTS run_retries(
+    run_id INTEGER PRIMARY KEY,      -- the attempt that ended
+    retry_run_id INTEGER NOT NULL    -- the attempt that retries it
+);
 -- A run's parameters and idempotency key (`run-now --param k=v --key KEY`),
 -- per attempt; only runs that have either have a row (run_params.py).
 CREATE TABLE IF NOT EXISTS run_params(

@@ -64,3 +64,25 @@ def test_status_counts_paused_jobs_and_finds_conflicts_without_reading_every_job
         "SELECT conflict FROM jobs WHERE conflict IS NOT NULL ORDER BY name LIMIT 100")
         for r in conn.execute("EXPLAIN QUERY PLAN " + sql))
     assert "USING INDEX jobs_paused" in plans and "USING INDEX jobs_conflict" in plans
+
+
+def test_next_attempt_follows_a_runs_own_retry_when_two_manual_runs_share_a_fire_time():
+    # Before: `run-now --wait` twice within one second followed the other
+    # run's retry (the same job, origin and fire time) and exited with its code.
+    from cronrd.state import commands as C
+    from tests.unit.state.test_backfill import finish
+    from tests.unit.state.test_state import T0, Log
+    log = Log()
+    log.put(concurrency="allow", retries={"max": 1, "delay": 0})
+    one = log.apply(C.ManualRun(job="j", node="n1", at=T0 + 0.2))["run_id"]
+    two = log.apply(C.ManualRun(job="j", node="n1", at=T0 + 0.7))["run_id"]
+    assert log.run(one).fire_time == log.run(two).fire_time
+    finish(log, one, state="failed")             # one is retried
+    finish(log, two, state="succeeded")
+    retry = Q.next_attempt(log.sm.conn, log.run(one))
+    assert retry is not None and log.run(retry).kind == "retry"
+    assert Q.next_attempt(log.sm.conn, log.run(two)) is None
+    # pruning the runs forgets their links
+    finish(log, retry, state="succeeded")
+    log.apply(C.Prune(before=T0 + 10_000, at=T0 + 10_000))
+    assert list(log.sm.conn.execute("SELECT * FROM run_retries")) == []
