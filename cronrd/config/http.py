@@ -58,6 +58,13 @@ def parse_http(raw: object, base: str, report: ConfigProblems, *,
                    f"{job_histograms!r}): /metrics gives per-job histograms while there are "
                    "at most that many jobs (0: never; the cluster-wide ones are always there)")
         job_histograms = HttpConfig.job_histograms
+    metrics_auth = raw.get("metrics_auth", HttpConfig.metrics_auth)
+    if metrics_auth not in ("open", "token"):
+        report.add(H + ("metrics_auth",),
+                   f"http.metrics_auth must be open (whoever reaches the port reads /metrics) "
+                   f"or token (a viewer token, as Prometheus' authorization: credentials) "
+                   f"(got {metrics_auth!r})")
+        metrics_auth = HttpConfig.metrics_auth
     tls = None
     if raw.get("tls") is not None:
         tls = _parse_tls(raw["tls"], base, report)
@@ -77,7 +84,8 @@ def parse_http(raw: object, base: str, report: ConfigProblems, *,
     if len(report.problems) > before:
         return HttpConfig()
     return HttpConfig(listen=listen if enabled else None, tls=tls,
-                      insecure_network=insecure_network, job_histograms=job_histograms)
+                      insecure_network=insecure_network, job_histograms=job_histograms,
+                      metrics_auth=metrics_auth)
 
 
 def parse_listen(value: object) -> tuple[str, int]:

@@ -49,6 +49,9 @@ class HttpConfig:
     # (each job's two are 26 samples: 100,000 jobs would be 2.6 million, a 24 s
     # render and a 230 MB page: bench/api.py)
     job_histograms: int = 10_000
+    # who may read /metrics: "open" (whoever reaches the port, the default)
+    # or "token" (a viewer token or client certificate, as the API)
+    metrics_auth: str = "open"
 
 
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
@@ -56,7 +59,7 @@ KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "time
               "shutdown", "log_level",
               "watch_interval", "max_running", "accept_jobs_from", "cluster",
               "notifiers", "notify", "pools", "http", "hooks")
-HTTP_KEYS = ("enabled", "listen", "tls", "insecure", "job_histograms")
+HTTP_KEYS = ("enabled", "listen", "tls", "insecure", "job_histograms", "metrics_auth")
 HTTP_TLS_KEYS = ("cert", "key", "client_ca", "client_roles")
 HOOK_KEYS = ("secret_file", "dedupe", "replay_window")
 

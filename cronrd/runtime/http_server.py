@@ -161,7 +161,9 @@ class HttpServer:
             (Route("GET", "/healthz", "200 while the process answers.", None), self.healthz),
             (Route("GET", "/readyz", "200 once the node is ready (job files loaded, the "
                    "scheduler running), else 503.", None), self.readyz),
-            (Route("GET", "/metrics", "Prometheus metrics.", None), self.get_metrics),
+            (Route("GET", "/metrics", "Prometheus metrics (http.metrics_auth: token asks "
+                   "for a viewer token).", "viewer" if self.config.metrics_auth == "token"
+                   else None), self.get_metrics),
             (Route("GET", API + "openapi.json", "This document.", None), self.get_openapi),
             (Route("GET", API + "whoami", "The token's name, role, jobs and expiry.",
                    "viewer"), self.whoami),
@@ -196,7 +198,7 @@ class HttpServer:
         CSRF header (403)."""
         resource = request.match_info.route.resource
         needed = self.roles.get((request.method, resource.canonical if resource else ""), "")
-        if not request.path.startswith(API) or needed is None:  # None: open to all
+        if needed is None or not needed and not request.path.startswith(API):  # open to all
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")

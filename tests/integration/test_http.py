@@ -191,3 +191,17 @@ def test_a_cluster_every_node_serves_and_a_token_made_on_a_follower_works_everyw
         assert (("cronrd_job_next_fire_timestamp_seconds", (("job_name", "tick"),)) in got) \
             == bool(leads)
         assert get(url + "/readyz")[0] == 200
+
+
+def test_metrics_can_ask_for_a_token(node_factory):
+    node = node_factory(http={"listen": "127.0.0.1:0", "metrics_auth": "token"})
+    node.start()
+    url = node.call("status")["http"]
+    status, ctype, body = get(url + "/metrics")
+    assert status == 401 and ctype.startswith("application/problem+json")
+    assert get(url + "/healthz")[0] == 200          # health stays open
+    viewer = node.cli("token", "create", "--name", "prom", "--role", "viewer").stdout.strip()
+    req = urllib.request.Request(url + "/metrics",
+                                 headers={"Authorization": f"Bearer {viewer}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200 and b"cronrd_raft_is_leader" in r.read()

@@ -132,3 +132,11 @@ def test_client_roles_map_certificate_names_to_roles(tmp_path):
     with pytest.raises(ConfigError) as exc:
         http({"listen": "0.0.0.0:8443", "tls": {**no_ca, "client_roles": {"x": "viewer"}}})
     assert "client_roles needs http.tls.client_ca" in str(exc.value)
+
+
+def test_metrics_auth_is_open_or_token():
+    assert http({}).metrics_auth == "open"
+    assert http({"metrics_auth": "token"}).metrics_auth == "token"
+    with pytest.raises(ConfigError) as exc:
+        http({"metrics_auth": "yes"})
+    assert "http.metrics_auth must be open" in str(exc.value)
