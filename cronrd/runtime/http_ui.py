@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import fnmatch
 import functools
-import heapq
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,9 +326,7 @@ class UiPages:
         scheduler; elsewhere those of the first jobs by name (True: partial)."""
         sched = getattr(getattr(self.reads, "leadership", None), "scheduler", None)
         if sched is not None:
-            soon = heapq.nsmallest(count, (
-                (e.next_fire, n) for n, e in sched.entries.items()
-                if e.active and e.next_fire is not None and job_allowed(sess.glob, n)))
+            soon = sched.soonest(count, lambda n: job_allowed(sess.glob, n))
             return [{"name": n, "next_fire": iso_utc(t)} for t, n in soon], False
         jobs = await self.reads.h_jobs({"limit": 200, "match": sql_glob(sess.glob)})
         return sorted((j for j in jobs["jobs"] if j["next_fire"] and

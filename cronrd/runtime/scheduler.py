@@ -172,6 +172,25 @@ class Scheduler:
         if fire is not None:
             heapq.heappush(self.heap, (fire, entry.seq, sys.intern(name)))
 
+    def soonest(self, count: int, allowed=lambda name: True,
+                visits: int = 50_000) -> list[tuple[int, str]]:
+        """The ``count`` soonest (fire time, job) of the active jobs that
+        ``allowed`` lets through, in order, read off the heap without copying
+        it: a walk from its root, smallest first (O(k log k) for 100,000 jobs,
+        not a sort of them). At most ``visits`` heap slots are looked at."""
+        out: list[tuple[int, str]] = []
+        frontier = [(self.heap[0], 0)] if self.heap else []
+        while frontier and len(out) < count and visits > 0:
+            visits -= 1
+            (fire, seq, name), i = heapq.heappop(frontier)
+            entry = self.entries.get(name)
+            if entry is not None and entry.seq == seq and entry.active and allowed(name):
+                out.append((fire, name))
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(self.heap):
+                    heapq.heappush(frontier, (self.heap[child], child))
+        return out
+
     def next_fire(self, name: str) -> int | None:
         entry = self.entries.get(name)
         return entry.next_fire if entry and entry.active else None

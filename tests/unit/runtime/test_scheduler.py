@@ -175,3 +175,30 @@ def test_a_run_on_all_fire_commits_the_nodes_that_run_it_before_the_skipped_ones
         assert rows == [("n1", "assigned"), ("n2", "assigned"), ("n0", "skipped")], rows
         sch.stop()
     asyncio.run(main())
+
+
+def test_soonest_walks_the_heap_in_order_past_stale_and_filtered_entries():
+    import random
+
+    async def main():
+        conn, log, clock, sch = await setup("0 0 1 1 *", "none")
+        rng = random.Random(5)
+        for i in range(300):   # jobs at random minutes of the day, some edited
+            minute, hour = rng.randrange(60), rng.randrange(24)
+            spec = JobSpec(name=f"j{i:03d}", schedule=f"{minute} {hour} * * *",
+                           command="true")
+            await log.propose(C.PutJob(name=spec.name, spec=spec.to_dict(), digest=f"d{i}",
+                                       source="s", at=clock.now()))
+        sch.start()
+        for i in range(0, 300, 7):   # a refresh leaves a stale heap entry behind
+            sch.refresh(f"j{i:03d}")
+        want = sorted((e.next_fire, n) for n, e in sch.entries.items()
+                      if e.active and e.next_fire is not None)
+        assert len(sch.heap) > len(want)                    # stale entries are there
+        assert sch.soonest(10) == want[:10]
+        def odd(name):
+            return name[1:].isdigit() and int(name[1:]) % 2 == 1
+        assert sch.soonest(7, odd) == [w for w in want if odd(w[1])][:7]
+        assert sch.soonest(5, lambda n: False) == []
+        assert len(sch.soonest(1000)) == len(want)
+    asyncio.run(main())
