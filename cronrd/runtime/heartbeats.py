@@ -27,6 +27,12 @@ class HeartbeatWatch:
         # leader); None while it does not lead. Silence counts from then.
         self.leading_since: float | None = None
 
+    def begin_term(self) -> None:
+        """This node has just become leader: silence counts from its first
+        duty of this term (the duty runs only while it leads, so a spell
+        led by others leaves no trace here to reset it by)."""
+        self.leading_since = None
+
     async def duty(self) -> None:
         if not self.log.is_leader:
             self.leading_since = None

@@ -118,6 +118,7 @@ class Leadership:
         try:
             await sched.start_async()
             log.info("event=leading node=%s jobs=%d", self.node_id, len(sched.entries))
+            self.heartbeats.begin_term()  # silence counts from this election
             async with asyncio.TaskGroup() as tg:
                 # Open backfills resume where the last leader left them.
                 self.backfiller = Backfiller(self.conn, self.log.propose_as_leader,

@@ -98,3 +98,22 @@ def test_a_new_leader_gives_a_run_its_whole_timeout_after_a_leaderless_spell():
     clock2.t = T0 + 259
     asyncio.run(watch2.duty())
     assert leader2.proposed == []
+
+
+def test_a_node_elected_again_counts_from_its_new_election():
+    # Found in review: the duty runs only while leading, so "not leader"
+    # was never seen between two terms of the same node; Leadership calls
+    # begin_term at each election.
+    log, rid = silent_run()                  # last heard at T0 + 1
+    leader, clock = LeaderLog(log), Clock(T0 + 2)
+    watch = HeartbeatWatch(leader, log.sm.conn, clock, lambda: None)
+    asyncio.run(watch.duty())                # first term from T0 + 2 ...
+    clock.t = T0 + 500                       # ... lost; others led (or nobody)
+    watch.begin_term()                       # elected again at T0 + 500
+    asyncio.run(watch.duty())
+    clock.t = T0 + 559
+    asyncio.run(watch.duty())
+    assert leader.proposed == []
+    clock.t = T0 + 560
+    asyncio.run(watch.duty())
+    assert [c.run_id for c in leader.proposed] == [rid]
