@@ -213,7 +213,7 @@ def rerun_attempt(conn, job: str, fire_time: int, refused) -> int:
     rec = records(conn, job, fire_time, fire_time).get(fire_time)
     if rec is None:
         raise refused(f"job {job!r} has no record at fire time {fire_time}")
-    if rec.state in ("pending", "assigned", "running"):
+    if rec.state in ACTIVE:  # waiting too: its own end may still retry it
         raise refused(f"job {job!r} at fire time {fire_time}: attempt {rec.attempt} is "
                       f"{rec.state}; wait for it to end, or `cronrd cancel --job {job}`")
     return rec.attempt + 1

@@ -996,12 +996,7 @@ class StateMachine:
         """A run declared lost (node silent) whose node now says it never
         started: give it its next attempt if nothing else did (the policy may
         have kept a lost run from being retried; one that never ran is)."""
-        if self._job(run.job) is None:
-            return None
-        for _ in self.conn.execute(
-                "SELECT 1 FROM runs WHERE job=? AND origin=? AND fire_time=? AND target=? "
-                "AND attempt=?", (run.job, run.origin, run.fire_time, run.target,
-                                  run.attempt + 1)):
+        if self._job(run.job) is None or self._has_next_attempt(run):
             return None
         hold = self._queue_hold(run.job, run.target, run.fire_time, bounded=False)
         if hold is not None and hold.wait is not None:
@@ -1011,16 +1006,33 @@ class StateMachine:
                                 fire_time=run.fire_time, attempt=run.attempt + 1,
                                 due_at=max(at, run.due_at or at), at=at,
                                 reason=hold.wait, target=run.target)
-            RP.carry(self.conn, run.run_id, new.run_id)
+            self._link_retry(run, new)
             return new.run_id
         new = self._insert_run(index, job=run.job, origin=run.origin, kind="retry",
                                fire_time=run.fire_time, attempt=run.attempt + 1,
                                state="pending", node=None, due_at=max(at, run.due_at or at),
                                at=at,
                                target=run.target)
-        RP.carry(self.conn, run.run_id, new.run_id)
+        self._link_retry(run, new)
         effects.append(Effect("pending", run=new))
         return new.run_id
+
+    def _has_next_attempt(self, run: Run) -> bool:
+        """Whether ``run`` was retried already (its record has its next
+        attempt): by the link for any run; by the attempt number for a
+        scheduled record (one per attempt) made before links were kept."""
+        if any(self.conn.execute("SELECT 1 FROM run_retries WHERE run_id=?", (run.run_id,))):
+            return True
+        return run.origin == "schedule" and any(self.conn.execute(
+            "SELECT 1 FROM runs WHERE job=? AND origin='schedule' AND fire_time=? AND "
+            "target=? AND attempt=?", (run.job, run.fire_time, run.target, run.attempt + 1)))
+
+    def _link_retry(self, run: Run, new: Run) -> None:
+        """``new`` retries ``run``: it takes its parameters and key, and the
+        link (`run-now --wait` follows it; run_retries)."""
+        RP.carry(self.conn, run.run_id, new.run_id)
+        self.conn.execute("INSERT INTO run_retries(run_id, retry_run_id) VALUES(?,?)",
+                          (run.run_id, new.run_id))
 
     def _finish(self, run: Run, state: str, at: float, *, reason: str | None = None,
                 exit_code: int | None = None, signal: int | None = None,
@@ -1090,6 +1102,8 @@ class StateMachine:
         elif state not in ("failed", "timed_out"):
             return None
         attempt = run.attempt + 1
+        if self._has_next_attempt(run):  # another way gave the record its next attempt
+            return None
         # The retries count from the attempt that began this try: a rerun (or
         # a dead-letter requeue) is attempt 2, 5, ... of its record and has
         # its own retries, and a lost one is run again like any other.
@@ -1109,9 +1123,7 @@ class StateMachine:
                                node=None if lost else run.node,
                                due_at=max(at + delay, run.due_at or at), at=at,
                                target=run.target)
-        RP.carry(self.conn, run.run_id, new.run_id)
-        self.conn.execute("INSERT INTO run_retries(run_id, retry_run_id) VALUES(?,?)",
-                          (run.run_id, new.run_id))
+        self._link_retry(run, new)
         effects.append(Effect("pending" if lost else "assign", run=new))
         RE.on_retry(self.conn, run.run_id, new.run_id, at)
         return new.run_id

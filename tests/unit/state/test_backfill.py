@@ -315,3 +315,22 @@ def test_a_rerun_has_retries_of_its_own_and_a_lost_rerun_is_run_again():
     res = _end_newest(log, "lost", T0 + 21)  # the rerun's node is lost
     assert len(res["retries"]) == 1
     assert [(r[2], r[3], r[4]) for r in runs(log)][-1] == (6, "retry", "pending")
+
+
+def test_a_record_waiting_in_its_queue_is_not_rerun_and_its_failure_is_still_recorded():
+    # Found in review: a rerun of a record whose attempt waited in the queue
+    # made attempt 2; when attempt 1 then failed, its retry (attempt 2 again)
+    # broke the unique key and the whole RunFinished was refused: the run
+    # stayed running for ever and the queue stuck.
+    log = Log()
+    log.put(schedule="* * * * *", concurrency="queue", retries={"max": 1, "delay": 0})
+    first = log.fire(T0 + 60)["run_id"]
+    second = log.fire(T0 + 120)["run_id"]
+    assert log.run(second).state == "waiting"
+    with pytest.raises(Refused, match="attempt 1 is waiting"):
+        log.apply(C.Rerun(job="j", fire_time=T0 + 120, at=T0 + 121))
+    finish(log, first, at=T0 + 125)
+    finish(log, second, state="failed", at=T0 + 130)
+    assert log.run(second).state == "failed"
+    assert [(r[2], r[3]) for r in runs(log) if r[1] == T0 + 120] == [(1, "scheduled"),
+                                                                      (2, "retry")]

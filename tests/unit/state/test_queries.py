@@ -101,3 +101,41 @@ def test_listing_active_states_uses_the_index_of_active_runs():
     for sql, args in ((traced[0], ("running", 50)), (traced[1], ("pending", "waiting", 50))):
         plan = " ".join(r[3] for r in log.sm.conn.execute("EXPLAIN QUERY PLAN " + sql, args))
         assert "runs_active" in plan, plan
+
+
+def _not_started(log, rid, at):
+    from cronrd.state import commands as C
+    run = log.run(rid)
+    return log.apply(C.RunFinished(run_id=rid, token=run.token, node="n1", state="lost",
+                                   exit_code=None, signal=None, started_at=None,
+                                   finished_at=at, log_path=None, not_started=True))
+
+
+def test_a_run_lost_then_reported_never_started_is_linked_to_its_retry():
+    # Found in review: that retry path made no link, so `run-now --wait`
+    # could not follow it.
+    from cronrd.state import commands as C
+    from tests.unit.state.test_state import T0, Log
+    log = Log()
+    log.put(concurrency="allow", on_node_loss="fail")
+    rid = log.apply(C.ManualRun(job="j", node="n1", at=T0 + 0.2))["run_id"]
+    log.apply(C.ClaimRuns(node="n1", claims=[[rid, log.run(rid).token]], at=T0 + 0.3))
+    log.apply(C.NodeLost(node="n1", at=T0 + 5, reason="down"))
+    retry = _not_started(log, rid, T0 + 6)["retry_run_id"]
+    assert retry is not None and Q.next_attempt(log.sm.conn, log.run(rid)) == retry
+
+
+def test_a_manual_run_that_never_started_is_run_again_beside_a_retried_sibling():
+    # Found in review: "is there an attempt 2 of (job, fire time)?" found the
+    # other manual run's retry, and this one, which never ran, was not run.
+    from cronrd.state import commands as C
+    from tests.unit.state.test_state import T0, Log
+    log = Log()
+    log.put(concurrency="allow", on_node_loss="fail", retries={"max": 1, "delay": 0})
+    a = log.apply(C.ManualRun(job="j", node="n1", at=T0 + 0.2))["run_id"]
+    b = log.apply(C.ManualRun(job="j", node="n1", at=T0 + 0.7))["run_id"]
+    log.finish(a, state="failed", exit_code=1)
+    log.finish(Q.next_attempt(log.sm.conn, log.run(a)), state="succeeded")
+    log.apply(C.ClaimRuns(node="n1", claims=[[b, log.run(b).token]], at=T0 + 0.8))
+    log.apply(C.NodeLost(node="n1", at=T0 + 5, reason="down"))
+    assert _not_started(log, b, T0 + 6).get("retry_run_id") is not None
