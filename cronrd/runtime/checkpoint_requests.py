@@ -59,6 +59,7 @@ class CheckpointRequests:
         self.h = handlers
         self._heartbeat_sent: dict[int, float] = {}   # run id -> monotonic time sent
         self._heartbeat_later: dict[int, C.Heartbeat] = {}  # the newest held back
+        self._heartbeat_tasks: dict[int, asyncio.Task] = {}  # each sends its run's later
 
     async def _attempt(self, args: dict, caller: Caller, command: str) -> tuple[Run, str]:
         """The run the request speaks for and its token's hash, once the token
@@ -138,11 +139,16 @@ class CheckpointRequests:
         now = self.h.clock.monotonic()
         sent = self._heartbeat_sent.get(run.run_id)
         if sent is not None and now - sent < HEARTBEAT_INTERVAL:
-            if run.run_id not in self._heartbeat_later:
-                asyncio.get_running_loop().create_task(
+            if run.run_id not in self._heartbeat_tasks:
+                self._heartbeat_tasks[run.run_id] = asyncio.get_running_loop().create_task(
                     self._send_later(run.run_id, sent + HEARTBEAT_INTERVAL - now))
             self._heartbeat_later[run.run_id] = cmd
             return {"run_id": run.run_id, "coalesced": True}
+        # sent now: a beat still held back is older, and goes no more
+        self._heartbeat_later.pop(run.run_id, None)
+        task = self._heartbeat_tasks.pop(run.run_id, None)
+        if task is not None:
+            task.cancel()
         self._heartbeat_sent[run.run_id] = now
         if len(self._heartbeat_sent) > 10_000:  # bounded: forget the ones long quiet
             for rid, t in list(self._heartbeat_sent.items()):
@@ -154,6 +160,7 @@ class CheckpointRequests:
         """Send the newest heartbeat held back for ``run_id`` once its
         interval is over (with the time it was made)."""
         await asyncio.sleep(max(0.0, delay))
+        self._heartbeat_tasks.pop(run_id, None)
         cmd = self._heartbeat_later.pop(run_id, None)
         if cmd is None:
             return
@@ -161,5 +168,7 @@ class CheckpointRequests:
         try:
             await self.h.log.propose(cmd)
         except Exception as exc:  # a newer attempt, no leader: the job sends again
+            # (an attempt that ended meanwhile still records it: apply takes a
+            # beat made before its end)
             log.info(
                 "event=heartbeat_held_not_sent run=%d error=\"%s\"", run_id, exc)

@@ -111,10 +111,14 @@ def newer_attempt(conn, run) -> int | None:
     return None
 
 
-def check_attempt(conn, run, presented_hash: str, node: str | None) -> str | None:
+def check_attempt(conn, run, presented_hash: str, node: str | None,
+                  at: float | None = None) -> str | None:
     """Why the attempt ``run`` may not save or beat with a token whose hash
     is ``presented_hash`` (proposed by ``node``; None: not a proposal), or
-    None when it may. Deterministic: used inside apply."""
+    None when it may. ``at``: a heartbeat made then, which an attempt that
+    has ended since may still record (it was sent while it ran and reached
+    the log after its end: held back a moment, runtime/checkpoint_requests.py).
+    Deterministic: used inside apply."""
     if run is None:
         return "no such run"
     stored = stored_hash(conn, run.run_id)
@@ -129,14 +133,20 @@ def check_attempt(conn, run, presented_hash: str, node: str | None) -> str | Non
         return (f"run {run.run_id} is attempt {run.attempt} of {run.key}, and attempt "
                 f"{newer} has replaced it; a stale attempt cannot save or beat")
     if run.state != "running":
+        if at is not None and run.finished_at is not None and at <= run.finished_at \
+                and run.started_at is not None and at >= run.started_at:
+            return None
         return f"run {run.run_id} is {run.state}, not running"
     return None
 
 
 def beat(conn, run_id: int, at: float, progress: float | None, message: str | None) -> None:
+    """Record a heartbeat made at ``at``; one older than the newest recorded
+    changes nothing (a held-back beat may reach the log after a newer one)."""
     conn.execute("UPDATE run_heartbeats SET heartbeat_at=?, progress=COALESCE(?, progress), "
-                 "message=COALESCE(?, message) WHERE run_id=?",
-                 (at, progress, message, run_id))
+                 "message=COALESCE(?, message) WHERE run_id=? AND "
+                 "(heartbeat_at IS NULL OR heartbeat_at <= ?)",
+                 (at, progress, message, run_id, at))
 
 
 def heartbeat_of(conn, run_id: int) -> tuple[float | None, float | None, str | None]:

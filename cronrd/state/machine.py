@@ -1518,7 +1518,8 @@ class StateMachine:
         if not isinstance(cmd.at, (int, float)) or isinstance(cmd.at, bool):
             raise Refused(f"{what}: at must be a number")
         run = Q.get_run(self.conn, cmd.run_id)
-        problem = CK.check_attempt(self.conn, run, cmd.token_hash, cmd.node)
+        problem = CK.check_attempt(self.conn, run, cmd.token_hash, cmd.node,
+                                   at=cmd.at if isinstance(cmd, C.Heartbeat) else None)
         if problem is not None:
             raise Refused(f"{what} refused: {problem}")
         return run

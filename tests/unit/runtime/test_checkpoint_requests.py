@@ -146,3 +146,21 @@ def test_heartbeats_in_a_tight_loop_reach_the_log_once_a_second_the_newest_last(
         await req.heartbeat({**args, "message": "later"}, CALLER)
         assert len(h.log.proposed) == 3
     asyncio.run(main())
+
+
+def test_a_heartbeat_sent_at_once_drops_the_older_one_held_back():
+    # Found in review: a beat arriving just after the second was sent at
+    # once, and the task holding an older beat then sent that one too.
+    req, h, rid, token, audits = setup()
+    args = {"run_id": rid, "token": token}
+
+    async def main():
+        await req.heartbeat({**args, "message": "first"}, CALLER)         # sent
+        h.clock.t = 0.5
+        assert (await req.heartbeat({**args, "message": "held"}, CALLER))["coalesced"]
+        h.clock.t = 1.2                                   # before the task wakes
+        await req.heartbeat({**args, "message": "newest"}, CALLER)        # sent at once
+        await asyncio.sleep(0.8)                          # the held one's time passes
+        assert [c.message for c in h.log.proposed] == ["first", "newest"]
+        assert req._heartbeat_tasks == {} and req._heartbeat_later == {}
+    asyncio.run(main())

@@ -281,3 +281,23 @@ def test_text_that_is_not_utf8_is_refused_with_the_reason():
         save(log, rid, "a\ud800b")
     with pytest.raises(Refused, match="heartbeat refused: .*UTF-8"):
         beat(log, rid, message="a\ud800b")
+
+
+def test_a_heartbeat_made_before_the_end_is_recorded_after_it_and_an_older_one_never_wins():
+    # Found in review: heartbeats are held back up to a second, so a job's
+    # last `heartbeat --progress 1` often reached the log after its end and
+    # was refused; and a held-back beat could overwrite a newer one.
+    log = Log()
+    log.put()
+    rid = log.fire(T0 + 1)["run_id"]
+    started(log, rid)                                 # started at T0 + 1
+    beat(log, rid, at=T0 + 3, progress=0.5, message="half")
+    beat(log, rid, at=T0 + 2, progress=0.2, message="older")     # older: no change
+    assert CK.heartbeat_of(log.sm.conn, rid)[1:] == (0.5, "half")
+    log.finish(rid, at=T0 + 10)
+    beat(log, rid, at=T0 + 9.5, progress=1.0, message="done")   # made before the end
+    assert CK.heartbeat_of(log.sm.conn, rid) == (T0 + 9.5, 1.0, "done")
+    with pytest.raises(Refused, match="is succeeded, not running"):
+        beat(log, rid, at=T0 + 11, progress=1.0)    # after the end: refused
+    with pytest.raises(Refused, match="is succeeded, not running"):
+        save(log, rid, "late", at=T0 + 9)           # checkpoints: only while running
