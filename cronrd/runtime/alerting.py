@@ -47,9 +47,20 @@ def _pause_state(conn, name: str) -> tuple[bool, float | None]:
     when it (or every job) was last resumed."""
     paused = any(p for (p,) in conn.execute("SELECT paused FROM jobs WHERE name=?", (name,))) \
         or any(conn.execute("SELECT 1 FROM pauses WHERE name=''"))  # `pause --all`
-    resumed = next(iter(conn.execute("SELECT MAX(at) FROM pause_log WHERE name IN (?, '') "
-                                     "AND paused=0", (name,))), (None,))[0]
-    return paused, resumed
+    resumed = [t for t in (_resumed_at(conn, name), _resumed_at(conn, "")) if t is not None]
+    return paused, max(resumed) if resumed else None
+
+
+def _resumed_at(conn, name: str, look: int = 50) -> float | None:
+    """When the pause of ``name`` ("" every job's) last ended: a resume that
+    followed a pause (one of a job that was not paused, a deploy script's
+    habit, ends nothing and must not put staleness off)."""
+    events = list(conn.execute("SELECT paused, at FROM pause_log WHERE name=? "
+                               "ORDER BY at DESC, event_id DESC LIMIT ?", (name, look)))
+    for (paused, at), (before, _) in zip(events, events[1:]):
+        if not paused and before:
+            return at
+    return None
 
 
 def _records(conn, job: str, first: int) -> tuple[list[S.Record], float | None]:

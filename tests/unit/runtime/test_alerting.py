@@ -171,3 +171,14 @@ def test_a_paused_job_is_not_stale_and_after_its_resume_gets_its_whole_span():
     log.put(name="k", schedule="@yearly", sla={"stale_after": 600.0}, at=T0 + 6000)
     log.apply(C.SetPaused(name="", paused=True, at=T0 + 6001, note="", by="root"))
     assert watch(log, T0 + 9000) == 0
+
+
+def test_a_resume_of_a_job_that_was_not_paused_puts_nothing_off():
+    # Found in review: any resume reset the stale clock, so a deploy script
+    # running `cronrd resume j` every time silenced stale_after for ever.
+    from cronrd.state import commands as C
+    log = Log()
+    log.put(schedule="@yearly", sla={"stale_after": 600.0}, at=T0)
+    log.apply(C.SetPaused(name="j", paused=False, at=T0 + 500, note="", by="deploy"))
+    log.apply(C.SetPaused(name="", paused=False, at=T0 + 550, note="", by="deploy"))
+    assert watch(log, T0 + 601) == 1           # 600 s from when the SLA came in
