@@ -1600,6 +1600,10 @@ class StateMachine:
             h.update(table.encode())
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
                 h.update(json.dumps(row, separators=(",", ":")).encode())
+        # the id counters (state/seq.py, events.py) decide the next ids
+        for row in self.conn.execute("SELECT key, value FROM meta WHERE key IN "
+                                     "('run_seq', 'alert_seq', 'event_seq') ORDER BY key"):
+            h.update(json.dumps(row, separators=(",", ":")).encode())
         return h.hexdigest()
 
 

@@ -33,3 +33,13 @@ def test_an_alert_id_is_not_given_again_once_pruned():
     conn.execute("DELETE FROM alerts")
     third = AL.raise_alert(conn, job="j", fire_time=3, kind="failed", detail="x", at=T0)
     assert first < second < third
+
+
+def test_the_id_counters_are_in_the_full_digest():
+    # two states alike but for a counter would give different ids next
+    a, b = Log(), Log()
+    for log in (a, b):
+        log.put(schedule="* * * * * *")
+    assert a.sm.full_digest() == b.sm.full_digest()
+    b.sm.conn.execute("INSERT INTO meta(key, value) VALUES('run_seq', 99)")
+    assert a.sm.full_digest() != b.sm.full_digest()
