@@ -1,10 +1,12 @@
 """The in-memory Raft log of one node: a compacted prefix (snapshot index
 and term) followed by entries, with the persisted boundary tracked so that
-a Ready hands out exactly what still has to reach the disk."""
+a Ready hands out exactly what still has to reach the disk. Its writes keep
+the rules of the storage contract (``storage``), as the node's disk does."""
 
 from __future__ import annotations
 
 from ..errors import StorageError
+from .storage import append_refusal
 from .types import Entry
 
 
@@ -87,11 +89,10 @@ class RaftLog:
         """Append after the last entry, or overwrite a conflicting suffix."""
         if not entries:
             return
+        refusal = append_refusal(entries, self.snap_index, self.last_index())
+        if refusal is not None:
+            raise StorageError(f"raft log append refused: {refusal}")
         first = entries[0].index
-        if first <= self.snap_index:
-            raise StorageError(f"append at {first} is inside the snapshot ({self.snap_index})")
-        if first > self.last_index() + 1:
-            raise StorageError(f"append at {first} leaves a hole after {self.last_index()}")
         if first <= self.commit:
             raise StorageError(f"append at {first} would overwrite committed entry "
                                f"(commit {self.commit})")

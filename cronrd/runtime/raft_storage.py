@@ -16,7 +16,8 @@ state off the event loop, in a file of its own beside the database
 the row then names the file and carries its checksum). Writing a large
 blob into the database would hold the event loop for its whole length.
 
-Invariants kept by this module (and verified by ``load``):
+The rules every write keeps are the Raft storage contract
+(``cronrd.raft.storage``); ``load`` verifies what they guarantee:
 
 * stored entries are exactly ``snapshot_index + 1 .. last_index``, contiguous;
 * no entry at or below the snapshot index is stored.
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import apsw
 
 from ..errors import StorageError
+from ..raft.storage import append_refusal, keeps_suffix, snapshot_refusal
 from ..raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
 from .storage import open_db
 from .snapshot_data import FileData, hash_data
@@ -345,21 +347,14 @@ class RaftStorage:
             db = self._db()
             rows = []
             if entries:
+                refusal = append_refusal(entries, self._snap_index, self._last)
+                if refusal is not None:
+                    raise StorageError(
+                        f"raft log {self.path}: cannot write entries: {refusal}; the log "
+                        f"ends at {self._last} (this is a bug in the caller; nothing was "
+                        "written)")
                 first = entries[0].index
-                if first > self._last + 1:
-                    raise StorageError(
-                        f"raft log {self.path}: cannot append entry {first}: the log ends at "
-                        f"{self._last}, so the next entry must be at most {self._last + 1} "
-                        "(entries must be contiguous; this is a bug in the caller)")
-                if first <= self._snap_index:
-                    raise StorageError(
-                        f"raft log {self.path}: cannot write entry {first}: entries up to "
-                        f"{self._snap_index} are covered by the snapshot (this is a bug in the caller)")
-                for k, e in enumerate(entries):
-                    if e.index != first + k:
-                        raise StorageError(
-                            f"raft log {self.path}: entries to save are not contiguous: "
-                            f"{entries[k - 1].index} is followed by {e.index} (this is a bug in the caller)")
+                for e in entries:
                     t = int(e.type)
                     rows.append((e.index, e.term, t, e.data, entry_checksum(e.term, e.index, t, e.data)))
             try:
@@ -403,10 +398,10 @@ class RaftStorage:
         checksum = _snapshot_checksum(meta.index, meta.term, voters, learners, data_checksum)
         with self._lock:
             db = self._db()
-            if meta.index < self._snap_index:
-                raise StorageError(
-                    f"raft log {self.path}: snapshot at {meta.index} is older than the stored "
-                    f"snapshot at {self._snap_index} (this is a bug in the caller)")
+            refusal = snapshot_refusal(meta.index, self._snap_index)
+            if refusal is not None:
+                raise StorageError(f"raft log {self.path}: cannot store the snapshot: {refusal} "
+                                   "(this is a bug in the caller; nothing was written)")
             try:
                 with db:
                     db.execute(
@@ -416,8 +411,9 @@ class RaftStorage:
                          name))
                     same = db.execute("SELECT term FROM raft_entry WHERE idx = ?",
                                       (meta.index,)).fetchall()
-                    keep_suffix = bool(same) and same[0][0] == meta.term
-                    if keep_suffix:
+                    stored = (self._snap_term if meta.index == self._snap_index
+                              else same[0][0] if same else None)
+                    if keeps_suffix(stored, meta.term):
                         db.execute("DELETE FROM raft_entry WHERE idx <= ?", (meta.index,))
                     else:
                         db.execute("DELETE FROM raft_entry")

@@ -23,11 +23,15 @@ loses the node's memory (its Raft and its state machine); the node restarts
 from the disk, its state machine restored from the disk snapshot (applied =
 snapshot index) and re-applying committed entries from the log.
 
-Torn writes. A crash *while* a Ready is being persisted keeps: the snapshot
-(whole or not at all), then a prefix of the Ready's entries (the conflict
-truncation included), and the hard state only if every entry was kept -- the
-hard state is written after the entries, like a WAL record after the entry
-records, and a checksummed WAL drops a torn tail. This is safe because nothing
+The disk keeps the storage contract of ``cronrd.raft.storage``, as the real
+storage does (the same refusals; a received snapshot keeps the stored suffix
+only when it continues the snapshot).
+
+Torn writes. A crash *while* a Ready is being persisted keeps a prefix of the
+contract's order: the snapshot (whole or not at all), then, only if the
+snapshot was kept, a prefix of the Ready's entries (the conflict truncation
+included), never the hard state -- it is written after the entries, like a
+WAL record after the entry records, and a checksummed WAL drops a torn tail. This is safe because nothing
 of a Ready is externalised (no message sent, nothing applied) before the whole
 Ready is durable, so the disk always equals a state the node could have had
 when it last acknowledged anything; the only new combination it creates is
@@ -36,9 +40,9 @@ does) tolerate: the node has not promised anything in term T. What would be
 unsafe, and is therefore not modelled, is keeping a *newer* hard state (vote or
 commit) without the entries of the same write: a vote for a candidate is only
 sent after its hard state is durable, and a commit beyond the persisted log is
-refused by ``Raft.__init__``. Real storage (raft_storage.py) writes entries and
-hard state in one SQLite transaction, i.e. the "all or nothing" case, which is
-the other torn mode simulated.
+refused by ``Raft.__init__``. Real storage (raft_storage.py) writes the snapshot
+in one SQLite transaction and the entries with the hard state in a second
+one, i.e. the "all or nothing" case, which is the other torn mode simulated.
 
 Invariants are checked after every step that touched a node (see ``Checker``);
 a violation raises ``Violation`` with the last events of the trace.
@@ -55,6 +59,7 @@ import random
 from dataclasses import dataclass, field
 
 from cronrd.raft.core import LEADER, VOTER_ONLY, Raft, RaftConfig
+from cronrd.raft.storage import append_refusal, keeps_suffix, snapshot_refusal
 from cronrd.raft.types import (ConfChange, ConfChangeType, ConfState, Entry, EntryType,
                                HardState, Message, MsgType, Ready, Snapshot)
 
@@ -71,12 +76,12 @@ class Violation(AssertionError):
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class Disk:
+    """A node's durable log, keeping the storage contract (cronrd.raft.storage)
+    as the real storage does: a write that breaks it is a Violation (the real
+    storage raises StorageError and the node stops)."""
     hard_state: HardState = HardState()
     entries: list = field(default_factory=list)
     snapshot: Snapshot | None = None
-    # Model raft_storage.save_snapshot as written: it drops only the entries the
-    # snapshot covers, also when a *received* snapshot replaces a divergent log.
-    keep_suffix_on_install: bool = False
 
     def snap_index(self) -> int:
         return self.snapshot.meta.index if self.snapshot else 0
@@ -84,28 +89,34 @@ class Disk:
     def last_index(self) -> int:
         return self.snap_index() + len(self.entries)
 
-    def save_snapshot(self, snap: Snapshot, install: bool) -> None:
-        """Store a snapshot. An installed (received) snapshot replaces the whole log,
-        as the core's in-memory log does; a local compaction keeps the suffix."""
+    def term(self, index: int) -> int | None:
         si = self.snap_index()
-        if snap.meta.index < si:
-            raise Violation(f"disk: snapshot {snap.meta.index} older than stored {si}")
-        if install and not self.keep_suffix_on_install:
-            self.entries = []
-        else:
+        if index == si:
+            return self.snapshot.meta.term if self.snapshot else 0
+        if index < si or index > self.last_index():
+            return None
+        return self.entries[index - si - 1].term
+
+    def save_snapshot(self, snap: Snapshot) -> None:
+        """Store a snapshot (a received one or a local compaction alike): the
+        entries it covers go, the suffix stays only if it continues it."""
+        si = self.snap_index()
+        refusal = snapshot_refusal(snap.meta.index, si)
+        if refusal is not None:
+            raise Violation(f"disk: {refusal}")
+        if keeps_suffix(self.term(snap.meta.index), snap.meta.term):
             self.entries = self.entries[snap.meta.index - si:]
+        else:
+            self.entries = []
         self.snapshot = snap
 
     def save_entries(self, entries: list[Entry]) -> None:
+        refusal = append_refusal(entries, self.snap_index(), self.last_index())
+        if refusal is not None:
+            raise Violation(f"disk: {refusal}")
         if not entries:
             return
-        first = entries[0].index
-        si = self.snap_index()
-        if first <= si:
-            raise Violation(f"disk: entry {first} is inside the snapshot ({si})")
-        if first > self.last_index() + 1:
-            raise Violation(f"disk: entry {first} leaves a hole after {self.last_index()}")
-        del self.entries[first - si - 1:]
+        del self.entries[entries[0].index - self.snap_index() - 1:]
         self.entries.extend(entries)
 
 
@@ -421,10 +432,8 @@ class Sim:
             "reads": rng.random() < 0.5,
         }
         self.nodes: dict[str, SimNode] = {}
-        self.runtime_disk = os.environ.get("CRONRD_SIM_RUNTIME_DISK") == "1"
         for nid in self.voters + self.extra:
             node = self.nodes[nid] = SimNode(self, nid)
-            node.disk.keep_suffix_on_install = self.runtime_disk
             if f["skew"]:
                 node.rate = rng.uniform(0.8, 1.25)
             if f["slow_disk"] and rng.random() < 0.5:
@@ -553,6 +562,24 @@ class Sim:
             node.io = (rd, self.now + delay)
         raise Violation(f"{node.id}: Ready cycle does not settle")
 
+    def torn_write(self, node: SimNode, rd: Ready, keep_snapshot: bool, keep: int) -> None:
+        """A crash while ``rd`` is written: the disk keeps a prefix of what the
+        Ready writes, in the contract's order (cronrd.raft.storage): its
+        snapshot if ``keep_snapshot``, then its first ``keep`` entries, never
+        its hard state. Entries written after a snapshot that did not reach
+        the disk do not reach it either: they continue the snapshot, not the
+        log it replaced (keeping them left a hole: seed 17227417148149)."""
+        d = node.disk
+        if rd.snapshot is not None:
+            if not keep_snapshot:
+                keep = 0
+            else:
+                d.save_snapshot(rd.snapshot)
+        if keep:
+            d.save_entries(rd.entries[:keep])
+            self.check.persisted(node, rd.entries[:keep])
+        node.crash("torn write")
+
     def finish_io(self, node: SimNode) -> None:
         rd, _ = node.io
         rng = self.rng
@@ -563,16 +590,12 @@ class Sim:
         d = node.disk
         # 1. persist: snapshot, entries, hard state
         if crash_at == "torn":
-            if rd.snapshot is not None and rng.random() < 0.5:
-                d.save_snapshot(rd.snapshot, install=True)
-            if self.torn_prefix and rd.entries:
-                keep = rng.randint(0, len(rd.entries))
-                d.save_entries(rd.entries[:keep])
-                self.check.persisted(node, rd.entries[:keep])
-            node.crash("torn write")
+            keep_snapshot = rd.snapshot is not None and rng.random() < 0.5
+            keep = rng.randint(0, len(rd.entries)) if self.torn_prefix and rd.entries else 0
+            self.torn_write(node, rd, keep_snapshot, keep)
             return
         if rd.snapshot is not None:
-            d.save_snapshot(rd.snapshot, install=True)
+            d.save_snapshot(rd.snapshot)
         d.save_entries(rd.entries)
         self.check.persisted(node, rd.entries)
         if rd.hard_state is not None:
@@ -626,7 +649,7 @@ class Sim:
         # periodic snapshot + compaction
         if self.snapshot_every and node.raft.applied - node.raft.log.snap_index >= self.snapshot_every:
             snap = node.raft.compact(sm.applied, sm.serialize())
-            node.disk.save_snapshot(snap, install=False)
+            node.disk.save_snapshot(snap)
             self.trace("compact", node.id, f"at {snap.meta.index}")
             self.stats["compactions"] += 1
             self.check.after_op(node)
