@@ -12,6 +12,12 @@ minus its monotonic clock (``_base``) when it was measured, and corrected
 by how much that has moved since. A clock that jumps 30 s ahead is fenced
 the moment it jumps, not at the next measurement.
 
+A sample whose round trip overlapped a stall of this node's own event loop
+(``loop_watch.py``) is dropped, and so is one whose round trip is longer
+than ``max_clock_offset`` (its error, half of it, would swamp the bound): a
+stalled node or a stalled leader is a stall, not a bad clock, and neither
+fences anybody.
+
 What is shown: ``status`` (this node), ``cluster members`` (every member, on
 the leader; this node elsewhere), and the log, once when a node's offset
 goes beyond ``cluster.max_clock_offset`` (``event=clock_off``) and once when
@@ -36,6 +42,7 @@ FIRST_PROBE_EVERY = 0.1  # ... while it has no measurement yet
 PROBE_TIMEOUT = 2.0
 MAX_ABS_OFFSET = 1e7   # seconds; a report beyond this is nonsense and refused
 CARRY = 5.0            # seconds a node's last offset from the median stands in for a new one
+MIN_MAX_RTT = 0.2      # s: a sample with a longer round trip (and max_clock_offset) is dropped
 JUMP_MARGIN = 0.05     # s: a sample further than its error (and this) from the estimate: a jump
 
 
@@ -54,7 +61,8 @@ class ClockWatch:
                  members: Callable[[], list[str]],
                  call: Callable[[str, str, dict, float], Awaitable[dict]],
                  hold: Callable[[bool], None] = lambda held: None,
-                 hand_over: Callable[[list[str]], Awaitable[str]] | None = None):
+                 hand_over: Callable[[list[str]], Awaitable[str]] | None = None,
+                 stalled: Callable[[float, float], bool] | None = None):
         self.node_id = node_id
         self.clock = clock
         self.limit = limit
@@ -67,6 +75,10 @@ class ClockWatch:
         # one of these voters (their clocks are within bounds).
         self._hold = hold
         self._hand_over = hand_over
+        # stalled(t0, t1): did this node's own event loop stall between those
+        # monotonic times (loop_watch.py)? A round trip across a stall
+        # measures the stall, not the clocks.
+        self._stalled = stalled or (lambda t0, t1: False)
         self.held = False
         self.changes = Changes()   # notified when a measurement or a report came
         self.samples: list[K.Sample] = []   # against _sampled_leader only
@@ -222,6 +234,20 @@ class ClockWatch:
                                   "base": self._leader_base if mine else None}, PROBE_TIMEOUT)
         t1 = self.clock.monotonic()
         base = sent - t0
+        if self._stalled(t0, t1):
+            # This node's loop was held while the answer waited: the round
+            # trip measures the stall, and the sample would read it as an
+            # offset. Dropped; the next probe measures again.
+            log.debug("event=clock_sample_dropped why=loop_stalled rtt_ms=%.0f",
+                      (t1 - t0) * 1000)
+            return
+        if t1 - t0 > max(MIN_MAX_RTT, self.limit):
+            # Half the round trip is the sample's error: one this slow (the
+            # leader's loop held, a congested link) cannot tell whether the
+            # clock is within max_clock_offset.
+            log.debug("event=clock_sample_dropped why=slow_answer rtt_ms=%.0f",
+                      (t1 - t0) * 1000)
+            return
         if self._sample_base is not None and abs(base - self._sample_base) > JUMP_MARGIN:
             self.samples = []   # this node's clock was stepped: its samples are void
         if not isinstance(reply, dict):

@@ -68,7 +68,8 @@ class Cluster:
     duty_interval = DUTY_INTERVAL
     claims = True   # a node starts a run only once its claim is committed (claims.py)
 
-    def __init__(self, config: Config, machine: StateMachine, clock: Clock):
+    def __init__(self, config: Config, machine: StateMachine, clock: Clock,
+                 stalled: Callable[[float, float], bool] | None = None):
         cc = config.cluster
         self.config = config
         self.cc = cc
@@ -121,7 +122,7 @@ class Cluster:
         self.clocks = ClockWatch(self.node_id, clock, cc.max_clock_offset,
                                  lambda: self.node.leader or None, lambda: self.node.is_leader,
                                  self.member_ids, self.call, hold=self._hold_campaign,
-                                 hand_over=self._hand_over)
+                                 hand_over=self._hand_over, stalled=stalled)
         handlers.update({
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
             "clock": self._rpc_clock,

@@ -34,6 +34,7 @@ from .handlers import Handlers, read_log_chunk
 from .heap import Heap
 from .leadership import Leadership
 from .logfmt import JournalFormatter, LogfmtFormatter
+from .loop_watch import LoopWatch
 from .members import open_members
 from .runs.executor import Executor
 from .runs.outbox import Outbox
@@ -118,7 +119,11 @@ class Daemon:
         self.conn = open_db(cfg.state_db)
         self.machine = StateMachine(self.conn, node_id=cfg.node_id)
         # One host or a cluster: the members and their log (members.py).
-        self.members = open_members(cfg, self.machine, self.clock)
+        # The critical loop's stall detector: it runs first and stops last,
+        # and the clock watch asks it before it reads a round trip as an offset.
+        self.loop_watch = LoopWatch()
+        self.members = open_members(cfg, self.machine, self.clock,
+                                    stalled=self.loop_watch.stalled_within)
         self.members.read_log = self._read_log_chunk
         self.log = self.members.log
         self.outbox = Outbox(cfg.local_db)
@@ -161,6 +166,7 @@ class Daemon:
                  "jobs_dir=%s timezone=%s", __version__, cfg.node_id, os.getpid(), cfg.socket,
                  cfg.data_dir, cfg.log_dir, cfg.jobs_dir, cfg.timezone)
         async with Services("daemon", self._service_failed) as self.services:
+            self.services.start("loop_watch", self.loop_watch.run, restart=True)
             await self.members.start()
             self.services.start("members", self.members.run)
             self.services.start("removal", self._watch_removal)
@@ -395,7 +401,8 @@ class Daemon:
                          {**self.members.status(),
                           "leader_changes": getattr(node, "leader_changes", 0)},
                          self.machine.applied_index, self.log.is_leader,
-                         {name: t for name, t in fires.items() if t is not None})
+                         {name: t for name, t in fires.items() if t is not None},
+                         loop_stalls=self.loop_watch.histogram())
 
     def _read_log_chunk(self, run_id: int, offset: int) -> dict:
         """A chunk of a run's log on this node (handlers.py), also for peers."""

@@ -148,9 +148,11 @@ class OneHost:
                            "without a cluster")
 
 
-def open_members(config: Config, machine: StateMachine, clock: Clock) -> Members:
+def open_members(config: Config, machine: StateMachine, clock: Clock,
+                 stalled: Callable[[float, float], bool] | None = None) -> Members:
     """The members this config describes: a cluster if it has a cluster:
-    section, else this one host."""
+    section, else this one host. ``stalled(t0, t1)``: did this node's event
+    loop stall between those monotonic times (loop_watch.py)?"""
     if config.cluster is None:
         if os.path.exists(config.raft_db):
             # Its state is a cluster's: on its own it would fire the
@@ -162,4 +164,4 @@ def open_members(config: Config, machine: StateMachine, clock: Clock) -> Members
                 "data_dir to run it alone")
         return OneHost(config, machine)
     from .cluster import Cluster  # the peer transport and TLS, only when needed
-    return Cluster(config, machine, clock)
+    return Cluster(config, machine, clock, stalled=stalled)

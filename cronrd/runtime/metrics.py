@@ -43,15 +43,18 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def live_view(node_id: str, status: dict, applied_index: int, is_leader: bool,
-              next_fires: dict[str, int] | None = None) -> dict:
+              next_fires: dict[str, int] | None = None,
+              loop_stalls: tuple[list[tuple[float, int]], float, int] | None = None) -> dict:
     """What the page needs from the daemon's objects, taken on the loop
-    (``next_fires``: the leader's scheduler's next fire time of each job)."""
+    (``next_fires``: the leader's scheduler's next fire time of each job;
+    ``loop_stalls``: LoopWatch.histogram())."""
     return {"next_fires": next_fires or {},"node": node_id, "term": status.get("term") or 0,
             "commit_index": status.get("commit_index") or 0,
             "applied_index": applied_index, "is_leader": bool(is_leader),
             "down": sorted({d.get("id") or d.get("node") for d in status.get("down") or ()
                             if isinstance(d, dict)} - {None}),
-            "leader_changes": status.get("leader_changes", 0)}
+            "leader_changes": status.get("leader_changes", 0),
+            "loop_stalls": loop_stalls}
 
 
 # The most jobs /metrics gives per-job histograms for (config: http.job_histograms).
@@ -85,6 +88,15 @@ class StateCollector:
         yield CounterMetricFamily("cronrd_raft_leader_changes", "Times this node saw the "
                                   "leader change since it started.",
                                   value=live["leader_changes"])
+        if live.get("loop_stalls") is not None:
+            buckets, total, _count = live["loop_stalls"]
+            fam = HistogramMetricFamily(
+                "cronrd_loop_stall_seconds", "Stalls of this node's critical event loop "
+                "(Raft, clocks, claims, gates) over 100 ms, by how long it was held; each "
+                "is also logged as event=loop_stalled with the stack that held it.")
+            fam.add_metric([], [(floatToGoString(b), n) for b, n in buckets],
+                           sum_value=total)
+            yield fam
         down = set(live["down"])
         up = GaugeMetricFamily("cronrd_node_up", "1 if the node is up as this node sees "
                                "it (announced up and reachable), else 0.", labels=["node"])

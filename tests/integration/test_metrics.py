@@ -121,3 +121,35 @@ def test_a_cluster_counts_the_same_on_every_node_and_sees_a_leader_go(cluster):
                    for n in survivors) == 1
     wait_for(seen, timeout=30, what="a new leader, one more leader change and the old "
              "leader down on both survivors", on_fail=c.logs)
+
+
+def test_a_daemon_held_still_reports_its_stall_in_the_log_and_on_the_page(node):
+    """Issue 29, point 3: a stall of the critical loop is an event. The
+    daemon is stopped (SIGSTOP) for 0.6 s, as a VM pause or a loop held by
+    a heavy request would hold it; it logs event=loop_stalled once and
+    counts it in cronrd_loop_stall_seconds."""
+    import os
+    import signal
+    import time
+
+    node.start()
+    url = node.call("status")["http"]
+    fams, got = scrape(url)
+    assert fams["cronrd_loop_stall_seconds"] == "histogram"
+    before = got[("cronrd_loop_stall_seconds_count", ())]
+    held = got[("cronrd_loop_stall_seconds_sum", ())]
+    os.kill(node.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.6)   # the fault itself: the process is held this long
+    finally:
+        os.kill(node.proc.pid, signal.SIGCONT)
+    wait_for(lambda: "event=loop_stalled" in node.daemon_log(), timeout=10,
+             what="the stall logged", on_fail=node.daemon_log)
+    line = next(x for x in node.daemon_log().splitlines() if "event=loop_stalled" in x)
+    assert 500 <= float(line.split("ms=")[1].split()[0]) < 5000
+
+    def counted():
+        _, now = scrape(url)
+        return (now[("cronrd_loop_stall_seconds_count", ())] >= before + 1
+                and now[("cronrd_loop_stall_seconds_sum", ())] >= held + 0.5)
+    wait_for(counted, timeout=10, what="the stall on /metrics (cached for a second)")

@@ -325,3 +325,76 @@ def test_a_leader_that_stepped_stays_fenced_while_the_reports_measured_before_ar
         assert all(abs(members[n]) < 0.01 for n in "bc" if n in members)
     rounds(2)
     assert w["a"].fence() is not None and not w["b"].is_off() and not w["c"].is_off()
+
+
+# -- issue 29: a stall is not a bad clock ----------------------------------------------------
+def stalling_cluster(offsets, leader="a"):
+    """review_cluster's world, where the leader may hold its answer
+    (``leader_stall``: its loop busy before it reads the question) and a
+    follower's loop may hold the answer it got (``local_stall``), both in
+    seconds of true time; ``stalls`` are the followers' loop stalls as
+    loop_watch.py reports them."""
+    world = {"t": 1000.0, "rtt": 0.002, "leader": leader, "leader_stall": 0.0,
+             "local_stall": 0.0}
+    watches, who, stalls = {}, {}, []
+
+    async def call(node, method, args, timeout):
+        world["t"] += world["rtt"] / 2 + world["leader_stall"]
+        reply = await watches[node].rpc(who["id"], args)
+        world["t"] += world["rtt"] / 2
+        if world["local_stall"]:
+            start = world["t"]
+            world["t"] += world["local_stall"]
+            stalls.append((start, world["t"]))
+        return reply
+
+    def stalled(t0, t1):
+        return any(s <= t1 and e >= t0 for s, e in stalls)
+    for n, o in offsets.items():
+        watches[n] = ClockWatch(n, Clock(world, o), 0.5, lambda: world["leader"],
+                                lambda n=n: n == world["leader"], lambda: list(offsets), call,
+                                stalled=stalled)
+
+    def rounds(k=3):
+        async def go():
+            for _ in range(k):
+                for n, w in watches.items():
+                    who["id"] = n
+                    await w.probe()
+                    w.check()
+                world["t"] += 1.0
+        asyncio.run(go())
+    return watches, rounds, world
+
+
+def test_a_leader_held_for_seconds_at_every_answer_is_not_read_as_a_bad_clock(caplog):
+    """75 s of heavy requests on the leader made every follower report its
+    clock '3.1s behind' and fence itself: each answer came seconds late, its
+    wall clock read at the end of the wait, and once the good samples aged
+    out of the window only those were left."""
+    w, rounds, world = stalling_cluster({"a": 0.0, "b": 0.0, "c": 0.0})
+    rounds(3)
+    world["leader_stall"] = 3.0
+    with caplog.at_level(logging.INFO, logger="cronrd.cluster"):
+        rounds(15)   # 60 s of it: past the 30 s window of samples
+    assert "event=clock_off" not in caplog.text
+    for n in ("b", "c"):
+        assert not w[n].is_off() and not w[n].held
+        fence = w[n].fence()
+        assert fence is None or "not measured" in fence   # never "behind" or "ahead"
+    world["leader_stall"] = 0.0
+    rounds(2)
+    assert w["b"].fence() is None and w["c"].fence() is None
+
+
+def test_a_sample_taken_across_a_stall_of_this_nodes_loop_is_dropped():
+    """A follower whose own loop was held 300 ms while the leader's answer
+    waited: well under the round-trip bound, but the stall (loop_watch.py)
+    says the round trip measured the loop, not the clocks."""
+    w, rounds, world = stalling_cluster({"a": 0.0, "b": 0.0})
+    world["local_stall"] = 0.3
+    rounds(3)
+    assert w["b"].own()["vs_leader"] is None          # nothing measured from them
+    world["local_stall"] = 0.0
+    rounds(1)
+    assert w["b"].own()["vs_leader"] == pytest.approx(0.0, abs=0.002)
