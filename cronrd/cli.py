@@ -1048,7 +1048,8 @@ BACKFILL_ACTIONS = {"pause": "paused", "resume": "running", "cancel": "cancelled
 @click.option("--dry-run", is_flag=True, help="Print what each fire time would get, change "
               "nothing.")
 @click.option("--note", default="", metavar="TEXT", help="Why (shown by `cronrd backfills`).")
-@click.option("--force", is_flag=True, help="Take more than 10,000 fire times.")
+@click.option("--force", is_flag=True, help="Take more than 10,000 fire times (up to "
+              "1,000,000; root, or an admin token for every job).")
 @click.option("--downstream", is_flag=True, help="After each reprocessed fire time, rerun "
               "the records of other jobs that consumed it (and theirs), in dependency order.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -1090,15 +1091,26 @@ def backfill(obj: Ctx, args, first, last, reprocess, parallel, order, dry_run, n
         emit_json(res)
         return
     if dry_run:
-        for when, line in res["lines"]:
+        # The daemon answers the first and last lines and the count of those
+        # left out between them (an older one: every line, no counts).
+        omitted = res.get("omitted") or 0
+        gap = res.get("omitted_after", len(res["lines"]))
+        for when, line in res["lines"][:gap]:
             click.echo(f"{when}  {line}")
-        counts: dict[str, int] = {}
-        for _t, line in res["lines"]:
-            word = line.split(" ", 1)[0].rstrip(":")
-            counts[word] = counts.get(word, 0) + 1
+        if omitted:
+            click.echo(f"... {omitted:,} more fire time{'s' if omitted != 1 else ''} ...")
+        for when, line in res["lines"][gap:]:
+            click.echo(f"{when}  {line}")
+        counts = res.get("counts")
+        if counts is None:
+            counts = {}
+            for _t, line in res["lines"]:
+                word = line.split(" ", 1)[0].rstrip(":")
+                counts[word] = counts.get(word, 0) + 1
         click.echo(f"{res['total']} fire time(s) of {job}: " + ", ".join(
-            f"{n} {w}" for w, n in sorted(counts.items())) + f"; at most {res['limit']} at "
-            f"once (concurrency: {res['concurrency']}); nothing changed (--dry-run)")
+            f"{n} {w}" for w, n in sorted(counts.items()) if n) + f"; at most "
+            f"{res['limit']} at once (concurrency: {res['concurrency']}); nothing changed "
+            "(--dry-run)")
         return
     todo = res["total"] - res["skipped"]
     click.echo(f"backfill {res['backfill']} of {job}: {res['total']} fire time(s), {todo} to "
@@ -1411,7 +1423,7 @@ def token():
 @click.option("--name", required=True, help="A name for it (who or what uses it), unique.")
 @click.option("--role", required=True, type=click.Choice(["viewer", "operator", "admin"]),
               help="viewer reads; operator also runs, pauses, cancels, backfills, acks; "
-                   "admin also manages tokens and nodes.")
+                   "admin also manages tokens and nodes and forces backfills.")
 @click.option("--jobs", "jobs", metavar="GLOB", default="",
               help="Only the jobs whose names match this glob (default: every job).")
 @click.option("--expires", metavar="DURATION", default=None,

@@ -34,6 +34,7 @@ STATES = ("running", "paused", "done", "cancelled")
 OPEN = ("running", "paused")        # a backfill that still releases (or will)
 MAX_FIRES = 10_000                  # fire times one backfill takes without --force
 HARD_MAX_FIRES = 1_000_000          # and with it (a command in the log has a bound)
+DRY_RUN_LINES = 50                  # a dry run shows the first and the last this many
 
 _ACTIVE = frozenset({"pending", "assigned", "running"})
 _FAILED = frozenset({"failed", "timed_out", "lost", "cancelled"})
@@ -101,7 +102,8 @@ def plan(fire_times: Iterable[int], records: Mapping[int, Record], reprocess: st
 
 
 def too_many(count: int, force: bool) -> str | None:
-    """Why a backfill of ``count`` fire times is refused, or None."""
+    """Why a backfill of ``count`` fire times is refused, or None (apply's
+    check of a command's fire times, which it has all of)."""
     if count > HARD_MAX_FIRES:
         return (f"{count} fire times is more than one backfill can take "
                 f"({HARD_MAX_FIRES}); split the range into several backfills")
@@ -109,6 +111,39 @@ def too_many(count: int, force: bool) -> str | None:
         return (f"{count} fire times is more than {MAX_FIRES}; check the range with "
                 "--dry-run, then pass --force to backfill them all")
     return None
+
+
+def fire_limit(force: bool) -> int:
+    """The most fire times one request may take: a request generates at
+    most one more than this, and is refused as soon as it has (count first,
+    then plan)."""
+    return HARD_MAX_FIRES if force else MAX_FIRES
+
+
+def over_limit(force: bool) -> str:
+    """Why a request whose range holds more than :func:`fire_limit` fire
+    times is refused (it stopped counting there: "more than")."""
+    if force:
+        return (f"more than {HARD_MAX_FIRES} fire times, more than one backfill can "
+                "take; split the range into several backfills")
+    return (f"more than {MAX_FIRES} fire times; narrow the range (check it with "
+            f"--dry-run), or an admin passes --force to take up to {HARD_MAX_FIRES}")
+
+
+def counts(lines: Iterable[tuple[int, Decision]]) -> dict[str, int]:
+    """How many fire times each action gets (create, reprocess, skip)."""
+    out = {"create": 0, "reprocess": 0, "skip": 0}
+    for _t, d in lines:
+        out[d.action] = out.get(d.action, 0) + 1
+    return out
+
+
+def excerpt(lines: list, n: int = DRY_RUN_LINES) -> tuple[list, int]:
+    """The first and last ``n`` of ``lines`` (all of them when there are at
+    most 2n), and how many were left out between the two."""
+    if len(lines) <= 2 * n:
+        return list(lines), 0
+    return list(lines[:n]) + list(lines[-n:]), len(lines) - 2 * n
 
 
 def limit(parallel: int, concurrency: str) -> int:

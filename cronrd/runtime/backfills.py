@@ -55,15 +55,17 @@ def previous_fire(trigger: Trigger, t: int) -> int | None:
 def plan(conn, spec, default_tz: str, first: int, last: int, reprocess: str,
          order: str, force: bool) -> tuple[list[int], list[tuple[int, D.Decision]]]:
     """The fire times of a backfill request and what the backfill would do
-    with each, from the records there are now (RequestError: too many)."""
+    with each, from the records there are now (RequestError: too many).
+    Counts first: it generates at most one fire time more than the request
+    may take (``force``: D.fire_limit), so a refusal costs that at most."""
     if last < first:
         raise RequestError(f"--to ({iso_utc(last)}) is before --from ({iso_utc(first)}); "
                            "give the earlier time to --from")
-    times = fire_times(trigger_of(spec, default_tz), first, last, D.HARD_MAX_FIRES + 1)
-    why = D.too_many(len(times), force)
-    if why is not None:
+    cap = D.fire_limit(force)
+    times = fire_times(trigger_of(spec, default_tz), first, last, cap + 1)
+    if len(times) > cap:
         raise RequestError(f"backfill of {spec.name} from {iso_utc(first)} to "
-                           f"{iso_utc(last)}: {why}")
+                           f"{iso_utc(last)}: {D.over_limit(force)}")
     if not times:
         raise RequestError(f"job {spec.name!r} has no fire time from {iso_utc(first)} to "
                            f"{iso_utc(last)} (schedule {spec.schedule!r}); `cronrd show "

@@ -22,7 +22,7 @@ import apsw
 
 from .. import __version__
 from ..config import Config
-from ..errors import CronrdError, RequestError, UsageError
+from ..errors import CronrdError, PermissionDenied, RequestError, UsageError
 from ..jobspec import JobSpec
 from ..jobspec.params import check_run_params
 from ..schedule import iso_utc
@@ -648,7 +648,14 @@ class Handlers:
 
     # -- backfill and rerun (runtime/backfills.py, state/backfill.py) -----------------
     async def h_backfill(self, args: dict, caller: Caller) -> dict:
-        """Plan (``dry_run``) or start a backfill of ``job`` from ``from`` to ``to``."""
+        """Plan (``dry_run``) or start a backfill of ``job`` from ``from`` to ``to``.
+
+        Bounded before it runs: who may, ``force`` (admins only) and, for a
+        create, "one open backfill per job" are checked before any fire time
+        is generated; then at most one fire time more than the request may
+        take is generated (B.plan), and a dry run answers the first and last
+        BD.DRY_RUN_LINES of them with counts. A create's refusal is audited
+        as refused, its go-ahead as allowed (before it is proposed)."""
         name = arg(args, "job", str, required=True)
         self._job_or_error(name)
         first = arg(args, "from", int, required=True)
@@ -658,6 +665,8 @@ class Handlers:
         parallel = arg(args, "parallel", int, 1)
         note = arg(args, "note", str, "")
         dry_run = bool(arg(args, "dry_run", bool, False))
+        force = bool(arg(args, "force", bool, False))
+        downstream = bool(arg(args, "downstream", bool, False))
         if reprocess not in BD.REPROCESS or order not in BD.ORDERS:
             raise UsageError(f"--reprocess is one of {', '.join(BD.REPROCESS)}, --order one "
                              f"of {', '.join(BD.ORDERS)}")
@@ -665,26 +674,51 @@ class Handlers:
             raise UsageError("--parallel must be from 1 to 1000")
         if len(note) > 1000:
             raise UsageError("the note is longer than 1000 characters; say it shorter")
-        await self._authorize_job(caller, "backfill", name, name, change=not dry_run)
-        if arg(args, "downstream", bool, False):
+        await self._authorize_job(caller, "backfill", name, name, change=False)
+        if downstream:
             await self._authorize_downstream(caller, "backfill", name)
+        if force:  # up to BD.HARD_MAX_FIRES fire times planned: for an admin only
+            what = f"cronrd backfill {name} --force"
+
+            def check_force():
+                try:
+                    check_admin(caller, what)
+                except PermissionDenied as exc:
+                    raise PermissionDenied(f"{exc}; without --force a backfill takes up to "
+                                           f"{BD.MAX_FIRES} fire times") from None
+            await self._authorize(caller, "backfill", name, what, check_force, change=False)
         spec = self._job_spec(name)
-        BF.check_job(spec, name, RequestError)
-        times, lines = B.plan(self.conn, spec, self.config.timezone, first, last, reprocess,
-                              order, bool(arg(args, "force", bool, False)))
+        try:
+            BF.check_job(spec, name, RequestError)
+            other = None if dry_run else BF.open_backfill(self.conn, name)
+            if other is not None:
+                raise RequestError(
+                    f"job {name!r} has backfill {other} still open; one backfill per job at "
+                    f"a time: wait for it to end (`cronrd backfills {other}`) or cancel it "
+                    f"(`cronrd backfill cancel {other}`), then ask again")
+            times, lines = B.plan(self.conn, spec, self.config.timezone, first, last,
+                                  reprocess, order, force)
+        except RequestError as exc:
+            if not dry_run:  # a create's outcome is audited, refusals too
+                await self._audit(caller, "backfill", name, False, str(exc))
+            raise
         out = {"job": name, "total": len(times),
                "limit": BD.limit(parallel, spec.concurrency),
-               "concurrency": spec.concurrency,
-               "lines": [[iso_utc(t), d.line()] for t, d in lines]}
+               "concurrency": spec.concurrency, "counts": BD.counts(lines)}
         if dry_run:
-            if arg(args, "downstream", bool, False):
-                out["lines"] = [[w, line + _downstream_note(self.conn, name, t, d)]
-                                for (w, line), (t, d) in zip(out["lines"], lines)]
+            shown, omitted = BD.excerpt(lines)
+            out["lines"] = [[iso_utc(t), d.line() + (_downstream_note(self.conn, name, t, d)
+                                                     if downstream else "")]
+                            for t, d in shown]
+            out["omitted"] = omitted
+            if omitted:  # the fire times left out lie between lines[:n] and lines[n:]
+                out["omitted_after"] = BD.DRY_RUN_LINES
             return out
+        await self._audit(caller, "backfill", name, True)
         res = await self.log.propose(C.CreateBackfill(
             job=name, fire_times=times, from_time=first, to_time=last, reprocess=reprocess,
             parallel=parallel, order=order, at=self.clock.now(), note=note,
-            who=caller.describe(), downstream=bool(arg(args, "downstream", bool, False))))
+            who=caller.describe(), downstream=downstream))
         return {**out, **res, "lines": []}
 
     async def h_backfills(self, args: dict) -> dict:

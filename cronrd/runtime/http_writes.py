@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..decisions import backfill as BD
 from ..errors import CronrdError, RequestError, UsageError
 from ..jobspec import parse_job_text
 from ..schedule import iso_utc, parse_iso
@@ -212,7 +213,12 @@ class ApiRoutes:
              self.backfills),
             (Route("POST", API + "/backfills", "Start a backfill, or plan one (dry_run). "
                    "Body: {job, from, to, reprocess, order, parallel, note, downstream, "
-                   "force, dry_run}.", "operator", (), _JSON_BODY), p(self.backfill)),
+                   f"force, dry_run}}. At most {BD.MAX_FIRES} fire times; force (an admin "
+                   f"token for every job) takes up to {BD.HARD_MAX_FIRES}. One open "
+                   "backfill per job. A dry run answers {total, counts, lines, omitted, "
+                   f"omitted_after}}: lines are the first and last {BD.DRY_RUN_LINES} fire "
+                   "times, omitted how many lie between them.", "operator", (), _JSON_BODY),
+             p(self.backfill)),
             *[(Route("POST", API + "/backfills/{id}/" + verb, f"{verb.capitalize()} the "
                      "backfill.", "operator", (), _JSON_BODY), p(self.backfill_state(state)))
               for verb, state in (("pause", "paused"), ("resume", "running"),

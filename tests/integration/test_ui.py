@@ -271,6 +271,12 @@ def test_backfill_preview_and_start_alert_ack_from_the_pages(node):
     resp, text = b.post("/jobs/hourly/backfill", {**form, "go": "preview"})
     assert resp.status == 200 and "dry run" in text and "2026-11-01 01:00:00Z" in text
     assert node.call("backfills", {})["backfills"] == []  # a preview changes nothing
+    # a long range: the first and last 50 fire times, the count of those between
+    resp, text = b.post("/jobs/hourly/backfill", {**form, "from": "2026-10-01T00:00",
+                                                  "go": "preview"})
+    assert resp.status == 200 and "… 648 more fire times …" in text, text
+    assert "2026-10-01 00:00:00Z" in text and "2026-11-01 03:00:00Z" in text
+    assert "create 748" in text
     resp, text = b.post("/jobs/hourly/backfill", {**form, "go": "start"})
     assert resp.status == 303 and resp.headers["Location"] == "/backfills", text
     (bf,) = node.call("backfills", {})["backfills"]
