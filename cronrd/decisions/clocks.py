@@ -113,3 +113,34 @@ def describe(offset: float) -> str:
         return "in step"
     size = f"{a:.1f}s" if a >= 1 else f"{a * 1000:.0f}ms"
     return f"{size} {'ahead' if offset > 0 else 'behind'}"
+
+
+def placement_bar(node: str, leader: str, offsets: Mapping[str, float | None],
+                  limit: float, own_fence: str | None, *, measured: bool = True) -> str | None:
+    """Why the leader must not place a run on ``node`` for its clock, or
+    None: a clock beyond ``limit`` would start it early or late (its node
+    refuses to: it would be lost), the leader's own clock must be known good
+    (``own_fence``), and a clock the leader has not measured (no entry in
+    ``offsets``, the members' offsets from the cluster's clock as this
+    leader knows them) may be either: right after an election a run once
+    went to a node 30 s fast, which reported it lost 30 s late. With
+    ``measured`` False (a follower's view, which measures only its own
+    clock) an unmeasured clock is not held against its node."""
+    if node == leader:
+        return None if own_fence is None else f"its clock: {own_fence}"
+    offset = offsets.get(node)
+    if offset is None:
+        return "its clock is not measured by this leader yet" if measured else None
+    if off(offset, limit):
+        return f"its clock is {relative(offset)} the cluster's (max_clock_offset)"
+    return None
+
+
+def unmeasured(members: Iterable[str], leader: str, offsets: Mapping[str, float | None],
+               answering: Iterable[str]) -> list[str]:
+    """The members that answer the leader but whose clocks it has not
+    measured yet: a new leader waits a moment for them before it places
+    (they report within a fraction of a second of an election)."""
+    answering = set(answering)
+    return sorted(n for n in members if n != leader and offsets.get(n) is None
+                  and n in answering)

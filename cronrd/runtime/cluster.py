@@ -35,7 +35,7 @@ from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
 from ..decisions import duties
 from .clock import Clock
-from ..decisions.clocks import relative as describe_offset
+from ..decisions import clocks
 from .clock_watch import ClockWatch
 from .forwarding import BATCH as FORWARD_BATCH, Forwarder
 from .cluster_admin import ClusterAdmin
@@ -57,6 +57,7 @@ ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
 RESPONSIVE = 4 * TICK    # a member that answered the leader this recently is alive
+MEASURE_GRACE = 2.0      # s a new leader waits to place until the members' clocks are in
 
 
 class ClockNotGood(StateError):
@@ -294,6 +295,8 @@ class Cluster:
         rows = {r["node"]: r for r in Q.nodes(self.conn)}
         drains = node_drains.drained(self.conn)  # an admin's drain: no new runs there
         offsets = self.clocks.members()
+        leading = self.node.is_leader
+        own_fence = self.clocks.fence()
         views = []
         for node in self.member_ids():
             row = rows.get(node) or {}
@@ -302,8 +305,9 @@ class Cluster:
                 state = "drained"
             healthy = self.lease.healthy(node)
             why = ""
-            clock_off = offsets.get(node) is not None and \
-                abs(offsets[node]) > self.cc.max_clock_offset
+            clock_bar = clocks.placement_bar(node, self.node_id, offsets,
+                                             self.cc.max_clock_offset, own_fence,
+                                             measured=leading)
             if not healthy:
                 age = self.lease.ack_age(node)
                 if age is None:
@@ -311,15 +315,12 @@ class Cluster:
                     # from under the leader before (it may have been that leader)
                     age = self.contact_age(node)
                 why = "never reached" if age is None else f"no answer for {age:.1f}s"
-            elif clock_off:
+            elif clock_bar is not None:
                 # It would start the run early or late by its offset (it
-                # refuses to: Cluster.start_fence).
+                # refuses to: Cluster.start_fence), or this leader cannot
+                # tell yet (decisions/clocks.placement_bar).
                 healthy = False
-                why = (f"its clock is {describe_offset(offsets[node])} the cluster's "
-                       "(max_clock_offset)")
-            elif node == self.node_id and self.clocks.fence() is not None:
-                healthy = False   # this leader, its own clock not known good yet
-                why = f"its clock: {self.clocks.fence()}"
+                why = clock_bar
             elif state not in ("up", "unknown"):
                 why = {"draining": "draining (stopping)", "joining": "still joining",
                        "drained": f"drained by {drains.get(node, {}).get('by')} "
@@ -343,6 +344,24 @@ class Cluster:
             return ("had no fresh lease from the leader at the fire time (cut off from the "
                     "cluster?)")
         return self.clock_fence()
+
+    def placement_hold(self) -> str | None:
+        """Why this leader may not place fire times now, or None: its own
+        clock (clock_fence), or, for MEASURE_GRACE seconds after it was
+        elected, a member that answers it but whose clock it has not
+        measured yet (they report within a moment: placing before would
+        leave them out, or put runs on a clock that may be off)."""
+        fence = self.clock_fence()
+        if fence is not None or not self.node.is_leader:
+            return fence
+        if self.clock.monotonic() - self.lease.lead_since >= MEASURE_GRACE:
+            return None
+        waiting = clocks.unmeasured(self.member_ids(), self.node_id, self.clocks.members(),
+                                    filter(self.lease.healthy, self.member_ids()))
+        if waiting:
+            return (f"is measuring the clocks of {', '.join(waiting)} (elected "
+                    f"{self.clock.monotonic() - self.lease.lead_since:.1f}s ago)")
+        return None
 
     def clock_fence(self) -> str | None:
         """Why this node's clock may not be used to schedule or start runs

@@ -112,7 +112,7 @@ class Leadership:
         # This leader's pools are in force before it fires anything.
         await self._set_pools()
         sched = Scheduler(self.config, _LeaderOnly(self.log), self.conn, self.clock,
-                          self.placement, hold=self.members.clock_fence)
+                          self.placement, hold=self.members.placement_hold)
         self.scheduler = sched
         self._leading = True
         try:

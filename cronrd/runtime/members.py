@@ -55,6 +55,7 @@ class Members(Protocol):
     def lease_fresh(self) -> bool: ...
     def start_fence(self) -> str | None: ...  # why runs may not start here now, or None
     def clock_fence(self) -> str | None: ...  # why this node's clock may not schedule now
+    def placement_hold(self) -> str | None: ...  # (leader) why it may not place fires now
     def behind_leader(self) -> dict[str, float]: ...  # (leader) s each clock is behind it
     def responsive(self) -> set[str]: ...  # (leader) healthy members answering it just now
     async def clock_ready(self) -> None: ...  # returns once this node's clock may schedule
@@ -107,6 +108,9 @@ class OneHost:
         return None  # its clock is the only one: nothing to hold it against
 
     def clock_fence(self) -> str | None:
+        return None
+
+    def placement_hold(self) -> str | None:
         return None
 
     def behind_leader(self) -> dict[str, float]:

@@ -76,3 +76,28 @@ def test_the_reference_is_the_largest_group_of_clocks_that_agree_if_a_majority()
     assert K.reference({"a": 0.0, "b": 0.2}, 0.5, 3) == pytest.approx(0.1)
     assert K.reference({"a": 0.0, "b": 30.0}, 0.5, 3) is None
     assert K.relative(-0.35) == "350ms behind" and K.relative(2.0) == "2.0s ahead of"
+
+
+# -- issue 29, point 5: placement knows clocks ------------------------------------------------
+def test_the_leader_places_no_run_on_a_clock_it_has_not_measured_or_that_is_off():
+    from cronrd.decisions.clocks import placement_bar
+    offsets = {"a": 0.0, "b": 0.004, "c": 30.0}
+    assert placement_bar("b", "a", offsets, 0.5, None) is None
+    assert "30.0s ahead of" in placement_bar("c", "a", offsets, 0.5, None)
+    # d answers the new leader but has not reported its clock yet: it may be
+    # the one 30 s off (a run placed there was reported lost 30 s late)
+    assert "not measured by this leader" in placement_bar("d", "a", offsets, 0.5, None)
+    # the leader itself: only its own fence counts
+    assert placement_bar("a", "a", offsets, 0.5, None) is None
+    assert "not measured" in placement_bar("a", "a", {}, 0.5, "has not measured its clock")
+    # a follower's view (it measures its own clock only) holds nothing unknown
+    assert placement_bar("d", "b", offsets, 0.5, None, measured=False) is None
+    assert placement_bar("c", "b", offsets, 0.5, None, measured=False) is not None
+
+
+def test_a_new_leader_waits_for_the_clocks_of_the_members_that_answer_it():
+    from cronrd.decisions.clocks import unmeasured
+    members = ["a", "b", "c", "d"]
+    assert unmeasured(members, "a", {"a": 0.0, "b": 0.0}, answering={"b", "c"}) == ["c"]
+    assert unmeasured(members, "a", {"a": 0.0, "b": 0.0, "c": 9.0}, {"b", "c"}) == []
+    assert unmeasured(members, "a", {}, answering=()) == []   # d, down: not waited for

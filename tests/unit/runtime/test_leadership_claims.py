@@ -50,6 +50,9 @@ class Members:
     def clock_fence(self):
         return None
 
+    def placement_hold(self):
+        return None
+
     def behind_leader(self):
         return self.behind
 
