@@ -30,6 +30,7 @@ from ..state import tokens
 from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .control import ControlServer
+from .faces import CoreBridge, CoreReads, FacesThread
 from .handlers import Handlers, read_log_chunk
 from .heap import Heap
 from .leadership import Leadership
@@ -41,7 +42,7 @@ from .runs.outbox import Outbox
 from .runs.supervisor import boot_id
 from .scheduler import local_node, reboot_fires
 from .sdnotify import Notifier
-from .storage import DataDirLock, open_db
+from .storage import DataDirLock, open_db, open_readonly
 from .tasks import Changes, Services, first_of
 from .watcher import Watcher
 
@@ -143,22 +144,38 @@ class Daemon:
                                  self.members, self.executor, self.watcher, self.leadership,
                                  started_at=self.started_at, is_ready=lambda: self.ready)
         self.log.subscribe(self._on_effects)
-        self.control = ControlServer(cfg.socket, self.handlers.table(), cfg.socket_group)
+        # The faces (control socket, HTTP) serve on a loop of their own
+        # (faces.py); what a request asks of the daemon runs here, on the
+        # critical loop, through the bridge.
+        self.faces = FacesThread()
+        faces_loop = self.faces.start()
+        bridge = CoreBridge(loop)
+        self.faces_conn = open_readonly(cfg.state_db)   # used on the faces' loop only
+        across = CoreReads(self.handlers, bridge, self.faces_conn, faces_loop)
+        # The same commands over the faces' connection: the reads of
+        # faces.FACES_READS run there, wholly off the critical loop.
+        faces_handlers = Handlers(cfg, self.clock, self.faces_conn, self.machine, across.log,
+                                  across.members, self.executor, self.watcher,
+                                  self.leadership, started_at=self.started_at,
+                                  is_ready=lambda: self.ready)
+        across = CoreReads(self.handlers, bridge, self.faces_conn, faces_loop,
+                           local=faces_handlers)
+        self.control = ControlServer(cfg.socket, across.table(), cfg.socket_group)
         self.http = None
         if cfg.http.listen is not None:
             from .http_server import HttpServer  # aiohttp only when it serves
             from .metrics import Metrics
-            from .storage import open_readonly
+            faces_conn = self.faces_conn
             self.http = HttpServer(cfg.http, is_ready=lambda: self.ready,
-                                   status=self.members.status,
+                                   status=lambda: bridge.blocking(self.members.status),
                                    metrics=Metrics(lambda: open_readonly(cfg.state_db),
-                                                   self._metrics_view,
+                                                   lambda: bridge.blocking(self._metrics_view),
                                                    job_histograms=cfg.http.job_histograms),
-                                   find_token=lambda secret: tokens.by_secret(self.conn, secret),
-                                   list_tokens=lambda: tokens.listing(self.conn),
-                                   now=self.clock.now, reads=self.handlers)
+                                   find_token=lambda secret: tokens.by_secret(faces_conn, secret),
+                                   list_tokens=lambda: tokens.listing(faces_conn),
+                                   now=self.clock.now, reads=across)
             self.handlers.http_url = lambda: self.http.url
-        await self.control.start()
+        await self.faces.run(self.control.start())
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
                         (signal.SIGHUP, self.watcher.kick)):
             loop.add_signal_handler(sig, fn)
@@ -171,7 +188,8 @@ class Daemon:
             self.services.start("members", self.members.run)
             self.services.start("removal", self._watch_removal)
             if self.http is not None:  # /healthz and /readyz answer while it catches up
-                self.services.start("http", self.http.run, restart=True)
+                self.services.start("http", lambda: self.faces.run(self.http.run()),
+                                    restart=True)
             # Caught up with the cluster before acting on the state.
             await self.members.wait_caught_up()
             if not self.stop_event.is_set():  # else SIGTERM while waiting for the cluster
@@ -322,9 +340,11 @@ class Daemon:
         await self.services.stop("members")
         await self.members.stop()
         self.outbox.close()
+        await self.faces.run(self.control.close())
+        await self.faces.stop()
         if self.http is not None:
             self.http.metrics.close()
-        await self.control.close()
+        self.faces_conn.close()
         self.conn.close()
         self.lock.release()
 
