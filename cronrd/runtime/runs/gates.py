@@ -39,9 +39,16 @@ class Gate:
     claiming: bool = False           # its runs' claims were asked for (or need none)
     waiting: bool = False            # due, but a run is not ready yet
     ready_by: float = 0.0            # wall time after which it opens for whoever is ready
+    closed: bool = False             # its pipe is closed: its numbers may be another's now
 
     def open(self, go: int) -> None:
         """Let ``go`` of the runs waiting here through, and close: the rest exit."""
+        if self.closed:
+            # Never write to (or close) numbers that may belong to another
+            # pipe or a socket by now.
+            log.error("event=gate_opened_twice due=%.3f hint=\"a bug: the gate was "
+                      "released before; nothing written\"", self.due)
+            return
         try:
             # Two bytes per run: a run killed a moment ago cannot starve another.
             os.write(self.wfd, b"\n" * (2 * go))
@@ -50,7 +57,10 @@ class Gate:
         self.close()
 
     def close(self) -> None:
-        """Without a byte: every run waiting here exits unrun."""
+        """Without a byte: every run waiting here exits unrun. Once."""
+        if self.closed:
+            return
+        self.closed = True
         if self.handle is not None:
             self.handle.cancel()
         if self.claim_handle is not None:
@@ -123,6 +133,8 @@ class Gates:
         elif self.claim is not None and any(a.life.claim == "none" and not a.life.over
                                             and a.life.stop_state is None for a in gate.runs):
             self.claim(gate)  # held back at the claim time (fenced then): ask again now
+        if self.by_due.get(gate.due) is not gate:
+            return  # a claim decided at once settled it, and it was released meanwhile
         now = self.clock.now()
         left = gate.ready_by - now
         waiting = [a for a in gate.runs if not _settled(a)]

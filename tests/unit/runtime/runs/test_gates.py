@@ -149,3 +149,59 @@ def test_claims_are_asked_before_the_gate_and_again_at_it_for_runs_held_back():
         assert len(asked) == 2 and asked[1][0] >= 0 and run.life.claim == "won"
         assert len(released) == 1
     asyncio.run(main())
+
+
+def test_a_gate_whose_claims_settle_while_it_looks_is_released_once():
+    """Found by bench/hostile_load.py (issue 29): a gate that waited for a
+    claim asked for it again at its next look; the claim was decided at
+    once, settling the gate, which released it from inside that look; the
+    look went on and released it a second time: a write to, and a close of,
+    pipe ends already closed (EBADF), or, had the numbers been reused
+    meanwhile, of another gate's pipe or a socket."""
+    async def main():
+        clock = Clock()
+        released = []
+        withhold = {"on": True}
+
+        def claim(gate):
+            for a in gate.runs:
+                if not withhold["on"] and a.life.claim == "none":
+                    a.life = L.step(a.life, L.ClaimAsked())[0]
+                    a.life = L.step(a.life, L.ClaimDecided(True))[0]
+                    gates.settled(a)
+        gates = Gates(clock, lambda g: (released.append(g), g.open(1)), claim,
+                      lead=lambda: 0.01)
+        gate = gates.at(clock.now() + 0.03)
+        run = act()
+        run.life = L.Life(phase=L.Phase.WAITING, pid=10, ready=True)  # claim: none
+        run.gate = gate
+        gate.runs.append(run)
+        rfd = os.dup(gate.rfd)
+        await asyncio.sleep(0.08)
+        assert released == [] and gate.waiting   # its claim held back: it waits
+        withhold["on"] = False
+        gates._due(gate)                        # its next look (the timer's)
+        assert released == [gate]
+        assert os.read(rfd, 100) == b"\n\n" and os.read(rfd, 100) == b""
+        os.close(rfd)
+        gate.close()                            # a second close closes nothing
+        gates.close_all()
+    asyncio.run(main())
+
+
+def test_a_closed_gate_never_writes_or_closes_again():
+    async def main():
+        gates = Gates(Clock(), lambda g: None)
+        gate = gates.at(Clock().now() + 60)
+        gate.close()
+        r, w = os.pipe()   # the numbers may be reused by the next pipe
+        try:
+            gate.open(3)   # refused: it is closed
+            gate.close()
+            os.write(w, b"x")
+            assert os.read(r, 10) == b"x"       # the new pipe is untouched
+        finally:
+            os.close(r)
+            os.close(w)
+        gates.close_all()
+    asyncio.run(main())
