@@ -72,6 +72,13 @@ async def _problems(request: web.Request, handler):
     except CronrdError as exc:  # a refused request: what was wrong, what to do
         status, title = error_response(exc)
         return problem(status, title, str(exc))
+    except ConnectionError as exc:
+        # The client went away in the middle (a slow body dropped): no
+        # traceback, no ERROR line each (an attacker's log flood).
+        log.debug("event=http_client_gone method=%s path=%s error=\"%s\"", request.method,
+                  request.path, exc)
+        return problem(400, "Bad Request", "the connection was lost before the request "
+                       "was read whole")
     except Exception as exc:
         log.exception("event=http_handler_failed method=%s path=%s", request.method,
                       request.path)

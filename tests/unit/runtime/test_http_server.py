@@ -293,3 +293,29 @@ def test_the_server_serves_https_with_the_configured_certificate(tmp_path):
     reply, plain = asyncio.run(main())
     assert reply.startswith(b"HTTP/1.1 200") and b'{"status": "ok"}' in reply
     assert b"200 OK" not in plain
+
+
+def test_a_client_gone_in_the_middle_is_no_error_and_no_traceback(caplog):
+    """bench/hostile_load.py (issue 29): every slow-body client that dropped
+    its connection logged an ERROR with a whole traceback."""
+    import logging
+
+    class GoneMetrics(FakeMetrics):
+        async def page(self) -> bytes:
+            raise ConnectionResetError("Connection lost")
+
+    async def body(client, state, metrics):
+        server.metrics = GoneMetrics()
+        r = await client.get("/metrics")
+        assert r.status == 400 and "lost" in (await r.json())["detail"]
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=dict, metrics=FakeMetrics(), find_token=TOKENS.get,
+                        now=lambda: NOW)
+
+    async def main():
+        async with TestClient(TestServer(server.app)) as client:
+            await body(client, None, None)
+    with caplog.at_level(logging.DEBUG, logger="cronrd.http"):
+        asyncio.run(main())
+    assert "event=http_client_gone" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
