@@ -26,7 +26,7 @@ from faults.runner import Options, run_seed
 
 pytestmark = pytest.mark.integration
 
-FIXED_SEED = 20      # one-way, slow-fsync, clock-skew, isolate, clock-jump, kill in 50 s
+FIXED_SEED = 15      # api-abuse, slow-fsync, bridge, isolate, skew+kill-leader in 50 s
 FRESH_SEED = int(os.environ.get("CRONRD_FAULT_SEED") or random.SystemRandom().randrange(1, 10**9))
 DURATION = float(os.environ.get("CRONRD_FAULT_DURATION", "50"))
 MAX_LATENESS = float(os.environ.get("CRONRD_FAULT_MAX_LATENESS", "60"))

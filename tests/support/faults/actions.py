@@ -35,15 +35,63 @@ def unavailable(f: Fault, c: FaultCluster, reasons: dict[str, str | None]) -> st
         return reasons.get("netem")
     if f.kind == "throttle":
         return reasons.get("tbf")
-    if f.kind.startswith("clock"):
+    if f.kind.startswith("clock") or f.kind.startswith("skew+"):
         return None if f.target in c.clock_file else (reasons.get("faketime")
                                                       or "node not under faketime")
+    if f.kind == "slow-fsync-leader":
+        return None if c.fsync_file else (reasons.get("fsync") or "no slow-fsync library")
     if f.kind == "slow-fsync":
         return None if f.target in c.fsync_file else (reasons.get("fsync")
                                                       or "no slow-fsync library")
     if f.kind == "disk-full":
         return None if f.target in c.fill_file else (reasons.get("tmpfs") or "no tmpfs")
     return None
+
+
+def abuse(c: FaultCluster, until: float, clients: int) -> dict[str, int]:
+    """Requests as a fault: ``clients`` threads loop over every live node's
+    control socket (reachable from the host; the HTTP face listens inside
+    the namespaces) with what an operator's scripts and an attacker send:
+    every job, a page of runs, a backfill dry run over three days of a job
+    firing every second or two (more than a request may take: refused
+    after counting), status. Returns counts of answers by kind."""
+    import threading
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
+    names: list[str] = []
+    for n in c:
+        try:
+            names = [j["name"] for j in n.call("jobs", {}, timeout=5)]
+            break
+        except Exception:  # noqa: BLE001 - a node down: ask another
+            continue
+
+    def client(k: int) -> None:
+        rng = random.Random(k)
+        while time.time() < until:
+            alive = [nid for nid in c.nodes if c.alive(nid)]
+            if not alive:
+                time.sleep(0.1)
+                continue
+            node = c.nodes[rng.choice(alive)]
+            now = int(time.time())
+            cmd, args = rng.choice([
+                ("jobs", {}), ("runs", {"limit": 500}), ("status", {}),
+                ("backfill", {"job": rng.choice(names) if names else "x", "from": now - 3 * 86400,
+                              "to": now, "dry_run": True})])
+            try:
+                node.call(cmd, args, timeout=10)
+                what = f"{cmd} ok"
+            except Exception:  # noqa: BLE001 - refused (the backfill) or the node is busy
+                what = f"{cmd} refused"
+            with lock:
+                counts[what] = counts.get(what, 0) + 1
+    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, until - time.time()) + 15)
+    return counts
 
 
 def run_fault(c: FaultCluster, f: Fault, origin: float, seed: int, index: int,
@@ -124,6 +172,40 @@ def run_fault(c: FaultCluster, f: Fault, origin: float, seed: int, index: int,
         elif f.kind == "slow-fsync":
             heal.append(lambda: c.set_fsync_delay(tid, 0))
             c.set_fsync_delay(tid, f.params["ms"])
+        elif f.kind == "slow-fsync-leader":   # tid: the leader when it starts
+            heal.append(lambda: c.set_fsync_delay(tid, 0))
+            c.set_fsync_delay(tid, f.params["ms"])
+        elif f.kind == "loss-leader":
+            for p in others:
+                lab.drop(tid, p, "both", probability=0.1)
+            heal.append(lambda: lab.heal(tid))
+        elif f.kind in ("skew+kill-leader", "skew+pause"):
+            # tid's host comes back with its clock 30 s off; while it does,
+            # the leader dies (or another node is paused)
+            c.kill9(tid)
+            c.set_clock(tid, f.params["offset"])
+            heal.append(lambda: c.set_clock(tid, 0.0))
+            c.start_node(tid)
+            sleep_until(t0 + f.hold / 3)
+            pick = random.Random(f.params["other"])
+            alive = [n for n in others if c.alive(n)] or others
+            leaders = [n for n in alive if c.role(n) == "leader"]
+            victim = (leaders or alive)[0] if f.kind == "skew+kill-leader" else pick.choice(alive)
+            if f.kind == "skew+kill-leader":
+                c.kill9(victim)
+                heal.append(lambda: None if c.alive(victim) else c.start_node(victim))
+                sleep_until(t0 + 2 * f.hold / 3)
+                c.start_node(victim)
+            else:
+                c.signal(victim, signal.SIGSTOP)
+                heal.append(lambda: c.signal(victim, signal.SIGCONT))
+                sleep_until(t0 + 2 * f.hold / 3)
+                c.signal(victim, signal.SIGCONT)
+            detail = f"{tid} {f.params['offset']:+g}s; {victim} " + (
+                "killed" if f.kind == "skew+kill-leader" else "paused")
+        elif f.kind == "api-abuse":
+            stats = abuse(c, t0 + f.hold, f.params["clients"])
+            detail = ", ".join(f"{k} {v}" for k, v in sorted(stats.items()))
         else:
             raise ValueError(f"unknown fault kind {f.kind}")
         log(f"  fault {f.describe()} -> {tid}" + (f" ({detail})" if detail else ""))

@@ -144,7 +144,9 @@ def run_seed(opts: Options, log: Callable[[str], None] = print) -> SeedResult:
                 c = FaultCluster(lab, work, node_timeout=opts.node_timeout,
                                  election_timeout=opts.election_timeout,
                                  clock_nodes=wanted(CLOCK_KINDS) if not reasons["faketime"] else (),
-                                 fsync_nodes=wanted(("slow-fsync",)),
+                                 fsync_nodes=(set(node_ids) if any(
+                                     f.kind == "slow-fsync-leader" for f in schedule)
+                                     else wanted(("slow-fsync",))),
                                  disk_nodes=wanted(("disk-full",)) if not reasons["tmpfs"] else (),
                                  preload=preload, log_level=opts.log_level)
                 names = [j["name"] for j in jobs_body(opts.jobs, out_dir)["jobs"]]

@@ -36,11 +36,24 @@ KINDS: dict[str, tuple[str, tuple[float, float]]] = {
                    (8, 15)),
     "disk-full": ("fill the daemon's data_dir (a small tmpfs)", (4, 10)),
     "slow-fsync": ("make every fsync/fdatasync wait (LD_PRELOAD)", (5, 12)),
+    # compound faults (issue 29): a bad clock with a failure, the leader's
+    # disk or link, and requests as a fault
+    "skew+kill-leader": ("a node restarted 30 s off (faketime); meanwhile the leader is "
+                         "killed -9 and started again", (8, 15)),
+    "skew+pause": ("a node restarted 30 s off (faketime); meanwhile another is SIGSTOPped",
+                   (8, 15)),
+    "slow-fsync-leader": ("make every fsync/fdatasync of the leader wait (LD_PRELOAD)",
+                          (5, 12)),
+    "loss-leader": ("drop 10% of the leader's packets (iptables statistic)", (5, 12)),
+    "api-abuse": ("flood every node's control socket: job listings, backfill dry runs, "
+                  "status (the faces' loop under load)", (5, 12)),
 }
-CLOCK_KINDS = ("clock-skew", "clock-jump")
+CLOCK_KINDS = ("clock-skew", "clock-jump", "skew+kill-leader", "skew+pause")
 # Faults whose node is prepared before the start (faketime, the fsync
 # library, a tmpfs data_dir): their target is always a node id.
 PREPARED_KINDS = (*CLOCK_KINDS, "slow-fsync", "disk-full")
+# Faults aimed at whoever leads when they start.
+LEADER_KINDS = ("slow-fsync-leader", "loss-leader")
 GAP = (1.0, 3.0)
 
 
@@ -83,7 +96,8 @@ def make_schedule(seed: int, duration: float, nodes: list[str], node_timeout: fl
         hold = round(rng.uniform(low, high), 1)
         if kind == "kill-long":
             hold = round(node_timeout + rng.uniform(2, 6), 1)
-        target = rng.choice(nodes if kind in PREPARED_KINDS else ["leader", "follower", *nodes])
+        target = ("leader" if kind in LEADER_KINDS else
+                  rng.choice(nodes if kind in PREPARED_KINDS else ["leader", "follower", *nodes]))
         f = Fault(kind, round(t, 1), hold, target, _params(rng, kind, nodes))
         out.append(f)
         t = f.end + rng.uniform(*GAP)
@@ -106,6 +120,12 @@ def _params(rng: random.Random, kind: str, nodes: list[str]) -> dict:
                 "loss": rng.choice([0, 5, 20])}
     if kind == "clock-skew":
         return {"offset": rng.choice([-30.0, -2.0, -0.3, 0.3, 2.0, 30.0])}
+    if kind in ("skew+kill-leader", "skew+pause"):
+        return {"offset": rng.choice([-30.0, 30.0]), "other": rng.randrange(1 << 16)}
+    if kind == "slow-fsync-leader":
+        return {"ms": rng.choice([200, 1000])}
+    if kind == "api-abuse":
+        return {"clients": rng.choice([4, 8])}
     if kind == "clock-jump":
         return {"jumps": [rng.choice([-30.0, -5.0, -1.0, 1.0, 5.0, 30.0])
                           for _ in range(rng.randint(2, 4))]}
