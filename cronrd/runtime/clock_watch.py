@@ -41,7 +41,12 @@ PROBE_EVERY = 1.0      # seconds between a follower's questions to the leader
 FIRST_PROBE_EVERY = 0.1  # ... while it has no measurement yet
 PROBE_TIMEOUT = 2.0
 MAX_ABS_OFFSET = 1e7   # seconds; a report beyond this is nonsense and refused
-CARRY = 5.0            # seconds a node's last offset from the median stands in for a new one
+# Seconds a node's last offset from the median stands in for a new one. A
+# clock that is not stepped (a step is caught at once: _base) drifts by parts
+# per million, a few milliseconds a minute; 5 s held a new leader back as soon
+# as the old one was paused and the only other member's clock was 30 s off
+# (no majority of clocks to make a median with): fire times 12 s late.
+CARRY = 60.0
 MIN_MAX_RTT = 0.2      # s: a sample with a longer round trip (and max_clock_offset) is dropped
 JUMP_MARGIN = 0.05     # s: a sample further than its error (and this) from the estimate: a jump
 

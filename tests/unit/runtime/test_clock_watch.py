@@ -398,3 +398,25 @@ def test_a_sample_taken_across_a_stall_of_this_nodes_loop_is_dropped():
     world["local_stall"] = 0.0
     rounds(1)
     assert w["b"].own()["vs_leader"] == pytest.approx(0.0, abs=0.002)
+
+
+def test_a_new_leader_with_one_clock_off_and_the_old_leader_paused_goes_by_its_own():
+    """The fault suite's skew+pause (issue 29): a restarted 30 s off, then
+    the leader b paused; c leads with nobody to make a median with (a
+    disagrees, b is silent), and held every fire for 12 s. Its own offset
+    from the median it knew a moment ago stands in (a clock not stepped
+    drifts by ppm), and a, unmeasured or off, gets nothing."""
+    from cronrd.decisions.clocks import placement_bar
+    w, rounds, world = review_cluster({"a": 0.0, "b": 0.0, "c": 0.0}, leader="b")
+    rounds(3)
+    w["a"].clock.offset = 30.0     # a's host comes back with its clock off
+    world["leader"] = "c"          # b paused: c is elected
+    w["c"].reports.clear()
+    for _ in range(20):            # 20 s of it, b still silent; a reports to c
+        asyncio.run(w["a"].probe())
+        world["t"] += 1.0
+    c = w["c"]
+    assert c._median() is None                       # no majority of clocks
+    assert c.fence() is None                          # its own carried offset
+    bar = placement_bar("a", "c", c.members(), 0.5, c.fence())
+    assert bar is not None                            # a gets nothing
