@@ -47,6 +47,7 @@ MAX_ABS_OFFSET = 1e7   # seconds; a report beyond this is nonsense and refused
 # as the old one was paused and the only other member's clock was 30 s off
 # (no majority of clocks to make a median with): fire times 12 s late.
 CARRY = 60.0
+DISK_FRESH = 5.0       # s a member's word on its disk stands (it tells every second)
 MIN_MAX_RTT = 0.2      # s: a sample with a longer round trip (and max_clock_offset) is dropped
 JUMP_MARGIN = 0.05     # s: a sample further than its error (and this) from the estimate: a jump
 
@@ -67,7 +68,8 @@ class ClockWatch:
                  call: Callable[[str, str, dict, float], Awaitable[dict]],
                  hold: Callable[[bool], None] = lambda held: None,
                  hand_over: Callable[[list[str]], Awaitable[str]] | None = None,
-                 stalled: Callable[[float, float], bool] | None = None):
+                 stalled: Callable[[float, float], bool] | None = None,
+                 disk: Callable[[], float | None] | None = None):
         self.node_id = node_id
         self.clock = clock
         self.limit = limit
@@ -84,6 +86,11 @@ class ClockWatch:
         # monotonic times (loop_watch.py)? A round trip across a stall
         # measures the stall, not the clocks.
         self._stalled = stalled or (lambda t0, t1: False)
+        # disk(): this node's typical log write (s) when its disk is slow,
+        # else None (decisions/disk.py); told to the leader with each
+        # question, which keeps the members' in ``disks``.
+        self._disk = disk or (lambda: None)
+        self.disks: dict[str, tuple[float | None, float]] = {}  # node -> (slow write, at)
         self.held = False
         self.changes = Changes()   # notified when a measurement or a report came
         self.samples: list[K.Sample] = []   # against _sampled_leader only
@@ -218,7 +225,20 @@ class ClockWatch:
             self.reports[frm] = (offset, error, self.clock.monotonic(),
                                  self._base() if base is None else base)
             self.changes.notify()
+        if "disk" in args:   # an older member does not tell
+            self.disks[frm] = (_number(args.get("disk"), "disk"), self.clock.monotonic())
         return {"wall": self.clock.now(), "median": self._median(), "base": self._base()}
+
+    def slow_disks(self) -> dict[str, float]:
+        """(Leader) the members whose disks are slow, as they told it lately
+        (this leader's own included): node -> typical log write (s)."""
+        now = self.clock.monotonic()
+        out = {n: v for n, (v, at) in self.disks.items()
+               if v is not None and now - at <= DISK_FRESH}
+        mine = self._disk()
+        if mine is not None:
+            out[self.node_id] = mine
+        return out
 
     # -- the follower's side -----------------------------------------------------------------
     async def probe(self) -> None:
@@ -236,7 +256,8 @@ class ClockWatch:
         reply = await self._call(leader, "clock",
                                  {"offset": mine.offset if mine else None,
                                   "error": mine.error if mine else None,
-                                  "base": self._leader_base if mine else None}, PROBE_TIMEOUT)
+                                  "base": self._leader_base if mine else None,
+                                  "disk": self._disk()}, PROBE_TIMEOUT)
         t1 = self.clock.monotonic()
         base = sent - t0
         if self._stalled(t0, t1):

@@ -35,7 +35,8 @@ from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
 from ..decisions import duties
 from .clock import Clock
-from ..decisions import clocks
+from ..decisions import clocks, disk
+from ..decisions.disk import FRESH as DISK_FRESH
 from .clock_watch import ClockWatch
 from .forwarding import BATCH as FORWARD_BATCH, Forwarder
 from .cluster_admin import ClusterAdmin
@@ -57,6 +58,8 @@ ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
 RESPONSIVE = 4 * TICK    # a member that answered the leader this recently is alive
+DISK_CHECK = 1.0         # s between looks at this node's log write times
+DISK_RETRY = 5.0         # s after a hand-over for a slow disk before another
 MEASURE_GRACE = 2.0      # s a new leader waits to place until the members' clocks are in
 
 
@@ -123,7 +126,9 @@ class Cluster:
         self.clocks = ClockWatch(self.node_id, clock, cc.max_clock_offset,
                                  lambda: self.node.leader or None, lambda: self.node.is_leader,
                                  self.member_ids, self.call, hold=self._hold_campaign,
-                                 hand_over=self._hand_over, stalled=stalled)
+                                 hand_over=self._hand_over, stalled=stalled,
+                                 disk=self._slow_disk)
+        self._disk_slow: float | None = None   # as last logged
         handlers.update({
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
             "clock": self._rpc_clock,
@@ -180,6 +185,7 @@ class Cluster:
             tg.create_task(self._watch_role(), name="membership")
             tg.create_task(self.lease.renew(), name="lease")
             tg.create_task(self.clocks.run(), name="clocks")
+            tg.create_task(self._watch_disk(), name="disk")
 
     async def stop(self) -> None:
         self.stopping = True
@@ -297,6 +303,7 @@ class Cluster:
         offsets = self.clocks.members()
         leading = self.node.is_leader
         own_fence = self.clocks.fence()
+        slow = self.clocks.slow_disks() if leading else {}
         views = []
         for node in self.member_ids():
             row = rows.get(node) or {}
@@ -327,7 +334,8 @@ class Cluster:
                                   f"(`cronrd cluster undrain {node}` undoes it)",
                        "unknown": "has not announced itself yet (starting?)"}.get(
                            state, f"state {state}")
-            views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why))
+            views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why,
+                                  slow_disk=disk.disk_bar(node, slow)))
         return views
 
     # -- the lease (lease_keeper.py) -------------------------------------------------
@@ -634,6 +642,43 @@ class Cluster:
         (ClockWatch.act), which ends its term."""
         await self.clocks.changes.until(lambda: self.clocks.fence() is None
                                         or not self.node.is_leader)
+
+    def _slow_disk(self) -> float | None:
+        """This node's typical log write (s) when its disk is slow, else None."""
+        return disk.slow_write(self.node.disk_writes, self.clock.monotonic())
+
+    async def _watch_disk(self) -> None:
+        """Every second: a disk gone slow (or fast again) is logged once; a
+        leader on a slow disk hands leadership to a voter whose disk is not
+        (told with its clock questions), as one with a bad clock does. The
+        leader places new runs on nodes with slow disks last (placement)."""
+        while True:
+            await asyncio.sleep(DISK_CHECK)
+            typical = self._slow_disk()
+            if (typical is None) != (self._disk_slow is None):
+                if typical is not None:
+                    log.warning("event=disk_slow node=%s write_ms=%.0f hint=\"this node's "
+                                "log writes (fsync) are slow: it hands leadership over and "
+                                "gets new runs last; check the disk of the data_dir\"",
+                                self.node_id, typical * 1000)
+                else:
+                    log.info("event=disk_ok node=%s", self.node_id)
+            self._disk_slow = typical
+            if typical is None or not self.node.is_leader:
+                continue
+            now = self.clock.monotonic()
+            good = sorted(n for n, (v, at) in self.clocks.disks.items()
+                          if n != self.node_id and v is None and now - at <= DISK_FRESH
+                          and n in self.member_ids())
+            if not good:
+                continue   # nobody known to be better: it goes on leading
+            try:
+                to = await self._hand_over(good)
+                log.warning("event=disk_step_down node=%s to=%s write_ms=%.0f", self.node_id,
+                            to, typical * 1000)
+            except CronrdError as exc:
+                log.info("event=disk_step_down_failed error=\"%s\"", exc)
+            await asyncio.sleep(DISK_RETRY)
 
     def _hold_campaign(self, held: bool) -> None:
         self.node.raft.campaign_held = held

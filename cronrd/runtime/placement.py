@@ -58,6 +58,7 @@ class NodeView:
     tags: frozenset[str]
     why_not: str = ""        # why it cannot take runs now
     suspect: bool = False    # missed a claim lately: others first (decisions/claims.py)
+    slow_disk: str | None = None  # why its disk is slow (decisions/disk.py): others first
 
 
 class Placement:
@@ -134,6 +135,8 @@ class Placement:
 
 
 def _trusted(nodes: list[NodeView]) -> list[NodeView]:
-    """The nodes that did not miss a claim lately, if any; else all of them
-    (a suspect is still better than no run)."""
-    return [n for n in nodes if not n.suspect] or nodes
+    """The nodes that did not miss a claim lately and whose disks are not
+    slow, if any; else those that did not miss a claim; else all of them (a
+    suspect is still better than no run)."""
+    return ([n for n in nodes if not n.suspect and n.slow_disk is None]
+            or [n for n in nodes if not n.suspect] or nodes)

@@ -17,6 +17,8 @@ import asyncio
 import logging
 import os
 import random
+import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -101,6 +103,9 @@ class RaftNode:
         self._read_seq = 0
         self._ticks = 0
         self.leader_changes = 0
+        # The log writes (fsynced appends) of late: (monotonic end, seconds),
+        # for the slow-disk watch (decisions/disk.py).
+        self.disk_writes: deque[tuple[float, float]] = deque(maxlen=256)
         self._snapshot_wanted = False
         self._snapshotting: asyncio.Task | None = None  # a snapshot off the loop
         self._snapshot_copied: tuple | None = None      # ... copied, to be stored
@@ -345,7 +350,10 @@ class RaftNode:
             # next save carries it.
             self._unsynced_hs = hs
         elif rd.entries or hs is not None:
+            began = time.monotonic()
             self.storage.save(hs, rd.entries)
+            end = time.monotonic()
+            self.disk_writes.append((end, end - began))
             self._unsynced_hs = None
             if hs is not None:
                 self._synced_vote = (hs.term, hs.vote)

@@ -420,3 +420,36 @@ def test_a_new_leader_with_one_clock_off_and_the_old_leader_paused_goes_by_its_o
     assert c.fence() is None                          # its own carried offset
     bar = placement_bar("a", "c", c.members(), 0.5, c.fence())
     assert bar is not None                            # a gets nothing
+
+
+def test_a_member_tells_the_leader_its_disk_is_slow_with_its_clock_questions():
+    """Issue 29, point 6: the leader places new runs on nodes with slow
+    disks last, and a slow-disk leader hands over to a node whose disk is
+    not slow: each member says how its disk does in its clock questions."""
+    world = {"t": 1000.0, "leader": "a"}
+    watches = {}
+    disks = {"a": None, "b": 0.4, "c": None}
+
+    async def call(node, method, args, timeout):
+        return await watches[node].rpc(who["id"], args)
+    who = {}
+    for n in ("a", "b", "c"):
+        watches[n] = ClockWatch(n, Clock(world), 0.5, lambda: world["leader"],
+                                lambda n=n: n == world["leader"], lambda: ["a", "b", "c"],
+                                call, disk=lambda n=n: disks[n])
+
+    async def ask():
+        for n in ("b", "c"):
+            who["id"] = n
+            await watches[n].probe()
+    asyncio.run(ask())
+    a = watches["a"]
+    assert a.slow_disks() == {"b": 0.4}
+    assert a.disks["c"][0] is None          # c told: not slow
+    disks["a"] = 0.3                        # the leader's own disk counts too
+    assert a.slow_disks() == {"a": 0.3, "b": 0.4}
+    world["t"] += 6.0                       # b went quiet: its word is stale
+    assert a.slow_disks() == {"a": 0.3}
+    # a member that does not say (an older version) is not recorded
+    asyncio.run(a.rpc("b", {"offset": 0.0, "error": 0.001}))
+    assert a.slow_disks() == {"a": 0.3}

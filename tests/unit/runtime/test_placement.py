@@ -223,3 +223,18 @@ def test_a_job_in_a_node_scoped_pool_goes_to_a_node_with_a_free_slot():
     assert placement.with_room(spec, ["n1", "n2", "n3"]) == ["n1", "n2", "n3"]
     assert placement.with_room(JobSpec(name="x", schedule="* * * * * *", command="true"),
                                ["n1"]) == ["n1"]
+
+
+def test_a_node_with_a_slow_disk_gets_new_runs_last():
+    """Issue 29, point 6: runs go to nodes whose disks keep up; a slow-disk
+    node still gets them when nobody else can."""
+    slow = NodeView("b", True, "up", frozenset(), slow_disk="its disk is slow (400ms)")
+    w = World([up("a"), slow, up("c")])
+    picked = Counter(w.placement.choose(job(), T0 + i)[0].node for i in range(40))
+    assert picked["b"] == 0 and picked["a"] and picked["c"]
+    w = World([slow])
+    assert w.placement.choose(job(), T0)[0].node == "b"
+    # a suspect is avoided before a slow disk is
+    suspect = NodeView("a", True, "up", frozenset(), suspect=True)
+    w = World([suspect, slow])
+    assert w.placement.choose(job(), T0)[0].node == "b"
