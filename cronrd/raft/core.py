@@ -185,6 +185,10 @@ class Raft:
         self.snap_recv: tuple[SnapshotMeta, str, Any] | None = None  # meta, sender, sink
         self.pending_install: Snapshot | None = None
         self.campaign_held = False  # see _promotable
+        # A commit index beyond this node's last entry that a voter named in
+        # refusing its vote: until its log reaches it (or a leader is heard)
+        # it cannot be elected, and does not campaign (see _step_candidate).
+        self.behind = 0
         self.prev_hs = HardState(self.term, self.vote, self.log.commit)
         self.prev_ss = SoftState("", self.public_role)
         self._self_match = self.log.last_index()
@@ -361,7 +365,8 @@ class Raft:
     def _promotable(self) -> bool:
         # campaign_held: set by the driver while this node must not lead
         # (its wall clock is off: runtime/clock_watch.py). It still votes.
-        return self.is_voter() and self.pending_install is None and not self.campaign_held
+        return (self.is_voter() and self.pending_install is None and not self.campaign_held
+                and self.log.last_index() >= self.behind)
 
     def _tick_leader(self) -> None:
         self.heartbeat_elapsed += 1
@@ -681,6 +686,18 @@ class Raft:
             if m.reject and m.commit > self.log.commit and \
                     self.log.term(m.commit) == m.log_term:
                 self.log.commit_to(m.commit)  # see _handle_vote
+            if m.reject and m.commit > self.log.last_index():
+                # The cluster has committed entries this node does not hold:
+                # it cannot be a correct leader (leader completeness), yet a
+                # voter that lags further (outside its own configuration)
+                # may grant it, term after term, and never the voter that
+                # can win (seed 14855062069096: a removed node whose clock
+                # ran fast took every term's vote of the new configuration's
+                # other voter). It stands down and campaigns no more until
+                # its log reaches that index or a leader is heard.
+                self.behind = max(self.behind, m.commit)
+                self.become_follower(self.term, "")
+                return
             self.votes.setdefault(m.frm, not m.reject)
             if not self.is_voter():
                 # It applied its own removal meanwhile (a commit learned from
@@ -700,6 +717,8 @@ class Raft:
 
     # -- follower --------------------------------------------------------------------------------------
     def _step_follower(self, m: Message) -> None:
+        if m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP):
+            self.behind = 0   # a leader is heard: it brings the log up (or was elected)
         if m.type == MsgType.APP:
             self.election_elapsed = 0
             self.lead = m.frm

@@ -205,6 +205,45 @@ def test_commit_learned_from_a_refusal_needs_a_matching_entry():
     assert a.commit == 0  # b's entry 2 has another term: not the same entry
 
 
+@pytest.mark.parametrize("prevote", [False, True])
+def test_a_candidate_told_of_commits_beyond_its_log_stands_down_until_a_leader_is_heard(prevote):
+    """Seed 14855062069096 (issue 36's campaign): a removed node that never
+    learned of its removal, its clock fast, campaigned first every term; the
+    new configuration's other voter lagged (outside its own configuration)
+    and granted it each time, so the voter that could win never got that
+    vote. A refusal that names a commit index beyond the candidate's last
+    entry proves it cannot be a correct leader: it stands down and does not
+    campaign again until its log reaches that index or a leader is heard."""
+    net = Net(["a", "b", "c"], logs={"a": log(1, 1), "b": log(1, 1, 2, 2, 2)},
+              pre_vote=prevote)
+    a = net["a"]
+    a._campaign(transfer=False)
+    want = MsgType.PREVOTE_RESP if prevote else MsgType.VOTE_RESP
+    a.step(Message(want, to="a", frm="b", term=a.term, reject=True,
+                   commit=4, log_term=2))
+    assert a.role == FOLLOWER and a.behind == 4
+    net.cycle("a")
+    for _ in range(5 * a.randomized_timeout):
+        a.tick()
+    assert not [m for m in net.cycle("a") if m.type in (MsgType.VOTE, MsgType.PREVOTE)]
+    # a leader is heard: a may campaign again later (a heartbeat leaves its
+    # log as it is: the leader brings it up)
+    a.step(Message(MsgType.HEARTBEAT, to="a", frm="b", term=a.term, commit=2))
+    assert a.behind == 0 and a._promotable()
+    # a refusal that names nothing beyond its log changes nothing
+    a._campaign(transfer=False)
+    a.step(Message(want, to="a", frm="c", term=a.term, reject=True,
+                   commit=2, log_term=1))
+    assert a.behind == 0 and a.role in (PRECANDIDATE, CANDIDATE)
+
+
+def test_seed_14855062069096_converges():
+    """The whole seed, in the simulation (tests/support/raft_sim.py)."""
+    import raft_sim
+    r = raft_sim.run_seed(14855062069096)
+    assert "failed" not in r, raft_sim.report(r)
+
+
 # -- replication --------------------------------------------------------------------------------------------
 def test_fast_backoff_skips_a_whole_conflicting_term():
     leader_log = log(1, 1, 3, 3, 3, 3)
