@@ -59,8 +59,11 @@ def test_a_stop_cancels_and_awaits_every_task_the_daemon_owns(cfg, caplog):
     assert code == 0
     # (one host: the members have no upkeep, their service returned at once)
     assert seen["services"] == ["announce", "heap", "housekeeping", "http", "leadership",
-                                "removal", "watcher"]
+                                "loop_watch", "removal", "watcher"]
     assert left == set(), f"tasks left running after Daemon.run returned: {left}"
+    # the faces' loop (control socket, HTTP) ran in a thread of its own: stopped and joined
+    import threading
+    assert not [t for t in threading.enumerate() if t.name == "cronrd-faces"]
     assert "event=stopped" in caplog.text
 
 
