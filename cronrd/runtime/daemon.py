@@ -13,6 +13,7 @@ commands live in handlers.py.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import os
 import resource
@@ -431,6 +432,9 @@ class Daemon:
 
 def run_daemon(config: Config) -> int:
     setup_logging(config.log_level)
+    # `kill -USR1 PID` writes every thread's stack to stderr (the journal):
+    # where a daemon that does not answer, or does not stop, is stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     daemon = Daemon(config)
     try:
         return asyncio.run(daemon.run())

@@ -475,3 +475,15 @@ def test_job_runs_as_its_user_with_that_users_groups_and_home(node):
     assert rest[-1] == "nobody"
     groups = {int(g) for g in rest[:-1]}
     assert groups == set(os.getgrouplist("nobody", nobody.pw_gid))
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log(node):
+    """Where a daemon that does not answer or does not stop is stuck: `kill
+    -USR1` dumps each thread's stack (the critical loop, the faces' loop,
+    the loop watch) and the daemon goes on."""
+    node.start()
+    node.proc.send_signal(signal.SIGUSR1)
+    wait_for(lambda: node.daemon_log().count("Thread 0x") >= 3, what="the stacks in the log")
+    log = node.daemon_log()
+    assert log.count("Thread 0x") >= 3 and "Current thread" in log
+    assert node.call("status")["ready"] is True

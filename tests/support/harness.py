@@ -119,7 +119,15 @@ class Node:
 
     def terminate(self, timeout: float = 60.0) -> int:
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Where is it stuck? The daemon dumps every thread's stack on
+            # SIGUSR1 (faulthandler) into its log.
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            raise AssertionError(f"daemon did not stop within {timeout:g}s of SIGTERM; its "
+                                 f"log ends:\n{self.daemon_log()[-20000:]}") from None
 
     def daemon_log(self) -> str:
         try:

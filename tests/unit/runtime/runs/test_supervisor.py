@@ -235,7 +235,9 @@ def test_over_the_cap_the_head_and_the_tail_are_kept_with_a_note(sup):
     async def main():
         sup.spawner.start()
         key, log_path = sup.start(LINES + "; echo the-error >&2", cap=1001)
-        await sup.wait_for(lambda: _closed(sup, key))
+        # the record closes before the supervisor's exited message reaches
+        # the spawner (a race a loaded CI machine lost): wait for both
+        await sup.wait_for(lambda: _closed(sup, key) and sup.event(key, "exited"))
         sup.spawner.close()
         return key, log_path
     key, log_path = run(main())
