@@ -226,7 +226,10 @@ class ClockWatch:
                                  self._base() if base is None else base)
             self.changes.notify()
         if "disk" in args:   # an older member does not tell
-            self.disks[frm] = (_number(args.get("disk"), "disk"), self.clock.monotonic())
+            slow = _number(args.get("disk"), "disk", limit=3600.0)
+            if slow is not None and slow < 0:
+                raise ValueError("disk must be a write time in seconds, 0 or more")
+            self.disks[frm] = (slow, self.clock.monotonic())
         return {"wall": self.clock.now(), "median": self._median(), "base": self._base()}
 
     def slow_disks(self) -> dict[str, float]:

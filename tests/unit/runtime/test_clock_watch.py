@@ -453,3 +453,15 @@ def test_a_member_tells_the_leader_its_disk_is_slow_with_its_clock_questions():
     # a member that does not say (an older version) is not recorded
     asyncio.run(a.rpc("b", {"offset": 0.0, "error": 0.001}))
     assert a.slow_disks() == {"a": 0.3}
+
+
+@pytest.mark.parametrize("bad", ["slow", -1.0, float("nan"), 1e9, True, [1]])
+def test_a_members_word_on_its_disk_is_checked(bad):
+    """The clock question comes from a member over the peer port: a bad
+    word on its disk is refused, and records nothing."""
+    world = {"t": 1000.0}
+    a = ClockWatch("a", Clock(world), 0.5, lambda: "a", lambda: True, lambda: ["a", "b"],
+                   None)
+    with pytest.raises(ValueError):
+        asyncio.run(a.rpc("b", {"offset": 0.0, "error": 0.001, "disk": bad}))
+    assert "b" not in a.disks
