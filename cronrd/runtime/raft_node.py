@@ -5,6 +5,12 @@ One loop turns the core's Ready values into actions, in the order the core
 demands: persist (one fsync for everything that arrived since the last
 Ready: group commit), send, apply, advance.
 
+Persisting runs on a storage thread of its own, never on the event loop: a
+disk whose fsyncs take a second slows this node's commits, but its ticks,
+fire gates, claims and clock watch go on meanwhile, and a leader keeps
+sending heartbeats and appends while its own write is under way
+(``_pump``), so its followers do not start an election over its disk.
+
 ``propose(data)`` resolves with ``(index, result)`` once the entry is
 applied here, or fails with ``NotLeader`` / ``ProposalDropped``; it never
 hangs: a proposal whose outcome is unknown after ``proposal_timeout`` fails
@@ -14,6 +20,7 @@ with ProposalDropped saying so.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import random
@@ -33,6 +40,9 @@ from .tasks import Changes
 log = logging.getLogger("cronrd.raft")
 
 EARLY = frozenset({MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP})
+# What a follower may answer while its own write is under way: a heartbeat
+# response acknowledges no entry and no vote (etcd sends it at once too).
+EARLY_REPLIES = frozenset({MsgType.HEARTBEAT_RESP})
 
 
 class StateMachine(Protocol):
@@ -106,6 +116,10 @@ class RaftNode:
         # The log writes (fsynced appends) of late: (monotonic end, seconds),
         # for the slow-disk watch (decisions/disk.py).
         self.disk_writes: deque[tuple[float, float]] = deque(maxlen=256)
+        # The log's writes run here, one at a time, in order (see _persist).
+        self._disk = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"raft-storage-{node_id}")
+        self._persisting = False   # a Ready's write is under way on the storage thread
         self._snapshot_wanted = False
         self._snapshotting: asyncio.Task | None = None  # a snapshot off the loop
         self._snapshot_copied: tuple | None = None      # ... copied, to be stored
@@ -151,6 +165,7 @@ class RaftNode:
         if self._snapshot_copied is not None:
             _unlink(self._snapshot_copied[3])
             self._snapshot_copied = None
+        self._disk.shutdown(wait=True)   # a write under way ends before storage closes
         self._fail_all(ProposalDropped("the node is stopping"))
 
     async def wait_stopped(self) -> None:
@@ -166,6 +181,8 @@ class RaftNode:
         self._ticks += 1
         if self._ticks % 10 == 0 and (self.pending or self.conf_waiters):
             self._expire(asyncio.get_running_loop().time())
+        if self._persisting:
+            self._pump()
         self._wake.set()
         self._ticker = asyncio.get_running_loop().call_later(self.tick_interval, self._tick)
 
@@ -184,6 +201,8 @@ class RaftNode:
         except Exception:  # a bad message must not kill the node
             log.exception("event=step_failed type=%s from=%s", msg.type.name, msg.frm)
             return
+        if self._persisting:
+            self._pump()
         self._wake.set()
 
     def peer_closed(self, peer: str) -> None:
@@ -216,6 +235,8 @@ class RaftNode:
                     "retry shortly"))
             else:
                 self._register(self.pending, fut)
+                if self._persisting:
+                    self._pump()   # replicate it while this node's own write goes on
         return fut
 
     async def _wait_index(self, table: dict[int, _Pending]) -> tuple[int, Any]:
@@ -336,10 +357,8 @@ class RaftNode:
             flush = getattr(self.transport, "flush", None)
             if flush is not None:
                 flush()  # onto the wire now, not after the fsync below
-        # Persisting runs on the loop thread: an fsync costs a fraction of a
-        # millisecond, less than a hand-off to a worker thread and back (GIL
-        # switch interval), and whatever arrives meanwhile waits in the kernel
-        # and rides the next Ready's single fsync (group commit).
+        # Whatever arrives while this Ready is written rides the next Ready's
+        # single write (group commit).
         if rd.snapshot is not None:
             self._save_received(rd.snapshot)
         hs = rd.hard_state or self._unsynced_hs
@@ -350,10 +369,7 @@ class RaftNode:
             # next save carries it.
             self._unsynced_hs = hs
         elif rd.entries or hs is not None:
-            began = time.monotonic()
-            self.storage.save(hs, rd.entries)
-            end = time.monotonic()
-            self.disk_writes.append((end, end - began))
+            await self._persist(hs, rd.entries)
             self._unsynced_hs = None
             if hs is not None:
                 self._synced_vote = (hs.term, hs.vote)
@@ -402,6 +418,44 @@ class RaftNode:
             self.changes.notify()  # the membership changed
         self._release_reads()
         self._maybe_snapshot(loop)
+
+    async def _persist(self, hs, entries) -> None:
+        """Write a hard state and entries durably on the storage thread; the
+        loop goes on meanwhile (ticks, peers' messages, everything else of
+        the daemon). The core is stepped and ticked between its Ready and
+        ``advance``, as etcd's is: what it produces meanwhile waits for the
+        next Ready, except what ``_pump`` may send at once."""
+        def write():
+            began = time.monotonic()
+            self.storage.save(hs, entries)
+            return began, time.monotonic()
+        self._persisting = True
+        try:
+            began, end = await asyncio.get_running_loop().run_in_executor(self._disk, write)
+        finally:
+            self._persisting = False
+        self.disk_writes.append((end, end - began))
+
+    def _pump(self) -> None:
+        """While a write is under way: a leader sends its heartbeats, appends
+        and snapshot chunks at once (they acknowledge nothing of its own; its
+        term is on disk since before it asked for votes, Raft thesis 10.2.1),
+        and a follower its heartbeat responses. Everything else (votes,
+        append responses, anything of a node whose term is not on disk yet)
+        waits for the Ready after the write."""
+        r = self.raft
+        if not r.msgs or r.term != self._synced_vote[0]:
+            return
+        early = EARLY if r.role == LEADER else EARLY_REPLIES
+        now = [m for m in r.msgs if m.type in early]
+        if not now:
+            return
+        r.msgs = [m for m in r.msgs if m.type not in early]
+        for msg in now:
+            self.transport.send(msg)
+        flush = getattr(self.transport, "flush", None)
+        if flush is not None:
+            flush()
 
     def _resolve(self, table: dict[int, _Pending], committed: list, results: dict) -> None:
         """Answer every waiter whose index this batch of applied entries reaches."""
