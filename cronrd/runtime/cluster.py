@@ -47,6 +47,7 @@ from .placement import NodeView
 from .raft_node import RaftNode
 from .raft_log import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
 from .raft_storage import RaftStorage
+from .storage import WalCheckpointer
 from .tls import cert_info, cert_status
 from .transport import TLSConfig, Transport
 
@@ -87,6 +88,10 @@ class Cluster:
         # Raft's log is the durable record: the state database need not fsync
         # each batch (after a crash it is caught up from the log or a snapshot).
         self.conn.execute("PRAGMA synchronous=NORMAL")
+        # Nor checkpoint its WAL from the loop's commits: a thread does.
+        self.checkpoints = WalCheckpointer(self.conn.filename) if self.conn.filename else None
+        if self.checkpoints is not None:
+            WalCheckpointer.disown(self.conn)
         self.state = ReplicatedState(machine, config.data_dir)
         if machine.applied_index > 0 and not os.path.exists(config.raft_db):
             raise StateError(
@@ -187,6 +192,8 @@ class Cluster:
             tg.create_task(self.lease.renew(), name="lease")
             tg.create_task(self.clocks.run(), name="clocks")
             tg.create_task(self._watch_disk(), name="disk")
+            if self.checkpoints is not None:
+                tg.create_task(self.checkpoints.run(), name="wal-checkpoint")
 
     async def stop(self) -> None:
         self.stopping = True
@@ -196,6 +203,8 @@ class Cluster:
         self.rpc.close()
         await self.transport.close()
         self.storage.close()
+        if self.checkpoints is not None:
+            self.checkpoints.close()
 
     async def _watch_node(self) -> None:
         """The Raft node stopping on an error is fatal: the daemon exits so

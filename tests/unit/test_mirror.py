@@ -75,7 +75,6 @@ NO_UNIT_TEST_FILE = {
                            "pages, cursors, errors, the OpenAPI document)",
     "runtime/handlers.py": "integration/test_daemon.py (every control command, through the socket)",
     "runtime/local_log.py": "unit/runtime/test_log_contract.py (both Log implementations)",
-    "runtime/storage.py": "used by most state and runtime unit tests (open_db)",
     "runtime/runs/active.py": "a dataclass of a run's handles; unit/runtime/runs/test_reports.py, "
                               "test_starting.py build them",
     "runtime/runs/executor.py": "integration/test_daemon.py, security/test_log_paths.py",

@@ -7,12 +7,14 @@ proposed until the cluster has committed or refused it, then deleted. After
 a crash or restart the daemon proposes whatever is still here (guarantee 4:
 no result is lost). The reports of one loop turn are one small transaction
 (one fsync) before they are proposed; deletions of committed reports are
-batched per loop turn too.
+batched per loop turn too. Both run on the outbox's own storage thread, one
+after the other, so a slow disk delays reports but never the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 
 from ...state import commands as C
@@ -30,6 +32,10 @@ class Outbox:
             self.conn.execute(SCHEMA)
         self._done: list[int] = []
         self._flush_scheduled = False
+        # Every write runs here, in the order it was asked for (a delete can
+        # never overtake the insert of the same report).
+        self._disk = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                           thread_name_prefix="outbox")
 
     def add(self, cmd: C.Command) -> int:
         """Write ``cmd`` durably now; returns its id for ``done``."""
@@ -46,6 +52,10 @@ class Outbox:
                 items.append(self.conn.last_insert_rowid())
         return items
 
+    async def write(self, cmds: list[C.Command]) -> list[int]:
+        """``add_many`` on the storage thread: the loop goes on meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self._disk, self.add_many, cmds)
+
     def done(self, item: int) -> None:
         """Forget a committed report (batched: deleting late costs a re-proposal
         after a crash at most, which the state recognises as a duplicate)."""
@@ -57,6 +67,12 @@ class Outbox:
     def _flush(self) -> None:
         self._flush_scheduled = False
         done, self._done = self._done, []
+        try:
+            self._disk.submit(self._delete, done)
+        except RuntimeError:    # closed meanwhile: close() deleted what it had
+            pass
+
+    def _delete(self, done: list[int]) -> None:
         try:
             with self.conn:
                 self.conn.executemany("DELETE FROM outbox WHERE id=?", [(i,) for i in done])
@@ -74,6 +90,9 @@ class Outbox:
         return items
 
     def close(self) -> None:
+        self._disk.shutdown(wait=True)   # the writes asked for are done first
         if self._done:
-            self._flush()
+            self._flush_scheduled = False
+            done, self._done = self._done, []
+            self._delete(done)
         self.conn.close()

@@ -94,7 +94,8 @@ class Reporter:
         self.outbox = outbox
         self.tasks: set[asyncio.Task] = set()
         self.replayed: set[int] = set()      # runs with a result in the outbox at start
-        self._unwritten: list[tuple] = []     # results waiting for this turn's outbox write
+        self._unwritten: list[tuple] = []     # results waiting for their outbox write
+        self._writer: asyncio.Task | None = None   # writing them (storage thread), then proposing
 
     def propose(self, cmd: C.Command, *, record: str | None = None,
                 on_result: Callable[[Any], None] | None = None) -> None:
@@ -109,18 +110,40 @@ class Reporter:
             # Results only: to the outbox first, every result of this loop
             # turn in one fsync, then proposed.
             self._unwritten.append((cmd, record, on_result))
-            if len(self._unwritten) == 1:
-                asyncio.get_running_loop().call_soon(self._write_results)
+            if self._writer is None:
+                self._writer = asyncio.get_running_loop().create_task(self._write_results())
             return
         self._start(cmd, item, record, on_result)
 
-    def _write_results(self) -> None:
+    async def _write_results(self) -> None:
+        """Results to the outbox, then proposed: all that arrived in one
+        loop turn, or while the previous write was under way, ride one
+        write (one fsync, on the outbox's storage thread)."""
+        try:
+            while self._unwritten:
+                await asyncio.sleep(0)   # the rest of this turn's results join
+                batch, self._unwritten = self._unwritten, []
+                try:
+                    items = await self.outbox.write([cmd for cmd, _, _ in batch])
+                except Exception as exc:  # still proposed; only the crash safety is lost
+                    log.error("event=outbox_write_failed count=%d error=\"%s\"", len(batch),
+                              exc)
+                    items = [None] * len(batch)
+                self._start_all(batch, items)
+        finally:
+            self._writer = None
+
+    def _write_now(self) -> None:
+        """At shutdown, what is left, written on the loop."""
         batch, self._unwritten = self._unwritten, []
         try:
             items = self.outbox.add_many([cmd for cmd, _, _ in batch])
-        except Exception as exc:  # still proposed; only the crash safety is lost
+        except Exception as exc:
             log.error("event=outbox_write_failed count=%d error=\"%s\"", len(batch), exc)
             items = [None] * len(batch)
+        self._start_all(batch, items)
+
+    def _start_all(self, batch: list[tuple], items: list) -> None:
         for (cmd, record, on_result), item in zip(batch, items):
             self._start(cmd, item, record, on_result)
 
@@ -164,8 +187,10 @@ class Reporter:
     async def drain(self, timeout: float) -> None:
         """At shutdown: this turn's results to the outbox now, and a moment for
         the reports in flight to commit; the next start proposes the rest."""
+        if self._writer is not None:
+            await asyncio.wait([self._writer], timeout=timeout)
         if self._unwritten:
-            self._write_results()
+            self._write_now()
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout)
             for task in list(self.tasks):

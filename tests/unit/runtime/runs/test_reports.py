@@ -122,3 +122,44 @@ def test_the_end_report_follows_the_life_table():
         reason="exit code 3; ended while cronrd was restarting", pid=42)
     gone = run_ended(act, L.Report("lost", None, log_kept=False), "n1", T0 + 9, "/logs")
     assert (gone.finished_at, gone.log_path, gone.reason) == (T0 + 9, None, None)
+
+
+def test_a_slow_outbox_write_holds_the_report_not_the_loop(tmp_path):
+    import threading
+    import time
+
+    async def main():
+        outbox = Outbox(str(tmp_path / "local.db"))
+        gate = threading.Event()
+        writes = []
+        add_many = outbox.add_many
+
+        def held(cmds):      # a disk whose fsync takes its time
+            writes.append(len(cmds))
+            gate.wait(20)
+            return add_many(cmds)
+        outbox.add_many = held
+        proposer = Proposer(outbox)
+        rep = Reporter(proposer, outbox)
+        first = finished(RUN, "n1", "succeeded", T0 + 1, reason=None, exit_code=0)
+        rep.propose(first)
+        began = time.monotonic()
+        for _ in range(20):                  # the loop turns while the write is held
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - began < 5
+        assert writes == [1] and proposer.seen == []   # not proposed before it is on disk
+        # Results that come meanwhile ride the next write together.
+        second = finished(RUN, "n1", "failed", T0 + 2, reason="exit code 1", exit_code=1)
+        third = finished(RUN, "n1", "failed", T0 + 3, reason="exit code 1", exit_code=1)
+        rep.propose(second)
+        rep.propose(third)
+        gate.set()
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(proposer.seen) < 3:
+            assert asyncio.get_running_loop().time() < deadline, proposer.seen
+            await asyncio.sleep(0.01)
+        assert writes == [1, 2]
+        assert [c for c, _ in proposer.seen] == [first, second, third]
+        assert proposer.seen[1][1][-2:] == [second, third]    # on disk when proposed
+        outbox.close()
+    asyncio.run(main())
