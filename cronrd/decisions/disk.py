@@ -21,6 +21,7 @@ SLOW = 0.1          # s: a typical log write slower than this is a slow disk
 WINDOW = 10.0       # s of writes looked at
 MIN_WRITES = 3      # writes it takes to judge (one slow fsync is not a slow disk)
 FRESH = 5.0         # s a member's report of its disk stands on the leader
+STALLED = 0.5       # s: a log write under way this long is a slow disk at once
 
 
 def slow_write(writes: Iterable[tuple[float, float]], now: float, slow: float = SLOW,
@@ -33,6 +34,21 @@ def slow_write(writes: Iterable[tuple[float, float]], now: float, slow: float = 
         return None
     typical = statistics.median(recent)
     return typical if typical > slow else None
+
+
+def slow_disk(writes: Iterable[tuple[float, float]], under_way: float | None,
+              now: float) -> float | None:
+    """How slow this node's disk is (s), or None when it is not: the
+    typical recent write (``slow_write``), or, sooner, the write under way
+    (begun at ``under_way``, monotonic) once it has taken ``STALLED``. A
+    leader that cannot finish a write for half a second holds every commit
+    of the cluster: waiting for three slow writes to agree cost the fire
+    times of those seconds (a 1 s fsync: up to 3.9 s late); handing over
+    costs one election among nodes whose disks answer."""
+    typical = slow_write(writes, now)
+    if under_way is not None and now - under_way >= STALLED:
+        return max(typical or 0.0, now - under_way)
+    return typical
 
 
 def disk_bar(node: str, slow_disks: Mapping[str, float]) -> str | None:

@@ -59,7 +59,7 @@ ACKS = frozenset({MsgType.APP_RESP, MsgType.HEARTBEAT_RESP, MsgType.SNAP_RESP})
 JOIN_PATIENCE = 600.0    # seconds a joining record waits for its learner to be added
 PEER_REFRESH = 1.0       # seconds between refreshes of the peers' addresses
 RESPONSIVE = 4 * TICK    # a member that answered the leader this recently is alive
-DISK_CHECK = 1.0         # s between looks at this node's log write times
+DISK_CHECK = 0.25        # s between looks at this node's log write times
 DISK_RETRY = 5.0         # s after a hand-over for a slow disk before another
 MEASURE_GRACE = 0.5      # s a new leader waits to place until the members' clocks are in (fires are
                          # committed 0.7 s ahead: a wait this short makes none late)
@@ -655,10 +655,11 @@ class Cluster:
 
     def _slow_disk(self) -> float | None:
         """This node's typical log write (s) when its disk is slow, else None."""
-        return disk.slow_write(self.node.disk_writes, self.clock.monotonic())
+        return disk.slow_disk(self.node.disk_writes, self.node.write_began,
+                              self.clock.monotonic())
 
     async def _watch_disk(self) -> None:
-        """Every second: a disk gone slow (or fast again) is logged once; a
+        """Every DISK_CHECK: a disk gone slow (or fast again) is logged once; a
         leader on a slow disk hands leadership to a voter whose disk is not
         (told with its clock questions), as one with a bad clock does. The
         leader places new runs on nodes with slow disks last (placement)."""

@@ -40,6 +40,9 @@ from .tasks import Changes
 log = logging.getLogger("cronrd.raft")
 
 EARLY = frozenset({MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP})
+# ... and, while its write is under way, the go-ahead to the node it hands
+# leadership to (that node has every entry the leader has: it said so).
+EARLY_LEADER = EARLY | {MsgType.TIMEOUT_NOW}
 # What a follower may answer while its own write is under way: a heartbeat
 # response acknowledges no entry and no vote (etcd sends it at once too).
 EARLY_REPLIES = frozenset({MsgType.HEARTBEAT_RESP})
@@ -120,6 +123,7 @@ class RaftNode:
         self._disk = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"raft-storage-{node_id}")
         self._persisting = False   # a Ready's write is under way on the storage thread
+        self.write_began: float | None = None   # ... since then (monotonic), for the disk watch
         self._snapshot_wanted = False
         self._snapshotting: asyncio.Task | None = None  # a snapshot off the loop
         self._snapshot_copied: tuple | None = None      # ... copied, to be stored
@@ -430,15 +434,17 @@ class RaftNode:
             self.storage.save(hs, entries)
             return began, time.monotonic()
         self._persisting = True
+        self.write_began = time.monotonic()
         try:
             began, end = await asyncio.get_running_loop().run_in_executor(self._disk, write)
         finally:
             self._persisting = False
+            self.write_began = None
         self.disk_writes.append((end, end - began))
 
     def _pump(self) -> None:
-        """While a write is under way: a leader sends its heartbeats, appends
-        and snapshot chunks at once (they acknowledge nothing of its own; its
+        """While a write is under way: a leader sends its heartbeats, appends,
+        snapshot chunks and leadership hand-over at once (they acknowledge nothing of its own; its
         term is on disk since before it asked for votes, Raft thesis 10.2.1),
         and a follower its heartbeat responses. Everything else (votes,
         append responses, anything of a node whose term is not on disk yet)
@@ -446,7 +452,7 @@ class RaftNode:
         r = self.raft
         if not r.msgs or r.term != self._synced_vote[0]:
             return
-        early = EARLY if r.role == LEADER else EARLY_REPLIES
+        early = EARLY_LEADER if r.role == LEADER else EARLY_REPLIES
         now = [m for m in r.msgs if m.type in early]
         if not now:
             return

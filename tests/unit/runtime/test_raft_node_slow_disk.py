@@ -94,3 +94,23 @@ def test_a_follower_whose_write_hangs_holds_nothing_else():
             gaps.stop()
         await until(lambda: slow.sm.total == 6)
     with_net("abc", body)
+
+
+def test_a_leader_hands_over_while_its_write_hangs():
+    async def body(net):
+        leader = await net.leader()
+        assert (await leader.propose(b"1"))[1] == 1
+        target = next(n for n in net.nodes.values() if n is not leader)
+        gate = hold_writes(leader.storage)
+        try:
+            pending = leader.submit(b"2")
+            await until(lambda: leader.write_began is not None)
+            leader.transfer_leadership(target.id)
+            # The go-ahead to the target does not wait for the leader's disk.
+            await until(lambda: target.is_leader, timeout=5)
+            assert leader.write_began is not None and not pending.done()
+        finally:
+            gate.set()
+        # The old leader's write ends; the entry was committed by the others.
+        await until(lambda: all(n.sm.total == 3 for n in net.nodes.values()))
+    with_net("abc", body)
