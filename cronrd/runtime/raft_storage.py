@@ -37,7 +37,7 @@ import apsw
 from ..errors import StorageError
 from ..raft.storage import append_refusal, keeps_suffix, snapshot_refusal
 from ..raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
-from .storage import open_db
+from .storage import open_db, transaction
 from .snapshot_data import FileData, hash_data
 
 SCHEMA_VERSION = 2   # 2: raft_snapshot.file (snapshot data in a file of its own)
@@ -358,7 +358,7 @@ class RaftStorage:
                     t = int(e.type)
                     rows.append((e.index, e.term, t, e.data, entry_checksum(e.term, e.index, t, e.data)))
             try:
-                with db:
+                with transaction(db):
                     if rows:
                         if first <= self._last:
                             db.execute("DELETE FROM raft_entry WHERE idx >= ?", (first,))
@@ -403,7 +403,7 @@ class RaftStorage:
                 raise StorageError(f"raft log {self.path}: cannot store the snapshot: {refusal} "
                                    "(this is a bug in the caller; nothing was written)")
             try:
-                with db:
+                with transaction(db):
                     db.execute(
                         "INSERT OR REPLACE INTO raft_snapshot (id, idx, term, voters, learners, data, "
                         "data_checksum, checksum, file) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -443,7 +443,7 @@ class RaftStorage:
                     f"raft log {self.path}: cannot compact through {index}: the stored snapshot "
                     f"is at {self._snap_index}; save a snapshot at or after {index} first")
             try:
-                with self._db() as db:
+                with transaction(self._db()) as db:
                     db.execute("DELETE FROM raft_entry WHERE idx <= ?", (index,))
             except apsw.Error as exc:
                 raise self._db_error("compact", exc) from exc

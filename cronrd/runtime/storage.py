@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import fcntl
 import logging
 import os
@@ -32,6 +33,26 @@ def open_db(path: str) -> apsw.Connection:
             f"cannot open state database {path}: {exc}; check the file and the "
             "data_dir permissions (move a damaged file aside to start fresh)") from exc
     return conn
+
+
+@contextlib.contextmanager
+def transaction(conn: apsw.Connection):
+    """One write transaction, committed (rolled back on an error) through
+    ``execute``. Use it instead of ``with conn:`` wherever the commit may
+    wait for the disk off the event loop: apsw's context manager commits
+    while holding the GIL, so a storage thread's one-second fsync held
+    every other thread, the event loop's included, for that second
+    (measured with the fault suite's slow-fsync library), while
+    ``execute("COMMIT")`` releases it as every SQLite call does. Not
+    nestable (``with conn:`` is)."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if not conn.getautocommit():   # still open: the body or the commit failed
+            conn.execute("ROLLBACK")
+        raise
 
 
 def open_readonly(path: str) -> apsw.Connection:

@@ -18,7 +18,7 @@ import concurrent.futures
 import logging
 
 from ...state import commands as C
-from ..storage import open_db
+from ..storage import open_db, transaction
 
 log = logging.getLogger("cronrd.outbox")
 
@@ -39,14 +39,14 @@ class Outbox:
 
     def add(self, cmd: C.Command) -> int:
         """Write ``cmd`` durably now; returns its id for ``done``."""
-        with self.conn:
+        with transaction(self.conn):
             self.conn.execute("INSERT INTO outbox(cmd) VALUES(?)", (cmd.encode(),))
             return self.conn.last_insert_rowid()
 
     def add_many(self, cmds: list[C.Command]) -> list[int]:
         """Write ``cmds`` durably in one transaction (one fsync); their ids."""
         items = []
-        with self.conn:
+        with transaction(self.conn):
             for cmd in cmds:
                 self.conn.execute("INSERT INTO outbox(cmd) VALUES(?)", (cmd.encode(),))
                 items.append(self.conn.last_insert_rowid())
@@ -74,7 +74,7 @@ class Outbox:
 
     def _delete(self, done: list[int]) -> None:
         try:
-            with self.conn:
+            with transaction(self.conn):
                 self.conn.executemany("DELETE FROM outbox WHERE id=?", [(i,) for i in done])
         except Exception as exc:
             log.warning("event=outbox_cleanup_failed error=\"%s\"", exc)
