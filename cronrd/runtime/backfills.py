@@ -15,6 +15,7 @@ from ..state import backfill as BF
 from ..state import commands as C
 from ..state import queries as Q
 from ..state.machine import Effect
+from .tasks import wait_within
 
 log = logging.getLogger("cronrd.backfill")
 
@@ -129,7 +130,7 @@ class Backfiller:
             except CronrdError as exc:
                 log.info("event=backfill_step_failed error=\"%s\"", exc)
             try:
-                await asyncio.wait_for(self.wake.wait(), self.interval)
+                await wait_within(self.wake.wait(), self.interval)
             except asyncio.TimeoutError:
                 pass
             self.wake.clear()

@@ -32,6 +32,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from ..errors import CronrdError, RequestError, UsageError
 from .access import Caller
+from .tasks import wait_within
 
 log = logging.getLogger("cronrd.control")
 
@@ -131,7 +132,7 @@ class LineReader:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise asyncio.TimeoutError()
-            data = await asyncio.wait_for(
+            data = await wait_within(
                 loop.sock_recv(self.sock, self.limit - len(self.buf)), remaining)
             if not data:
                 return b""
@@ -324,7 +325,7 @@ class ControlServer:
     async def _send(self, conn: socket.socket, msg: dict) -> None:
         data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
         try:
-            await asyncio.wait_for(asyncio.get_running_loop().sock_sendall(conn, data),
+            await wait_within(asyncio.get_running_loop().sock_sendall(conn, data),
                                    self.write_timeout)
         except (OSError, asyncio.TimeoutError) as exc:
             raise ClientGone() from exc

@@ -178,7 +178,7 @@ class Daemon:
             self.handlers.http_url = lambda: self.http.url
         await self.faces.run(self.control.start())
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
-                        (signal.SIGHUP, self.watcher.kick)):
+                        (signal.SIGHUP, self.watcher.kick), (signal.SIGUSR2, dump_tasks)):
             loop.add_signal_handler(sig, fn)
         log.info("event=starting version=%s node=%s pid=%d socket=%s data_dir=%s log_dir=%s "
                  "jobs_dir=%s timezone=%s", __version__, cfg.node_id, os.getpid(), cfg.socket,
@@ -428,6 +428,32 @@ class Daemon:
     def _read_log_chunk(self, run_id: int, offset: int) -> dict:
         """A chunk of a run's log on this node (handlers.py), also for peers."""
         return read_log_chunk(self.config, self.conn, run_id, offset)
+
+
+def dump_tasks() -> None:
+    """``kill -USR2 PID``: every task of the event loop, with the chain of
+    awaits it is suspended in, to the log: what a daemon whose threads are
+    idle (USR1) waits for (a term that never ends, a request that never
+    returns)."""
+    tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+    lines = [f"  {task.get_name()}: {awaiting(task.get_coro())}" for task in tasks]
+    log.warning("event=tasks count=%d\n%s", len(tasks), "\n".join(lines))
+
+
+def awaiting(coro) -> str:
+    """Where a suspended coroutine waits: outermost first, ``a > b > c``."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parts = []
+    while coro is not None and len(parts) < 30:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        path = frame.f_code.co_filename
+        path = ("cronrd/" + os.path.relpath(path, here) if path.startswith(here)
+                else os.path.basename(path))
+        parts.append(f"{path}:{frame.f_lineno}:{frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return " > ".join(parts) or "-"
 
 
 def run_daemon(config: Config) -> int:

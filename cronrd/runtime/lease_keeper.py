@@ -17,6 +17,7 @@ from ..decisions import lease
 from ..errors import CronrdError
 from .clock import Clock
 from .raft_node import RaftNode
+from .tasks import wait_within
 
 log = logging.getLogger("cronrd.cluster")
 
@@ -83,7 +84,7 @@ class LeaseKeeper:
             if not self.node.is_leader and self.node.leader:
                 sent = self.clock.monotonic()
                 try:
-                    await asyncio.wait_for(self.node.read_barrier(), patience)
+                    await wait_within(self.node.read_barrier(), patience)
                     self.round_trip(sent)
                 except (CronrdError, asyncio.TimeoutError) as exc:
                     log.debug("event=lease_renewal_failed error=%r after_s=%.2f", exc,

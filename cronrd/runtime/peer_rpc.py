@@ -23,6 +23,7 @@ from typing import Any, Awaitable, Callable
 
 from ..errors import CronrdError, RequestError
 from ..raft.types import Message, MsgType
+from .tasks import wait_within
 
 log = logging.getLogger("cronrd.rpc")
 
@@ -70,7 +71,7 @@ class PeerRPC:
             if not sent:
                 raise PeerUnavailable(f"cannot send {method} to node {peer}: its queue is "
                                       "full or it is not a known peer")
-            return await asyncio.wait_for(fut, timeout)
+            return await wait_within(fut, timeout)
         except asyncio.TimeoutError:
             self.stats["timeouts"] += 1
             raise PeerUnavailable(f"node {peer} did not answer {method} within {timeout:g}s "

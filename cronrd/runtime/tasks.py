@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
 log = logging.getLogger("cronrd.tasks")
+
+T = TypeVar("T")
 
 Factory = Callable[[], Coroutine[Any, Any, Any]]
 
@@ -207,3 +209,14 @@ async def first_of(*aws: Awaitable) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def wait_within(aw: Awaitable[T], seconds: float) -> T:
+    """``asyncio.wait_for(aw, seconds)`` without its Python 3.11 flaw: a
+    cancel that arrives just as ``aw`` finishes is lost there (wait_for
+    returns ``aw``'s result and the task goes on as if never cancelled).
+    A leader's backfill duty that lost its cancel so kept the leader's term
+    from ending, and the node, elected again, never led (fault suite, seed
+    211695542). Raises TimeoutError after ``seconds``."""
+    async with asyncio.timeout(seconds):
+        return await aw

@@ -82,6 +82,7 @@ from cronrd.errors import ConfigError
 from cronrd.raft.codec import (FRAME_HEADER, MAX_FRAME, CodecError, decode,
                                decode_hello_token, encode, encode_hello, frame)
 from cronrd.raft.types import Message
+from cronrd.runtime.tasks import wait_within
 
 log = logging.getLogger("cronrd.transport")
 
@@ -583,7 +584,7 @@ class Transport:
             # cluster traffic stays on the cluster network, and a firewall
             # rule on that address covers both directions.
             kwargs["local_addr"] = (self.listen[0], 0)
-        reader, writer = await asyncio.wait_for(
+        reader, writer = await wait_within(
             asyncio.open_connection(host, port, **kwargs), self.connect_timeout * 2)
         try:
             sock = writer.get_extra_info("socket")
@@ -600,7 +601,7 @@ class Transport:
                 if why is not None:
                     raise _Refused(why)
             writer.write(frame(encode_hello(self.node_id, self.join_token)))
-            await asyncio.wait_for(writer.drain(), self.write_timeout)
+            await wait_within(writer.drain(), self.write_timeout)
         except BaseException:
             writer.transport.abort()
             raise
@@ -636,7 +637,7 @@ class Transport:
                 p.qbytes -= size
                 try:
                     writer.write(batch[0] if len(batch) == 1 else b"".join(batch))
-                    await asyncio.wait_for(writer.drain(), self.write_timeout)
+                    await wait_within(writer.drain(), self.write_timeout)
                 except BaseException:
                     self.stats["dropped_send_failed"] += len(batch)
                     raise
@@ -756,7 +757,7 @@ class Transport:
     async def _serve(self, conn: _Incoming, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, where: str) -> None:
         try:
-            peer, token, serial = await asyncio.wait_for(
+            peer, token, serial = await wait_within(
                 self._authenticate(reader, writer, where), self.auth_timeout)
         except asyncio.CancelledError:
             raise

@@ -25,6 +25,7 @@ from ..state import queries as Q
 from ..errors import NotLeader, ProposalDropped, StateError, StorageError
 from ..state.machine import CLAIM_TTL, Refused
 from .clock import Clock
+from .tasks import wait_within
 
 log = logging.getLogger("cronrd.watcher")
 
@@ -165,7 +166,7 @@ class _Parsers:
                 pass
         for proc in self.procs:
             try:
-                await asyncio.wait_for(proc.wait(), 5)
+                await wait_within(proc.wait(), 5)
             except (asyncio.TimeoutError, ProcessLookupError):
                 proc.kill()
                 await proc.wait()
@@ -733,7 +734,7 @@ class Watcher:
     async def run(self) -> None:
         while not self.stopped:
             try:
-                await asyncio.wait_for(self._kick.wait(), self.interval)
+                await wait_within(self._kick.wait(), self.interval)
             except asyncio.TimeoutError:
                 pass
             self._kick.clear()

@@ -487,3 +487,17 @@ def test_sigusr1_writes_every_threads_stack_to_the_log(node):
     log = node.daemon_log()
     assert log.count("Thread 0x") >= 3 and "Current thread" in log
     assert node.call("status")["ready"] is True
+
+
+def test_sigusr2_logs_every_task_and_what_it_waits_for(node):
+    """Where a daemon whose threads are idle waits: `kill -USR2` logs the
+    event loop's tasks, each with its chain of awaits (the leader's term,
+    the Raft node's loop), and the daemon goes on."""
+    node.start()
+    node.proc.send_signal(signal.SIGUSR2)
+    wait_for(lambda: "event=tasks" in node.daemon_log(), what="the tasks in the log")
+    line = next(ln for ln in node.daemon_log().splitlines() if "event=tasks" in ln)
+    assert "daemon:leadership: cronrd/runtime/tasks.py" in line
+    assert "cronrd/runtime/raft_node.py" in line or "cronrd/runtime/local_log.py" in line \
+        or "cronrd/runtime/leadership.py" in line
+    assert node.call("status")["ready"] is True

@@ -50,6 +50,7 @@ from .processes import alive, signal_tree, snapshot_tree
 from .reports import Reporter, finished, run_ended
 from .spawner import Spawner
 from .starting import NotStarted, over_cap, refused_source, spawn
+from ..tasks import wait_within
 
 log = logging.getLogger("cronrd.executor")
 
@@ -553,7 +554,7 @@ class Executor:
             fut = asyncio.get_running_loop().create_future()
             self._waiters.append(fut)
             try:
-                await asyncio.wait_for(fut, left)
+                await wait_within(fut, left)
             except asyncio.TimeoutError:
                 pass
         return True

@@ -173,3 +173,46 @@ def test_first_of_cancels_the_rest():
         await first_of(e.wait(), asyncio.Event().wait())
         assert others() == set()
     run(go())
+
+
+def test_wait_within_keeps_a_cancel_that_comes_as_the_wait_ends():
+    # asyncio.wait_for on Python 3.11 returns the result instead: the task
+    # goes on as if it had not been cancelled (a leader's term never ended).
+    from cronrd.runtime.tasks import wait_within
+
+    async def main():
+        wake = asyncio.Event()
+        rounds = []
+
+        async def duty():
+            while True:
+                rounds.append(1)
+                try:
+                    await wait_within(wake.wait(), 60)
+                except TimeoutError:
+                    pass
+                wake.clear()
+
+        task = asyncio.get_running_loop().create_task(duty())
+        await asyncio.sleep(0.01)
+        wake.set()          # the wait ends ...
+        task.cancel()       # ... as the owner cancels the task
+        await asyncio.wait([task], timeout=2)
+        assert task.cancelled(), f"the cancel was lost ({len(rounds)} rounds)"
+        # and the time limit still holds
+        with pytest.raises(TimeoutError):
+            await wait_within(asyncio.Event().wait(), 0.01)
+        assert await wait_within(asyncio.sleep(0, "done"), 5) == "done"
+    asyncio.run(main())
+
+
+def test_no_daemon_code_uses_asyncio_wait_for():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[3] / "cronrd"
+    found = []
+    for path in root.rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if "asyncio.wait_for(" in code and "``" not in code:
+                found.append(f"{path.relative_to(root)}:{n}")
+    assert not found, f"use tasks.wait_within (a cancel is not lost there): {found}"
