@@ -91,7 +91,7 @@ class Cluster:
         # Nor checkpoint its WAL from the loop's commits: a thread does.
         self.checkpoints = WalCheckpointer(self.conn.filename) if self.conn.filename else None
         if self.checkpoints is not None:
-            WalCheckpointer.disown(self.conn)
+            self.checkpoints.disown(self.conn)
         self.state = ReplicatedState(machine, config.data_dir)
         if machine.applied_index > 0 and not os.path.exists(config.raft_db):
             raise StateError(

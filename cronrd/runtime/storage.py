@@ -15,7 +15,8 @@ from ..errors import StorageError
 
 log = logging.getLogger("cronrd.storage")
 
-CHECKPOINT_EVERY = 1.0   # s between two checkpoints of a state database's WAL
+CHECKPOINT_PAGES = 1000  # pages of WAL that make a checkpoint due (SQLite's default)
+CHECKPOINT_EVERY = 30.0  # s: a smaller WAL is checkpointed this often
 
 
 def open_db(path: str) -> apsw.Connection:
@@ -96,24 +97,39 @@ class WalCheckpointer:
     pages: two fsyncs (the log, then the database) on whatever thread
     committed, which for the replicated state is the event loop applying
     entries; on a disk with one-second fsyncs that held the loop two seconds
-    every few megabytes. The owner turns that off on its connection
-    (``wal_autocheckpoint=0``, ``disown``) and runs ``run``: once a second,
-    a PASSIVE checkpoint (it never waits for readers or writers) on a
-    connection and thread of this class's own."""
+    every few megabytes. The owner hands its connection over (``disown``):
+    its commits no longer checkpoint, they only count the WAL's pages (a WAL
+    hook, on the committing thread, cheap), and once the WAL holds ``pages``
+    (SQLite's own threshold) ``run`` makes a PASSIVE checkpoint (it never
+    waits for readers or writers) on a connection and thread of this class's
+    own; and every ``every`` seconds whatever the WAL holds. Not every
+    second: a reader that begins while a checkpoint syncs the database may
+    have to wait for it (seen as 200 ms stalls of apply on a disk with
+    200 ms fsyncs), so checkpoints are as rare as SQLite's own."""
 
-    def __init__(self, path: str, every: float = CHECKPOINT_EVERY):
+    def __init__(self, path: str, every: float = CHECKPOINT_EVERY, pages: int = CHECKPOINT_PAGES):
         self.path = path
         self.every = every
+        self.pages = pages
         self._conn: apsw.Connection | None = None
         self._disk = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="wal-checkpoint")
         self.checkpoints = 0
         self._failed = False
+        self._wal_pages = 0      # in the WAL after the owner's last commit
+        self._due: asyncio.Event | None = None
 
-    @staticmethod
-    def disown(conn: apsw.Connection) -> None:
-        """No checkpoint from ``conn``'s own commits any more."""
+    def disown(self, conn: apsw.Connection) -> None:
+        """``conn``'s commits no longer checkpoint; they tell this class how
+        big the WAL is (call it on the thread that commits on ``conn``)."""
         conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.setwalhook(self._committed)
+
+    def _committed(self, conn, dbname: str, pages: int) -> int:
+        self._wal_pages = pages
+        if pages >= self.pages and self._due is not None:
+            self._due.set()
+        return apsw.SQLITE_OK
 
     def checkpoint(self) -> tuple[int, int]:
         """One PASSIVE checkpoint (blocking: call it off the loop); the WAL's
@@ -128,8 +144,16 @@ class WalCheckpointer:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        self._due = asyncio.Event()
         while True:
-            await asyncio.sleep(self.every)
+            try:
+                async with asyncio.timeout(self.every):
+                    await self._due.wait()
+            except TimeoutError:
+                if not self._wal_pages:
+                    continue
+            self._due.clear()
+            self._wal_pages = 0
             try:
                 await loop.run_in_executor(self._disk, self.checkpoint)
                 if self._failed:

@@ -16,13 +16,20 @@ def wal_bytes(path: str) -> int:
         return 0
 
 
+async def until(pred, timeout=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not pred():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
 def test_a_disowned_connection_never_checkpoints_and_the_checkpointer_does(tmp_path):
     path = str(tmp_path / "state.db")
     conn = open_db(path)
     conn.execute("PRAGMA synchronous=NORMAL")
-    WalCheckpointer.disown(conn)
+    cp = WalCheckpointer(path)
+    cp.disown(conn)
     conn.execute("CREATE TABLE t(x BLOB)")
-    cp = WalCheckpointer(path, every=0.01)
     try:
         # Well past the 1,000 pages at which SQLite would checkpoint from
         # the commit itself (pages of 4 KiB).
@@ -47,25 +54,53 @@ def test_a_disowned_connection_never_checkpoints_and_the_checkpointer_does(tmp_p
         conn.close()
 
 
-def test_run_checkpoints_on_its_thread_and_says_once_when_it_cannot(tmp_path, caplog):
+def test_a_checkpoint_runs_on_its_thread_once_the_wal_is_big_not_before(tmp_path):
     path = str(tmp_path / "state.db")
     conn = open_db(path)
-    WalCheckpointer.disown(conn)
+    cp = WalCheckpointer(path, every=3600, pages=50)
+    cp.disown(conn)
     with conn:
-        conn.execute("CREATE TABLE t(x)")
+        conn.execute("CREATE TABLE t(x BLOB)")
 
     async def main():
-        cp = WalCheckpointer(path, every=0.01)
         task = asyncio.get_running_loop().create_task(cp.run())
-        deadline = asyncio.get_running_loop().time() + 10
-        while cp.checkpoints < 3:
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.01)
-        # A database that is gone from under it: logged once, not per second.
+        try:
+            with conn:
+                conn.execute("INSERT INTO t VALUES(?)", (b"x" * 1000,))
+            await asyncio.sleep(0.3)
+            assert cp.checkpoints == 0            # a small WAL waits for its time
+            for _ in range(20):                   # ~60 pages
+                with conn:
+                    conn.execute("INSERT INTO t VALUES(?)", (b"x" * 12000,))
+            await until(lambda: cp.checkpoints >= 1)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    asyncio.run(main())
+    cp.close()
+    conn.close()
+
+
+def test_a_checkpoint_that_fails_is_said_once(tmp_path, caplog):
+    path = str(tmp_path / "state.db")
+    conn = open_db(path)
+    cp = WalCheckpointer(path, every=0.01)
+    cp.disown(conn)
+
+    async def main():
+        task = asyncio.get_running_loop().create_task(cp.run())
+        for i in range(3):
+            with conn:
+                conn.execute(f"CREATE TABLE t{i}(x)")
+            await until(lambda: cp.checkpoints > i)
+        # A database gone from under it: logged once, not at every try.
         cp._conn.close()
         cp._conn = None
         cp.path = str(tmp_path / "missing" / "state.db")
-        await asyncio.sleep(0.2)
+        for i in range(3, 8):
+            with conn:
+                conn.execute(f"CREATE TABLE t{i}(x)")
+            await asyncio.sleep(0.03)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         cp.close()
