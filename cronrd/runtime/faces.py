@@ -179,7 +179,7 @@ class FacesThread:
 # members' views, a run-now that waits for its run, a cancel) runs on the
 # critical loop.
 FACES_READS = frozenset({"jobs", "job", "runs", "run", "audit", "graph", "backfills", "pools",
-                         "alerts", "dead_letter", "notifications", "backfill"})
+                         "alerts", "dead_letter", "notifications", "backfill", "explain"})
 
 
 def control_table(core: dict[str, Handler], faces: dict[str, Handler],
@@ -231,6 +231,10 @@ class _MembersAcross:
 
     def status(self) -> dict:
         return self._bridge.blocking(self._members.status)
+
+    def node_views(self) -> list:
+        """The leader's view of the members (explain), taken on the critical loop."""
+        return self._bridge.blocking(self._members.node_views)
 
 
 class CoreReads:

@@ -218,3 +218,23 @@ def test_core_reads_serve_handlers_across_and_refuse_anything_else():
             await asyncio.sleep(0.01)
         assert heard == [(["effect"], me)]       # delivered on the faces' loop
     asyncio.run(with_faces(body))
+
+
+def test_explain_and_the_listings_run_on_the_faces_and_status_goes_across():
+    from cronrd.runtime.faces import control_table
+
+    class Bridge:
+        def handler(self, fn):
+            return ("across", fn)
+
+    def core_fn(args, caller):
+        return "core"
+
+    def faces_fn(args, caller):
+        return "faces"
+    names = ("explain", "jobs", "runs", "status", "run_now")
+    table = control_table({n: core_fn for n in names}, {n: faces_fn for n in names}, Bridge())
+    # explain evaluates schedules and reads the state: never on the critical loop
+    assert table["explain"] is faces_fn and table["jobs"] is faces_fn
+    assert table["runs"] is faces_fn
+    assert table["status"] == ("across", core_fn) and table["run_now"] == ("across", core_fn)
