@@ -28,6 +28,7 @@ from .log import EffectListener, result_of
 from .peer_rpc import PeerError, PeerUnavailable
 from .raft_node import RaftNode
 from .snapshot_data import FileData, write_data
+from .tasks import Changes
 
 log = logging.getLogger("cronrd.cluster")
 
@@ -168,6 +169,11 @@ class RaftLog:
     def leader(self) -> str:
         """The leader this node knows of ("" while there is none)."""
         return self.node.leader or ""
+
+    @property
+    def changes(self) -> Changes:
+        """Notified when the leader, this node's role or the membership changes."""
+        return self.node.changes
 
     def subscribe(self, listener: EffectListener) -> None:
         self.state.listeners.append(listener)

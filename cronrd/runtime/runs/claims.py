@@ -97,9 +97,22 @@ class Claims:
                               claims=[[a.run.run_id, a.run.token] for a in acts])
             sent = self.clock.monotonic()
             leader = getattr(self.proposer, "leader", None)
+            changes = getattr(self.proposer, "changes", None)   # None: one node, no leader
             task = asyncio.ensure_future(self.proposer.propose(cmd))
             while True:
-                done, _ = await asyncio.wait({task}, timeout=TRY_TIMEOUT)
+                # Looked at again when the leader changes, not only after
+                # TRY_TIMEOUT: a leader that hands over with its disk stuck
+                # answers only once its write ends (a second and more).
+                waits = {task}
+                woke = None
+                if changes is not None:
+                    woke = asyncio.ensure_future(changes.wait(TRY_TIMEOUT))
+                    waits.add(woke)
+                await asyncio.wait(waits, timeout=TRY_TIMEOUT,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if woke is not None:
+                    woke.cancel()
+                done = task.done()
                 if done:
                     break
                 still = self._waiting(acts)

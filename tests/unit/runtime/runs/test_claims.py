@@ -227,3 +227,37 @@ def test_a_claim_sent_while_there_was_no_leader_is_waited_for_once_one_is_known(
         await asyncio.sleep(0.05)
         assert acts[0].life.claim == "won"
     asyncio.run(main())
+
+
+def test_a_claim_goes_to_the_new_leader_as_soon_as_the_change_is_known(monkeypatch):
+    # A leader that hands over with its disk stuck answers only when its
+    # write ends: the claim is asked of the new one at the change, not at
+    # the next TRY_TIMEOUT look.
+    from cronrd.runtime.tasks import Changes
+    monkeypatch.setattr(CL, "TRY_TIMEOUT", 30.0)
+
+    async def main():
+        sm, log, acts = await setup(2)
+        prop = Held(log, leader="b")
+        prop.changes = Changes()
+        claims = CL.Claims("a", prop, Clock(), stepper([]))
+        claims.want(acts)
+        await asyncio.sleep(0.05)
+        assert len(prop.sent) == 1
+        prop.changes.notify()            # something changed, not the leader: wait on
+        await asyncio.sleep(0.05)
+        assert len(prop.sent) == 1
+        prop.leader = "c"
+        prop.changes.notify()
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(prop.sent) < 2:
+            assert asyncio.get_running_loop().time() < deadline, "not asked again"
+            await asyncio.sleep(0.01)
+        prop.gates[1].set()
+        while [a.life.claim for a in acts] != ["won"] * 2:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        prop.gates[0].set()
+        await asyncio.sleep(0.05)
+        assert not claims.tasks
+    asyncio.run(main())
