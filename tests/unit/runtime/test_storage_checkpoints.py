@@ -7,6 +7,7 @@ import asyncio
 import os
 
 from cronrd.runtime.storage import WalCheckpointer, open_db
+from tests.unit.runtime.test_raft_node import until
 
 
 def wal_bytes(path: str) -> int:
@@ -14,13 +15,6 @@ def wal_bytes(path: str) -> int:
         return os.path.getsize(path + "-wal")
     except FileNotFoundError:
         return 0
-
-
-async def until(pred, timeout=10.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not pred():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 def test_a_disowned_connection_never_checkpoints_and_the_checkpointer_does(tmp_path):

@@ -7,6 +7,7 @@ import logging
 
 from cronrd.state import commands as C
 from cronrd.runtime.runs.outbox import Outbox
+from tests.unit.runtime.test_raft_node import until
 
 
 def finished(run_id: int, state: str = "succeeded") -> C.RunFinished:
@@ -55,14 +56,6 @@ def test_an_added_report_is_on_disk_before_any_loop_turn(tmp_path):
         box.close()
 
 
-async def written(pred, timeout=10.0):
-    """Wait (with a deadline) for the storage thread's write to show."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not pred():
-        assert asyncio.get_running_loop().time() < deadline, "the write never happened"
-        await asyncio.sleep(0.005)
-
-
 def test_done_is_batched_into_one_transaction_per_loop_turn(tmp_path):
     async def main():
         box = Outbox(str(tmp_path / "local.db"))
@@ -75,7 +68,7 @@ def test_done_is_batched_into_one_transaction_per_loop_turn(tmp_path):
         assert commits == []
         assert [i for i, _ in box.pending()] == ids
         await asyncio.sleep(0)
-        await written(lambda: commits)      # on the outbox's storage thread
+        await until(lambda: commits)      # on the outbox's storage thread
         assert commits == [1]
         assert box.pending() == []
         # The next turn's done is a new batch.
@@ -83,7 +76,7 @@ def test_done_is_batched_into_one_transaction_per_loop_turn(tmp_path):
         commits.clear()
         box.done(extra)
         await asyncio.sleep(0)
-        await written(lambda: commits)
+        await until(lambda: commits)
         assert len(commits) == 1 and box.pending() == []
         box.close()
     asyncio.run(main())
