@@ -286,8 +286,13 @@ def test_backfill_preview_and_start_alert_ack_from_the_pages(node):
     resp, text = b.post("/jobs/hourly/backfill", {**form, "from": "yesterday"})
     assert resp.status == 400 and "bad time" in text
     # rerun one of the backfilled fire times; explain another
+    # (once the backfill's runs are over: the job forbids overlap, and a
+    # rerun while its 02:00 or 03:00 run still runs is refused for it)
     node.wait_runs(lambda rs: any(r["fire_time"] == "2026-11-01T01:00:00Z" and
-                                  r["state"] == "succeeded" for r in rs), job="hourly")
+                                  r["state"] == "succeeded" for r in rs)
+                   and sum(r["state"] == "succeeded" for r in rs) >= 4
+                   and not any(r["state"] in ("pending", "assigned", "running", "queued",
+                                              "waiting") for r in rs), job="hourly")
     resp, text = b.post("/jobs/hourly/rerun", {"csrf": csrf, "at": "2026-11-01T01:00"})
     assert resp.status == 303 and resp.headers["Location"].startswith("/runs/"), text
     wait_for(lambda: any(r["kind"] == "rerun" for r in node.call(
