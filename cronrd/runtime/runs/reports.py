@@ -88,6 +88,13 @@ def _not_started_reason(act: ActiveRun, status: int | None, log_dir: str) -> str
             "was it killed?")
 
 
+def _unwritten(batch: list, exc: Exception) -> list[None]:
+    """Results the outbox could not take: still proposed (no outbox item);
+    only their crash safety is lost, and the log says so."""
+    log.error("event=outbox_write_failed count=%d error=\"%s\"", len(batch), exc)
+    return [None] * len(batch)
+
+
 class Reporter:
     def __init__(self, proposer, outbox: Outbox):
         self.proposer = proposer
@@ -125,10 +132,8 @@ class Reporter:
                 batch, self._unwritten = self._unwritten, []
                 try:
                     items = await self.outbox.write([cmd for cmd, _, _ in batch])
-                except Exception as exc:  # still proposed; only the crash safety is lost
-                    log.error("event=outbox_write_failed count=%d error=\"%s\"", len(batch),
-                              exc)
-                    items = [None] * len(batch)
+                except Exception as exc:
+                    items = _unwritten(batch, exc)
                 self._start_all(batch, items)
         finally:
             self._writer = None
@@ -139,8 +144,7 @@ class Reporter:
         try:
             items = self.outbox.add_many([cmd for cmd, _, _ in batch])
         except Exception as exc:
-            log.error("event=outbox_write_failed count=%d error=\"%s\"", len(batch), exc)
-            items = [None] * len(batch)
+            items = _unwritten(batch, exc)
         self._start_all(batch, items)
 
     def _start_all(self, batch: list[tuple], items: list) -> None:
