@@ -88,7 +88,7 @@ def _not_started_reason(act: ActiveRun, status: int | None, log_dir: str) -> str
             "was it killed?")
 
 
-def _unwritten(batch: list, exc: Exception) -> list[None]:
+def _write_failed(batch: list, exc: Exception) -> list[None]:
     """Results the outbox could not take: still proposed (no outbox item);
     only their crash safety is lost, and the log says so."""
     log.error("event=outbox_write_failed count=%d error=\"%s\"", len(batch), exc)
@@ -133,7 +133,7 @@ class Reporter:
                 try:
                     items = await self.outbox.write([cmd for cmd, _, _ in batch])
                 except Exception as exc:
-                    items = _unwritten(batch, exc)
+                    items = _write_failed(batch, exc)
                 self._start_all(batch, items)
         finally:
             self._writer = None
@@ -144,7 +144,7 @@ class Reporter:
         try:
             items = self.outbox.add_many([cmd for cmd, _, _ in batch])
         except Exception as exc:
-            items = _unwritten(batch, exc)
+            items = _write_failed(batch, exc)
         self._start_all(batch, items)
 
     def _start_all(self, batch: list[tuple], items: list) -> None:
