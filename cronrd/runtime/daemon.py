@@ -31,7 +31,7 @@ from ..state import tokens
 from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
 from .control import ControlServer
-from .faces import CoreBridge, CoreReads, FacesThread
+from .faces import CoreBridge, CoreOnly, CoreReads, FacesThread
 from .handlers import Handlers, read_log_chunk
 from .heap import Heap
 from .leadership import Leadership
@@ -43,7 +43,7 @@ from .runs.outbox import Outbox
 from .runs.supervisor import boot_id
 from .scheduler import local_node, reboot_fires
 from .sdnotify import Notifier
-from .storage import DataDirLock, open_db, open_readonly
+from .storage import CHECK_THREADS, DataDirLock, guard_thread, open_db, open_readonly
 from .tasks import Changes, Services, first_of
 from .watcher import Watcher
 
@@ -119,6 +119,8 @@ class Daemon:
         self.lock = DataDirLock(cfg.data_dir)
         self.lock.acquire()
         self.conn = open_db(cfg.state_db)
+        if os.environ.get(CHECK_THREADS):
+            guard_thread(self.conn, "state")
         self.machine = StateMachine(self.conn, node_id=cfg.node_id)
         # One host or a cluster: the members and their log (members.py).
         # The critical loop's stall detector: it runs first and stops last,
@@ -155,8 +157,8 @@ class Daemon:
         across = CoreReads(self.handlers, bridge, self.faces_conn, faces_loop)
         # The same commands over the faces' connection: the reads of
         # faces.FACES_READS run there, wholly off the critical loop.
-        faces_handlers = Handlers(cfg, self.clock, self.faces_conn, self.machine, across.log,
-                                  across.members, self.executor, self.watcher,
+        faces_handlers = Handlers(cfg, self.clock, self.faces_conn, CoreOnly("machine"),
+                                  across.log, across.members, CoreOnly("executor"), self.watcher,
                                   self.leadership, started_at=self.started_at,
                                   is_ready=lambda: self.ready)
         across = CoreReads(self.handlers, bridge, self.faces_conn, faces_loop,

@@ -237,6 +237,24 @@ class _MembersAcross:
         return self._bridge.blocking(self._members.node_views)
 
 
+class CoreOnly:
+    """Stands in, on the faces' side, for an object of the critical loop
+    that reads or writes the state through the critical loop's SQLite
+    connection (the state machine, the executor). apsw refuses one
+    connection to two threads at once, and the refusal lands wherever the
+    other thread was: the critical loop's apply failed with "Connection is
+    busy in another thread" and the daemon stopped. So any use from here is
+    a bug, said at once and here."""
+
+    def __init__(self, what: str):
+        self._what = what
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"{self._what}.{name} belongs to the critical loop (its SQLite connection is that "
+            "loop's): read through the faces' own connection, or run it across the bridge")
+
+
 class CoreReads:
     """The daemon's Handlers as the HTTP face sees them from its own loop:
     every ``h_*`` handler (and ``_audit``, ``log_chunk``) runs on the
@@ -254,7 +272,6 @@ class CoreReads:
         self.config = handlers.config
         self.clock = handlers.clock
         self.started_at = handlers.started_at
-        self.machine = handlers.machine    # its applied_index: an int, read as it is
         self.log = _LogAcross(handlers.log, bridge, faces)
         self.members = _MembersAcross(handlers.members, bridge)
 

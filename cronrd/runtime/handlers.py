@@ -402,8 +402,7 @@ class Handlers:
 
     async def h_runs(self, args: dict) -> dict:
         await self._consistent(args)
-        return runs_listing(self.conn, args, self.config.timezone,
-                            self.machine.applied_index)
+        return runs_listing(self.conn, args, self.config.timezone, Q.applied_index(self.conn))
 
     async def h_run(self, args: dict) -> dict:
         await self._consistent(args)
@@ -845,7 +844,7 @@ class Handlers:
         if not 1 <= limit <= 100000:
             raise UsageError("limit must be between 1 and 100000")
         return {"records": Q.audit(self.conn, limit, before),
-                "applied_index": self.machine.applied_index}
+                "applied_index": Q.applied_index(self.conn)}
 
     async def h_notifications(self, args: dict) -> dict:
         await self._consistent(args)

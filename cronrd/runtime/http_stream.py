@@ -162,7 +162,7 @@ class StreamRoutes:
         # state is open; FakeReads in unit tests have no log).
         self.feed: EventFeed | None = None
         if getattr(reads, "log", None) is not None:
-            self.feed = EventFeed(reads.conn, self._leader, lambda: reads.machine.applied_index)
+            self.feed = EventFeed(reads.conn, self._leader, lambda: Q.applied_index(reads.conn))
             reads.log.subscribe(self.feed.on_effects)
 
     def _leader(self) -> str | None:

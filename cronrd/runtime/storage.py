@@ -8,6 +8,8 @@ import contextlib
 import fcntl
 import logging
 import os
+import threading
+import traceback
 
 import apsw
 
@@ -34,6 +36,35 @@ def open_db(path: str) -> apsw.Connection:
             f"cannot open state database {path}: {exc}; check the file and the "
             "data_dir permissions (move a damaged file aside to start fresh)") from exc
     return conn
+
+
+CHECK_THREADS = "CRONRD_CHECK_THREADS"   # set (tests): guard_thread on the state's connection
+
+
+def guard_thread(conn: apsw.Connection, name: str) -> None:
+    """Log ``event=conn_off_thread`` (once per thread and call site, with
+    the stack) when a statement runs on ``conn`` from a thread other than
+    the calling one. apsw refuses a connection to a second thread only
+    when both use it at the same moment, and the refusal lands on
+    whichever came second, often the critical loop's apply, which stops
+    the daemon; this finds the stray use every time, not by luck. A check
+    for the tests (``CRONRD_CHECK_THREADS``): a Python call per statement."""
+    owner = threading.get_ident()
+    seen: set[tuple[str, tuple]] = set()
+
+    def check(_cursor, _sql, _bindings) -> bool:
+        if threading.get_ident() != owner:
+            stack = traceback.extract_stack()[:-1]
+            key = (threading.current_thread().name,
+                   tuple((f.filename, f.lineno) for f in stack[-6:]))
+            if key not in seen:
+                seen.add(key)
+                log.error("event=conn_off_thread db=%s thread=%s stack=\"%s\" hint=\"a bug: this "
+                          "connection belongs to another thread\"", name, key[0],
+                          " < ".join(f"{os.path.basename(f.filename)}:{f.lineno}:{f.name}"
+                                     for f in reversed(stack[-12:])))
+        return True
+    conn.setexectrace(check)
 
 
 @contextlib.contextmanager

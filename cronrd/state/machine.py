@@ -219,7 +219,9 @@ class StateMachine:
 
     @property
     def applied_index(self) -> int:
-        return int(self._meta("applied_index") or 0)
+        """A query on this machine's connection: the critical loop's (a
+        reader on another thread asks its own: queries.applied_index)."""
+        return Q.applied_index(self.conn)
 
     # -- apply ----------------------------------------------------------------
     def apply(self, index: int, cmd: C.Command, raw: bytes | None = None

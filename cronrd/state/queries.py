@@ -19,6 +19,15 @@ ACTIVE_SQL = "state IN (%s)" % ",".join(f"'{s}'" for s in ACTIVE_STATES)
 TIME_FIELDS = ("due_at", "created_at", "started_at", "finished_at")
 
 
+def applied_index(conn: apsw.Connection) -> int:
+    """The log index the state on ``conn`` has applied up to: read from
+    ``conn`` itself, so a reader on a connection of its own (the faces')
+    sees the index of the very state it reads."""
+    for (value,) in conn.execute("SELECT value FROM meta WHERE key='applied_index'"):
+        return int(value or 0)
+    return 0
+
+
 def get_run(conn: apsw.Connection, run_id: int) -> Run | None:
     for row in conn.execute(f"{SELECT_RUNS} WHERE run_id=?", (run_id,)):
         return Run.from_row(row)

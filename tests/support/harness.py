@@ -93,6 +93,9 @@ class Node:
         full_env.pop("NOTIFY_SOCKET", None)
         # The daemon must run the source under test, whatever is installed.
         full_env["PYTHONPATH"] = str(REPO)
+        # Any use of the state's connection off the critical loop's thread
+        # is logged (storage.guard_thread), and cleanup() fails the test.
+        full_env["CRONRD_CHECK_THREADS"] = "1"
         full_env.update(env or {})
         self.proc = subprocess.Popen(
             [*self.wrap, sys.executable, "-m", "cronrd", "--config", str(self.config_path),
@@ -140,7 +143,16 @@ class Node:
             self.proc.kill()
             self.proc.wait(10)
         self.kill_detached_runs()
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            text = ""
         shutil.rmtree(self.base, ignore_errors=True)
+        strays = [ln for ln in text.splitlines() if "event=conn_off_thread" in ln]
+        if strays:
+            raise AssertionError("the daemon used its state connection off the critical "
+                                 "loop's thread (apsw stops it when both meet):\n"
+                                 + "\n".join(strays[:5]))
 
     def supervised(self) -> list:
         """The run records of this node's supervisors (cronrd/runtime/runs/)."""

@@ -12,7 +12,7 @@ import pytest
 
 from cronrd.errors import RequestError, UsageError
 from cronrd.runtime.control import Stream
-from cronrd.runtime.faces import CoreBridge, CoreReads, FacesThread
+from cronrd.runtime.faces import CoreBridge, CoreOnly, CoreReads, FacesThread
 from cronrd.runtime.loop_watch import LoopWatch
 
 
@@ -208,6 +208,11 @@ def test_core_reads_serve_handlers_across_and_refuse_anything_else():
             c = await reads.log.propose("cmd")
             with pytest.raises(AttributeError, match="not served to the faces"):
                 reads.secret_object  # noqa: B018
+            # The state machine reads the critical loop's connection: a read
+            # of it from here stopped the daemon (apsw: "Connection is busy
+            # in another thread"). The faces read their own connection.
+            with pytest.raises(AttributeError, match="not served to the faces"):
+                reads.machine  # noqa: B018
             return me, a, b, c
         me, a, b, c = await faces.run(from_faces())
         assert a["thread"] == b["thread"] == c["thread"] == main != me
@@ -238,3 +243,11 @@ def test_explain_and_the_listings_run_on_the_faces_and_status_goes_across():
     assert table["explain"] is faces_fn and table["jobs"] is faces_fn
     assert table["runs"] is faces_fn
     assert table["status"] == ("across", core_fn) and table["run_now"] == ("across", core_fn)
+
+
+def test_the_faces_stand_in_for_a_core_object_refuses_every_use_and_says_why():
+    """The faces' Handlers get CoreOnly for the state machine and the
+    executor: both read the critical loop's connection."""
+    machine = CoreOnly("machine")
+    with pytest.raises(AttributeError, match="machine.applied_index belongs to the critical loop"):
+        machine.applied_index   # noqa: B018 (the read is the test)
