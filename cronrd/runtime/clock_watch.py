@@ -108,6 +108,7 @@ class ClockWatch:
         # when the member measured it (it says, from the leader's answers).
         self.reports: dict[str, tuple[float, float, float, float]] = {}
         self._logged_off: dict[str, bool] = {}
+        self._fence_said: str | None = None   # fence()'s last answer (logged when it changes)
 
     # -- views ------------------------------------------------------------------------------
     def _base(self) -> float:
@@ -174,8 +175,15 @@ class ClockWatch:
         """Offsets from the median clock: every member's on the leader, this
         node's elsewhere."""
         if self._is_leader():
-            median = self._median()
-            return {} if median is None else K.from_median(self._ahead_of_leader(), median)
+            # The cluster's clock from this leader's: fresh, or, with no
+            # majority of agreeing clocks now (a member down, and this
+            # leader's clock stepped away from the other's), as last known,
+            # moved by this leader's own step since (``offset``). That tells
+            # which of the two clocks moved: a leader that stepped 5 s with
+            # one of three members down held scheduling for 4 s, until the
+            # third came back, where it could have handed over at once.
+            mine = self.offset()
+            return {} if mine is None else K.from_median(self._ahead_of_leader(), -mine)
         return {self.node_id: self.offset()}
 
     def offset(self) -> float | None:
@@ -197,6 +205,19 @@ class ClockWatch:
         after it found its leader, or a leader whose followers have not
         reported) it waits for one: a clock 30 s fast would otherwise start
         runs 30 s early."""
+        why = self._fence()
+        if why != self._fence_said:
+            self._fence_said = why
+            log.debug("event=clock_fence node=%s reason=\"%s\" reports=\"%s\" base=%.3f",
+                      self.node_id, why or "-", self._reports_text(), self._base())
+        return why
+
+    def _reports_text(self) -> str:
+        if not self._is_leader():
+            return ""
+        return " ".join(f"{n}:{v * 1000:.0f}ms" for n, v in sorted(self._ahead_of_leader().items()))
+
+    def _fence(self) -> str | None:
         offset = self.offset()
         if offset is None and not self._is_leader():
             offset = self.own()["vs_leader"]
@@ -222,9 +243,11 @@ class ClockWatch:
         # measured before a step of this leader's clock is corrected by it.
         base = _number(args.get("base"), "base", limit=1e11)
         if offset is not None:
-            self.reports[frm] = (offset, error, self.clock.monotonic(),
-                                 self._base() if base is None else base)
+            then = self._base() if base is None else base
+            self.reports[frm] = (offset, error, self.clock.monotonic(), then)
             self.changes.notify()
+            log.debug("event=clock_report node=%s offset_ms=%.1f error_ms=%.1f step_ms=%.1f",
+                      frm, offset * 1000, error * 1000, (self._base() - then) * 1000)
         if "disk" in args:   # an older member does not tell
             slow = _number(args.get("disk"), "disk", limit=3600.0)
             if slow is not None and slow < 0:
@@ -290,6 +313,9 @@ class ClockWatch:
         if mine is not None and abs(sample.offset - mine.offset) > \
                 sample.rtt / 2 + mine.error + JUMP_MARGIN:
             self.samples = []   # a clock jumped (either one): what came before is void
+        log.debug("event=clock_sample leader=%s offset_ms=%.1f rtt_ms=%.1f kept=%d median_ms=%s",
+                  leader, sample.offset * 1000, sample.rtt * 1000, len(self.samples),
+                  "-" if median is None else f"{median * 1000:.1f}")
         self.samples = K.keep(self.samples, sample, t1)
         self._sample_base = base
         self._leader_base = leader_base
@@ -362,5 +388,9 @@ class ClockWatch:
             # A new leader is asked at once: it needs the followers' offsets
             # (in their questions) to know the cluster's clock.
             until = self.clock.monotonic() + pause
-            while self.clock.monotonic() < until and self._leader() == leader:
+            base = self._base()
+            # ... and at once after a step of this node's clock: a leader that
+            # stepped hands over within FIRST_PROBE_EVERY, not a second later.
+            while self.clock.monotonic() < until and self._leader() == leader \
+                    and abs(self._base() - base) <= JUMP_MARGIN:
                 await asyncio.sleep(FIRST_PROBE_EVERY)

@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds; a fire first executed later is a failure (default: reported)")
     ap.add_argument("--keep", action="store_true", help="keep every work directory")
     ap.add_argument("--json", action="store_true", help="one JSON line per seed at the end")
+    ap.add_argument("--log-level", default="info", choices=("debug", "info", "warning"),
+                    help="the daemons' log_level (debug: every clock report and fence)")
     args = ap.parse_args(argv)
     problems = missing_tools()
     if problems:
@@ -126,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         opts = Options(seed=seed, duration=args.duration, nodes=args.nodes, jobs=args.jobs,
                        node_timeout=args.node_timeout, election_timeout=args.election_timeout,
-                       kinds=kinds, max_lateness=args.max_lateness, keep=args.keep)
+                       kinds=kinds, max_lateness=args.max_lateness, keep=args.keep,
+                       log_level=args.log_level)
         r = run_seed(opts, log=lambda s: print(s, flush=True))
         results.append(r)
         print(HEADER)

@@ -10,6 +10,7 @@ import logging
 
 import pytest
 
+from cronrd.decisions import clocks as K
 from cronrd.runtime.clock_watch import ClockWatch
 
 
@@ -465,3 +466,36 @@ def test_a_members_word_on_its_disk_is_checked(bad):
     with pytest.raises(ValueError):
         asyncio.run(a.rpc("b", {"offset": 0.0, "error": 0.001, "disk": bad}))
     assert "b" not in a.disks
+
+
+@pytest.mark.parametrize("step", [5.0, -30.0])
+def test_a_leader_that_stepped_with_a_member_down_hands_over_to_the_clock_that_did_not(step):
+    """Found by the fault suite (seed 38258064): the leader's clock jumped
+    5 s while the third member was cut off. Two clocks disagree, so there is
+    no majority now; but the leader saw its own clock step, so it knows
+    which of the two moved. It held scheduling for 4 s, until the third
+    member came back, instead of handing over to the other at once."""
+    w, rounds, world = review_cluster({"a": 0.0, "b": 0.0, "c": 0.0}, leader="c", down={"b"})
+    rounds(3)
+    handed = []
+
+    async def hand_over(good):
+        handed.append(good)
+        return good[0]
+    w["c"]._hand_over = hand_over
+    w["c"]._hold = lambda held: None
+    w["c"].clock.offset = step
+    assert w["c"].fence() is not None
+    members = w["c"].members()
+    assert members["a"] == pytest.approx(0.0, abs=0.01)
+    assert members["c"] == pytest.approx(step, abs=0.01)
+    asyncio.run(w["c"].act())
+    assert handed == [["a"]]
+    # The follower's clock stepping instead is not mistaken for the leader's:
+    # the leader keeps leading and judges a off.
+    w2, rounds2, _ = review_cluster({"a": 0.0, "b": 0.0, "c": 0.0}, leader="c", down={"b"})
+    rounds2(3)
+    w2["a"].clock.offset = step
+    rounds2(2)
+    assert w2["c"].fence() is None
+    assert K.off(w2["c"].members()["a"], 0.5) and w2["a"].fence() is not None
