@@ -83,8 +83,9 @@ class Executor:
         # In a cluster a run starts only once the log holds this node's claim
         # on it (claims.py); on one host nobody else could start it.
         self.claims = Claims(self.node_id, proposer, clock, self.apply) if claims else None
-        self.gates = (Gates(clock, self._release, self._claim_gate, self.claims.lead)
-                      if self.claims else Gates(clock, self._release))
+        self.gates = (Gates(clock, self._release, self._claim_gate, self.claims.lead,
+                            fence=self.fence)
+                      if self.claims else Gates(clock, self._release, fence=self.fence))
         self._waiters: list[asyncio.Future] = []  # woken when a run ends
         # False until reconcile(): runs assigned meanwhile (a cluster applies
         # entries while the daemon starts) are settled there, once, rather

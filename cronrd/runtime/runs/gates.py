@@ -78,14 +78,18 @@ def _settled(act: "ActiveRun") -> bool:
 class Gates:
     def __init__(self, clock: Clock, release: Callable[[Gate], None],
                  claim: Callable[[Gate], None] | None = None,
-                 lead: Callable[[], float] = lambda: 0.0):
+                 lead: Callable[[], float] = lambda: 0.0,
+                 fence: Callable[[], str | None] = lambda: None):
         """``release(gate)``: at the gate's time, decide and ``gate.open``.
         ``claim(gate)``: ``lead()`` seconds before it (in a cluster), ask for
-        the claims of its runs; a gate made later asks at once."""
+        the claims of its runs; a gate made later asks at once. ``fence()``:
+        why this node may not start runs now (its clock off, no lease), or
+        None."""
         self.clock = clock
         self.release = release
         self.claim = claim
         self.lead = lead
+        self.fence = fence
         self.by_due: dict[float, Gate] = {}
 
     def __bool__(self) -> bool:
@@ -124,7 +128,15 @@ class Gates:
     def _due(self, gate: Gate) -> None:
         early = gate.due - self.clock.now()
         loop = asyncio.get_running_loop()
-        if early > 0.0005:  # timers may fire a hair early: re-arm
+        fenced = self.fence() is not None
+        if early > 0.0005 and not fenced:
+            # Timers may fire a hair early, and a wall clock stepped back
+            # within max_clock_offset is still this node's clock: re-armed.
+            # A node that may not start runs now is not waited for: its
+            # runs are released at once (Executor._release: lost, started
+            # elsewhere). A node whose clock stepped 30 s back kept its
+            # claimed runs at their gates 30 s by its clock before saying
+            # they were lost: they ran 30 s late.
             gate.handle = loop.call_later(early, self._due, gate)
             return
         if gate.claim_handle is not None:  # its claim timer has not run yet: claim first
@@ -140,7 +152,7 @@ class Gates:
         waiting = [a for a in gate.runs if not _settled(a)]
         if waiting and all(a.life.ready for a in waiting):
             left = max(left, gate.due + CLAIM_WAIT - now)  # only claims outstanding
-        if left > 0 and waiting:
+        if left > 0 and waiting and not fenced:
             # A run's supervisor has not said spawned (or, switching to the
             # job's user, ready) yet, or its claim is not decided: opened
             # when they are, or at ready_by.

@@ -205,3 +205,60 @@ def test_a_closed_gate_never_writes_or_closes_again():
             os.close(w)
         gates.close_all()
     asyncio.run(main())
+
+
+def test_a_node_fenced_at_its_gates_time_releases_at_once_not_by_its_stepped_back_clock():
+    """Found by the fault suite (clock-jump seeds): a node whose wall clock
+    stepped 30 s back after its runs' claims were won kept them at their gate
+    for 30 s by that clock, then (fenced) said they were lost: they ran 30 s
+    late elsewhere. A fenced node's gate opens at its timer (monotonic): the
+    executor finds it fenced and hands the runs back at once."""
+    async def main():
+        clock = Clock()
+        fence = {"why": None}
+        released = []
+        gates = Gates(clock, lambda g: (released.append(time.monotonic()), g.open(0)),
+                      fence=lambda: fence["why"])
+        start = time.monotonic()
+        gate = gates.at(clock.now() + 0.05)
+        gate.runs.append(act())
+        clock.t0 -= 30.0                     # the wall clock steps 30 s back
+        fence["why"] = "has its clock 30.0s behind the cluster's"
+        for _ in range(100):
+            if released:
+                break
+            await asyncio.sleep(0.01)
+        assert released and released[0] - start < 0.5
+        # Within bounds (not fenced), a small step back is this node's clock:
+        # the gate waits for it.
+        fence["why"] = None
+        released.clear()
+        gate = gates.at(clock.now() + 0.05)
+        gate.runs.append(act())
+        clock.t0 -= 0.3
+        await asyncio.sleep(0.2)
+        assert released == []
+        await asyncio.sleep(0.3)
+        assert len(released) == 1
+        gates.close_all()
+    asyncio.run(main())
+
+
+def test_a_fenced_node_does_not_wait_for_runs_that_are_not_ready():
+    """Nothing starts on a fenced node: waiting READY_WAIT for a supervisor
+    only delays the runs' move to another node."""
+    async def main():
+        clock = Clock()
+        released = []
+        gates = Gates(clock, lambda g: (released.append(time.monotonic()), g.open(0)),
+                      fence=lambda: "had no fresh lease from the leader")
+        start = time.monotonic()
+        gate = gates.at(clock.now() + 0.02)
+        gate.runs.append(act(ready=False))
+        for _ in range(100):
+            if released:
+                break
+            await asyncio.sleep(0.01)
+        assert released and released[0] - start < READY_WAIT / 4
+        gates.close_all()
+    asyncio.run(main())
