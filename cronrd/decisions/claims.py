@@ -36,6 +36,20 @@ def claim_deadline(run: Run, grace: float = CLAIM_GRACE, behind: float = 0.0) ->
             + max(0.0, behind))
 
 
+def on_their_way(ack_ages: Mapping[str, float | None], slow_disks: Iterable[str],
+                 within: float) -> set[str]:
+    """The members whose unclaimed runs are on their way (``responsive`` to
+    ``overdue``): they answered the leader within ``within`` seconds
+    (``ack_ages``: the healthy members' last answers), and their disks are
+    not slow. A node on a slow disk answers heartbeats at once but learns of
+    the runs placed on it only once its log write is done: with one-second
+    fsyncs its runs waited STUCK_AFTER and started 2.3 s late, where moved
+    at the claim deadline they start well within a second."""
+    slow = set(slow_disks)
+    return {node for node, age in ack_ages.items()
+            if age is not None and age < within and node not in slow}
+
+
 def overdue(now: float, runs: Iterable[Run], grace: float = CLAIM_GRACE,
             behind: Mapping[str, float] = {}, responsive: Iterable[str] = ()) -> list[Run]:
     """Assigned runs nobody has claimed by their deadline, that may move: a

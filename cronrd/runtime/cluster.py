@@ -35,7 +35,7 @@ from ..state.forwarded import check_forwarded
 from ..state.machine import StateMachine
 from ..decisions import duties
 from .clock import Clock
-from ..decisions import clocks, disk
+from ..decisions import claims, clocks, disk
 from ..decisions.disk import FRESH as DISK_FRESH
 from .clock_watch import ClockWatch
 from .forwarding import BATCH as FORWARD_BATCH, Forwarder
@@ -389,10 +389,12 @@ class Cluster:
 
     def responsive(self) -> set[str]:
         """(On the leader) the healthy members (clock within bounds, not
-        draining) that answered this leader within RESPONSIVE seconds: a run
-        they have not claimed yet is on its way, not stranded."""
-        ages = {v.id: self.lease.ack_age(v.id) for v in self.node_views() if v.healthy}
-        return {node for node, age in ages.items() if age is not None and age < RESPONSIVE}
+        draining) that answered this leader within RESPONSIVE seconds and
+        whose disks are not slow: a run they have not claimed yet is on its
+        way, not stranded (decisions/claims.on_their_way)."""
+        views = self.node_views()
+        return claims.on_their_way({v.id: self.lease.ack_age(v.id) for v in views if v.healthy},
+                                   [v.id for v in views if v.slow_disk is not None], RESPONSIVE)
 
     def behind_leader(self) -> dict[str, float]:
         """(On the leader) how many seconds each member's clock is behind

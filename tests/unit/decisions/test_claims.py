@@ -56,3 +56,16 @@ def test_the_next_deadline_is_the_earliest_one_still_to_come():
     assert claims.next_deadline(runs, after=T0 + G) == T0 + 1 + G
     assert claims.next_deadline(runs, after=T0 + 2) is None
     assert claims.next_deadline([], after=T0) is None
+
+
+def test_a_node_on_a_slow_disk_is_not_given_more_time_for_its_claims():
+    """It answers heartbeats at once (slow, not gone) but learns of the runs
+    placed on it only once its one-second log write is done: its runs waited
+    STUCK_AFTER and started 2.3 s late (fault suite, slow-fsync)."""
+    ages = {"a": 0.05, "b": 0.05, "c": 3.0, "d": None}
+    assert claims.on_their_way(ages, slow_disks=[], within=0.4) == {"a", "b"}
+    way = claims.on_their_way(ages, slow_disks=["b"], within=0.4)
+    assert way == {"a"}
+    r = run(node="b")
+    assert len(claims.overdue(T0 + G, [r], responsive=way)) == 1   # moved at the grace
+    assert claims.overdue(T0 + G, [run(node="a")], responsive=way) == []
