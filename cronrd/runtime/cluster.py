@@ -70,6 +70,27 @@ class ClockNotGood(StateError):
     sender sees a StateError and tries again)."""
 
 
+def stamped_by_leader(cmd: C.Command, now: float) -> C.Command:
+    """A member's forwarded command with the times the leader decides by
+    taken from the leader's clock (``now``): its ``at``, which the leader
+    sets; and a run's start and end, which are the member's to say, but
+    never later than the leader's now. The end of a run is when its retry
+    is due: a node 30 s fast reported a run lost 'at' its clock's time, and
+    the retry waited 30 s (fault suite, clock-jump: fire times 30-34 s late).
+    A time in the past is kept (a report may wait in the outbox while the
+    leader is away); one ahead of the leader's clock cannot be true."""
+    if dataclasses.is_dataclass(cmd) and "at" in {f.name for f in dataclasses.fields(cmd)}:
+        cmd = dataclasses.replace(cmd, at=now)
+    if isinstance(cmd, C.RunFinished):
+        finished = min(cmd.finished_at, now)
+        started = None if cmd.started_at is None else min(cmd.started_at, finished)
+        if (started, finished) != (cmd.started_at, cmd.finished_at):
+            cmd = dataclasses.replace(cmd, started_at=started, finished_at=finished)
+    elif isinstance(cmd, C.RunStarted) and cmd.started_at > now:
+        cmd = dataclasses.replace(cmd, started_at=now)
+    return cmd
+
+
 class Cluster:
     duty_interval = DUTY_INTERVAL
     claims = True   # a node starts a run only once its claim is committed (claims.py)
@@ -631,8 +652,7 @@ class Cluster:
                     "SELECT 1 FROM jobs WHERE name=?", (p[0],))) for p in cmd.puts):
             raise ClockNotGood(f"the leader's clock {self.clocks.fence()}; new jobs wait until "
                                "it is measured good (the sender tries again)")
-        if dataclasses.is_dataclass(cmd) and "at" in {f.name for f in dataclasses.fields(cmd)}:
-            cmd = dataclasses.replace(cmd, at=now)
+        cmd = stamped_by_leader(cmd, now)
         if isinstance(cmd, C.Fire):
             job = Q.job_spec(self.conn, cmd.job)
             if job is None or parse_schedule(job.schedule).kind != "reboot":

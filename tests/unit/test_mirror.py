@@ -68,7 +68,6 @@ NO_UNIT_TEST_FILE = {
     "state/schema.py": "unit/state/test_state_cluster.py (schema version)",
     # runtime/
     "runtime/clock.py": "unit/runtime/test_scheduler.py (an injected clock)",
-    "runtime/cluster.py": "integration/test_cluster.py, security/test_membership_trust.py",
     "runtime/control.py": "security/test_control_server.py, integration/test_daemon.py",
     "runtime/daemon.py": "integration/test_daemon.py, integration/test_run_survival.py",
     "runtime/http_api.py": "unit/runtime/test_http_server.py (its routes: tokens, roles, "
