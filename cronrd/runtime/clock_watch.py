@@ -109,6 +109,7 @@ class ClockWatch:
         self.reports: dict[str, tuple[float, float, float, float]] = {}
         self._logged_off: dict[str, bool] = {}
         self._fence_said: str | None = None   # fence()'s last answer (logged when it changes)
+        self._poked = False   # ask the leader now (poke), not at the next PROBE_EVERY
 
     # -- views ------------------------------------------------------------------------------
     def _base(self) -> float:
@@ -255,6 +256,11 @@ class ClockWatch:
             self.disks[frm] = (slow, self.clock.monotonic())
         return {"wall": self.clock.now(), "median": self._median(), "base": self._base()}
 
+    def poke(self) -> None:
+        """Ask the leader within FIRST_PROBE_EVERY rather than at the next
+        PROBE_EVERY (what this node tells it changed: its disk)."""
+        self._poked = True
+
     def slow_disks(self) -> dict[str, float]:
         """(Leader) the members whose disks are slow, as they told it lately
         (this leader's own included): node -> typical log write (s)."""
@@ -392,5 +398,6 @@ class ClockWatch:
             # ... and at once after a step of this node's clock: a leader that
             # stepped hands over within FIRST_PROBE_EVERY, not a second later.
             while self.clock.monotonic() < until and self._leader() == leader \
-                    and abs(self._base() - base) <= JUMP_MARGIN:
+                    and abs(self._base() - base) <= JUMP_MARGIN and not self._poked:
                 await asyncio.sleep(FIRST_PROBE_EVERY)
+            self._poked = False

@@ -696,6 +696,10 @@ class Cluster:
                                 self.node_id, typical * 1000)
                 else:
                     log.info("event=disk_ok node=%s", self.node_id)
+                # Told to the leader now, not at the next clock question (up
+                # to a second): until it knows, it gives this node's
+                # unclaimed runs the time of a node that is on its way.
+                self.clocks.poke()
             self._disk_slow = typical
             if typical is None or not self.node.is_leader:
                 continue
