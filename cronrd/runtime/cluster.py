@@ -419,10 +419,11 @@ class Cluster:
 
     def behind_leader(self) -> dict[str, float]:
         """(On the leader) how many seconds each member's clock is behind
-        this leader's, as last measured (ahead: not listed)."""
+        this leader's, as last measured (ahead, or off: not listed;
+        decisions/clocks.behind)."""
         if not self.node.is_leader:
             return {}
-        return {n: -off for n, off in self.clocks.vs_leader().items() if off < 0}
+        return clocks.behind(self.clocks.vs_leader(), self.cc.max_clock_offset)
 
     # -- leadership -----------------------------------------------------------------
     async def _watch_role(self) -> None:

@@ -101,3 +101,11 @@ def test_a_new_leader_waits_for_the_clocks_of_the_members_that_answer_it():
     assert unmeasured(members, "a", {"a": 0.0, "b": 0.0}, answering={"b", "c"}) == ["c"]
     assert unmeasured(members, "a", {"a": 0.0, "b": 0.0, "c": 9.0}, {"b", "c"}) == []
     assert unmeasured(members, "a", {}, answering=()) == []   # d, down: not waited for
+
+
+def test_only_a_clock_behind_within_bounds_moves_a_claim_deadline():
+    """A node 30 s behind claims nothing (fenced); its claim deadline waited
+    30 s for it all the same, and its runs started 9 s late (fault suite,
+    clock-jump seed 321856370) when its clock came back sooner."""
+    vs = {"a": -0.3, "b": -30.0, "c": 0.2, "d": -0.5, "e": 0.0}
+    assert K.behind(vs, 0.5) == {"a": pytest.approx(0.3), "d": 0.5}
