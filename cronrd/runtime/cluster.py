@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 from typing import Any, Callable
 
@@ -81,6 +82,13 @@ def stamped_by_leader(cmd: C.Command, now: float) -> C.Command:
     leader is away); one ahead of the leader's clock cannot be true."""
     if dataclasses.is_dataclass(cmd) and "at" in {f.name for f in dataclasses.fields(cmd)}:
         cmd = dataclasses.replace(cmd, at=now)
+    times = ([cmd.started_at, cmd.finished_at] if isinstance(cmd, C.RunFinished) else
+             [cmd.started_at] if isinstance(cmd, C.RunStarted) else [])
+    if any(t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                              or not math.isfinite(t)) for t in times):
+        # min() keeps a NaN, which would make its retry due at NaN.
+        raise RequestError(f"{cmd.op}: a run's times must be finite numbers (epoch seconds); "
+                           "the report was refused")
     if isinstance(cmd, C.RunFinished):
         finished = min(cmd.finished_at, now)
         started = None if cmd.started_at is None else min(cmd.started_at, finished)

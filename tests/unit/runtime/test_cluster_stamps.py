@@ -3,6 +3,9 @@ decides by are its own (cronrd/runtime/cluster.py: stamped_by_leader)."""
 
 from __future__ import annotations
 
+import pytest
+
+from cronrd.errors import RequestError
 from cronrd.runtime.cluster import stamped_by_leader
 from cronrd.state import commands as C
 
@@ -41,3 +44,16 @@ def test_a_commands_at_is_always_the_leaders():
     for at in (NOW - 100.0, NOW + 100.0):
         cmd = C.NodeLost(node="b", at=at, reason="silent")
         assert stamped_by_leader(cmd, NOW).at == NOW
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_run_time_that_is_not_a_finite_number_is_refused(bad):
+    """A member's report decodes with NaN (JSON allows it), and min() keeps a
+    NaN: its retry would be due at NaN. The leader refuses it."""
+    with pytest.raises(RequestError, match="finite"):
+        stamped_by_leader(finished(None, bad), NOW)
+    with pytest.raises(RequestError, match="finite"):
+        stamped_by_leader(finished(bad, NOW), NOW)
+    with pytest.raises(RequestError, match="finite"):
+        stamped_by_leader(C.RunStarted(run_id=7, token=3, node="c", pid=10, started_at=bad,
+                                       log_path="/x"), NOW)
