@@ -209,8 +209,9 @@ class ClockWatch:
         why = self._fence()
         if why != self._fence_said:
             self._fence_said = why
-            log.debug("event=clock_fence node=%s reason=\"%s\" reports=\"%s\" base=%.3f",
-                      self.node_id, why or "-", self._reports_text(), self._base())
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("event=clock_fence node=%s reason=\"%s\" reports=\"%s\" base=%.3f",
+                          self.node_id, why or "-", self._reports_text(), self._base())
         return why
 
     def _reports_text(self) -> str:
