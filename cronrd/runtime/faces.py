@@ -179,7 +179,8 @@ class FacesThread:
 # members' views, a run-now that waits for its run, a cancel) runs on the
 # critical loop.
 FACES_READS = frozenset({"jobs", "job", "runs", "run", "audit", "graph", "backfills", "pools",
-                         "alerts", "dead_letter", "notifications", "backfill", "explain"})
+                         "alerts", "dead_letter", "notifications", "backfill", "explain",
+                         "logs"})
 
 
 def control_table(core: dict[str, Handler], faces: dict[str, Handler],
@@ -258,10 +259,16 @@ class CoreOnly:
 class CoreReads:
     """The daemon's Handlers as the HTTP face sees them from its own loop:
     every ``h_*`` handler (and ``_audit``, ``log_chunk``) runs on the
-    critical loop; ``conn`` is the faces' own read-only connection; config,
-    clock and start time are shared values that do not change."""
+    critical loop, except FACES_READS (and LOCAL), which run here over the
+    faces' own handlers (``local``); ``conn`` is the faces' own read-only
+    connection; config, clock and start time are shared values that do not
+    change."""
 
     ACROSS = frozenset({"_audit", "log_chunk"})
+    # ... of which these run here when the faces have handlers of their own:
+    # a run's log is read from its file here, or asked of its node (the
+    # request crosses to the critical loop only to be sent).
+    LOCAL = frozenset({"log_chunk"})
 
     def __init__(self, handlers, bridge: CoreBridge, conn, faces: asyncio.AbstractEventLoop,
                  local=None):
@@ -278,7 +285,7 @@ class CoreReads:
     def __getattr__(self, name: str) -> Any:
         if not (name.startswith("h_") or name in self.ACROSS):
             raise AttributeError(f"{name!r} is not served to the faces (faces.CoreReads)")
-        if self._local is not None and name[2:] in FACES_READS:
+        if self._local is not None and (name[2:] in FACES_READS or name in self.LOCAL):
             return getattr(self._local, name)
         fn = getattr(self._h, name)
 

@@ -237,11 +237,13 @@ def test_explain_and_the_listings_run_on_the_faces_and_status_goes_across():
 
     def faces_fn(args, caller):
         return "faces"
-    names = ("explain", "jobs", "runs", "status", "run_now")
+    names = ("explain", "jobs", "runs", "status", "run_now", "logs")
     table = control_table({n: core_fn for n in names}, {n: faces_fn for n in names}, Bridge())
     # explain evaluates schedules and reads the state: never on the critical loop
     assert table["explain"] is faces_fn and table["jobs"] is faces_fn
     assert table["runs"] is faces_fn
+    # logs reads run output files (a slow disk, a big file): never there either
+    assert table["logs"] is faces_fn
     assert table["status"] == ("across", core_fn) and table["run_now"] == ("across", core_fn)
 
 
@@ -251,3 +253,31 @@ def test_the_faces_stand_in_for_a_core_object_refuses_every_use_and_says_why():
     machine = CoreOnly("machine")
     with pytest.raises(AttributeError, match="machine.applied_index belongs to the critical loop"):
         machine.applied_index   # noqa: B018 (the read is the test)
+
+
+def test_a_runs_log_is_read_on_the_faces_when_they_have_handlers_of_their_own():
+    """The HTTP log stream read each chunk of a run's output file on the
+    critical loop (log_chunk went across); with the faces' own handlers it
+    is read here, and only a chunk of another node's log is asked across."""
+    class Core:
+        config = clock = started_at = members = None
+        log = None
+
+        async def log_chunk(self, run, offset):
+            return "core"
+
+    class Local:
+        async def log_chunk(self, run, offset):
+            return "faces"
+
+        async def h_logs(self, args, caller):
+            return "faces"
+
+    class Log:
+        def subscribe(self, fn):
+            pass
+    core = Core()
+    core.log = Log()
+    reads = CoreReads(core, bridge=None, conn=None, faces=None, local=Local())
+    assert asyncio.run(reads.log_chunk(None, 0)) == "faces"
+    assert asyncio.run(reads.h_logs({}, None)) == "faces"
