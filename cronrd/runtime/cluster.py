@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import os
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from ..config import Config, format_address, parse_address
 from ..errors import (CronrdError, NotLeader, PermissionDenied, RequestError, StateError,
@@ -177,7 +177,8 @@ class Cluster:
         self.fatal = asyncio.Event()  # the Raft node stopped on an error
         self._leading = False
         self._lost_proposed: dict[str, float] = {}
-        self.read_log: Callable[[int, int], dict] | None = None  # set by the daemon
+        # set by the daemon: reads on the faces' loop, off this one
+        self.read_log: Callable[[int, int], Awaitable[dict]] | None = None
         self._refused_propose = 0
         # This node's certificate, read once: a new one needs a restart.
         self._cert = cert_info(cc.tls.cert) if cc.tls else None
@@ -749,7 +750,7 @@ class Cluster:
         run_id, offset = args.get("run_id"), args.get("offset", 0)
         if not isinstance(run_id, int) or not isinstance(offset, int) or offset < 0:
             raise RequestError("read_log needs an integer run_id and a non-negative offset")
-        return self.read_log(run_id, offset)
+        return await self.read_log(run_id, offset)
 
     async def call(self, node: str, method: str, args: dict, timeout: float = 5.0) -> Any:
         try:

@@ -427,9 +427,14 @@ class Daemon:
                          {name: t for name, t in fires.items() if t is not None},
                          loop_stalls=self.loop_watch.histogram())
 
-    def _read_log_chunk(self, run_id: int, offset: int) -> dict:
-        """A chunk of a run's log on this node (handlers.py), also for peers."""
-        return read_log_chunk(self.config, self.conn, run_id, offset)
+    async def _read_log_chunk(self, run_id: int, offset: int) -> dict:
+        """A chunk of a run's log on this node, for a peer (`cronrd logs` on
+        another node): read on the faces' loop, over their connection, as
+        this node's own `logs` is; a big file or a slow disk holds no Raft
+        message, claim or gate."""
+        async def read() -> dict:
+            return read_log_chunk(self.config, self.faces_conn, run_id, offset)
+        return await self.faces.run(read())
 
 
 def dump_tasks() -> None:

@@ -15,6 +15,7 @@ import yaml
 from cronrd.config import parse_config
 from cronrd.errors import CronrdError
 from cronrd.runtime.daemon import Daemon
+from cronrd.runtime.handlers import read_log_chunk
 from cronrd.runtime.runs.executor import Executor
 from cronrd.runtime.runs.outbox import Outbox
 from cronrd.runtime.runs.logs import log_file_name, safe_dir_name
@@ -58,7 +59,9 @@ def derived_path(d, run) -> str:
 def read_all(d, run_id) -> bytes:
     out, offset = b"", 0
     while True:
-        chunk = d._read_log_chunk(run_id, offset)
+        # What the daemon serves, to its own `logs` and to peers (read_log;
+        # Daemon._read_log_chunk runs it on the faces' loop).
+        chunk = read_log_chunk(d.config, d.conn, run_id, offset)
         out += base64.b64decode(chunk["data"])
         offset = chunk["offset"]
         if not chunk["more"]:
