@@ -40,7 +40,7 @@ def read(path: Path) -> str:
 def test_a_retry_starts_from_the_checkpoint_its_failed_attempt_saved(node):
     out = node.out
     node.write_job("ck", {
-        "schedule": "0 3 * * *", "env": ENV, "retries": RETRY,
+        "schedule": "@yearly", "env": ENV, "retries": RETRY,
         "command": f"env | grep ^CRONRD_CHECKPOINT > {out}/$CRONRD_RUN_ID.env; "
                    f'{CLI} checkpoint save "rows=${{CRONRD_ATTEMPT}}00" && '
                    f"{CLI} checkpoint get > {out}/$CRONRD_RUN_ID.get && "
@@ -66,7 +66,7 @@ def test_a_wrong_or_stale_token_is_refused_and_the_daemon_goes_on(node):
     out = node.out
     # attempt 1 keeps its id and token and fails; attempt 2 saves and stays running
     node.write_job("stale", {
-        "schedule": "0 3 * * *", "env": ENV, "retries": RETRY, "kill_grace": "1s",
+        "schedule": "@yearly", "env": ENV, "retries": RETRY, "kill_grace": "1s",
         "command": f"echo $CRONRD_RUN_ID $CRONRD_RUN_TOKEN > {out}/$CRONRD_ATTEMPT.tok; "
                    f'[ "$CRONRD_ATTEMPT" = 2 ] || exit 3; '
                    f"{CLI} checkpoint save newer && touch {out}/saved && exec sleep 60"})
@@ -109,7 +109,7 @@ def test_a_wrong_or_stale_token_is_refused_and_the_daemon_goes_on(node):
 def test_a_job_that_stops_heartbeating_is_ended_and_killed(node):
     out = node.out
     node.write_job("beat", {
-        "schedule": "0 3 * * *", "env": ENV, "heartbeat_timeout": "2s", "kill_grace": "1s",
+        "schedule": "@yearly", "env": ENV, "heartbeat_timeout": "2s", "kill_grace": "1s",
         "command": f"{CLI} heartbeat --progress 0.25 --message 'table 1 of 4' && "
                    f"echo $$ > {out}/pid && exec sleep 60"})
     node.start()
@@ -162,12 +162,12 @@ def test_a_job_of_another_user_is_authorised_by_its_token_alone(node_factory):
     (out / "client.py").write_text(RAW_CLIENT)
     client = f"{SYSTEM_PYTHON} {out}/client.py"
     node.write_job("theirs", {
-        "schedule": "0 3 * * *", "user": "nobody", "working_dir": "/tmp", "retries": RETRY,
+        "schedule": "@yearly", "user": "nobody", "working_dir": "/tmp", "retries": RETRY,
         "command": f"env | grep ^CRONRD_CHECKPOINT= > {out}/$CRONRD_ATTEMPT.env; "
                    f"{client} heartbeat '{{\"progress\": 0.5}}' > {out}/$CRONRD_ATTEMPT.beat "
                    f"&& {client} checkpoint_save '{{\"value\": \"from-'$(id -u)'\"}}' "
                    f'> {out}/$CRONRD_ATTEMPT.save && [ "$CRONRD_ATTEMPT" = 2 ]'})
-    node.write_job("roots", {"schedule": "0 3 * * *", "command": "true"})
+    node.write_job("roots", {"schedule": "@yearly", "command": "true"})
     node.start()
     assert node.cli("run-now", "theirs").returncode == 0
     node.wait_runs(lambda rs: any(r["attempt"] == 2 and r["state"] == "succeeded"
@@ -216,7 +216,7 @@ def test_a_retry_on_another_node_after_node_loss_gets_the_checkpoint(cluster, tm
 
 def test_a_job_that_keeps_heartbeating_runs_past_its_heartbeat_timeout(node):
     node.write_job("alive", {
-        "schedule": "0 3 * * *", "env": ENV, "heartbeat_timeout": "4s",
+        "schedule": "@yearly", "env": ENV, "heartbeat_timeout": "4s",
         "command": f"for i in 1 2 3 4 5 6 7 8; do {CLI} heartbeat --progress 0.$i || exit 9; "
                    "sleep 0.7; done"})
     node.start()

@@ -275,10 +275,10 @@ def test_sigterm_while_waiting_for_a_quorum_stops_the_daemon(cluster):
 
 def test_a_new_run_on_all_job_does_not_fire_when_the_leader_changes_soon_after(cluster):
     """Issue 10 (8): a new job's cursor is its creation time; a leader change
-    within a minute "completed" that as a fire, so `0 3 * * *` with run_on:
+    within a minute "completed" that as a fire, so `0 0 1 1 *` with run_on:
     all ran at once on every node."""
     c = cluster(first_ip=131).start()
-    c.write_job("nightly", {"schedule": "0 3 * * *", "command": "true", "run_on": "all",
+    c.write_job("nightly", {"schedule": "0 0 1 1 *", "command": "true", "run_on": "all",
                             "timezone": "UTC"})
     lead = c.leader()
     wait_for(lambda: all("nightly" in {j["name"] for j in n.call("jobs")} for n in c), 20,

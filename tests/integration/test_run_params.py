@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,9 @@ def test_a_retry_keeps_the_idempotency_key_and_changes_the_run_key(node):
 
 
 def test_run_now_with_params_and_a_key(node):
-    node.write_job("load", {"schedule": "0 3 * * *", "params": PARAMS,
+    # A daily hour twelve hours away: the schedule never fires during the test.
+    hour = (time.gmtime().tm_hour + 12) % 24
+    node.write_job("load", {"schedule": f"0 {hour} * * *", "timezone": "UTC", "params": PARAMS,
                             "command": dump(node.out)})
     node.start()
     res = node.cli("run-now", "load", "--param", "day=2026-01-01", "--param", "n=+7",
@@ -84,9 +87,9 @@ def test_run_now_with_params_and_a_key(node):
     assert (env["CRONRD_PARAM_DAY"], env["CRONRD_PARAM_N"], env["CRONRD_PARAM_MODE"]) == (
         "2026-01-01", "7", "fast")
     assert env["CRONRD_PREV_FIRE_TIME"] == ""
-    # the interval of the schedule's last fire (03:00 UTC) before the run
+    # the interval of the schedule's last fire before the run
     end = parse_iso(env["CRONRD_INTERVAL_END"])
-    assert env["CRONRD_INTERVAL_END"].endswith("T03:00:00Z")
+    assert env["CRONRD_INTERVAL_END"].endswith(f"T{hour:02d}:00:00Z")
     assert parse_iso(env["CRONRD_INTERVAL_START"]) == end - 86400
     assert end <= parse_iso(run["fire_time"]) < end + 86400
     # The same key again: the same run, no second one.
@@ -116,7 +119,7 @@ def test_run_now_with_params_and_a_key(node):
     (["--key", "two words"], "a key has no spaces or control characters"),
 ])
 def test_run_now_refuses_bad_params_with_usage_errors(node, args, words):
-    node.write_job("load", {"schedule": "0 3 * * *", "params": PARAMS,
+    node.write_job("load", {"schedule": "@yearly", "params": PARAMS,
                             "command": dump(node.out)})
     node.start()
     res = node.cli("run-now", "load", *args)
@@ -126,7 +129,7 @@ def test_run_now_refuses_bad_params_with_usage_errors(node, args, words):
 
 
 def test_concurrent_run_now_with_one_key_makes_one_run(node):
-    node.write_job("once", {"schedule": "0 3 * * *", "concurrency": "allow",
+    node.write_job("once", {"schedule": "@yearly", "concurrency": "allow",
                             "command": dump(node.out) + "; sleep 1"})
     node.start()
     cmd = [sys.executable, "-m", "cronrd", "--config", str(node.config_path), "run-now",
@@ -157,7 +160,7 @@ def test_cluster_one_run_per_key_and_the_same_key_after_failover(cluster, tmp_pa
     c.start()
     lead = c.leader()
     fids = sorted(n.config["node_id"] for n in c.followers())
-    c.write_job("long", {"schedule": "0 3 * * *", "run_on": fids, "concurrency": "allow",
+    c.write_job("long", {"schedule": "@yearly", "run_on": fids, "concurrency": "allow",
                          "params": PARAMS,
                          "command": f"env | grep ^CRONRD_ | sort > {out}/$CRONRD_RUN_ID.env; "
                                     "sleep 60"})
