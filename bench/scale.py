@@ -30,9 +30,13 @@ RSS (the snapshot is sent from a file and received into one, never whole
 in memory).
 
 ``--cluster`` does the same on three nodes on loopback (127.0.0.25x, the
-same files on each; cluster_ready_s is until every node shows every job).
+same files on each; cluster_ready_s is until every node shows every job),
+then the every-second job's lateness in the cluster (read from the
+leader) and ``jobs --json`` from every node (a follower answers from its
+own replica; the slowest node's median is the column).
 The last line is ``RESULT jobs=... ready_s=... rss_mb=... cluster_ready_s=...
-cluster_rss_mb=... runs_in_flight=... runs_cpu_pct=...`` for the largest size (``-`` when not measured or not
+cluster_rss_mb=... cluster_jobs_json_s=... cluster_tick_p99_ms=...
+runs_in_flight=... runs_cpu_pct=...`` for the largest size (``-`` when not measured or not
 reached within ``--timeout``).
 
     python bench/scale.py --sizes 10000            # quick
@@ -184,8 +188,16 @@ def three_nodes(n: int, args, catchup: bool = False) -> dict:
         for node in c:
             node.start(wait=False)
         ready = wait_jobs(list(c), n + 1, t0, args.timeout)
+        out = {"ready_s": ready, "rss_mb": None, "late": None, "jobs_json_s": None}
+        if ready is not None:
+            # Runs are replicated: any node's record shows every node's runs.
+            out["late"] = lateness(c.leader(), args.steady, args.settle)
+            # From every node: a follower answers from its own replica.
+            each = {node.config["node_id"]: timed_jobs_json(node) for node in c}
+            out["jobs_json_each"] = each
+            out["jobs_json_s"] = max(each.values())
         rss = [peak_rss_mb(node.proc.pid) for node in c]
-        out = {"ready_s": ready, "rss_mb": max((r for r in rss if r), default=None)}
+        out["rss_mb"] = max((r for r in rss if r), default=None)
         if catchup and ready is not None:
             out["catchup"] = rejoin(c, n, args)
         return out
@@ -343,7 +355,8 @@ def main() -> None:
     print(f"scale: sizes {sizes}, {args.files} files, {os.cpu_count()} CPUs, load "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'jobs':>8} {'ready s':>8} {'rss MB':>8} {'jobs --json s':>14} {'tick p50 ms':>12} "
-          f"{'tick p99 ms':>12} {'3n ready s':>11} {'3n rss MB':>10}")
+          f"{'tick p99 ms':>12} {'3n ready s':>11} {'3n rss MB':>10} {'3n json s':>10} "
+          f"{'3n p99 ms':>10}")
     last = {}
     for n in sizes:
         one = median_of([one_node(n, args) for _ in range(max(1, args.repeat))])
@@ -351,15 +364,23 @@ def main() -> None:
                                         and i == 0) for i in range(max(1, args.repeat))])
                  if args.cluster else {"ready_s": None, "rss_mb": None})
         late = one["late"] or (None, None)
+        late3 = three.get("late") or (None, None)
         print(f"{n:>8} {fmt(one['ready_s']):>8} {fmt(one['rss_mb'], '.0f'):>8} "
               f"{fmt(one['jobs_json_s']):>14} {fmt(late[0]):>12} {fmt(late[1]):>12} "
-              f"{fmt(three['ready_s']):>11} {fmt(three['rss_mb'], '.0f'):>10}", flush=True)
+              f"{fmt(three['ready_s']):>11} {fmt(three['rss_mb'], '.0f'):>10} "
+              f"{fmt(three.get('jobs_json_s')):>10} {fmt(late3[1]):>10}", flush=True)
+        if three.get("jobs_json_each"):
+            print(f"{'':>8} three nodes, jobs --json s from each node (median of 3): "
+                  + ", ".join(f"{k} {fmt(v)}" for k, v in sorted(three["jobs_json_each"].items())),
+                  flush=True)
         if args.repeat > 1:
             each = lambda r: ", ".join(fmt(x) for x in r.get("ready_each", []))  # noqa: E731
             print(f"{'':>8} ready s of each run: one node {each(one)}"
                   + (f"; three nodes {each(three)}" if args.cluster else ""), flush=True)
         last = {"jobs": n, "ready_s": one["ready_s"], "rss_mb": one["rss_mb"],
-                "cluster_ready_s": three["ready_s"], "cluster_rss_mb": three["rss_mb"]}
+                "cluster_ready_s": three["ready_s"], "cluster_rss_mb": three["rss_mb"],
+                "cluster_jobs_json_s": three.get("jobs_json_s"),
+                "cluster_tick_p99_ms": late3[1]}
         cu = three.get("catchup")
         if cu:
             print(f"  catch-up of a node added back empty at {n} jobs: every job after "
