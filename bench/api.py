@@ -313,7 +313,7 @@ def main() -> None:
 
 
 def _cursor(value: dict) -> str:
-    from cronrd.runtime.http_api import encode_cursor
+    from cronrd.runtime.http.api import encode_cursor
     return encode_cursor(value)
 
 

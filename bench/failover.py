@@ -60,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 from cluster_harness import Cluster  # noqa: E402
 from harness import Node  # noqa: E402
 
-from cronrd.runtime.scheduler import LEAD  # noqa: E402
+from cronrd.runtime.leader.scheduler import LEAD  # noqa: E402
 from cronrd.schedule import iso_utc, parse_iso  # noqa: E402
 
 TARGET_GAP_P50 = 1.0

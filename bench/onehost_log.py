@@ -37,7 +37,7 @@ from log_impls import KINDS, open_log  # noqa: E402
 
 from cronrd.state import commands as C  # noqa: E402
 
-from tests.unit.runtime.test_raft_log import put as put_job  # noqa: E402  (the tests' job)
+from tests.unit.runtime.log.test_replicated import put as put_job  # noqa: E402  (the tests' job)
 from tests.unit.state.test_state import T0  # noqa: E402
 
 

@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cronrd.raft.types import ConfState  # noqa: E402
-from cronrd.runtime.raft_log import ReplicatedState  # noqa: E402
-from cronrd.runtime.raft_node import RaftNode  # noqa: E402
-from cronrd.runtime.raft_storage import RaftStorage  # noqa: E402
+from cronrd.runtime.log.replicated import ReplicatedState  # noqa: E402
+from cronrd.runtime.log.raft_node import RaftNode  # noqa: E402
+from cronrd.runtime.log.raft_storage import RaftStorage  # noqa: E402
 from cronrd.runtime.storage import open_db  # noqa: E402
 from cronrd.state import commands as C  # noqa: E402
 from cronrd.state.machine import StateMachine  # noqa: E402

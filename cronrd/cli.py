@@ -1508,7 +1508,7 @@ def cluster_init_tls(directory, nodes, days, force):
     The CA (ca.crt, ca.key) is created unless DIR already has one, which is then
     used to sign the new certificates; each node id gets ID.crt and ID.key. The
     openssl command does the cryptography."""
-    from .runtime import tls
+    from .runtime.peers import tls
     ids: list[str] = []
     for n in nodes.split(","):
         n = n.strip()
@@ -1568,7 +1568,7 @@ def cluster_init(obj: Ctx):
     with this node as the only member. Then give the config a cluster:
     section listing only this node in initial_members, start cronrd, and add
     the other nodes with `cronrd cluster add` (they start with join: true)."""
-    from .runtime.first_member import init_first_member
+    from .runtime.cluster.first_member import init_first_member
     cfg = obj.config()
     res = init_first_member(cfg)
     click.echo(f"node {res['node']}: {res['data_dir']} is the first member of a cluster now "
@@ -1710,7 +1710,7 @@ def cluster_rotate_cert(node, directory, days):
     Run it where the CA key is kept. It prints the old and the new serial:
     copy the new NODE.crt and NODE.key to NODE, restart cronrd there, then
     revoke the old serial with `cronrd cluster revoke-cert OLD` on a member."""
-    from .runtime import tls
+    from .runtime.peers import tls
     _node_id_arg(node)
     d = os.path.abspath(directory)
     old = tls.cert_info(os.path.join(d, f"{node}.crt"))

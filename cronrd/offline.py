@@ -4,7 +4,7 @@ database on disk, opened read-only.
 When nothing listens on the control socket and no daemon holds the
 data_dir's lock, `cronrd status | jobs | show | runs | logs | audit | explain`
 read the node's own copy of the replicated state (the same queries the
-daemon runs, reads.py and explain.py) and say on stderr that they do:
+daemon runs, control/reads.py and control/explain.py) and say on stderr that they do:
 "daemon not running; state as of T". Changes (run-now, pause, cancel, ...) still need the daemon.
 """
 
@@ -84,7 +84,7 @@ class Offline:
     # -- reads -------------------------------------------------------------------------------
     def _next_fire(self, job: dict, d: dict) -> int | None:
         from .errors import CronrdError
-        from .runtime.scheduler import Triggers
+        from .runtime.leader.scheduler import Triggers
         if job["paused"] or not d["enabled"]:
             return None
         if not hasattr(self, "_triggers"):
@@ -109,7 +109,7 @@ class Offline:
             return None
 
     def _views(self, rows: list[dict]) -> list[dict]:
-        from .runtime.reads import job_view
+        from .runtime.control.reads import job_view
         from .state import queries as Q
         last = Q.last_runs(self.conn, [j["name"] for j in rows])
         return [job_view(j, last.get(j["name"]), self.config.timezone, self._next_fire)
@@ -155,7 +155,7 @@ class Offline:
                 "next": rows[-1]["name"] if len(rows) == limit else None}
 
     def h_job(self, args: dict, on_message) -> dict:
-        from .runtime.reads import job_details
+        from .runtime.control.reads import job_details
         from .state import queries as Q
         name = args.get("name")
         found = Q.jobs(self.conn, name=name)
@@ -174,7 +174,7 @@ class Offline:
         return view
 
     def h_runs(self, args: dict, on_message) -> dict:
-        from .runtime.reads import runs_listing
+        from .runtime.control.reads import runs_listing
         return runs_listing(self.conn, args, self.config.timezone,
                             int(self._meta("applied_index") or 0))
 
@@ -188,24 +188,24 @@ class Offline:
 
     def h_explain(self, args: dict, on_message) -> dict:
         """The trail with the members as last announced (no health known)."""
-        from .runtime.explain import OFFLINE_NODES, explain, nodes_from_state
+        from .runtime.control.explain import OFFLINE_NODES, explain, nodes_from_state
         return explain(self.conn, args, now=time.time(), default_tz=self.config.timezone,
                        nodes=nodes_from_state(self.conn), nodes_note=OFFLINE_NODES)
 
     def _pools_brief(self) -> list:
         import apsw
-        from .runtime.reads import pools_brief
+        from .runtime.control.reads import pools_brief
         try:
             return pools_brief(self.conn)
         except apsw.SQLError:   # a database from before pools
             return []
 
     def h_pools(self, args: dict, on_message) -> dict:
-        from .runtime.reads import pools_view
+        from .runtime.control.reads import pools_view
         return pools_view(self.conn, self.config)
 
     def h_graph(self, args: dict, on_message) -> dict:
-        from .runtime.reads import dependency_graph
+        from .runtime.control.reads import dependency_graph
         return dependency_graph(self.conn, args.get("job"))
 
     def h_audit(self, args: dict, on_message) -> dict:
@@ -214,15 +214,15 @@ class Offline:
                 "applied_index": int(self._meta("applied_index") or 0)}
 
     def h_notifications(self, args: dict, on_message) -> dict:
-        from .runtime.notify_handlers import notifications
+        from .runtime.control.notifications import notifications
         return notifications(self.conn, self.config, args)
 
     def h_logs(self, args: dict, on_message) -> dict | None:
         """The runs' log files on this node (the daemon is not there to ask
         another node for one), as the daemon's `logs` sends them
-        (handlers.py): {"run"}, the output, {"end"} per run. Nothing to
+        (control/handlers.py): {"run"}, the output, {"end"} per run. Nothing to
         follow with the daemon down."""
-        from .runtime.handlers import chunk_messages, flush_messages, last_lines, read_log_chunk
+        from .runtime.control.handlers import chunk_messages, flush_messages, last_lines, read_log_chunk
         from .state import queries as Q
         job = args.get("job")
         run_id, since, lines = args.get("run_id"), args.get("since"), args.get("lines")
@@ -243,7 +243,7 @@ class Offline:
             else:
                 runs = [r for r in recent if started(r)][:1]
             if not recent or (since is None and not runs):
-                from .runtime.reads import need_job_or_history
+                from .runtime.control.reads import need_job_or_history
                 need_job_or_history(self.conn, job)
                 if since is None:
                     raise RequestError(f"job {job!r} has no run that started yet")

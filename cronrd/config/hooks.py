@@ -115,7 +115,7 @@ def _load_secret(name: str, path: str, key: tuple, report: ConfigProblems) -> by
     except OSError as exc:
         report.add(where, f"hooks.{name}.secret_file: cannot read {path}: {exc.strerror}")
         return None
-    data = data.rstrip(b"\r\n")  # as the webhook notifiers read theirs (notifiers.py)
+    data = data.rstrip(b"\r\n")  # as the webhook notifiers read theirs (notify/senders.py)
     if len(data) > MAX_SECRET or len(data) < MIN_SECRET:
         report.add(where, f"hooks.{name}.secret_file: the key in {path} must be "
                           f"{MIN_SECRET} to {MAX_SECRET} bytes (has {len(data)})")

@@ -31,7 +31,7 @@ class HttpTLS:
     client_ca: str | None = None
     # certificate name (subject CN or a DNS subjectAltName) -> (role, jobs
     # glob or ""): a client certificate from client_ca with one of these
-    # names acts with that role without a token (http_certs.py)
+    # names acts with that role without a token (http/certs.py)
     client_roles: tuple[tuple[str, str, str], ...] = ()
 
 

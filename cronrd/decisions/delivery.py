@@ -1,6 +1,6 @@
 """Who gets an event, and when the leader tries (again): pure decisions over
 the outbox (state/events.py), the recorded attempts (state/deliveries.py)
-and the daemon config's notifiers. The runtime (runtime/notify_delivery.py)
+and the daemon config's notifiers. The runtime (runtime/notify/delivery.py)
 sends and records what these return.
 
 An event goes to the routes of its job's ``notify`` (the config's ``notify``

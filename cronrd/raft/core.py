@@ -364,7 +364,7 @@ class Raft:
 
     def _promotable(self) -> bool:
         # campaign_held: set by the driver while this node must not lead
-        # (its wall clock is off: runtime/clock_watch.py). It still votes.
+        # (its wall clock is off: runtime/cluster/clock_watch.py). It still votes.
         return (self.is_voter() and self.pending_install is None and not self.campaign_held
                 and self.log.last_index() >= self.behind)
 

@@ -3,7 +3,7 @@
 The core (``core.Raft``) hands the runtime a ``Ready``; the runtime persists
 it before it sends or applies anything of it. Every storage of the Raft log
 keeps the rules below: the node's real storage
-(``cronrd.runtime.raft_storage.RaftStorage``), the core's in-memory log
+(``cronrd.runtime.log.raft_storage.RaftStorage``), the core's in-memory log
 (``log.RaftLog``, which keeps the write rules) and the simulated disk of the
 Raft simulation (``tests/support/raft_sim.py``). The functions here are the
 rules' one statement; each storage calls them and raises its own error with

@@ -90,7 +90,7 @@ class MsgType(enum.IntEnum):
     READ_INDEX_RESP = 13
     PROPOSE = 14        # follower -> leader: forward proposals (entries carry data)
     # Not Raft: the daemon's peer requests ride the same authenticated
-    # connections (``cronrd.runtime.peer_rpc``); the core never sees them.
+    # connections (``cronrd.runtime.peers.rpc``); the core never sees them.
     RPC_REQ = 15        # index = request id, context = method, data = JSON arguments
     RPC_RESP = 16       # index = request id, reject = error, data = JSON result or error
 

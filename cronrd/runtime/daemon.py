@@ -7,7 +7,7 @@ is logged with its name and either restarted with a bounded back-off (the
 watcher, housekeeping, the announcement, the HTTP server) or stops the daemon with exit code
 1 so that systemd restarts it (the members' upkeep, the leadership, the
 watchdog). Shutdown cancels and awaits every one of them. The control
-commands live in handlers.py.
+commands live in control/handlers.py.
 """
 
 from __future__ import annotations
@@ -30,22 +30,24 @@ from ..state import queries as Q
 from ..state import tokens
 from ..state.machine import Effect, Refused, StateMachine
 from .clock import Clock
-from .control import ControlServer
+from .control.server import ControlServer
 from .faces import CoreBridge, CoreOnly, CoreReads, FacesThread
-from .handlers import Handlers, read_log_chunk
+from .control.handlers import Handlers, read_log_chunk
 from .heap import Heap
-from .leadership import Leadership
+from .leader.leadership import Leadership
 from .logfmt import JournalFormatter, LogfmtFormatter
 from .loop_watch import LoopWatch
-from .members import open_members
+from .cluster.members import open_members
+from .runs import restart
 from .runs.executor import Executor
 from .runs.outbox import Outbox
 from .runs.supervisor import boot_id
-from .scheduler import local_node, reboot_fires
+from .cluster.members import local_node
+from .leader.scheduler import reboot_fires
 from .sdnotify import Notifier
 from .storage import CHECK_THREADS, DataDirLock, guard_thread, open_db, open_readonly
 from .tasks import Changes, Services, first_of
-from .watcher import Watcher
+from .jobfiles.watcher import Watcher
 
 log = logging.getLogger("cronrd.daemon")
 
@@ -122,7 +124,7 @@ class Daemon:
         if os.environ.get(CHECK_THREADS):
             guard_thread(self.conn, "state")
         self.machine = StateMachine(self.conn, node_id=cfg.node_id)
-        # One host or a cluster: the members and their log (members.py).
+        # One host or a cluster: the members and their log (cluster/members.py).
         # The critical loop's stall detector: it runs first and stops last,
         # and the clock watch asks it before it reads a round trip as an offset.
         self.loop_watch = LoopWatch()
@@ -166,8 +168,8 @@ class Daemon:
         self.control = ControlServer(cfg.socket, across.table(), cfg.socket_group)
         self.http = None
         if cfg.http.listen is not None:
-            from .http_server import HttpServer  # aiohttp only when it serves
-            from .metrics import Metrics
+            from .http.server import HttpServer  # aiohttp only when it serves
+            from .http.metrics import Metrics
             faces_conn = self.faces_conn
             self.http = HttpServer(cfg.http, is_ready=lambda: self.ready,
                                    status=lambda: bridge.blocking(self.members.status),
@@ -210,7 +212,7 @@ class Daemon:
         # against the current definitions (a fixed or deleted file counts).
         await self.watcher.settle(SETTLE_JOBS)
         replayed = self.executor.replay_outbox()
-        settled = await self.executor.reconcile()
+        settled = await restart.reconcile(self.executor)
         if settled["lost"] or settled["resumed"] or replayed:
             log.info("event=reconciled lost=%d resumed=%d outbox=%d", settled["lost"],
                      settled["resumed"], replayed)
@@ -338,7 +340,7 @@ class Daemon:
         self.watcher.stop()
         await self.services.stop("watcher", "announce", "housekeeping", "watchdog", "removal",
                                  "http")
-        await self.executor.shutdown(cfg.shutdown_mode, cfg.shutdown_grace)
+        await restart.shutdown(self.executor, cfg.shutdown_mode, cfg.shutdown_grace)
         await self.log.drain()
         await self.services.stop("members")
         await self.members.stop()
@@ -414,8 +416,8 @@ class Daemon:
         self.applied.notify()
 
     def _metrics_view(self) -> dict:
-        """This node's live Raft view for /metrics (metrics.py)."""
-        from .metrics import live_view
+        """This node's live Raft view for /metrics (http/metrics.py)."""
+        from .http.metrics import live_view
         node = getattr(self.members, "node", None)  # a cluster's Raft node
         sched = self.leadership.scheduler if self.log.is_leader else None
         fires = {} if sched is None else {  # a dict walk: ~10 ms for 100,000 jobs

@@ -32,7 +32,7 @@ import logging
 import threading
 from typing import Any, AsyncIterator, Callable, Coroutine
 
-from .control import Handler, Stream
+from .control.server import Handler, Stream
 
 log = logging.getLogger("cronrd.faces")
 
@@ -302,5 +302,5 @@ class CoreReads:
             name: self._bridge.handler(fn) for name, fn in self._h.table().items()}
 
     def read_log_chunk(self, run_id: int, offset: int) -> dict:
-        from .handlers import read_log_chunk
+        from .control.handlers import read_log_chunk
         return read_log_chunk(self.config, self.conn, run_id, offset)

@@ -117,7 +117,7 @@ def check_attempt(conn, run, presented_hash: str, node: str | None,
     is ``presented_hash`` (proposed by ``node``; None: not a proposal), or
     None when it may. ``at``: a heartbeat made then, which an attempt that
     has ended since may still record (it was sent while it ran and reached
-    the log after its end: held back a moment, runtime/checkpoint_requests.py).
+    the log after its end: held back a moment, runtime/control/checkpoints.py).
     Deterministic: used inside apply."""
     if run is None:
         return "no such run"

@@ -191,7 +191,7 @@ def drop(conn: apsw.Connection, run_id: int) -> str | None:
 def _release_by_node(conn: apsw.Connection, pool: str, slots: int, freed_on: str | None
                      ) -> list[int]:
     """A node-scoped pool: the waiting runs that fit on some node now (the
-    leader places them where there is room, runtime/placement.py). The
+    leader places them where there is room, runtime/leader/placement.py). The
     nodes are the members and those running the pool's runs (and
     ``freed_on``, where a run just ended)."""
     nodes = {freed_on} | {n for (n,) in conn.execute("SELECT node FROM nodes")} | {

@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS specs(
     UNIQUE(name, digest)
 );
 -- The definitions with an SLA: the leader's SLA watch finds them every few
--- seconds without reading every definition (runtime/alerting.py, sla_jobs;
+-- seconds without reading every definition (runtime/leader/sla_watch.py, sla_jobs;
 -- a query must repeat the predicate to use the index).
 CREATE INDEX IF NOT EXISTS specs_sla ON specs(name, digest)
     WHERE instr(spec, '"sla":') > 0;

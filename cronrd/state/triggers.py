@@ -1,5 +1,5 @@
 """Which jobs a webhook starts: those whose definition in force lists the
-hook under ``triggers:`` (runtime/http_hooks.py)."""
+hook under ``triggers:`` (runtime/http/hooks.py)."""
 
 from __future__ import annotations
 

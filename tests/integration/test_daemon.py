@@ -498,6 +498,6 @@ def test_sigusr2_logs_every_task_and_what_it_waits_for(node):
     wait_for(lambda: "event=tasks" in node.daemon_log(), what="the tasks in the log")
     line = next(ln for ln in node.daemon_log().splitlines() if "event=tasks" in ln)
     assert "daemon:leadership: cronrd/runtime/tasks.py" in line
-    assert "cronrd/runtime/raft_node.py" in line or "cronrd/runtime/local_log.py" in line \
-        or "cronrd/runtime/leadership.py" in line
+    assert "cronrd/runtime/log/raft_node.py" in line or "cronrd/runtime/log/local.py" in line \
+        or "cronrd/runtime/leader/leadership.py" in line
     assert node.call("status")["ready"] is True

@@ -11,7 +11,8 @@ import os
 import pytest
 
 from cronrd.config import parse_config
-from cronrd.runtime import leadership, scheduler, watcher
+from cronrd.runtime.leader import leadership, scheduler
+from cronrd.runtime.jobfiles import watcher
 from cronrd.runtime.daemon import Daemon
 
 DEADLINE = 30.0

@@ -423,7 +423,7 @@ def test_a_node_drained_through_a_follower_gets_no_new_runs(cluster):
 def test_a_client_certificate_writes_as_cert_name(node_factory, tmp_path):
     import ssl
 
-    from cronrd.runtime import tls
+    from cronrd.runtime.peers import tls
     tls.init_ca(tmp_path)
     server = tls.issue_node_cert(tmp_path, "web")
     deploy = tls.issue_node_cert(tmp_path, "deploy")

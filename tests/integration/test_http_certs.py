@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from cronrd.runtime import tls
+from cronrd.runtime.peers import tls
 
 pytestmark = pytest.mark.integration
 

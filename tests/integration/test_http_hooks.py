@@ -1,6 +1,6 @@
 """Webhook triggers through real daemons: POST /api/v1/hooks/NAME signed with
 the hook's HMAC key starts the jobs that list it under triggers:, once per
-dedupe key, on any node (http_hooks.py)."""
+dedupe key, on any node (http/hooks.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 import yaml
 
-from cronrd.runtime.http_hooks import sign
+from cronrd.runtime.http.hooks import sign
 from harness import wait_for
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,6 @@
 """Server-Sent Events of API v1 through real daemons: a run's live log (and
 its resume from Last-Event-ID, on the node that ran it and on another one)
-and the stream of state changes (http_stream.py)."""
+and the stream of state changes (http/stream.py)."""
 
 from __future__ import annotations
 

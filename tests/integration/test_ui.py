@@ -1,4 +1,4 @@
-"""The web UI (cronrd/runtime/http_ui.py) through a real daemon: login with
+"""The web UI (cronrd/runtime/http/ui.py) through a real daemon: login with
 a token and the session cookie, pages that need it, CSRF on every browser
 write, roles and job globs checked by the server, writes audited with the
 token's name, and every list paged."""

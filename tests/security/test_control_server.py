@@ -18,9 +18,9 @@ import time
 import psutil
 import pytest
 
-from cronrd.runtime import control
-from cronrd.runtime.access import Caller
-from cronrd.runtime.control import ControlServer, Stream
+from cronrd.runtime.control import server as control
+from cronrd.runtime.control.access import Caller
+from cronrd.runtime.control.server import ControlServer, Stream
 from harness import REPO, wait_for
 
 
@@ -216,7 +216,7 @@ def test_an_oversized_request_is_refused_after_reading_at_most_the_limit(serve, 
 
 SERVER_WITH_FEW_FILES = """
 import asyncio, logging, os, resource, sys
-from cronrd.runtime.control import ControlServer
+from cronrd.runtime.control.server import ControlServer
 logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                     format="%(levelname)s %(name)s %(message)s")
 async def echo(args, caller):

@@ -36,7 +36,7 @@ NOBODY = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
 # the socket group as its only supplementary group.
 AS_NOBODY = """
 import os, sys, json, socket, time
-import cronrd.cli, cronrd.client, cronrd.config, cronrd.errors, cronrd.runtime.tls
+import cronrd.cli, cronrd.client, cronrd.config, cronrd.errors, cronrd.runtime.peers.tls
 uid, gid, group = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 os.setgroups([group]); os.setgid(gid); os.setuid(uid)
 mode, rest = sys.argv[4], sys.argv[5:]
@@ -278,7 +278,7 @@ def test_megabyte_requests_without_newline_do_not_grow_the_daemon(node):
         except OSError:
             pass
         reply = json.loads(s.makefile("rb").readline())
-    from cronrd.runtime.control import MAX_REQUEST
+    from cronrd.runtime.control.server import MAX_REQUEST
     assert MAX_REQUEST == 128 * 1024  # a 64 KiB checkpoint, base64, fits
     assert reply["ok"] is False and f"larger than {MAX_REQUEST} bytes" in reply["error"]
     assert node.log_file.read_text().count("Traceback") == 0

@@ -14,16 +14,16 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from cronrd.config import HttpConfig, HttpTLS
-from cronrd.runtime import http_server
-from cronrd.runtime.http_server import HttpServer
-from cronrd.runtime.http_session import COOKIE
-from cronrd.runtime.http_ui import _safe_next
+from cronrd.runtime.http import server as http_server
+from cronrd.runtime.http.server import HttpServer
+from cronrd.runtime.http.session import COOKIE
+from cronrd.runtime.http.ui import _safe_next
 
 NOW = 1_800_000_000.0
 TOKENS = {
     "adm": {"name": "adm", "role": "admin", "jobs": "", "expires_at": None,
             "created_at": NOW},
-    # "db-" then anything but x, as fnmatch (access.py) reads it
+    # "db-" then anything but x, as fnmatch (control/access.py) reads it
     "neg": {"name": "neg", "role": "viewer", "jobs": "db-[!x]*", "expires_at": None,
             "created_at": NOW},
     "caret": {"name": "caret", "role": "viewer", "jobs": "db-[^x]*", "expires_at": None,
@@ -90,7 +90,7 @@ class FakeHandlers:
                 raise OverflowError("int too big to convert")
 
     async def h_runs(self, args):
-        from cronrd.runtime.reads import _time  # the real parsing of the times
+        from cronrd.runtime.control.reads import _time  # the real parsing of the times
         self.bind(args.get("before"), _time(args, "since"), _time(args, "until"))
         return {"runs": []}
 
@@ -244,7 +244,7 @@ def test_api_answers_are_never_sniffed_as_html():
 
 def test_huge_numbers_are_bad_requests_not_failures():
     """A number SQLite cannot hold (a cursor, an offset, a page's before)."""
-    from cronrd.runtime.http_api import encode_cursor
+    from cronrd.runtime.http.api import encode_cursor
     huge = str(10 ** 30)
 
     async def body(client, reads):
@@ -264,7 +264,7 @@ def test_an_admin_token_limited_to_some_jobs_has_no_power_over_every_job():
     """Making tokens (an unlimited one, too), draining a node and pausing
     every job reach past a --jobs glob: they need an unlimited admin."""
     from cronrd.errors import PermissionDenied
-    from cronrd.runtime.access import Caller, check_admin
+    from cronrd.runtime.control.access import Caller, check_admin
     limited = Caller.of_token({"name": "dbadm", "role": "admin", "jobs": "db-*",
                                "expires_at": None})
     with pytest.raises(PermissionDenied, match=r"db-\*"):
@@ -377,7 +377,7 @@ def test_a_refused_requests_target_cannot_drive_the_admins_terminal(capsys):
 def test_a_jobs_source_outside_the_jobs_dir_is_never_opened(tmp_path):
     """The state names a job's source file; whoever can commit a record
     could name any file (/dev/zero, /etc/shadow): only jobs_dir's are read."""
-    from cronrd.runtime.http_writes import ApiRoutes
+    from cronrd.runtime.http.writes import ApiRoutes
     jobs_dir = tmp_path / "cronrd.d"
     jobs_dir.mkdir()
     (jobs_dir / "x.yaml").write_text("\nname: x\nschedule: '@daily'\ncommand: 'true'\n")

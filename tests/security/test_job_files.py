@@ -192,8 +192,8 @@ def test_the_watcher_survives_a_loader_that_raises(monkeypatch, tmp_path):
 
     import apsw
 
-    from cronrd.runtime import watcher as W
-    from cronrd.runtime.local_log import LocalLog
+    from cronrd.runtime.jobfiles import watcher as W
+    from cronrd.runtime.log.local import LocalLog
     from cronrd.state import queries as Q
     from cronrd.state.machine import StateMachine
 

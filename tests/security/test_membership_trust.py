@@ -155,8 +155,8 @@ def test_a_join_token_works_for_its_node_for_a_day(tmp_path):
     import apsw
 
     from cronrd.config import parse_config
-    from cronrd.runtime.cluster import Cluster
-    from cronrd.runtime.peer_trust import JOIN_TOKEN_TTL
+    from cronrd.runtime.cluster.raft_cluster import Cluster
+    from cronrd.runtime.cluster.trust import JOIN_TOKEN_TTL
     from cronrd.state import commands as C
     from cronrd.state.machine import StateMachine
 
@@ -215,7 +215,7 @@ def test_revoke_cert_refuses_what_is_not_a_hex_serial(serial, tmp_path):
     import asyncio
 
     from cronrd.errors import UsageError
-    from cronrd.runtime.cluster_admin import ClusterAdmin
+    from cronrd.runtime.cluster.admin import ClusterAdmin
 
     class Stub:  # only the parsing runs before anything is proposed
         clock = None

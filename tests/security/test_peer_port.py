@@ -18,8 +18,8 @@ import pytest
 
 from cluster_harness import Cluster, free_port
 from cronrd.raft.types import Message, MsgType
-from cronrd.runtime.peer_rpc import PeerError, PeerRPC, PeerUnavailable
-from cronrd.runtime.transport import TLSConfig, Transport
+from cronrd.runtime.peers.rpc import PeerError, PeerRPC, PeerUnavailable
+from cronrd.runtime.peers.transport import TLSConfig, Transport
 from cronrd.state import commands as C
 from harness import REPO, wait_for
 
@@ -317,7 +317,7 @@ def test_a_member_lying_about_its_clock_harms_only_itself(tls_cluster, tls_dir):
 
 def test_a_batch_of_proposals_is_checked_one_by_one_and_bad_batches_are_refused(
         tls_cluster, tls_dir, tmp_path):
-    """Forwarded proposals travel in batches (runtime/forwarding.py): each
+    """Forwarded proposals travel in batches (runtime/log/forwarding.py): each
     command of a batch is checked as one alone would be, a forged one is
     refused without taking the others with it, and a malformed batch is
     refused whole, without harm to the leader."""

@@ -10,7 +10,7 @@ import os
 from cluster_harness import free_port
 from cronrd.config import parse_config
 from cronrd.errors import StorageError
-from cronrd.runtime import raft_node
+from cronrd.runtime.log import raft_node
 from cronrd.runtime.daemon import Daemon
 
 

@@ -1,6 +1,6 @@
 """A fake cronrd daemon for CLI tests.
 
-It speaks the control protocol of cronrd/runtime/control.py on a Unix
+It speaks the control protocol of cronrd/runtime/control/server.py on a Unix
 socket: one JSON request line ``{"cmd", "args"}`` in, the messages of a
 streaming command (``stream``), then one reply line ``{"ok": true,
 "result": ...}`` (or ``{"ok": false, "code", "error"}``) out. It records

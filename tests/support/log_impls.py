@@ -10,10 +10,10 @@ import random
 from contextlib import asynccontextmanager
 
 from cronrd.raft.types import ConfState
-from cronrd.runtime.local_log import LocalLog
-from cronrd.runtime.raft_log import RaftLog, ReplicatedState
-from cronrd.runtime.raft_node import RaftNode
-from cronrd.runtime.raft_storage import RaftStorage
+from cronrd.runtime.log.local import LocalLog
+from cronrd.runtime.log.replicated import RaftLog, ReplicatedState
+from cronrd.runtime.log.raft_node import RaftNode
+from cronrd.runtime.log.raft_storage import RaftStorage
 from cronrd.runtime.storage import open_db
 from cronrd.state.machine import StateMachine
 

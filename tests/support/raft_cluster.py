@@ -75,7 +75,7 @@ class Cluster:
         self.client_port = dict(zip(self.ids, ports[len(self.ids):]))
         self.tls_dir = None
         if tls:
-            from cronrd.runtime.tls import init_tls
+            from cronrd.runtime.peers.tls import init_tls
             self.tls_dir = self.base / "tls"
             init_tls(self.tls_dir, self.ids)
         self.fsync = fsync

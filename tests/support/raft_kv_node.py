@@ -24,9 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from cronrd.errors import NotLeader, ProposalDropped  # noqa: E402
 from cronrd.raft.types import ConfState  # noqa: E402
-from cronrd.runtime.raft_node import RaftNode  # noqa: E402
-from cronrd.runtime.raft_storage import RaftStorage  # noqa: E402
-from cronrd.runtime.transport import TLSConfig, Transport  # noqa: E402
+from cronrd.runtime.log.raft_node import RaftNode  # noqa: E402
+from cronrd.runtime.log.raft_storage import RaftStorage  # noqa: E402
+from cronrd.runtime.peers.transport import TLSConfig, Transport  # noqa: E402
 
 
 class KV:

@@ -9,7 +9,7 @@ Time is counted in *steps*; a node ticks every ``STEPS_PER_TICK`` steps scaled
 by its own tick rate (0.8x-1.25x skew). Messages are delayed by a whole number
 of steps, so they can arrive between ticks, out of order, twice, or never.
 
-The Ready cycle is modelled the way ``cronrd.runtime.raft_node`` drives it:
+The Ready cycle is modelled the way ``cronrd.runtime.log.raft_node`` drives it:
 ``ready()``, persist (possibly slow: several steps, during which the node keeps
 stepping messages and ticking but does not call ``ready``/``advance`` again --
 or, in some seeds, queues its inbox), send, apply (snapshot first), advance.
@@ -40,7 +40,7 @@ does) tolerate: the node has not promised anything in term T. What would be
 unsafe, and is therefore not modelled, is keeping a *newer* hard state (vote or
 commit) without the entries of the same write: a vote for a candidate is only
 sent after its hard state is durable, and a commit beyond the persisted log is
-refused by ``Raft.__init__``. Real storage (raft_storage.py) writes the snapshot
+refused by ``Raft.__init__``. Real storage (log/raft_storage.py) writes the snapshot
 in one SQLite transaction and the entries with the hard state in a second
 one, i.e. the "all or nothing" case, which is the other torn mode simulated.
 
@@ -511,7 +511,7 @@ class Sim:
         self.check.after_op(node)
 
     def maybe_vouch(self, node: SimNode, m: Message) -> None:
-        """The runtime's vouching (cronrd.runtime.peer_trust): a node that hears
+        """The runtime's vouching (cronrd.runtime.cluster.trust): a node that hears
         from a node it does not know as a member (or, for a message only a
         voter sends, as a voter) asks the other voters it knows; one that has
         it as a member (voter) in its applied configuration, so added by a

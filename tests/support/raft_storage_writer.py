@@ -1,4 +1,4 @@
-"""Crash-test writer for cronrd.runtime.raft_storage (run by test_raft_storage).
+"""Crash-test writer for cronrd.runtime.log.raft_storage (run by test_raft_storage).
 
     python tests/support/raft_storage_writer.py DBPATH [SEED] [PAUSE_AT_BIG]
 
@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from cronrd.raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta  # noqa: E402
-from cronrd.runtime.raft_storage import RaftStorage  # noqa: E402
+from cronrd.runtime.log.raft_storage import RaftStorage  # noqa: E402
 
 BIG = 10000          # entries in a big batch (~1 MB: spills pages into the WAL)
 PAUSE_AFTER_ROWS = 4000

@@ -1,7 +1,7 @@
 """The cluster commands of the CLI, and what the read commands send and show.
 
 The fake daemon (tests/support/fake_daemon.py, the `daemon` fixture) speaks
-the control protocol of cronrd/runtime/control.py on a Unix socket and answers
+the control protocol of cronrd/runtime/control/server.py on a Unix socket and answers
 from a table of canned results.
 """
 

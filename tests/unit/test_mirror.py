@@ -34,7 +34,7 @@ GROUPS = {"unit", "integration", "security", "support"}
 # what tests them instead. Reviewed: keep it honest.
 NO_UNIT_TEST_FILE = {
     "__main__.py": "one line, `python -m cronrd` runs cli.main; integration/ runs it",
-    "runtime/http_writes.py": "integration/test_http_api.py (every route through a real daemon, roles, audit)",
+    "runtime/http/writes.py": "integration/test_http_api.py (every route through a real daemon, roles, audit)",
     "bounded_yaml.py": "security/test_job_files.py (alias bombs, nesting, sizes)",
     "client.py": "through the CLI and the daemons in integration/ (support/harness.py)",
     "errors.py": "the exception tree; used by every test",
@@ -68,12 +68,12 @@ NO_UNIT_TEST_FILE = {
     "state/schema.py": "unit/state/test_state_cluster.py (schema version)",
     # runtime/
     "runtime/clock.py": "unit/runtime/test_scheduler.py (an injected clock)",
-    "runtime/control.py": "security/test_control_server.py, integration/test_daemon.py",
+    "runtime/control/server.py": "security/test_control_server.py, integration/test_daemon.py",
     "runtime/daemon.py": "integration/test_daemon.py, integration/test_run_survival.py",
-    "runtime/http_api.py": "unit/runtime/test_http_server.py (its routes: tokens, roles, "
+    "runtime/http/api.py": "unit/runtime/test_http_server.py (its routes: tokens, roles, "
                            "pages, cursors, errors, the OpenAPI document)",
-    "runtime/handlers.py": "integration/test_daemon.py (every control command, through the socket)",
-    "runtime/local_log.py": "unit/runtime/test_log_contract.py (both Log implementations)",
+    "runtime/control/handlers.py": "integration/test_daemon.py (every control command, through the socket)",
+    "runtime/log/local.py": "unit/runtime/log/test_base_contract.py (both Log implementations)",
     "runtime/runs/active.py": "a dataclass of a run's handles; unit/runtime/runs/test_reports.py, "
                               "test_starting.py build them",
     "runtime/runs/executor.py": "integration/test_daemon.py, security/test_log_paths.py",
@@ -83,7 +83,7 @@ NO_UNIT_TEST_FILE = {
     "runtime/runs/processes.py": "security/test_process_identity.py, integration/",
     "runtime/runs/spawner.py": "unit/runtime/runs/test_supervisor.py (driven through Spawner)",
     "jobspec/notify_field.py": "unit/jobspec/test_notify.py (the notify key of job files)",
-    "runtime/notify_handlers.py": "integration/test_notifications.py (notifications, notify test)",
+    "runtime/control/notifications.py": "integration/test_notifications.py (notifications, notify test)",
 }
 
 

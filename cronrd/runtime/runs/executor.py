@@ -35,10 +35,9 @@ from ...state import run_life as L
 from ...state import run_params as RP
 from ...state.machine import Effect
 from ...state.run import Run
-from ..checkpoint_requests import attempt_env
+from .launch import attempt_env
 from ..clock import Clock
 from . import records
-from . import restart
 from .active import ActiveRun, InFlight
 from .cgroups import RunCgroups, oom_reason
 from .claims import Claims
@@ -142,16 +141,6 @@ class Executor:
     def replay_outbox(self) -> int:
         """Propose the reports a previous run of the daemon left unconfirmed."""
         return self.reporter.replay()
-
-    async def reconcile(self) -> dict:
-        """Start the executor and settle the runs this node had in flight
-        when the daemon last stopped (restart.reconcile)."""
-        return await restart.reconcile(self)
-
-    async def shutdown(self, mode: str, grace: float) -> None:
-        """Stop starting runs; detach, wait for or stop the running ones
-        (restart.shutdown)."""
-        await restart.shutdown(self, mode, grace)
 
     # -- effects from the state machine -------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:

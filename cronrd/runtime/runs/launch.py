@@ -13,6 +13,7 @@ import os
 import pwd
 import re
 import resource
+import secrets
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from ...errors import CronrdError
 from ...jobspec import JobSpec
 from ...schedule import iso_utc
+from ...state import checkpoints as CK
 from ...state.run import Run
 
 log = logging.getLogger("cronrd.executor")
@@ -357,3 +359,12 @@ def env_memfd(script: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def attempt_env(conn, run: Run, socket: str) -> tuple[dict[str, str], str]:
+    """The variables an attempt of ``run`` gets for its checkpoints and
+    heartbeats, and the hash of its new token (for RunStarted)."""
+    token = secrets.token_hex(32)
+    env = {"CRONRD_RUN_TOKEN": token, "CRONRD_SOCKET": socket}
+    env.update(CK.env(conn, run))
+    return env, CK.token_hash(token)

@@ -384,7 +384,7 @@ def test_transfer_leadership_with_timeout_now():
 
 def test_a_node_held_from_campaigning_neither_campaigns_nor_takes_a_transfer_but_votes():
     """The driver holds a node whose wall clock is off from leading
-    (runtime/clock_watch.py): its election timeout passes without a
+    (runtime/cluster/clock_watch.py): its election timeout passes without a
     campaign, a TimeoutNow does not make it campaign, and it still votes."""
     net = Net(["a", "b", "c"])
     a = net.elect("a")

@@ -18,7 +18,7 @@ from cronrd.raft.log import RaftLog
 from cronrd.raft.storage import append_refusal, keeps_suffix, snapshot_refusal
 from cronrd.raft.types import (ConfState, Entry, HardState, Message, MsgType, Snapshot,
                                SnapshotMeta)
-from cronrd.runtime.raft_storage import RaftStorage
+from cronrd.runtime.log.raft_storage import RaftStorage
 
 CONF = ConfState(("n1", "n2", "n3"))
 

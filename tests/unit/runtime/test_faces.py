@@ -11,7 +11,7 @@ import time
 import pytest
 
 from cronrd.errors import RequestError, UsageError
-from cronrd.runtime.control import Stream
+from cronrd.runtime.control.server import Stream
 from cronrd.runtime.faces import CoreBridge, CoreOnly, CoreReads, FacesThread
 from cronrd.runtime.loop_watch import LoopWatch
 

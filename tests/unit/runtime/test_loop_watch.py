@@ -73,17 +73,17 @@ def test_a_loop_that_keeps_its_beat_reports_nothing(caplog):
 
 def test_where_is_the_innermost_frame_of_cronrds_own_code():
     stack = [traceback.FrameSummary("/usr/lib/python3.11/asyncio/events.py", 80, "_run"),
-             traceback.FrameSummary("/srv/x/cronrd/runtime/handlers.py", 650, "h_backfill"),
-             traceback.FrameSummary("/srv/x/cronrd/runtime/backfills.py", 60, "plan"),
+             traceback.FrameSummary("/srv/x/cronrd/runtime/control/handlers.py", 650, "h_backfill"),
+             traceback.FrameSummary("/srv/x/cronrd/runtime/leader/backfills.py", 60, "plan"),
              traceback.FrameSummary("/srv/x/site-packages/yaml/scanner.py", 10, "scan")]
     where, text = LW.describe(stack)
-    assert where == "cronrd/runtime/backfills.py:60:plan"
-    assert text.startswith("scanner.py:10:scan < cronrd/runtime/backfills.py:60:plan")
+    assert where == "cronrd/runtime/leader/backfills.py:60:plan"
+    assert text.startswith("scanner.py:10:scan < cronrd/runtime/leader/backfills.py:60:plan")
     assert LW.describe(None) == ("-", "")
 
 
 def test_the_stall_histogram_is_on_the_metrics_page():
-    from cronrd.runtime.metrics import StateCollector, live_view
+    from cronrd.runtime.http.metrics import StateCollector, live_view
 
     watch = LoopWatch()
     watch._report(10.0, 10.7, 0.7)   # as the beat reports a 700 ms stall

@@ -7,7 +7,7 @@ import asyncio
 import os
 
 from cronrd.runtime.storage import WalCheckpointer, open_db
-from tests.unit.runtime.test_raft_node import until
+from tests.unit.runtime.log.test_raft_node import until
 
 
 def wal_bytes(path: str) -> int:

@@ -23,7 +23,7 @@ from faults.nodes import build_preload  # noqa: E402
 CHILD = r"""
 import json, sys, threading, time
 from cronrd.raft.types import Entry, HardState
-from cronrd.runtime.raft_storage import RaftStorage
+from cronrd.runtime.log.raft_storage import RaftStorage
 from cronrd.runtime.runs.outbox import Outbox
 from cronrd.state import commands as C
 

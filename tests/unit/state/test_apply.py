@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from cronrd.runtime.local_log import LocalLog
+from cronrd.runtime.log.local import LocalLog
 from cronrd.runtime.storage import open_db
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import Refused, StateMachine
-from tests.unit.runtime.test_raft_log import fire, put
+from tests.unit.runtime.log.test_replicated import fire, put
 from tests.unit.state.test_state import T0
 
 

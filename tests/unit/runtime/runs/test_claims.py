@@ -11,7 +11,7 @@ import time
 import apsw
 
 from cronrd.errors import CronrdError
-from cronrd.runtime.local_log import LocalLog
+from cronrd.runtime.log.local import LocalLog
 from cronrd.runtime.runs import claims as CL
 from cronrd.runtime.runs.active import ActiveRun
 from cronrd.state import commands as C

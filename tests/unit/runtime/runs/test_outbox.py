@@ -7,7 +7,7 @@ import logging
 
 from cronrd.state import commands as C
 from cronrd.runtime.runs.outbox import Outbox
-from tests.unit.runtime.test_raft_node import until
+from tests.unit.runtime.log.test_raft_node import until
 
 
 def finished(run_id: int, state: str = "succeeded") -> C.RunFinished:

@@ -1,0 +1,45 @@
+"""The vocabulary of placing runs on nodes (pure): what the leader knows of
+a member (NodeView), which members take runs (TAKES_RUNS), whether a job's
+``run_on`` allows a node (fits), and a choice (Choice). The choosing itself,
+which counts runs in the state, is the leader's (runtime/leader/placement.py);
+these are shared with the members' views (runtime/cluster/) and explain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..jobspec import RunOn
+
+
+# A member takes runs when it answers and is up, or has no record yet (an
+# initial member still starting: its executor holds what it is given until
+# it has settled its state, so nothing is lost by assigning early). Joining
+# (still catching up) and draining (stopping) members get none.
+TAKES_RUNS = frozenset({"up", "unknown"})
+
+
+def fits(run_on: RunOn, node: NodeView) -> bool:
+    """Does ``run_on`` allow this node at all (up or not)?"""
+    if run_on.mode == "nodes":
+        return node.id in run_on.values
+    if run_on.mode == "tags":
+        return set(run_on.values) <= node.tags
+    return True
+
+
+@dataclass(frozen=True)
+class Choice:
+    node: str          # where it runs ("" for a skip)
+    target: str        # the per-node key of a run_on: all run, "" otherwise
+    skip: str | None   # the reason it does not run, or None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    id: str
+    healthy: bool
+    state: str               # up | draining | unknown
+    tags: frozenset[str]
+    why_not: str = ""        # why it cannot take runs now
+    suspect: bool = False    # missed a claim lately: others first (decisions/claims.py)
+    slow_disk: str | None = None  # why its disk is slow (decisions/disk.py): others first

@@ -1,0 +1,165 @@
+"""`cronrd checkpoint save|get` and `cronrd heartbeat` on the control socket,
+and the token an attempt gets to make them (state/checkpoints.py).
+
+The node that starts an attempt makes it a random token (``attempt_env``:
+``CRONRD_RUN_TOKEN``, with ``CRONRD_SOCKET`` so that the job finds this
+daemon, and a retry's last checkpoint); the hash goes to the log with the
+attempt's start. A request from inside the job names its run and presents
+the token: it is authorised by the token, whatever uid the job runs as (the
+socket's permissions still decide who may connect), and only for a run of
+this node. The check is made here (a refusal is answered at once and
+audited) and again inside apply, where it is fenced against the log: a
+stale attempt never overwrites a newer one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import secrets
+
+from ...errors import PermissionDenied, UsageError
+from ...state import checkpoints as CK
+from ...state import commands as C
+from ...state import queries as Q
+from ...state.machine import Refused
+from ...state.run import Run
+from .access import Caller
+from .server import arg
+
+START_WAIT = 10.0     # s a request waits for its attempt's start to be committed
+# At most one heartbeat of a run goes to the replicated log per this many
+# seconds: a job calling `cronrd heartbeat` in a tight loop must not flood the
+# log. A heartbeat within the interval is answered at once and its progress
+# and message are sent with the next one, at the interval's end.
+HEARTBEAT_INTERVAL = 1.0
+START_POLL = 0.05
+MAX_TOKEN = 256       # characters of a presented token
+log = logging.getLogger("cronrd.checkpoints")
+CLI = {"checkpoint_save": "checkpoint save", "checkpoint_get": "checkpoint get",
+       "heartbeat": "heartbeat"}
+
+
+class CheckpointRequests:
+    """The requests, served by ``handlers`` (handlers.Handlers: its state,
+    log, clock, config and audit)."""
+
+    def __init__(self, handlers):
+        self.h = handlers
+        self._heartbeat_sent: dict[int, float] = {}   # run id -> monotonic time sent
+        self._heartbeat_later: dict[int, C.Heartbeat] = {}  # the newest held back
+        self._heartbeat_tasks: dict[int, asyncio.Task] = {}  # each sends its run's later
+
+    async def _attempt(self, args: dict, caller: Caller, command: str) -> tuple[Run, str]:
+        """The run the request speaks for and its token's hash, once the token
+        is checked; PermissionDenied (audited) otherwise."""
+        h = self.h
+        run_id = arg(args, "run_id", int, required=True)
+        token = arg(args, "token", str, required=True)
+        if not token or len(token) > MAX_TOKEN:
+            raise UsageError("the token is empty or too long; pass the run's "
+                             "CRONRD_RUN_TOKEN")
+        presented = CK.token_hash(token)
+        me = h.config.node_id
+        run = Q.get_run(h.conn, run_id)
+        # The attempt's start (with its token's hash) may still be on its way
+        # to the log when the job first speaks: wait for it, a while.
+        deadline = h.clock.monotonic() + START_WAIT
+        while (run is not None and run.node == me and run.state == "assigned"
+               and h.clock.monotonic() < deadline):
+            await asyncio.sleep(START_POLL)
+            run = Q.get_run(h.conn, run_id)
+        problem = CK.check_attempt(h.conn, run, presented, me)
+        if problem is not None:
+            if run is None:
+                problem = (f"no run with id {run_id} on node {me}; `cronrd {CLI[command]}` "
+                           "works only inside a run of a job (CRONRD_RUN_ID)")
+            await h._audit(caller, command, str(run_id), False, problem)
+            raise PermissionDenied(f"`cronrd {CLI[command]}` refused: {problem}")
+        return run, presented
+
+    async def _propose(self, cmd: C.Command, command: str, caller: Caller):
+        try:
+            return await self.h.log.propose(cmd)
+        except Refused as exc:  # fenced in the log: a newer attempt came first
+            await self.h._audit(caller, command, str(cmd.run_id), False, str(exc))
+            raise PermissionDenied(f"`cronrd {CLI[command]}` refused: {exc}") from None
+
+    async def save(self, args: dict, caller: Caller) -> dict:
+        raw = arg(args, "value_b64", str, None)
+        if raw is not None:
+            try:
+                data = base64.b64decode(raw, validate=True)
+                value = data.decode("utf-8")
+            except (binascii.Error, ValueError):
+                raise UsageError("the checkpoint value is not UTF-8 text (value_b64: base64 "
+                                 "of UTF-8); encode binary data, e.g. with base64") from None
+        else:
+            value = arg(args, "value", str, required=True)
+        problem = CK.value_problem(value)
+        if problem is not None:
+            raise UsageError(problem)
+        run, presented = await self._attempt(args, caller, "checkpoint_save")
+        res = await self._propose(C.SaveCheckpoint(
+            run_id=run.run_id, token_hash=presented, value=value, node=self.h.config.node_id,
+            at=self.h.clock.now()), "checkpoint_save", caller)
+        return {**res, "bytes": len(value.encode("utf-8"))}
+
+    async def get(self, args: dict, caller: Caller) -> dict:
+        run, _ = await self._attempt(args, caller, "checkpoint_get")
+        ck = CK.of_record(self.h.conn, run)
+        if ck is None:
+            return {"run_id": run.run_id, "value": None, "attempt": None, "at": None}
+        return {"run_id": run.run_id, "value": ck["value"], "attempt": ck["attempt"],
+                "at": ck["at"]}
+
+    async def heartbeat(self, args: dict, caller: Caller) -> dict:
+        progress = arg(args, "progress", (int, float), None)
+        message = arg(args, "message", str, None)
+        problem = CK.progress_problem(progress) or (
+            None if message is None else CK.message_problem(message))
+        if problem is not None:
+            raise UsageError(problem)
+        run, presented = await self._attempt(args, caller, "heartbeat")
+        cmd = C.Heartbeat(
+            run_id=run.run_id, token_hash=presented, node=self.h.config.node_id,
+            at=self.h.clock.now(), progress=None if progress is None else float(progress),
+            message=message)
+        now = self.h.clock.monotonic()
+        sent = self._heartbeat_sent.get(run.run_id)
+        if sent is not None and now - sent < HEARTBEAT_INTERVAL:
+            if run.run_id not in self._heartbeat_tasks:
+                self._heartbeat_tasks[run.run_id] = asyncio.get_running_loop().create_task(
+                    self._send_later(run.run_id, sent + HEARTBEAT_INTERVAL - now))
+            self._heartbeat_later[run.run_id] = cmd
+            return {"run_id": run.run_id, "coalesced": True}
+        # sent now: a beat still held back is older, and goes no more
+        self._heartbeat_later.pop(run.run_id, None)
+        task = self._heartbeat_tasks.pop(run.run_id, None)
+        if task is not None:
+            task.cancel()
+        self._heartbeat_sent[run.run_id] = now
+        if len(self._heartbeat_sent) > 10_000:  # bounded: forget the ones long quiet
+            for rid, t in list(self._heartbeat_sent.items()):
+                if now - t >= HEARTBEAT_INTERVAL:
+                    del self._heartbeat_sent[rid]
+        return await self._propose(cmd, "heartbeat", caller)
+
+    async def _send_later(self, run_id: int, delay: float) -> None:
+        """Send the newest heartbeat held back for ``run_id`` once its
+        interval is over (with the time it was made)."""
+        await asyncio.sleep(max(0.0, delay))
+        self._heartbeat_tasks.pop(run_id, None)
+        cmd = self._heartbeat_later.pop(run_id, None)
+        if cmd is None:
+            return
+        self._heartbeat_sent[run_id] = self.h.clock.monotonic()
+        try:
+            await self.h.log.propose(cmd)
+        except Exception as exc:  # a newer attempt, no leader: the job sends again
+            # (an attempt that ended meanwhile still records it: apply takes a
+            # beat made before its end)
+            log.info(
+                "event=heartbeat_held_not_sent run=%d error=\"%s\"", run_id, exc)

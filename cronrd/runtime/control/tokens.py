@@ -1,0 +1,69 @@
+"""`cronrd token create | list | revoke` over the control socket (root only:
+the handlers' ADMIN guard checks the caller and audits the change).
+
+The secret is made here, from the operating system's randomness, sent back
+once in the reply, and only its sha256 goes into the log
+(state/tokens.py)."""
+
+from __future__ import annotations
+
+import secrets
+
+from ...errors import UsageError
+from ...jobspec.model import NAME_RE
+from ...schedule import iso_utc
+from ...state import commands as C
+from ...state import tokens as T
+from .server import arg
+
+PREFIX = "crd_"          # a cronrd API token is recognisable (e.g. by secret scanners)
+MAX_EXPIRES = 10 * 366 * 86400.0
+
+
+def new_secret() -> str:
+    return PREFIX + secrets.token_urlsafe(32)
+
+
+class TokenRequests:
+    def __init__(self, config, clock, conn, log):
+        self.config = config
+        self.clock = clock
+        self.conn = conn
+        self.log = log
+
+    async def create(self, args: dict) -> dict:
+        name = arg(args, "name", str, required=True)
+        if not NAME_RE.fullmatch(name):
+            raise UsageError(f"token name {name!r} is not valid: use letters, digits, '_', "
+                             "'.' and '-', starting with a letter or digit (e.g. grafana)")
+        role = arg(args, "role", str, required=True)
+        if role not in T.ROLES:
+            raise UsageError(f"unknown role {role!r}; use one of {', '.join(T.ROLES)} "
+                             "(viewer reads; operator also runs, pauses, cancels; admin also "
+                             "manages tokens and nodes)")
+        jobs = arg(args, "jobs", str, "") or ""
+        if len(jobs) > 200:
+            raise UsageError("--jobs must be a glob of job names of at most 200 characters")
+        expires = arg(args, "expires", (int, float), None)
+        if expires is not None and not 0 < expires <= MAX_EXPIRES:
+            raise UsageError("--expires must be a duration from 1s to 10 years, e.g. 90d")
+        now = self.clock.now()
+        secret = new_secret()
+        expires_at = None if expires is None else round(now + expires, 3)
+        await self.log.propose(C.CreateToken(
+            node=self.config.node_id, name=name, token_hash=T.token_hash(secret), role=role,
+            jobs=jobs, expires_at=expires_at, at=now))
+        return {"name": name, "role": role, "jobs": jobs, "expires_at": iso_utc(expires_at),
+                "token": secret}
+
+    async def list(self, args: dict) -> dict:
+        now = self.clock.now()
+        return {"tokens": [{**t, "expires_at": iso_utc(t["expires_at"]),
+                            "created_at": iso_utc(t["created_at"]),
+                            "expired": t["expires_at"] is not None and t["expires_at"] <= now}
+                           for t in T.listing(self.conn)]}
+
+    async def revoke(self, args: dict) -> dict:
+        name = arg(args, "name", str, required=True)
+        return await self.log.propose(C.RevokeToken(node=self.config.node_id, name=name,
+                                                    at=self.clock.now()))

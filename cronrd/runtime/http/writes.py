@@ -1,0 +1,583 @@
+"""API v1 beyond the job and run lists (http/api.py): the cluster and its
+nodes, one job (detail, explain, graph, pause, resume, run now, rerun), one
+run (detail, cancel, its log as a byte range), backfills, alerts, the dead
+letter, pools, the audit log, tokens, and job file validation.
+
+Every route calls the control socket's handler (control/handlers.py) as the token's
+caller (access.Caller.of_token): the same checks, the same replicated
+writes, each write audited with the user ``token:NAME``. The server checks
+the route's least role first (http_server._auth); the handlers check a
+token's role and ``jobs`` glob again per job (an operator token limited to
+``db-*`` cannot pause ``web``), and the reads here hide or refuse the jobs
+outside its glob. Times are RFC 3339 UTC; a job's views carry its zone
+(``timezone``) alongside. POST routes honour ``Idempotency-Key``
+(http/idempotency.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+from typing import Any
+
+from aiohttp import web
+
+from ...decisions import backfill as BD
+from ...errors import CronrdError, RequestError, UsageError
+from ...jobspec import parse_job_text
+from ...schedule import iso_utc, parse_iso
+from ...state import alerts as AL
+from ...state import backfill as BF
+from ...state import queries as Q
+from ...state import tokens as T
+from ...state.node_drains import drained
+from ...state.run import SELECT as RUN_SELECT, Run
+from ...state.tokens import job_allowed
+from ..control.access import Caller, check_token_sees
+from ..control.handlers import LOG_CHUNK, read_log_chunk
+from .api import (MAX_LIMIT, Route, cursor_before, decode_cursor, encode_cursor,
+                       page_limit, whole_number)
+from .idempotency import IdempotencyCache
+
+API = "/api/v1"
+MAX_LOG_LENGTH = 4 * 1024 * 1024   # bytes of a run's log in one answer
+MAX_VALIDATE = 256 * 1024          # bytes of a job file to validate
+
+_PAGE = (("limit", f"page size, 1 to {MAX_LIMIT} (default 100)"),
+         ("cursor", "next_cursor of the previous page"))
+_JSON_BODY = {"200": {"description": "OK"},
+              "400": {"description": "bad input", "content": {"application/problem+json": {}}}}
+
+
+class NotFound(RequestError):
+    http_status = 404
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    return web.json_response(value, status=status)
+
+
+async def _body(request: web.Request) -> tuple[bytes, dict]:
+    raw = await request.read()
+    if not raw.strip():
+        return raw, {}
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise UsageError(f"the body is not JSON ({exc}); send a JSON object, e.g. "
+                         '{"note": "disk full"}') from None
+    if not isinstance(value, dict):
+        raise UsageError("the body must be a JSON object")
+    return raw, value
+
+
+def _time_arg(value: Any, name: str) -> int:
+    """RFC 3339 text or Unix seconds -> whole Unix seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return parse_iso(value)
+        except CronrdError as exc:
+            raise UsageError(f"{name}: {exc}") from None
+    raise UsageError(f"{name} must be an RFC 3339 time (2026-03-29T01:00:00Z) or Unix "
+                     "seconds")
+
+
+def _int_id(request: web.Request, name: str) -> int:
+    text = request.match_info[name]
+    if not whole_number(text):
+        raise UsageError(f"{name} must be a whole number (got {text!r})")
+    return int(text)
+
+
+def _bool(value: Any, name: str) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    raise UsageError(f"{name} must be true or false")
+
+
+def _str(value: Any, name: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise UsageError(f"{name} must be a string")
+    return value
+
+
+async def audit_refused(handlers, token: dict, request: web.Request, detail: str) -> None:
+    """A write refused for the token's role (http_server._auth): audited like
+    the socket's refusals (the first few per caller and minute)."""
+    if not hasattr(handlers, "_audit"):
+        return
+    resource = request.match_info.route.resource
+    command = f"{request.method} {resource.canonical if resource else request.path}"
+    target = next(iter(request.match_info.values()), "")
+    await handlers._audit(Caller.of_token(token), command, target, False, detail)
+
+
+class ApiRoutes:
+    """The routes over ``handlers`` (the daemon's Handlers); ``token_of``:
+    request -> its token row (http_server.TOKEN)."""
+
+    def __init__(self, handlers, token_of):
+        self.h = handlers
+        self.token_of = token_of
+        self._guarded: dict | None = None
+        self.idempotency = IdempotencyCache()
+
+    # -- helpers ---------------------------------------------------------------------
+    @property
+    def guarded(self) -> dict:
+        """The control commands as the socket serves them (handlers.table():
+        the ADMIN ones check and audit the caller)."""
+        if self._guarded is None:
+            self._guarded = self.h.table()
+        return self._guarded
+
+    def caller(self, request: web.Request) -> Caller:
+        return Caller.of_token(self.token_of(request))
+
+    async def consistent(self, request: web.Request) -> None:
+        """``?consistent=true``: wait until this node has every committed write."""
+        if request.query.get("consistent", "").lower() in ("1", "true", "yes"):
+            await self.h.log.read_barrier()
+
+    def glob(self, request: web.Request) -> str:
+        return self.token_of(request).get("jobs") or ""
+
+    def sees(self, request: web.Request, job: str | None, what: str) -> None:
+        """403 unless the token's glob covers ``job`` (reads)."""
+        check_token_sees(self.caller(request), what, job)
+
+    def post(self, fn, json_body: bool = True):
+        """A POST route: JSON body (else the raw bytes), Idempotency-Key."""
+        async def route(request: web.Request) -> web.Response:
+            raw, body = await _body(request) if json_body else (await request.read(), {})
+            t = self.token_of(request)  # a token made again under its name: new keys
+            return await self.idempotency.run(
+                f"{t['name']}@{t.get('created_at')}", request, raw,
+                lambda: fn(request, body))
+        return route
+
+    def _job_zone(self, job: str) -> str:
+        spec = Q.job_spec(self.h.conn, job)
+        return (spec.timezone if spec is not None else None) or self.h.config.timezone
+
+    def routes(self) -> list[tuple[Route, object]]:
+        J = API + "/jobs/{name}"
+        R = API + "/runs/{run_id}"
+        p = self.post
+        return [
+            (Route("GET", API + "/cluster", "This node, the leader, the term and commit "
+                   "index, jobs and runs in numbers.", "viewer"), self.cluster),
+            (Route("GET", API + "/nodes", "The cluster's nodes: state, address, tags, "
+                   "drained or not.", "viewer"), self.nodes),
+            (Route("POST", API + "/nodes/{node}/drain", "Drain a node: it gets no new runs "
+                   "(its running ones finish). Body: {note}.", "admin", (), _JSON_BODY),
+             p(self.drain)),
+            (Route("POST", API + "/nodes/{node}/undrain", "Undo a drain.", "admin", (),
+                   _JSON_BODY), p(self.undrain)),
+            (Route("GET", J, "One job: its spec, source file and line, state, next fire "
+                   "times (?next=N, default 5), recent and active runs.", "viewer",
+                   (("next", "how many next fire times, 0 to 100"),)), self.job),
+            (Route("GET", J + "/explain", "Why the job fired or not at a time.", "viewer",
+                   (("at", "the fire time (RFC 3339); default: the last one"),
+                    ("next", "true: its next fire time"))), self.explain),
+            (Route("POST", J + "/pause", "Pause the job. Body: {note}.", "operator", (),
+                   _JSON_BODY), p(self.pause)),
+            (Route("POST", J + "/resume", "Resume the job.", "operator", (), _JSON_BODY),
+             p(self.resume)),
+            (Route("GET", J + "/graph", "The job's ancestors and descendants.", "viewer"),
+             self.job_graph),
+            (Route("GET", API + "/graph", "The dependency graph (the token's jobs).",
+                   "viewer"), self.graph),
+            (Route("POST", J + "/run", "Run the job now. Body: {params: {NAME: VALUE}, "
+                   "key}.", "operator", (), _JSON_BODY), p(self.run_now)),
+            (Route("POST", J + "/rerun", "A new attempt of the fire time at. Body: {at, "
+                   "downstream, dry_run}.", "operator", (), _JSON_BODY), p(self.rerun)),
+            (Route("GET", R, "One run: its attempts, parameters, lineage.", "viewer"),
+             self.run),
+            (Route("POST", R + "/cancel", "Cancel the run.", "operator", (), _JSON_BODY),
+             p(self.cancel)),
+            (Route("GET", R + "/log", "A byte range of the run's output (text/plain); "
+                   "X-Cronrd-Next-Offset and X-Cronrd-More say where to go on.", "viewer",
+                   (("offset", "first byte, default 0"),
+                    ("length", f"bytes, 1 to {MAX_LOG_LENGTH} (default {LOG_CHUNK})"))),
+             self.run_log),
+            (Route("GET", API + "/backfills", "Backfills, newest first.", "viewer", _PAGE),
+             self.backfills),
+            (Route("POST", API + "/backfills", "Start a backfill, or plan one (dry_run). "
+                   "Body: {job, from, to, reprocess, order, parallel, note, downstream, "
+                   f"force, dry_run}}. At most {BD.MAX_FIRES} fire times; force (an admin "
+                   f"token for every job) takes up to {BD.HARD_MAX_FIRES}. One open "
+                   "backfill per job. A dry run answers {total, counts, lines, omitted, "
+                   f"omitted_after}}: lines are the first and last {BD.DRY_RUN_LINES} fire "
+                   "times, omitted how many lie between them.", "operator", (), _JSON_BODY),
+             p(self.backfill)),
+            *[(Route("POST", API + "/backfills/{id}/" + verb, f"{verb.capitalize()} the "
+                     "backfill.", "operator", (), _JSON_BODY), p(self.backfill_state(state)))
+              for verb, state in (("pause", "paused"), ("resume", "running"),
+                                  ("cancel", "cancelled"))],
+            (Route("GET", API + "/alerts", "Alerts, newest first (?all=true: closed too; "
+                   "?job=).", "viewer", _PAGE + (("all", "true: closed ones too"),
+                                                  ("job", "one job's"))), self.alerts),
+            (Route("POST", API + "/alerts/{id}/ack", "Acknowledge the alert. Body: {note}.",
+                   "operator", (), _JSON_BODY), p(self.alert_ack)),
+            (Route("GET", API + "/dead-letter", "The dead letter, newest first.", "viewer",
+                   _PAGE + (("all", "true: closed ones too"),)), self.dead_letter),
+            *[(Route("POST", API + "/dead-letter/{run_id}/" + action, f"{action.capitalize()}"
+                     " the dead run. Body: {note}.", "operator", (), _JSON_BODY),
+               p(self.dead_letter_action(action))) for action in ("requeue", "discard")],
+            (Route("GET", API + "/pools", "The pools: slots in use, runs waiting.", "viewer"),
+             self.pools),
+            (Route("GET", API + "/audit", "The audit log, newest first.", "admin", _PAGE),
+             self.audit),
+            (Route("POST", API + "/tokens", "Create a token; the answer holds its secret, "
+                   "once. Body: {name, role, jobs, expires (seconds)}.", "admin", (),
+                   _JSON_BODY), p(self.token_create)),
+            (Route("DELETE", API + "/tokens/{name}", "Revoke the token.", "admin"),
+             self.token_revoke),
+            (Route("POST", API + "/validate", "Check a job file (the body, YAML): its "
+                   "problems with line numbers. Nothing is stored.", "viewer", (),
+                   _JSON_BODY), p(self.validate, json_body=False)),
+        ]
+
+    # -- cluster and nodes -------------------------------------------------------------
+    async def cluster(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        st = await self.h.h_status({})
+        keep = ("node_id", "role", "leader", "term", "commit_index", "ready", "version",
+                "jobs", "paused", "running", "assigned", "pending", "applied_index",
+                "maintenance", "timezone", "http")
+        return _json({k: st.get(k) for k in keep})
+
+    async def nodes(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        drains = drained(self.h.conn)
+        rows = Q.nodes(self.h.conn)
+        if not rows:  # one host: it never announces itself
+            rows = [{"node": self.h.config.node_id, "state": "up", "addr": None, "tags": [],
+                     "since": self.h.started_at}]
+        return _json({"items": [{**r, "since": iso_utc(r["since"]),
+                                 "drained": drains.get(r["node"])} for r in rows]})
+
+    async def drain(self, request: web.Request, body: dict) -> web.Response:
+        return await self._drain(request, body, True)
+
+    async def undrain(self, request: web.Request, body: dict) -> web.Response:
+        return await self._drain(request, body, False)
+
+    async def _drain(self, request, body, drained: bool) -> web.Response:
+        res = await self.guarded["node_drain"](
+            {"node": request.match_info["node"], "drained": drained,
+             "note": _str(body.get("note"), "note")}, self.caller(request))
+        return _json(res)
+
+    # -- jobs --------------------------------------------------------------------------
+    async def job(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        name = request.match_info["name"]
+        self.sees(request, name, f"GET /api/v1/jobs/{name}")
+        text = request.query.get("next", "5")
+        if not whole_number(text):
+            raise UsageError(f"next must be a whole number 0 to 100 (got {text!r})")
+        self._exists(name)
+        view = await self.h.h_job({"name": name, "next": int(text)})
+        view["source_line"] = self._source_line(name, view.get("source") or "")
+        return _json(view)
+
+    def _source_line(self, name: str, source: str) -> int | None:
+        """The line of the job's definition in its file, if the file is on
+        this node (the state keeps the file's path, not the line). Only a
+        regular file under jobs_dir is read: whoever can commit a record
+        could name any file (/dev/zero, /etc/shadow)."""
+        jobs_dir = os.path.normpath(self.h.config.jobs_dir)
+        path = os.path.normpath(os.path.join(jobs_dir, source))
+        if os.path.commonpath([jobs_dir, path]) != jobs_dir:
+            return None
+        try:
+            with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_VALIDATE * 4:
+                    return None
+                text = f.read(MAX_VALIDATE * 4).decode()
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        for spec in parse_job_text(text, path).jobs:
+            if spec.name == name:
+                return spec.line or None
+        return None
+
+    def _exists(self, name: str) -> None:
+        if not any(Q.jobs(self.h.conn, name=name)):
+            raise NotFound(f"no job named {name!r}; GET /api/v1/jobs lists the jobs")
+
+    async def explain(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        name = request.match_info["name"]
+        self.sees(request, name, f"GET /api/v1/jobs/{name}/explain")
+        self._exists(name)
+        args: dict = {"job": name}
+        if request.query.get("at"):
+            args["at"] = request.query["at"]
+        if request.query.get("next") == "true":
+            args["next"] = True
+        return _json(await self.h.h_explain(args))
+
+    async def pause(self, request: web.Request, body: dict) -> web.Response:
+        return await self._pause(request, body, self.h.h_pause)
+
+    async def resume(self, request: web.Request, body: dict) -> web.Response:
+        return await self._pause(request, body, self.h.h_resume)
+
+    async def _pause(self, request, body, fn) -> web.Response:
+        name = request.match_info["name"]
+        self._exists(name)
+        res = await fn({"job": name, "note": _str(body.get("note"), "note")},
+                       self.caller(request))
+        return _json({"job": name, **(res if isinstance(res, dict) else {})})
+
+    async def job_graph(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        name = request.match_info["name"]
+        self.sees(request, name, f"GET /api/v1/jobs/{name}/graph")
+        return _json(self._only_seen(request, await self.h.h_graph({"job": name})))
+
+    async def graph(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        return _json(self._only_seen(request, await self.h.h_graph({})))
+
+    def _only_seen(self, request, graph: dict) -> dict:
+        glob = self.glob(request)
+        if not glob:
+            return graph
+        jobs = [j for j in graph["jobs"] if job_allowed(glob, j["name"])]
+        names = {j["name"] for j in jobs}
+        return {**graph, "jobs": jobs,
+                "edges": [e for e in graph["edges"] if e[0] in names and e[1] in names]}
+
+    async def run_now(self, request: web.Request, body: dict) -> web.Response:
+        name = request.match_info["name"]
+        self._exists(name)
+        params = body.get("params") or {}
+        if not isinstance(params, dict):
+            raise UsageError('params must be an object of NAME: "VALUE"')
+        args = {"job": name, "params": params}
+        if body.get("key") is not None:
+            args["key"] = _str(body.get("key"), "key")
+        res = await self.h.h_run_now(args, self.caller(request))
+        return _json({"job": name, **res}, status=202)
+
+    async def rerun(self, request: web.Request, body: dict) -> web.Response:
+        name = request.match_info["name"]
+        self._exists(name)
+        if body.get("at") is None:
+            raise UsageError("at is required: the fire time to run again (RFC 3339)")
+        res = await self.h.h_rerun({"job": name, "at": _time_arg(body["at"], "at"),
+                                    "downstream": _bool(body.get("downstream"), "downstream"),
+                                    "dry_run": _bool(body.get("dry_run"), "dry_run")},
+                                   self.caller(request))
+        return _json(res, status=200 if res.get("dry_run") else 202)
+
+    # -- runs --------------------------------------------------------------------------
+    def _run_of(self, request: web.Request, what: str):
+        run_id = _int_id(request, "run_id")
+        run = Q.get_run(self.h.conn, run_id)
+        if run is None:
+            raise NotFound(f"no run with id {run_id}; GET /api/v1/runs lists the runs")
+        self.sees(request, run.job, what)
+        return run
+
+    async def run(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        run = self._run_of(request, f"GET {request.path}")
+        view = await self.h.h_run({"run_id": run.run_id})
+        view["timezone"] = self._job_zone(run.job)
+        # every attempt of its fire time (the run and its retries), first first
+        view["attempts"] = [Run.from_row(row).view() for row in self.h.conn.execute(
+            f"{RUN_SELECT} WHERE job=? AND origin=? AND fire_time=? AND target=? "
+            "ORDER BY attempt, run_id LIMIT 100",
+            (run.job, run.origin, run.fire_time, run.target))]
+        return _json(view)
+
+    async def cancel(self, request: web.Request, body: dict) -> web.Response:
+        run_id = _int_id(request, "run_id")
+        if Q.get_run(self.h.conn, run_id) is None:
+            raise NotFound(f"no run with id {run_id}; GET /api/v1/runs lists the runs")
+        return _json(await self.h.h_cancel({"run_id": run_id}, self.caller(request)))
+
+    async def run_log(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        offset, length = (request.query.get(k, d) for k, d in (("offset", "0"),
+                                                                  ("length", str(LOG_CHUNK))))
+        if not whole_number(offset) or not whole_number(length) or \
+                not 1 <= int(length) <= MAX_LOG_LENGTH:
+            raise UsageError(f"offset must be a whole number >= 0 and length 1 to "
+                             f"{MAX_LOG_LENGTH} (got offset={offset!r} length={length!r})")
+        run = self._run_of(request, f"GET {request.path}")
+        at, want = int(offset), int(length)
+        data, more, me = b"", False, self.h.config.node_id
+        while len(data) < want:
+            if run.node in (None, me):
+                chunk = read_log_chunk(self.h.config, self.h.conn, run.run_id, at)
+            else:
+                chunk = await self.h.members.call(run.node, "read_log",
+                                                  {"run_id": run.run_id, "offset": at})
+            got = base64.b64decode(chunk["data"])
+            data += got
+            at = chunk["offset"]
+            more = chunk["more"]
+            if not more or not got:
+                break
+        if len(data) > want:
+            at -= len(data) - want
+            data, more = data[:want], True
+        return web.Response(body=data, content_type="text/plain", charset="utf-8", headers={
+            "X-Cronrd-Offset": offset, "X-Cronrd-Next-Offset": str(at),
+            "X-Cronrd-More": "true" if more else "false",
+            "X-Cronrd-Run-State": run.state.value})
+
+    # -- backfills ---------------------------------------------------------------------
+    async def backfills(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        limit, before = page_limit(request), self._before(request)
+        rows = BF.listing(self.h.conn, None, limit, before=before)
+        return self._page(request, rows, "id", limit, times=("from", "to", "created_at",
+                                                               "updated_at"))
+
+    def _before(self, request) -> int | None:
+        return cursor_before(decode_cursor(request.query.get("cursor")))
+
+    def _page(self, request, rows: list[dict], key: str, limit: int,
+              times: tuple[str, ...] = ()) -> web.Response:
+        glob = self.glob(request)
+        items, zones = [], {}
+        for r in rows:
+            job = r.get("job") or ""
+            if glob and not job_allowed(glob, job):
+                continue
+            if job not in zones:
+                zones[job] = self._job_zone(job)
+            items.append({**r, **{t: iso_utc(r[t]) if isinstance(r.get(t), (int, float))
+                                  else r.get(t) for t in times if t in r},
+                          "timezone": zones[job]})
+        return _json({"items": items, "next_cursor": encode_cursor({"before": rows[-1][key]})
+                      if len(rows) == limit else None})
+
+    async def backfill(self, request: web.Request, body: dict) -> web.Response:
+        job = _str(body.get("job"), "job")
+        if not job:
+            raise UsageError("job is required: the job to backfill")
+        self._exists(job)
+        for k in ("from", "to"):
+            if body.get(k) is None:
+                raise UsageError(f"{k} is required (RFC 3339 time)")
+        args = {"job": job, "from": _time_arg(body["from"], "from"),
+                "to": _time_arg(body["to"], "to"),
+                **{k: body[k] for k in ("reprocess", "order", "note", "parallel")
+                   if body.get(k) is not None},
+                **{k: _bool(body.get(k), k) for k in ("dry_run", "downstream", "force")}}
+        res = await self.h.h_backfill(args, self.caller(request))
+        return _json(res, status=200 if args["dry_run"] else 202)
+
+    def backfill_state(self, state: str):
+        async def route(request: web.Request, body: dict) -> web.Response:
+            bid = _int_id(request, "id")
+            if not BF.listing(self.h.conn, bid, 1):
+                raise NotFound(f"no backfill with id {bid}; GET /api/v1/backfills lists them")
+            return _json(await self.h.h_backfill_state({"id": bid, "state": state},
+                                                       self.caller(request)))
+        return route
+
+    # -- alerts, dead letter, pools ----------------------------------------------------
+    async def alerts(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        limit, before = page_limit(request), self._before(request)
+        job = request.query.get("job") or None
+        if job:
+            self.sees(request, job, "GET /api/v1/alerts")
+        rows = AL.alerts(self.h.conn, include_closed=request.query.get("all") == "true",
+                         job=job, limit=limit, before=before)
+        return self._page(request, rows, "alert_id", limit,
+                          ("fire_time", "opened_at", "closed_at", "acked_at"))
+
+    async def alert_ack(self, request: web.Request, body: dict) -> web.Response:
+        alert_id = _int_id(request, "id")
+        if not any(self.h.conn.execute("SELECT 1 FROM alerts WHERE alert_id=?", (alert_id,))):
+            raise NotFound(f"no alert with id {alert_id}; GET /api/v1/alerts?all=true "
+                           "lists them")
+        return _json(await self.h.h_alert_ack({"id": alert_id,
+                                               "note": _str(body.get("note"), "note")},
+                                              self.caller(request)))
+
+    async def dead_letter(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        limit, before = page_limit(request), self._before(request)
+        rows = AL.dead_letters(self.h.conn, include_closed=request.query.get("all") == "true",
+                               limit=limit, before=before)
+        for r in rows:
+            run = Q.get_run(self.h.conn, r["run_id"])
+            r["run"] = run.view() if run is not None else None
+        return self._page(request, rows, "run_id", limit, ("fire_time", "at", "closed_at"))
+
+    def dead_letter_action(self, action: str):
+        async def route(request: web.Request, body: dict) -> web.Response:
+            run_id = _int_id(request, "run_id")
+            if not any(self.h.conn.execute("SELECT 1 FROM dead_letter WHERE run_id=?",
+                                           (run_id,))):
+                raise NotFound(f"run {run_id} is not in the dead letter; GET "
+                               "/api/v1/dead-letter lists what is")
+            return _json(await self.h.h_dead_letter_action(
+                {"run_id": run_id, "action": action, "note": _str(body.get("note"), "note")},
+                self.caller(request)))
+        return route
+
+    async def pools(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        return _json(await self.h.h_pools({}))
+
+    # -- audit, tokens, validate -------------------------------------------------------
+    async def audit(self, request: web.Request) -> web.Response:
+        await self.consistent(request)
+        limit, before = page_limit(request), self._before(request)
+        rows = Q.audit(self.h.conn, limit, before)
+        return _json({"items": rows, "next_cursor": encode_cursor(
+            {"before": rows[-1]["audit_id"]}) if len(rows) == limit else None})
+
+    async def token_create(self, request: web.Request, body: dict) -> web.Response:
+        args = {k: body[k] for k in ("name", "role", "jobs", "expires")
+                if body.get(k) is not None}
+        for k in ("name", "role"):
+            if not isinstance(args.get(k), str) or not args[k]:
+                raise UsageError(f"{k} is required (a string)")
+        res = await self.guarded["token_create"](args, self.caller(request))
+        return _json(res, status=201)
+
+    async def token_revoke(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if not any(t["name"] == name for t in T.listing(self.h.conn)):
+            raise NotFound(f"no token named {name!r}; GET /api/v1/tokens lists them")
+        return _json(await self.guarded["token_revoke"]({"name": name},
+                                                        self.caller(request)))
+
+    async def validate(self, request: web.Request, body: dict) -> web.Response:
+        raw = await request.read()
+        if len(raw) > MAX_VALIDATE:
+            raise UsageError(f"the job file is larger than {MAX_VALIDATE} bytes; split it")
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            raise UsageError("the job file is not UTF-8 text") from None
+        name = request.query.get("name") or "job.yaml"
+        if "/" in name or not name.endswith((".yaml", ".yml")):
+            raise UsageError("name is a file name ending in .yaml (it names the job when "
+                             "the file has no name:)")
+        res = parse_job_text(text, name, {p.name: p.slots for p in self.h.config.pools})
+        return _json({"valid": res.ok, "jobs": [j.name for j in res.jobs],
+                      "problems": [{"line": p.line, "col": p.col, "message": p.message,
+                                    "text": str(p)} for p in res.problems]})

@@ -1,0 +1,189 @@
+"""The web UI's login, session cookie, CSRF and role checks
+(cronrd/runtime/http/ui.py) through aiohttp's test client, with the
+daemon's Handlers faked: what reaches them, as whom."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from cronrd.config import HttpConfig, HttpTLS
+from cronrd.runtime.http.server import HttpServer
+from cronrd.runtime.http.session import COOKIE, csrf_token
+from cronrd.runtime.http.ui import _safe_next, layout_graph
+
+NOW = 1_800_000_000.0
+TOKENS = {
+    "v": {"name": "grafana", "role": "viewer", "jobs": "", "expires_at": None},
+    "o": {"name": "ops", "role": "operator", "jobs": "", "expires_at": None},
+    "b": {"name": "backups", "role": "operator", "jobs": "backup-*", "expires_at": None},
+    "old": {"name": "old", "role": "admin", "jobs": "", "expires_at": NOW},
+}
+
+
+class FakeMetrics:
+    async def page(self) -> bytes:
+        return b""
+
+
+class FakeHandlers:
+    """The Handlers the UI's writes call; records (what, args, caller)."""
+
+    def __init__(self):
+        self.calls = []
+        self.audits = []
+
+    async def h_pause(self, args, caller):
+        self.calls.append(("pause", args, caller))
+        return {}
+
+    async def h_run_now(self, args, caller):
+        self.calls.append(("run_now", args, caller))
+        return {"run_id": 7, "state": "pending"}
+
+    async def _audit(self, caller, command, target, allowed, detail=""):
+        self.audits.append((caller.name, command, target, allowed))
+
+
+def serve(body, tls: bool = False):
+    reads = FakeHandlers()
+    cfg = HttpConfig(listen=("127.0.0.1", 0),
+                     tls=HttpTLS("c.pem", "k.pem") if tls else None)
+    server = HttpServer(cfg, is_ready=lambda: True, status=lambda: {}, metrics=FakeMetrics(),
+                        find_token=TOKENS.get, now=lambda: NOW, reads=reads)
+
+    async def main():
+        async with TestClient(TestServer(server.app)) as client:
+            return await body(client, reads)
+    return asyncio.run(main())
+
+
+def cookie(secret: str) -> dict:
+    return {"Cookie": f"{COOKIE}={secret}"}
+
+
+def test_pages_send_you_to_the_login_form_without_a_session():
+    async def body(client, reads):
+        r = await client.get("/jobs?q=x", allow_redirects=False)
+        assert r.status == 303 and r.headers["Location"].startswith("/login?next=")
+        r = await client.get("/login")
+        assert r.status == 200 and 'name="token"' in await r.text()
+        assert r.headers["Content-Type"].startswith("text/html")
+        assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
+        r = await client.get("/jobs", headers=cookie("nosuch"), allow_redirects=False)
+        assert r.status == 303  # an unknown token is no session
+        r = await client.get("/jobs", headers=cookie("old"), allow_redirects=False)
+        assert r.status == 303  # nor an expired one
+    serve(body)
+
+
+def test_login_sets_the_token_as_an_httponly_strict_cookie():
+    async def body(client, reads):
+        r = await client.post("/login", data={"token": "o", "next": "/jobs"},
+                              allow_redirects=False)
+        assert r.status == 303 and r.headers["Location"] == "/jobs"
+        c = r.headers["Set-Cookie"]
+        assert c.startswith(f"{COOKIE}=o;") and "HttpOnly" in c and "SameSite=Strict" in c
+        assert "Secure" not in c
+        for bad in ("nosuch", "old", ""):
+            r = await client.post("/login", data={"token": bad}, allow_redirects=False)
+            assert r.status == 401 and "Set-Cookie" not in r.headers
+        r = await client.post("/login", data={"token": "o"}, allow_redirects=False,
+                              headers={"Origin": "http://elsewhere.example"})
+        assert r.status == 403 and "Set-Cookie" not in r.headers
+    serve(body)
+
+
+def test_the_cookie_is_secure_when_the_server_speaks_tls():
+    async def body(client, reads):
+        r = await client.post("/login", data={"token": "o"}, allow_redirects=False)
+        assert "Secure" in r.headers["Set-Cookie"]
+    serve(body, tls=True)
+
+
+def test_a_write_needs_the_sessions_csrf_token():
+    async def body(client, reads):
+        for form in ({"note": "x"}, {"note": "x", "csrf": csrf_token("v")},
+                     {"note": "x", "csrf": ""}):
+            r = await client.post("/jobs/db/pause", data=form, headers=cookie("o"))
+            assert r.status == 403 and "CSRF" in await r.text()
+        assert reads.calls == []
+        r = await client.post("/jobs/db/pause", data={"note": "x", "csrf": csrf_token("o")},
+                              headers=cookie("o"), allow_redirects=False)
+        assert r.status == 303 and r.headers["Location"] == "/jobs/db"
+        # the header works as well as the field
+        r = await client.post("/jobs/db/run", headers={**cookie("o"),
+                                                       "X-CSRF-Token": csrf_token("o")},
+                              allow_redirects=False)
+        assert r.status == 303 and r.headers["Location"] == "/runs/7"
+        (what, args, caller), (what2, _, _) = reads.calls
+        assert (what, args, what2) == ("pause", {"job": "db", "note": "x"}, "run_now")
+        # the Handlers check the token's role and glob again (control/access.py)
+        assert caller.name == "token:ops" and caller.uid == -1 and not caller.privileged
+        assert caller.token["role"] == "operator"
+        assert caller.describe() == "token 'ops' (role operator)"
+        r = await client.post("/jobs/db/pause", data={"csrf": csrf_token("o")})
+        assert r.status == 401  # no session at all
+    serve(body)
+
+
+def test_a_viewer_is_refused_and_the_refusal_audited():
+    async def body(client, reads):
+        r = await client.post("/jobs/db/pause", data={"csrf": csrf_token("v")},
+                              headers=cookie("v"))
+        assert r.status == 403 and "needs operator" in await r.text()
+        assert reads.calls == []
+        assert reads.audits == [("token:grafana", "pause", "db", False)]
+    serve(body)
+
+
+def test_a_token_limited_to_some_jobs_acts_on_those_only():
+    async def body(client, reads):
+        r = await client.post("/jobs/db/pause", data={"csrf": csrf_token("b")},
+                              headers=cookie("b"))
+        assert r.status == 403 and "backup-*" in await r.text()
+        r = await client.post("/jobs/backup-db/pause", data={"csrf": csrf_token("b")},
+                              headers=cookie("b"), allow_redirects=False)
+        assert r.status == 303 and [c[1]["job"] for c in reads.calls] == ["backup-db"]
+    serve(body)
+
+
+def test_logout_clears_the_cookie():
+    async def body(client, reads):
+        r = await client.post("/logout", data={"csrf": "wrong"}, headers=cookie("o"))
+        assert r.status == 403
+        r = await client.post("/logout", data={"csrf": csrf_token("o")}, headers=cookie("o"),
+                              allow_redirects=False)
+        assert r.status == 303 and r.headers["Location"] == "/login"
+        assert re.search(f"{COOKIE}=\"\"; .*Max-Age=0", r.headers["Set-Cookie"])
+    serve(body)
+
+
+def test_the_api_takes_the_cookie_and_wants_csrf_on_its_writes():
+    async def body(client, reads):
+        r = await client.get("/api/v1/whoami", headers=cookie("v"))
+        assert r.status == 200 and (await r.json())["name"] == "grafana"
+        r = await client.post("/api/v1/whoami", headers=cookie("v"))
+        assert r.status == 403 and "X-CSRF-Token" in (await r.json())["detail"]
+        r = await client.post("/api/v1/whoami", headers={**cookie("v"),
+                                                         "X-CSRF-Token": csrf_token("v")})
+        assert r.status == 405  # past the session's checks
+        r = await client.post("/api/v1/whoami", headers={"Authorization": "Bearer v"})
+        assert r.status == 405  # a bearer token needs no CSRF
+    serve(body)
+
+
+def test_after_login_only_a_local_path():
+    assert _safe_next("/jobs/a?x=1") == "/jobs/a?x=1"
+    for bad in (None, "", "//evil.example/", "https://evil.example/", "/\\evil", "jobs"):
+        assert _safe_next(bad) == "/"
+
+
+def test_the_graph_puts_each_job_right_of_its_parents():
+    jobs = [{"name": n, "missing": False, "last_run": None} for n in ("a", "b", "c", "d")]
+    g = layout_graph(jobs, [["a", "b"], ["b", "c"], ["a", "c"], ["c", "a"]])  # a cycle too
+    x = {b["name"]: b["x"] for b in g["boxes"]}
+    assert x["a"] < x["b"] < x["c"] and x["d"] == x["a"] or x["d"] <= x["b"]
+    assert len(g["lines"]) == 4 and g["width"] > max(x.values())
