@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# defined with the job field that takes them (jobspec/fields.py)
+from ..jobspec.fields import CONCURRENCY_POLICIES as POLICIES  # noqa: F401
+from ..jobspec.fields import MAX_QUEUED_LIMIT  # noqa: F401
 from ..schedule import human_duration, iso_utc
 
-POLICIES = ("allow", "forbid", "replace", "queue")
 DEFAULT_MAX_QUEUED = 100    # waiting runs per job (and target) when max_queued is not set
-MAX_QUEUED_LIMIT = 10_000   # the most max_queued may say
 
 
 @dataclass(frozen=True)

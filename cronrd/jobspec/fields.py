@@ -12,7 +12,6 @@ from typing import Any, Callable
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from cronrd.decisions.overlap import MAX_QUEUED_LIMIT, POLICIES as CONCURRENCY_POLICIES
 from cronrd.errors import ScheduleError
 from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
 
@@ -22,6 +21,11 @@ from .notify_field import v_notify
 from .params import parse_params
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
                     _value, mapping_items, node_pos)
+
+# A job's concurrency policies and the most max_queued may say: the
+# vocabulary of decisions/overlap.py, defined here with the fields that take them.
+CONCURRENCY_POLICIES = ("allow", "forbid", "replace", "queue")
+MAX_QUEUED_LIMIT = 10_000
 
 _INVALID = object()  # a value that failed validation (the problem is recorded)
 
