@@ -14,14 +14,23 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from ..clock import Clock
 
-if TYPE_CHECKING:
-    from .active import ActiveRun
-
 log = logging.getLogger("cronrd.executor")
+
+
+class _Life(Protocol):
+    @property
+    def at_gate_ready(self) -> bool: ...
+
+
+class Waiter(Protocol):
+    """What a gate knows of a run waiting at it (active.ActiveRun is one):
+    its life (ready to pass?) and its gate."""
+    life: _Life
+    gate: "Gate | None"
 
 READY_WAIT = 2.0  # longest a gate waits for a run prepared at or before its time to be ready
 CLAIM_WAIT = 10.0  # ... and for the claims of runs that are ready (a cluster short of CPU
@@ -69,7 +78,7 @@ class Gate:
         os.close(self.rfd)
 
 
-def _settled(act: "ActiveRun") -> bool:
+def _settled(act: Waiter) -> bool:
     """Ready to pass (with its claim decided, in a cluster), or not going to
     (stopped, or over)."""
     return act.life.at_gate_ready
@@ -163,7 +172,7 @@ class Gates:
         self.by_due.pop(gate.due, None)
         self.release(gate)
 
-    def settled(self, act: "ActiveRun") -> None:
+    def settled(self, act: Waiter) -> None:
         """A run of a gate that waits for its runs got ready (or ended)."""
         gate = act.gate
         if gate is not None and gate.waiting and gate.due in self.by_due:
