@@ -167,3 +167,79 @@ def test_one_node_id_rule():
     for path in PKG.rglob("*.py"):
         if path.name != "ids.py":
             assert "[A-Za-z0-9._-]{0,61}" not in path.read_text(), path
+
+
+# The runtime's wings, from the top floor down (issue 30): a wing imports
+# only the wings on floors below its own. Wings on one floor import neither
+# the other. Both faces' and the daemon's wiring (daemon.py, faces.py) sit
+# above every wing; the root's utilities (tasks, clock, storage, ...) below.
+WINGS = [["http"], ["control"], ["leader"], ["cluster"], ["jobfiles", "notify"],
+         ["log", "runs"], ["peers"]]
+ROOT_TOP = {"daemon", "faces"}
+
+
+def _wing_of(name: str) -> str | None:
+    """The runtime wing (or "root:<module>") of a dotted cronrd name."""
+    parts = name.split(".")
+    if parts[:2] != ["cronrd", "runtime"] or len(parts) < 3:
+        return None
+    if any(parts[2] in floor for floor in WINGS):
+        return parts[2]
+    return "root:" + parts[2]
+
+
+def _floor(wing: str) -> int | None:
+    return next((i for i, floor in enumerate(WINGS) if wing in floor), None)
+
+
+def _wing_violations(pkg: Path = PKG):
+    for path in sorted((pkg / "runtime").rglob("*.py")):
+        rel = path.relative_to(pkg).with_suffix("").parts
+        src = _wing_of(".".join(("cronrd",) + rel))
+        for line, name in _imports(path):
+            dst = _wing_of(name)
+            if dst is None or dst == src or src is None:
+                continue
+            where = f"{path.relative_to(pkg.parent)}:{line}: {name}"
+            if src.startswith("root:"):
+                if src[5:] not in ROOT_TOP and not dst.startswith("root:"):
+                    yield f"{where} (runtime/{src[5:]}.py is below every wing)"
+                continue
+            if dst.startswith("root:"):
+                if dst[5:] in ROOT_TOP:
+                    yield f"{where} ({src}/ imports the wiring above it)"
+                continue
+            if _floor(dst) <= _floor(src):
+                yield f"{where} ({src}/ imports {dst}/, which is not below it)"
+
+
+def test_runtime_wings_import_only_downward():
+    bad = list(_wing_violations())
+    assert not bad, ("imports against the wing order "
+                     f"{' -> '.join('/'.join(f) for f in WINGS)}:\n" + "\n".join(bad))
+
+
+def test_every_runtime_package_is_a_wing():
+    """A new subpackage of runtime/ is given a floor here, or it is unchecked."""
+    dirs = sorted(p.name for p in (PKG / "runtime").iterdir()
+                  if p.is_dir() and (p / "__init__.py").exists())
+    assert dirs == sorted(w for floor in WINGS for w in floor)
+
+
+def test_the_wing_check_sees_a_violation(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "PKG", tmp_path / "cronrd")
+    fake = tmp_path / "cronrd" / "runtime"
+    for wing in ("runs", "control", "log"):
+        (fake / wing).mkdir(parents=True)
+    (fake / "clock.py").write_text("")
+    cases = {"runs/bad.py": "from ..control.handlers import Handlers\n",
+             "log/bad.py": "from ..runs import executor\n",
+             "control/bad.py": "from ..faces import CoreBridge\n",
+             "clock.py": "from .control import handlers\n"}
+    for path, text in cases.items():
+        (fake / path).write_text(text)
+        assert [v for v in _wing_violations(tmp_path / "cronrd") if path in v], path
+        (fake / path).write_text("")
+    (fake / "control" / "ok.py").write_text("from ..runs import executor\nfrom ..clock import "
+                                            "Clock\nfrom . import ok\n")
+    assert not list(_wing_violations(tmp_path / "cronrd"))
