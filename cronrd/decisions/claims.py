@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from ..state.run import Run
+from ..model.run import Run
 
 CLAIM_GRACE = 0.25   # s after its fire time a run must be claimed by (leader's clock)
 STUCK_AFTER = 2.0    # s more for a node that answers the leader: slow, not gone

@@ -30,11 +30,22 @@ from ..errors import ScheduleError
 from ..jobspec import JobSpec
 from ..jobspec.params import run_env as param_env
 from ..schedule import Trigger, iso_utc, make_trigger, parse_schedule, prev_before
-from ..state.run import Run
-from ..state.run_params import idempotency_key
+from ..model.run import Run
 
 
 @lru_cache(maxsize=1024)
+
+def idempotency_key(job: str, fire_time: int, key: str | None,
+                    rerun: int | None = None) -> str:
+    """``CRONRD_IDEMPOTENCY_KEY``: ``job/fire time`` (ISO UTC), the same for
+    every attempt of a fire time; ``job/fire time/rerun-N`` from an explicit
+    rerun or backfill reprocess on (N: the attempt it made; its retries keep
+    it); ``job/key:KEY`` for a run made with a key."""
+    if key:
+        return f"{job}/key:{key}"
+    base = f"{job}/{iso_utc(fire_time)}"
+    return f"{base}/rerun-{rerun}" if rerun else base
+
 def _trigger(schedule: str, tz: str) -> Trigger | None:
     try:
         return make_trigger(parse_schedule(schedule), tz)

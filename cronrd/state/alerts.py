@@ -21,7 +21,7 @@ from __future__ import annotations
 from . import events as EV
 from . import seq as SEQ
 from . import run_params as RP
-from .run_states import ACTIVE
+from ..model.run_states import ACTIVE
 
 ALERT_KINDS = ("failed",) + EV.SLA_KINDS
 RECOVER = ("failed", "failure_tolerance", "stale_after")  # resolved by a later success

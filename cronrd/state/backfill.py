@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..decisions import backfill as D
 from . import queries as Q
-from .run_states import ACTIVE, sql_in
+from ..model.run_states import ACTIVE, sql_in
 
 
 def records(conn, job: str, first: int, last: int) -> dict[int, D.Record]:

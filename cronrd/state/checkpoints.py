@@ -32,7 +32,7 @@ import apsw
 from ..schedule import iso_utc
 from ..schedule.durations import human_duration
 from . import queries as Q
-from .run import COLUMNS as RUN_COLUMNS, Run
+from ..model.run import COLUMNS as RUN_COLUMNS, Run
 
 MAX_VALUE = 64 * 1024    # bytes of UTF-8 in one checkpoint value
 MAX_MESSAGE = 1000       # characters of a heartbeat's message

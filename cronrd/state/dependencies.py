@@ -33,8 +33,8 @@ from ..schedule import parse_schedule
 from . import downstream as DS
 from . import queue as QU
 from . import run_events as RE
-from .run import SELECT as SELECT_RUNS, Run
-from .run_states import ACTIVE, FINAL, sql_in
+from ..model.run import SELECT as SELECT_RUNS, Run
+from ..model.run_states import ACTIVE, FINAL, sql_in
 
 if TYPE_CHECKING:
     from ..jobspec import JobSpec

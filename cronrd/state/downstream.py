@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..decisions import dependencies as D
-from .run_states import ACTIVE, FINAL
+from ..model.run_states import ACTIVE, FINAL
 
 if TYPE_CHECKING:
     from .machine import StateMachine

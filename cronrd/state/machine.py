@@ -38,8 +38,8 @@ from . import start_deadline as SD
 from . import queries as Q
 from . import queue as QU
 from . import run_params as RP
-from .run import SELECT as SELECT_RUNS, Run
-from .run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
+from ..model.run import SELECT as SELECT_RUNS, Run
+from ..model.run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, SEED_JOB_OUTCOMES,
                      SEED_JOB_HISTOGRAMS, SEED_NOTIFY_OUTCOMES,
                      UPGRADE_FROM_V1,

@@ -20,8 +20,8 @@ import apsw
 
 from ..decisions import pools as D
 from ..schedule import iso_utc
-from .run import Run
-from .run_states import ACTIVE, sql_in
+from ..model.run import Run
+from ..model.run_states import ACTIVE, sql_in
 
 HOLDING = ("pending", "assigned", "running")   # a cluster pool's slots are taken
 PLACED = ("assigned", "running")               # a node pool's slots are taken, by node

@@ -10,8 +10,8 @@ import apsw
 
 from ..jobspec import JobSpec
 from ..schedule import iso_utc
-from .run import SELECT as SELECT_RUNS, Run
-from .run_states import ACTIVE as ACTIVE_STATES, sql_in
+from ..model.run import SELECT as SELECT_RUNS, Run
+from ..model.run_states import ACTIVE as ACTIVE_STATES, sql_in
 
 # The runs_active partial index's predicate: a query must repeat it to use the index.
 ACTIVE_SQL = "state IN (%s)" % ",".join(f"'{s}'" for s in ACTIVE_STATES)

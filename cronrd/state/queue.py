@@ -17,8 +17,8 @@ from __future__ import annotations
 import apsw
 
 from ..decisions import overlap
-from .run import SELECT as SELECT_RUNS, Run
-from .run_states import ACTIVE, RunState, TRANSITIONS, sql_in
+from ..model.run import SELECT as SELECT_RUNS, Run
+from ..model.run_states import ACTIVE, RunState, TRANSITIONS, sql_in
 
 # The runs_live_job partial index's term (schema.py): a query repeats it to use it.
 _LIVE = f"state IN {sql_in(ACTIVE)}"

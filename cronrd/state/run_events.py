@@ -21,7 +21,7 @@ job fails and recovers on each node apart (its runs' ``target``).
 from __future__ import annotations
 
 from . import events as EV
-from .run import SELECT as SELECT_RUNS, Run
+from ..model.run import SELECT as SELECT_RUNS, Run
 
 FAILURES = ("failed", "timed_out", "lost")
 

@@ -16,7 +16,6 @@ import json
 
 import apsw
 
-from ..schedule import iso_utc
 
 MAX_KEY = 200           # characters of an idempotency key
 MAX_PARAMS = 100
@@ -99,18 +98,6 @@ def of_runs(conn: apsw.Connection, run_ids: list[int]) -> dict[int, tuple[dict, 
     except apsw.SQLError:   # a database of an older version, read offline
         return {}
     return out
-
-
-def idempotency_key(job: str, fire_time: int, key: str | None,
-                    rerun: int | None = None) -> str:
-    """``CRONRD_IDEMPOTENCY_KEY``: ``job/fire time`` (ISO UTC), the same for
-    every attempt of a fire time; ``job/fire time/rerun-N`` from an explicit
-    rerun or backfill reprocess on (N: the attempt it made; its retries keep
-    it); ``job/key:KEY`` for a run made with a key."""
-    if key:
-        return f"{job}/key:{key}"
-    base = f"{job}/{iso_utc(fire_time)}"
-    return f"{base}/rerun-{rerun}" if rerun else base
 
 
 # A new generation of a fire time: `cronrd rerun`, or a backfill that

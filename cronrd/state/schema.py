@@ -1,6 +1,6 @@
 """The replicated state's SQLite schema (one database per node)."""
 
-from .run_states import FINAL
+from ..model.run_states import FINAL
 
 SCHEMA_VERSION = 6
 

@@ -16,8 +16,8 @@ import apsw
 
 from ..schedule import human_duration, iso_utc
 from . import queries as Q
-from .run import COLUMNS, Run
-from .run_states import NOT_STARTED, sql_in
+from ..model.run import COLUMNS, Run
+from ..model.run_states import NOT_STARTED, sql_in
 
 ON_TIME_KINDS = ("scheduled", "catchup", "upstream")
 SCAN_LIMIT = 500  # runs proposed per pass at most

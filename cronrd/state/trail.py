@@ -7,7 +7,7 @@ from __future__ import annotations
 import apsw
 
 from ..schedule import iso_utc
-from .run import SELECT as SELECT_RUNS, Run
+from ..model.run import SELECT as SELECT_RUNS, Run
 
 
 def records_at(conn: apsw.Connection, job: str, fire_time: int) -> list[Run]:

@@ -11,7 +11,7 @@ from cronrd.runtime.storage import open_db
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import StateMachine
-from cronrd.state.run import Run
+from cronrd.model.run import Run
 
 
 class ForgedState:

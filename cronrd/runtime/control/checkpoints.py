@@ -25,7 +25,7 @@ from ...state import checkpoints as CK
 from ...state import commands as C
 from ...state import queries as Q
 from ...state.machine import Refused
-from ...state.run import Run
+from ...model.run import Run
 from .access import Caller
 from .server import arg
 

@@ -51,7 +51,7 @@ from ...state import pause_log
 from ...state import pools as PL
 from ...state import queries as Q
 from ...state import trail
-from ...state.run import Run
+from ...model.run import Run
 from ...decisions.placement import TAKES_RUNS, NodeView, fits
 
 MAX_BACK = 400 * 366 * 86400   # a previous fire time is looked for this far back at most

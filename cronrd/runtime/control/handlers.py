@@ -27,9 +27,10 @@ from ...jobspec import JobSpec
 from ...jobspec.params import check_run_params
 from ...schedule import iso_utc
 from ...state import commands as C
-from ...state import run_params, run_states
+from ...model import run_states
+from ...state import run_params
 from ...state import queries as Q
-from ...state.run import Run
+from ...model.run import Run
 from ...state.machine import Effect, StateMachine
 from ..leader import backfills as B
 from . import notifications as NH

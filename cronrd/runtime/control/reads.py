@@ -12,7 +12,8 @@ from typing import Any, Callable
 from ...errors import CronrdError, RequestError, UsageError
 from ...schedule import iso_utc, make_trigger, parse_iso, parse_schedule
 from ...state import queries as Q
-from ...state import checkpoints, run_params, run_states
+from ...model import run_states
+from ...state import checkpoints, run_params
 from .server import arg
 
 RUN_KINDS = ("scheduled", "catchup", "manual", "retry", "backfill", "rerun", "upstream")

@@ -57,8 +57,8 @@ from aiohttp import web
 from ...errors import CronrdError, PermissionDenied, UsageError
 from ...schedule import iso_utc
 from ...state import queries as Q
-from ...state import run_states
-from ...state.run import Run
+from ...model import run_states
+from ...model.run import Run
 from .api import Route
 from ..runs import output as O
 from ..tasks import Changes

@@ -33,7 +33,7 @@ from aiohttp import web
 from ...errors import CronrdError, PermissionDenied
 from ...schedule import iso_utc, parse_iso
 from ...state import queries as Q
-from ...state import run_states
+from ...model import run_states
 from ...state.events import SLA_KINDS
 from ...state.tokens import job_allowed, role_allows, sql_glob
 from ..control.access import Caller

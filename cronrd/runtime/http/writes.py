@@ -33,7 +33,7 @@ from ...state import backfill as BF
 from ...state import queries as Q
 from ...state import tokens as T
 from ...state.node_drains import drained
-from ...state.run import SELECT as RUN_SELECT, Run
+from ...model.run import SELECT as RUN_SELECT, Run
 from ...state.tokens import job_allowed
 from ..control.access import Caller, check_token_sees
 from ..control.handlers import LOG_CHUNK, read_log_chunk

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ...jobspec import JobSpec
 from ...state import run_life as L
-from ...state.run import Run
+from ...model.run import Run
 
 if TYPE_CHECKING:
     from .gates import Gate

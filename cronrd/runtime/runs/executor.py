@@ -34,7 +34,7 @@ from ...state import queries as Q
 from ...state import run_life as L
 from ...state import run_params as RP
 from ...state.machine import Effect
-from ...state.run import Run
+from ...model.run import Run
 from .launch import attempt_env
 from ..clock import Clock
 from . import records

@@ -22,7 +22,7 @@ from ...errors import CronrdError
 from ...jobspec import JobSpec
 from ...schedule import iso_utc
 from ...state import checkpoints as CK
-from ...state.run import Run
+from ...model.run import Run
 
 log = logging.getLogger("cronrd.executor")
 

@@ -17,7 +17,7 @@ import stat
 
 from ...errors import CronrdError
 from ...schedule import iso_utc
-from ...state.run import Run
+from ...model.run import Run
 from . import output as O
 
 log = logging.getLogger("cronrd.executor")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...state.run import Run
+from ...model.run import Run
 from .records import Seen
 
 ADOPT, COLLECT, LOST, START_AGAIN, LEGACY = "adopt", "collect", "lost", "start_again", "legacy"

@@ -19,7 +19,7 @@ from ...errors import CronrdError
 from ...state import commands as C
 from ...state import run_life as L
 from ...state.machine import Refused
-from ...state.run import Run
+from ...model.run import Run
 from . import records
 from .active import ActiveRun
 from .logs import read_run_log

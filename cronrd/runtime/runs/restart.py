@@ -30,7 +30,7 @@ import psutil
 from ...schedule.catchup import stale_reason
 from ...state import queries as Q
 from ...state import run_life as L
-from ...state.run import Run
+from ...model.run import Run
 from . import records
 from . import recovery as R
 from .active import ActiveRun

@@ -11,7 +11,7 @@ from ...errors import CronrdError
 from ...jobspec import JobSpec
 from ...state import queries as Q
 from ...state import run_life as L
-from ...state.run import Run
+from ...model.run import Run
 from .active import ActiveRun, InFlight
 from .cgroups import RunCgroups
 from .gates import Gates

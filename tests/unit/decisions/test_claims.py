@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from cronrd.decisions import claims
-from cronrd.state.run import Run
-from cronrd.state.run_states import RunState
+from cronrd.model.run import Run
+from cronrd.model.run_states import RunState
 
 T0 = 1_800_000_000.0
 G = claims.CLAIM_GRACE

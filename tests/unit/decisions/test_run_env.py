@@ -8,8 +8,8 @@ import calendar
 
 from cronrd.decisions.run_env import run_env
 from cronrd.jobspec import JobSpec, Param
-from cronrd.state.run import Run
-from cronrd.state.run_states import RunState
+from cronrd.model.run import Run
+from cronrd.model.run_states import RunState
 
 
 def utc(*f) -> int:

@@ -13,6 +13,7 @@ import pytest
 
 from cronrd.schedule import iso_utc
 from cronrd.state import commands as C
+from cronrd.decisions.run_env import idempotency_key
 from cronrd.state import run_params as RP
 from cronrd.state.machine import Refused, StateMachine
 from tests.unit.state.test_state import T0, Log
@@ -75,7 +76,7 @@ def test_a_retry_carries_params_and_the_key_names_it():
                                                     "existing": True}
     # the idempotency key is the same for both attempts, the run key is not
     one, two = log.run(1), log.run(2)
-    assert RP.idempotency_key("j", one.fire_time, "once") == "j/key:once"
+    assert idempotency_key("j", one.fire_time, "once") == "j/key:once"
     assert one.key != two.key
 
 
@@ -178,7 +179,7 @@ def test_histories_with_keys_apply_alike(seed):
 def _key(log: Log, run_id: int) -> str:
     run = log.run(run_id)
     params, key, rerun = RP.inputs(log.sm.conn, run)
-    return RP.idempotency_key(run.job, run.fire_time, key, rerun)
+    return idempotency_key(run.job, run.fire_time, key, rerun)
 
 
 def test_a_rerun_and_a_backfill_reprocess_start_a_new_key_their_retries_keep():

@@ -15,7 +15,7 @@ from cronrd.errors import CronrdError
 from cronrd.jobspec import JobSpec, Limits
 from cronrd.runtime.runs.launch import (controls, env_file_lines, env_script, host_warnings,
                                         launch)
-from cronrd.state.run import Run
+from cronrd.model.run import Run
 
 SPEC = JobSpec(name="j", schedule="@daily", command="echo hi", source="/etc/cronrd.d/j.yaml")
 AS, NPROC, NOFILE = resource.RLIMIT_AS, resource.RLIMIT_NPROC, resource.RLIMIT_NOFILE

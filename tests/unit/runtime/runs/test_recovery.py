@@ -7,8 +7,8 @@ import dataclasses
 
 from cronrd.runtime.runs import recovery as R
 from cronrd.runtime.runs.records import Record, Seen
-from cronrd.state.run import Run
-from cronrd.state.run_states import RunState
+from cronrd.model.run import Run
+from cronrd.model.run_states import RunState
 
 
 def rec(key="7.a", started=True, status=None, **kw) -> Record:

@@ -14,8 +14,8 @@ from cronrd.runtime.runs.reports import Reporter, finished, run_ended
 from cronrd.state import commands as C
 from cronrd.state import run_life as L
 from cronrd.state.machine import Refused
-from cronrd.state.run import Run
-from cronrd.state.run_states import RunState
+from cronrd.model.run import Run
+from cronrd.model.run_states import RunState
 
 T0 = 1_800_000_000
 RUN = Run(run_id=7, job="j", origin="schedule", kind="scheduled", fire_time=T0, attempt=1,

@@ -11,8 +11,8 @@ from cronrd.runtime.runs.starting import over_cap, refused_source
 from cronrd.state import commands as C
 from cronrd.state import run_life as L
 from cronrd.state.machine import StateMachine
-from cronrd.state.run import Run
-from cronrd.state.run_states import RunState
+from cronrd.model.run import Run
+from cronrd.model.run_states import RunState
 
 T0 = 1_800_000_000
 

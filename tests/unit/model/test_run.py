@@ -1,4 +1,4 @@
-"""A run record as one frozen value (cronrd/state/run.py): decoded once from
+"""A run record as one frozen value (cronrd/model/run.py): decoded once from
 a row, changed only into new values, serialised for the wire by one function."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.machine import StateMachine
-from cronrd.state.run import COLUMNS, SELECT, Run
-from cronrd.state.run_states import RunState
+from cronrd.model.run import COLUMNS, SELECT, Run
+from cronrd.model.run_states import RunState
 
 T0 = 1_800_000_000
 

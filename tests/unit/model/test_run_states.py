@@ -1,11 +1,11 @@
-"""Run states (cronrd.state.run_states): one enum, everything derived."""
+"""Run states (cronrd.model.run_states): one enum, everything derived."""
 
 from __future__ import annotations
 
 import apsw
 import pytest
 
-from cronrd.state import run_states as rs
+from cronrd.model import run_states as rs
 from cronrd.state.machine import StateMachine
 
 
