@@ -60,6 +60,10 @@ class StateError(CronrdError):
     """The replicated state refused a command (duplicate key, unknown run)."""
 
 
+class Refused(StateError):
+    """The command is valid but the state does not allow it."""
+
+
 class StorageError(CronrdError):
     """Durable storage is damaged or unusable."""
 

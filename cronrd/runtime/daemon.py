@@ -28,7 +28,9 @@ from ..errors import CronrdError
 from ..state import commands as C
 from ..state import queries as Q
 from ..state import tokens
-from ..state.machine import Effect, Refused, StateMachine
+from ..state.effects import Effect
+from ..errors import Refused
+from ..state.machine import StateMachine
 from .clock import Clock
 from .control.server import ControlServer
 from .faces import CoreBridge, CoreOnly, CoreReads, FacesThread

@@ -101,7 +101,7 @@ def ack(conn, alert_id: int, note: str, who: str, at: float, refused) -> dict:
 
 def dead_letter_action(sm, index: int, cmd, refused, effects) -> dict:
     """Requeue (a new attempt of the same record) or discard a dead-lettered run."""
-    from .machine import Effect
+    from .effects import Effect
     conn = sm.conn
     row = next(iter(conn.execute("SELECT job, fire_time, state FROM dead_letter WHERE "
                                  "run_id=?", (cmd.run_id,))), None)

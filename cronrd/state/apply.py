@@ -24,7 +24,9 @@ import apsw
 
 from ..errors import CronrdError, StateError
 from . import commands as C
-from .machine import Effect, Refused, StateMachine
+from .effects import Effect
+from ..errors import Refused
+from .machine import StateMachine
 
 log = logging.getLogger("cronrd.state")
 

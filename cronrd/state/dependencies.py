@@ -38,7 +38,7 @@ from ..model.run_states import ACTIVE, FINAL, sql_in
 
 if TYPE_CHECKING:
     from ..jobspec import JobSpec
-    from .machine import StateMachine
+    from .writes import MachineWrites
 
 ACTIVE_SQL = f"state IN {sql_in(ACTIVE)}"  # the runs_active index's predicate
 # A run waiting for its parents: state waiting, and not one of the runs that
@@ -56,7 +56,7 @@ def is_after(spec: "JobSpec") -> bool:
 
 
 # -- the parents in force ----------------------------------------------------------
-def sync_parents(sm: "StateMachine", name: str) -> None:
+def sync_parents(sm: "MachineWrites", name: str) -> None:
     """Make ``job_deps`` and ``dep_cursors`` follow job ``name``'s definition
     (after it was created, changed or removed). A parent new to the child
     counts only outcomes committed from now on (a new dependency is not
@@ -88,7 +88,7 @@ _FRESH = ("SELECT run_id, fire_time, state FROM runs WHERE job=? AND state='succ
           "AND finished_at>=? ORDER BY finished_at DESC, run_id DESC LIMIT 1")
 
 
-def parents_view(sm: "StateMachine", child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
+def parents_view(sm: "MachineWrites", child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
     return parents_of(sm.conn, child, spec, at)
 
 
@@ -109,7 +109,7 @@ def parents_of(conn, child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
     return out
 
 
-def _consume(sm: "StateMachine", child: str, gate: D.Gate, run_id: int | None) -> None:
+def _consume(sm: "MachineWrites", child: str, gate: D.Gate, run_id: int | None) -> None:
     for parent, outcome in gate.consume:
         sm.conn.execute("UPDATE dep_cursors SET run_id=?, new_run_id=NULL WHERE child=? AND "
                         "parent=? AND new_run_id=?", (outcome.run_id, child, parent,
@@ -127,7 +127,7 @@ def _blocked_state(spec: "JobSpec", gate: D.Gate) -> str:
     return "failed" if spec.on_upstream_failure == "fail" else "skipped"
 
 
-def _held(sm: "StateMachine", name: str, spec: "JobSpec") -> str | None:
+def _held(sm: "MachineWrites", name: str, spec: "JobSpec") -> str | None:
     """Why a child that may run does not (paused, maintenance, disabled)."""
     job = sm._job(name)
     if job is not None and job["paused"]:
@@ -138,7 +138,7 @@ def _held(sm: "StateMachine", name: str, spec: "JobSpec") -> str | None:
     return reason
 
 
-def _record_final(sm: "StateMachine", index: int, *, job: str, kind: str, fire_time: int,
+def _record_final(sm: "MachineWrites", index: int, *, job: str, kind: str, fire_time: int,
                   attempt: int, state: str, reason: str, at: float, target: str = "") -> Run:
     run = sm._insert_run(index, job=job, origin="schedule", kind=kind, fire_time=fire_time,
                          attempt=attempt, state=state, node=None, due_at=None, at=at,
@@ -148,7 +148,7 @@ def _record_final(sm: "StateMachine", index: int, *, job: str, kind: str, fire_t
 
 
 # -- a parent's outcome is final -----------------------------------------------------
-def parent_final(sm: "StateMachine", index: int, parent: str, run_id: int, at: float,
+def parent_final(sm: "MachineWrites", index: int, parent: str, run_id: int, at: float,
                  effects, depth: int = 0) -> None:
     """``parent``'s run ``run_id`` ended and no retry follows: once that is
     the parent's final outcome for the fire time (``fire_time_outcome``: a
@@ -232,9 +232,9 @@ def _delivered(conn, parent: str, run_ids: list[int]) -> bool:
     return False
 
 
-def _after_child(sm: "StateMachine", index: int, child: str, spec: "JobSpec", at: float,
+def _after_child(sm: "MachineWrites", index: int, child: str, spec: "JobSpec", at: float,
                  effects, depth: int) -> None:
-    from .machine import Effect
+    from .effects import Effect
     gate = D.decide(spec.trigger_rule, parents_view(sm, child, spec, at))
     if gate.action == D.WAIT:
         return
@@ -276,10 +276,10 @@ def _after_child(sm: "StateMachine", index: int, child: str, spec: "JobSpec", at
 
 
 # -- a scheduled child --------------------------------------------------------------
-def scheduled_fire(sm: "StateMachine", index: int, cmd, spec: "JobSpec", effects) -> dict:
+def scheduled_fire(sm: "MachineWrites", index: int, cmd, spec: "JobSpec", effects) -> dict:
     """A scheduled child's fire (not skipped otherwise): run it if its gate
     is open, else hold it ``waiting`` (wait_for_upstream), else record why not."""
-    from .machine import Effect
+    from .effects import Effect
     if cmd.target:
         done = _like_sibling(sm, index, cmd, effects)
         if done is not None:
@@ -314,7 +314,7 @@ def scheduled_fire(sm: "StateMachine", index: int, cmd, spec: "JobSpec", effects
     return {"run_id": run.run_id, "state": state, "reason": gate.reason}
 
 
-def _enqueue_if_held(sm: "StateMachine", index: int, cmd, spec: "JobSpec") -> dict | None:
+def _enqueue_if_held(sm: "MachineWrites", index: int, cmd, spec: "JobSpec") -> dict | None:
     """A fire whose gate is open, of a ``concurrency: queue`` job with a run
     in flight: it waits in the queue (the bound was checked at the fire)."""
     hold = sm._queue_hold(cmd.job, cmd.target, cmd.fire_time, spec, bounded=False)
@@ -326,11 +326,11 @@ def _enqueue_if_held(sm: "StateMachine", index: int, cmd, spec: "JobSpec") -> di
     return {"run_id": run.run_id, "state": "waiting", "reason": hold.wait}
 
 
-def _like_sibling(sm: "StateMachine", index: int, cmd, effects) -> dict | None:
+def _like_sibling(sm: "MachineWrites", index: int, cmd, effects) -> dict | None:
     """A per-node run (run_on: all) of a fire time another node's run of
     which had its gate looked at already: the same decision, the same
     lineage (the first one consumed the parents' outcomes for them all)."""
-    from .machine import Effect
+    from .effects import Effect
     for rid, state, reason in sm.conn.execute(
             "SELECT run_id, state, reason FROM runs WHERE job=? AND origin='schedule' AND "
             "fire_time=? AND attempt=1 AND target!=? ORDER BY run_id", (cmd.job, cmd.fire_time,
@@ -365,13 +365,13 @@ def _like_sibling(sm: "StateMachine", index: int, cmd, effects) -> dict | None:
     return None
 
 
-def resolve_waiting(sm: "StateMachine", index: int, run: Run, spec: "JobSpec", at: float,
+def resolve_waiting(sm: "MachineWrites", index: int, run: Run, spec: "JobSpec", at: float,
                     effects, depth: int = 0, *, timed_out: bool) -> str:
     """Look at a waiting run's gate again: release it (pending: the leader
     places it), end it (skipped or failed, with the reason), or, unless its
     wait is over (``timed_out``), leave it waiting. The other nodes' runs of
     the same fire time (run_on: all) that wait go with it. Its new state."""
-    from .machine import Effect
+    from .effects import Effect
     gate = D.decide(spec.trigger_rule, parents_view(sm, run.job, spec, at), need_new=False)
     group = [rid for (rid,) in sm.conn.execute(
         f"SELECT run_id FROM runs WHERE {ACTIVE_SQL} AND {UPSTREAM_WAIT} AND job=? AND "

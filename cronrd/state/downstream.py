@@ -34,7 +34,7 @@ from ..decisions import dependencies as D
 from ..model.run_states import ACTIVE, FINAL
 
 if TYPE_CHECKING:
-    from .machine import StateMachine
+    from .writes import MachineWrites
 
 MAX_ITEMS = 10_000  # records one --downstream may rerun
 
@@ -97,7 +97,7 @@ def closure(conn, job: str, fire_time: int, limit: int = MAX_ITEMS
     return order, sorted(set(edges))
 
 
-def start(sm: "StateMachine", root_run: int, job: str, fire_time: int) -> list[tuple[str, int]]:
+def start(sm: "MachineWrites", root_run: int, job: str, fire_time: int) -> list[tuple[str, int]]:
     """Record the closure of (job, fire_time) under ``root_run`` (the attempt
     the rerun or backfill made of it). The records it will rerun, in order."""
     conn = sm.conn
@@ -118,7 +118,7 @@ def start(sm: "StateMachine", root_run: int, job: str, fire_time: int) -> list[t
     return order
 
 
-def on_final(sm: "StateMachine", index: int, job: str, run_id: int, at: float,
+def on_final(sm: "MachineWrites", index: int, job: str, run_id: int, at: float,
              effects) -> set[str]:
     """Run ``run_id`` of ``job`` is its record's final outcome: end the
     downstream items it was the attempt of, and move their children on.
@@ -146,7 +146,7 @@ def _edges_from(conn, root: int, job: str, ft: int) -> list[tuple[str, int]]:
         (root, job, ft)))
 
 
-def _ended(sm: "StateMachine", index: int, root: int, job: str, ft: int, at: float,
+def _ended(sm: "MachineWrites", index: int, root: int, job: str, ft: int, at: float,
            effects, *, ran: bool) -> None:
     """Item (root, job, ft) has ended (``ran``: it ran again, else it was not
     rerun): its children items move on, and each whose parents in the set
@@ -212,11 +212,11 @@ def gate(conn, spec, job: str, fire_time: int) -> D.Gate:
     return D.decide(spec.trigger_rule, parents)
 
 
-def _release(sm: "StateMachine", index: int, root: int, job: str, ft: int, fresh: bool,
+def _release(sm: "MachineWrites", index: int, root: int, job: str, ft: int, fresh: bool,
              by_job: str, by_ft: int, at: float, effects) -> str | None:
     """Give item (root, job, ft) its new attempt; or why it is not rerun."""
     from ..schedule import iso_utc
-    from .machine import Effect
+    from .effects import Effect
     conn = sm.conn
     if not fresh:
         return "no parent of it ran again"

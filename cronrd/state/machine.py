@@ -39,22 +39,13 @@ from . import queries as Q
 from . import queue as QU
 from . import run_params as RP
 from ..model.run import SELECT as SELECT_RUNS, Run
+from ..errors import Refused
+from .effects import Effect
 from ..model.run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .schema import (ADDED_COLUMNS, NODE_STATES, SCHEMA, SCHEMA_VERSION, SEED_JOB_OUTCOMES,
                      SEED_JOB_HISTOGRAMS, SEED_NOTIFY_OUTCOMES,
                      UPGRADE_FROM_V1,
                      UPGRADE_TO_V5, UPGRADE_TO_V6)
-
-
-@dataclass(frozen=True)
-class Effect:
-    kind: str  # assign | pending | cancel | run_done | stuck | jobs_changed | job_source_moved | restored
-    run: Run | None = None
-    job: str | None = None
-
-
-class Refused(StateError):
-    """The command is valid but the state does not allow it."""
 
 
 PRUNE_BATCH = 50_000  # run records one Prune deletes by count at most

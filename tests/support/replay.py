@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import apsw
 
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.errors import Refused
+from cronrd.state.machine import StateMachine
 
 
 class Replay:

@@ -64,6 +64,8 @@ NO_UNIT_TEST_FILE = {
     # state/: apply and the life cycle have files; the machine is tested as a package.
     "state/commands.py": "unit/state/test_state.py, unit/state/test_state_cluster.py",
     "state/forwarded.py": "security/test_forwarded.py",
+    "state/effects.py": "a frozen dataclass; unit/state/test_state.py checks the effects "
+                        "apply returns",
     "state/machine.py": "unit/state/test_state.py, unit/state/test_state_cluster.py",
     "state/schema.py": "unit/state/test_state_cluster.py (schema version)",
     # runtime/

@@ -24,7 +24,7 @@ from ...errors import PermissionDenied, UsageError
 from ...state import checkpoints as CK
 from ...state import commands as C
 from ...state import queries as Q
-from ...state.machine import Refused
+from ...errors import Refused
 from ...model.run import Run
 from .access import Caller
 from .server import arg

@@ -31,7 +31,8 @@ from ...model import run_states
 from ...state import run_params
 from ...state import queries as Q
 from ...model.run import Run
-from ...state.machine import Effect, StateMachine
+from ...state.effects import Effect
+from ...state.machine import StateMachine
 from ..leader import backfills as B
 from . import notifications as NH
 from ...decisions import backfill as BD

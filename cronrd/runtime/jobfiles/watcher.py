@@ -23,7 +23,8 @@ from ...jobspec.worker import argv as worker_argv, problems_of, scan_for_sync
 from ...state import commands as C
 from ...state import queries as Q
 from ...errors import NotLeader, ProposalDropped, StateError, StorageError
-from ...state.machine import CLAIM_TTL, Refused
+from ...state.machine import CLAIM_TTL
+from ...errors import Refused
 from ..clock import Clock
 from ..tasks import wait_within
 

@@ -14,7 +14,7 @@ from ...schedule import Trigger, iso_utc, make_trigger, parse_schedule
 from ...state import backfill as BF
 from ...state import commands as C
 from ...state import queries as Q
-from ...state.machine import Effect
+from ...state.effects import Effect
 from ..tasks import wait_within
 
 log = logging.getLogger("cronrd.backfill")

@@ -24,7 +24,7 @@ from ...state import commands as C
 from ...state import pools as PL
 from ...state import queries as Q
 from ...state import start_deadline
-from ...state.machine import Effect
+from ...state.effects import Effect
 from . import sla_watch as alerting
 from .backfills import Backfiller
 from ..clock import Clock

@@ -25,7 +25,8 @@ from ...jobspec import JobSpec
 from ...schedule import Trigger, jitter_for, make_trigger, parse_schedule, plan_catchup
 from ...state import commands as C
 from ...state import queries as Q
-from ...state.machine import Effect, Refused
+from ...state.effects import Effect
+from ...errors import Refused
 from ..clock import Clock
 from ...decisions.placement import NodeView, fits
 from ..cluster.members import local_node

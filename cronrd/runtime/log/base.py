@@ -22,7 +22,7 @@ import asyncio
 from typing import Any, Callable, Protocol
 
 from ...state.commands import Command
-from ...state.machine import Effect
+from ...state.effects import Effect
 
 EffectListener = Callable[[list[Effect]], None]
 

@@ -28,7 +28,8 @@ from typing import Any
 from ...errors import StorageError
 from ...state.apply import apply_batch
 from ...state.commands import Command
-from ...state.machine import Effect, StateMachine
+from ...state.effects import Effect
+from ...state.machine import StateMachine
 from .base import EffectListener
 
 log = logging.getLogger("cronrd.log")

@@ -23,7 +23,9 @@ from ...errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped
                       StateError, UsageError)
 from ...state import commands as C
 from ...state.apply import apply_batch
-from ...state.machine import Effect, Refused, StateMachine
+from ...state.effects import Effect
+from ...errors import Refused
+from ...state.machine import StateMachine
 from .base import EffectListener, result_of
 from ..peers.rpc import PeerError, PeerUnavailable
 from .raft_node import RaftNode

@@ -22,7 +22,7 @@ from ...state import deliveries as DL
 from ...state import events as EV
 from ...state import queries as Q
 from ...state.deliveries import MAX_BATCH
-from ...state.machine import Effect
+from ...state.effects import Effect
 from . import senders as N
 from ..clock import Clock
 

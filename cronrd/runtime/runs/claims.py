@@ -26,7 +26,7 @@ from typing import Callable, Iterable
 from ...errors import CronrdError
 from ...state import commands as C
 from ...state import run_life as L
-from ...state.machine import Refused
+from ...errors import Refused
 from ..clock import Clock
 from .active import ActiveRun
 

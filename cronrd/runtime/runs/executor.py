@@ -33,7 +33,7 @@ from ...state import commands as C
 from ...state import queries as Q
 from ...state import run_life as L
 from ...state import run_params as RP
-from ...state.machine import Effect
+from ...state.effects import Effect
 from ...model.run import Run
 from .launch import attempt_env
 from ..clock import Clock

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ...errors import CronrdError
 from ...state import commands as C
 from ...state import run_life as L
-from ...state.machine import Refused
+from ...errors import Refused
 from ...model.run import Run
 from . import records
 from .active import ActiveRun

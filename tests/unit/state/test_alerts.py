@@ -8,7 +8,7 @@ import pytest
 from cronrd.state import alerts as AL
 from cronrd.state import commands as C
 from cronrd.state import events as EV
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 from tests.unit.state.test_backfill import finish
 from tests.unit.state.test_state import T0, Log
 

@@ -11,7 +11,8 @@ from cronrd.runtime.log.local import LocalLog
 from cronrd.runtime.storage import open_db
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.errors import Refused
+from cronrd.state.machine import StateMachine
 from tests.unit.runtime.log.test_replicated import fire, put
 from tests.unit.state.test_state import T0
 

@@ -9,7 +9,7 @@ import pytest
 
 from cronrd.state import backfill as BF
 from cronrd.state import commands as C
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 from replay import Replay
 
 from .test_state import T0, Log, apply_all, random_commands

@@ -9,7 +9,7 @@ import pytest
 from cronrd.state import checkpoints as CK
 from cronrd.state import commands as C
 from cronrd.state import forwarded
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 from tests.unit.state.test_state import T0, Log
 
 TOKEN = "a" * 64

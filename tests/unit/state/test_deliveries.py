@@ -42,7 +42,7 @@ def test_prune_takes_the_attempts_of_pruned_events():
 
 def test_a_malformed_result_is_refused():
     import pytest
-    from cronrd.state.machine import Refused
+    from cronrd.errors import Refused
     for attempts, done in (([[1, "c"]], []), ([["x", "c", 1, True, True, ""]], []),
                            ([[1, "c", 1, 1, True, ""]], []), ([], ["1"]), ([], [True])):
         with pytest.raises(Refused, match="attempts must be"):

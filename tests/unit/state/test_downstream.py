@@ -9,7 +9,7 @@ import pytest
 
 from cronrd.state import commands as C
 from cronrd.state import downstream as DS
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 from tests.unit.state.test_backfill import finish
 from tests.unit.state.test_dependencies import after, child_runs, ok, put_all
 from tests.unit.state.test_state import T0, Log

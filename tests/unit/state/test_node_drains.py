@@ -8,7 +8,7 @@ from cronrd.state import commands as C
 from cronrd.state import node_drains
 from cronrd.state.forwarded import check_forwarded
 from cronrd.errors import PermissionDenied
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 from tests.unit.state.test_state import T0, Log
 
 

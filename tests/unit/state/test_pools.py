@@ -12,7 +12,7 @@ import pytest
 from cronrd.state import commands as C
 from cronrd.state import pools as PL
 from cronrd.state import queries as Q
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 
 from .test_state import T0, Log, apply_all
 

@@ -11,7 +11,8 @@ import pytest
 
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.errors import Refused
+from cronrd.state.machine import StateMachine
 from replay import Replay
 from tests.unit.state.test_state import T0, Log, random_commands, spec
 

@@ -15,7 +15,8 @@ from cronrd.schedule import iso_utc
 from cronrd.state import commands as C
 from cronrd.decisions.run_env import idempotency_key
 from cronrd.state import run_params as RP
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.errors import Refused
+from cronrd.state.machine import StateMachine
 from tests.unit.state.test_state import T0, Log
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from cronrd.state import commands as C
 from cronrd.state import start_deadline as SD
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 
 from .test_pools import place, pool_log, start, state
 from .test_state import T0, Log

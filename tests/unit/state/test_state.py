@@ -11,7 +11,8 @@ import pytest
 from cronrd.errors import StateError
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.errors import Refused
+from cronrd.state.machine import StateMachine
 from replay import Replay
 
 T0 = 1_800_000_000  # 2027-01-15T08:00:00Z

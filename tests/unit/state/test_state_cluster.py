@@ -13,7 +13,8 @@ import pytest
 from cronrd.errors import StateError
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.errors import Refused
+from cronrd.state.machine import StateMachine
 from cronrd.state.schema import SCHEMA_VERSION
 from tests.unit.state.test_state import T0, Log, spec
 

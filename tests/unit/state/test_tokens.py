@@ -6,7 +6,7 @@ import pytest
 
 from cronrd.state import commands as C
 from cronrd.state import tokens
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 from tests.unit.state.test_state import T0, Log
 
 

@@ -90,7 +90,7 @@ def test_a_client_behind_the_ring_is_told_it_lost_events():
 
 
 def test_a_snapshot_installed_is_a_reset_and_earlier_ids_cannot_resume():
-    from cronrd.state.machine import Effect
+    from cronrd.state.effects import Effect
     log = Log()
     log.put("j", schedule="@yearly")
     feed = feed_over(log)

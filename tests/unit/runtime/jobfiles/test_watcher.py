@@ -13,7 +13,8 @@ from cronrd.errors import NotLeader, RequestError
 from cronrd.runtime.jobfiles import watcher as W
 from cronrd.runtime.log.local import LocalLog
 from cronrd.state import queries as Q
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.errors import Refused
+from cronrd.state.machine import StateMachine
 
 T0 = 1_800_000_000.0
 

@@ -18,7 +18,8 @@ from cronrd.runtime.log.local import LocalLog
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.state.forwarded import check_forwarded
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.errors import Refused
+from cronrd.state.machine import StateMachine
 
 from .test_watcher import T0, Clock
 

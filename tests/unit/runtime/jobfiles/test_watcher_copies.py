@@ -325,7 +325,7 @@ def test_a_look_with_changes_reads_nothing_while_a_new_leaders_clock_is_unmeasur
 
 def test_a_malformed_copy_or_claim_from_a_peer_is_refused_and_changes_nothing():
     import pytest
-    from cronrd.state.machine import Refused
+    from cronrd.errors import Refused
     m = Machine()
     a_file(m)
     before = {t: m.table(f"SELECT * FROM {t} ORDER BY 1, 2")

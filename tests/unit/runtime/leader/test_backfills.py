@@ -12,7 +12,7 @@ from cronrd.runtime.leader import backfills as B
 from cronrd.schedule import iso_utc, make_trigger, parse_iso, parse_schedule
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 
 from ...state.test_state import T0, Log
 

@@ -10,7 +10,7 @@ import pytest
 from cronrd.errors import CronrdError
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 from log_impls import KINDS, open_log
 from tests.unit.state.test_apply import bad_fire
 from tests.unit.runtime.log.test_replicated import fire, put

@@ -23,7 +23,8 @@ from cronrd.runtime.storage import open_db
 from cronrd.runtime.peers.transport import Transport
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
-from cronrd.state.machine import Refused, StateMachine
+from cronrd.errors import Refused
+from cronrd.state.machine import StateMachine
 from raft_cluster import free_ports
 from tests.unit.state.test_state import T0, spec
 

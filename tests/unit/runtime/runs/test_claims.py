@@ -147,7 +147,7 @@ def test_the_lead_follows_how_long_claims_take_within_bounds():
 def test_a_refused_claim_hands_the_run_back_not_started_to_be_reported():
     class Refusing:
         async def propose(self, cmd):
-            from cronrd.state.machine import Refused
+            from cronrd.errors import Refused
             raise Refused("claims: a non-empty list is required")
 
     async def main():

@@ -13,7 +13,7 @@ from cronrd.runtime.runs.outbox import Outbox
 from cronrd.runtime.runs.reports import Reporter, finished, run_ended
 from cronrd.state import commands as C
 from cronrd.state import run_life as L
-from cronrd.state.machine import Refused
+from cronrd.errors import Refused
 from cronrd.model.run import Run
 from cronrd.model.run_states import RunState
 
