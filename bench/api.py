@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import functools
 import http.client
-import json
 import os
 import random
 import statistics

@@ -310,7 +310,7 @@ def drift(res: Result, first: bool, span: int = 10) -> float:
     growing figure means the scheduler is falling behind (a backlog)."""
     t0, t1 = res.window
     lo, hi = (t0, t0 + span) if first else (t1 - span, t1)
-    xs = sorted(l for f, l in zip(res.fires, res.lateness) if lo <= f < hi)
+    xs = sorted(late for f, late in zip(res.fires, res.lateness) if lo <= f < hi)
     return xs[len(xs) // 2] * 1000.0 if xs else float("nan")
 
 

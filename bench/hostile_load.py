@@ -707,7 +707,6 @@ def log_events(nodes, start: dict[str, int], end: dict[str, int]) -> dict:
                 moved += int(count.group(1)) if count else 0
             if ev == "loop_stalled":
                 ms = re.search(r" ms=(\d+)", line)
-                where = re.search(r" where=(\S+)", line)
                 stack = re.search(r' stack="([^"]*)"', line)
                 frames = stack.group(1).split(" < ") if stack and stack.group(1) else []
                 # the cause: the innermost frame of the daemon's runtime (what called
@@ -1117,7 +1116,7 @@ def run(args) -> None:
         time.sleep(args.settle)
         es_jobs = [f"es{i:03d}" for i in range(args.every_second)]
 
-        phases, reports = [], {}
+        phases = []
         m_prev = None if args.no_metrics else asyncio.run(scrape(url_list))
         metrics = {}
         for name, mix in (("quiet", False), ("mix", True)):

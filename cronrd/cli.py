@@ -1794,7 +1794,7 @@ def validate(obj: Ctx, paths, no_permissions):
     A daemon config among the files is named as one (not checked as a job
     file: `cronrd check-config FILE` checks it) and also makes the exit code 1."""
     from .config import daemon_config_jobs_dir
-    from .jobspec import DirResult, load_job_file, load_jobs_dir
+    from .jobspec import load_job_file, load_jobs_dir
     try:
         cfg = obj.try_config()
     except CronrdError:

@@ -10,7 +10,6 @@ daemon runs, control/reads.py and control/explain.py) and say on stderr that the
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import json
 import os

@@ -26,7 +26,9 @@ the history of a new job is what a backfill is for (the dry run marks them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence, TypeVar
+
+T = TypeVar("T")
 
 REPROCESS = ("missing", "failed", "all")
 ORDERS = ("oldest", "newest")
@@ -138,7 +140,7 @@ def counts(lines: Iterable[tuple[int, Decision]]) -> dict[str, int]:
     return out
 
 
-def excerpt(lines: list, n: int = DRY_RUN_LINES) -> tuple[list, int]:
+def excerpt(lines: Sequence[T], n: int = DRY_RUN_LINES) -> tuple[list[T], int]:
     """The first and last ``n`` of ``lines`` (all of them when there are at
     most 2n), and how many were left out between the two."""
     if len(lines) <= 2 * n:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from ..jobspec.notify import NotifyRoute
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -62,7 +64,8 @@ class Plan:
     next_at: float | None = None                        # the earliest retry not yet due
 
 
-def recipients(kind: str, job_routes, default_routes) -> list[str]:
+def recipients(kind: str, job_routes: Iterable[NotifyRoute] | None,
+               default_routes: Iterable[NotifyRoute]) -> list[str]:
     """Notifier names that want an event of ``kind`` (routes: NotifyRoute;
     ``job_routes`` None: the job has no notify of its own)."""
     routes = default_routes if job_routes is None else job_routes
@@ -71,7 +74,7 @@ def recipients(kind: str, job_routes, default_routes) -> list[str]:
 
 def retry_delay(policy: Policy, failed: int) -> float:
     """The wait after the ``failed``-th failed attempt."""
-    return min(policy.max_retry_delay, policy.retry_delay * 2 ** max(0, failed - 1))
+    return min(policy.max_retry_delay, policy.retry_delay * 2.0 ** max(0, failed - 1))
 
 
 def plan(now: float, events: Iterable[tuple[int, list[str]]],

@@ -24,11 +24,11 @@ class Waiter:
     fire_time: int
     late: bool = False      # a backfill run: after every on-time run
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[bool, int, int, int]:
         return order_key(self.late, self.priority, self.fire_time, self.run_id)
 
 
-def order_key(late: bool, priority: int, fire_time: int, run_id: int) -> tuple:
+def order_key(late: bool, priority: int, fire_time: int, run_id: int) -> tuple[bool, int, int, int]:
     """The release order: on-time first, higher priority, earlier fire time."""
     return (bool(late), -priority, fire_time, run_id)
 

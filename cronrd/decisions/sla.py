@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ..jobspec.model import Sla
 from ..schedule import human_duration, iso_utc
 
 FAILURES = ("failed", "timed_out", "lost")
@@ -62,7 +63,7 @@ def chosen(rec: Record) -> bool:
     return rec.state == "skipped" and (rec.reason or "").startswith(_CHOSEN)
 
 
-def misses(sla, records: Iterable[Record], expected: Iterable[int], now: float, *,
+def misses(sla: Sla, records: Iterable[Record], expected: Iterable[int], now: float, *,
            since: float, last_success: float | None,
            finish_by: Callable[[int], float] | None = None,
            due_at: Callable[[int], float] | None = None,

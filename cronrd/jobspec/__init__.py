@@ -35,7 +35,6 @@ directory: unknown parents and cycles).
 
 from __future__ import annotations
 
-# MAX_DURATION, MAX_RETRIES and MAX_PROBLEMS_PER_FILE are public but were never in __all__
 from .fields import JOB_KEYS, MAX_DURATION, MAX_RETRIES
 from .files import (MAX_FILE_BYTES, check_file_permissions, is_job_file_name, load_job_file,
                     load_jobs_dir)
@@ -62,4 +61,7 @@ __all__ = [
     "load_job_file",
     "check_file_permissions",
     "load_jobs_dir",
+    "MAX_DURATION",
+    "MAX_RETRIES",
+    "MAX_PROBLEMS_PER_FILE",
 ]

@@ -10,6 +10,7 @@ JSON, the CLI) it is serialised by one function, ``Run.view``.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 from ..schedule import iso_utc
 from .run_states import RunState
@@ -42,7 +43,7 @@ class Run:
     moved_from: str | None = None      # nodes it was taken from unclaimed ("a,b")
 
     @classmethod
-    def from_row(cls, row: tuple) -> "Run":
+    def from_row(cls, row: tuple[Any, ...]) -> "Run":
         """A row of ``SELECT <COLUMNS> FROM runs``, in the order of ``COLUMNS``."""
         (run_id, job, origin, kind, fire_time, attempt, target, state, node, token, due_at,
          created_at, started_at, finished_at, pid, exit_code, signal, log_path, reason,
@@ -52,7 +53,7 @@ class Run:
                    exit_code, signal, log_path, reason, bool(cancel_requested),
                    assigned_at, claimed_at, moved_from)
 
-    def row(self) -> tuple:
+    def row(self) -> tuple[Any, ...]:
         """The value as a ``runs`` row again (``from_row``'s inverse)."""
         return tuple(self.state.value if f.name == "state" else
                      int(self.cancel_requested) if f.name == "cancel_requested" else
@@ -64,7 +65,7 @@ class Run:
         and to the job (CRONRD_RUN_KEY)."""
         return f"{self.job}/{iso_utc(self.fire_time)}/{self.attempt}"
 
-    def view(self) -> dict:
+    def view(self) -> dict[str, Any]:
         """The run as the control socket and the CLI show it: stable field
         names, ISO 8601 UTC times. The one wire form of a run."""
         return {

@@ -12,6 +12,7 @@ rerun or a backfill is a new attempt (a new record), never a way back.
 from __future__ import annotations
 
 import enum
+from typing import Iterable
 
 
 class RunState(str, enum.Enum):
@@ -59,6 +60,6 @@ NOT_STARTED = tuple(s for s in ACTIVE if s != _S.RUNNING.value)  # pending, assi
 REPORTABLE = frozenset(FINAL)
 
 
-def sql_in(states) -> str:
+def sql_in(states: Iterable[str]) -> str:
     """``('a','b')`` for an SQL ``IN``: the states are ours, never input."""
     return "(" + ",".join(f"'{RunState(s).value}'" for s in states) + ")"

@@ -148,7 +148,7 @@ def frame_length(header: bytes, max_frame: int = MAX_FRAME) -> int:
     """Parse a 4-byte frame header; CodecError when the length exceeds ``max_frame``."""
     if len(header) != FRAME_HEADER.size:
         raise CodecError(f"frame header must be {FRAME_HEADER.size} bytes, got {len(header)}")
-    (n,) = FRAME_HEADER.unpack(header)
+    n: int = FRAME_HEADER.unpack(header)[0]
     if n > max_frame:
         raise CodecError(f"frame of {n} bytes exceeds the limit of {max_frame} bytes")
     return n
@@ -231,7 +231,7 @@ def _decode(buf: bytes) -> Message:
     off += 4
     if count * _ENTRY.size > end - off:
         raise CodecError(f"entry count {count} cannot fit in the {end - off} bytes left")
-    entries = []
+    entries: list[Entry] = []
     append = entries.append
     unpack_entry = _ENTRY.unpack_from
     esize = _ENTRY.size

@@ -128,7 +128,7 @@ class PendingRead:
 
 class Raft:
     def __init__(self, config: RaftConfig, rng: random.Random, *, conf: ConfState,
-                 hard_state: HardState = HardState(), entries: list[Entry] | tuple = (),
+                 hard_state: HardState = HardState(), entries: list[Entry] | tuple[Entry, ...] = (),
                  snapshot: Snapshot | None = None, applied: int = 0):
         """Restart (or bootstrap) from durable state.
 
@@ -221,7 +221,7 @@ class Raft:
     def _random_timeout(self) -> int:
         return self.cfg.election_tick + self.rng.randrange(self.cfg.election_tick)
 
-    def _send(self, **kw) -> None:
+    def _send(self, **kw: Any) -> None:
         kw.setdefault("term", self.term)
         self.msgs.append(Message(frm=self.id, **kw))
 
@@ -660,7 +660,7 @@ class Raft:
             self.dropped.append((context, f"leadership is moving to {self.lead_transferee}"))
             return False
         last = self.log.last_index()
-        out = []
+        out: list[Entry] = []
         for i, e in enumerate(entries):
             if e.type == EntryType.CONF:
                 if self.pending_conf_index > self.log.applied:

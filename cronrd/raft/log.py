@@ -148,6 +148,8 @@ class RaftLog:
         if index > self.applied:
             raise StorageError(f"cannot compact to {index}: only {self.applied} is applied")
         term = self.term(index)
+        if term is None:  # applied entries are in the log: never, unless it is broken
+            raise StorageError(f"cannot compact to {index}: its term is not in the log")
         del self.entries[:index - self.snap_index]
         self.snap_index, self.snap_term = index, term
         self.unstable_from = max(self.unstable_from, index + 1)

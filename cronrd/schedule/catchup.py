@@ -115,7 +115,8 @@ def plan_catchup(
         run = tuple(trigger.fires_between(boundary, now))
         reason_for = lambda f: window_reason(f, window)  # noqa: E731
         skip_hi = boundary
-        range_reason = "catch-up: missed, older than catchup_window " + (human_duration(window) if window is not None else "")
+        range_reason = ("catch-up: missed, older than catchup_window "
+                        + (human_duration(window) if window is not None else ""))
         extra: list[tuple[int, str]] = []
     elif policy == "none":
         boundary = max(cursor, now - 1 - math.ceil(ON_TIME))

@@ -195,7 +195,8 @@ def _check_field(index: int, field: str, column: int) -> tuple[str, _Field]:
             )
         if item == "?":
             if index not in (_DOM, _DOW):
-                raise ScheduleError(f"{name} field '{field}': '?' is only allowed in day-of-month and day-of-week", column)
+                raise ScheduleError(f"{name} field '{field}': '?' is only allowed in day-of-month "
+                                    "and day-of-week", column)
             item = "*"
         m = _STAR_RE.fullmatch(item)
         if m:

@@ -41,7 +41,7 @@ def test_a_node_whose_clock_is_off_is_shown_and_logged_off(offset, sign):
         c["c"].start(env=skewed(offset), wait=False)
         for n in c:
             n.wait_ready(timeout=40)
-        leader = c.leader()
+        c.leader()
         skewed_node = c["c"]
 
         # c measures itself against the cluster's median clock...

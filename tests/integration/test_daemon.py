@@ -450,7 +450,7 @@ def test_a_run_waiting_at_its_gate_never_starts_once_its_job_is_removed(node):
     waiting = [r for r in runs if r["state"] == "assigned"][0]
     (node.jobs_dir / "gone.yaml").unlink()
     node.call("reload")
-    run = node.wait_runs(lambda rs: any(r["run_id"] == waiting["run_id"]
+    node.wait_runs(lambda rs: any(r["run_id"] == waiting["run_id"]
                                         and r["state"] == "cancelled" for r in rs),
                          job="gone")
     wait_for(lambda: time.time() > parse_iso(waiting["fire_time"]) + 1.5, what="fire time passed")

@@ -410,7 +410,7 @@ def test_a_node_drained_through_a_follower_gets_no_new_runs(cluster):
     leader = c.leader()
     res = leader.cli("cluster", "drain", fid, "--note", "kernel update")
     assert res.returncode == 0 and f"cronrd cluster undrain {fid}" in res.stdout, res.stderr
-    wait_for(lambda: f"(drained)" in follower.cli("cluster", "members").stdout,
+    wait_for(lambda: "(drained)" in follower.cli("cluster", "members").stdout,
              what="members shows the drain")
     member = {m["id"]: m for m in follower.call("cluster_members")["members"]}[fid]
     assert member["drained"]["note"] == "kernel update"

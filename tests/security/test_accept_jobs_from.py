@@ -65,7 +65,7 @@ def test_a_conflicting_definition_in_force_from_another_node_is_not_accepted(tmp
 
     def put(node, command, at):
         (spec,) = parse_job_text(f"schedule: '@daily'\ncommand: {command}\n",
-                                 f"/etc/cronrd.d/backup.yaml").jobs
+                                 "/etc/cronrd.d/backup.yaml").jobs
         return C.PutJob(name="backup", spec=spec.to_dict(), digest=spec.digest(),
                         source="/etc/cronrd.d/backup.yaml", at=at, node=node)
     sm = StateMachine(apsw.Connection(str(tmp_path / "s.db")))

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from cluster_harness import Cluster, free_port
+from cluster_harness import free_port
 from cronrd.raft.types import Message, MsgType
 from cronrd.runtime.peers.rpc import PeerError, PeerRPC, PeerUnavailable
 from cronrd.runtime.peers.transport import TLSConfig, Transport

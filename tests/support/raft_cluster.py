@@ -5,7 +5,6 @@ Shared by tests/integration/test_raft_processes.py and bench/raft_bench.py.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket

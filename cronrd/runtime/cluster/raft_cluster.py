@@ -8,7 +8,8 @@ vouching, join tokens) is its ``PeerTrust`` (cluster/trust.py), and the
 now?" (the lease, which its ``LeaseKeeper`` keeps, cluster/lease_keeper.py), keeps
 the members' views for placement, and gives the leader its membership
 duties: declare unreachable nodes' runs lost after ``node_timeout``,
-promote caught-up learners, finish interrupted membership changes. Leadership (leader/leadership.py) runs them, with the scheduler and the
+promote caught-up learners, finish interrupted membership changes.
+Leadership (leader/leadership.py) runs them, with the scheduler and the
 placement of pending runs, on whichever node leads.
 """
 
@@ -509,10 +510,10 @@ class Cluster:
         raft = self.node.raft
         conf = raft.conf
         n = len(self.member_ids())
-        healthy = [l for l in conf.learners if self.lease.healthy(l)]
+        healthy = [nid for nid in conf.learners if self.lease.healthy(nid)]
         learner = duties.learner_to_promote(
             n, len(conf.voters), conf.learners, healthy,
-            {l: raft.prs[l].match for l in conf.learners if l in raft.prs}, raft.commit)
+            {nid: raft.prs[nid].match for nid in conf.learners if nid in raft.prs}, raft.commit)
         if learner is not None:
             log.info("event=promoting node=%s voters=%d target=%d", learner,
                      len(conf.voters), duties.voter_target(n))

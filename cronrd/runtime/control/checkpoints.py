@@ -18,7 +18,6 @@ import asyncio
 import base64
 import binascii
 import logging
-import secrets
 
 from ...errors import PermissionDenied, UsageError
 from ...state import checkpoints as CK

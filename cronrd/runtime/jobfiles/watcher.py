@@ -17,11 +17,10 @@ from typing import Callable
 
 from dataclasses import dataclass
 
-from ...jobspec import FileResult, Problem
+from ...jobspec import Problem
 from ...jobspec.files import default_uids, list_job_files, scan_job_file
 from ...jobspec.worker import argv as worker_argv, problems_of, scan_for_sync
 from ...state import commands as C
-from ...state import queries as Q
 from ...errors import NotLeader, ProposalDropped, StateError, StorageError
 from ...state.machine import CLAIM_TTL
 from ...errors import Refused

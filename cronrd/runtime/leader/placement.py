@@ -19,7 +19,6 @@ No eligible node means a ``skipped`` record that says why (guarantee 2).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Callable
 
 from ...decisions.placement import TAKES_RUNS, Choice, NodeView, fits

@@ -7,7 +7,6 @@ execution files, the run records) is kept when a check fails or on request.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from cronrd.raft.core import (CANDIDATE, FOLLOWER, LEADER, PRECANDIDATE, PROBE, REPLICATE,
+from cronrd.raft.core import (CANDIDATE, FOLLOWER, LEADER, PRECANDIDATE, REPLICATE,
                               Raft, RaftConfig, RaftError)
 from cronrd.raft.log import RaftLog
 from cronrd.raft.types import (ConfChange, ConfChangeType, ConfState, Entry, EntryType,
@@ -610,7 +610,7 @@ def test_vote_request_of_an_older_term_is_answered_with_our_term():
     # and the candidate never caught up.
     net = Net(["a", "b"], logs={"a": log(1, 1), "b": log(1)}, terms={"a": 3, "b": 9},
               pre_vote=False)
-    a, b = net["a"], net["b"]
+    a = net["a"]
     a._campaign(transfer=False)
     assert a.role == CANDIDATE and a.term == 4
     net.settle()
@@ -669,7 +669,7 @@ def test_removed_node_refuses_a_proposal_its_leader_of_a_newer_term_would_ignore
 
 def test_a_learner_still_forwards_its_proposals():
     net = Net(["a", "b"], learners=["l"])
-    a = net.elect("a")
+    net.elect("a")
     net["l"].propose(b"from-learner", b"op")
     net.settle()
     assert b"from-learner" in [e.data for e in net.applied["a"]]
@@ -750,7 +750,7 @@ def test_a_node_that_never_campaigns_tells_a_stale_leader_its_term():
     # the leader's appends silently and, never campaigning, never caught up.
     net = Net(["a", "b"], learners=["l"], pre_vote=False, check_quorum=False)
     a = net.elect("a")
-    l = net["l"]
+    l = net["l"]  # noqa: E741 - the learner is named l
     l.step(Message(type=MsgType.VOTE, to="l", frm="b", term=a.term + 5,
                    index=l.last_index, log_term=l.log.last_term()))
     net.queue.clear()
@@ -806,7 +806,7 @@ def test_a_voucher_behind_this_node_cannot_bring_a_removed_member_back():
 # -- what a member may not do (review of issue 9) ---------------------------------------------------------
 def test_a_learner_cannot_lead_a_voter_or_make_it_apply_anything():
     net = Net(["a", "b"], learners=["l"])
-    a = net.elect("a")
+    net.elect("a")
     b = net["b"]
     term, last, commit = b.term, b.last_index, b.commit
     b.step(Message(type=MsgType.APP, to="b", frm="l", term=term + 1, index=last,
@@ -929,7 +929,7 @@ def test_a_node_that_cannot_campaign_forgets_a_silent_leader():
     # proposals to a leader that drops a non-member's messages; nobody answered.
     net = Net(["a", "b"], learners=["l"])
     a = net.elect("a")
-    l = net["l"]
+    l = net["l"]  # noqa: E741 - the learner is named l
     assert l.lead == "a"
     net.drop = lambda m: m.to == "l"  # the leader no longer sends it anything
     for _ in range(3 * l.cfg.election_tick):

@@ -438,7 +438,8 @@ def test_a_removed_node_that_comes_back_gets_its_jobs_again(tmp_path):
 
 
 def test_remove_node_forgets_the_definitions_only_it_had(tmp_path):
-    (tmp_path / "a").mkdir(); (tmp_path / "b").mkdir()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
     fleet(tmp_path / "a", files=1, per=3)
     fleet(tmp_path / "b", files=1, per=3, command="false")   # n3 disagrees
     sm, _, wa = setup(tmp_path / "a", node="n1")

@@ -11,7 +11,6 @@ import os
 import random
 
 import apsw
-import pytest
 
 from cronrd.errors import StateError
 from cronrd.raft.types import ConfChangeType, ConfState

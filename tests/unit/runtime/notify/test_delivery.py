@@ -70,7 +70,7 @@ def test_given_up_after_max_attempts_and_an_unknown_notifier_is_recorded():
     rx = WebhookReceiver(fail_first=100)
     log = Log()
     log.put()
-    eid = EV.emit(log.sm.conn, "failed", job="j", at=T0)
+    EV.emit(log.sm.conn, "failed", job="j", at=T0)
     d = delivery(log, {"chat": {"type": "webhook", "url": rx.url, "retry_delay": "0s",
                                 "max_attempts": 2}}, ["chat"])
     # another node's config names "pager"; this leader's does not define it

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from cronrd.errors import NotLeader, RequestError, StateError
+from cronrd.errors import NotLeader, StateError
 from cronrd.raft.types import Message, MsgType
 from cronrd.runtime.peers.rpc import PeerError, PeerRPC, PeerUnavailable
 

@@ -5,7 +5,6 @@ integration/test_process_controls.py and security/test_privilege_drop.py."""
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 
