@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from cronrd.cli import main as cli_main
+from cronrd.cli.base import every_command
 from cronrd.config import KNOWN_KEYS
 from cronrd.jobspec import JOB_KEYS
 
@@ -61,7 +62,7 @@ def test_mandoc_lint_has_no_warnings(page):
 # -- (c) completeness ----------------------------------------------------------------
 def test_every_cli_command_is_documented():
     text = _plain(PAGE8)
-    missing = [name for name in cli_main.commands
+    missing = [name for name in every_command()
                if not re.search(rf"^\.B {re.escape(name)}\b", text, re.M)]
     assert not missing, f"commands without an entry in man/cronrd.8: {missing}"
 
@@ -69,7 +70,7 @@ def test_every_cli_command_is_documented():
 def test_every_cli_option_is_documented():
     text = _plain(PAGE8)
     missing = []
-    for name, cmd in list(cli_main.commands.items()) + [("", cli_main)]:
+    for name, cmd in list(every_command().items()) + [("", cli_main)]:
         for param in cmd.params:
             for opt in list(getattr(param, "opts", [])) + list(
                     getattr(param, "secondary_opts", [])):

@@ -37,6 +37,8 @@ NOBODY = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
 AS_NOBODY = """
 import os, sys, json, socket, time
 import cronrd.cli, cronrd.client, cronrd.config, cronrd.errors, cronrd.runtime.peers.tls
+import importlib, cronrd.cli.base as B  # every command's module, before the uid changes
+for m in {w[0] for w in B.COMMANDS.values()}: importlib.import_module('cronrd.cli.' + m)
 uid, gid, group = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 os.setgroups([group]); os.setgid(gid); os.setuid(uid)
 mode, rest = sys.argv[4], sys.argv[5:]

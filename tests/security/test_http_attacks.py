@@ -362,14 +362,14 @@ def test_connections_beyond_the_cap_are_closed_at_once(monkeypatch):
 def test_a_refused_requests_target_cannot_drive_the_admins_terminal(capsys):
     """A viewer's refused POST /api/v1/jobs/<ESC>]52;...<BEL>/pause is audited
     with that name as its target: `cronrd audit` prints it as text."""
-    from cronrd.cli import table
+    from cronrd.cli.base import table
     table([[1, "\x1b]52;c;ZWNobyBwd25lZA==\x07x\x9b2J\r\nfake"]], ["id", "target"])
     out = capsys.readouterr().out
     assert not any(c in out for c in "\x1b\x07\x9b\r"), repr(out)
     assert out.count("\n") == 2  # the header and one row
     assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07x\\x9b2J\\r\\nfake" in out
 
-    from cronrd.cli import _pause_text
+    from cronrd.cli.jobs import _pause_text
     assert "\x1b" not in _pause_text({"by": "token 'op' (role operator)", "at": "t",
                                        "note": "\x1b[2Jgone"})
 

@@ -19,7 +19,7 @@ LAYERS = {
              "raft", "state", "decisions", "schedule", "jobspec"],
     "config": ["config"],
     "runtime": ["runtime"],                 # the edges and the daemon, runtime/runs/ too
-    "cli": ["cli.py", "client.py", "offline.py", "__main__.py"],
+    "cli": ["cli", "client.py", "offline.py", "__main__.py"],
 }
 CORE = LAYERS["core"]
 OUTER = ("cronrd.runtime", "cronrd.cli", "cronrd.client", "cronrd.offline", "cronrd.config")

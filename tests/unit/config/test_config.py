@@ -59,7 +59,7 @@ def test_missing_and_broken_files(tmp_path, monkeypatch):
 
 
 def test_cli_default_config_path_matches_config_module():
-    # cli.py keeps its own copy so that `cronrd --version` need not import YAML.
+    # cli/base.py keeps its own copy so that `cronrd --version` need not import YAML.
     from cronrd import cli, config
     assert cli.DEFAULT_CONFIG_PATH == config.DEFAULT_CONFIG_PATH
 

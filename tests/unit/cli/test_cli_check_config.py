@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from cronrd.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run(*argv, env=None):

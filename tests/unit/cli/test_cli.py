@@ -1,4 +1,4 @@
-"""The everyday commands of the CLI (cronrd/cli.py) against a fake daemon
+"""The everyday commands of the CLI (cronrd/cli/) against a fake daemon
 (tests/support/fake_daemon.py): what they send, what they print, how they
 fail. Behaviour that depends on a real daemon is in
 tests/integration/test_daemon.py."""
@@ -10,7 +10,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cronrd.cli import hoist_global_options, main
+from cronrd.cli import main
+from cronrd.cli.base import hoist_global_options
 
 STATUS = {"node_id": "a", "role": "leader", "leader": "a", "term": 3, "jobs": 2,
           "paused": 0, "running": 0, "assigned": 0}
@@ -196,3 +197,31 @@ def test_alerts_ack_and_dead_letter_requeue_send_what_was_asked(daemon):
     assert [(r["cmd"], r["args"]) for r in d.requests] == [
         ("alert_ack", {"id": 4, "note": "disk replaced"}),
         ("dead_letter_action", {"run_id": 9, "action": "requeue", "note": ""})]
+
+
+# -- the command table (cli/base.py COMMANDS) ------------------------------------------
+def test_every_command_of_the_table_loads_under_its_own_name():
+    from cronrd.cli.base import COMMANDS, every_command
+    found = every_command()
+    assert sorted(found) == sorted(COMMANDS) and len(found) >= 30
+    for name, cmd in found.items():
+        assert cmd.name == name, (name, cmd.name)
+    # and nothing else registers commands behind the table's back
+    import cronrd.cli.base as B
+    assert not B.main.commands
+
+
+def test_a_command_loads_only_its_own_module():
+    """`cronrd next` (a local command) loads neither the cluster's commands
+    nor the runs': a fresh interpreter, so nothing is loaded beforehand."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom cronrd.cli import main\n"
+            "try:\n    main(['next', '@hourly', '-n', '1'])\nexcept SystemExit:\n    pass\n"
+            "import json\nprint(json.dumps(sorted(m for m in sys.modules "
+            "if m.startswith('cronrd.cli.'))))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=str(__import__("pathlib").Path(__file__).parents[3]))
+    loaded = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "cronrd.cli.local" in loaded, res.stdout + res.stderr
+    assert "cronrd.cli.cluster" not in loaded and "cronrd.cli.runs" not in loaded, loaded

@@ -17,9 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from cronrd.cli import main
+from cronrd.cli.base import every_command
 from fake_daemon import FakeDaemon
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def cli(d: FakeDaemon | None, *argv: str):
@@ -300,7 +301,7 @@ def _man() -> str:
 
 def test_cluster_subcommands_and_options_are_in_the_man_page():
     text = _man()
-    group = main.commands["cluster"]
+    group = every_command()["cluster"]
     for name, cmd in group.commands.items():
         assert re.search(rf"^\.B cluster {re.escape(name)}\b", text, re.M), name
         for param in cmd.params:
@@ -312,7 +313,7 @@ def test_cluster_subcommands_and_options_are_in_the_man_page():
 
 
 def test_jobs_are_read_and_printed_a_page_at_a_time(daemon, monkeypatch):
-    import cronrd.cli as cli_module
+    import cronrd.cli.jobs as cli_module
     monkeypatch.setattr(cli_module, "JOBS_PAGE", 2)
     names = [f"job{i}" for i in range(5)]
 
