@@ -77,6 +77,12 @@ NO_UNIT_TEST_FILE = {
     "state/effects.py": "a frozen dataclass; unit/state/test_state.py checks the effects "
                         "apply returns",
     "state/machine.py": "unit/state/test_state.py, unit/state/test_state_cluster.py",
+    "state/apply_access.py": "unit/state/test_state.py, test_state_cluster.py (the machine, of which it is a part)",
+    "state/apply_common.py": "unit/state/test_state.py, test_state_cluster.py (the machine, of which it is a part)",
+    "state/apply_jobs.py": "unit/state/test_state.py, test_state_cluster.py (the machine, of which it is a part)",
+    "state/apply_nodes.py": "unit/state/test_state.py, test_state_cluster.py (the machine, of which it is a part)",
+    "state/apply_runs.py": "unit/state/test_state.py, test_state_cluster.py (the machine, of which it is a part)",
+    "state/apply_workflows.py": "unit/state/test_state.py, test_state_cluster.py (the machine, of which it is a part)",
     "state/schema.py": "unit/state/test_state_cluster.py (schema version)",
     # runtime/
     "runtime/clock.py": "unit/runtime/test_scheduler.py (an injected clock)",

@@ -258,8 +258,8 @@ def test_prune_deletes_only_old_finished_runs():
 
 
 def test_prune_keeps_the_newest_records_of_each_job_in_bounded_steps(monkeypatch):
-    from cronrd.state import machine
-    monkeypatch.setattr(machine, "PRUNE_BATCH", 4)
+    from cronrd.state import apply_nodes
+    monkeypatch.setattr(apply_nodes, "PRUNE_BATCH", 4)  # where Prune reads it
     log = Log()
     log.put(concurrency="allow")
     log.put(name="k", concurrency="allow")
@@ -446,3 +446,11 @@ def test_full_digest_reads_every_replicated_table():
     tables = {name for (name,) in log.sm.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
     assert tables - {"meta"} == {t for t, _ in DIGEST_TABLES}
+
+
+def test_every_command_type_has_its_applier_in_the_table():
+    from cronrd.state import commands as C
+    from cronrd.state.machine import APPLIERS
+    assert set(APPLIERS) == set(C.COMMANDS.values())
+    for cls, method in APPLIERS.items():
+        assert method.__name__ == "_apply_" + cls.op

@@ -1,0 +1,76 @@
+"""Applying the commands about access: denials, join tokens, API tokens,
+drains and the audit record.
+
+A part of the state machine (machine.py), which is one of these
+classes each: the methods use its connection and one another."""
+
+from __future__ import annotations
+
+
+
+from . import commands as C
+from . import tokens
+from . import node_drains
+from ..errors import Refused
+
+
+class AccessApply:
+    """The access part of StateMachine."""
+
+    def _deny(self, kind: str, value: str, reason: str, at: float) -> None:
+        self.conn.execute("INSERT INTO denied(kind, value, at, reason) VALUES(?,?,?,?) "
+                          "ON CONFLICT(kind, value) DO UPDATE SET at=excluded.at, "
+                          "reason=excluded.reason", (kind, value, at, reason))
+
+
+    def _apply_deny(self, index, cmd: C.Deny, effects):
+        if cmd.kind not in ("node", "serial") or not cmd.value:
+            raise Refused(f"deny: kind must be node or serial with a value (got "
+                          f"{cmd.kind!r}, {cmd.value!r})")
+        if cmd.lift:
+            self.conn.execute("DELETE FROM denied WHERE kind=? AND value=?",
+                              (cmd.kind, cmd.value))
+            return {"lifted": bool(self.conn.changes())}
+        self._deny(cmd.kind, cmd.value, cmd.reason, cmd.at)
+        return {"denied": cmd.value}
+
+
+    def _apply_join_token(self, index, cmd: C.JoinToken, effects):
+        if not cmd.token_hash:
+            self.conn.execute("DELETE FROM join_tokens WHERE node=?", (cmd.node,))
+            return {"withdrawn": bool(self.conn.changes())}
+        self.conn.execute("INSERT INTO join_tokens(node, hash, addr, at) VALUES(?,?,?,?) "
+                          "ON CONFLICT(node) DO UPDATE SET hash=excluded.hash, "
+                          "addr=excluded.addr, at=excluded.at",
+                          (cmd.node, cmd.token_hash, cmd.addr, cmd.at))
+        return {"node": cmd.node}
+
+
+    def _apply_create_token(self, index, cmd: C.CreateToken, effects):
+        problem = tokens.create(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"name": cmd.name, "role": cmd.role}
+
+
+    def _apply_revoke_token(self, index, cmd: C.RevokeToken, effects):
+        problem = tokens.revoke(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"revoked": cmd.name}
+
+
+    def _apply_drain_node(self, index, cmd: C.DrainNode, effects):
+        problem = node_drains.apply(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"node": cmd.node, "drained": cmd.drained}
+
+
+    def _apply_audit(self, index, cmd: C.Audit, effects):
+        self.conn.execute(
+            "INSERT INTO audit(at, node, uid, user, pid, command, target, allowed, detail) "
+            "VALUES(?,?,?,?,?,?,?,?,?)",
+            (cmd.at, cmd.node, cmd.uid, cmd.user, cmd.pid, cmd.command, cmd.target,
+             int(cmd.allowed), cmd.detail))
+        return {"audit_id": self.conn.last_insert_rowid()}
