@@ -221,7 +221,8 @@ class Offline:
         another node for one), as the daemon's `logs` sends them
         (control/handlers.py): {"run"}, the output, {"end"} per run. Nothing to
         follow with the daemon down."""
-        from .runtime.control.handlers import chunk_messages, flush_messages, last_lines, read_log_chunk
+        from .runtime.control.logs import (chunk_messages, flush_messages, last_lines,
+                                              read_log_chunk)
         from .state import queries as Q
         job = args.get("job")
         run_id, since, lines = args.get("run_id"), args.get("since"), args.get("lines")

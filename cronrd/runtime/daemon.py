@@ -34,7 +34,8 @@ from ..state.machine import StateMachine
 from .clock import Clock
 from .control.server import ControlServer
 from .faces import CoreBridge, CoreOnly, CoreReads, FacesThread
-from .control.handlers import Handlers, read_log_chunk
+from .control.handlers import Handlers
+from .control.logs import read_log_chunk
 from .heap import Heap
 from .leader.leadership import Leadership
 from .logfmt import JournalFormatter, LogfmtFormatter

@@ -302,5 +302,5 @@ class CoreReads:
             name: self._bridge.handler(fn) for name, fn in self._h.table().items()}
 
     def read_log_chunk(self, run_id: int, offset: int) -> dict:
-        from .control.handlers import read_log_chunk
+        from .control.logs import read_log_chunk
         return read_log_chunk(self.config, self.conn, run_id, offset)

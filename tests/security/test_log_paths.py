@@ -15,7 +15,7 @@ import yaml
 from cronrd.config import parse_config
 from cronrd.errors import CronrdError
 from cronrd.runtime.daemon import Daemon
-from cronrd.runtime.control.handlers import read_log_chunk
+from cronrd.runtime.control.logs import read_log_chunk
 from cronrd.runtime.runs.executor import Executor
 from cronrd.runtime.runs.outbox import Outbox
 from cronrd.runtime.runs.logs import log_file_name, safe_dir_name

@@ -91,6 +91,11 @@ NO_UNIT_TEST_FILE = {
     "runtime/http/api.py": "unit/runtime/test_http_server.py (its routes: tokens, roles, "
                            "pages, cursors, errors, the OpenAPI document)",
     "runtime/control/handlers.py": "integration/test_daemon.py (every control command, through the socket)",
+    "runtime/control/jobs.py": "integration/test_daemon.py (every control command, through the socket); a part of Handlers",
+    "runtime/control/runs.py": "integration/test_daemon.py (every control command, through the socket); a part of Handlers",
+    "runtime/control/workflows.py": "integration/test_daemon.py (every control command, through the socket); a part of Handlers",
+    "runtime/control/membership.py": "integration/test_daemon.py (every control command, through the socket); a part of Handlers",
+    "runtime/control/logs.py": "security/test_log_paths.py, integration/test_daemon.py (logs), integration/test_daily_cli.py (offline)",
     "runtime/log/local.py": "unit/runtime/log/test_base_contract.py (both Log implementations)",
     "runtime/runs/active.py": "a dataclass of a run's handles; unit/runtime/runs/test_reports.py, "
                               "test_starting.py build them",

@@ -36,7 +36,7 @@ from ...state.node_drains import drained
 from ...model.run import SELECT as RUN_SELECT, Run
 from ...state.tokens import job_allowed
 from ..control.access import Caller, check_token_sees
-from ..control.handlers import LOG_CHUNK, read_log_chunk
+from ..control.logs import LOG_CHUNK, read_log_chunk
 from .api import (MAX_LIMIT, Route, cursor_before, decode_cursor, encode_cursor,
                        page_limit, whole_number)
 from .idempotency import IdempotencyCache

@@ -15,6 +15,7 @@ from cronrd.decisions import backfill as D
 from cronrd.errors import PermissionDenied, RequestError
 from cronrd.runtime.leader import backfills as B
 from cronrd.runtime.control import handlers as H
+from cronrd.runtime.control import workflows as W
 from cronrd.runtime.control.access import Caller
 from cronrd.schedule import iso_utc
 from cronrd.state import commands as C
@@ -176,12 +177,12 @@ def test_a_dry_run_answers_the_first_and_last_lines_and_counts_the_rest(monkeypa
     props.l.fire(T0 - 500 * MIN)
     conn.execute("UPDATE jobs SET cursor=? WHERE name='j'", (T0,))
     notes = []
-    real_note = H._downstream_note
+    real_note = W._downstream_note
 
     def note(*a):
         notes.append(a)
         return real_note(*a)
-    monkeypatch.setattr(H, "_downstream_note", note)
+    monkeypatch.setattr(W, "_downstream_note", note)
     first, last = T0 - 1000 * MIN, T0 - MIN
     res = request(h, ROOT, first, last, dry_run=True, downstream=True)
     n = N

@@ -1,0 +1,117 @@
+"""The control commands about runs: runs, run, run-now (and following its
+attempts), cancel."""
+
+from __future__ import annotations
+
+
+
+from ...errors import CronrdError, RequestError, UsageError
+from ...jobspec.params import check_run_params
+from ...state import commands as C
+from ...model import run_states
+from ...state import run_params
+from ...state import queries as Q
+from .access import Caller
+from .server import Stream, arg
+from .reads import runs_listing
+
+
+def run_now_inputs(job: str, spec, args: dict) -> tuple[dict[str, str], str]:
+    """`run-now --param NAME=VALUE --key KEY`: the values checked against the
+    job's params: (canonical text) and the key; UsageError naming what is
+    wrong and what is allowed."""
+    given = arg(args, "params", dict, {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+        raise UsageError("argument 'params' must map parameter names to strings")
+    key = arg(args, "key", str, "")
+    if key:
+        problem = run_params.key_problem(key)
+        if problem:
+            raise UsageError(f"--key {key!r}: {problem}")
+    return check_run_params(job, spec.params, given), key
+
+
+
+
+class RunRequests:
+    """The runs part of Handlers (handlers.py): its state, log and guard."""
+
+    async def h_runs(self, args: dict) -> dict:
+        await self._consistent(args)
+        return runs_listing(self.conn, args, self.config.timezone, Q.applied_index(self.conn))
+
+    async def h_run(self, args: dict) -> dict:
+        await self._consistent(args)
+        run_id = arg(args, "run_id", int, required=True)
+        run = Q.get_run(self.conn, run_id)
+        if run is None:
+            raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
+        from ...state.dependencies import lineage
+        view = run_params.add_to_views(self.conn, [run.view()])[0]
+        from ...state.checkpoints import views as heartbeat_views
+        heartbeat_views(self.conn, [view])
+        consumed = lineage(self.conn, run_id)
+        if consumed:
+            view["lineage"] = consumed  # the parent runs it consumed
+        return view
+
+    async def h_run_now(self, args: dict, caller: Caller):
+        name = arg(args, "job", str, required=True)
+        job = self._job_or_error(name)
+        await self._authorize_job(caller, "run_now", name, name, change=True)
+        wait = bool(arg(args, "wait", bool, False))
+        params, key = run_now_inputs(name, job["spec"], args)
+        # The leader places it (node ""), honouring run_on.
+        res = await self.log.propose(C.ManualRun(job=name, node="", at=self.clock.now(),
+                                                 params=params, key=key))
+        run_id = res["run_id"]
+        if not wait:
+            return {"run_id": run_id, "state": res["state"],
+                    **({"existing": True} if res.get("existing") else {}),
+                    **({"reason": res["reason"]} if res.get("reason") else {})}
+        return Stream(self._follow_attempts(run_id))
+
+    async def _follow_attempts(self, run_id: int):
+        """Wait for the run and any retries; yield each attempt's end."""
+        while True:
+            run = await self._wait_run(run_id)
+            yield {"event": run.view()}
+            nxt = Q.next_attempt(self.conn, run)
+            if nxt is None:
+                yield {"result": run.view()}
+                return
+            run_id = nxt
+
+    async def h_cancel(self, args: dict, caller: Caller) -> dict:
+        """Cancel run ``run_id``, or every active run of ``job``. A run
+        stops with its job's kill_grace; a cancelled run is not retried."""
+        job = arg(args, "job", str)
+        if job is not None:
+            self._job_or_error(job)
+            await self._authorize_job(caller, "cancel", job, job, change=True)
+            runs = Q.active_runs_of(self.conn, job)
+        else:
+            run_id = arg(args, "run_id", int, required=True)
+            run = Q.get_run(self.conn, run_id)
+            if run is None:
+                raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent "
+                                   "runs")
+            await self._authorize_job(caller, "cancel", str(run_id), run.job, change=True)
+            if run.state not in run_states.ACTIVE:
+                raise RequestError(f"run {run_id} of job {run.job!r} is already "
+                                   f"{run.state}; there is nothing to cancel")
+            runs = [run]
+        reason = f"cancelled by {caller.describe()} (`cronrd cancel`)"
+        out = []
+        for run in runs:
+            try:
+                await self.log.propose(C.CancelRun(run_id=run.run_id, reason=reason,
+                                                   at=self.clock.now()))
+            except CronrdError:
+                if len(runs) == 1:
+                    raise
+                continue  # it ended meanwhile
+            out.append((Q.get_run(self.conn, run.run_id) or run).view())
+        if job is not None:
+            return {"job": job, "runs": out}
+        return out[0]
