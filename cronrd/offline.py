@@ -187,7 +187,7 @@ class Offline:
 
     def h_explain(self, args: dict, on_message) -> dict:
         """The trail with the members as last announced (no health known)."""
-        from .runtime.control.explain import OFFLINE_NODES, explain, nodes_from_state
+        from .explain.explain import OFFLINE_NODES, explain, nodes_from_state
         return explain(self.conn, args, now=time.time(), default_tz=self.config.timezone,
                        nodes=nodes_from_state(self.conn), nodes_note=OFFLINE_NODES)
 

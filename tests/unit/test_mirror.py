@@ -49,6 +49,14 @@ NO_UNIT_TEST_FILE = {
     "cli/tokens.py": "unit/cli/test_cli*.py (the package as a whole)",
     "errors.py": "the exception tree; used by every test",
     "offline.py": "integration/test_daily_cli.py (status, jobs, show, runs, logs with the daemon down)",
+    # explain/: tested through explain() (unit/explain/test_explain.py), a step each.
+    "explain/explain.py": "unit/explain/test_explain.py (named after the package: explain() is its entry)",
+    "explain/capacity_steps.py": "unit/explain/test_explain.py (every step, through explain())",
+    "explain/record_steps.py": "unit/explain/test_explain.py (every step, through explain())",
+    "explain/schedule_steps.py": "unit/explain/test_explain.py (every step, through explain())",
+    "explain/subject.py": "unit/explain/test_explain.py (every step, through explain())",
+    "explain/verdict.py": "unit/explain/test_explain.py (every step, through explain())",
+    "explain/workflow_steps.py": "unit/explain/test_explain.py (every step, through explain())",
     "ids.py": "unit/test_layers.py::test_one_node_id_rule, unit/config/test_config.py",
     # config/: tested as a package (unit/config/test_config.py) and load.py on its own.
     "config/addresses.py": "unit/config/test_config.py (the package as a whole)",

@@ -227,7 +227,7 @@ class JobRequests:
         fire time (control/explain.py). The members' health is the leader's view; a
         follower gives them as last announced in the state."""
         await self._consistent(args)
-        from .explain import FOLLOWER_NODES, explain, nodes_from_state
+        from ...explain.explain import FOLLOWER_NODES, explain, nodes_from_state
         if self.log.is_leader:
             nodes, note = self.members.node_views(), ""
         else:

@@ -192,7 +192,7 @@ def test_random_downstream_histories_are_deterministic_and_keep_one_record_per_a
 
 
 def test_explain_says_what_a_downstream_rerun_did_to_a_record():
-    from cronrd.runtime.control import explain as E
+    from cronrd.explain import explain as E
     log = diamond()
     log.apply(C.SetPaused(name="b", paused=True, at=T0 + 40))
     res = log.apply(C.Rerun(job="a", fire_time=T0 + 1, at=T0 + 50, downstream=True))

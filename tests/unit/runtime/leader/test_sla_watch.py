@@ -52,7 +52,7 @@ def test_finish_by_is_the_next_wall_clock_time_in_the_jobs_zone():
 
 
 def test_explain_lists_the_alerts_of_a_fire_time():
-    from cronrd.runtime.control.explain import explain
+    from cronrd.explain.explain import explain
     log = Log()
     log.put(schedule="0 * * * *", sla={"start_within": 300.0}, at=T0 - 1800)
     watch(log, T0 + 301)

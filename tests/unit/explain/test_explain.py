@@ -11,7 +11,7 @@ import calendar
 import pytest
 
 from cronrd.errors import RequestError, UsageError
-from cronrd.runtime.control.explain import (FOLLOWER_NODES, STEPS, Step, explain, nodes_from_state,
+from cronrd.explain.explain import (FOLLOWER_NODES, STEPS, Step, explain, nodes_from_state,
                                     prev_fire)
 from cronrd.decisions.placement import NodeView
 from cronrd.schedule import make_trigger, parse_schedule
