@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from cronrd.config import TLSPaths
 from cronrd.errors import ConfigError
@@ -157,3 +158,60 @@ def init_tls(dir: str | os.PathLike, node_ids, days: int = NODE_DAYS) -> dict[st
         _check_id(n)
     init_ca(dir, max(days, CA_DAYS))
     return {n: issue_node_cert(dir, n, days) for n in ids}
+
+
+# -- TLS contexts and verified certificates of the peer port (transport.py) ----------------
+class TransportConfigError(ConfigError, ValueError):
+    """The transport was configured in a way it refuses to run (e.g. plaintext)."""
+
+
+def _load(ctx: ssl.SSLContext, tls: Any) -> ssl.SSLContext:
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    try:
+        ctx.load_cert_chain(tls.cert, tls.key)
+        ctx.load_verify_locations(cafile=tls.ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise TransportConfigError(
+            f"cannot load TLS files (ca={tls.ca}, cert={tls.cert}, key={tls.key}): {exc}; "
+            f"create them with `cronrd cluster init-tls`") from exc
+    return ctx
+
+
+def server_context(tls: Any) -> ssl.SSLContext:
+    """Server side: our certificate; a client certificate signed by the CA is required."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return _load(ctx, tls)
+
+
+def client_context(tls: Any) -> ssl.SSLContext:
+    """Client side: our certificate; the server's must chain to the CA. Host
+    names are not checked (``cert_names`` is checked against the node id)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return _load(ctx, tls)
+
+
+def cert_names(peercert: dict | None) -> set[str]:
+    """The node ids a verified certificate vouches for: its CN(s) and SAN DNS names."""
+    names: set[str] = set()
+    if not peercert:
+        return names
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                names.add(value)
+    for kind, value in peercert.get("subjectAltName", ()):
+        if kind == "DNS":
+            names.add(value)
+    return names
+
+
+def cert_serial(peercert: dict | None) -> str:
+    """A verified certificate's serial number as lower-case hex ("" if none)."""
+    raw = (peercert or {}).get("serialNumber") or ""
+    try:
+        return format(int(raw, 16), "x")
+    except ValueError:
+        return ""

@@ -78,11 +78,12 @@ import time
 from typing import Any, Callable
 
 from cronrd.config import TLSPaths
-from cronrd.errors import ConfigError
 from cronrd.raft.codec import (FRAME_HEADER, MAX_FRAME, CodecError, decode,
                                decode_hello_token, encode, encode_hello, frame)
 from cronrd.raft.types import Message
 from cronrd.runtime.tasks import wait_within
+from cronrd.runtime.peers.tls import (TransportConfigError, cert_names, cert_serial,  # noqa: F401
+                                      client_context, server_context)
 
 log = logging.getLogger("cronrd.transport")
 
@@ -114,63 +115,7 @@ STAT_NAMES = (
 )
 
 
-class TransportConfigError(ConfigError, ValueError):
-    """The transport was configured in a way it refuses to run (e.g. plaintext)."""
-
-
 TLSConfig = TLSPaths  # the one TLS paths type (cronrd.config)
-
-
-def _load(ctx: ssl.SSLContext, tls: Any) -> ssl.SSLContext:
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-    try:
-        ctx.load_cert_chain(tls.cert, tls.key)
-        ctx.load_verify_locations(cafile=tls.ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise TransportConfigError(
-            f"cannot load TLS files (ca={tls.ca}, cert={tls.cert}, key={tls.key}): {exc}; "
-            f"create them with `cronrd cluster init-tls`") from exc
-    return ctx
-
-
-def server_context(tls: Any) -> ssl.SSLContext:
-    """Server side: our certificate; a client certificate signed by the CA is required."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    return _load(ctx, tls)
-
-
-def client_context(tls: Any) -> ssl.SSLContext:
-    """Client side: our certificate; the server's must chain to the CA. Host
-    names are not checked (``cert_names`` is checked against the node id)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    return _load(ctx, tls)
-
-
-def cert_names(peercert: dict | None) -> set[str]:
-    """The node ids a verified certificate vouches for: its CN(s) and SAN DNS names."""
-    names: set[str] = set()
-    if not peercert:
-        return names
-    for rdn in peercert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                names.add(value)
-    for kind, value in peercert.get("subjectAltName", ()):
-        if kind == "DNS":
-            names.add(value)
-    return names
-
-
-def cert_serial(peercert: dict | None) -> str:
-    """A verified certificate's serial number as lower-case hex ("" if none)."""
-    raw = (peercert or {}).get("serialNumber") or ""
-    try:
-        return format(int(raw, 16), "x")
-    except ValueError:
-        return ""
 
 
 _DIRECT_WRITE_LIMIT = 1 << 20  # bytes buffered in a connection before send() queues
