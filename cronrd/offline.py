@@ -13,11 +13,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import time
 from typing import Any, Callable
 
 from .config import Config
 from .errors import DaemonUnavailable, RequestError, UsageError
+from .runtime.clock import now as wall_now
 from .schedule import iso_utc
 
 # Commands answered here; every other one needs the daemon.
@@ -90,7 +90,7 @@ class Offline:
             self._triggers = Triggers(self.config.timezone)
         try:
             trig = self._triggers.get(d["schedule"], d["timezone"])
-            return self._triggers.next_after(trig, max(job["cursor"] or 0, int(time.time())))
+            return self._triggers.next_after(trig, max(job["cursor"] or 0, int(wall_now())))
         except CronrdError:
             return None
 
@@ -166,7 +166,7 @@ class Offline:
         count = args.get("next", 5)
         if not isinstance(count, int) or not 0 <= count <= 100:
             raise UsageError("next must be 0 to 100")
-        details = job_details(self.conn, job, view, time.time(), count, [])
+        details = job_details(self.conn, job, view, wall_now(), count, [])
         details["pause"] = self._pause_note(name) if job["paused"] else None
         details["maintenance"] = self._pause_note("")
         view.update(details)
@@ -188,7 +188,7 @@ class Offline:
     def h_explain(self, args: dict, on_message) -> dict:
         """The trail with the members as last announced (no health known)."""
         from .explain.explain import OFFLINE_NODES, explain, nodes_from_state
-        return explain(self.conn, args, now=time.time(), default_tz=self.config.timezone,
+        return explain(self.conn, args, now=wall_now(), default_tz=self.config.timezone,
                        nodes=nodes_from_state(self.conn), nodes_note=OFFLINE_NODES)
 
     def _pools_brief(self) -> list:

@@ -13,3 +13,13 @@ class Clock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+
+def now() -> float:
+    """The wall clock, for code handed no Clock (the offline CLI)."""
+    return time.time()
+
+
+def monotonic() -> float:
+    """The monotonic clock, the default of what takes one as a callable."""
+    return time.monotonic()

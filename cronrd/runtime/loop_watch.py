@@ -29,10 +29,11 @@ import asyncio
 import logging
 import sys
 import threading
-import time
 import traceback
 from collections import deque
 from typing import Callable
+
+from .clock import monotonic as clock_monotonic
 
 log = logging.getLogger("cronrd.loop")
 
@@ -46,7 +47,7 @@ OWN_CODE = "/cronrd/"  # a frame of cronrd's own code (not asyncio's, not a libr
 
 class LoopWatch:
     def __init__(self, threshold: float = THRESHOLD, beat: float = BEAT,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = clock_monotonic):
         self.threshold = threshold
         self.beat = beat
         self.monotonic = monotonic

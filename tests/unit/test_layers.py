@@ -243,3 +243,39 @@ def test_the_wing_check_sees_a_violation(tmp_path, monkeypatch):
     (fake / "control" / "ok.py").write_text("from ..runs import executor\nfrom ..clock import "
                                             "Clock\nfrom . import ok\n")
     assert not list(_wing_violations(tmp_path / "cronrd"))
+
+
+CLOCK_READS = {("time", "time"), ("time", "monotonic"), ("time", "perf_counter"),
+               ("time", "time_ns"), ("time", "monotonic_ns"), ("datetime", "now"),
+               ("datetime", "utcnow"), ("date", "today")}
+
+
+def _clock_reads(pkg: Path = PKG):
+    for path in sorted(pkg.rglob("*.py")):
+        rel = str(path.relative_to(pkg.parent))
+        if rel == "cronrd/runtime/clock.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and (node.value.id, node.attr) in CLOCK_READS:
+                yield f"{rel}:{node.lineno}: {node.value.id}.{node.attr}"
+            if isinstance(node, ast.ImportFrom) and node.module == "time" and any(
+                    a.name in {"time", "monotonic", "perf_counter"} for a in node.names):
+                yield f"{rel}:{node.lineno}: from time import ..."
+
+
+def test_no_clock_is_read_outside_the_clock_module():
+    """Issue 30: time is read through runtime/clock.py (a Clock, or its now()
+    and monotonic()), so a test can give any part of cronrd its own time."""
+    bad = list(_clock_reads())
+    assert not bad, "clock reads outside cronrd/runtime/clock.py:\n" + "\n".join(bad)
+
+
+def test_the_clock_check_sees_a_read(tmp_path):
+    (tmp_path / "cronrd").mkdir()
+    (tmp_path / "cronrd" / "x.py").write_text("import time\nstart = time.monotonic\n")
+    assert list(_clock_reads(tmp_path / "cronrd"))
+    (tmp_path / "cronrd" / "x.py").write_text("from time import monotonic\n")
+    assert list(_clock_reads(tmp_path / "cronrd"))
+    (tmp_path / "cronrd" / "x.py").write_text("import time\ntime.sleep(0)\n")
+    assert not list(_clock_reads(tmp_path / "cronrd"))

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections import OrderedDict
 from typing import Awaitable, Callable
 
 from aiohttp import web
 
 from ...errors import UsageError
+from ..clock import monotonic
 
 TTL = 24 * 3600.0
 MAX_KEYS = 10_000
@@ -34,7 +34,7 @@ class KeyReused(UsageError):
 
 
 class IdempotencyCache:
-    def __init__(self, now: Callable[[], float] = time.monotonic, ttl: float = TTL,
+    def __init__(self, now: Callable[[], float] = monotonic, ttl: float = TTL,
                  max_keys: int = MAX_KEYS):
         self.now = now
         self.ttl = ttl

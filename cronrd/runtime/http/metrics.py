@@ -16,7 +16,6 @@ job's); no run id is ever a label.
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
 
@@ -28,6 +27,7 @@ from prometheus_client.utils import floatToGoString
 from ... import __version__
 from ...state import metric_reads as R
 from ...state import pools as P
+from ..clock import monotonic as clock_monotonic
 from ...state import queries as Q
 from ...state.schema import HISTOGRAM_BUCKETS
 
@@ -265,7 +265,7 @@ class Metrics:
     (opened there, used only there) and cached for ``CACHE_SECONDS``."""
 
     def __init__(self, connect: Callable[[], object], live: Callable[[], dict],
-                 monotonic: Callable[[], float] = time.monotonic,
+                 monotonic: Callable[[], float] = clock_monotonic,
                  job_histograms: int = JOB_HISTOGRAMS):
         self.connect = connect
         self.live = live

@@ -21,7 +21,6 @@ import asyncio
 import json
 import logging
 import ssl
-import time
 from typing import Callable
 
 from aiohttp import web
@@ -29,6 +28,7 @@ from aiohttp import web
 from ... import __version__
 from ...config import HttpConfig, format_address
 from ...errors import CronrdError
+from ..clock import monotonic
 from .api import ReadRoutes, Route, error_response, openapi
 from ..control.access import Caller, check_admin
 from .certs import principal
@@ -102,7 +102,7 @@ def _cap_connections(server: web.Server) -> None:
         made(handler, transport)
         if len(server.connections) > MAX_CONNECTIONS:
             transport.close()
-            now = time.monotonic()
+            now = monotonic()
             if now - refused["at"] >= 60:  # logged once a minute at most
                 refused["at"] = now
                 log.warning("event=http_connections_full max=%d hint=\"a client holds many "

@@ -24,13 +24,13 @@ import concurrent.futures
 import logging
 import os
 import random
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...errors import NotLeader, ProposalDropped
 from ...raft.core import LEADER, Raft, RaftConfig
+from ..clock import monotonic
 from ...raft.types import (ConfChange, ConfChangeType, ConfState, EntryType, Message, MsgType,
                           Ready)
 from .raft_storage import RaftStorage
@@ -430,11 +430,11 @@ class RaftNode:
         ``advance``, as etcd's is: what it produces meanwhile waits for the
         next Ready, except what ``_pump`` may send at once."""
         def write():
-            began = time.monotonic()
+            began = monotonic()
             self.storage.save(hs, entries)
-            return began, time.monotonic()
+            return began, monotonic()
         self._persisting = True
-        self.write_began = time.monotonic()
+        self.write_began = monotonic()
         try:
             began, end = await asyncio.get_running_loop().run_in_executor(self._disk, write)
         finally:

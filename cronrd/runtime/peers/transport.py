@@ -74,13 +74,13 @@ import logging
 import random
 import socket
 import ssl
-import time
 from typing import Any, Callable
 
 from cronrd.config import TLSPaths
 from cronrd.raft.codec import (FRAME_HEADER, MAX_FRAME, CodecError, decode,
                                decode_hello_token, encode, encode_hello, frame)
 from cronrd.raft.types import Message
+from cronrd.runtime.clock import monotonic
 from cronrd.runtime.tasks import wait_within
 from cronrd.runtime.peers.tls import (TransportConfigError, cert_names, cert_serial,  # noqa: F401
                                       client_context, server_context)
@@ -208,7 +208,7 @@ class Transport:
         self._refusals_quiet = 0                # refusals not logged in this interval
         self._refusal_window = 0.0
         self._rng = rng or random.Random()
-        self._monotonic = clock.monotonic if clock is not None else time.monotonic
+        self._monotonic = clock.monotonic if clock is not None else monotonic
         self._server_ctx = server_context(tls) if tls is not None else None
         self._client_ctx = client_context(tls) if tls is not None else None
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
