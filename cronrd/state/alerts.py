@@ -101,7 +101,7 @@ def ack(conn, alert_id: int, note: str, who: str, at: float, refused) -> dict:
 
 def dead_letter_action(sm, index: int, cmd, refused, effects) -> dict:
     """Requeue (a new attempt of the same record) or discard a dead-lettered run."""
-    from .effects import Effect
+    from .effects import RunPending
     conn = sm.conn
     row = next(iter(conn.execute("SELECT job, fire_time, state FROM dead_letter WHERE "
                                  "run_id=?", (cmd.run_id,))), None)
@@ -146,7 +146,7 @@ def dead_letter_action(sm, index: int, cmd, refused, effects) -> dict:
                              node=None, due_at=cmd.at, at=cmd.at, target=old.target,
                              reason=f"requeued from the dead letter by {cmd.who}" if cmd.who
                              else "requeued from the dead letter")
-        effects.append(Effect("pending", run=run))
+        effects.append(RunPending(run=run))
     RP.carry(conn, cmd.run_id, run.run_id)
     conn.execute("UPDATE dead_letter SET state='requeued', note=?, by=?, closed_at=?, "
                  "requeue_run_id=? WHERE run_id=?", (str(cmd.note)[:1000], str(cmd.who),

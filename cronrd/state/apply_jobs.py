@@ -18,7 +18,7 @@ from . import pause_log
 from . import queries as Q
 from ..model.run import SELECT as SELECT_RUNS, Run
 from ..errors import Refused
-from .effects import Effect
+from .effects import JobSourceMoved, JobsChanged
 from ..model.run_states import NOT_STARTED, sql_in
 from .apply_common import CLAIM_TTL, canon_text
 
@@ -239,7 +239,7 @@ class JobsApply:
                 # A new job (a job exists while any node has a source of it):
                 # this is its only source and its definition is agreed.
                 fresh.append((name, digest, source, text))
-                effects.append(Effect("jobs_changed", job=name))
+                effects.append(JobsChanged(job=name))
                 continue
             if name not in mine and job[0] == digest and job[2] is None \
                     and cmd.at != latest.get(name):
@@ -252,7 +252,7 @@ class JobsApply:
                     # Only the file it is read from: nothing to schedule anew
                     # (a refresh per job per node held a leader for seconds
                     # when nodes keep the same jobs under different paths).
-                    effects.append(Effect("job_source_moved", job=name))
+                    effects.append(JobSourceMoved(job=name))
                     changed += 1
                 continue
             if text is not None:
@@ -382,7 +382,7 @@ class JobsApply:
                     "UPDATE jobs SET source=?5, updated_at=?6 WHERE name IN (SELECT m.name "
                     f"FROM job_sources m WHERE {part}) AND source != ?5 RETURNING name",
                     args + (path, at)):
-                effects.append(Effect("job_source_moved", job=name))
+                effects.append(JobSourceMoved(job=name))
                 changed += 1
             self.conn.execute(
                 "INSERT INTO job_sources(name, node, digest, source, updated_at) "
@@ -432,7 +432,7 @@ class JobsApply:
             self.conn.execute("UPDATE jobs SET conflict=? WHERE name=?", (conflict, name))
             changed = True
         if changed:
-            effects.append(Effect("jobs_changed", job=name))
+            effects.append(JobsChanged(job=name))
         return changed, created
 
 
@@ -449,7 +449,7 @@ class JobsApply:
                 f"{sql_in(NOT_STARTED)} ORDER BY run_id", (name,))):
             self._finish(Run.from_row(row), "cancelled", at,
                          reason="job removed before the run started", effects=effects)
-        effects.append(Effect("jobs_changed", job=name))
+        effects.append(JobsChanged(job=name))
 
 
     def _apply_set_paused(self, index, cmd: C.SetPaused, effects):
@@ -470,7 +470,7 @@ class JobsApply:
         if cmd.paused:
             self._skip_committed_ahead(cmd.name, cmd.at, "paused: `cronrd resume` "
                                        "re-enables the job", effects)
-        effects.append(Effect("jobs_changed", job=cmd.name))
+        effects.append(JobsChanged(job=cmd.name))
         return {"changed": True, "paused": cmd.paused}
 
 

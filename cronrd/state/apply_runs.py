@@ -25,7 +25,7 @@ from . import queue as QU
 from . import run_params as RP
 from ..model.run import SELECT as SELECT_RUNS, Run
 from ..errors import Refused
-from .effects import Effect
+from .effects import CancelRequested, RunAssigned, RunDone, RunMoved, RunPending
 from ..model.run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 
 
@@ -98,7 +98,7 @@ class RunsApply:
         else:
             self.conn.execute("UPDATE runs SET cancel_requested=1, reason=? WHERE run_id=?",
                               (reason, run.run_id))
-            effects.append(Effect("cancel", run=self._get_run(run.run_id)))
+            effects.append(CancelRequested(run=self._get_run(run.run_id)))
 
 
     def _queue_hold(self, job: str, target: str, fire_time: int, spec=None,
@@ -159,7 +159,7 @@ class RunsApply:
                 QU.to_pending(self.conn, waiting[out.go], at,
                               f"waited in the queue until run {run.run_id} ended at "
                               f"{iso_utc(at)} (concurrency: queue)")
-                effects.append(Effect("pending", run=self._pool_gate(self._get_run(out.go))))
+                effects.append(RunPending(run=self._pool_gate(self._get_run(out.go))))
         QU.refresh_reasons(self.conn, run.job, run.target)
 
 
@@ -169,7 +169,7 @@ class RunsApply:
         for run in QU.all_queued(self.conn, job):
             QU.to_pending(self.conn, run, at, f"released from the queue: the job's "
                                               f"concurrency is now {policy}")
-            effects.append(Effect("pending", run=self._pool_gate(self._get_run(run.run_id))))
+            effects.append(RunPending(run=self._pool_gate(self._get_run(run.run_id))))
 
 
     def _apply_fire(self, index, cmd: C.Fire, effects):
@@ -218,7 +218,7 @@ class RunsApply:
                                fire_time=cmd.fire_time, attempt=1, state="assigned",
                                node=cmd.node, due_at=cmd.due_at, at=cmd.at,
                                target=cmd.target)
-        effects.append(Effect("assign", run=run))
+        effects.append(RunAssigned(run=run))
         if run.state == "waiting":  # for its pool's slots
             return {"run_id": run.run_id, "state": "waiting", "reason": run.reason}
         return {"run_id": run.run_id, "state": "assigned"}
@@ -266,7 +266,7 @@ class RunsApply:
                                fire_time=int(cmd.at), attempt=1, state=state,
                                node=cmd.node or None, due_at=cmd.at, at=cmd.at)
         RP.record(self.conn, run.run_id, cmd.job, cmd.params, cmd.key)
-        effects.append(Effect("assign" if cmd.node else "pending", run=run))
+        effects.append((RunAssigned if cmd.node else RunPending)(run=run))
         if run.state == "waiting":  # for its pool's slots
             return {"run_id": run.run_id, "state": "waiting", "reason": run.reason}
         return {"run_id": run.run_id, "state": state}
@@ -288,7 +288,7 @@ class RunsApply:
             self.conn.execute("UPDATE runs SET pid=?, started_at=?, log_path=? "
                               "WHERE run_id=?",
                               (cmd.pid, cmd.started_at, cmd.log_path, cmd.run_id))
-            effects.append(Effect("cancel", run=self._get_run(cmd.run_id)))
+            effects.append(CancelRequested(run=self._get_run(cmd.run_id)))
             return {"state": run.state.value, "cancel": True}
         self.conn.execute(
             "UPDATE runs SET state='running', pid=?, started_at=?, log_path=?, "
@@ -383,7 +383,7 @@ class RunsApply:
                                at=at,
                                target=run.target)
         self._link_retry(run, new)
-        effects.append(Effect("pending", run=new))
+        effects.append(RunPending(run=new))
         return new.run_id
 
 
@@ -466,7 +466,7 @@ class RunsApply:
             "UPDATE runs SET state=?, finished_at=?, exit_code=?, signal=?,"
             " log_path=COALESCE(?, log_path), reason=COALESCE(?, reason) WHERE run_id=?",
             (state, at, exit_code, signal, log_path, reason, run.run_id))
-        effects.append(Effect("run_done", run=self._get_run(run.run_id)))
+        effects.append(RunDone(run=self._get_run(run.run_id)))
         if spec is None or no_retry:
             return None
         policy = spec.retries
@@ -498,7 +498,7 @@ class RunsApply:
                                due_at=max(at + delay, run.due_at or at), at=at,
                                target=run.target)
         self._link_retry(run, new)
-        effects.append(Effect("pending" if lost else "assign", run=new))
+        effects.append((RunPending if lost else RunAssigned)(run=new))
         RE.on_retry(self.conn, run.run_id, new.run_id, at)
         return new.run_id
 
@@ -535,7 +535,7 @@ class RunsApply:
         self.conn.execute("UPDATE runs SET state='assigned', node=?, token=?, assigned_at=? "
                           "WHERE run_id=?", (cmd.node, index, cmd.at, cmd.run_id))
         run = self._get_run(cmd.run_id)
-        effects.append(Effect("assign", run=run))
+        effects.append(RunAssigned(run=run))
         return {"run_id": cmd.run_id, "state": "assigned", "node": cmd.node, "token": index}
 
 
@@ -585,7 +585,7 @@ class RunsApply:
                               "reason=? WHERE run_id=?",
                               (node, index, cmd.at, trail,
                                f"moved from {run.node}: {cmd.reason}", run_id))
-            effects.append(Effect("moved", run=run))
-            effects.append(Effect("assign", run=self._get_run(run_id)))
+            effects.append(RunMoved(run=run))
+            effects.append(RunAssigned(run=self._get_run(run_id)))
             moved.append(run_id)
         return {"moved": moved, "kept": kept}

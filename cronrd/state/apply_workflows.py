@@ -22,7 +22,7 @@ from . import start_deadline as SD
 from . import queries as Q
 from ..model.run import Run
 from ..errors import Refused
-from .effects import Effect
+from .effects import RunPending, RunStuck
 
 
 class WorkflowsApply:
@@ -41,7 +41,7 @@ class WorkflowsApply:
             run = self._insert_run(index, job=bf["job"], origin="schedule", kind=kind,
                                    fire_time=fire_time, attempt=attempt, state="pending",
                                    node=None, due_at=cmd.at, at=cmd.at)
-            effects.append(Effect("pending", run=run))
+            effects.append(RunPending(run=run))
             if bf["downstream"] and attempt > 1:  # a record some children may have consumed
                 try:
                     DS.start(self, run.run_id, bf["job"], fire_time)
@@ -83,7 +83,7 @@ class WorkflowsApply:
                                    fire_time=cmd.fire_time, attempt=attempt, state="pending",
                                    node=None, due_at=cmd.at, at=cmd.at,
                                    reason=f"rerun by {cmd.who}" if cmd.who else "rerun")
-            effects.append(Effect("pending", run=run))
+            effects.append(RunPending(run=run))
             state = run.state.value  # pending, or waiting for its pool's slots
         out = {"run_id": run.run_id, "attempt": attempt, "state": state}
         if cmd.downstream is True:
@@ -131,7 +131,7 @@ class WorkflowsApply:
                 job = self._job(released.job)
                 why = None if job is None else self._stop_reason(job)
                 if why is None:
-                    effects.append(Effect("pending", run=released))
+                    effects.append(RunPending(run=released))
                     out.append(run_id)
                 else:
                     stopped.append((released, why))
@@ -223,7 +223,7 @@ class WorkflowsApply:
         retry = self._finish(run, "timed_out", cmd.at, reason=reason, effects=effects,
                              index=index)
         # Its node stops the process (the record is final already).
-        effects.append(Effect("stuck", run=self._get_run(run.run_id)))
+        effects.append(RunStuck(run=self._get_run(run.run_id)))
         return {"run_id": run.run_id, "state": "timed_out", "retry_run_id": retry}
 
 

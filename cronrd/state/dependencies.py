@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from ..decisions import dependencies as D
 from ..schedule import parse_schedule
 from . import downstream as DS
+from .effects import RunAssigned, RunDone, RunPending
 from . import queue as QU
 from . import run_events as RE
 from ..model.run import SELECT as SELECT_RUNS, Run
@@ -234,7 +235,6 @@ def _delivered(conn, parent: str, run_ids: list[int]) -> bool:
 
 def _after_child(sm: "MachineWrites", index: int, child: str, spec: "JobSpec", at: float,
                  effects, depth: int) -> None:
-    from .effects import Effect
     gate = D.decide(spec.trigger_rule, parents_view(sm, child, spec, at))
     if gate.action == D.WAIT:
         return
@@ -263,7 +263,7 @@ def _after_child(sm: "MachineWrites", index: int, child: str, spec: "JobSpec", a
                                  fire_time=fire_time, attempt=attempt, state="pending",
                                  node=None, due_at=at, at=at)
             _consume(sm, child, gate, run.run_id)
-            effects.append(Effect("pending", run=run))
+            effects.append(RunPending(run=run))
             return
         run = _record_final(sm, index, job=child, kind="upstream", fire_time=fire_time,
                             attempt=attempt, state="skipped", reason=held, at=at)
@@ -279,7 +279,6 @@ def _after_child(sm: "MachineWrites", index: int, child: str, spec: "JobSpec", a
 def scheduled_fire(sm: "MachineWrites", index: int, cmd, spec: "JobSpec", effects) -> dict:
     """A scheduled child's fire (not skipped otherwise): run it if its gate
     is open, else hold it ``waiting`` (wait_for_upstream), else record why not."""
-    from .effects import Effect
     if cmd.target:
         done = _like_sibling(sm, index, cmd, effects)
         if done is not None:
@@ -295,7 +294,7 @@ def scheduled_fire(sm: "MachineWrites", index: int, cmd, spec: "JobSpec", effect
                              fire_time=cmd.fire_time, attempt=1, state="assigned",
                              node=cmd.node, due_at=cmd.due_at, at=cmd.at, target=cmd.target)
         _consume(sm, cmd.job, gate, run.run_id)
-        effects.append(Effect("assign", run=run))
+        effects.append(RunAssigned(run=run))
         return {"run_id": run.run_id, "state": "assigned"}
     if gate.action == D.WAIT and spec.wait_for_upstream > 0:
         run = sm._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
@@ -330,7 +329,6 @@ def _like_sibling(sm: "MachineWrites", index: int, cmd, effects) -> dict | None:
     """A per-node run (run_on: all) of a fire time another node's run of
     which had its gate looked at already: the same decision, the same
     lineage (the first one consumed the parents' outcomes for them all)."""
-    from .effects import Effect
     for rid, state, reason in sm.conn.execute(
             "SELECT run_id, state, reason FROM runs WHERE job=? AND origin='schedule' AND "
             "fire_time=? AND attempt=1 AND target!=? ORDER BY run_id", (cmd.job, cmd.fire_time,
@@ -356,7 +354,7 @@ def _like_sibling(sm: "MachineWrites", index: int, cmd, effects) -> dict | None:
                                      fire_time=cmd.fire_time, attempt=1, state="assigned",
                                      node=cmd.node, due_at=cmd.due_at, at=cmd.at,
                                      target=cmd.target)
-                effects.append(Effect("assign", run=run))
+                effects.append(RunAssigned(run=run))
                 done = {"run_id": run.run_id, "state": "assigned"}
             sm.conn.executemany("INSERT OR IGNORE INTO run_lineage(run_id, parent_job, "
                                 "parent_run_id) VALUES(?,?,?)",
@@ -371,7 +369,6 @@ def resolve_waiting(sm: "MachineWrites", index: int, run: Run, spec: "JobSpec", 
     places it), end it (skipped or failed, with the reason), or, unless its
     wait is over (``timed_out``), leave it waiting. The other nodes' runs of
     the same fire time (run_on: all) that wait go with it. Its new state."""
-    from .effects import Effect
     gate = D.decide(spec.trigger_rule, parents_view(sm, run.job, spec, at), need_new=False)
     group = [rid for (rid,) in sm.conn.execute(
         f"SELECT run_id FROM runs WHERE {ACTIVE_SQL} AND {UPSTREAM_WAIT} AND job=? AND "
@@ -394,7 +391,7 @@ def resolve_waiting(sm: "MachineWrites", index: int, run: Run, spec: "JobSpec", 
                 continue
             sm.conn.execute("UPDATE runs SET state='pending', reason=NULL WHERE run_id=?",
                             (rid,))
-            effects.append(Effect("pending", run=sm._pool_gate(sm._get_run(rid))))
+            effects.append(RunPending(run=sm._pool_gate(sm._get_run(rid))))
         return sm._get_run(run.run_id).state.value
     if gate.action == D.WAIT and not timed_out:
         if gate.reason != run.reason:
@@ -410,7 +407,7 @@ def resolve_waiting(sm: "MachineWrites", index: int, run: Run, spec: "JobSpec", 
     for rid in group:
         sm.conn.execute("UPDATE runs SET state=?, finished_at=?, reason=? WHERE run_id=?",
                         (state, at, reason, rid))
-        effects.append(Effect("run_done", run=sm._get_run(rid)))
+        effects.append(RunDone(run=sm._get_run(rid)))
         parent_final(sm, index, run.job, rid, at, effects, depth + 1)
     return state
 

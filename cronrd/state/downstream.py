@@ -216,7 +216,7 @@ def _release(sm: "MachineWrites", index: int, root: int, job: str, ft: int, fres
              by_job: str, by_ft: int, at: float, effects) -> str | None:
     """Give item (root, job, ft) its new attempt; or why it is not rerun."""
     from ..schedule import iso_utc
-    from .effects import Effect
+    from .effects import RunPending
     conn = sm.conn
     if not fresh:
         return "no parent of it ran again"
@@ -249,7 +249,7 @@ def _release(sm: "MachineWrites", index: int, root: int, job: str, ft: int, fres
         run = sm._insert_run(index, job=job, origin="schedule", kind="rerun", fire_time=ft,
                              attempt=last[1] + 1, state="pending", node=None, due_at=at,
                              at=at, reason=reason)
-        effects.append(Effect("pending", run=run))
+        effects.append(RunPending(run=run))
     conn.executemany("INSERT OR IGNORE INTO run_lineage(run_id, parent_job, parent_run_id) "
                      "VALUES(?,?,?)", [(run.run_id, p, o.run_id) for p, o in g.lineage])
     conn.execute("UPDATE downstream_items SET state='released', run_id=? WHERE root=? AND "

@@ -19,7 +19,7 @@ import apsw
 from ..errors import StateError
 from . import commands as C
 from . import queries as Q
-from .effects import Effect
+from .effects import Effect, RunAssigned, RunPending
 from .schema import (ADDED_COLUMNS, SCHEMA, SCHEMA_VERSION, SEED_JOB_OUTCOMES,
                      SEED_JOB_HISTOGRAMS, SEED_NOTIFY_OUTCOMES,
                      UPGRADE_FROM_V1,
@@ -164,7 +164,7 @@ class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply
                 # A run that went to wait for its pool's slots (state/pools.py)
                 # is neither placed nor to be placed.
                 effects[:] = [e for e in effects if not (
-                    e.kind in ("assign", "pending") and e.run is not None
+                    isinstance(e, (RunAssigned, RunPending)) and e.run is not None
                     and e.run.state == "waiting")]
             outcome = json.dumps(result, sort_keys=True, separators=(",", ":"))
         finally:

@@ -22,7 +22,7 @@ from ...state import commands as C
 from ...model import run_states
 from ...state import queries as Q
 from ...model.run import Run
-from ...state.effects import Effect
+from ...state.effects import Effect, RunDone
 from ...state.machine import StateMachine
 from .access import ADMIN, JOB, READ, TOKEN, Caller, check_admin, check_job
 from .checkpoints import CheckpointRequests
@@ -88,7 +88,7 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
     def on_effects(self, effects: list[Effect]) -> None:
         """Wake whoever waits for a run that is done (`run-now --wait`)."""
         for eff in effects:
-            if eff.kind == "run_done" and eff.run is not None:
+            if isinstance(eff, RunDone) and eff.run is not None:
                 for fut in self.waiters.pop(eff.run.run_id, []):
                     if not fut.done():
                         fut.set_result(eff.run)

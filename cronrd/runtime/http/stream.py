@@ -62,6 +62,7 @@ from ...model.run import Run
 from .api import Route
 from ..runs import output as O
 from ..tasks import Changes
+from ...state.effects import RunDone, StateRestored
 
 log = logging.getLogger("cronrd.http")
 
@@ -398,7 +399,7 @@ class EventFeed:
 
     def _collect(self, effects) -> list[tuple[str, dict]]:
         out: list[tuple[str, dict]] = []
-        if any(e.kind == "restored" for e in effects):  # a snapshot replaced the state
+        if any(isinstance(e, StateRestored) for e in effects):  # a snapshot replaced the state
             self._start_cursors()
             self.floor = self.applied_index()  # what came before it is not told
             return [("reset", {"detail": "this node installed a snapshot of the state: "
@@ -408,7 +409,7 @@ class EventFeed:
             out.append(("leader_changed", {"leader": leader, "was": self.leader}))
             self.leader = leader
         running = self._running()
-        ended = {e.run.run_id: e.run for e in effects if e.kind == "run_done" and e.run}
+        ended = {e.run.run_id: e.run for e in effects if isinstance(e, RunDone) and e.run}
         for rid in sorted(running - self.running):
             run = Q.get_run(self.conn, rid)
             if run is not None:

@@ -14,7 +14,7 @@ from ...schedule import Trigger, iso_utc, make_trigger, parse_schedule
 from ...state import backfill as BF
 from ...state import commands as C
 from ...state import queries as Q
-from ...state.effects import Effect
+from ...state.effects import Effect, RunDone
 from ..tasks import wait_within
 
 log = logging.getLogger("cronrd.backfill")
@@ -120,7 +120,7 @@ class Backfiller:
         self.wake = asyncio.Event()
 
     def on_effects(self, effects: list[Effect]) -> None:
-        if any(e.kind == "run_done" for e in effects):
+        if any(isinstance(e, RunDone) for e in effects):
             self.wake.set()
 
     async def run(self) -> None:

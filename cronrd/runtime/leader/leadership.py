@@ -24,7 +24,7 @@ from ...state import commands as C
 from ...state import pools as PL
 from ...state import queries as Q
 from ...state import start_deadline
-from ...state.effects import Effect
+from ...state.effects import Effect, RunPending, StateRestored
 from . import sla_watch as alerting
 from .backfills import Backfiller
 from ..clock import Clock
@@ -244,11 +244,11 @@ class Leadership:
         if self.delivery is not None:
             self.delivery.on_effects(effects)
         for eff in effects:
-            if eff.kind == "restored" and self.scheduler is not None:
+            if isinstance(eff, StateRestored) and self.scheduler is not None:
                 self.scheduler.started = False
                 self.scheduler.entries.clear()
                 self.scheduler.start()
-            elif eff.kind == "pending" and self._leading:
+            elif isinstance(eff, RunPending) and self._leading:
                 self._pending.set()
 
     # -- scheduled children whose wait for their parents ran out -----------------------

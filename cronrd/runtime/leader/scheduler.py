@@ -25,7 +25,7 @@ from ...jobspec import JobSpec
 from ...schedule import Trigger, jitter_for, make_trigger, parse_schedule, plan_catchup
 from ...state import commands as C
 from ...state import queries as Q
-from ...state.effects import Effect
+from ...state.effects import Effect, JobsChanged
 from ...errors import Refused
 from ..clock import Clock
 from ...decisions.placement import NodeView, fits
@@ -325,7 +325,7 @@ class Scheduler:
         if not self.started:
             return  # start() reads the whole state once
         names = list(dict.fromkeys(eff.job for eff in effects
-                                   if eff.kind == "jobs_changed" and eff.job is not None))
+                                   if isinstance(eff, JobsChanged) and eff.job is not None))
         if not names:
             return
         # One query for the batch (a batch may change thousands of jobs: a

@@ -23,7 +23,7 @@ from ...errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped
                       StateError, UsageError)
 from ...state import commands as C
 from ...state.apply import apply_batch
-from ...state.effects import Effect
+from ...state.effects import Effect, StateRestored
 from ...errors import Refused
 from ...state.machine import StateMachine
 from .base import EffectListener, result_of
@@ -145,7 +145,7 @@ class ReplicatedState:
         self.machine.migrate()
         log.info("event=snapshot_installed index=%d applied_index=%d", index,
                  self.machine.applied_index)
-        self._deliver([Effect("restored")])
+        self._deliver([StateRestored()])
 
 
 async def _no_forwarding(leader: str, data: bytes) -> Any:

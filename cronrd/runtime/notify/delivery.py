@@ -22,7 +22,7 @@ from ...state import deliveries as DL
 from ...state import events as EV
 from ...state import queries as Q
 from ...state.deliveries import MAX_BATCH
-from ...state.effects import Effect
+from ...state.effects import Effect, RunDone
 from . import senders as N
 from ..clock import Clock
 
@@ -51,7 +51,7 @@ class Delivery:
         self._wake = asyncio.Event()
 
     def on_effects(self, effects: list[Effect]) -> None:
-        if any(e.kind == "run_done" for e in effects):
+        if any(isinstance(e, RunDone) for e in effects):
             self._wake.set()
 
     async def run(self) -> None:

@@ -33,7 +33,8 @@ from ...state import commands as C
 from ...state import queries as Q
 from ...state import run_life as L
 from ...state import run_params as RP
-from ...state.effects import Effect
+from ...state.effects import (CancelRequested, Effect, JobSourceMoved, JobsChanged, RunAssigned,
+                              RunDone, RunMoved, RunStuck, StateRestored)
 from ...model.run import Run
 from .launch import attempt_env
 from ..clock import Clock
@@ -151,10 +152,10 @@ class Executor:
                 log.exception("event=effect_failed kind=%s", eff.kind)
 
     def _on_effect(self, eff: Effect) -> None:
-        if eff.kind in ("jobs_changed", "job_source_moved"):  # its spec names its file
+        if isinstance(eff, (JobsChanged, JobSourceMoved)):  # its spec names its file
             self._specs.pop(eff.job, None)
             return
-        if eff.kind == "restored":  # a snapshot replaced the state
+        if isinstance(eff, StateRestored):  # a snapshot replaced the state
             self._specs.clear()
             for run in Q.runs_for_node(self.conn, self.node_id, ("assigned",)):
                 self.schedule(run)
@@ -162,20 +163,20 @@ class Executor:
         run = eff.run
         if run is None or run.node != self.node_id:
             return
-        if eff.kind == "assign":
+        if isinstance(eff, RunAssigned):
             self.schedule(run)
-        elif eff.kind == "cancel":
+        elif isinstance(eff, CancelRequested):
             self.cancel(run.run_id, run.reason or "cancelled")
-        elif eff.kind == "stuck":
+        elif isinstance(eff, RunStuck):
             # Ended timed_out by the leader (heartbeat_timeout): stop its processes.
             act = self.active.get(run.run_id)
             if act is not None:
                 self.apply(act, L.Stop("timed_out", run.reason or "heartbeat_timeout"))
-        elif eff.kind == "run_done":
+        elif isinstance(eff, RunDone):
             # Final already (cancelled, job removed...) while it waited at its
             # gate: it must not start, and it is not reported again.
             self._unwait(run.run_id, L.Stop("final", run.reason or "final"))
-        elif eff.kind == "moved":
+        elif isinstance(eff, RunMoved):
             # The leader gave it to another node: this node did not claim it
             # in time. Whatever waits for it here goes, unreported.
             self._unwait(run.run_id, L.ClaimDecided(False, "moved to another node: not "

@@ -13,6 +13,7 @@ from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.errors import Refused
 from cronrd.state.machine import StateMachine
+from cronrd.state.effects import RunAssigned
 from tests.unit.runtime.log.test_replicated import fire, put
 from tests.unit.state.test_state import T0
 
@@ -45,7 +46,7 @@ def test_one_host_a_bad_command_in_a_batch_is_refused_alone(tmp_path):
     assert run == {"run_id": 1, "state": "assigned"}
     assert machine.applied_index == 3
     assert [r.run_id for r in Q.list_runs(machine.conn)] == [1]
-    assert [e.kind for e in effects if e.kind == "assign"] == ["assign"]
+    assert [e.kind for e in effects if isinstance(e, RunAssigned)] == ["assign"]
 
 
 def test_a_command_that_breaks_a_constraint_is_refused_alone_not_fatal():

@@ -10,6 +10,7 @@ from cronrd.state import checkpoints as CK
 from cronrd.state import commands as C
 from cronrd.state import forwarded
 from cronrd.errors import Refused
+from cronrd.state.effects import RunStuck
 from tests.unit.state.test_state import T0, Log
 
 TOKEN = "a" * 64
@@ -191,7 +192,7 @@ def test_heartbeat_timeout_ends_a_silent_run_timed_out_and_retries_it():
     assert run.state == "timed_out"
     assert run.reason == "heartbeat_timeout: no heartbeat for 5m"
     assert log.run(res["retry_run_id"]).attempt == 2
-    assert any(e.kind == "stuck" and e.run.run_id == rid for e in log.effects)
+    assert any(isinstance(e, RunStuck) and e.run.run_id == rid for e in log.effects)
     with pytest.raises(Refused, match="not running"):
         log.apply(C.HeartbeatTimeout(run_id=rid, at=T0 + 500))
 

@@ -13,6 +13,7 @@ from cronrd.state import dependencies as deps
 from cronrd.state import queries as Q
 from cronrd.errors import Refused
 from cronrd.state.machine import StateMachine
+from cronrd.state.effects import RunPending
 from replay import Replay
 from tests.unit.state.test_state import T0, Log
 
@@ -47,7 +48,7 @@ def test_after_child_runs_once_per_parent_outcome_with_its_lineage():
     (run,) = child_runs(log, "b")
     assert (run.state, run.kind, run.fire_time, run.origin) == ("pending", "upstream", T0 + 1,
                                                                 "schedule")
-    assert any(e.kind == "pending" and e.run.run_id == run.run_id for e in log.effects)
+    assert any(isinstance(e, RunPending) and e.run.run_id == run.run_id for e in log.effects)
     assert deps.lineage(log.sm.conn, run.run_id) == [
         {"job": "a", "run_id": rid, "fire_time": "2027-01-15T08:00:01Z", "state": "succeeded"}]
     # the same report again (a retried proposal) starts nothing more

@@ -13,6 +13,7 @@ from cronrd.state import commands as C
 from cronrd.state import pools as PL
 from cronrd.state import queries as Q
 from cronrd.errors import Refused
+from cronrd.state.effects import RunPending
 
 from .test_state import T0, Log, apply_all
 
@@ -72,7 +73,7 @@ def test_a_run_beyond_the_slots_waits_with_the_reason_and_goes_when_one_ends():
     run = log.run(c)
     assert (run.state, run.due_at) == ("pending", T0 + 5)
     assert run.reason == "waited for pool db until 2027-01-15T08:00:05Z"
-    assert [(e.kind, e.run.run_id) for e in log.effects if e.kind == "pending"] == [("pending", c)]
+    assert [(e.kind, e.run.run_id) for e in log.effects if isinstance(e, RunPending)] == [("pending", c)]
     assert place(log, c)["state"] == "assigned"
     assert PL.in_use(log.sm.conn, "db") == 2
 

@@ -13,6 +13,7 @@ from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.errors import Refused
 from cronrd.state.machine import StateMachine
+from cronrd.state.effects import RunPending
 from replay import Replay
 from tests.unit.state.test_state import T0, Log, random_commands, spec
 
@@ -61,7 +62,7 @@ def test_a_fire_waits_behind_the_running_run_and_is_released_when_it_ends():
     assert run.state == "pending" and run.due_at == T0 + 5
     assert run.reason == ("waited in the queue until run 1 ended at 2027-01-15T08:00:05Z "
                           "(concurrency: queue)")
-    assert [(e.kind, e.run.run_id) for e in log.effects if e.kind == "pending"] == \
+    assert [(e.kind, e.run.run_id) for e in log.effects if isinstance(e, RunPending)] == \
         [("pending", second)]
     # Placed like any pending run, on whichever node the leader picks.
     place(log, second, node="n2", at=T0 + 5.01)

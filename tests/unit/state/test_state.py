@@ -13,6 +13,7 @@ from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.errors import Refused
 from cronrd.state.machine import StateMachine
+from cronrd.state.effects import CancelRequested, RunDone
 from replay import Replay
 
 T0 = 1_800_000_000  # 2027-01-15T08:00:00Z
@@ -118,7 +119,7 @@ def test_manual_run_with_replace_cancels_the_running_run():
                            started_at=T0 + 1, log_path="/l"))
     log.effects.clear()
     log.apply(C.ManualRun(job="r", node="n1", at=T0 + 2))
-    cancels = [e for e in log.effects if e.kind == "cancel"]
+    cancels = [e for e in log.effects if isinstance(e, CancelRequested)]
     assert [e.run.run_id for e in cancels] == [rid]
     assert log.run(rid).cancel_requested == 1
 
@@ -395,7 +396,7 @@ def test_pause_skips_fires_committed_ahead_but_not_retries_or_due_runs():
     assert log.run(due).state == "assigned"
     assert log.run(ahead).state == "skipped"
     assert log.run(ahead).reason.startswith("paused")
-    assert [e.run.run_id for e in log.effects if e.kind == "run_done"] == [ahead]
+    assert [e.run.run_id for e in log.effects if isinstance(e, RunDone)] == [ahead]
 
 
 def test_disabling_a_job_skips_fires_committed_ahead():

@@ -90,14 +90,14 @@ def test_a_client_behind_the_ring_is_told_it_lost_events():
 
 
 def test_a_snapshot_installed_is_a_reset_and_earlier_ids_cannot_resume():
-    from cronrd.state.effects import Effect
+    from cronrd.state.effects import StateRestored
     log = Log()
     log.put("j", schedule="@yearly")
     feed = feed_over(log)
     apply(log, feed, C.SetPaused(name="j", paused=True, at=T0 + 1))
     before = feed.read(0)[0][-1][0]
     log.index += 5  # (as a snapshot at a later index would)
-    feed.on_effects([Effect("restored")])
+    feed.on_effects([StateRestored()])
     events, _, _ = feed.read(0)
     assert events[-1][2] == "reset" and events[-1][0] == log.index
     assert feed.position_after(before) is None

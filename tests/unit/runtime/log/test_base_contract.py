@@ -11,6 +11,7 @@ from cronrd.errors import CronrdError
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
 from cronrd.errors import Refused
+from cronrd.state.effects import JobsChanged, RunAssigned
 from log_impls import KINDS, open_log
 from tests.unit.state.test_apply import bad_fire
 from tests.unit.runtime.log.test_replicated import fire, put
@@ -63,10 +64,10 @@ def test_subscribers_get_committed_effects_in_order(kind, tmp_path):
         await log.propose(put())
         await asyncio.gather(*(log.propose(fire(T0 + i)) for i in range(1, 6)))
         await log.propose(C.CancelRun(run_id=3, reason="test", at=T0 + 10))
-        assigned = [e.run.run_id for e in seen if e.kind == "assign"]
+        assigned = [e.run.run_id for e in seen if isinstance(e, RunAssigned)]
         assert assigned == [1, 2, 3, 4, 5]
         assert [e.kind for e in seen][-1] in ("cancel", "run_done")
-        assert [e.kind for e in seen if e.kind == "jobs_changed"] == ["jobs_changed"]
+        assert [e.kind for e in seen if isinstance(e, JobsChanged)] == ["jobs_changed"]
         assert also == seen
         # Effects come after the commit: the state they speak of is there.
         assert Q.get_run(machine.conn, 5) is not None
@@ -83,7 +84,7 @@ def test_a_failing_subscriber_does_not_cost_the_others_their_effects(kind, tmp_p
         log.subscribe(broken)
         log.subscribe(seen.extend)
         assert (await log.propose(put()))["changed"] is True
-        assert any(e.kind == "jobs_changed" for e in seen)
+        assert any(isinstance(e, JobsChanged) for e in seen)
     run(kind, tmp_path, body)
 
 
