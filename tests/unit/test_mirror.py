@@ -93,7 +93,6 @@ NO_UNIT_TEST_FILE = {
     "state/apply_workflows.py": "unit/state/test_state.py, test_state_cluster.py (the machine, of which it is a part)",
     "state/schema.py": "unit/state/test_state_cluster.py (schema version)",
     # runtime/
-    "runtime/clock.py": "unit/runtime/test_scheduler.py (an injected clock)",
     "runtime/control/server.py": "security/test_control_server.py, integration/test_daemon.py",
     "runtime/daemon.py": "integration/test_daemon.py, integration/test_run_survival.py",
     "runtime/http/api.py": "unit/runtime/test_http_server.py (its routes: tokens, roles, "

@@ -18,6 +18,7 @@ from cronrd.runtime.runs.launch import attempt_env
 from cronrd.state import checkpoints as CK
 from cronrd.state import commands as C
 from tests.unit.state.test_state import T0, Log
+from virtual_time import run_virtual
 
 CALLER = Caller(uid=1000, gid=1000, pid=7, name="alice")
 
@@ -73,11 +74,11 @@ def test_an_attempt_gets_a_fresh_token_and_the_socket_and_only_its_hash_is_kept(
 def test_save_get_and_heartbeat_with_the_runs_token():
     req, h, rid, token, audits = setup()
     args = {"run_id": rid, "token": token}
-    res = asyncio.run(req.save({**args, "value_b64": base64.b64encode(
+    res = run_virtual(req.save({**args, "value_b64": base64.b64encode(
         "naïve".encode()).decode()}, CALLER))
     assert res["bytes"] == 6
-    assert asyncio.run(req.get(args, CALLER))["value"] == "naïve"
-    asyncio.run(req.heartbeat({**args, "progress": 1, "message": "done"}, CALLER))
+    assert run_virtual(req.get(args, CALLER))["value"] == "naïve"
+    run_virtual(req.heartbeat({**args, "progress": 1, "message": "done"}, CALLER))
     assert CK.heartbeat_of(h.conn, rid)[1:] == (1.0, "done")
     assert audits == []
     assert all(c.token_hash == CK.token_hash(token) for c in h.log.proposed)
@@ -88,9 +89,9 @@ def test_a_wrong_token_is_refused_audited_and_nothing_is_proposed():
     req, h, rid, token, audits = setup()
     with pytest.raises(PermissionDenied, match="checkpoint save` refused: the token does "
                                                "not belong to run"):
-        asyncio.run(req.save({"run_id": rid, "token": "x" * 64, "value": "v"}, CALLER))
+        run_virtual(req.save({"run_id": rid, "token": "x" * 64, "value": "v"}, CALLER))
     with pytest.raises(PermissionDenied, match="no run with id 99"):
-        asyncio.run(req.get({"run_id": 99, "token": token}, CALLER))
+        run_virtual(req.get({"run_id": 99, "token": token}, CALLER))
     assert h.log.proposed == []
     assert [(a[0], a[2]) for a in audits] == [("checkpoint_save", False),
                                               ("checkpoint_get", False)]
@@ -102,11 +103,11 @@ def test_bad_values_are_usage_errors_before_the_token_is_looked_at():
                         ({"value_b64": base64.b64encode(b"\xff").decode()}, "not UTF-8"),
                         ({"value_b64": "!!"}, "not UTF-8")):
         with pytest.raises(UsageError, match=match):
-            asyncio.run(req.save({"run_id": rid, "token": token, **args}, CALLER))
+            run_virtual(req.save({"run_id": rid, "token": token, **args}, CALLER))
     with pytest.raises(UsageError, match="from 0 to 1"):
-        asyncio.run(req.heartbeat({"run_id": rid, "token": token, "progress": 2}, CALLER))
+        run_virtual(req.heartbeat({"run_id": rid, "token": token, "progress": 2}, CALLER))
     with pytest.raises(UsageError, match="token is empty or too long"):
-        asyncio.run(req.get({"run_id": rid, "token": ""}, CALLER))
+        run_virtual(req.get({"run_id": rid, "token": ""}, CALLER))
     assert h.log.proposed == [] and audits == []
 
 
@@ -119,7 +120,7 @@ def test_a_request_waits_for_the_start_then_gives_up(monkeypatch):
         await real(0)
     monkeypatch.setattr(asyncio, "sleep", sleep)
     with pytest.raises(PermissionDenied, match="token does not belong"):
-        asyncio.run(req.get({"run_id": rid, "token": token}, CALLER))
+        run_virtual(req.get({"run_id": rid, "token": token}, CALLER))
     assert h.clock.t >= 10.0
 
 
@@ -146,7 +147,7 @@ def test_heartbeats_in_a_tight_loop_reach_the_log_once_a_second_the_newest_last(
         h.clock.t = 2.5                            # a quiet while later: sent at once
         await req.heartbeat({**args, "message": "later"}, CALLER)
         assert len(h.log.proposed) == 3
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_heartbeat_sent_at_once_drops_the_older_one_held_back():
@@ -164,4 +165,4 @@ def test_a_heartbeat_sent_at_once_drops_the_older_one_held_back():
         await asyncio.sleep(0.8)                          # the held one's time passes
         assert [c.message for c in h.log.proposed] == ["first", "newest"]
         assert req._heartbeat_tasks == {} and req._heartbeat_later == {}
-    asyncio.run(main())
+    run_virtual(main())

@@ -12,6 +12,7 @@ from cronrd.runtime.log.local import LocalLog
 from cronrd.runtime.leader.scheduler import Scheduler
 from cronrd.state import commands as C
 from cronrd.state.machine import StateMachine
+from virtual_time import run_virtual
 
 T0 = 1_800_000_000.2
 
@@ -64,7 +65,7 @@ def test_a_clock_jump_follows_the_catchup_policy_instead_of_firing_everything():
         assert skipped + gaps >= 119
         sch.stop()
         await task
-    asyncio.run(main())
+    run_virtual(main())
 
 
 class FlakyLog:
@@ -100,7 +101,7 @@ def test_fires_that_fail_to_commit_are_proposed_again_in_order():
         assert fires[0] == int(T0) + 1 and len(fires) >= 6
         sch.stop()
         await task
-    asyncio.run(main())
+    run_virtual(main())
 
 
 async def _run_on_all_job(schedule: str):
@@ -131,7 +132,7 @@ def test_a_new_run_on_all_job_does_not_fire_at_its_creation_time_after_a_restart
         await log.drain()
         task.cancel()
         assert counts(conn) == {}
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_run_on_all_fire_left_half_done_is_completed_by_the_next_scheduler():
@@ -150,7 +151,7 @@ def test_a_run_on_all_fire_left_half_done_is_completed_by_the_next_scheduler():
         targets = {t for (t,) in conn.execute(
             "SELECT target FROM runs WHERE fire_time=?", (fire,))}
         assert targets == {"n0", "n1"}
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_run_on_all_fire_commits_the_nodes_that_run_it_before_the_skipped_ones():
@@ -175,7 +176,7 @@ def test_a_run_on_all_fire_commits_the_nodes_that_run_it_before_the_skipped_ones
                                  "ORDER BY run_id", (fire,)))
         assert rows == [("n1", "assigned"), ("n2", "assigned"), ("n0", "skipped")], rows
         sch.stop()
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_soonest_walks_the_heap_in_order_past_stale_and_filtered_entries():
@@ -202,4 +203,4 @@ def test_soonest_walks_the_heap_in_order_past_stale_and_filtered_entries():
         assert sch.soonest(7, odd) == [w for w in want if odd(w[1])][:7]
         assert sch.soonest(5, lambda n: False) == []
         assert len(sch.soonest(1000)) == len(want)
-    asyncio.run(main())
+    run_virtual(main())

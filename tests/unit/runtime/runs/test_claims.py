@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 
 import apsw
 
@@ -19,14 +18,11 @@ from cronrd.state import queries as Q
 from cronrd.state import run_life as L
 from cronrd.state.machine import StateMachine
 from tests.unit.state.test_state import T0, spec
+from virtual_time import LoopClock, run_virtual
 
 
-class Clock:
-    def now(self) -> float:
-        return T0 + time.monotonic()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
+def Clock() -> LoopClock:  # noqa: N802 - the runtime's Clock, on the virtual loop
+    return LoopClock(T0)
 
 
 class Flaky:
@@ -82,7 +78,7 @@ def test_the_runs_of_one_loop_turn_are_claimed_in_one_command_and_win():
             a.life.at_gate_ready for a in acts)
         assert all(Q.get_run(sm.conn, a.run.run_id).claimed_at is not None for a in acts)
         assert CL.LEAD_MIN <= claims.lead() <= CL.LEAD_MAX
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_claim_is_asked_again_until_a_leader_decides_it():
@@ -91,11 +87,11 @@ def test_a_claim_is_asked_again_until_a_leader_decides_it():
         prop, events = Flaky(log, fail=3), []
         claims = CL.Claims("a", prop, Clock(), stepper(events))
         claims.want(acts)
-        deadline = time.monotonic() + 5
-        while acts[0].life.claim == "asking" and time.monotonic() < deadline:
+        deadline = asyncio.get_running_loop().time() + 5
+        while acts[0].life.claim == "asking" and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
         assert acts[0].life.claim == "won" and len(prop.sent) == 4
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_run_moved_away_loses_its_claim_and_is_stopped_unreported():
@@ -111,7 +107,7 @@ def test_a_run_moved_away_loses_its_claim_and_is_stopped_unreported():
         assert acts[0].life.claim == "won"
         assert (acts[1].life.claim, acts[1].life.stop_state) == ("lost", "final")
         assert "moved to node b" in acts[1].life.stop_reason
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_run_that_stopped_waiting_is_not_claimed_any_more():
@@ -127,7 +123,7 @@ def test_a_run_that_stopped_waiting_is_not_claimed_any_more():
         await asyncio.sleep(0.15)
         assert len(prop.sent) <= tries + 1 and not claims.tasks
         assert Q.get_run(sm.conn, acts[0].run.run_id).claimed_at is None
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_the_lead_follows_how_long_claims_take_within_bounds():
@@ -141,7 +137,7 @@ def test_the_lead_follows_how_long_claims_take_within_bounds():
         slow = CL.Claims("a", Flaky(log, delay=0.6), Clock(), stepper([]))
         slow._took.extend([5.0] * 3)
         assert slow.lead() == CL.LEAD_MAX
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_refused_claim_hands_the_run_back_not_started_to_be_reported():
@@ -160,7 +156,7 @@ def test_a_refused_claim_hands_the_run_back_not_started_to_be_reported():
         life, actions = L.step(life, L.Exited(9, 0, T0))
         (report,) = [a for a in actions if isinstance(a, L.Report)]
         assert report.state == "lost" and report.not_started  # retried, whatever the policy
-    asyncio.run(main())
+    run_virtual(main())
 
 
 class Held:
@@ -190,7 +186,7 @@ def test_a_slow_claim_is_waited_for_not_proposed_again_while_the_leader_stays():
         await asyncio.sleep(0.05)
         assert len(prop.sent) == 1 and [a.life.claim for a in acts] == ["won"] * 2
         assert not claims.tasks
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_claim_unanswered_when_the_leader_changes_is_proposed_to_the_new_one():
@@ -210,7 +206,7 @@ def test_a_claim_unanswered_when_the_leader_changes_is_proposed_to_the_new_one()
         await asyncio.sleep(0.05)
         assert [a.life.claim for a in acts] == ["won"] * 2 and not claims.tasks
         assert all(Q.get_run(sm.conn, a.run.run_id).claimed_at for a in acts)
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_claim_sent_while_there_was_no_leader_is_waited_for_once_one_is_known():
@@ -226,7 +222,7 @@ def test_a_claim_sent_while_there_was_no_leader_is_waited_for_once_one_is_known(
         prop.gates[0].set()
         await asyncio.sleep(0.05)
         assert acts[0].life.claim == "won"
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_claim_goes_to_the_new_leader_as_soon_as_the_change_is_known(monkeypatch):
@@ -260,4 +256,4 @@ def test_a_claim_goes_to_the_new_leader_as_soon_as_the_change_is_known(monkeypat
         prop.gates[0].set()
         await asyncio.sleep(0.05)
         assert not claims.tasks
-    asyncio.run(main())
+    run_virtual(main())

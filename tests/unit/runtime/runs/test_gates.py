@@ -6,25 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from types import SimpleNamespace
 
 from cronrd.runtime.runs.gates import READY_WAIT, Gates
+from virtual_time import run_virtual
 from cronrd.state import run_life as L
 
 
 class Clock:
-    """Wall time that follows the loop's clock, from a fixed start."""
+    """Wall time that follows the loop's (virtual) clock, from a fixed start
+    that a test may step."""
 
     def __init__(self):
-        self.base = time.monotonic()
         self.t0 = 1_800_000_000.0
 
     def now(self) -> float:
-        return self.t0 + time.monotonic() - self.base
+        return self.t0 + self.monotonic()
 
     def monotonic(self) -> float:
-        return time.monotonic()
+        return asyncio.get_running_loop().time()
 
 
 def act(ready=True):
@@ -51,7 +51,7 @@ def test_the_runs_due_at_one_time_share_a_gate_that_opens_then():
         os.close(rfd)
         gates.close_all()
         assert not gates
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_gate_waits_for_a_run_not_ready_until_it_is():
@@ -68,7 +68,7 @@ def test_a_gate_waits_for_a_run_not_ready_until_it_is():
         slow.life = L.Life(phase=L.Phase.WAITING, pid=11, ready=True, claim="won")
         gates.settled(slow)
         assert len(released) == 1 and not gate.waiting
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_gate_waits_at_most_ready_wait():
@@ -84,7 +84,7 @@ def test_a_gate_waits_at_most_ready_wait():
         assert released == [] and gate.waiting
         await asyncio.sleep(READY_WAIT + 0.2)
         assert len(released) == 1 and released[0] >= gate.ready_by
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_closing_every_gate_lets_nobody_through():
@@ -98,7 +98,7 @@ def test_closing_every_gate_lets_nobody_through():
         await asyncio.sleep(0.1)  # its timer was cancelled
         assert os.read(rfd, 10) == b""
         os.close(rfd)
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_the_pending_gates_times_are_what_the_heap_waits_for():
@@ -114,7 +114,7 @@ def test_the_pending_gates_times_are_what_the_heap_waits_for():
         assert sorted(gates.times()) == [first, second]
         gates.close_all()
         assert gates.times() == []
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_claims_are_asked_before_the_gate_and_again_at_it_for_runs_held_back():
@@ -148,7 +148,7 @@ def test_claims_are_asked_before_the_gate_and_again_at_it_for_runs_held_back():
         await asyncio.sleep(0.1)
         assert len(asked) == 2 and asked[1][0] >= 0 and run.life.claim == "won"
         assert len(released) == 1
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_gate_whose_claims_settle_while_it_looks_is_released_once():
@@ -186,7 +186,7 @@ def test_a_gate_whose_claims_settle_while_it_looks_is_released_once():
         os.close(rfd)
         gate.close()                            # a second close closes nothing
         gates.close_all()
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_closed_gate_never_writes_or_closes_again():
@@ -204,7 +204,7 @@ def test_a_closed_gate_never_writes_or_closes_again():
             os.close(r)
             os.close(w)
         gates.close_all()
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_node_fenced_at_its_gates_time_releases_at_once_not_by_its_stepped_back_clock():
@@ -217,9 +217,9 @@ def test_a_node_fenced_at_its_gates_time_releases_at_once_not_by_its_stepped_bac
         clock = Clock()
         fence = {"why": None}
         released = []
-        gates = Gates(clock, lambda g: (released.append(time.monotonic()), g.open(0)),
+        gates = Gates(clock, lambda g: (released.append(asyncio.get_running_loop().time()), g.open(0)),
                       fence=lambda: fence["why"])
-        start = time.monotonic()
+        start = asyncio.get_running_loop().time()
         gate = gates.at(clock.now() + 0.05)
         gate.runs.append(act())
         clock.t0 -= 30.0                     # the wall clock steps 30 s back
@@ -241,7 +241,7 @@ def test_a_node_fenced_at_its_gates_time_releases_at_once_not_by_its_stepped_bac
         await asyncio.sleep(0.3)
         assert len(released) == 1
         gates.close_all()
-    asyncio.run(main())
+    run_virtual(main())
 
 
 def test_a_fenced_node_does_not_wait_for_runs_that_are_not_ready():
@@ -250,9 +250,9 @@ def test_a_fenced_node_does_not_wait_for_runs_that_are_not_ready():
     async def main():
         clock = Clock()
         released = []
-        gates = Gates(clock, lambda g: (released.append(time.monotonic()), g.open(0)),
+        gates = Gates(clock, lambda g: (released.append(asyncio.get_running_loop().time()), g.open(0)),
                       fence=lambda: "had no fresh lease from the leader")
-        start = time.monotonic()
+        start = asyncio.get_running_loop().time()
         gate = gates.at(clock.now() + 0.02)
         gate.runs.append(act(ready=False))
         for _ in range(100):
@@ -261,4 +261,4 @@ def test_a_fenced_node_does_not_wait_for_runs_that_are_not_ready():
             await asyncio.sleep(0.01)
         assert released and released[0] - start < READY_WAIT / 4
         gates.close_all()
-    asyncio.run(main())
+    run_virtual(main())
