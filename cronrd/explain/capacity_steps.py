@@ -17,6 +17,7 @@ from .subject import Step, Subject
 CONCURRENCY_REASONS = ("overlap", "replaced by", "waiting for run", "waited in the queue", "queue full",
                  "released from the queue")
 
+
 def overlap_step(s: Subject) -> list[Step]:
     """concurrency: what overlapped at ``t``, or what runs now."""
     if s.spec is None:
@@ -44,6 +45,7 @@ def overlap_step(s: Subject) -> list[Step]:
                                                              "active": [r.run_id for r in active]})]
     return [Step("overlap", f"concurrency: {policy}" + (
         "" if s.future else " (nothing overlapped)"), {"concurrency": policy})]
+
 
 def placement_step(s: Subject) -> list[Step]:
     """run_on, the nodes that may take it, where it was placed."""
@@ -91,6 +93,7 @@ def placement_step(s: Subject) -> list[Step]:
     if others:
         text += f" (not: {'; '.join(others)})"
     return [Step("placement", text, data)]
+
 
 def pool_step(s: Subject) -> list[Step]:
     """pool: the job's pool and priority; what its records waited for, or

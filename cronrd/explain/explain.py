@@ -54,6 +54,7 @@ STEPS: list[Callable[[Subject], list[Step]]] = [
     pool_step, placement_step, record_step, downstream_step, alerts_step,
 ]
 
+
 def nodes_from_state(conn) -> list[NodeView]:
     """The members as last announced in the replicated state (with the
     daemon down: no health of its own to add)."""
@@ -69,6 +70,7 @@ OFFLINE_NODES = "as last announced; the daemon is not running"
 
 FOLLOWER_NODES = ("as last announced; this node is not the leader, which alone sees who "
                   "answers: `cronrd explain` on the leader for that")
+
 
 def explain(conn, args: dict, *, now: float, default_tz: str,
             nodes: list[NodeView] | None = None, nodes_note: str = "",

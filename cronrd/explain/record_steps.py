@@ -25,6 +25,7 @@ def record_step(s: Subject) -> list[Step]:
                         f"(`cronrd runs {s.name} --since {iso_utc(s.t)}`)"))
     return out
 
+
 def _record_text(r: Run) -> str:
     state = r.state.value
     text = f"run {r.run_id} attempt {r.attempt} ({r.kind})"
@@ -48,6 +49,7 @@ def _record_text(r: Run) -> str:
     if r.reason:
         text += f"; {r.reason}"
     return text
+
 
 def alerts_step(s: Subject) -> list[Step]:
     """The alerts of this fire time (SLA misses, a final failure) and where

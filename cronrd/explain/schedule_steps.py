@@ -43,6 +43,7 @@ def job_step(s: Subject) -> list[Step]:
         out.append(Step("conflict", str(s.job["conflict"])))
     return out
 
+
 def schedule_step(s: Subject) -> list[Step]:
     """Is ``t`` a fire time of the schedule in its zone, with the DST rule?"""
     out = []
@@ -93,6 +94,7 @@ AFTER_FIRE_TIME = ("an @after child has no fire times of its own: it runs once p
                    "of its parents' outcomes, and a generation's fire time is the newest fire "
                    "time among the parent runs it consumed")
 
+
 def _after_schedule(s: Subject, data: dict) -> list[Step]:
     """@after: what its fire times are; is ``t`` the fire time of a record
     (a generation), and if not, the nearest that are."""
@@ -119,6 +121,7 @@ def _after_schedule(s: Subject, data: dict) -> list[Step]:
     text += ("; nearest record fire times " + "; ".join(parts)) if parts else \
         "; it has no records yet (`cronrd explain " + s.name + " --next`: its gate now)"
     return [Step("schedule", text, data, "no generation has this fire time")]
+
 
 def _cron_text(s: Subject, head: str, fire: bool, data: dict) -> str:
     """The DST rule (triggers.py) as it applies at ``t``."""
@@ -161,6 +164,7 @@ def _cron_text(s: Subject, head: str, fire: bool, data: dict) -> str:
                 f"(the clocks go back); a {kind} schedule runs once, in the first pass, at "
                 f"{iso_utc(passes[0])} ({s.local(passes[0])})")
     return f"{head} {here} is not a fire time"
+
 
 def pause_step(s: Subject) -> list[Step]:
     """Was the job paused at ``t`` (who, why), or the maintenance pause on;
@@ -209,16 +213,19 @@ def pause_step(s: Subject) -> list[Step]:
         out.append(Step(what, f"{head}{_who(at_t)}{until}", {what: True, **at_t}))
     return out
 
+
 def _pause_at(conn, name: str, t: int) -> dict | None:
     try:
         return pause_log.in_force_at(conn, name, t)
     except apsw.SQLError:   # a database from before the pause history (read offline)
         return None
 
+
 def _who(p: dict) -> str:
     by = f" by {p['by']}" if p.get("by") else ""
     note = f": {p['note']}" if p.get("note") else ""
     return f"{by} since {p['at']}{note}" if p.get("at") else f"{by}{note}"
+
 
 def catchup_step(s: Subject) -> list[Step]:
     """The catch-up policy, and what it did or would do with ``t``."""

@@ -21,6 +21,7 @@ MAX_BACK = 400 * 366 * 86400   # a previous fire time is looked for this far bac
 
 MAX_RECORD_LINES = 50          # attempts shown (a run_on: all job on many nodes)
 
+
 @dataclass(frozen=True)
 class Step:
     """One step of the trail: its name (the first column), its text, its
@@ -36,6 +37,7 @@ class Step:
         if self.blocks is not None:
             out["blocks"] = self.blocks
         return out
+
 
 @dataclass
 class Subject:
@@ -91,11 +93,14 @@ class Subject:
     def local(self, t: float) -> str:
         return _local(t, self.zone)
 
+
 def _local(t: float, zone: ZoneInfo) -> str:
     return _dt.datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M:%S %Z")
 
+
 def _wall(t: float, zone: ZoneInfo) -> str:
     return _dt.datetime.fromtimestamp(t, zone).strftime("%H:%M %Z")
+
 
 def _jump_text(jump: int, zone: ZoneInfo) -> str:
     """"02:00 CET to 03:00 CEST": the wall clock at a spring-forward jump."""
@@ -103,8 +108,10 @@ def _jump_text(jump: int, zone: ZoneInfo) -> str:
     at_old = (before + _dt.timedelta(seconds=1)).replace(tzinfo=None)
     return f"{at_old.strftime('%H:%M')} {before.strftime('%Z')} to {_wall(jump, zone)}"
 
+
 def _offset(t: float, zone: ZoneInfo) -> int:
     return int(_dt.datetime.fromtimestamp(t, zone).utcoffset().total_seconds())
+
 
 def _jump_in(lo: int, hi: int, zone: ZoneInfo) -> int:
     """The instant in (lo, hi] where the zone's offset changes (there is one)."""
@@ -116,6 +123,7 @@ def _jump_in(lo: int, hi: int, zone: ZoneInfo) -> int:
         else:
             hi = mid
     return hi
+
 
 def resolve_local(text: str, zone: ZoneInfo) -> tuple[int, str | None]:
     """A wall-clock time in ``zone`` (no offset) as an instant, and a note
@@ -146,6 +154,7 @@ def resolve_local(text: str, zone: ZoneInfo) -> tuple[int, str | None]:
                     f"{iso_utc(hi)}` for the second)")
     return first, None
 
+
 def resolve_time(at: Any, local: bool, zone: ZoneInfo) -> tuple[int, str | None]:
     """--at: ISO 8601 (UTC unless it has an offset) or epoch seconds; with
     ``local``, a wall-clock time in the job's zone."""
@@ -159,6 +168,7 @@ def resolve_time(at: Any, local: bool, zone: ZoneInfo) -> tuple[int, str | None]
         return parse_iso(at), None
     except CronrdError as exc:
         raise UsageError(f"--at: {exc}") from None
+
 
 def prev_fire(trigger: Trigger, t: int) -> int | None:
     """The last fire time before ``t``, or None (within MAX_BACK)."""
@@ -179,6 +189,7 @@ def prev_fire(trigger: Trigger, t: int) -> int | None:
             b = mid
     got = trigger.next_after(a)   # a + 1, as next_after sees it
     return got if got is not None and got < t else a + 1
+
 
 def _is_fire(trigger: Trigger | None, t: int) -> bool:
     return trigger is not None and trigger.next_after(t - 1) == t

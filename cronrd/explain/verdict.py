@@ -50,6 +50,7 @@ def verdict(s: Subject, steps: list[Step]) -> dict:
                 "would run late"}
     return {"outcome": "unknown", "text": "no record (pruned, or the schedule changed since)"}
 
+
 def _records_verdict(records: list[Run]) -> dict:
     by_target: dict[str, list[Run]] = {}
     for r in records:

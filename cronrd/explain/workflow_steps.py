@@ -52,6 +52,7 @@ def upstream_step(s: Subject) -> list[Step]:
     return [Step("upstream", f"{rule}: its gate is looked at when T fires; if it fired now: "
                  + _gate_now_text(s, gate, pending, need_new=False), data)] + lines
 
+
 def _after_upstream(s: Subject, rule: str, data: dict) -> list[Step]:
     """An @after child: each generation at ``t`` (the parent runs it
     consumed, each one's outcome, the rule's verdict), or its gate now."""
@@ -86,6 +87,7 @@ def _after_upstream(s: Subject, rule: str, data: dict) -> list[Step]:
                         + f" (`cronrd explain {s.name} --next`)", {"action": gate.action}))
     return out
 
+
 def _open_why(rule: str, consumed: dict) -> str:
     def cls(x):
         try:
@@ -98,6 +100,7 @@ def _open_why(rule: str, consumed: dict) -> str:
         return f"{hit[0]} {'succeeded' if want == D.SUCCESS else 'failed'}" if hit else rule
     return {"all_succeeded": "every parent succeeded", "none_failed": "no parent failed",
             "all_finished": "every parent finished"}.get(rule, rule)
+
 
 def _generation_verdict(s: Subject, g: Run, consumed: dict) -> str:
     """What the trigger rule made of one generation, from its record."""
@@ -117,6 +120,7 @@ def _generation_verdict(s: Subject, g: Run, consumed: dict) -> str:
     if g.kind != "upstream":
         return text
     return f"{text}: the run was made (attempts below)"
+
 
 def _parents_now(s: Subject, need_new: bool) -> tuple[list[Step], D.Gate, list[str]]:
     """What the child sees of each parent now (read only), and its gate."""
@@ -148,6 +152,7 @@ def _parents_now(s: Subject, need_new: bool) -> tuple[list[Step], D.Gate, list[s
     pending = [p.job for p in view if p.new is None and p.fresh is None]
     return lines, gate, pending
 
+
 def _gate_now_text(s: Subject, gate: D.Gate, pending: list[str], need_new: bool) -> str:
     rule = s.spec.trigger_rule
     if gate.action == D.FIRE:
@@ -177,6 +182,7 @@ def _gate_now_text(s: Subject, gate: D.Gate, pending: list[str], need_new: bool)
             "all_finished": "runs whatever their outcomes"}.get(rule, "")
     return (f"{who}; fires when {x} finish{'' if len(pending) > 1 else 'es'}; {then} "
             f"(trigger_rule {rule})")
+
 
 # The trail, in order. Dependency gates and pools go between "overlap" and
 # "placement" (see the module's docstring).
