@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import CronrdError
+from . import confchange, quorum
 from .log import RaftLog
+from .tracker import PROBE, REPLICATE, SNAPSHOT, Progress
 from .types import (ConfChange, ConfChangeType, ConfState, Entry, EntryType, HardState,
                     Message, MsgType, Ready, ReadState, Snapshot, SnapshotMeta, SoftState)
 
 FOLLOWER, CANDIDATE, PRECANDIDATE, LEADER = "follower", "candidate", "precandidate", "leader"
-PROBE, REPLICATE, SNAPSHOT = "probe", "replicate", "snapshot"
 TRANSFER = b"transfer"
 # A message whose term is more than this above ours is dropped: honest terms
 # grow by one per election (PreVote keeps an isolated node from inflating its
@@ -64,58 +65,6 @@ class RaftConfig:
     # abandoned one. Default: bytes in memory (the node's runtime passes a
     # file, so a 100 MB state is never held whole).
     snapshot_sink: Callable[[], Any] | None = None
-
-
-@dataclass
-class Progress:
-    """The leader's view of one follower."""
-    match: int = 0
-    next: int = 1
-    state: str = PROBE
-    probe_sent: bool = False         # probe: one APP outstanding, wait for its answer
-    inflight: list[int] = field(default_factory=list)  # last index of each APP in flight
-    recent_active: bool = False
-    pending_snapshot: int = 0        # snapshot index being sent
-    snap_offset: int = 0
-    snap_sent_tick: int = 0          # the leader's tick count when the chunk in flight went out
-
-    def become_probe(self) -> None:
-        if self.state == SNAPSHOT:
-            self.next = max(self.match + 1, self.pending_snapshot + 1)
-            self.pending_snapshot = 0
-        else:
-            self.next = self.match + 1
-        self.state = PROBE
-        self.probe_sent = False
-        self.inflight.clear()
-
-    def become_replicate(self) -> None:
-        self.state = REPLICATE
-        self.next = self.match + 1
-        self.inflight.clear()
-        self.probe_sent = False
-
-    def become_snapshot(self, index: int) -> None:
-        self.state = SNAPSHOT
-        self.pending_snapshot = index
-        self.snap_offset = 0
-        self.inflight.clear()
-
-    def paused(self, max_inflight: int) -> bool:
-        if self.state == PROBE:
-            return self.probe_sent
-        if self.state == SNAPSHOT:
-            return True
-        return len(self.inflight) >= max_inflight
-
-    def maybe_update(self, index: int) -> bool:
-        updated = index > self.match
-        if updated:
-            self.match = index
-            self.probe_sent = False
-        self.next = max(self.next, index + 1)
-        self.inflight = [i for i in self.inflight if i > index]
-        return updated
 
 
 @dataclass
@@ -216,7 +165,7 @@ class Raft:
         return (node or self.id) in self.conf.voters
 
     def quorum(self) -> int:
-        return len(self.conf.voters) // 2 + 1
+        return quorum.majority(self.conf.voters)
 
     def _random_timeout(self) -> int:
         return self.cfg.election_tick + self.rng.randrange(self.cfg.election_tick)
@@ -414,11 +363,10 @@ class Raft:
                            context=TRANSFER if transfer else b"")
 
     def _tally(self) -> int:
-        return sum(1 for v, granted in self.votes.items() if granted and v in self.conf.voters)
+        return quorum.granted(self.votes, self.conf.voters)
 
     def _rejections(self) -> int:
-        return sum(1 for v, granted in self.votes.items()
-                   if not granted and v in self.conf.voters)
+        return quorum.rejected(self.votes, self.conf.voters)
 
     # -- step -----------------------------------------------------------------------------------
     def step(self, m: Message) -> None:
@@ -591,18 +539,21 @@ class Raft:
         return True
 
     def _maybe_commit(self) -> bool:
-        matches = sorted((self._self_match if v == self.id else
-                          (self.prs[v].match if v in self.prs else 0))
-                         for v in self.conf.voters)
-        if not matches:
+        index = quorum.committed_index(self.conf.voters, self._match_of)
+        if index is None:
             return False
-        index = matches[len(matches) - self.quorum()]
         # Only entries of the current term are committed by counting (§5.4.2).
         if index > self.log.commit and self.log.term(index) == self.term:
             self.log.commit_to(index)
             self._release_queued_reads()
             return True
         return False
+
+    def _match_of(self, node: str) -> int:
+        if node == self.id:
+            return self._self_match
+        pr = self.prs.get(node)
+        return pr.match if pr is not None else 0
 
     def _send_append(self, to: str) -> bool:
         pr = self.prs[to]
@@ -828,17 +779,9 @@ class Raft:
             self.dropped.append((context, "the new leader has not committed an entry of its "
                                           "term yet; retry shortly"))
             return
-        if cc.type == ConfChangeType.ADD_LEARNER and cc.node in self.conf.members():
-            self.dropped.append((context, f"{cc.node} is already a member"))
-            return
-        if cc.type == ConfChangeType.PROMOTE and cc.node not in self.conf.learners:
-            self.dropped.append((context, f"{cc.node} is not a learner"))
-            return
-        if cc.type == ConfChangeType.REMOVE and cc.node not in self.conf.members():
-            self.dropped.append((context, f"{cc.node} is not a member"))
-            return
-        if cc.type == ConfChangeType.REMOVE and self.conf.voters == (cc.node,):
-            self.dropped.append((context, "cannot remove the last voter"))
+        refused = confchange.refusal(self.conf, cc)
+        if refused is not None:
+            self.dropped.append((context, refused))
             return
         self._leader_append([Entry(0, 0, EntryType.CONF, cc.encode())], context)
 
@@ -909,7 +852,7 @@ class Raft:
                 continue
             if frm in self.conf.voters:
                 read.acks.add(frm)
-            if len(read.acks & set(self.conf.voters)) >= self.quorum():
+            if quorum.acknowledged(read.acks, self.conf.voters):
                 done, self.reads = self.reads[:i + 1], self.reads[i + 1:]
                 for r in done:
                     self._answer_read(r)
@@ -949,22 +892,11 @@ class Raft:
 
     # -- membership ----------------------------------------------------------------------------------------
     def _apply_conf(self, cc: ConfChange) -> None:
-        voters, learners = list(self.conf.voters), list(self.conf.learners)
-        if cc.type == ConfChangeType.ADD_LEARNER:
-            if cc.node not in voters and cc.node not in learners:
-                learners.append(cc.node)
-        elif cc.type == ConfChangeType.PROMOTE:
-            if cc.node in learners:
-                learners.remove(cc.node)
-                voters.append(cc.node)
-        elif cc.type == ConfChangeType.REMOVE:
+        if cc.type == ConfChangeType.REMOVE:
+            # A removed node's vouch ends with its membership.
             self.vouched.pop(cc.node, None)
             self.vouched_voters.pop(cc.node, None)
-            if cc.node in voters:
-                voters.remove(cc.node)
-            if cc.node in learners:
-                learners.remove(cc.node)
-        self.conf = ConfState(tuple(sorted(voters)), tuple(sorted(learners)))
+        self.conf = confchange.apply_change(self.conf, cc)
 
     def _conf_applied(self, cc: ConfChange) -> None:
         self._apply_conf(cc)

@@ -12,9 +12,10 @@ import random
 
 import pytest
 
-from cronrd.raft.core import (CANDIDATE, FOLLOWER, LEADER, PRECANDIDATE, REPLICATE,
+from cronrd.raft.core import (CANDIDATE, FOLLOWER, LEADER, PRECANDIDATE,
                               Raft, RaftConfig, RaftError)
 from cronrd.raft.log import RaftLog
+from cronrd.raft.tracker import REPLICATE
 from cronrd.raft.types import (ConfChange, ConfChangeType, ConfState, Entry, EntryType,
                                HardState, Message, MsgType, Snapshot)
 
