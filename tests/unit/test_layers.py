@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[2] / "cronrd"
 # From the inside out. Entries are packages (directories) or modules under cronrd/.
 LAYERS = {
     "core": ["__init__.py", "errors.py", "ids.py", "bounded_yaml.py", "crontab_import.py", "model",
-             "raft", "state", "decisions", "schedule", "jobspec", "explain"],
+             "raft", "state", "decisions", "schedule", "jobspec", "explain", "ops"],
     "config": ["config"],
     "runtime": ["runtime"],                 # the edges and the daemon, runtime/runs/ too
     "cli": ["cli", "client.py", "offline.py", "__main__.py"],

@@ -1,0 +1,86 @@
+"""The typed requests of the control socket and the HTTP API, one frozen
+dataclass per operation (``OP``: its name on the socket).
+
+Each is parsed at the edge (``typed.parse``) and handed to its handler in
+``runtime/control`` as it is: a handler reads attributes, never a dict. The
+HTTP API builds the same values from its paths, queries and bodies, and its
+OpenAPI document takes their schemas from here.
+
+Operations not listed here still take the socket's JSON object (the
+``arg()`` checks of ``runtime/control/server.py``); they move here one
+resource at a time (issue 30, point 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, ClassVar
+
+from ..model import run_states
+from .typed import Doc, MaxLen, Names, Range, Time
+
+# The kinds of run a listing filters on (model/run.py's ``kind``).
+RUN_KINDS = ("scheduled", "catchup", "manual", "retry", "backfill", "rerun", "upstream")
+MAX_RUNS = 100_000     # runs in one `runs` answer
+MAX_PAGE = 5_000       # jobs in one page of `jobs`
+MAX_NEXT = 100         # next fire times `job` shows
+MAX_PATTERN = 200      # characters of a job name pattern
+
+Consistent = Annotated[bool, Doc("wait until this node has applied every write the cluster "
+                                 "committed before the request (a read through the leader)")]
+
+
+@dataclass(frozen=True)
+class ListJobs:
+    """The jobs by name, a page at a time (``limit``, ``after``), or streamed
+    (``stream``), or all of them up to 10,000 (neither)."""
+    OP: ClassVar[str] = "jobs"
+    limit: Annotated[int | None, Range(1, MAX_PAGE, "limit must be {lo} to {hi}"),
+                     Doc("page size")] = None
+    after: Annotated[str | None, Doc("the last name of the page before")] = None
+    match: Annotated[str | None, MaxLen(MAX_PATTERN),
+                     Doc("only job names matching this shell pattern")] = None
+    stream: Annotated[bool, Doc("every job, a page per message")] = False
+    consistent: Consistent = False
+
+
+@dataclass(frozen=True)
+class ShowJob:
+    """One job as `cronrd show` prints it: its listing, definition, why it
+    is paused, its file's problems, next fire times, last and active runs."""
+    OP: ClassVar[str] = "job"
+    name: Annotated[str, Doc("the job")]
+    next: Annotated[int, Range(0, MAX_NEXT, "next must be {lo} to {hi}"),
+                    Doc("how many next fire times to show")] = 5
+    consistent: Consistent = False
+
+
+@dataclass(frozen=True)
+class ListRuns:
+    """The newest runs matching the filters, each with its job's time zone,
+    and the recorded gaps of skipped fire times when skipped runs are asked
+    for."""
+    OP: ClassVar[str] = "runs"
+    job: Annotated[str | None, Doc("only this job's runs")] = None
+    state: Annotated[list[str] | None, Names(run_states.ALL),
+                     Doc("states (e.g. failed,lost)")] = None
+    kind: Annotated[list[str] | None, Names(RUN_KINDS), Doc("kinds of run")] = None
+    node: Annotated[str | None, Doc("only runs placed on this node")] = None
+    since: Annotated[float | None, Time(), Doc("fire times from this time on")] = None
+    until: Annotated[float | None, Time(), Doc("fire times before this time")] = None
+    before: Annotated[int | None, Doc("only run ids below this (the next page)")] = None
+    limit: Annotated[int, Range(1, MAX_RUNS, "limit must be between {lo} and {hi}"),
+                     Doc("how many runs")] = 50
+    consistent: Consistent = False
+
+
+@dataclass(frozen=True)
+class ShowRun:
+    """One run: its attempt, parameters, heartbeat and the parent runs it
+    consumed."""
+    OP: ClassVar[str] = "run"
+    run_id: Annotated[int, Doc("the run")]
+    consistent: Consistent = False
+
+
+REQUESTS: dict[str, type] = {cls.OP: cls for cls in (ListJobs, ShowJob, ListRuns, ShowRun)}
