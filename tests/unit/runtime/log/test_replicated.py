@@ -449,7 +449,11 @@ def test_a_copy_overtaken_by_a_snapshot_on_the_loop_is_dropped_with_its_file(tmp
             copy = job()
 
             def held(path):
-                release.wait(20)
+                # Only the periodic copy, on its thread, is held: snapshot_now
+                # copies on the loop, and holding it would stall the loop
+                # (and this test) for the whole wait.
+                if threading.current_thread() is not threading.main_thread():
+                    release.wait(20)
                 return copy(path)
             return held
         rs.snapshot_job = held_job
