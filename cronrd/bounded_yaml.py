@@ -26,6 +26,7 @@ the pure-Python one, several times faster); composition is always ours.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import yaml
 from yaml.composer import Composer
@@ -49,7 +50,7 @@ class YAMLLimitError(yaml.MarkedYAMLError):
 
 
 class FileTooLarge(Exception):
-    def __init__(self, size: int, limit: int):
+    def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"{size} bytes, more than the limit of {limit} bytes")
         self.size, self.limit = size, limit
 
@@ -195,7 +196,7 @@ def compose(text: str, *, fast: bool = True) -> Node | None:
         loader.dispose()
 
 
-def safe_load(text: str, *, fast: bool = True):
+def safe_load(text: str, *, fast: bool = True) -> Any:
     """``yaml.safe_load`` with the bounds (Python values; aliases stay shared)."""
     loader = (FAST_LOADER if fast else BoundedSafeLoader)(text)
     try:

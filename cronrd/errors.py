@@ -6,6 +6,8 @@ Every error says what was wrong, where, and what to do next. The CLI maps
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CronrdError(Exception):
     """Base of every error cronrd raises on purpose."""
@@ -22,9 +24,10 @@ class ConfigError(CronrdError):
     message; the message has one line per problem), or is empty.
     """
 
-    def __init__(self, message: str, problems: tuple = ()):
+    def __init__(self, message: str, problems: tuple[Any, ...] = ()) -> None:
         super().__init__(message)
-        self.problems = tuple(problems)
+        # cronrd.jobspec.model.Problem objects (not imported: this module is a leaf)
+        self.problems: tuple[Any, ...] = tuple(problems)
 
 
 class ScheduleError(CronrdError):
@@ -34,7 +37,7 @@ class ScheduleError(CronrdError):
     the problem starts, when known, so callers can point at it.
     """
 
-    def __init__(self, message: str, column: int | None = None):
+    def __init__(self, message: str, column: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.column = column
@@ -71,7 +74,7 @@ class StorageError(CronrdError):
 class NotLeader(CronrdError):
     """This node is not the leader; ``leader`` names the one it knows, if any."""
 
-    def __init__(self, leader: str | None):
+    def __init__(self, leader: str | None) -> None:
         hint = f"the leader is {leader}" if leader else "no leader is known yet"
         super().__init__(f"this node is not the leader; {hint}: send the request there "
                          "or retry shortly")

@@ -13,12 +13,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .config import Config
 from .errors import DaemonUnavailable, RequestError, UsageError
 from .runtime.clock import now as wall_now
 from .schedule import iso_utc
+
+if TYPE_CHECKING:
+    from .client import Client
 
 # Commands answered here; every other one needs the daemon.
 READS = ("status", "jobs", "job", "runs", "run", "logs", "audit", "explain", "graph",
@@ -156,7 +159,7 @@ class Offline:
     def h_job(self, args: dict, on_message) -> dict:
         from .runtime.control.reads import job_details
         from .state import queries as Q
-        name = args.get("name")
+        name: Any = args.get("name")   # as the request gave it (a JSON value)
         found = Q.jobs(self.conn, name=name)
         if not found:
             raise RequestError(f"no job named {name!r}; `cronrd jobs` lists the known jobs")
@@ -179,7 +182,8 @@ class Offline:
 
     def h_run(self, args: dict, on_message) -> dict:
         from .state import queries as Q
-        run = Q.get_run(self.conn, args.get("run_id"))
+        run_id: Any = args.get("run_id")   # as the request gave it (None: no run has it)
+        run = Q.get_run(self.conn, run_id)
         if run is None:
             raise RequestError(f"no run with id {args.get('run_id')}; `cronrd runs` lists "
                                "recent runs")
@@ -224,7 +228,7 @@ class Offline:
         from .runtime.control.logs import (chunk_messages, flush_messages, last_lines,
                                               read_log_chunk)
         from .state import queries as Q
-        job = args.get("job")
+        job: Any = args.get("job")   # as the request gave it (a JSON value)
         run_id, since, lines = args.get("run_id"), args.get("since"), args.get("lines")
 
         def started(r) -> bool:
@@ -274,8 +278,8 @@ class ReadClient:
     """A control-socket client whose read commands fall back to the state
     database when no daemon is running (``notice`` is told once)."""
 
-    def __init__(self, client, config_loader: Callable[[], Config | None],
-                 notice: Callable[[str], None]):
+    def __init__(self, client: Client, config_loader: Callable[[], Config | None],
+                 notice: Callable[[str], None]) -> None:
         self.client = client
         self.config_loader = config_loader
         self.notice = notice

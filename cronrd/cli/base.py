@@ -9,7 +9,7 @@ import json
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import click
 
@@ -19,7 +19,7 @@ from ..runtime.clock import Clock
 
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from ..offline import ReadClient
 
 
 # The CLI is interactive: modules a command does not need are imported lazily
@@ -53,7 +53,7 @@ class Ctx:
         cfg = self.try_config()
         return cfg.socket if cfg is not None else DEFAULT_SOCKET
 
-    def client(self, timeout: float | None = 30.0, quiet: bool = False) -> "Client":
+    def client(self, timeout: float | None = 30.0, quiet: bool = False) -> "ReadClient":
         """The daemon's control socket; with the daemon down, its read
         commands are answered from the state database (offline.py), which
         is said on stderr unless ``quiet``."""
@@ -261,6 +261,10 @@ def read_args(consistent: bool, args: dict | None = None) -> dict:
     return args
 
 
+@overload
+def _when(text: str, now: float, what: str) -> float: ...
+@overload
+def _when(text: str | None, now: float, what: str) -> float | None: ...
 def _when(text: str | None, now: float, what: str) -> float | None:
     """--since/--until: ISO 8601 (UTC unless it says otherwise) or a
     duration back from now (90m, 2h, 1d)."""

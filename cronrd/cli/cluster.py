@@ -236,6 +236,7 @@ def cluster_rotate_cert(node, directory, days):
     old = tls.cert_info(os.path.join(d, f"{node}.crt"))
     paths = tls.issue_node_cert(d, node, days=days)
     new = tls.cert_info(paths.cert)
+    assert new is not None  # the certificate openssl has just written
     click.echo(f"node {node}: new certificate {paths.cert} and key {paths.key}")
     click.echo(f"  new serial {new['serial']}, valid until {new['not_after']}")
     if old:

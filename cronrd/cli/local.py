@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import CronrdError, UsageError
 from ..runtime.clock import Clock
 from .base import Ctx, complete_jobs, main
+
+if TYPE_CHECKING:
+    from ..jobspec import JobSpec, Problem
 
 
 # -- daemon ------------------------------------------------------------------------------
@@ -101,7 +105,9 @@ def validate(obj: Ctx, paths, no_permissions):
     # A job's pool must be one of the daemon config's (when there is a config).
     pools = None if cfg is None else {p.name: p.slots for p in cfg.pools}
     uids = None
-    problems, jobs, seen, configs = [], 0, {}, 0
+    problems: list[Problem] = []
+    seen: dict[str, JobSpec] = {}
+    jobs = configs = 0
     hinted: set[str] = set()  # directories a line has pointed at already
     for path in paths:
         if os.path.isdir(path):
@@ -307,9 +313,10 @@ def next_cmd(obj: Ctx, what, count, tz, after):
     trigger = make_trigger(sched, zone)
     t = parse_iso(after) if after else int(Clock().now())
     for _ in range(count):
-        t = trigger.next_after(t)
-        if t is None:
+        fire = trigger.next_after(t)
+        if fire is None:
             break
+        t = fire
         click.echo(format_fire(t, zone))
 
 

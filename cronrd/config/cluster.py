@@ -199,6 +199,9 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str,
         MAX_CLOCK_OFFSET), "suits hosts kept in sync by NTP or chrony")
     if len(report.problems) > before:
         return None
+    # each of these is None only when a problem went to report (returned above)
+    assert listen is not None and members is not None and insecure is not None
+    assert node_timeout is not None and election is not None and max_offset is not None
     return ClusterConfig(listen=listen, initial_members=members, join=join,
                          join_token=join_token, tls=tls,
                          insecure=insecure, insecure_network=insecure_network,

@@ -64,6 +64,7 @@ def load_config(path: str, *, daemon_files: bool = False,
     config = check_config(raw or {}, path, report, daemon_files=daemon_files,
                           jobs_dir_exists=jobs_dir_exists)
     report.raise_if_any()
+    assert config is not None  # None only with a problem: raised above
     return config
 
 

@@ -28,6 +28,7 @@ def parse_config(raw: object, path: str = "<config>") -> Config:
     report = ConfigProblems(path)
     config = check_config(raw, path, report)
     report.raise_if_any()
+    assert config is not None  # None only with a problem: raised above
     return config
 
 

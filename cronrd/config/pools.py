@@ -57,5 +57,6 @@ def parse_pools(raw: object, report: ConfigProblems) -> tuple[PoolConfig, ...]:
                                          f" (got {scope!r})")
             bad = True
         if not bad:
+            assert slots is not None  # a missing slots is bad
             out.append(PoolConfig(name=name, slots=slots, scope=scope))
     return tuple(sorted(out, key=lambda p: p.name))

@@ -59,11 +59,11 @@ def placement_step(s: Subject) -> list[Step]:
     placed = [r for r in s.records if r.node]
     if s.records:
         said = [r.reason for r in s.records
-                if (r.reason or "").startswith(("no eligible node", "node "))
+                if r.reason and r.reason.startswith(("no eligible node", "node "))
                 and r.state == "skipped"]
         parts = []
         if placed:
-            where = sorted({r.node for r in placed})
+            where = sorted({r.node for r in placed if r.node})  # (all of them)
             data["nodes"] = where
             parts.append(f"placed on {', '.join(where)}")
         for r in placed:

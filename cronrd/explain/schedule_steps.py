@@ -20,6 +20,7 @@ def job_step(s: Subject) -> list[Step]:
     if s.spec is None:
         return [Step("job", f"{s.name} is no longer defined (removed from the job files); "
                      "its records remain", {"defined": False})]
+    assert s.times is not None and s.job is not None  # a defined job has its row
     created, updated = s.times["created_at"], s.times["updated_at"]
     src = s.job["source"]
     text = f"{s.name} defined since {iso_utc(round(created))} (from {src}"
@@ -79,6 +80,7 @@ def schedule_step(s: Subject) -> list[Step]:
         text += ("; the records below were made under the definition in force then (the "
                  "schedule or zone changed since)")
     if not fire:
+        assert s.trigger is not None  # a cron or @every schedule has one
         before = prev_fire(s.trigger, t)
         after = s.trigger.next_after(t)
         data["previous"], data["next"] = iso_utc(before), iso_utc(after)
@@ -125,6 +127,7 @@ def _after_schedule(s: Subject, data: dict) -> list[Step]:
 
 def _cron_text(s: Subject, head: str, fire: bool, data: dict) -> str:
     """The DST rule (triggers.py) as it applies at ``t``."""
+    assert s.schedule is not None and s.schedule.cron is not None  # a cron schedule
     t, zone, cron = s.t, s.zone, s.schedule.cron
     fixed = s.schedule.fixed_time
     kind = "fixed-time" if fixed else "wildcard"
@@ -169,7 +172,7 @@ def _cron_text(s: Subject, head: str, fire: bool, data: dict) -> str:
 def pause_step(s: Subject) -> list[Step]:
     """Was the job paused at ``t`` (who, why), or the maintenance pause on;
     is it paused now (for a fire time still to come)?"""
-    out = []
+    out: list[Step] = []
     if s.after and not s.records and not s.gate_now:
         return out   # no generation at T: no pause held one (a held one has a record)
     for name, what in ((s.name, "paused"), ("", "maintenance")):
@@ -214,7 +217,7 @@ def pause_step(s: Subject) -> list[Step]:
     return out
 
 
-def _pause_at(conn, name: str, t: int) -> dict | None:
+def _pause_at(conn: apsw.Connection, name: str, t: float) -> dict | None:
     try:
         return pause_log.in_force_at(conn, name, t)
     except apsw.SQLError:   # a database from before the pause history (read offline)

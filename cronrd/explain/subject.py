@@ -82,7 +82,7 @@ class Subject:
         if self.handled or self.spec is None:
             return False
         cursor = self.times["cursor"] if self.times else None
-        return self.t > self.now or (cursor is not None and self.t > cursor
+        return self.t > self.now or (cursor is not None and self.times is not None and self.t > cursor
                                      and self.t >= self.times["created_at"])
 
     @property
@@ -110,7 +110,9 @@ def _jump_text(jump: int, zone: ZoneInfo) -> str:
 
 
 def _offset(t: float, zone: ZoneInfo) -> int:
-    return int(_dt.datetime.fromtimestamp(t, zone).utcoffset().total_seconds())
+    offset = _dt.datetime.fromtimestamp(t, zone).utcoffset()
+    assert offset is not None  # an aware datetime always has one
+    return int(offset.total_seconds())
 
 
 def _jump_in(lo: int, hi: int, zone: ZoneInfo) -> int:

@@ -56,6 +56,7 @@ def upstream_step(s: Subject) -> list[Step]:
 def _after_upstream(s: Subject, rule: str, data: dict) -> list[Step]:
     """An @after child: each generation at ``t`` (the parent runs it
     consumed, each one's outcome, the rule's verdict), or its gate now."""
+    assert s.spec is not None  # upstream_step returned without one
     head = f"{rule}; @after: one run per generation of their outcomes"
     if s.gate_now:
         lines, gate, pending = _parents_now(s, need_new=True)
@@ -104,6 +105,7 @@ def _open_why(rule: str, consumed: dict) -> str:
 
 def _generation_verdict(s: Subject, g: Run, consumed: dict) -> str:
     """What the trigger rule made of one generation, from its record."""
+    assert s.spec is not None  # upstream_step returned without one
     rule = s.spec.trigger_rule
     reason = g.reason or ""
     if reason.startswith("upstream_"):
@@ -124,6 +126,7 @@ def _generation_verdict(s: Subject, g: Run, consumed: dict) -> str:
 
 def _parents_now(s: Subject, need_new: bool) -> tuple[list[Step], D.Gate, list[str]]:
     """What the child sees of each parent now (read only), and its gate."""
+    assert s.spec is not None  # upstream_step returned without one
     view = deps.parents_of(s.conn, s.name, s.spec, s.now)
     last = deps.consumed_last(s.conn, s.name)
     lines = []
@@ -133,6 +136,7 @@ def _parents_now(s: Subject, need_new: bool) -> tuple[list[Step], D.Gate, list[s
             bits.append(f"new outcome not consumed yet: run {p.new.run_id} {p.new.state} "
                         f"(fire time {iso_utc(p.new.fire_time)})")
         if p.fresh is not None:
+            assert d.within is not None  # parents_of looks for a fresh success only with one
             bits.append(f"a success within {human_duration(d.within)}: run {p.fresh.run_id} "
                         f"(fire time {iso_utc(p.fresh.fire_time)})")
         lr = last.get(d.job, 0)
@@ -154,6 +158,7 @@ def _parents_now(s: Subject, need_new: bool) -> tuple[list[Step], D.Gate, list[s
 
 
 def _gate_now_text(s: Subject, gate: D.Gate, pending: list[str], need_new: bool) -> str:
+    assert s.spec is not None  # upstream_step returned without one
     rule = s.spec.trigger_rule
     if gate.action == D.FIRE:
         return f"the gate is open (trigger_rule {rule}): it would run"

@@ -132,6 +132,7 @@ def _read_checked(path: str, allowed: set[int] | None) -> tuple[str | None, Prob
     data, problem = _read_bytes_checked(path, allowed)
     if problem is not None:
         return None, problem
+    assert data is not None  # one of the two is set
     return _decode(path, data)
 
 
@@ -196,12 +197,14 @@ def scan_job_file(path: str, allowed: set[int] | None, known: str | None = None,
             data, problem = _read_bytes_checked(path, allowed)
         if problem is not None:
             return Scanned(path, None, FileResult(path, (), (problem,)), {})
+        assert data is not None  # one of the two is set
         digest = file_digest(data, pools)
         if digest == known or not parse:
             return Scanned(path, digest, None, {})
         text, problem = _decode(path, data)
         if problem is not None:
             return Scanned(path, digest, FileResult(path, (), (problem,)), {})
+        assert text is not None  # one of the two is set
         result, positions = _parse_text(text, path, pools)
         return Scanned(path, digest, result, positions)
     except Exception as e:  # RecursionError, MemoryError, a bug: one file's problem
@@ -224,6 +227,7 @@ def _load_file(path: str, allowed: set[int] | None, pools: Mapping[str, int] | N
     text, problem = _read_checked(path, allowed)
     if problem is not None:
         return FileResult(path, (), (problem,)), {}
+    assert text is not None  # one of the two is set
     return _parse_text(text, path, pools)
 
 

@@ -42,11 +42,11 @@ class Sla:
     stale_after: float | None = None
     failure_tolerance: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Sla":
+    def from_dict(cls, d: dict[str, Any]) -> "Sla":
         kw: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             v = d.get(f.name)
@@ -72,7 +72,7 @@ class Limits:
     tasks: int | None = None         # processes and threads
     open_files: int | None = None    # descriptors per process
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
@@ -90,7 +90,7 @@ class Param:
     required: bool = False                # `run-now` must give it
     description: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"type": self.type}
         if self.default is not None:
             d["default"] = self.default
@@ -103,7 +103,7 @@ class Param:
         return d
 
     @classmethod
-    def from_dict(cls, name: str, d: dict) -> "Param":
+    def from_dict(cls, name: str, d: dict[str, Any]) -> "Param":
         default = d.get("default")
         if d.get("type") == "float" and default is not None:
             default = float(default)
@@ -123,7 +123,7 @@ class Dependency:
     line: int = field(default=0, compare=False)
     col: int = field(default=0, compare=False)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"job": self.job} if self.within is None else \
             {"job": self.job, "within": self.within}
 
@@ -196,13 +196,13 @@ class JobSpec:
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-safe canonical dict of the definition (no source/line).
 
         Keys added later (max_running, the process controls) appear only
         when set, so the digest of a job that does not use them stays what
         older versions compute."""
-        d = {
+        d: dict[str, Any] = {
             "name": self.name,
             "schedule": self.schedule,
             "command": self.command if isinstance(self.command, str) else list(self.command),
@@ -266,7 +266,7 @@ class JobSpec:
         return self.pool_slots or 1
 
     @classmethod
-    def from_dict(cls, d: dict, source: str = "", line: int = 0) -> "JobSpec":
+    def from_dict(cls, d: dict[str, Any], source: str = "", line: int = 0) -> "JobSpec":
         """Rebuild from ``to_dict()`` output (trusted: no validation).
 
         Missing keys take their defaults and unknown keys are ignored, so a

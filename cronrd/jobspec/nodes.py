@@ -78,6 +78,7 @@ class FileProblems:
     def __init__(self, path: str):
         self.path = path
         self.problems: list[Problem] = []
+        self.pools: dict[str, int] | None = None  # the daemon config's (name -> slots), when known
 
     def at(self, line: int, col: int, message: str) -> None:
         self.problems.append(Problem(self.path, line, col, message))

@@ -43,7 +43,7 @@ class NotifyRoute:
     def wants(self, kind: str) -> bool:
         return kind in self.on or (kind.startswith("sla_") and "sla_miss" in self.on)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"to": self.to, "on": list(self.on)}
 
     @classmethod
@@ -62,10 +62,10 @@ def routes_from_data(value: Any) -> tuple[NotifyRoute, ...] | None:
 
 # -- checking plain values (the daemon config) -----------------------------------------
 def check_routes(value: Any, key: str) -> tuple[tuple[NotifyRoute, ...] | None,
-                                                 list[tuple[tuple, str]]]:
+                                                 list[tuple[tuple[Any, ...], str]]]:
     """``value`` (what YAML gave for ``key``) -> (routes or None, problems as
     (key path below ``key``, message))."""
-    problems: list[tuple[tuple, str]] = []
+    problems: list[tuple[tuple[Any, ...], str]] = []
     if value is None:
         return (), []
     if isinstance(value, (str, dict)):

@@ -231,9 +231,10 @@ def _long_form(ctx: FileProblems, name: str, node: MappingNode) -> Param | None:
                            f"{ptype}); remove it or write type: enum")
             return None
         ptype = "enum"
-        values = _enum_values(ctx, name, vnode)
-        if values is None:
+        enum_values = _enum_values(ctx, name, vnode)
+        if enum_values is None:
             return None
+        values = enum_values
     elif ptype == "enum":
         ctx.err(items["type"][1], f"params.{name}: an enum needs values: [A, B, ...]")
         return None

@@ -81,6 +81,7 @@ def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
 
     if len(ctx.problems) > before:
         return None, name, name_pos
+    assert name is not None  # else a problem was recorded: returned above
     kwargs = {k: v for k, v in values.items() if k != "name" and v is not None}
     # keys whose value is None mean "unset" and match the defaults
     spec = JobSpec(name=name, source=ctx.path, line=node.start_mark.line + 1, **kwargs)
@@ -88,7 +89,7 @@ def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
 
 
 
-def _check_pool_keys(ctx: FileProblems, items: dict, values: dict) -> None:
+def _check_pool_keys(ctx: FileProblems, items: dict[str, tuple[Node, Node]], values: dict[str, Any]) -> None:
     """pool_slots needs a pool, and at most the pool's slots (when the
     daemon config's pools are known: ``ctx.pools``, name -> slots)."""
     if "pool_slots" not in items or values.get("pool_slots") is _INVALID:
@@ -106,7 +107,7 @@ def _check_pool_keys(ctx: FileProblems, items: dict, values: dict) -> None:
                                         "slots in the daemon config")
 
 
-def _check_dependency_keys(ctx: FileProblems, items: dict, values: dict) -> None:
+def _check_dependency_keys(ctx: FileProblems, items: dict[str, tuple[Node, Node]], values: dict[str, Any]) -> None:
     """What depends_on and schedule: "@after" need of each other."""
     after = isinstance(values.get("schedule"), str) and \
         values["schedule"].split()[0].lower() == "@after"

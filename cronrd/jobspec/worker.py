@@ -17,18 +17,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import IO
+from typing import IO, Any
 
 from .files import scan_job_file
 from .model import Problem
 
 
 def scan_for_sync(path: str, allowed: set[int] | None, known: str | None,
-                  pools: dict[str, int] | None = None) -> dict:
+                  pools: dict[str, int] | None = None) -> dict[str, Any]:
     """One file, as the watcher needs it (JSON-able); ``pools``: the daemon
     config's (name -> slots) that a job's pool must name."""
     scanned = scan_job_file(path, allowed, known, pools=pools)
-    out: dict = {"path": path, "digest": scanned.digest, "unchanged": scanned.result is None,
+    out: dict[str, Any] = {"path": path, "digest": scanned.digest, "unchanged": scanned.result is None,
                  "problems": [], "positions": {}, "jobs": []}
     if scanned.result is not None:
         out["problems"] = [[p.path, p.line, p.col, p.message] for p in scanned.result.problems]
@@ -37,7 +37,7 @@ def scan_for_sync(path: str, allowed: set[int] | None, known: str | None,
     return out
 
 
-def problems_of(answer: dict) -> tuple[Problem, ...]:
+def problems_of(answer: dict[str, Any]) -> tuple[Problem, ...]:
     return tuple(Problem(p[0], p[1], p[2], p[3]) for p in answer["problems"])
 
 

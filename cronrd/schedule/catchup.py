@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable, cast
 
 from cronrd.errors import ScheduleError
 
@@ -113,7 +114,8 @@ def plan_catchup(
     if policy == "all":
         boundary = cursor if too_old is None else max(cursor, too_old - 1)
         run = tuple(trigger.fires_between(boundary, now))
-        reason_for = lambda f: window_reason(f, window)  # noqa: E731
+        # only fires older than the window are skipped here, so there is a window
+        reason_for: Callable[[int], str] = lambda f: window_reason(f, cast(float, window))  # noqa: E731
         skip_hi = boundary
         range_reason = ("catch-up: missed, older than catchup_window "
                         + (human_duration(window) if window is not None else ""))
@@ -133,12 +135,13 @@ def plan_catchup(
         if too_old is None or last >= too_old:
             run, extra = (last,), []
         else:
+            assert window is not None  # too_old is set
             run, extra = (), [(last, window_reason(last, window))]
 
     # split the skipped fires in (cursor, skip_hi] into records (newest) and a range (oldest)
     room = max(0, max_records - len(extra))
     records: list[tuple[int, str]] = []
-    skipped_range = None
+    skipped_range: tuple[int, int, int, str] | None = None
     if skip_hi > cursor:
         oldest_of_range = _nth_from_end(trigger, cursor, skip_hi, room + 1)
         if oldest_of_range is None:
@@ -146,6 +149,7 @@ def plan_catchup(
         else:
             records = [(f, reason_for(f)) for f in trigger.fires_between(oldest_of_range, skip_hi)]
             first = trigger.next_after(cursor)
+            assert first is not None  # there are more than room fires in (cursor, skip_hi]
             count = trigger.count_between(cursor, oldest_of_range)
             if policy == "all" and window is not None:
                 range_reason = (

@@ -11,7 +11,7 @@ def _unit_hash(text: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def jitter_for(job: str, fire_time: int, max_jitter: float) -> float:
+def jitter_for(job: str, fire_time: float, max_jitter: float) -> float:
     """Deterministic delay in ``[0, max_jitter)`` for one fire of one job (same on every node)."""
     if not max_jitter or max_jitter <= 0:
         return 0.0
@@ -20,7 +20,9 @@ def jitter_for(job: str, fire_time: int, max_jitter: float) -> float:
     return _unit_hash(f"{job}\0{fire_time}") * max_jitter
 
 
-def retry_delay(attempt: int, delay: float, backoff: float, max_delay: float, jitter: float, key: str) -> float:
+def retry_delay(
+    attempt: int, delay: float, backoff: float, max_delay: float | None, jitter: float, key: str
+) -> float:
     """Delay before ``attempt`` (2 = first retry): ``delay * backoff**(attempt-2)`` capped at
     ``max_delay`` (None: no cap), plus a deterministic jitter in ``[0, jitter)`` from sha256(key)."""
     exponent = max(attempt - 2, 0)

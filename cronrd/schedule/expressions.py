@@ -14,13 +14,14 @@ import difflib
 import re
 from dataclasses import dataclass, field as _field
 from functools import lru_cache
+from typing import Callable
 
 from cronrd.errors import ScheduleError
 
 from .durations import parse_duration
 from .matching import CronFields
 
-_ALIASES = {
+_ALIASES: dict[str, tuple[str, ...]] = {
     "@yearly": ("0", "0", "0", "1", "1", "*"),
     "@annually": ("0", "0", "0", "1", "1", "*"),
     "@monthly": ("0", "0", "0", "1", "*", "*"),
@@ -37,7 +38,8 @@ _FIELD_HELP = (
 )
 
 # (name, low, high, aliases) in our field order: second minute hour dom month dow
-_FIELD_SPECS = (
+_Spec = tuple[str, int, int, dict[str, int]]
+_FIELD_SPECS: tuple[_Spec, ...] = (
     ("second", 0, 59, {}),
     ("minute", 0, 59, {}),
     ("hour", 0, 23, {}),
@@ -84,7 +86,7 @@ class Schedule:
 class _Field:
     """What the items of one field add up to."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.values: set[int] = set()
         self.last = self.last_weekday = False
         self.nearest: set[int] = set()
@@ -92,7 +94,7 @@ class _Field:
         self.last_dow: set[int] = set()
 
 
-def _field_value(text: str, spec, column: int, field: str) -> int:
+def _field_value(text: str, spec: _Spec, column: int, field: str) -> int:
     name, low, high, aliases = spec
     if text.isdigit():
         value = int(text)
@@ -105,11 +107,11 @@ def _field_value(text: str, spec, column: int, field: str) -> int:
     return value
 
 
-def _is_value(text: str | None, spec) -> bool:
+def _is_value(text: str | None, spec: _Spec) -> bool:
     return text is None or text.isdigit() or text in spec[3]
 
 
-def _step(step: str | None, spec, field: str, column: int) -> int:
+def _step(step: str | None, spec: _Spec, field: str, column: int) -> int:
     if step is None:
         return 1
     if not _DIGITS.fullmatch(step) or int(step) < 1:  # not str.isdigit: '¹' and '٣' are digits to it
@@ -155,7 +157,7 @@ def _special(index: int, item: str, shown: str, field: str, column: int, out: _F
     return False
 
 
-def _weekday(text: str, shown: str, bad) -> int:
+def _weekday(text: str, shown: str, bad: Callable[[str], ScheduleError]) -> int:
     names = _FIELD_SPECS[_DOW][3]
     if text in names:
         return names[text]
@@ -301,9 +303,10 @@ def parse_schedule(expr: str) -> Schedule:
     if len(tokens) not in (5, 6):
         column = tokens[6][1] if len(tokens) > 6 else None
         raise ScheduleError(f"schedule '{text}' has {len(tokens)} fields: {_FIELD_HELP}", column)
+    padded: list[tuple[str, int | None]] = list(tokens)
     if len(tokens) == 5:
-        tokens = [("0", None)] + tokens
-    checked = [_check_field(i, tok, col if col is not None else 0) for i, (tok, col) in enumerate(tokens)]
+        padded = [("0", None)] + padded
+    checked = [_check_field(i, tok, col if col is not None else 0) for i, (tok, col) in enumerate(padded)]
     fields = tuple(norm for norm, _ in checked)
     cron = _compile([part for _, part in checked], fields)
     # A schedule that can never match (Feb 30, the 1st that is a fourth Monday)
@@ -315,5 +318,5 @@ def parse_schedule(expr: str) -> Schedule:
             why = (f"; as in cron, the {starred} field begins with '*', so a day must match both "
                    "day fields, not either (man 5 cronrd.d, SCHEDULES)")
         raise ScheduleError(
-            f"schedule '{text}' never fires: no date matches its day and month fields{why}", tokens[3][1])
+            f"schedule '{text}' never fires: no date matches its day and month fields{why}", padded[3][1])
     return Schedule("cron", text, fields, cron=cron)

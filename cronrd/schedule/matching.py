@@ -54,7 +54,8 @@ class CronFields:
     dow_nth: frozenset[tuple[int, int]] = frozenset()  # (weekday, n): 5#2
     dow_last: frozenset[int] = frozenset()  # 5L
     day_or: bool = False  # neither day field begins with '*'
-    _shapes: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _shapes: dict[tuple[int, int], tuple[int, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     # -- days ----------------------------------------------------------------
 

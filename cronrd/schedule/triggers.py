@@ -24,17 +24,20 @@ import bisect
 import calendar
 import datetime as _dt
 import math
-from typing import Iterator
+from typing import Iterator, cast
 from zoneinfo import ZoneInfo
 
 from .expressions import Schedule
-from .matching import DAY as _DAY
+from .matching import DAY as _DAY, CronFields
 from .timestamps import _EPOCH
 from .zones import _Window, _window, resolve_timezone
 
 # Instants outside these bounds have no fire times (keeps datetime happy).
 _MIN_T = calendar.timegm((1900, 1, 1, 0, 0, 0))
 _MAX_T = calendar.timegm((9000, 1, 1, 0, 0, 0))
+
+# (hours, set(hours), minutes, set(minutes), seconds, matches per hour): see Trigger._tod_tables
+_TodTables = tuple[tuple[int, ...], set[int], tuple[int, ...], set[int], tuple[int, ...], int]
 
 
 class Trigger:
@@ -50,8 +53,8 @@ class Trigger:
         self._win: _Window | None = None
         if schedule.kind == "cron":
             self._fixed = schedule.fixed_time
-            self._cron = schedule.cron
-            self._tod: tuple | None = None
+            self._cron = cast(CronFields, schedule.cron)  # parse_schedule sets it for every cron schedule
+            self._tod: _TodTables | None = None
 
     def __repr__(self) -> str:
         return f"Trigger({self.schedule.expr!r}, {self.tz})"
@@ -91,7 +94,8 @@ class Trigger:
         if kind != "cron":
             return None
         x = t + 1  # looking for instants >= x
-        last_lo = last_n = None
+        last_lo = 0  # only read once last_n is set
+        last_n: int | None = None
         first = True
         while _MIN_T <= x < _MAX_T:
             start, before, off, end, after = self._segment(x)
@@ -180,7 +184,7 @@ class Trigger:
 
     # -- counting helpers (naive wall clock) ---------------------------------
 
-    def _tod_tables(self):
+    def _tod_tables(self) -> _TodTables:
         if self._tod is None:
             c = self._cron
             hours, minutes, seconds = c.hours, c.minutes, c.seconds
@@ -191,6 +195,7 @@ class Trigger:
         """Matching seconds-of-day <= s."""
         if s < 0:
             return 0
+        assert self._tod is not None  # _naive_count builds it first
         hours, hset, minutes, mset, seconds, per_hour = self._tod
         h, rem = divmod(s, 3600)
         m, sec = divmod(rem, 60)
@@ -222,9 +227,10 @@ class Trigger:
         # whole days strictly between d0 and d1: walk the matching days
         day = d0
         while True:
-            day = self._cron.next_day(day + 1)
-            if day is None or day >= d1:
+            found = self._cron.next_day(day + 1)
+            if found is None or found >= d1:
                 break
+            day = found
             budget[0] -= 1
             if budget[0] < 0:
                 return -1

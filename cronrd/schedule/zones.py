@@ -91,12 +91,14 @@ def host_timezone(*, environ: Mapping[str, str] | None = None, root: str = "/") 
         target = os.readlink(os.path.join(root, "etc/localtime"))
     except OSError:
         target = ""
-    name = _zone_name_from_path(target) if target else None
-    return name or "UTC"
+    from_link = _zone_name_from_path(target) if target else None
+    return from_link or "UTC"
 
 
 def _offset_at(tz: _dt.tzinfo, t: int) -> int:
-    return int(_dt.datetime.fromtimestamp(t, tz).utcoffset().total_seconds())
+    offset = _dt.datetime.fromtimestamp(t, tz).utcoffset()
+    assert offset is not None  # an aware datetime always has one
+    return int(offset.total_seconds())
 
 
 _SAMPLE_STEP = 6 * 3600  # two offset changes closer than this are not expected
@@ -110,7 +112,7 @@ def _year_start(year: int) -> int:
 def _year_transitions(tz: _dt.tzinfo, year: int) -> tuple[tuple[int, int, int], ...]:
     """Offset changes ``(instant, offset_before, offset_after)`` with instant in the UTC year."""
     start, end = _year_start(year), _year_start(year + 1)
-    out = []
+    out: list[tuple[int, int, int]] = []
     prev_t, prev_o = start - 1, _offset_at(tz, start - 1)
     t = start - 1
     while t < end - 1:
