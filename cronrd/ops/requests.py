@@ -13,7 +13,7 @@ resource at a time (issue 30, point 4).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, ClassVar
 
 from ..model import run_states
@@ -83,4 +83,54 @@ class ShowRun:
     consistent: Consistent = False
 
 
-REQUESTS: dict[str, type] = {cls.OP: cls for cls in (ListJobs, ShowJob, ListRuns, ShowRun)}
+@dataclass(frozen=True)
+class Graph:
+    """The dependency graph: every job's, or one job's ancestors and
+    descendants."""
+    OP: ClassVar[str] = "graph"
+    job: Annotated[str | None, Doc("only this job's ancestors and descendants")] = None
+    consistent: Consistent = False
+
+
+@dataclass(frozen=True)
+class RunNow:
+    """Run a job now (a manual run), with parameters and an idempotency
+    key; ``wait``: follow the run and its retries to their end."""
+    OP: ClassVar[str] = "run_now"
+    job: Annotated[str, Doc("the job")]
+    params: Annotated[dict[str, str], Doc("values of the job's params, by name")] = \
+        field(default_factory=dict)
+    key: Annotated[str, Doc("an idempotency key: a second run-now with it gives the "
+                            "first run")] = ""
+    wait: Annotated[bool, Doc("stream the run's attempts until it ends")] = False
+
+
+@dataclass(frozen=True)
+class CancelRun:
+    """Cancel one run (``run_id``), or every active run of ``job``."""
+    OP: ClassVar[str] = "cancel"
+    run_id: Annotated[int | None, Doc("the run")] = None
+    job: Annotated[str | None, Doc("every active run of this job")] = None
+
+
+NOTE = 1_000  # characters of a pause note
+
+
+@dataclass(frozen=True)
+class PauseJob:
+    """Pause one job, or every job (``all``)."""
+    OP: ClassVar[str] = "pause"
+    job: Annotated[str | None, Doc("the job")] = None
+    all: Annotated[bool, Doc("every job")] = False
+    note: Annotated[str, MaxLen(NOTE, "the note is longer than {n} characters; say it shorter"),
+                    Doc("why, shown with the job")] = ""
+
+
+@dataclass(frozen=True)
+class ResumeJob(PauseJob):
+    """Resume one job, or every job (``all``)."""
+    OP: ClassVar[str] = "resume"
+
+
+REQUESTS: dict[str, type] = {cls.OP: cls for cls in (
+    ListJobs, ShowJob, ListRuns, ShowRun, Graph, RunNow, CancelRun, PauseJob, ResumeJob)}

@@ -48,8 +48,10 @@ class Range:
 
 @dataclass(frozen=True)
 class MaxLen:
-    """The most characters a string may have."""
+    """The most characters a string may have; ``message`` replaces the
+    default error (it may name ``{n}``)."""
     n: int
+    message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,8 @@ def _check(spec: _Spec, value: Any) -> Any:
             raise UsageError(f"argument {name!r} has the wrong type")
         limit = _mark(spec, MaxLen)
         if limit is not None and len(value) > limit.n:
-            raise UsageError(f"argument {name!r} is longer than {limit.n} characters")
+            raise UsageError((limit.message or "argument {name!r} is longer than {n} characters"
+                              ).format(name=name, n=limit.n))
     elif typing.get_origin(kind) is list:
         (item,) = typing.get_args(kind)
         if not isinstance(value, list) or not all(isinstance(v, item) for v in value):

@@ -38,3 +38,18 @@ def test_list_runs_takes_comma_lists_and_either_time_form():
 def test_out_of_bounds_arguments_are_refused(cls, args, message):
     with pytest.raises(UsageError, match=message.replace("*", r"\*")):
         typed.parse(cls, args)
+
+
+def test_pause_and_resume_share_their_arguments_and_the_note_bound():
+    assert typed.parse(R.ResumeJob, {"all": True}) == R.ResumeJob(all=True)
+    with pytest.raises(UsageError, match="the note is longer than 1000 characters; say it "
+                                         "shorter"):
+        typed.parse(R.PauseJob, {"job": "a", "note": "x" * 1001})
+
+
+def test_run_now_params_map_names_to_strings():
+    req = typed.parse(R.RunNow, {"job": "a", "params": {"day": "monday"}, "key": "k1"})
+    assert (req.params, req.key, req.wait) == ({"day": "monday"}, "k1", False)
+    with pytest.raises(UsageError, match="argument 'params' has the wrong type"):
+        typed.parse(R.RunNow, {"job": "a", "params": {"day": 1}})
+    assert typed.parse(R.RunNow, {"job": "a"}).params == {}  # a fresh map each time
