@@ -18,10 +18,20 @@ attempt of the same record, kind ``rerun``) or discards it with a note.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
 from . import events as EV
 from . import seq as SEQ
 from . import run_params as RP
 from ..model.run_states import ACTIVE
+
+if TYPE_CHECKING:
+    from ..model.run import Run
+    from . import commands as C
+    from .effects import Effect
+    from .writes import MachineWrites
 
 ALERT_KINDS = ("failed",) + EV.SLA_KINDS
 RECOVER = ("failed", "failure_tolerance", "stale_after")  # resolved by a later success
@@ -29,7 +39,7 @@ FINAL_FAILURES = ("failed", "timed_out", "lost")
 MAX_DETAIL = 2000
 
 
-def raise_alert(conn, *, job: str, fire_time: int, kind: str, detail: str, at: float,
+def raise_alert(conn: apsw.Connection, *, job: str, fire_time: int, kind: str, detail: str, at: float,
                 run_id: int | None = None) -> int | None:
     """Open the alert (job, fire_time, kind) unless it exists; its id if new."""
     if kind not in ALERT_KINDS:
@@ -49,14 +59,14 @@ def raise_alert(conn, *, job: str, fire_time: int, kind: str, detail: str, at: f
     return alert_id
 
 
-def exists(conn, job: str, fire_time: int, kind: str) -> bool:
+def exists(conn: apsw.Connection, job: str, fire_time: int, kind: str) -> bool:
     for _ in conn.execute("SELECT 1 FROM alerts WHERE job=? AND fire_time=? AND kind=?",
                           (job, fire_time, kind)):
         return True
     return False
 
 
-def on_final(sm, run, at: float) -> None:
+def on_final(sm: MachineWrites, run: Run, at: float) -> None:
     """``run`` is its record's final outcome (no retry follows)."""
     conn = sm.conn
     run = sm._get_run(run.run_id)
@@ -87,7 +97,8 @@ def on_final(sm, run, at: float) -> None:
                     run_id=run.run_id, data={"attempt": run.attempt, "state": state})
 
 
-def ack(conn, alert_id: int, note: str, who: str, at: float, refused) -> dict:
+def ack(conn: apsw.Connection, alert_id: int, note: str, who: str, at: float,
+        refused: type[Exception]) -> dict[str, Any]:
     row = next(iter(conn.execute("SELECT state FROM alerts WHERE alert_id=?", (alert_id,))),
                None)
     if row is None:
@@ -99,7 +110,8 @@ def ack(conn, alert_id: int, note: str, who: str, at: float, refused) -> dict:
     return {"alert_id": alert_id, "state": "acked"}
 
 
-def dead_letter_action(sm, index: int, cmd, refused, effects) -> dict:
+def dead_letter_action(sm: MachineWrites, index: int, cmd: C.DeadLetterAction,
+                       refused: type[Exception], effects: list[Effect]) -> dict[str, Any]:
     """Requeue (a new attempt of the same record) or discard a dead-lettered run."""
     from .effects import RunPending
     conn = sm.conn
@@ -128,7 +140,9 @@ def dead_letter_action(sm, index: int, cmd, refused, effects) -> dict:
         raise refused(f"job {job!r} at that fire time has attempt {last[0]} {last[1]} "
                       "already; wait for it to end")
     # The job's concurrency, as for a rerun (a rerun's gate never skips it).
-    why = sm._admit(index, sm._job(job), cmd.at, effects)
+    job_row = sm._job(job)
+    assert job_row is not None  # _job_spec found it just above
+    why = sm._admit(index, job_row, cmd.at, effects)
     if why is not None:
         raise refused(f"run {cmd.run_id} not requeued: {why}; wait for the active run to "
                       f"finish (`cronrd runs {job} --state running`)")
@@ -160,9 +174,10 @@ _ALERT_COLS = ("alert_id", "job", "fire_time", "kind", "detail", "opened_at", "s
                "by", "closed_at", "event_id")
 
 
-def alerts(conn, *, include_closed: bool = False, job: str | None = None,
-           limit: int = 100, before: int | None = None) -> list[dict]:
-    where, args = [], []
+def alerts(conn: apsw.Connection, *, include_closed: bool = False, job: str | None = None,
+           limit: int = 100, before: int | None = None) -> list[dict[str, Any]]:
+    where: list[str] = []
+    args: list[Any] = []
     if before is not None:  # pages back (the API's cursor)
         where.append("alert_id<?")
         args.append(before)
@@ -181,8 +196,8 @@ _DL_COLS = ("run_id", "job", "fire_time", "at", "state", "note", "by", "closed_a
             "requeue_run_id")
 
 
-def dead_letters(conn, *, include_closed: bool = False, limit: int = 100,
-                 before: int | None = None) -> list[dict]:
+def dead_letters(conn: apsw.Connection, *, include_closed: bool = False, limit: int = 100,
+                 before: int | None = None) -> list[dict[str, Any]]:
     where = ([] if include_closed else ["state='open'"]) + \
         (["run_id<?"] if before is not None else [])
     sql = (f"SELECT {', '.join(_DL_COLS)} FROM dead_letter"
@@ -191,7 +206,8 @@ def dead_letters(conn, *, include_closed: bool = False, limit: int = 100,
         sql, ((before,) if before is not None else ()) + (limit,))]
 
 
-def prune(conn, before: float) -> None:
+def prune(conn: apsw.Connection, before
+: float) -> None:
     """Closed alerts and dead letters older than ``before``; and open alerts
     but the newest of each job and kind (it still shows the job failing, or
     late) whose fire time's records were pruned (a ``failed`` one) or that

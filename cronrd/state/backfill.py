@@ -13,14 +13,20 @@ Deterministic: times come from the commands.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+import apsw
 
 from ..decisions import backfill as D
 from . import queries as Q
 from ..model.run_states import ACTIVE, sql_in
 
+if TYPE_CHECKING:
+    from ..jobspec import JobSpec
+    from . import commands as C
 
-def records(conn, job: str, first: int, last: int) -> dict[int, D.Record]:
+
+def records(conn: apsw.Connection, job: str, first: int, last: int) -> dict[int, D.Record]:
     """The last attempt of each of the job's scheduled records (not per-node
     ones) with a fire time in [first, last]."""
     out: dict[int, D.Record] = {}
@@ -32,7 +38,7 @@ def records(conn, job: str, first: int, last: int) -> dict[int, D.Record]:
     return out
 
 
-def held(conn, job: str) -> str | None:
+def held(conn: apsw.Connection, job: str) -> str | None:
     """Why a backfill of ``job`` releases nothing now (it waits, it does not
     skip): the job is gone, paused, disabled, or every job is paused."""
     row = next(iter(conn.execute("SELECT paused FROM jobs WHERE name=?", (job,))), None)
@@ -48,14 +54,15 @@ def held(conn, job: str) -> str | None:
     return None
 
 
-def open_backfill(conn, job: str) -> int | None:
+def open_backfill(conn: apsw.Connection, job: str) -> int | None:
+    bid: int
     for (bid,) in conn.execute("SELECT id FROM backfills WHERE job=? AND state IN "
                                "('running', 'paused') ORDER BY id LIMIT 1", (job,)):
         return bid
     return None
 
 
-def check_job(spec, name: str, refused) -> None:
+def check_job(spec: JobSpec | None, name: str, refused: type[Exception]) -> None:
     """A job a backfill or rerun can take: one record per fire time."""
     if spec is None:
         raise refused(f"no job named {name!r}; `cronrd jobs` lists the known jobs")
@@ -64,8 +71,10 @@ def check_job(spec, name: str, refused) -> None:
                       "take jobs with one run per fire time; use `cronrd run-now` instead")
 
 
-def create(conn, cmd, job: dict, spec, refused) -> dict:
+def create(conn: apsw.Connection, cmd: C.CreateBackfill, job: dict[str, Any], spec: JobSpec | None,
+           refused: type[Exception]) -> dict[str, Any]:
     check_job(spec, cmd.job, refused)
+    assert spec is not None  # check_job refused a job that is gone
     if cmd.reprocess not in D.REPROCESS or cmd.order not in D.ORDERS:
         raise refused(f"backfill: reprocess must be one of {', '.join(D.REPROCESS)} and "
                       f"order one of {', '.join(D.ORDERS)}")
@@ -108,7 +117,7 @@ def create(conn, cmd, job: dict, spec, refused) -> dict:
             "limit": D.limit(cmd.parallel, spec.concurrency)}
 
 
-def get(conn, bid: int, refused) -> dict:
+def get(conn: apsw.Connection, bid: int, refused: type[Exception]) -> dict[str, Any]:
     for row in conn.execute("SELECT id, job, state, parallel, ord, reprocess, downstream FROM "
                             "backfills WHERE id=?", (bid,)):
         return dict(zip(("id", "job", "state", "parallel", "order", "reprocess",
@@ -116,15 +125,16 @@ def get(conn, bid: int, refused) -> dict:
     raise refused(f"no backfill with id {bid}; `cronrd backfills` lists them")
 
 
-def _active_fire_times(conn, job: str) -> list[tuple[int, str]]:
+def _active_fire_times(conn: apsw.Connection, job: str) -> list[tuple[int, str]]:
     """(fire_time, origin) of the job's runs that have not ended."""
     return list(conn.execute(
         f"SELECT fire_time, origin FROM runs WHERE job=? AND state IN {sql_in(ACTIVE)} "
         "AND target=''", (job,)))
 
 
-def step(conn, bid: int, at: float, *, spec, held: str | None, cursor: int | None,
-         new_attempt: Callable[[str, int, int], int], refused) -> dict:
+def step(conn: apsw.Connection, bid: int, at: float, *, spec: JobSpec | None, held: str | None,
+         cursor: int | None, new_attempt: Callable[[str, int, int], int],
+         refused: type[Exception]) -> dict[str, Any]:
     """Account for the backfill's runs that ended; release what its limit
     allows now (``held``: why nothing is released, e.g. the job is paused).
     ``new_attempt(kind, fire_time, attempt)`` inserts a pending run."""
@@ -142,13 +152,15 @@ def step(conn, bid: int, at: float, *, spec, held: str | None, cursor: int | Non
         conn.execute("UPDATE backfill_items SET state='done', outcome=? WHERE backfill=? AND "
                      "fire_time=?", (rec.state if rec else "gone", bid, t))
     in_flight = len(released) - len(ended)
-    out = {"backfill": bid, "ended": len(ended), "released": [], "skipped": 0}
+    out: dict[str, Any] = {"backfill": bid, "ended": len(ended), "released": [], "skipped": 0}
     if spec is None and bf["state"] in D.OPEN:
         _close(conn, bid, "cancelled", at, "job removed")
         out["state"] = "cancelled"
         return out
     if bf["state"] == "running" and held is None:
+        assert spec is not None  # a running backfill of a removed job was closed just above
         others = len(active) - in_flight
+
         free = D.slots(bf["parallel"], spec.concurrency, in_flight, others)
         order = "DESC" if bf["order"] == "newest" else "ASC"
         while free > 0:
@@ -182,14 +194,15 @@ def step(conn, bid: int, at: float, *, spec, held: str | None, cursor: int | Non
     return out
 
 
-def _close(conn, bid: int, state: str, at: float, why: str = "") -> None:
+def _close(conn: apsw.Connection, bid: int, state: str, at: float, why: str = "") -> None:
     conn.execute("UPDATE backfills SET state=?, updated_at=? WHERE id=?", (state, at, bid))
     if state == "cancelled":
         conn.execute("UPDATE backfill_items SET state='cancelled', note=? WHERE backfill=? "
                      "AND state='waiting'", (why or "backfill cancelled", bid))
 
 
-def set_state(conn, cmd, refused) -> dict:
+def set_state(conn: apsw.Connection, cmd: C.SetBackfillState,
+              refused: type[Exception]) -> dict[str, Any]:
     bf = get(conn, cmd.backfill, refused)
     want = cmd.state
     if want not in ("paused", "running", "cancelled"):
@@ -208,7 +221,7 @@ def set_state(conn, cmd, refused) -> dict:
     return {"backfill": cmd.backfill, "state": want, "changed": True}
 
 
-def rerun_attempt(conn, job: str, fire_time: int, refused) -> int:
+def rerun_attempt(conn: apsw.Connection, job: str, fire_time: int, refused: type[Exception]) -> int:
     """The attempt a rerun of (job, fire_time) makes: the record's next."""
     rec = records(conn, job, fire_time, fire_time).get(fire_time)
     if rec is None:
@@ -220,8 +233,8 @@ def rerun_attempt(conn, job: str, fire_time: int, refused) -> int:
 
 
 # -- reads (the control socket's `backfills`) -------------------------------------------
-def listing(conn, bid: int | None = None, limit: int = 50,
-            before: int | None = None) -> list[dict]:
+def listing(conn: apsw.Connection, bid: int | None = None, limit: int = 50,
+            before: int | None = None) -> list[dict[str, Any]]:
     """Backfills with their progress, newest first (or one, ``bid``; those
     before id ``before``)."""
     rows = list(conn.execute(
@@ -230,9 +243,9 @@ def listing(conn, bid: int | None = None, limit: int = 50,
         + ("WHERE id=? " if bid is not None else "WHERE id<? " if before is not None else "")
         + "ORDER BY id DESC LIMIT ?",
         ((bid,) if bid is not None else (before,) if before is not None else ()) + (limit,)))
-    out = []
+    out: list[dict[str, Any]] = []
     for r in rows:
-        d = dict(zip(("id", "job", "from", "to", "reprocess", "parallel", "order", "state",
+        d: dict[str, Any] = dict(zip(("id", "job", "from", "to", "reprocess", "parallel", "order", "state",
                       "note", "who", "created_at", "updated_at", "total"), r))
         counts = {"waiting": 0, "released": 0, "done": 0, "skipped": 0, "cancelled": 0}
         outcomes: dict[str, int] = {}
@@ -250,18 +263,19 @@ def listing(conn, bid: int | None = None, limit: int = 50,
     return out
 
 
-def items(conn, bid: int) -> list[tuple]:
+def items(conn: apsw.Connection, bid: int) -> list[tuple[Any, ...]]:
     """(fire_time, state, note, run_id, outcome) of each fire time, in time order."""
     return list(conn.execute("SELECT fire_time, state, note, run_id, outcome FROM "
                              "backfill_items WHERE backfill=? ORDER BY fire_time", (bid,)))
 
 
-def open_ids(conn) -> list[int]:
+def open_ids(conn: apsw.Connection) -> list[int]:
     return [bid for (bid,) in conn.execute(
         "SELECT id FROM backfills WHERE state IN ('running', 'paused') ORDER BY id")]
 
 
-def movable(conn, bid: int, spec, held: str | None) -> bool:
+def movable(conn: apsw.Connection, bid: int, spec: JobSpec | None, held: str | None) -> bool:
+
     """Would a BackfillStep change anything now? (The leader proposes one only then.)"""
     bf = next(iter(conn.execute("SELECT job, state, parallel FROM backfills WHERE id=?",
                                 (bid,))), None)

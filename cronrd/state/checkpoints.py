@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Any
 
 import apsw
 
@@ -44,7 +45,7 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def value_problem(value) -> str | None:
+def value_problem(value: object) -> str | None:
     """Why ``value`` cannot be a checkpoint, or None."""
     if not isinstance(value, str):
         return "a checkpoint value is text"
@@ -63,7 +64,7 @@ def value_problem(value) -> str | None:
     return None
 
 
-def message_problem(message) -> str | None:
+def message_problem(message: object) -> str | None:
     if not isinstance(message, str):
         return "a heartbeat message is text"
     try:
@@ -75,7 +76,7 @@ def message_problem(message) -> str | None:
     return None
 
 
-def progress_problem(progress) -> str | None:
+def progress_problem(progress: object) -> str | None:
     if progress is None:
         return None
     if isinstance(progress, bool) or not isinstance(progress, (int, float)) \
@@ -85,7 +86,7 @@ def progress_problem(progress) -> str | None:
 
 
 # -- the attempt's token and heartbeat ---------------------------------------------------
-def record_start(conn, run_id: int, secret: str) -> None:
+def record_start(conn: apsw.Connection, run_id: int, secret: str) -> None:
     """Keep the token hash of an attempt that started (RunStarted)."""
     if not secret:
         return
@@ -94,15 +95,17 @@ def record_start(conn, run_id: int, secret: str) -> None:
                  (run_id, secret))
 
 
-def stored_hash(conn, run_id: int) -> str | None:
+def stored_hash(conn: apsw.Connection, run_id: int) -> str | None:
+    h: str | None
     for (h,) in conn.execute("SELECT token_hash FROM run_heartbeats WHERE run_id=?",
                              (run_id,)):
         return h
     return None
 
 
-def newer_attempt(conn, run) -> int | None:
+def newer_attempt(conn: apsw.Connection, run: Run) -> int | None:
     """The newest attempt of ``run``'s record after it, or None."""
+    attempt: int | None
     for (attempt,) in conn.execute(
             "SELECT MAX(attempt) FROM runs WHERE job=? AND origin=? AND fire_time=? "
             "AND target=? AND attempt>?",
@@ -111,7 +114,7 @@ def newer_attempt(conn, run) -> int | None:
     return None
 
 
-def check_attempt(conn, run, presented_hash: str, node: str | None,
+def check_attempt(conn: apsw.Connection, run: Run | None, presented_hash: str, node: str | None,
                   at: float | None = None) -> str | None:
     """Why the attempt ``run`` may not save or beat with a token whose hash
     is ``presented_hash`` (proposed by ``node``; None: not a proposal), or
@@ -140,7 +143,7 @@ def check_attempt(conn, run, presented_hash: str, node: str | None,
     return None
 
 
-def beat(conn, run_id: int, at: float, progress: float | None, message: str | None) -> None:
+def beat(conn: apsw.Connection, run_id: int, at: float, progress: float | None, message: str | None) -> None:
     """Record a heartbeat made at ``at``; one older than the newest recorded
     changes nothing (a held-back beat may reach the log after a newer one)."""
     conn.execute("UPDATE run_heartbeats SET heartbeat_at=?, progress=COALESCE(?, progress), "
@@ -149,8 +152,9 @@ def beat(conn, run_id: int, at: float, progress: float | None, message: str | No
                  (at, progress, message, run_id, at))
 
 
-def heartbeat_of(conn, run_id: int) -> tuple[float | None, float | None, str | None]:
+def heartbeat_of(conn: apsw.Connection, run_id: int) -> tuple[float | None, float | None, str | None]:
     """(heartbeat_at, progress, message) of an attempt (Nones: it has none)."""
+    row: tuple[float | None, float | None, str | None]
     for row in conn.execute("SELECT heartbeat_at, progress, message FROM run_heartbeats "
                             "WHERE run_id=?", (run_id,)):
         return row
@@ -158,7 +162,7 @@ def heartbeat_of(conn, run_id: int) -> tuple[float | None, float | None, str | N
 
 
 # -- checkpoints -----------------------------------------------------------------------
-def save(conn, run, value: str, at: float) -> None:
+def save(conn: apsw.Connection, run: Run, value: str, at: float) -> None:
     conn.execute(
         "INSERT INTO checkpoints(job, origin, fire_time, target, value, attempt, run_id, at) "
         "VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(job, origin, fire_time, target) DO UPDATE SET "
@@ -167,7 +171,7 @@ def save(conn, run, value: str, at: float) -> None:
                            run.attempt, run.run_id, at))
 
 
-def of_record(conn, run) -> dict | None:
+def of_record(conn: apsw.Connection, run: Run) -> dict[str, Any] | None:
     """The last checkpoint of ``run``'s record: {value, attempt, run_id, at}."""
     for value, attempt, run_id, at in conn.execute(
             "SELECT value, attempt, run_id, at FROM checkpoints WHERE job=? AND origin=? "
@@ -176,7 +180,7 @@ def of_record(conn, run) -> dict | None:
     return None
 
 
-def env(conn, run) -> dict[str, str]:
+def env(conn: apsw.Connection, run: Run) -> dict[str, str]:
     """``CRONRD_CHECKPOINT`` and ``CRONRD_CHECKPOINT_ATTEMPT`` for a retry of
     a record that has a checkpoint (saved by an attempt of the same chain:
     a rerun or backfill reprocess starts afresh, its retries from its
@@ -198,7 +202,7 @@ def env(conn, run) -> dict[str, str]:
 
 
 # -- heartbeat_timeout -------------------------------------------------------------------
-def silent_since(conn, run) -> float | None:
+def silent_since(conn: apsw.Connection, run: Run) -> float | None:
     """When ``run`` was last heard of: its last heartbeat, else its start."""
     at, _p, _m = heartbeat_of(conn, run.run_id)
     return at if at is not None else run.started_at
@@ -208,12 +212,12 @@ def stuck_reason(timeout: float) -> str:
     return f"heartbeat_timeout: no heartbeat for {human_duration(timeout)}"
 
 
-def running_with_timeouts(conn) -> list[tuple]:
+def running_with_timeouts(conn: apsw.Connection) -> list[tuple[Run, float, float]]:
     """``[(run, heartbeat_timeout, last heard)]`` of the running runs whose
     job's definition in force has a heartbeat_timeout (one query: the
     leader asks every duty pass)."""
     cols = ",".join(f"r.{c}" for c in RUN_COLUMNS)
-    out = []
+    out: list[tuple[Run, float, float]] = []
     for row in list(conn.execute(
             f"SELECT {cols}, json_extract(s.spec, '$.heartbeat_timeout'), h.heartbeat_at "
             "FROM runs r JOIN jobs j ON j.name = r.job "
@@ -229,11 +233,11 @@ def running_with_timeouts(conn) -> list[tuple]:
     return out
 
 
-def views(conn, views_: list[dict]) -> list[dict]:
+def views(conn: apsw.Connection, views_: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each run view with ``heartbeat_at`` (ISO), ``progress`` and
     ``heartbeat_message`` (None where the run has none)."""
     ids = [v["run_id"] for v in views_]
-    found: dict[int, tuple] = {}
+    found: dict[int, tuple[Any, ...]] = {}
     try:
         for i in range(0, len(ids), 500):
             chunk = ids[i:i + 500]
@@ -251,7 +255,8 @@ def views(conn, views_: list[dict]) -> list[dict]:
     return views_
 
 
-def prune(conn) -> None:
+def prune(conn: apsw.Connection) -> None:
+
     """Forget the heartbeats of pruned runs, and the checkpoints of records
     none of whose attempts is kept."""
     conn.execute("DELETE FROM run_heartbeats WHERE run_id NOT IN (SELECT run_id FROM runs)")

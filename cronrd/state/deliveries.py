@@ -8,6 +8,10 @@ flight: the next leader sends them again (receivers dedupe on the event id).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from typing import Any
+
+import apsw
 
 from ..decisions.delivery import Attempt
 
@@ -15,11 +19,11 @@ MAX_ERROR = 500     # characters of an error kept per attempt
 MAX_BATCH = 1000    # attempts or events in one DeliveryResult
 
 
-def _int(v) -> bool:
+def _int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def well_formed(attempts, done) -> bool:
+def well_formed(attempts: object, done: object) -> bool:
     """A DeliveryResult's lists have the shapes ``record`` reads."""
     return (isinstance(attempts, list) and isinstance(done, list)
             and len(attempts) <= MAX_BATCH and len(done) <= MAX_BATCH
@@ -29,7 +33,8 @@ def well_formed(attempts, done) -> bool:
                     and isinstance(a[4], bool) and isinstance(a[5], str) for a in attempts))
 
 
-def record(conn, at: float, leader: str, attempts: list, done: list) -> dict:
+def record(conn: apsw.Connection, at: float, leader: str, attempts: list[Any],
+           done: list[Any]) -> dict[str, int]:
     """Apply one DeliveryResult: ``attempts`` as [event_id, notifier, attempt,
     ok, final, error]; ``done``: event ids now delivered. An attempt already
     recorded (a proposal retried) is kept as it was."""
@@ -51,13 +56,13 @@ def record(conn, at: float, leader: str, attempts: list, done: list) -> dict:
     return {"attempts": added, "delivered": marked}
 
 
-def _event_exists(conn, event_id) -> bool:
+def _event_exists(conn: apsw.Connection, event_id: Any) -> bool:
     for _ in conn.execute("SELECT 1 FROM events WHERE event_id=?", (int(event_id),)):
         return True
     return False
 
 
-def attempts_of(conn, event_ids) -> dict[int, list[Attempt]]:
+def attempts_of(conn: apsw.Connection, event_ids: Iterable[int]) -> dict[int, list[Attempt]]:
     out: dict[int, list[Attempt]] = {}
     ids = [int(e) for e in event_ids]
     for i in range(0, len(ids), 500):
@@ -71,10 +76,11 @@ def attempts_of(conn, event_ids) -> dict[int, list[Attempt]]:
     return out
 
 
-def listing(conn, *, job: str | None = None, limit: int = 50,
-            before: int | None = None) -> list[dict]:
+def listing(conn: apsw.Connection, *, job: str | None = None, limit: int = 50,
+            before: int | None = None) -> list[dict[str, Any]]:
     """The newest events (before event id ``before``), each with its attempts."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     if job is not None:
         where.append("job=?")
         params.append(job)
@@ -84,7 +90,7 @@ def listing(conn, *, job: str | None = None, limit: int = 50,
     sql = ("SELECT event_id, kind, job, fire_time, run_id, at, data, delivered FROM events"
            + (" WHERE " + " AND ".join(where) if where else "")
            + " ORDER BY event_id DESC LIMIT ?")
-    out = []
+    out: list[dict[str, Any]] = []
     for eid, kind, j, ft, rid, at, data, delivered in list(conn.execute(sql, params + [limit])):
         out.append({"event_id": eid, "kind": kind, "job": j, "fire_time": ft, "run_id": rid,
                     "at": at, "data": json.loads(data), "delivered": bool(delivered),
@@ -98,6 +104,7 @@ def listing(conn, *, job: str | None = None, limit: int = 50,
     return out
 
 
-def prune(conn) -> None:
+def prune(conn: apsw.Connection) -> None:
+
     """The attempts of events pruned (events.prune)."""
     conn.execute("DELETE FROM deliveries WHERE event_id NOT IN (SELECT event_id FROM events)")

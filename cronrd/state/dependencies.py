@@ -26,7 +26,9 @@ queue (state/queue.py). Both holds are state ``waiting``; a run in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import apsw
 
 from ..decisions import dependencies as D
 from ..schedule import parse_schedule
@@ -39,6 +41,8 @@ from ..model.run_states import ACTIVE, FINAL, sql_in
 
 if TYPE_CHECKING:
     from ..jobspec import JobSpec
+    from . import commands as C
+    from .effects import Effect
     from .writes import MachineWrites
 
 ACTIVE_SQL = f"state IN {sql_in(ACTIVE)}"  # the runs_active index's predicate
@@ -93,11 +97,11 @@ def parents_view(sm: "MachineWrites", child: str, spec: "JobSpec", at: float) ->
     return parents_of(sm.conn, child, spec, at)
 
 
-def parents_of(conn, child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
+def parents_of(conn: apsw.Connection, child: str, spec: "JobSpec", at: float) -> list[D.Parent]:
     """What child ``child`` sees of each parent at ``at``: its newest outcome
     not consumed yet, and a success within its ``within`` window (read only:
     `cronrd explain` asks it too)."""
-    out = []
+    out: list[D.Parent] = []
     for dep in spec.depends_on:
         new = next((D.Outcome(*r) for r in conn.execute(
             "SELECT r.run_id, r.fire_time, r.state FROM dep_cursors c JOIN runs r ON "
@@ -150,7 +154,7 @@ def _record_final(sm: "MachineWrites", index: int, *, job: str, kind: str, fire_
 
 # -- a parent's outcome is final -----------------------------------------------------
 def parent_final(sm: "MachineWrites", index: int, parent: str, run_id: int, at: float,
-                 effects, depth: int = 0) -> None:
+                 effects: list[Effect], depth: int = 0) -> None:
     """``parent``'s run ``run_id`` ended and no retry follows: once that is
     the parent's final outcome for the fire time (``fire_time_outcome``: a
     per-node run waits for its fire time's other nodes' runs), it is the
@@ -159,12 +163,12 @@ def parent_final(sm: "MachineWrites", index: int, parent: str, run_id: int, at: 
     RE.on_final(sm.conn, run_id, at)  # failed, skipped, recovered...: an event
     if depth > MAX_DEPTH:
         return
-    run_id = fire_time_outcome(sm.conn, run_id)
-    if run_id is None:
+    outcome_id = fire_time_outcome(sm.conn, run_id)
+    if outcome_id is None:
         return
-    sm.conn.execute("UPDATE dep_cursors SET new_run_id=? WHERE parent=?", (run_id, parent))
+    sm.conn.execute("UPDATE dep_cursors SET new_run_id=? WHERE parent=?", (outcome_id, parent))
     # a --downstream rerun's children follow it there, and consume it
-    handled = DS.on_final(sm, index, parent, run_id, at, effects)
+    handled = DS.on_final(sm, index, parent, outcome_id, at, effects)
     children = [c for (c,) in sm.conn.execute(
         "SELECT child FROM job_deps WHERE parent=? ORDER BY child", (parent,))
                 if c not in handled]
@@ -184,7 +188,7 @@ def parent_final(sm: "MachineWrites", index: int, parent: str, run_id: int, at: 
                                     timed_out=False)
 
 
-def fire_time_outcome(conn, run_id: int) -> int | None:
+def fire_time_outcome(conn: apsw.Connection, run_id: int) -> int | None:
     """The run that is the job's final outcome for the fire time run
     ``run_id`` ended (no retry follows), or None while there is none yet.
 
@@ -219,7 +223,7 @@ def fire_time_outcome(conn, run_id: int) -> int | None:
                     for rid, state in latest.values()]).run_id
 
 
-def _delivered(conn, parent: str, run_ids: list[int]) -> bool:
+def _delivered(conn: apsw.Connection, parent: str, run_ids: list[int]) -> bool:
     """Was one of these runs of ``parent`` delivered to a child as an
     outcome (new to it, consumed by it, or in a run's lineage)?"""
     marks = ",".join("?" * len(run_ids))
@@ -234,7 +238,7 @@ def _delivered(conn, parent: str, run_ids: list[int]) -> bool:
 
 
 def _after_child(sm: "MachineWrites", index: int, child: str, spec: "JobSpec", at: float,
-                 effects, depth: int) -> None:
+                 effects: list[Effect], depth: int) -> None:
     gate = D.decide(spec.trigger_rule, parents_view(sm, child, spec, at))
     if gate.action == D.WAIT:
         return
@@ -276,7 +280,8 @@ def _after_child(sm: "MachineWrites", index: int, child: str, spec: "JobSpec", a
 
 
 # -- a scheduled child --------------------------------------------------------------
-def scheduled_fire(sm: "MachineWrites", index: int, cmd, spec: "JobSpec", effects) -> dict:
+def scheduled_fire(sm: "MachineWrites", index: int, cmd: C.Fire, spec: "JobSpec",
+                   effects: list[Effect]) -> dict[str, Any]:
     """A scheduled child's fire (not skipped otherwise): run it if its gate
     is open, else hold it ``waiting`` (wait_for_upstream), else record why not."""
     if cmd.target:
@@ -313,7 +318,8 @@ def scheduled_fire(sm: "MachineWrites", index: int, cmd, spec: "JobSpec", effect
     return {"run_id": run.run_id, "state": state, "reason": gate.reason}
 
 
-def _enqueue_if_held(sm: "MachineWrites", index: int, cmd, spec: "JobSpec") -> dict | None:
+def _enqueue_if_held(sm: "MachineWrites", index: int, cmd: C.Fire,
+                     spec: "JobSpec | None") -> dict[str, Any] | None:
     """A fire whose gate is open, of a ``concurrency: queue`` job with a run
     in flight: it waits in the queue (the bound was checked at the fire)."""
     hold = sm._queue_hold(cmd.job, cmd.target, cmd.fire_time, spec, bounded=False)
@@ -325,7 +331,8 @@ def _enqueue_if_held(sm: "MachineWrites", index: int, cmd, spec: "JobSpec") -> d
     return {"run_id": run.run_id, "state": "waiting", "reason": hold.wait}
 
 
-def _like_sibling(sm: "MachineWrites", index: int, cmd, effects) -> dict | None:
+def _like_sibling(sm: "MachineWrites", index: int, cmd: C.Fire,
+                  effects: list[Effect]) -> dict[str, Any] | None:
     """A per-node run (run_on: all) of a fire time another node's run of
     which had its gate looked at already: the same decision, the same
     lineage (the first one consumed the parents' outcomes for them all)."""
@@ -364,7 +371,7 @@ def _like_sibling(sm: "MachineWrites", index: int, cmd, effects) -> dict | None:
 
 
 def resolve_waiting(sm: "MachineWrites", index: int, run: Run, spec: "JobSpec", at: float,
-                    effects, depth: int = 0, *, timed_out: bool) -> str:
+                    effects: list[Effect], depth: int = 0, *, timed_out: bool) -> str:
     """Look at a waiting run's gate again: release it (pending: the leader
     places it), end it (skipped or failed, with the reason), or, unless its
     wait is over (``timed_out``), leave it waiting. The other nodes' runs of
@@ -412,7 +419,7 @@ def resolve_waiting(sm: "MachineWrites", index: int, run: Run, spec: "JobSpec", 
     return state
 
 
-def waits_for_upstream(conn, run_id: int) -> bool:
+def waits_for_upstream(conn: apsw.Connection, run_id: int) -> bool:
     """Is run ``run_id`` waiting for its parents (not in its job's queue)?"""
     for _ in conn.execute(f"SELECT 1 FROM runs WHERE run_id=? AND {UPSTREAM_WAIT}",
                           (run_id,)):
@@ -420,11 +427,11 @@ def waits_for_upstream(conn, run_id: int) -> bool:
     return False
 
 
-def waiting_due(conn, now: float) -> list[tuple[int, float]]:
+def waiting_due(conn: apsw.Connection, now: float) -> list[tuple[int, float]]:
     """(run id, when its wait ends) of the waiting runs whose wait is over:
     the leader proposes an UpstreamTimeout for each."""
     from .queries import job_spec
-    out = []
+    out: list[tuple[int, float]] = []
     for run_id, job, due_at in list(conn.execute(
             f"SELECT run_id, job, due_at FROM runs WHERE {ACTIVE_SQL} AND {UPSTREAM_WAIT} "
             "ORDER BY run_id")):
@@ -435,7 +442,7 @@ def waiting_due(conn, now: float) -> list[tuple[int, float]]:
     return out
 
 
-def lineage(conn, run_id: int) -> list[dict]:
+def lineage(conn: apsw.Connection, run_id: int) -> list[dict[str, Any]]:
     """Which parent runs a run consumed: [{job, run_id, fire_time, state}]."""
     from ..schedule import iso_utc
     return [{"job": job, "run_id": prid, "fire_time": iso_utc(ft), "state": st}
@@ -445,7 +452,8 @@ def lineage(conn, run_id: int) -> list[dict]:
                 "ORDER BY l.parent_job", (run_id,))]
 
 
-def consumed_last(conn, child: str) -> dict[str, int]:
+def consumed_last(conn: apsw.Connection, child
+: str) -> dict[str, int]:
     """Per parent of ``child``, the run it consumed last (0: none yet)."""
     return {parent: run_id for parent, run_id in conn.execute(
         "SELECT parent, run_id FROM dep_cursors WHERE child=? ORDER BY parent", (child,))}

@@ -28,12 +28,16 @@ generation does not fire for it a second time. Deterministic, like all of
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import apsw
 
 from ..decisions import dependencies as D
 from ..model.run_states import ACTIVE, FINAL
 
 if TYPE_CHECKING:
+    from ..jobspec import JobSpec
+    from .effects import Effect
     from .writes import MachineWrites
 
 MAX_ITEMS = 10_000  # records one --downstream may rerun
@@ -43,7 +47,7 @@ class TooMany(Exception):
     pass
 
 
-def _children_of(conn, job: str, fire_time: int) -> list[tuple[str, int]]:
+def _children_of(conn: apsw.Connection, job: str, fire_time: int) -> list[tuple[str, int]]:
     """The records (child, fire time) whose lineage holds a run of (job, fire_time)."""
     return list(conn.execute(
         "SELECT DISTINCT r.job, r.fire_time FROM runs p JOIN run_lineage l ON "
@@ -53,7 +57,7 @@ def _children_of(conn, job: str, fire_time: int) -> list[tuple[str, int]]:
         (job, fire_time)))
 
 
-def closure(conn, job: str, fire_time: int, limit: int = MAX_ITEMS
+def closure(conn: apsw.Connection, job: str, fire_time: int, limit: int = MAX_ITEMS
             ) -> tuple[list[tuple[str, int]], list[tuple[tuple[str, int], tuple[str, int]]]]:
     """The records downstream of (job, fire_time), in an order where each
     comes after the ones it waits for, and the edges (parent, child)
@@ -63,7 +67,7 @@ def closure(conn, job: str, fire_time: int, limit: int = MAX_ITEMS
     seen = {root}
     frontier = [root]
     while frontier:
-        nxt = []
+        nxt: list[tuple[str, int]] = []
         for rec in frontier:
             for child in _children_of(conn, *rec):
                 child = (child[0], int(child[1]))
@@ -119,7 +123,7 @@ def start(sm: "MachineWrites", root_run: int, job: str, fire_time: int) -> list[
 
 
 def on_final(sm: "MachineWrites", index: int, job: str, run_id: int, at: float,
-             effects) -> set[str]:
+             effects: list[Effect]) -> set[str]:
     """Run ``run_id`` of ``job`` is its record's final outcome: end the
     downstream items it was the attempt of, and move their children on.
     The children (job names) that consumed it here."""
@@ -131,6 +135,7 @@ def on_final(sm: "MachineWrites", index: int, job: str, run_id: int, at: float,
         "ORDER BY root", (job, ft))]
     handled: set[str] = set()
     for root in roots:
+        assert ft is not None  # roots matched fire_time=ft, which a NULL never does
         handled |= {c for c, _ in _edges_from(conn, root, job, ft)}
         _ended(sm, index, root, job, ft, at, effects, ran=True)
     for child in sorted(handled):
@@ -139,7 +144,7 @@ def on_final(sm: "MachineWrites", index: int, job: str, run_id: int, at: float,
     return handled
 
 
-def _edges_from(conn, root: int, job: str, ft: int) -> list[tuple[str, int]]:
+def _edges_from(conn: apsw.Connection, root: int, job: str, ft: int) -> list[tuple[str, int]]:
     return list(conn.execute(
         "SELECT child_job, child_fire_time FROM downstream_edges WHERE root=? AND "
         "parent_job=? AND parent_fire_time=? ORDER BY child_job, child_fire_time",
@@ -147,7 +152,7 @@ def _edges_from(conn, root: int, job: str, ft: int) -> list[tuple[str, int]]:
 
 
 def _ended(sm: "MachineWrites", index: int, root: int, job: str, ft: int, at: float,
-           effects, *, ran: bool) -> None:
+           effects: list[Effect], *, ran: bool) -> None:
     """Item (root, job, ft) has ended (``ran``: it ran again, else it was not
     rerun): its children items move on, and each whose parents in the set
     have all ended is released or not rerun in turn (a worklist, not a
@@ -177,7 +182,7 @@ def _ended(sm: "MachineWrites", index: int, root: int, job: str, ft: int, at: fl
                 work.append((cj, cft, False))
 
 
-def record_lineage(conn, job: str, fire_time: int) -> dict[str, int]:
+def record_lineage(conn: apsw.Connection, job: str, fire_time: int) -> dict[str, int]:
     """parent job -> the fire time of the parent run the record consumed
     (its newest attempt that consumed one, per parent)."""
     out: dict[str, int] = {}
@@ -190,7 +195,7 @@ def record_lineage(conn, job: str, fire_time: int) -> dict[str, int]:
     return out
 
 
-def _latest(conn, job: str, fire_time: int):
+def _latest(conn: apsw.Connection, job: str, fire_time: int) -> tuple[Any, ...] | None:
     """(run_id, attempt, state) of the record's newest attempt, or None."""
     return next(iter(conn.execute(
         "SELECT run_id, attempt, state FROM runs WHERE job=? AND fire_time=? AND "
@@ -198,10 +203,10 @@ def _latest(conn, job: str, fire_time: int):
         None)
 
 
-def gate(conn, spec, job: str, fire_time: int) -> D.Gate:
+def gate(conn: apsw.Connection, spec: JobSpec, job: str, fire_time: int) -> D.Gate:
     """The record's trigger rule over its lineage as it is now."""
     consumed = record_lineage(conn, job, fire_time)
-    parents = []
+    parents: list[D.Parent] = []
     for dep in spec.depends_on:
         new = None
         if dep.job in consumed:
@@ -213,7 +218,7 @@ def gate(conn, spec, job: str, fire_time: int) -> D.Gate:
 
 
 def _release(sm: "MachineWrites", index: int, root: int, job: str, ft: int, fresh: bool,
-             by_job: str, by_ft: int, at: float, effects) -> str | None:
+             by_job: str, by_ft: int, at: float, effects: list[Effect]) -> str | None:
     """Give item (root, job, ft) its new attempt; or why it is not rerun."""
     from ..schedule import iso_utc
     from .effects import RunPending
@@ -257,21 +262,22 @@ def _release(sm: "MachineWrites", index: int, root: int, job: str, ft: int, fres
     return None
 
 
-def items(conn, root: int) -> list[dict]:
+def items(conn: apsw.Connection, root: int) -> list[dict[str, Any]]:
     """The items of one --downstream, in (job, fire time) order."""
     return [dict(zip(("job", "fire_time", "state", "run_id", "note"), r)) for r in conn.execute(
         "SELECT job, fire_time, state, run_id, note FROM downstream_items WHERE root=? "
         "ORDER BY job, fire_time", (root,))]
 
 
-def of_record(conn, job: str, fire_time: int) -> list[dict]:
+def of_record(conn: apsw.Connection, job: str, fire_time: int) -> list[dict[str, Any]]:
     """The --downstream items a record was part of (for explain), oldest first."""
     return [dict(zip(("root", "state", "run_id", "note"), r)) for r in conn.execute(
         "SELECT root, state, run_id, note FROM downstream_items WHERE job=? AND fire_time=? "
         "ORDER BY root", (job, fire_time))]
 
 
-def prune(conn) -> None:
+def prune(conn: apsw.Connection) -> None:
+
     """After run records were pruned: the lineage of runs that are gone, and
     each --downstream whose root run is gone and that has nothing left to do."""
     conn.execute("DELETE FROM run_lineage WHERE run_id NOT IN (SELECT run_id FROM runs)")

@@ -18,6 +18,9 @@ Kinds: ``failed``, ``retrying``, ``skipped``, ``launch_failed``,
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import apsw
 
 from . import seq as SEQ
 
@@ -27,8 +30,8 @@ SLA_KINDS = ("start_within", "finish_within", "finish_by", "max_runtime", "stale
 KINDS = RUN_KINDS + tuple(f"sla_{k}" for k in SLA_KINDS)
 
 
-def emit(conn, kind: str, *, job: str, at: float, fire_time: int | None = None,
-         run_id: int | None = None, data: dict | None = None) -> int:
+def emit(conn: apsw.Connection, kind: str, *, job: str, at: float, fire_time: int | None = None,
+         run_id: int | None = None, data: dict[str, Any] | None = None) -> int:
     """Record one event (inside apply: deterministic); its id."""
     if kind not in KINDS:
         raise ValueError(f"unknown event kind {kind!r}")
@@ -44,26 +47,27 @@ def emit(conn, kind: str, *, job: str, at: float, fire_time: int | None = None,
     return event_id
 
 
-def get(conn, event_id: int) -> dict | None:
+def get(conn: apsw.Connection, event_id: int) -> dict[str, Any] | None:
     for row in conn.execute("SELECT event_id, kind, job, fire_time, run_id, at, data, "
                             "delivered FROM events WHERE event_id=?", (event_id,)):
         return _view(row)
     return None
 
 
-def undelivered(conn, limit: int = 100) -> list[dict]:
+def undelivered(conn: apsw.Connection, limit: int = 100) -> list[dict[str, Any]]:
     """Events whose delivery is not done yet, oldest first."""
     return [_view(r) for r in conn.execute(
         "SELECT event_id, kind, job, fire_time, run_id, at, data, delivered FROM events "
         "WHERE delivered=0 ORDER BY event_id LIMIT ?", (limit,))]
 
 
-def _view(row) -> dict:
+def _view(row: tuple[Any, ...]) -> dict[str, Any]:
     eid, kind, job, ft, rid, at, data, delivered = row
     return {"event_id": eid, "kind": kind, "job": job, "fire_time": ft, "run_id": rid,
             "at": at, "data": json.loads(data), "delivered": bool(delivered)}
 
 
-def prune(conn, before: float) -> None:
+def prune(conn: apsw.Connection, before
+: float) -> None:
     """Delivered events older than ``before`` (with the run history)."""
     conn.execute("DELETE FROM events WHERE delivered=1 AND at < ?", (before,))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 
@@ -93,13 +93,14 @@ def check_forwarded(cmd: C.Command, sender: str,
     return cmd
 
 
-def _checked_puts(puts, sender: str, known: Callable[[str, str], bool]) -> list:
+def _checked_puts(puts: object, sender: str,
+                  known: Callable[[str, str], bool]) -> list[list[str | None]]:
     """A SyncJobs command's puts with every definition sent along checked by
     the job-file validators and in canonical form (a definition the state
     holds already is not sent on: its digest names it)."""
     if not isinstance(puts, list):
         raise RequestError(f"sync_jobs from {sender}: puts must be a list")
-    out = []
+    out: list[list[str | None]] = []
     for put in puts:
         if not (isinstance(put, list) and len(put) == 4 and all(
                 isinstance(v, str) for v in put[:3]) and (put[3] is None or isinstance(put[3], str))):
@@ -123,7 +124,7 @@ def _checked_puts(puts, sender: str, known: Callable[[str, str], bool]) -> list:
     return out
 
 
-def _file_form(key: str, value):
+def _file_form(key: str, value: Any) -> Any:
     """One value of ``JobSpec.to_dict()`` as a job file writes it."""
     if key == "env":
         pairs = value.items() if isinstance(value, dict) else value
@@ -137,16 +138,19 @@ def _file_form(key: str, value):
     return value
 
 
-class _Representer(yaml.representer.SafeRepresenter):
-    def __init__(self):
+class _Representer(yaml.representer.SafeRepresenter):  # type: ignore[misc]  # PyYAML: no type stubs installed
+    def __init__(self) -> None:
         super().__init__(sort_keys=False)
-        self.represented_objects, self.object_keeper, self.alias_key = {}, [], None
+        self.represented_objects: dict[int, Any] = {}
+        self.object_keeper: list[Any] = []
+        self.alias_key: int | None = None
 
-    def ignore_aliases(self, data) -> bool:
+
+    def ignore_aliases(self, data: Any) -> bool:
         return True  # a job file written out has no aliases
 
 
-def _mark(node, mark) -> None:
+def _mark(node: Any, mark: Any) -> None:
     node.start_mark = node.end_mark = mark
     if isinstance(node.value, list):
         for item in node.value:
@@ -157,7 +161,8 @@ def _mark(node, mark) -> None:
                 _mark(item, mark)
 
 
-def revalidate_spec(spec: dict, source: str) -> JobSpec:
+def revalidate_spec(spec: dict[str, Any], source: str) -> JobSpec:
+
     """Check a job definition that arrived from another node with the
     validators of job files (the same as ``cronrd validate``): the definition
     is turned into the YAML nodes a job file of it would have, and checked as

@@ -4,7 +4,7 @@ scans); the per-job ones are read as the page is rendered, not held whole."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import apsw
 
@@ -24,7 +24,7 @@ def outcomes(conn: apsw.Connection) -> list[tuple[str, str, str, str, int]]:
         "JOIN jobs ON jobs.name = o.job ORDER BY o.job, o.origin, o.outcome, o.reason"))
 
 
-def histograms(conn: apsw.Connection, metric: str) -> Iterator[tuple]:
+def histograms(conn: apsw.Connection, metric: str) -> Iterator[tuple[Any, ...]]:
     """(job, b0..b9, sum, count) of every known job with an observation of
     ``metric`` (duration | delay: job_histograms, kept by triggers), by job,
     as read (a scrape does not hold 100,000 rows at once)."""
@@ -53,7 +53,7 @@ def notify_outcomes(conn: apsw.Connection) -> list[tuple[str, str, int]]:
         "SELECT notifier, outcome, n FROM notify_outcomes ORDER BY notifier, outcome"))
 
 
-def histogram_total(conn: apsw.Connection, metric: str) -> tuple:
+def histogram_total(conn: apsw.Connection, metric: str) -> tuple[Any, ...]:
     """(b0..b9, sum, count) of ``metric`` over every job's row, removed jobs
     included (a total that never goes down)."""
     cols = ", ".join(f"COALESCE(SUM(b{i}), 0)" for i in range(10))
@@ -64,10 +64,11 @@ def histogram_total(conn: apsw.Connection, metric: str) -> tuple:
 
 def job_count(conn: apsw.Connection) -> int:
     """How many jobs are known."""
-    return next(iter(conn.execute("SELECT COUNT(*) FROM jobs")))[0]
+    count: int = next(iter(conn.execute("SELECT COUNT(*) FROM jobs")))[0]
+    return count
 
 
-def run_counts(conn: apsw.Connection, zero: tuple[str, ...]) -> Iterator[tuple]:
+def run_counts(conn: apsw.Connection, zero: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
     """(job, origin, outcome, count) of every known job's ended runs, by job,
     origin and outcome, as read; each job has its origin "schedule" outcomes
     ``zero`` from its load, at 0 when none happened."""
@@ -81,7 +82,7 @@ def run_counts(conn: apsw.Connection, zero: tuple[str, ...]) -> Iterator[tuple]:
         ") GROUP BY 1, 2, 3 ORDER BY 1, 2, 3", zero))
 
 
-def skip_counts(conn: apsw.Connection) -> Iterator[tuple]:
+def skip_counts(conn: apsw.Connection) -> Iterator[tuple[Any, ...]]:
     """(job, reason, count) of every known job's skipped fire times (every
     origin together), by job and reason, as read."""
     return iter(conn.execute(
@@ -89,7 +90,8 @@ def skip_counts(conn: apsw.Connection) -> Iterator[tuple]:
         "jobs.name = o.job WHERE o.outcome = 'skipped' GROUP BY 1, 2 ORDER BY 1, 2"))
 
 
-def last_successes(conn: apsw.Connection) -> Iterator[tuple]:
+def last_successes(conn: apsw.Connection) -> Iterator[tuple[Any, ...]]:
+
     """(job, finished_at) of each job's newest success, by job, as read."""
     return iter(conn.execute(
         "SELECT job, MAX(finished_at) FROM runs WHERE state = 'succeeded' "

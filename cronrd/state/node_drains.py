@@ -5,6 +5,8 @@ it stops), a drain outlives restarts of the node. Pure: the command says when.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
 
 from . import commands as C
@@ -29,7 +31,8 @@ def apply(conn: apsw.Connection, cmd: C.DrainNode) -> str | None:
     return None
 
 
-def drained(conn: apsw.Connection) -> dict[str, dict]:
+def drained(conn: apsw.Connection) -> dict[str, dict[str, Any]]:
+
     """node -> {at, by, note} of every drained node."""
     return {node: {"at": at, "by": by, "note": note} for node, at, by, note in conn.execute(
         "SELECT node, at, by, note FROM node_drains ORDER BY node")}

@@ -9,6 +9,8 @@ transaction, with the command's own time; ``in_force_at`` is a read.
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
 
 from ..schedule import iso_utc
@@ -28,12 +30,12 @@ def prune(conn: apsw.Connection, before: float) -> None:
                  "(SELECT MAX(event_id) FROM pause_log GROUP BY name)", (before,))
 
 
-def _event(row) -> dict:
+def _event(row: tuple[Any, ...]) -> dict[str, Any]:
     paused, note, by, at = row
     return {"paused": bool(paused), "note": note, "by": by, "at": iso_utc(at)}
 
 
-def in_force_at(conn: apsw.Connection, name: str, t: float) -> dict | None:
+def in_force_at(conn: apsw.Connection, name: str, t: float) -> dict[str, Any] | None:
     """The pause of ``name`` in force at ``t``: {note, by, at (when it was
     paused), until (when it was resumed, or None)}; None when it was not
     paused then (or the log does not reach back that far)."""
@@ -50,7 +52,8 @@ def in_force_at(conn: apsw.Connection, name: str, t: float) -> dict | None:
     return {"note": last["note"], "by": last["by"], "at": last["at"], "until": until}
 
 
-def history(conn: apsw.Connection, name: str, limit: int = 20) -> list[dict]:
+def history(conn: apsw.Connection, name: str, limit: int = 20) -> list[dict[str, Any]]:
+
     """The newest ``limit`` pause events of ``name``, newest first."""
     return [_event(row) for row in conn.execute(
         "SELECT paused, note, by, at FROM pause_log WHERE name=? ORDER BY at DESC, "

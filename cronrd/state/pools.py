@@ -16,12 +16,17 @@ rows they are about. All SQL lives in state/.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import apsw
 
 from ..decisions import pools as D
 from ..schedule import iso_utc
 from ..model.run import Run
 from ..model.run_states import ACTIVE, sql_in
+
+if TYPE_CHECKING:
+    from ..jobspec import JobSpec
 
 HOLDING = ("pending", "assigned", "running")   # a cluster pool's slots are taken
 PLACED = ("assigned", "running")               # a node pool's slots are taken, by node
@@ -35,11 +40,11 @@ def defined(conn: apsw.Connection, name: str) -> tuple[int, str] | None:
     return None
 
 
-def check_pools(pools) -> list[tuple[str, int, str]] | None:
+def check_pools(pools: object) -> list[tuple[str, int, str]] | None:
     """A SetPools list, checked (it comes from the log): None if malformed."""
     if not isinstance(pools, list):
         return None
-    out = []
+    out: list[tuple[str, int, str]] = []
     for p in pools:
         if not (isinstance(p, list) and len(p) == 3 and isinstance(p[0], str) and p[0]
                 and isinstance(p[1], int) and not isinstance(p[1], bool) and p[1] >= 1
@@ -69,11 +74,13 @@ def in_use(conn: apsw.Connection, pool: str, node: str | None = None, *,
         sql = (f"SELECT COALESCE(SUM(p.slots), 0) FROM pool_runs p JOIN runs r ON "
                f"r.run_id = p.run_id WHERE p.pool=? AND p.waiting=0 AND p.run_id != ? AND "
                f"r.state IN {sql_in(HOLDING)}")
-        return next(iter(conn.execute(sql, (pool, but))))[0]
+        used: int = next(iter(conn.execute(sql, (pool, but))))[0]
+        return used
     sql = (f"SELECT COALESCE(SUM(p.slots), 0) FROM pool_runs p JOIN runs r ON "
            f"r.run_id = p.run_id WHERE p.pool=? AND p.waiting=0 AND p.run_id != ? AND "
            f"r.node=? AND r.state IN {sql_in(PLACED)}")
-    return next(iter(conn.execute(sql, (pool, but, node))))[0]
+    used_on: int = next(iter(conn.execute(sql, (pool, but, node))))[0]
+    return used_on
 
 
 def waiters(conn: apsw.Connection, pool: str) -> list[D.Waiter]:
@@ -109,14 +116,14 @@ def _to_waiting(conn: apsw.Connection, run_id: int, why: str) -> None:
     conn.execute("UPDATE pool_runs SET waiting=1 WHERE run_id=?", (run_id,))
 
 
-def gate(conn: apsw.Connection, run: Run, spec) -> str | None:
+def gate(conn: apsw.Connection, run: Run, spec: JobSpec | None) -> str | None:
     """``run`` has just become pending or assigned: may it take its pool's
     slots now? Records its row; if not, it waits (state waiting) and the
     reason is returned."""
     if spec is None or not spec.pool:
         return None
-    row = next(iter(conn.execute("SELECT pool, slots, priority, late FROM pool_runs "
-                                 "WHERE run_id=?", (run.run_id,))), None)
+    row: tuple[Any, ...] | None = next(iter(conn.execute(
+        "SELECT pool, slots, priority, late FROM pool_runs WHERE run_id=?", (run.run_id,))), None)
     if row is None:
         late = _late(conn, run)
         if late and spec.backfill_priority is not None:  # ranked with the on-time runs
@@ -127,6 +134,7 @@ def gate(conn: apsw.Connection, run: Run, spec) -> str | None:
                      "waiting) VALUES(?,?,?,?,?,?,0)", (run.run_id, *row, run.fire_time))
     pool, need, priority, late = row
     conf = defined(conn, pool)
+    why: str | None
     if conf is None:
         why = D.reason(pool, 0, 0, defined=False)
     else:
@@ -171,18 +179,19 @@ def placed_check(conn: apsw.Connection, run: Run, node: str) -> str | None:
 
 def fits_on(conn: apsw.Connection, run_id: int, node: str) -> bool:
     """Would an assigned run of a node-scoped pool fit on ``node`` (a move)?"""
-    row = next(iter(conn.execute("SELECT pool, slots FROM pool_runs WHERE run_id=? AND "
-                                 "waiting=0", (run_id,))), None)
+    row: tuple[str, int] | None = next(iter(conn.execute(
+        "SELECT pool, slots FROM pool_runs WHERE run_id=? AND waiting=0", (run_id,))), None)
     conf = None if row is None else defined(conn, row[0])
     if conf is None or conf[1] != "node":
         return True
+    assert row is not None  # conf is None when row is
     return in_use(conn, row[0], node, but=run_id) + row[1] <= conf[0]
 
 
 def drop(conn: apsw.Connection, run_id: int) -> str | None:
     """The run ended: it leaves its pool. Its pool's name, if it was in one."""
-    pool = next(iter(conn.execute("SELECT pool FROM pool_runs WHERE run_id=?", (run_id,))),
-                (None,))[0]
+    pool: str | None = next(iter(conn.execute("SELECT pool FROM pool_runs WHERE run_id=?",
+                                              (run_id,))), (None,))[0]
     if pool is not None:
         conn.execute("DELETE FROM pool_runs WHERE run_id=?", (run_id,))
     return pool
@@ -194,13 +203,18 @@ def _release_by_node(conn: apsw.Connection, pool: str, slots: int, freed_on: str
     leader places them where there is room, runtime/leader/placement.py). The
     nodes are the members and those running the pool's runs (and
     ``freed_on``, where a run just ended)."""
-    nodes = {freed_on} | {n for (n,) in conn.execute("SELECT node FROM nodes")} | {
+    nodes: set[str | None] = {freed_on} | {n for (n,) in conn.execute("SELECT node FROM nodes")} | {
         n for (n,) in conn.execute(
         f"SELECT DISTINCT r.node FROM pool_runs p JOIN runs r ON r.run_id = p.run_id WHERE "
         f"p.pool=? AND p.waiting=0 AND r.state IN {sql_in(PLACED)}", (pool,))}
-    free = {n: max(0, slots - in_use(conn, pool, n)) for n in sorted(nodes) if n} or \
-        {"": slots}
-    placing = next(iter(conn.execute(
+    # Known bug, kept as it is until the cluster version gate (issue 31): with
+    # freed_on None, sorted() meets None beside the names and raises, so apply
+    # refuses the SetPools or CancelRun. Fixing it changes what apply does, and
+    # a fleet half upgraded would then disagree about the command
+    # (tests/unit/state/test_pools.py, the xfail test, shows it).
+    free = {n: max(0, slots - in_use(conn, pool, n))
+            for n in sorted(nodes) if n} or {"": slots}  # type: ignore[type-var]
+    placing: int = next(iter(conn.execute(
         "SELECT COALESCE(SUM(p.slots), 0) FROM pool_runs p JOIN runs r ON r.run_id = p.run_id "
         "WHERE p.pool=? AND p.waiting=0 AND r.state='pending'", (pool,))))[0]
     waiting = [(D.Waiter(rid, n, prio, ft, bool(late)), target) for rid, n, prio, ft, late, target
@@ -255,15 +269,15 @@ def prune(conn: apsw.Connection) -> None:
 
 
 # -- reads (the control socket's `pools`, explain) -------------------------------------
-def usage(conn: apsw.Connection) -> list[dict]:
+def usage(conn: apsw.Connection) -> list[dict[str, Any]]:
     """Each pool in force (or named by a run): its slots, what is in use
     (by node for a node-scoped pool) and how many runs wait."""
     names = [n for (n,) in conn.execute(
         "SELECT name FROM pools UNION SELECT pool FROM pool_runs ORDER BY 1")]
-    out = []
+    out: list[dict[str, Any]] = []
     for name in names:
         conf = defined(conn, name)
-        row = {"pool": name, "slots": None if conf is None else conf[0],
+        row: dict[str, Any] = {"pool": name, "slots": None if conf is None else conf[0],
                "scope": None if conf is None else conf[1], "defined": conf is not None,
                "in_use": in_use(conn, name),
                "waiting": next(iter(conn.execute(
@@ -286,7 +300,8 @@ def usage(conn: apsw.Connection) -> list[dict]:
     return out
 
 
-def of_run(conn: apsw.Connection, run_id: int) -> dict | None:
+def of_run(conn: apsw.Connection, run_id: int) -> dict[str, Any] | None:
+
     """A run's pool row (for explain), or None."""
     for pool, slots, priority, late, waiting in conn.execute(
             "SELECT pool, slots, priority, late, waiting FROM pool_runs WHERE run_id=?",

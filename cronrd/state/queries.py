@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable
+from typing import Any
 
 import apsw
 
@@ -34,14 +36,16 @@ def get_run(conn: apsw.Connection, run_id: int) -> Run | None:
     return None
 
 
-def list_runs(conn: apsw.Connection, job: str | None = None, state=None,
-              limit: int = 50, *, kind=None, node: str | None = None,
+def list_runs(conn: apsw.Connection, job: str | None = None,
+              state: str | Iterable[str] | None = None,
+              limit: int = 50, *, kind: str | Iterable[str] | None = None, node: str | None = None,
               since: float | None = None, until: float | None = None,
               before: int | None = None) -> list[Run]:
     """Runs newest first. ``state`` and ``kind``: one value or several;
     ``since``/``until``: fire times in [since, until); ``before``: run ids
     below it (pages back from the last id shown)."""
-    where, args = [], []
+    where: list[str] = []
+    args: list[Any] = []
     if job is not None:
         where.append("job=?")
         args.append(job)
@@ -88,9 +92,10 @@ def runs_for_node(conn: apsw.Connection, node: str, states: tuple[str, ...]) -> 
         f"{SELECT_RUNS} WHERE node=? AND state IN ({marks}) ORDER BY run_id", (node, *states))]
 
 
-def list_gaps(conn: apsw.Connection, job: str | None = None, limit: int = 50) -> list[dict]:
+def list_gaps(conn: apsw.Connection, job: str | None = None,
+              limit: int = 50) -> list[dict[str, Any]]:
     sql = "SELECT gap_id, job, first, last, count, reason, created_at FROM gaps"
-    args: list = []
+    args: list[Any] = []
     if job is not None:
         sql += " WHERE job=?"
         args.append(job)
@@ -111,14 +116,15 @@ def decode_spec(spec_json: str, source: str = "") -> JobSpec:
 
 def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = None,
          name: str | None = None, glob: str | None = None,
-         as_dicts: bool = False) -> list[dict]:
+         as_dicts: bool = False) -> list[dict[str, Any]]:
     """Jobs with their effective spec, cursor, conflict and per-node
     sources, by name: one page (names after ``after``, at most ``limit``),
     one job (``name``) or the names matching a shell pattern (``glob``).
     ``as_dicts``: each spec as a dict of the fields a listing shows
     (VIEW_KEYS, read out of the stored JSON by SQLite: a page of 1,000 jobs
     is not 1,000 JobSpecs, nor 1,000 whole definitions decoded)."""
-    where, args = [], []
+    where: list[str] = []
+    args: list[Any] = []
     if name is not None:
         where.append("jobs.name = ?")
         args.append(name)
@@ -137,8 +143,9 @@ def jobs(conn: apsw.Connection, after: str | None = None, limit: int | None = No
     if limit is not None:
         sql += " LIMIT ?"
         args.append(limit)
-    out = []
+    out: list[dict[str, Any]] = []
     width = len(VIEW_KEYS) if as_dicts else 1
+    row: tuple[Any, ...]
     for row in conn.execute(sql, args):
         name_, digest, source, paused, cursor, conflict = row[0], *row[1 + width:]
         spec = _view_dict(row[1:1 + width]) if as_dicts else decode_spec(row[1], source)
@@ -203,7 +210,7 @@ GROUP BY name
 
 
 def job_view_texts(conn: apsw.Connection, default_tz: str, after: str | None = None,
-                   glob: str | None = None, limit: int = 1000) -> list[tuple]:
+                   glob: str | None = None, limit: int = 1000) -> list[tuple[Any, ...]]:
     """A page of jobs as (name, JSON object text, schedule, timezone, enabled,
     paused, cursor): the text has every field of a listing but next_fire and
     last_run."""
@@ -220,14 +227,14 @@ def job_view_texts(conn: apsw.Connection, default_tz: str, after: str | None = N
 
 
 @functools.lru_cache(maxsize=4096)
-def _small_json(text: str):
+def _small_json(text: str) -> Any:
     """A command or run_on, decoded (a listing repeats the same ones; the
     value is only serialised again, never changed)."""
     return json.loads(text)
 
 
-def _view_dict(values) -> dict:
-    out = {}
+def _view_dict(values: Iterable[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for (key, js), value in zip(VIEW_KEYS, values):
         if value is None:
             value = _DEFAULTS[key]  # written by a version without the key
@@ -262,14 +269,14 @@ def conflicts(conn: apsw.Connection, limit: int = 100) -> list[str]:
         "SELECT conflict FROM jobs WHERE conflict IS NOT NULL ORDER BY name LIMIT ?", (limit,))]
 
 
-def job_sources(conn: apsw.Connection, node: str) -> dict[str, dict]:
+def job_sources(conn: apsw.Connection, node: str) -> dict[str, dict[str, Any]]:
     """The job definitions one node has proposed: {name: {digest, source}}."""
     return {name: {"digest": digest, "source": source} for name, digest, source in
             conn.execute("SELECT name, digest, source FROM job_sources WHERE node=? "
                          "ORDER BY name", (node,))}
 
 
-def nodes(conn: apsw.Connection) -> list[dict]:
+def nodes(conn: apsw.Connection) -> list[dict[str, Any]]:
     """Known nodes: {node, state, addr, tags (list), since (epoch seconds)}."""
     return [{"node": node, "state": state, "addr": addr, "tags": json.loads(tags),
              "since": since} for node, state, addr, tags, since in conn.execute(
@@ -330,18 +337,18 @@ AUDIT_COLUMNS = ("audit_id", "at", "node", "uid", "user", "pid", "command", "tar
                  "allowed", "detail")
 
 
-def audit(conn: apsw.Connection, limit: int = 50, before: int | None = None) -> list[dict]:
+def audit(conn: apsw.Connection, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
     """Audit records, newest first; ``before`` (an audit_id) pages back."""
     sql = f"SELECT {','.join(AUDIT_COLUMNS)} FROM audit"
-    args: list = []
+    args: list[Any] = []
     if before is not None:
         sql += " WHERE audit_id < ?"
         args.append(before)
     sql += " ORDER BY audit_id DESC LIMIT ?"
     args.append(limit)
-    out = []
+    out: list[dict[str, Any]] = []
     for row in conn.execute(sql, args):
-        rec = dict(zip(AUDIT_COLUMNS, row))
+        rec: dict[str, Any] = dict(zip(AUDIT_COLUMNS, row))
         rec["at"] = iso_utc(rec["at"])
         rec["allowed"] = bool(rec["allowed"])
         out.append(rec)
@@ -356,7 +363,7 @@ def denied(conn: apsw.Connection) -> dict[str, dict[str, str]]:
     return out
 
 
-def join_token(conn: apsw.Connection, node: str) -> dict | None:
+def join_token(conn: apsw.Connection, node: str) -> dict[str, Any] | None:
     for h, addr, at in conn.execute("SELECT hash, addr, at FROM join_tokens WHERE node=?",
                                     (node,)):
         return {"hash": h, "addr": addr, "at": at}
@@ -385,7 +392,7 @@ def job_spec(conn: apsw.Connection, name: str) -> JobSpec | None:
     return None
 
 
-def in_force_from(conn: apsw.Connection, name: str, nodes) -> bool:
+def in_force_from(conn: apsw.Connection, name: str, nodes: Iterable[str]) -> bool:
     """Is the definition of ``name`` in force one that one of ``nodes`` defines?"""
     nodes = list(nodes)
     if not nodes:
@@ -412,7 +419,7 @@ _SCHEDULE_ROWS = ("SELECT jobs.name, json_extract(spec, '$.schedule'), "
 
 
 def schedule_rows(conn: apsw.Connection, name: str | None = None, after: str | None = None,
-                  limit: int = -1):
+                  limit: int = -1) -> apsw.Cursor:
     """(name, schedule, timezone or None, enabled, paused, cursor) of one job
     or, streamed in name order, of every job (after ``after``, at most
     ``limit``)."""
@@ -424,13 +431,13 @@ def schedule_rows(conn: apsw.Connection, name: str | None = None, after: str | N
     return conn.execute(_SCHEDULE_ROWS + " ORDER BY jobs.name LIMIT ?", (limit,))
 
 
-def schedule_rows_of(conn: apsw.Connection, names: list[str]):
+def schedule_rows_of(conn: apsw.Connection, names: list[str]) -> apsw.Cursor:
     """``schedule_rows`` of the jobs named (those that exist), in one query."""
     return conn.execute(_SCHEDULE_ROWS + " WHERE jobs.name IN (SELECT value FROM json_each(?))",
                         (json.dumps(names),))
 
 
-def reboot_rows(conn: apsw.Connection):
+def reboot_rows(conn: apsw.Connection) -> apsw.Cursor:
     """``schedule_rows`` of the jobs whose schedule may be @reboot (a
     superset: those whose definition says @reboot anywhere, in any case;
     the caller checks the schedule). A pattern over the stored text, not a
@@ -450,6 +457,7 @@ def job_schedule(conn: apsw.Connection, name: str) -> tuple[JobSpec, bool, int] 
 
 def next_attempt(conn: apsw.Connection, run: Run) -> int | None:
     """The run id of ``run``'s next attempt (a retry of the same fire), if any."""
+    rid: int
     for (rid,) in conn.execute("SELECT retry_run_id FROM run_retries WHERE run_id=?",
                                (run.run_id,)):
         return rid
@@ -463,7 +471,8 @@ def next_attempt(conn: apsw.Connection, run: Run) -> int | None:
     return None
 
 
-def run_assignments(conn: apsw.Connection, run_ids: list[int]) -> dict[int, tuple]:
+def run_assignments(conn: apsw.Connection,
+                    run_ids: list[int]) -> dict[int, tuple[str, str | None, int | None]]:
     """(state, node, token) of each run in ``run_ids`` that exists."""
     if not run_ids:
         return {}
@@ -482,7 +491,8 @@ def running_elsewhere(conn: apsw.Connection, run: Run, node: str) -> list[tuple[
         (run.job, node, run.target, run.fire_time, run.origin))]
 
 
-def pause_note(conn: apsw.Connection, name: str) -> dict | None:
+def pause_note(conn: apsw.Connection, name: str) -> dict[str, Any] | None:
+
     """Why job ``name`` is paused and who paused it (``name`` "": the
     maintenance pause of every job), or None."""
     for note, by, at in conn.execute("SELECT note, by, at FROM pauses WHERE name=?", (name,)):

@@ -20,6 +20,10 @@ job fails and recovers on each node apart (its runs' ``target``).
 
 from __future__ import annotations
 
+from typing import Any
+
+import apsw
+
 from . import events as EV
 from ..model.run import SELECT as SELECT_RUNS, Run
 
@@ -31,14 +35,14 @@ def is_launch_failure(run: Run) -> bool:
     return run.state == "failed" and run.node is not None and run.started_at is None
 
 
-def _get(conn, run_id: int) -> Run | None:
+def _get(conn: apsw.Connection, run_id: int) -> Run | None:
     for row in conn.execute(f"{SELECT_RUNS} WHERE run_id=?", (run_id,)):
         return Run.from_row(row)
     return None
 
 
-def _data(run: Run, **more) -> dict:
-    d = {"state": run.state.value, "attempt": run.attempt, "kind": run.kind,
+def _data(run: Run, **more: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"state": run.state.value, "attempt": run.attempt, "kind": run.kind,
          "node": run.node, "reason": run.reason, "exit_code": run.exit_code,
          "signal": run.signal, "started_at": run.started_at,
          "finished_at": run.finished_at}
@@ -48,12 +52,12 @@ def _data(run: Run, **more) -> dict:
     return d
 
 
-def _failing(conn, run: Run, event_id: int, at: float) -> None:
+def _failing(conn: apsw.Connection, run: Run, event_id: int, at: float) -> None:
     conn.execute("INSERT OR IGNORE INTO failing_jobs(job, target, event_id, since) "
                  "VALUES(?,?,?,?)", (run.job, run.target, event_id, at))
 
 
-def on_final(conn, run_id: int, at: float) -> int | None:
+def on_final(conn: apsw.Connection, run_id: int, at: float) -> int | None:
     """The event (its id) of run ``run_id``'s final outcome, if it is one."""
     run = _get(conn, run_id)
     if run is None:
@@ -81,7 +85,7 @@ def on_final(conn, run_id: int, at: float) -> int | None:
     return None
 
 
-def on_retry(conn, run_id: int, retry_run_id: int, at: float) -> int | None:
+def on_retry(conn: apsw.Connection, run_id: int, retry_run_id: int, at: float) -> int | None:
     """Run ``run_id`` ended and ``retry_run_id`` is its next attempt."""
     run, retry = _get(conn, run_id), _get(conn, retry_run_id)
     if run is None or retry is None or run.state.value not in FAILURES:
@@ -97,7 +101,8 @@ def on_retry(conn, run_id: int, retry_run_id: int, at: float) -> int | None:
                    run_id=run.run_id, data=_data(run, **more))
 
 
-def forget(conn, job: str) -> None:
+def forget(conn: apsw.Connection, job
+: str) -> None:
     """The job is removed: a job of that name made later has no failures to
     recover from."""
     conn.execute("DELETE FROM failing_jobs WHERE job=?", (job,))

@@ -30,6 +30,7 @@ import enum
 import os
 import signal as _signal
 from dataclasses import dataclass, replace
+from typing import Any
 
 
 class Phase(str, enum.Enum):
@@ -181,7 +182,7 @@ class IllegalTransition(Exception):
     pass
 
 
-def _to(life: Life, phase: Phase, **kw) -> Life:
+def _to(life: Life, phase: Phase, **kw: Any) -> Life:
     if phase is not life.phase and phase not in TRANSITIONS[life.phase]:
         raise IllegalTransition(f"{life.phase.value} -> {phase.value}")
     return replace(life, phase=phase, **kw)
@@ -272,7 +273,9 @@ def _exited(life: Life, ev: Exited) -> tuple[Life, list[Action]]:
     elif code is not None:
         state, reason = "failed", f"exit code {code}"
     else:
+        assert sig is not None  # a status and no exit code: a signal killed it
         state, reason = "failed", f"killed by signal {signal_name(sig)}"
+
     return done, [Report(state, reason, exit_code=code, signal=sig,
                          started_at=life.started_at, finished_at=ev.at)]
 

@@ -13,8 +13,12 @@ the command and the state); the readers serve the executor and the views.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import apsw
+
+if TYPE_CHECKING:
+    from ..model.run import Run
 
 
 MAX_KEY = 200           # characters of an idempotency key
@@ -31,7 +35,7 @@ def key_problem(key: str) -> str | None:
     return None
 
 
-def params_problem(params) -> str | None:
+def params_problem(params: object) -> str | None:
     """Why ``params`` (from a command) is not a small ``{name: text}``, or None."""
     if not isinstance(params, dict) or len(params) > MAX_PARAMS:
         return f"params must be a mapping of at most {MAX_PARAMS} names to strings"
@@ -44,6 +48,7 @@ def params_problem(params) -> str | None:
 
 def run_of_key(conn: apsw.Connection, job: str, key: str) -> int | None:
     """The run (latest attempt) the key made for ``job``, if any."""
+    run_id: int
     for (run_id,) in conn.execute("SELECT run_id FROM run_keys WHERE job=? AND key=?",
                                   (job, key)):
         return run_id
@@ -84,9 +89,10 @@ def of_run(conn: apsw.Connection, run_id: int) -> tuple[dict[str, str], str | No
     return {}, None
 
 
-def of_runs(conn: apsw.Connection, run_ids: list[int]) -> dict[int, tuple[dict, str | None]]:
+def of_runs(conn: apsw.Connection,
+            run_ids: list[int]) -> dict[int, tuple[dict[str, str], str | None]]:
     """(params, key) of the runs that have them, by run id."""
-    out: dict[int, tuple[dict, str | None]] = {}
+    out: dict[int, tuple[dict[str, str], str | None]] = {}
     try:
         for i in range(0, len(run_ids), 500):
             chunk = run_ids[i:i + 500]
@@ -115,6 +121,7 @@ def rerun_of(conn: apsw.Connection, run_id: int) -> int | None:
     """The attempt of the latest rerun or backfill reprocess of the run's
     fire time, up to the run's own attempt (None: there is none, it is the
     fire time's first generation; or a manual run)."""
+    found: int | None
     try:
         for (found,) in conn.execute(_RERUN_SQL, (run_id,)):
             return found
@@ -123,7 +130,7 @@ def rerun_of(conn: apsw.Connection, run_id: int) -> int | None:
     return None
 
 
-def inputs(conn: apsw.Connection, run) -> tuple[dict[str, str], str | None, int | None]:
+def inputs(conn: apsw.Connection, run: Run) -> tuple[dict[str, str], str | None, int | None]:
     """(params, key, rerun) of a run (a ``Run``): what its workflow
     variables are made of besides the run and its job (decisions/run_env.py)."""
     params, key = of_run(conn, run.run_id)
@@ -131,7 +138,8 @@ def inputs(conn: apsw.Connection, run) -> tuple[dict[str, str], str | None, int 
     return params, key, rerun
 
 
-def add_to_views(conn: apsw.Connection, views: list[dict]) -> list[dict]:
+def add_to_views(conn: apsw.Connection, views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+
     """Each run view (``Run.view``) with its ``params``, ``key`` and
     ``idempotency_key`` (for `runs --json` and `show`)."""
     found = of_runs(conn, [v["run_id"] for v in views])

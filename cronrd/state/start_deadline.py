@@ -12,12 +12,17 @@ proposes ``StartDeadline``, and apply decides again (it may have started).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import apsw
 
 from ..schedule import human_duration, iso_utc
 from . import queries as Q
 from ..model.run import COLUMNS, Run
 from ..model.run_states import NOT_STARTED, sql_in
+
+if TYPE_CHECKING:
+    from ..jobspec import JobSpec
 
 ON_TIME_KINDS = ("scheduled", "catchup", "upstream")
 SCAN_LIMIT = 500  # runs proposed per pass at most
@@ -27,7 +32,7 @@ def due_time(run: Run) -> float:
     return float(run.fire_time) if run.kind in ON_TIME_KINDS else run.created_at
 
 
-def expires(run: Run, spec) -> float | None:
+def expires(run: Run, spec: JobSpec | None) -> float | None:
     """When ``run`` is past its job's start_deadline (None: it has none)."""
     if spec is None or not spec.start_deadline:
         return None
@@ -39,14 +44,15 @@ def not_started(run: Run) -> bool:
     return run.state.value in NOT_STARTED and run.claimed_at is None
 
 
-def reason(run: Run, spec, *, at_fire: bool = False) -> str:
+def reason(run: Run, spec: JobSpec, *, at_fire: bool = False) -> str:
+    assert spec.start_deadline is not None  # asked only of a run past its start_deadline
     held = f"; it waited: {run.reason}" if run.reason and run.state.value == "waiting" else ""
     what = "committed" if at_fire else "started"
     return (f"start_deadline: not {what} within {human_duration(spec.start_deadline)} of its "
             f"due time {iso_utc(due_time(run))}{held}")
 
 
-def fire_reason(fire_time: int, spec, at: float) -> str | None:
+def fire_reason(fire_time: int, spec: JobSpec | None, at: float) -> str | None:
     """A fire committed when its start_deadline has passed already: the skip
     reason (an outage's catch-up, a leader that was down)."""
     if spec is None or not spec.start_deadline or at < fire_time + spec.start_deadline:
@@ -60,7 +66,8 @@ def overdue(conn: apsw.Connection, now: float) -> list[int]:
     duty, every second): read from the runs not started (few, by index
     runs_active) and their jobs' definitions in force, not from every job."""
     cols = ",".join(f"r.{c}" for c in COLUMNS)
-    specs: dict[str, object] = {}
+    specs: dict[str, JobSpec | None] = {}
+
     out: list[int] = []
     for row in list(conn.execute(
             f"SELECT {cols} FROM runs r JOIN jobs j ON j.name = r.job "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+from typing import Any
 
 import apsw
 
@@ -69,13 +70,14 @@ def revoke(conn: apsw.Connection, cmd: C.RevokeToken) -> str | None:
 _COLUMNS = ("name", "role", "jobs", "expires_at", "created_at", "node")
 
 
-def listing(conn: apsw.Connection) -> list[dict]:
+def listing(conn: apsw.Connection) -> list[dict[str, Any]]:
     """Every token, by name, without its hash."""
     return [dict(zip(_COLUMNS, row)) for row in conn.execute(
         f"SELECT {', '.join(_COLUMNS)} FROM api_tokens ORDER BY name")]
 
 
-def by_secret(conn: apsw.Connection, secret: str) -> dict | None:
+def by_secret(conn: apsw.Connection, secret: str) -> dict[str, Any] | None:
+
     """The token whose secret this is (expired or not: the caller compares
     ``expires_at`` with its clock), or None."""
     for row in conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM api_tokens WHERE hash=?",

@@ -4,6 +4,8 @@ times. (The pause history is pause_log.py.)"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
 
 from ..schedule import iso_utc
@@ -21,13 +23,14 @@ def records_at(conn: apsw.Connection, job: str, fire_time: int) -> list[Run]:
 def latest_fire_time(conn: apsw.Connection, job: str) -> int | None:
     """The fire time of ``job``'s newest scheduled-origin record (for an
     ``@after`` child: its latest generation), or None."""
+    t: int
     for (t,) in conn.execute("SELECT fire_time FROM runs WHERE job=? AND origin='schedule' "
                              "ORDER BY run_id DESC LIMIT 1", (job,)):
         return t
     return None
 
 
-def fire_times_near(conn: apsw.Connection, job: str, t: int, n: int = 2) -> dict:
+def fire_times_near(conn: apsw.Connection, job: str, t: int, n: int = 2) -> dict[str, list[int]]:
     """The fire times of ``job``'s scheduled-origin records nearest ``t``:
     {"before": [up to n, newest first], "after": [up to n, oldest first]}."""
     return {"before": [r for (r,) in conn.execute(
@@ -38,7 +41,7 @@ def fire_times_near(conn: apsw.Connection, job: str, t: int, n: int = 2) -> dict
                 "fire_time>? ORDER BY fire_time LIMIT ?", (job, t, n))]}
 
 
-def gaps_covering(conn: apsw.Connection, job: str, t: int) -> list[dict]:
+def gaps_covering(conn: apsw.Connection, job: str, t: int) -> list[dict[str, Any]]:
     """The gap records (fire times skipped in bulk) whose range holds ``t``."""
     return [{"gap_id": r[0], "first": iso_utc(r[1]), "last": iso_utc(r[2]), "count": r[3],
              "reason": r[4], "recorded_at": iso_utc(r[5])}
@@ -47,7 +50,8 @@ def gaps_covering(conn: apsw.Connection, job: str, t: int) -> list[dict]:
                 "WHERE job=? AND first <= ? AND last >= ? ORDER BY gap_id", (job, t, t))]
 
 
-def job_times(conn: apsw.Connection, job: str) -> dict | None:
+def job_times(conn: apsw.Connection, job: str) -> dict[str, Any] | None:
+
     """When job ``job`` was created, since when a node has had the
     definition in force (``updated_at``: the earliest of its sources with
     that digest), and its cursor; None if it is not defined."""

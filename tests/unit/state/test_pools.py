@@ -385,3 +385,23 @@ def test_a_run_that_needs_more_slots_than_its_pool_has_does_not_hold_up_the_othe
     # The pool grows: it fits now, and goes.
     log.apply(C.SetPools(pools=[["db", 4, "cluster"]], at=T0 + 7))
     assert state(log, big["run_id"]) == "pending"
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "a change of what apply does: lands behind the cluster version gate (issue 31)"))
+def test_a_node_scoped_pool_releases_when_no_node_freed_the_slots():
+    """Slots of a node-scoped pool freed by no node (the pool grew; a run
+    that never was placed ended) release its waiting runs too: the nodes'
+    room is reckoned without a node None (sorting it with the node names
+    refused SetPools and CancelRun, as "could not be applied")."""
+    log = pool_log(slots=1, scope="node")
+    log.fire(T0 + 1, "a", node="n1")
+    b = log.fire(T0 + 1, "b", node="n1")["run_id"]
+    c = log.fire(T0 + 1, "c", node="n1")["run_id"]
+    assert (state(log, b), state(log, c)) == ("waiting", "waiting")
+    # A waiting run (never placed: no node) is cancelled: the other still waits.
+    log.apply(C.CancelRun(run_id=b, reason="no", at=T0 + 2))
+    assert (state(log, b), state(log, c)) == ("cancelled", "waiting")
+    # The pool grows: n1 has room for c now.
+    log.apply(C.SetPools(pools=[["db", 2, "node"]], at=T0 + 3))
+    assert state(log, c) == "pending"
