@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# defined with the job field that takes them (jobspec/fields.py)
+# defined with the job field that takes it (jobspec/fields.py)
 from ..jobspec.fields import CONCURRENCY_POLICIES as POLICIES  # noqa: F401
-from ..jobspec.fields import MAX_QUEUED_LIMIT  # noqa: F401
 from ..schedule import human_duration, iso_utc
 
 DEFAULT_MAX_QUEUED = 100    # waiting runs per job (and target) when max_queued is not set

@@ -6,15 +6,19 @@ classes each: the methods use its connection and one another."""
 
 from __future__ import annotations
 
-
+from typing import TYPE_CHECKING, Any
 
 from . import commands as C
 from . import tokens
 from . import node_drains
 from ..errors import Refused
+from .apply_common import ApplyBase
+
+if TYPE_CHECKING:
+    from .effects import Effect
 
 
-class AccessApply:
+class AccessApply(ApplyBase):
     """The access part of StateMachine."""
 
     def _deny(self, kind: str, value: str, reason: str, at: float) -> None:
@@ -23,7 +27,7 @@ class AccessApply:
                           "reason=excluded.reason", (kind, value, at, reason))
 
 
-    def _apply_deny(self, index, cmd: C.Deny, effects):
+    def _apply_deny(self, index: int, cmd: C.Deny, effects: list[Effect]) -> dict[str, Any]:
         if cmd.kind not in ("node", "serial") or not cmd.value:
             raise Refused(f"deny: kind must be node or serial with a value (got "
                           f"{cmd.kind!r}, {cmd.value!r})")
@@ -35,7 +39,7 @@ class AccessApply:
         return {"denied": cmd.value}
 
 
-    def _apply_join_token(self, index, cmd: C.JoinToken, effects):
+    def _apply_join_token(self, index: int, cmd: C.JoinToken, effects: list[Effect]) -> dict[str, Any]:
         if not cmd.token_hash:
             self.conn.execute("DELETE FROM join_tokens WHERE node=?", (cmd.node,))
             return {"withdrawn": bool(self.conn.changes())}
@@ -46,28 +50,28 @@ class AccessApply:
         return {"node": cmd.node}
 
 
-    def _apply_create_token(self, index, cmd: C.CreateToken, effects):
+    def _apply_create_token(self, index: int, cmd: C.CreateToken, effects: list[Effect]) -> dict[str, Any]:
         problem = tokens.create(self.conn, cmd)
         if problem:
             raise Refused(problem)
         return {"name": cmd.name, "role": cmd.role}
 
 
-    def _apply_revoke_token(self, index, cmd: C.RevokeToken, effects):
+    def _apply_revoke_token(self, index: int, cmd: C.RevokeToken, effects: list[Effect]) -> dict[str, Any]:
         problem = tokens.revoke(self.conn, cmd)
         if problem:
             raise Refused(problem)
         return {"revoked": cmd.name}
 
 
-    def _apply_drain_node(self, index, cmd: C.DrainNode, effects):
+    def _apply_drain_node(self, index: int, cmd: C.DrainNode, effects: list[Effect]) -> dict[str, Any]:
         problem = node_drains.apply(self.conn, cmd)
         if problem:
             raise Refused(problem)
         return {"node": cmd.node, "drained": cmd.drained}
 
 
-    def _apply_audit(self, index, cmd: C.Audit, effects):
+    def _apply_audit(self, index: int, cmd: C.Audit, effects: list[Effect]) -> dict[str, Any]:
         self.conn.execute(
             "INSERT INTO audit(at, node, uid, user, pid, command, target, allowed, detail) "
             "VALUES(?,?,?,?,?,?,?,?,?)",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-
+from typing import TYPE_CHECKING, Any, Iterable
 
 from . import commands as C
 from . import dependencies as deps
@@ -18,14 +18,18 @@ from . import pause_log
 from . import queries as Q
 from ..model.run import SELECT as SELECT_RUNS, Run
 from ..errors import Refused
-from .effects import JobSourceMoved, JobsChanged
+from .effects import Effect, JobSourceMoved, JobsChanged
 from ..model.run_states import NOT_STARTED, sql_in
-from .apply_common import CLAIM_TTL, canon_text
+from .apply_common import CLAIM_TTL, ApplyBase, canon_text
+
+if TYPE_CHECKING:
+    from ..jobspec import JobSpec
 
 
-def _sync_parts(cmd) -> tuple[list, list, list, list, list]:
+def _sync_parts(cmd: C.SyncJobs) -> tuple[list[tuple[Any, ...]], list[str], list[tuple[Any, ...]],
+                                           list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """A SyncJobs command's lists, checked (it may come from a peer)."""
-    def bad(what: str):
+    def bad(what: str) -> Refused:
         return Refused(f"sync_jobs: {what}; run the same cronrd version on every node")
     puts, removes, files = cmd.puts, cmd.removes, cmd.files
     copies, claims = cmd.copies, cmd.claims
@@ -64,7 +68,7 @@ def _sync_parts(cmd) -> tuple[list, list, list, list, list]:
     return out_puts, list(removes), out_files, [tuple(c) for c in copies], \
         [tuple(c) for c in claims]
 
-def conflict_text(name: str, rows: list[dict], in_force: str) -> str:
+def conflict_text(name: str, rows: list[dict[str, Any]], in_force: str) -> str:
     """Which nodes disagree on a job, for `cronrd jobs` and the logs."""
     groups: dict[str, list[str]] = {}
     for r in sorted(rows, key=lambda r: r["node"]):
@@ -81,10 +85,10 @@ def conflict_text(name: str, rows: list[dict], in_force: str) -> str:
             f"node (until then the version with digest {in_force[:8]} stays in force)")
 
 
-class JobsApply:
+class JobsApply(ApplyBase):
     """The jobs part of StateMachine."""
 
-    def _job(self, name: str) -> dict | None:
+    def _job(self, name: str) -> dict[str, Any] | None:
         """The job's row (its definition as the digest of it, not decoded)."""
         for row in self.conn.execute(
                 "SELECT name, digest, source, paused, cursor, conflict FROM jobs "
@@ -94,19 +98,19 @@ class JobsApply:
         return None
 
 
-    def _job_spec(self, name: str):
+    def _job_spec(self, name: str) -> JobSpec | None:
         """The job's definition in force, decoded (None: no such job)."""
         return Q.job_spec(self.conn, name)
 
 
-    def _need_job(self, name: str) -> dict:
+    def _need_job(self, name: str) -> dict[str, Any]:
         job = self._job(name)
         if job is None:
             raise Refused(f"no job named {name!r}; `cronrd jobs` lists the known jobs")
         return job
 
 
-    def _sources(self, name: str) -> list[dict]:
+    def _sources(self, name: str) -> list[dict[str, Any]]:
         """The job's definitions by node, most recently changed first."""
         return [{"node": r[0], "digest": r[1], "source": r[2], "updated_at": r[3]}
                 for r in self.conn.execute(
@@ -119,7 +123,7 @@ class JobsApply:
                           (name, digest, text))
 
 
-    def _forget_specs(self, name: str, digests) -> None:
+    def _forget_specs(self, name: str, digests: Iterable[str]) -> None:
         """Drop the job's definitions nothing refers to any more (a
         definition lives while the job or a node's source names it)."""
         for digest in set(digests):
@@ -146,7 +150,7 @@ class JobsApply:
         return old or ""
 
 
-    def _unrecord(self, node: str, paths) -> None:
+    def _unrecord(self, node: str, paths: Iterable[str]) -> None:
         """Forget the records of a node's files whose jobs changed (a record
         says which jobs a file's bytes define; another node may copy them)."""
         for path in sorted(paths):
@@ -158,7 +162,7 @@ class JobsApply:
             "SELECT source FROM job_sources WHERE name=? AND node=?", (name, node))}
 
 
-    def _apply_put_job(self, index, cmd: C.PutJob, effects):
+    def _apply_put_job(self, index: int, cmd: C.PutJob, effects: list[Effect]) -> dict[str, Any]:
         """One job of one node (the form of earlier versions; SyncJobs is the bulk one)."""
         self._unrecord(cmd.node, self._sources_of(cmd.name, cmd.node) | {cmd.source})
         self._keep_spec(cmd.name, cmd.digest, canon_text(cmd.spec))
@@ -168,10 +172,12 @@ class JobsApply:
             self._forget_specs(cmd.name, [old])
         if old is None and not changed:
             return {"changed": False}
-        return {"changed": True, "created": created, "conflict": self._job(cmd.name)["conflict"]}
+        job = self._job(cmd.name)
+        assert job is not None  # it has the source just put
+        return {"changed": True, "created": created, "conflict": job["conflict"]}
 
 
-    def _apply_remove_job(self, index, cmd: C.RemoveJob, effects):
+    def _apply_remove_job(self, index: int, cmd: C.RemoveJob, effects: list[Effect]) -> dict[str, Any]:
         gone = [d for (d,) in self.conn.execute(
             "SELECT digest FROM job_sources WHERE name=? AND node=?", (cmd.name, cmd.node))]
         if not gone:
@@ -184,7 +190,7 @@ class JobsApply:
         return {"removed": cmd.name, "sources_left": len(self._sources(cmd.name))}
 
 
-    def _apply_sync_jobs(self, index, cmd: C.SyncJobs, effects):
+    def _apply_sync_jobs(self, index: int, cmd: C.SyncJobs, effects: list[Effect]) -> dict[str, Any]:
         """A node's job files in bulk: its new and changed definitions
         (``puts``), the jobs its files no longer define (``removes``), and
         the files these complete (``files``, recorded only when every put
@@ -321,7 +327,7 @@ class JobsApply:
                 **({"claimed_by": claimed_by} if claimed_by else {})}
 
 
-    def _claim_files(self, node: str, at: float, claims: list) -> dict[str, str]:
+    def _claim_files(self, node: str, at: float, claims: list[tuple[Any, ...]]) -> dict[str, str]:
         """Take the claims no other node holds (or held longer than
         CLAIM_TTL ago: it died or stalled); those another holds, by digest."""
         held: dict[str, str] = {}
@@ -338,8 +344,9 @@ class JobsApply:
         return held
 
 
-    def _apply_copies(self, node: str, at: float, copies: list, puts: list, removes: list,
-                      effects: list, touched: set) -> tuple[list[str], int]:
+    def _apply_copies(self, node: str, at: float, copies: list[tuple[Any, ...]],
+                      puts: list[tuple[Any, ...]], removes: list[str], effects: list[Effect],
+                      touched: set[str]) -> tuple[list[str], int]:
         """Each copy: the jobs another node's record of a file with the same
         digest says it defines, those named ``first`` to ``last`` (a big
         file is copied in parts, each a bounded amount of work), become this
@@ -391,7 +398,7 @@ class JobsApply:
         return refused, changed
 
 
-    def _reconcile(self, name: str, at: float, effects) -> tuple[bool, bool]:
+    def _reconcile(self, name: str, at: float, effects: list[Effect]) -> tuple[bool, bool]:
         """Derive the job's effective row from its sources: the definition they
         all agree on, or, while they disagree, the last agreed one with the
         conflict spelled out. No source left: the job goes. (changed, created)"""
@@ -402,7 +409,7 @@ class JobsApply:
             return job is not None, False
         agreed = rows[0] if len({r["digest"] for r in rows}) == 1 else None
         created = job is None
-        if created:
+        if job is None:
             # A new job starts fresh: fire times before it existed are not missed.
             first = agreed or min(rows, key=lambda r: (r["updated_at"], r["node"]))
             self.conn.execute(
@@ -436,8 +443,10 @@ class JobsApply:
         return changed, created
 
 
-    def _delete_job(self, name: str, at: float, effects) -> None:
-        digest = self._job(name)["digest"]
+    def _delete_job(self, name: str, at: float, effects: list[Effect]) -> None:
+        job = self._job(name)
+        assert job is not None  # only a job that exists is deleted
+        digest = job["digest"]
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
         self.conn.execute("DELETE FROM pauses WHERE name=?", (name,))
         RE.forget(self.conn, name)  # a job of this name made again starts afresh
@@ -452,7 +461,7 @@ class JobsApply:
         effects.append(JobsChanged(job=name))
 
 
-    def _apply_set_paused(self, index, cmd: C.SetPaused, effects):
+    def _apply_set_paused(self, index: int, cmd: C.SetPaused, effects: list[Effect]) -> dict[str, Any]:
         if cmd.name == "":
             return self._set_maintenance(cmd, effects)
         job = self._need_job(cmd.name)
@@ -474,7 +483,7 @@ class JobsApply:
         return {"changed": True, "paused": cmd.paused}
 
 
-    def _set_maintenance(self, cmd: C.SetPaused, effects):
+    def _set_maintenance(self, cmd: C.SetPaused, effects: list[Effect]) -> dict[str, Any]:
         """`pause --all`: every fire time is recorded skipped until `resume
         --all`; the jobs' own paused flags are left as they are."""
         was = self._maintenance() is not None
@@ -486,6 +495,7 @@ class JobsApply:
                           (str(cmd.note), str(cmd.by), cmd.at))
         if not was:
             reason = self._maintenance_reason()
+            assert reason is not None  # the maintenance pause was just recorded
             for (name,) in list(self.conn.execute(
                     "SELECT DISTINCT job FROM runs WHERE state='assigned' AND "
                     "kind IN ('scheduled','catchup') AND due_at > ?", (cmd.at,))):
@@ -509,7 +519,7 @@ class JobsApply:
                 f"{': ' + note if note else ''}; `cronrd resume --all` ends it")
 
 
-    def _skip_committed_ahead(self, job: str, at: float, reason: str, effects) -> None:
+    def _skip_committed_ahead(self, job: str, at: float, reason: str, effects: list[Effect]) -> None:
         """Scheduled fires committed ahead whose time has not come yet follow a
         pause or a disable at once (their waiting process is stopped)."""
         for row in list(self.conn.execute(

@@ -6,7 +6,7 @@ classes each: the methods use its connection and one another."""
 
 from __future__ import annotations
 
-
+from typing import TYPE_CHECKING, Any
 
 from . import checkpoints as CK
 from . import commands as C
@@ -21,13 +21,16 @@ from ..model.run import SELECT as SELECT_RUNS, Run
 from ..errors import Refused
 from ..model.run_states import ACTIVE, sql_in
 from .schema import (NODE_STATES)
-from .apply_common import PRUNE_BATCH, canon
+from .apply_common import PRUNE_BATCH, ApplyBase, canon
+
+if TYPE_CHECKING:
+    from .effects import Effect
 
 
-class NodesApply:
+class NodesApply(ApplyBase):
     """The nodes part of StateMachine."""
 
-    def _apply_node_info(self, index, cmd: C.NodeInfo, effects):
+    def _apply_node_info(self, index: int, cmd: C.NodeInfo, effects: list[Effect]) -> dict[str, Any]:
         if cmd.state not in NODE_STATES:
             raise Refused(f"node {cmd.node}: state {cmd.state!r} is not one of "
                           f"{', '.join(NODE_STATES)}")
@@ -47,7 +50,7 @@ class NodesApply:
         return {"changed": True}
 
 
-    def _lose_runs(self, index: int, node: str, at: float, reason: str, effects) -> dict:
+    def _lose_runs(self, index: int, node: str, at: float, reason: str, effects: list[Effect]) -> dict[str, Any]:
         lost, retries = [], []
         for row in list(self.conn.execute(
                 f"{SELECT_RUNS} WHERE state IN ('pending',"
@@ -67,13 +70,13 @@ class NodesApply:
         return {"lost": lost, "retries": retries}
 
 
-    def _apply_node_lost(self, index, cmd: C.NodeLost, effects):
+    def _apply_node_lost(self, index: int, cmd: C.NodeLost, effects: list[Effect]) -> dict[str, Any]:
         # a lost node finishes no job file it was reading: others need not wait
         self.conn.execute("DELETE FROM file_claims WHERE node=?", (cmd.node,))
         return self._lose_runs(index, cmd.node, cmd.at, cmd.reason, effects)
 
 
-    def _apply_remove_node(self, index, cmd: C.RemoveNode, effects):
+    def _apply_remove_node(self, index: int, cmd: C.RemoveNode, effects: list[Effect]) -> dict[str, Any]:
         self.conn.execute("DELETE FROM nodes WHERE node=?", (cmd.node,))
         removed = bool(self.conn.changes())
         self.conn.execute("DELETE FROM join_tokens WHERE node=?", (cmd.node,))
@@ -100,7 +103,7 @@ class NodesApply:
         return {"removed": removed, "jobs_removed": deleted, **result}
 
 
-    def _apply_prune(self, index, cmd: C.Prune, effects):
+    def _apply_prune(self, index: int, cmd: C.Prune, effects: list[Effect]) -> dict[str, Any]:
         self.conn.execute(
             f"DELETE FROM runs WHERE state NOT IN {sql_in(ACTIVE)} AND "
             "COALESCE(finished_at, created_at) < ?", (cmd.before,))

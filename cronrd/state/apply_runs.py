@@ -7,10 +7,12 @@ classes each: the methods use its connection and one another."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
 from ..decisions import overlap
+from ..jobspec.fields import MAX_QUEUED_LIMIT
 from ..schedule import iso_utc, retry_delay
 from . import checkpoints as CK
 from . import commands as C
@@ -25,11 +27,15 @@ from . import queue as QU
 from . import run_params as RP
 from ..model.run import SELECT as SELECT_RUNS, Run
 from ..errors import Refused
-from .effects import CancelRequested, RunAssigned, RunDone, RunMoved, RunPending
+from .effects import CancelRequested, Effect, RunAssigned, RunDone, RunMoved, RunPending
 from ..model.run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
+from .apply_common import ApplyBase
+
+if TYPE_CHECKING:
+    from ..jobspec import JobSpec
 
 
-def _pairs(items, width: int, what: str) -> list[tuple]:
+def _pairs(items: Any, width: int, what: str) -> list[tuple[Any, ...]]:
     """``items`` as tuples of ``width`` (run id and token first, integers);
     Refused if the command is malformed (it came from a peer)."""
     if not isinstance(items, list) or not items:
@@ -43,7 +49,7 @@ def _pairs(items, width: int, what: str) -> list[tuple]:
     return out
 
 
-class RunsApply:
+class RunsApply(ApplyBase):
     """The runs part of StateMachine."""
 
     def _get_run(self, run_id: int) -> Run:
@@ -80,19 +86,20 @@ class RunsApply:
         return self._pool_gate(run) if state in ("pending", "assigned") else run
 
 
-    def _admit(self, index: int, job: dict, at: float, effects) -> str | None:
+    def _admit(self, index: int, job: dict[str, Any], at: float, effects: list[Effect]) -> str | None:
         """The overlap policy for a manual run: against runs already running
         (one assigned ahead of its fire time is decided at its own gate)."""
         active = {r.run_id: r for r in self._active_runs(job["name"])
                   if r.state == "running"}
-        decision = overlap.decide(self._job_spec(job["name"]).concurrency,
-                                  [overlap.Running(rid) for rid in active])
+        spec = self._job_spec(job["name"])
+        assert spec is not None  # the job exists (its row is ``job``)
+        decision = overlap.decide(spec.concurrency, [overlap.Running(rid) for rid in active])
         for other in decision.replace:
             self._request_cancel(active[other.run_id], decision.reason, at, effects)
         return decision.skip
 
 
-    def _request_cancel(self, run: Run, reason: str, at: float, effects) -> None:
+    def _request_cancel(self, run: Run, reason: str, at: float, effects: list[Effect]) -> None:
         if run.state in NOT_STARTED:
             self._finish(run, "cancelled", at, reason=reason, effects=effects)
         else:
@@ -101,7 +108,7 @@ class RunsApply:
             effects.append(CancelRequested(run=self._get_run(run.run_id)))
 
 
-    def _queue_hold(self, job: str, target: str, fire_time: int, spec=None,
+    def _queue_hold(self, job: str, target: str, fire_time: int, spec: JobSpec | None = None,
                     bounded: bool = True) -> overlap.Decision | None:
         """None unless the job queues its runs; else may this one start now,
         must it wait, or is the queue full (overlap.hold; never, unless
@@ -111,7 +118,7 @@ class RunsApply:
             return None
         bound = spec.max_queued or overlap.DEFAULT_MAX_QUEUED
         return QU.hold(self.conn, job, target, fire_time,
-                       bound if bounded else overlap.MAX_QUEUED_LIMIT + bound)
+                       bound if bounded else MAX_QUEUED_LIMIT + bound)
 
 
     def _enqueue(self, index: int, *, job: str, origin: str, kind: str, fire_time: int,
@@ -125,17 +132,20 @@ class RunsApply:
         return run
 
 
-    def _stop_reason(self, job: dict) -> str | None:
+    def _stop_reason(self, job: dict[str, Any]) -> str | None:
         """Why the job may not start a run now (paused, maintenance, disabled)."""
         if job["paused"]:
             return "paused: `cronrd resume` re-enables the job"
         reason = self._maintenance_reason()
-        if reason is None and not self._job_spec(job["name"]).enabled:
-            reason = "disabled: enabled is false in the job file"
+        if reason is None:
+            spec = self._job_spec(job["name"])
+            assert spec is not None  # the job exists (its row is ``job``)
+            if not spec.enabled:
+                reason = "disabled: enabled is false in the job file"
         return reason
 
 
-    def _queue_after(self, run: Run, at: float, effects) -> None:
+    def _queue_after(self, run: Run, at: float, effects: list[Effect]) -> None:
         """``run`` ended (at ``at``): if none of its job's runs is in flight
         any more, the first waiting one is released to pending, in this
         command (overlap.release); the others name the run now ahead."""
@@ -147,6 +157,7 @@ class RunsApply:
             return  # the job is going: its waiting runs are cancelled
         if not QU.in_flight(self.conn, run.job, run.target):
             spec = self._job_spec(run.job)
+            assert spec is not None  # the job exists (checked above)
             waiting = {r.run_id: r for r in QU.queued(self.conn, run.job, run.target)}
             out = overlap.release(
                 [overlap.Queued(r.run_id, r.fire_time if r.due_at is None else r.due_at)
@@ -163,7 +174,7 @@ class RunsApply:
         QU.refresh_reasons(self.conn, run.job, run.target)
 
 
-    def _queue_dissolve(self, job: str, at: float, policy: str, effects) -> None:
+    def _queue_dissolve(self, job: str, at: float, policy: str, effects: list[Effect]) -> None:
         """The job no longer queues: its waiting runs are released at once,
         for its new policy to decide at their start."""
         for run in QU.all_queued(self.conn, job):
@@ -172,7 +183,7 @@ class RunsApply:
             effects.append(RunPending(run=self._pool_gate(self._get_run(run.run_id))))
 
 
-    def _apply_fire(self, index, cmd: C.Fire, effects):
+    def _apply_fire(self, index: int, cmd: C.Fire, effects: list[Effect]) -> dict[str, Any]:
         job = self._need_job(cmd.job)
         if not cmd.boot:
             if cmd.fire_time <= job["cursor"] and not (
@@ -207,6 +218,7 @@ class RunsApply:
                               (cmd.at, run.run_id))
             deps.parent_final(self, index, cmd.job, run.run_id, cmd.at, effects)
             return {"run_id": run.run_id, "state": "skipped", "reason": reason}
+        assert spec is not None  # read above, as reason was None: the job exists (_need_job)
         if spec.depends_on:  # its gate, at its fire time
             return deps.scheduled_fire(self, index, cmd, spec, effects)
         if hold is not None and hold.wait is not None:
@@ -224,7 +236,7 @@ class RunsApply:
         return {"run_id": run.run_id, "state": "assigned"}
 
 
-    def _apply_record_gap(self, index, cmd: C.RecordGap, effects):
+    def _apply_record_gap(self, index: int, cmd: C.RecordGap, effects: list[Effect]) -> dict[str, Any]:
         job = self._need_job(cmd.job)
         if cmd.first <= job["cursor"]:
             raise Refused(f"gap starting at {cmd.first} overlaps fire times of job "
@@ -236,7 +248,7 @@ class RunsApply:
         return {"gap_id": self.conn.last_insert_rowid()}
 
 
-    def _apply_manual_run(self, index, cmd: C.ManualRun, effects):
+    def _apply_manual_run(self, index: int, cmd: C.ManualRun, effects: list[Effect]) -> dict[str, Any]:
         job = self._need_job(cmd.job)
         problem = RP.params_problem(cmd.params) or (cmd.key and RP.key_problem(cmd.key))
         if problem:
@@ -272,7 +284,7 @@ class RunsApply:
         return {"run_id": run.run_id, "state": state}
 
 
-    def _apply_run_started(self, index, cmd: C.RunStarted, effects):
+    def _apply_run_started(self, index: int, cmd: C.RunStarted, effects: list[Effect]) -> dict[str, Any]:
         run = self._get_run(cmd.run_id)
         if run.token != cmd.token or run.node != cmd.node:
             raise Refused(f"run {cmd.run_id}: start report from {cmd.node} with token "
@@ -299,7 +311,7 @@ class RunsApply:
         return {"state": "running", "cancel": bool(run.cancel_requested)}
 
 
-    def _apply_run_finished(self, index, cmd: C.RunFinished, effects):
+    def _apply_run_finished(self, index: int, cmd: C.RunFinished, effects: list[Effect]) -> dict[str, Any]:
         if cmd.state not in REPORTABLE:
             raise Refused(f"run {cmd.run_id}: {cmd.state!r} is not a final state")
         run = self._get_run(cmd.run_id)
@@ -307,7 +319,7 @@ class RunsApply:
                 run.token, run.node) == (cmd.token, cmd.node):
             # The same report again (a forwarded proposal retried after a timeout),
             # or the node's own word after the leader declared the run lost.
-            out = {"state": run.state.value, "duplicate": True}
+            out: dict[str, Any] = {"state": run.state.value, "duplicate": True}
             if cmd.state == "lost" and cmd.not_started:
                 out["retry_run_id"] = self._retry_never_started(index, run, cmd.finished_at,
                                                                 effects)
@@ -361,7 +373,7 @@ class RunsApply:
              f"{run.reason}; {note}" if run.reason else note, run.run_id))
 
 
-    def _retry_never_started(self, index: int, run: Run, at: float, effects) -> int | None:
+    def _retry_never_started(self, index: int, run: Run, at: float, effects: list[Effect]) -> int | None:
         """A run declared lost (node silent) whose node now says it never
         started: give it its next attempt if nothing else did (the policy may
         have kept a lost run from being retried; one that never ran is)."""
@@ -408,7 +420,7 @@ class RunsApply:
 
     def _finish(self, run: Run, state: str, at: float, *, reason: str | None = None,
                 exit_code: int | None = None, signal: int | None = None,
-                log_path: str | None = None, effects, index: int | None = None,
+                log_path: str | None = None, effects: list[Effect], index: int | None = None,
                 not_started: bool = False, release: bool = True) -> int | None:
         """``_end_run``; when no retry follows, the job's outcome for that
         fire time is final: its children's gates are looked at
@@ -427,7 +439,7 @@ class RunsApply:
         return retry
 
 
-    def _apply_upstream_timeout(self, index, cmd: C.UpstreamTimeout, effects):
+    def _apply_upstream_timeout(self, index: int, cmd: C.UpstreamTimeout, effects: list[Effect]) -> dict[str, Any]:
         run = self._get_run(cmd.run_id)
         if run.state != "waiting":
             raise Refused(f"run {cmd.run_id} is {run.state}, not waiting for its parents")
@@ -446,7 +458,7 @@ class RunsApply:
 
     def _end_run(self, run: Run, state: str, at: float, *, reason: str | None = None,
                  exit_code: int | None = None, signal: int | None = None,
-                 log_path: str | None = None, effects, index: int | None = None,
+                 log_path: str | None = None, effects: list[Effect], index: int | None = None,
                  not_started: bool = False) -> int | None:
         """Move ``run`` to a final state and schedule a retry if policy says so.
 
@@ -459,6 +471,7 @@ class RunsApply:
         no_retry = spec is not None and state == "lost" and spec.on_node_loss != "retry" \
             and not not_started
         if no_retry:
+            assert spec is not None  # no_retry says so
             note = f"not retried (on_node_loss: {spec.on_node_loss})"
             base = reason if reason is not None else run.reason
             reason = f"{base}; {note}" if base else note
@@ -489,6 +502,7 @@ class RunsApply:
         # A lost run must run elsewhere: it waits, pending, for the leader to place
         # it; a failed one is retried where it ran.
         lost = state == "lost"
+        assert index is not None  # spec, read only with an index, is not None
         new = self._insert_run(index, job=run.job, origin=run.origin, kind="retry",
                                fire_time=run.fire_time, attempt=attempt,
                                state="pending" if lost else "assigned",
@@ -516,7 +530,7 @@ class RunsApply:
         return 1
 
 
-    def _apply_cancel_run(self, index, cmd: C.CancelRun, effects):
+    def _apply_cancel_run(self, index: int, cmd: C.CancelRun, effects: list[Effect]) -> dict[str, Any]:
         run = self._get_run(cmd.run_id)
         if run.state not in ACTIVE:
             raise Refused(f"run {cmd.run_id} is already {run.state}")
@@ -524,7 +538,7 @@ class RunsApply:
         return {"run_id": cmd.run_id}
 
 
-    def _apply_assign_run(self, index, cmd: C.AssignRun, effects):
+    def _apply_assign_run(self, index: int, cmd: C.AssignRun, effects: list[Effect]) -> dict[str, Any]:
         run = self._get_run(cmd.run_id)
         if run.state != "pending":
             raise Refused(f"run {cmd.run_id} is {run.state}, not pending; only pending "
@@ -539,7 +553,7 @@ class RunsApply:
         return {"run_id": cmd.run_id, "state": "assigned", "node": cmd.node, "token": index}
 
 
-    def _apply_claim_runs(self, index, cmd: C.ClaimRuns, effects):
+    def _apply_claim_runs(self, index: int, cmd: C.ClaimRuns, effects: list[Effect]) -> dict[str, Any]:
         """A node may start a run once its claim is committed: the run is
         assigned to it under the same token and nobody moved it first. A
         claim again is won again (a retried proposal)."""
@@ -568,7 +582,7 @@ class RunsApply:
         return {"won": won, "lost": lost}
 
 
-    def _apply_replace_runs(self, index, cmd: C.ReplaceRuns, effects):
+    def _apply_replace_runs(self, index: int, cmd: C.ReplaceRuns, effects: list[Effect]) -> dict[str, Any]:
         """Move runs nobody claimed to other nodes (a new token: the old
         node's claim, if it still comes, loses). Claimed, moved or ended
         meanwhile: left alone."""

@@ -7,7 +7,7 @@ classes each: the methods use its connection and one another."""
 
 from __future__ import annotations
 
-
+from typing import Any
 
 from ..schedule import iso_utc
 from . import backfill as BF
@@ -22,18 +22,19 @@ from . import start_deadline as SD
 from . import queries as Q
 from ..model.run import Run
 from ..errors import Refused
-from .effects import RunPending, RunStuck
+from .effects import Effect, RunPending, RunStuck
+from .apply_common import ApplyBase
 
 
-class WorkflowsApply:
+class WorkflowsApply(ApplyBase):
     """The workflows part of StateMachine."""
 
-    def _apply_create_backfill(self, index, cmd: C.CreateBackfill, effects):
+    def _apply_create_backfill(self, index: int, cmd: C.CreateBackfill, effects: list[Effect]) -> dict[str, Any]:
         return BF.create(self.conn, cmd, self._need_job(cmd.job), self._job_spec(cmd.job),
                          Refused)
 
 
-    def _apply_backfill_step(self, index, cmd: C.BackfillStep, effects):
+    def _apply_backfill_step(self, index: int, cmd: C.BackfillStep, effects: list[Effect]) -> dict[str, Any]:
         bf = BF.get(self.conn, cmd.backfill, Refused)
         job = self._job(bf["job"])
 
@@ -54,11 +55,11 @@ class WorkflowsApply:
                        new_attempt=new_attempt, refused=Refused)
 
 
-    def _apply_set_backfill_state(self, index, cmd: C.SetBackfillState, effects):
+    def _apply_set_backfill_state(self, index: int, cmd: C.SetBackfillState, effects: list[Effect]) -> dict[str, Any]:
         return BF.set_state(self.conn, cmd, Refused)
 
 
-    def _apply_rerun(self, index, cmd: C.Rerun, effects):
+    def _apply_rerun(self, index: int, cmd: C.Rerun, effects: list[Effect]) -> dict[str, Any]:
         """A new attempt (kind rerun) of an existing record, never a second record."""
         job = self._need_job(cmd.job)
         BF.check_job(self._job_spec(cmd.job), cmd.job, Refused)
@@ -91,7 +92,7 @@ class WorkflowsApply:
         return out
 
 
-    def _downstream(self, root_run: int, job: str, fire_time: int) -> list[list]:
+    def _downstream(self, root_run: int, job: str, fire_time: int) -> list[list[str | int]]:
         """Record the --downstream of an attempt (state/downstream.py): the
         records that will follow it, [job, fire time] in order."""
         try:
@@ -111,7 +112,7 @@ class WorkflowsApply:
         return self._get_run(run.run_id)
 
 
-    def _pool_after(self, run: Run, at: float, effects) -> None:
+    def _pool_after(self, run: Run, at: float, effects: list[Effect]) -> None:
         """``run`` ended: it leaves its pool, whose waiting runs that fit now
         are released to pending, in order."""
         pool = PL.drop(self.conn, run.run_id)
@@ -119,7 +120,7 @@ class WorkflowsApply:
             self._pool_release(pool, at, effects, run.node)
 
 
-    def _pool_release(self, pool: str, at: float, effects, freed_on: str | None = None
+    def _pool_release(self, pool: str, at: float, effects: list[Effect], freed_on: str | None = None
                       ) -> list[int]:
         """Release the pool's waiting runs that fit now (state/pools.py); the
         ids of those that go to pending."""
@@ -144,7 +145,7 @@ class WorkflowsApply:
                 self._finish(released, "skipped", at, reason=why, effects=effects)
 
 
-    def _apply_set_pools(self, index, cmd: C.SetPools, effects):
+    def _apply_set_pools(self, index: int, cmd: C.SetPools, effects: list[Effect]) -> dict[str, Any]:
         pools = PL.check_pools(cmd.pools)
         if pools is None:
             raise Refused("set_pools: pools must be a list of [name, slots >= 1, cluster|node]"
@@ -156,7 +157,7 @@ class WorkflowsApply:
         return {"changed": changed, "released": released}
 
 
-    def _apply_start_deadline(self, index, cmd: C.StartDeadline, effects):
+    def _apply_start_deadline(self, index: int, cmd: C.StartDeadline, effects: list[Effect]) -> dict[str, Any]:
         run = self._get_run(cmd.run_id)
         if not SD.not_started(run):
             raise Refused(f"run {cmd.run_id} is {run.state.value}"
@@ -166,13 +167,14 @@ class WorkflowsApply:
         end = SD.expires(run, spec)
         if end is None or cmd.at < end:
             raise Refused(f"run {cmd.run_id} is not past its start_deadline"
-                          f"{'' if end is None else ' (' + iso_utc(end) + ')'}")
+                          f"{'' if end is None else f' ({iso_utc(end)})'}")
+        assert spec is not None  # it has a start_deadline (end is not None)
         self._finish(run, "skipped", cmd.at, reason=SD.reason(run, spec), effects=effects,
                      index=index)
         return {"run_id": run.run_id, "state": "skipped"}
 
 
-    def _token_run(self, cmd, what: str) -> Run:
+    def _token_run(self, cmd: C.SaveCheckpoint | C.Heartbeat, what: str) -> Run:
         """The attempt a SaveCheckpoint or Heartbeat speaks for, checked."""
         if not isinstance(cmd.run_id, int) or isinstance(cmd.run_id, bool):
             raise Refused(f"{what}: run_id must be a whole number")
@@ -183,10 +185,11 @@ class WorkflowsApply:
                                    at=cmd.at if isinstance(cmd, C.Heartbeat) else None)
         if problem is not None:
             raise Refused(f"{what} refused: {problem}")
+        assert run is not None  # check_attempt found no problem: there is one
         return run
 
 
-    def _apply_save_checkpoint(self, index, cmd: C.SaveCheckpoint, effects):
+    def _apply_save_checkpoint(self, index: int, cmd: C.SaveCheckpoint, effects: list[Effect]) -> dict[str, Any]:
         problem = CK.value_problem(cmd.value)
         if problem is not None:
             raise Refused(f"checkpoint refused: {problem}")
@@ -196,7 +199,7 @@ class WorkflowsApply:
         return {"run_id": run.run_id, "attempt": run.attempt}
 
 
-    def _apply_heartbeat(self, index, cmd: C.Heartbeat, effects):
+    def _apply_heartbeat(self, index: int, cmd: C.Heartbeat, effects: list[Effect]) -> dict[str, Any]:
         problem = CK.progress_problem(cmd.progress) or (
             None if cmd.message is None else CK.message_problem(cmd.message))
         if problem is not None:
@@ -207,7 +210,7 @@ class WorkflowsApply:
         return {"run_id": run.run_id}
 
 
-    def _apply_heartbeat_timeout(self, index, cmd: C.HeartbeatTimeout, effects):
+    def _apply_heartbeat_timeout(self, index: int, cmd: C.HeartbeatTimeout, effects: list[Effect]) -> dict[str, Any]:
         run = self._get_run(cmd.run_id)
         if run.state != "running":
             raise Refused(f"run {cmd.run_id} is {run.state}, not running")
@@ -227,14 +230,14 @@ class WorkflowsApply:
         return {"run_id": run.run_id, "state": "timed_out", "retry_run_id": retry}
 
 
-    def _apply_delivery_result(self, index, cmd: C.DeliveryResult, effects):
+    def _apply_delivery_result(self, index: int, cmd: C.DeliveryResult, effects: list[Effect]) -> dict[str, Any]:
         if not DL.well_formed(cmd.attempts, cmd.done):
             raise Refused("delivery_result: attempts must be [event_id, notifier, attempt, "
                           "ok, final, error] lists and done a list of event ids")
         return DL.record(self.conn, cmd.at, cmd.leader, cmd.attempts, cmd.done)
 
 
-    def _apply_raise_alerts(self, index, cmd: C.RaiseAlerts, effects):
+    def _apply_raise_alerts(self, index: int, cmd: C.RaiseAlerts, effects: list[Effect]) -> dict[str, Any]:
         if not isinstance(cmd.alerts, list) or len(cmd.alerts) > 1000:
             raise Refused("raise_alerts: alerts must be a list of at most 1000")
         opened = []
@@ -250,9 +253,9 @@ class WorkflowsApply:
         return {"opened": opened}
 
 
-    def _apply_ack_alert(self, index, cmd: C.AckAlert, effects):
+    def _apply_ack_alert(self, index: int, cmd: C.AckAlert, effects: list[Effect]) -> dict[str, Any]:
         return AL.ack(self.conn, cmd.alert_id, cmd.note, cmd.who, cmd.at, Refused)
 
 
-    def _apply_dead_letter_action(self, index, cmd: C.DeadLetterAction, effects):
+    def _apply_dead_letter_action(self, index: int, cmd: C.DeadLetterAction, effects: list[Effect]) -> dict[str, Any]:
         return AL.dead_letter_action(self, index, cmd, Refused, effects)

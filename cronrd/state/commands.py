@@ -38,7 +38,7 @@ class PutJob(Command):
 
     op: ClassVar[str] = "put_job"
     name: str
-    spec: dict
+    spec: dict[str, Any]
     digest: str
     source: str
     at: float
@@ -76,11 +76,11 @@ class SyncJobs(Command):
     op: ClassVar[str] = "sync_jobs"
     node: str
     at: float
-    puts: list = field(default_factory=list)
-    removes: list = field(default_factory=list)
-    files: list = field(default_factory=list)
-    copies: list = field(default_factory=list)
-    claims: list = field(default_factory=list)
+    puts: list[Any] = field(default_factory=list)
+    removes: list[Any] = field(default_factory=list)
+    files: list[Any] = field(default_factory=list)
+    copies: list[Any] = field(default_factory=list)
+    claims: list[Any] = field(default_factory=list)
     release: bool = False
 
 
@@ -144,7 +144,7 @@ class ManualRun(Command):
     job: str
     node: str
     at: float
-    params: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     key: str = ""
 
     def encode(self) -> bytes:
@@ -230,7 +230,7 @@ class NodeInfo(Command):
     tags: tuple[str, ...]
     at: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # JSON decodes a tuple as a list: normalise so equality survives the log.
         object.__setattr__(self, "tags", tuple(self.tags))
 
@@ -329,7 +329,7 @@ class ClaimRuns(Command):
 
     op: ClassVar[str] = "claim_runs"
     node: str
-    claims: list
+    claims: list[Any]
     at: float
 
 
@@ -340,7 +340,7 @@ class ReplaceRuns(Command):
     a run claimed meanwhile (or moved, or ended) stays as it is."""
 
     op: ClassVar[str] = "replace_runs"
-    moves: list
+    moves: list[Any]
     at: float
     reason: str
 
@@ -370,7 +370,7 @@ class CreateBackfill(Command):
 
     op: ClassVar[str] = "create_backfill"
     job: str
-    fire_times: list
+    fire_times: list[Any]
     from_time: int
     to_time: int
     reprocess: str
@@ -437,8 +437,8 @@ class DeliveryResult(Command):
     op: ClassVar[str] = "delivery_result"
     at: float
     leader: str
-    attempts: list = field(default_factory=list)
-    done: list = field(default_factory=list)
+    attempts: list[Any] = field(default_factory=list)
+    done: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -447,7 +447,7 @@ class RaiseAlerts(Command):
     [job, fire_time, kind, detail]; apply opens those not open already."""
 
     op: ClassVar[str] = "raise_alerts"
-    alerts: list
+    alerts: list[Any]
     at: float
 
 
@@ -481,7 +481,7 @@ class SetPools(Command):
     pool whose slots grew or that went are released."""
 
     op: ClassVar[str] = "set_pools"
-    pools: list
+    pools: list[Any]
     at: float
 
 

@@ -10,12 +10,16 @@ module of functions over the connection is the next step (issue 30)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import apsw
 
 from ..decisions import overlap
 from ..model.run import Run
+
+if TYPE_CHECKING:
+    from ..jobspec import JobSpec
+    from .effects import Effect
 
 
 class MachineWrites(Protocol):
@@ -34,14 +38,15 @@ class MachineWrites(Protocol):
                  due_at: float, at: float, reason: str, target: str,
                  attempt: int = 1) -> Run: ...
 
-    def _job(self, name: str) -> dict | None: ...
+    def _job(self, name: str) -> dict[str, Any] | None: ...
 
-    def _job_spec(self, name: str) -> Any: ...
+    def _job_spec(self, name: str) -> JobSpec | None: ...
 
-    def _queue_hold(self, job: str, target: str, fire_time: int, spec: Any = None,
+    def _queue_hold(self, job: str, target: str, fire_time: int, spec: JobSpec | None = None,
                     bounded: bool = True) -> overlap.Decision | None: ...
 
-    def _admit(self, index: int, job: dict, at: float, effects: Any) -> str | None: ...
+    def _admit(self, index: int, job: dict[str, Any], at: float,
+               effects: list[Effect]) -> str | None: ...
 
     def _pool_gate(self, run: Run) -> Run: ...
 
