@@ -19,6 +19,7 @@ import os
 import resource
 import signal
 import sys
+from typing import Any, cast
 
 import psutil
 
@@ -38,9 +39,10 @@ from .control.handlers import Handlers
 from .control.logs import read_log_chunk
 from .heap import Heap
 from .leader.leadership import Leadership
+from .log.base import Log
 from .logfmt import JournalFormatter, LogfmtFormatter
 from .loop_watch import LoopWatch
-from .cluster.members import open_members
+from .cluster.members import Members, open_members
 from .runs import restart
 from .runs.executor import Executor
 from .runs.outbox import Outbox
@@ -162,8 +164,12 @@ class Daemon:
         across = CoreReads(self.handlers, bridge, self.faces_conn, faces_loop)
         # The same commands over the faces' connection: the reads of
         # faces.FACES_READS run there, wholly off the critical loop.
-        faces_handlers = Handlers(cfg, self.clock, self.faces_conn, CoreOnly("machine"),
-                                  across.log, across.members, CoreOnly("executor"), self.watcher,
+        # (They serve FACES_READS only: the log and members across the bridge
+        # and the CoreOnly stand-ins are given for the daemon's own.)
+        faces_handlers = Handlers(cfg, self.clock, self.faces_conn,
+                                  cast(StateMachine, CoreOnly("machine")),
+                                  cast(Log, across.log), cast(Members, across.members),
+                                  cast(Executor, CoreOnly("executor")), self.watcher,
                                   self.leadership, started_at=self.started_at,
                                   is_ready=lambda: self.ready)
         across = CoreReads(self.handlers, bridge, self.faces_conn, faces_loop,
@@ -182,7 +188,8 @@ class Daemon:
                                    find_token=lambda secret: tokens.by_secret(faces_conn, secret),
                                    list_tokens=lambda: tokens.listing(faces_conn),
                                    now=self.clock.now, reads=across)
-            self.handlers.http_url = lambda: self.http.url
+            http_server = self.http
+            self.handlers.http_url = lambda: http_server.url
         await self.faces.run(self.control.start())
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
                         (signal.SIGHUP, self.watcher.kick), (signal.SIGUSR2, dump_tasks)):
@@ -195,8 +202,9 @@ class Daemon:
             await self.members.start()
             self.services.start("members", self.members.run)
             self.services.start("removal", self._watch_removal)
-            if self.http is not None:  # /healthz and /readyz answer while it catches up
-                self.services.start("http", lambda: self.faces.run(self.http.run()),
+            http = self.http
+            if http is not None:  # /healthz and /readyz answer while it catches up
+                self.services.start("http", lambda: self.faces.run(http.run()),
                                     restart=True)
             # Caught up with the cluster before acting on the state.
             await self.members.wait_caught_up()
@@ -230,6 +238,7 @@ class Daemon:
             self._mark_boot_seen()  # the @reboot fires are committed: this boot is seen
         await self._announce("up")
         services = self.services
+        assert services is not None  # _start runs inside run()'s services
         services.start("leadership", self.leadership.run)  # the scheduler, while it leads
         services.start("announce", self._keep_announced, restart=True)
         services.start("watcher", self.watcher.run, restart=True)
@@ -334,6 +343,7 @@ class Daemon:
         that act, let the executor finish, settle the log, and stop the
         members' upkeep last."""
         cfg = self.config
+        assert self.services is not None  # _shutdown runs inside run()'s services
         log.info("event=stopping mode=%s grace_s=%g", cfg.shutdown_mode, cfg.shutdown_grace)
         self.notifier.stopping()
         if self.ready and len(self.members.member_ids()) > 1 and \
@@ -367,8 +377,8 @@ class Daemon:
         deadline = self.clock.monotonic() + HAND_OVER_PATIENCE
         while (left := deadline - self.clock.monotonic()) > 0:
             now = self.clock.now()
-            due = [r.due_at for r in Q.runs_for_node(self.conn, self.config.node_id,
-                                                        ("assigned",))
+            due = [r.due_at or 0 for r in Q.runs_for_node(self.conn, self.config.node_id,
+                                                             ("assigned",))
                    if now < (r.due_at or 0) <= now + DUE_SOON]
             if not due and not self.executor.gates_pending():
                 break
@@ -404,9 +414,11 @@ class Daemon:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL)
 
     async def _watchdog(self) -> None:
+        interval = self.notifier.watchdog_interval
+        assert interval is not None  # started only when systemd asks for one
         while True:
             self.notifier.watchdog()
-            await asyncio.sleep(self.notifier.watchdog_interval / 2)
+            await asyncio.sleep(interval / 2)
 
     # -- effects -----------------------------------------------------------------------
     def _on_effects(self, effects: list[Effect]) -> None:
@@ -452,10 +464,10 @@ def dump_tasks() -> None:
     log.warning("event=tasks count=%d\n%s", len(tasks), "\n".join(lines))
 
 
-def awaiting(coro) -> str:
+def awaiting(coro: Any) -> str:
     """Where a suspended coroutine waits: outermost first, ``a > b > c``."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parts = []
+    parts: list[str] = []
     while coro is not None and len(parts) < 30:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
         if frame is None:

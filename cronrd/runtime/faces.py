@@ -30,7 +30,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from typing import Any, AsyncIterator, Callable, Coroutine
+from typing import Any, AsyncIterator, Callable, Coroutine, cast
 
 from .control.server import Handler, Stream
 
@@ -81,7 +81,8 @@ class CoreBridge:
         try:
             while True:
                 try:
-                    item = await self.run(it.__anext__())
+                    # (an async generator's or an ``async def __anext__``'s: a coroutine)
+                    item = await self.run(cast(Coroutine[Any, Any, dict], it.__anext__()))
                 except StopAsyncIteration:
                     return
                 yield item

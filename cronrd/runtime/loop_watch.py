@@ -130,7 +130,9 @@ class LoopWatch:
             with self._lock:
                 if self._held_stack is not None:
                     continue  # this stall's stack is taken (the first look names it)
-            frame = sys._current_frames().get(self._loop_thread)  # noqa: SLF001
+            ident = self._loop_thread
+            frame = (sys._current_frames().get(ident)  # noqa: SLF001
+                     if ident is not None else None)
             if frame is None:
                 continue
             # No source lines (no file reads): the capture must be quick, it

@@ -62,7 +62,9 @@ class Services:
     async def __aexit__(self, *exc_info) -> bool | None:
         await _cancel(list(self._tasks.values()), self.owner)
         try:
-            return await self._group.__aexit__(*exc_info)
+            assert self._group is not None  # __aenter__ made it
+            await self._group.__aexit__(*exc_info)  # (returns None: never swallows)
+            return None
         finally:
             self._tasks.clear()
             self._group = None

@@ -6,6 +6,7 @@ import datetime as _dt
 import functools
 import math
 import time as _time
+from typing import overload
 from zoneinfo import ZoneInfo
 
 from cronrd.errors import ScheduleError
@@ -17,6 +18,12 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
 _FAST_UNTIL = 253402300800  # 10000-01-01T00:00:00Z: four-digit years
 
 
+@overload
+def iso_utc(t: int | float) -> str: ...
+@overload
+def iso_utc(t: None) -> None: ...
+@overload
+def iso_utc(t: int | float | None) -> str | None: ...
 @functools.lru_cache(maxsize=8192)  # listings repeat the same fire times
 def iso_utc(t: int | float | None) -> str | None:
     """``"2026-03-29T01:00:00Z"``; with milliseconds (``"...:00.250Z"``) only if t has a fraction."""

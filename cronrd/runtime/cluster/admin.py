@@ -100,6 +100,7 @@ class ClusterAdmin:
         problem = node_id_problem(node)
         if problem:
             raise UsageError(problem)
+        assert isinstance(node, str)  # node_id_problem refused anything else
         try:
             address = format_address(parse_address(str(address)))
         except ValueError as exc:

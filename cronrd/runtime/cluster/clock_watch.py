@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Mapping
 
 from ...decisions import clocks as K
 from ..clock import Clock
@@ -172,7 +172,7 @@ class ClockWatch:
             return None
         return self._last[0] + (self._base() - self._last[2])
 
-    def members(self) -> dict[str, float | None]:
+    def members(self) -> Mapping[str, float | None]:
         """Offsets from the median clock: every member's on the leader, this
         node's elsewhere."""
         if self._is_leader():
@@ -359,6 +359,7 @@ class ClockWatch:
             self.held = held
             self._hold(held)
             if held:
+                assert offset is not None  # off() holds a measured offset only
                 log.warning("event=clock_hold node=%s hint=\"its clock is %s the cluster's: "
                             "it will not lead until it is back within max_clock_offset\"",
                             self.node_id, K.relative(offset))
@@ -366,6 +367,7 @@ class ClockWatch:
             good = sorted(n for n, off in self.members().items()
                           if n != self.node_id and off is not None and not K.off(off, self.limit))
             if good:
+                assert offset is not None  # off() holds a measured offset only
                 to = await self._hand_over(good)
                 log.warning("event=clock_step_down node=%s to=%s hint=\"this leader's clock is "
                             "%s the cluster's; leadership handed over\"", self.node_id, to,

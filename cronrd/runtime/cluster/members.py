@@ -38,15 +38,17 @@ NO_CLUSTER = ("this node runs without a cluster: section (a one-node cluster); r
 
 def local_node(config: Config) -> NodeView:
     """This node, as placement sees it when it is the only member."""
-    tags = config.cluster.tags if getattr(config, "cluster", None) else ()
+    cluster = getattr(config, "cluster", None)
+    tags = cluster.tags if cluster else ()
     return NodeView(config.node_id, True, "up", frozenset(tags))
 
 class Members(Protocol):
-    log: Log
+    @property
+    def log(self) -> Log: ...  # (read only: each kind holds its own Log)
     removed: asyncio.Event     # this node was removed from the cluster: stop
     fatal: asyncio.Event       # the log failed for good: stop (systemd restarts us)
     give_up_waiting: bool      # SIGTERM while waiting for the cluster
-    read_log: Callable[[int, int], dict] | None  # serves other nodes' `cronrd logs`
+    read_log: Callable[[int, int], Awaitable[dict]] | None  # serves other nodes' `cronrd logs`
     changes: Changes           # notified when the leader or the membership changes
     duty_interval: float       # seconds between the leader's housekeeping passes
     claims: bool               # runs start only once their claim is committed (others
@@ -88,7 +90,7 @@ class OneHost:
         self.removed = asyncio.Event()
         self.fatal = asyncio.Event()
         self.give_up_waiting = False
-        self.read_log = None
+        self.read_log: Callable[[int, int], Awaitable[dict]] | None = None
         self.changes = Changes()  # it leads from the start, for good: never notified
 
     async def start(self) -> None:

@@ -22,7 +22,7 @@ import json
 import logging
 import math
 import os
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping, cast
 
 from ...config import Config, format_address, parse_address
 from ...errors import (CronrdError, NotLeader, PermissionDenied, RequestError, StateError,
@@ -82,7 +82,7 @@ def stamped_by_leader(cmd: C.Command, now: float) -> C.Command:
     A time in the past is kept (a report may wait in the outbox while the
     leader is away); one ahead of the leader's clock cannot be true."""
     if dataclasses.is_dataclass(cmd) and "at" in {f.name for f in dataclasses.fields(cmd)}:
-        cmd = dataclasses.replace(cmd, at=now)
+        cmd = dataclasses.replace(cast(Any, cmd), at=now)  # (one with an ``at``: just checked)
     times = ([cmd.started_at, cmd.finished_at] if isinstance(cmd, C.RunFinished) else
              [cmd.started_at] if isinstance(cmd, C.RunStarted) else [])
     if any(t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
@@ -107,6 +107,7 @@ class Cluster:
     def __init__(self, config: Config, machine: StateMachine, clock: Clock,
                  stalled: Callable[[float, float], bool] | None = None):
         cc = config.cluster
+        assert cc is not None  # open_members makes a Cluster for a cluster: section only
         self.config = config
         self.cc = cc
         self.node_id = config.node_id
@@ -198,6 +199,7 @@ class Cluster:
         except FileNotFoundError:
             pass
         cc = config.cluster
+        assert cc is not None  # a Cluster's config has a cluster: section
         voters = () if cc.join else tuple(sorted(cc.members_dict()))
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
@@ -471,7 +473,9 @@ class Cluster:
 
     async def _declare_lost(self) -> None:
         now = self.clock.monotonic()
-        for lost in duties.nodes_lost(now, self.node_id, Q.active_by_node(self.conn),
+        # (queries says str nodes; nodes_lost takes a mapping that may hold None too)
+        active = cast(Mapping[str | None, int], Q.active_by_node(self.conn))
+        for lost in duties.nodes_lost(now, self.node_id, active,
                                       self.member_ids(), self.lease.acked, self.lease.lead_since,
                                       self.cc.node_timeout, self._lost_proposed):
             self._lost_proposed[lost.node] = now
@@ -577,8 +581,8 @@ class Cluster:
                 "last_contact_s": None if age is None else round(age, 3),
                 "leader": node == self.node.leader, "self": node == self.node_id,
                 "state": row.get("state"), "tags": list(row.get("tags") or ()),
-                "clock_offset_ms": None if offsets.get(node) is None
-                else round(offsets[node] * 1000, 1),
+                "clock_offset_ms": None if (offset := offsets.get(node)) is None
+                else round(offset * 1000, 1),
                 "drained": drains.get(node),   # an admin's drain: {by, note, at}, or None
             })
         return {"leader": self.node.leader or None, "members": out}

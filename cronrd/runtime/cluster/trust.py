@@ -124,7 +124,7 @@ class PeerTrust:
             return
         self._vouch_asked[peer] = now
         if len(self._vouch_asked) > 1024:  # bounded: forget the oldest askers
-            for old in sorted(self._vouch_asked, key=self._vouch_asked.get)[:512]:
+            for old in sorted(self._vouch_asked, key=self._vouch_asked.__getitem__)[:512]:
                 del self._vouch_asked[old]
         self._requests.spawn(self._vouch(peer), f"vouch-{peer}")
 

@@ -135,6 +135,7 @@ def check_token_job(caller: Caller, what: str, job: str | None) -> None:
     """A token acts on a job when its role is operator or admin and its
     ``jobs`` glob (if any) matches the job's name."""
     t = caller.token
+    assert t is not None  # check_job asks this of a token's caller only
     if not role_allows(t["role"], "operator"):
         raise PermissionDenied(f"permission denied: `{what}` needs an operator or admin "
                                f"token; you are {caller.describe()}")
@@ -146,6 +147,7 @@ def check_token_sees(caller: Caller, what: str, job: str | None) -> None:
     those only (a job that is gone: only an unlimited token)."""
     glob = (caller.token or {}).get("jobs") or ""
     if glob and (job is None or not job_allowed(glob, job)):
+        assert caller.token is not None  # it has a glob
         raise PermissionDenied(f"permission denied: `{what}`: token "
                                f"{caller.token['name']!r} may act only on the jobs matching "
                                f"{glob!r}; ask an admin for a token that covers {job!r}")

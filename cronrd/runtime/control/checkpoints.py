@@ -18,6 +18,7 @@ import asyncio
 import base64
 import binascii
 import logging
+from typing import Any
 
 from ...errors import PermissionDenied, UsageError
 from ...state import checkpoints as CK
@@ -26,7 +27,7 @@ from ...state import queries as Q
 from ...errors import Refused
 from ...model.run import Run
 from .access import Caller
-from .server import arg
+from .server import HandlersHost, arg
 
 START_WAIT = 10.0     # s a request waits for its attempt's start to be committed
 # At most one heartbeat of a run goes to the replicated log per this many
@@ -45,11 +46,11 @@ class CheckpointRequests:
     """The requests, served by ``handlers`` (handlers.Handlers: its state,
     log, clock, config and audit)."""
 
-    def __init__(self, handlers):
+    def __init__(self, handlers: HandlersHost):
         self.h = handlers
         self._heartbeat_sent: dict[int, float] = {}   # run id -> monotonic time sent
         self._heartbeat_later: dict[int, C.Heartbeat] = {}  # the newest held back
-        self._heartbeat_tasks: dict[int, asyncio.Task] = {}  # each sends its run's later
+        self._heartbeat_tasks: dict[int, asyncio.Task[None]] = {}  # each sends its run's later
 
     async def _attempt(self, args: dict, caller: Caller, command: str) -> tuple[Run, str]:
         """The run the request speaks for and its token's hash, once the token
@@ -77,9 +78,11 @@ class CheckpointRequests:
                            "works only inside a run of a job (CRONRD_RUN_ID)")
             await h._audit(caller, command, str(run_id), False, problem)
             raise PermissionDenied(f"`cronrd {CLI[command]}` refused: {problem}")
+        assert run is not None  # check_attempt refused a run that is not there
         return run, presented
 
-    async def _propose(self, cmd: C.Command, command: str, caller: Caller):
+    async def _propose(self, cmd: C.SaveCheckpoint | C.Heartbeat, command: str,
+                       caller: Caller) -> Any:
         try:
             return await self.h.log.propose(cmd)
         except Refused as exc:  # fenced in the log: a newer attempt came first

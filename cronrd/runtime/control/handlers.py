@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Callable
-
+from typing import TYPE_CHECKING, Callable
 
 from ...config import Config
 from ...errors import CronrdError, RequestError
@@ -41,6 +40,9 @@ from .logs import LogRequests
 from .workflows import WorkflowRequests
 from .membership import MembershipRequests
 
+if TYPE_CHECKING:
+    import apsw
+
 log = logging.getLogger("cronrd.daemon")
 
 # Refused control requests: the first few per uid and minute are replicated
@@ -63,9 +65,9 @@ RUN_STATES = run_states.ALL
 class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, MembershipRequests):
     """The control commands of one daemon."""
 
-    def __init__(self, config: Config, clock: Clock, conn, machine: StateMachine, log: Log,
-                 members: Members, executor: Executor, watcher: Watcher,
-                 leadership: Leadership, *, started_at: float,
+    def __init__(self, config: Config, clock: Clock, conn: apsw.Connection,
+                 machine: StateMachine, log: Log, members: Members, executor: Executor,
+                 watcher: Watcher, leadership: Leadership, *, started_at: float,
                  is_ready: Callable[[], bool]):
         self.config = config
         self.clock = clock

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from typing import TYPE_CHECKING
 
 import apsw
 
@@ -18,6 +19,11 @@ from ...model.run import Run
 from .access import Caller, check_admin
 from .server import Stream, arg
 from .reads import job_details, job_view, pools_brief
+
+if TYPE_CHECKING:
+    from .server import HandlersHost as _Host
+else:
+    _Host = object  # at run time Handlers (handlers.py) is the host: the MRO is unchanged
 
 
 UNPAGED_JOBS = 10_000   # jobs in one unpaged `jobs` answer
@@ -86,7 +92,7 @@ class _Pages:
             reader.close()
 
 
-class JobRequests:
+class JobRequests(_Host):
     """The jobs part of Handlers (handlers.py): its state, log and guard."""
 
     async def h_status(self, args: dict) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+from typing import TYPE_CHECKING
 
 
 from ...config import Config
@@ -18,6 +19,11 @@ from .access import Caller
 from .server import Stream, arg
 from ..runs import output as O
 from ..runs.logs import read_run_log, run_log_path
+
+if TYPE_CHECKING:
+    from .server import HandlersHost as _Host
+else:
+    _Host = object  # at run time Handlers (handlers.py) is the host: the MRO is unchanged
 
 
 LOG_CHUNK = 256 * 1024  # bytes per read of a run's log (local or from another node)
@@ -40,7 +46,8 @@ def read_log_chunk(config: Config, conn, run_id: int, offset: int) -> dict:
         raise RequestError(f"offset {offset!r} of run {run_id}'s log must be a whole "
                            "number >= 0")
     path = run_log_path(config.log_dir, run)
-    parts, more = [], False
+    parts: list[O.Part] = []
+    more = False
     try:
         parts, offset, more = read_run_log(config.log_dir, run, offset, LOG_CHUNK,
                                            running=run.state in run_states.ACTIVE)
@@ -111,7 +118,7 @@ def last_lines(msgs: list[dict], n: int) -> list[dict]:
     return out
 
 
-class LogRequests:
+class LogRequests(_Host):
     """The logs part of Handlers (handlers.py): its state, log and guard."""
 
     def _find_log_run(self, job: str, run_id: int | None) -> Run:
@@ -224,6 +231,7 @@ class LogRequests:
                 if not chunk["more"]:
                     break
             if held is not None:
+                assert lines is not None  # held is kept for -n only
                 for msg in last_lines(held + (flush_messages(decoders)
                                               if not (follow and active) else []), lines):
                     yield msg

@@ -3,14 +3,19 @@ revoke-cert, remove, transfer-leader."""
 
 from __future__ import annotations
 
-
+from typing import TYPE_CHECKING
 
 from ...state import commands as C
 from .access import Caller, check_admin
 from .server import arg
 
+if TYPE_CHECKING:
+    from .server import HandlersHost as _Host
+else:
+    _Host = object  # at run time Handlers (handlers.py) is the host: the MRO is unchanged
 
-class MembershipRequests:
+
+class MembershipRequests(_Host):
     """The membership part of Handlers (handlers.py): its state, log and guard."""
 
     async def h_node_drain(self, args: dict, caller: Caller) -> dict:

@@ -141,6 +141,7 @@ def next_fires(schedule: str, tz: str, after: float, count: int) -> list[str]:
     out: list[str] = []
     t: int | None = int(after)
     while len(out) < count:
+        assert t is not None  # the loop ends at the first None
         t = trigger.next_after(t)
         if t is None:
             break

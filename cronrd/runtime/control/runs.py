@@ -3,7 +3,7 @@ attempts), cancel."""
 
 from __future__ import annotations
 
-
+from typing import TYPE_CHECKING
 
 from ...errors import CronrdError, RequestError, UsageError
 from ...jobspec.params import check_run_params
@@ -14,6 +14,11 @@ from ...state import queries as Q
 from .access import Caller
 from .server import Stream, arg
 from .reads import runs_listing
+
+if TYPE_CHECKING:
+    from .server import HandlersHost as _Host
+else:
+    _Host = object  # at run time Handlers (handlers.py) is the host: the MRO is unchanged
 
 
 def run_now_inputs(job: str, spec, args: dict) -> tuple[dict[str, str], str]:
@@ -33,7 +38,7 @@ def run_now_inputs(job: str, spec, args: dict) -> tuple[dict[str, str], str]:
 
 
 
-class RunRequests:
+class RunRequests(_Host):
     """The runs part of Handlers (handlers.py): its state, log and guard."""
 
     async def h_runs(self, args: dict) -> dict:

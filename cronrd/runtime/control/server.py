@@ -28,11 +28,26 @@ import json
 import logging
 import os
 import socket
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Coroutine, Protocol
 
 from ...errors import CronrdError, RequestError, UsageError
 from .access import Caller
 from ..tasks import wait_within
+
+if TYPE_CHECKING:
+    import apsw
+
+    from ...config import Config
+    from ...jobspec import JobSpec
+    from ...model.run import Run
+    from ...state.machine import StateMachine
+    from ..clock import Clock
+    from ..cluster.members import Members
+    from ..jobfiles.watcher import Watcher
+    from ..leader.leadership import Leadership
+    from ..leader.scheduler import Triggers
+    from ..log.base import Log
+    from ..runs.executor import Executor
 
 log = logging.getLogger("cronrd.control")
 
@@ -47,7 +62,8 @@ BACKLOG = 128
 # accept() failing for lack of resources: back off, the connection waits in the backlog.
 RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
-Handler = Callable[[dict, Caller], Awaitable[Any]]
+# (coroutines: faces.CoreBridge runs them on the critical loop, run_coroutine_threadsafe)
+Handler = Callable[[dict, Caller], Coroutine[Any, Any, Any]]
 
 
 class Stream:
@@ -55,6 +71,48 @@ class Stream:
 
     def __init__(self, it: AsyncIterator[dict]):
         self.it = it
+
+
+class HandlersHost(Protocol):
+    """What the parts of the control commands (control/jobs.py, runs.py,
+    logs.py, workflows.py, membership.py, and checkpoints.py's requests) use
+    of ``handlers.Handlers``, which they are part of: its state, log and
+    members, the daemon's parts it is given, and its guard. For the type
+    checker only: at run time the parts' base is ``object`` and Handlers
+    itself is the host."""
+
+    config: Config
+    clock: Clock
+    conn: apsw.Connection
+    machine: StateMachine
+    log: Log
+    members: Members
+    executor: Executor
+    watcher: Watcher
+    leadership: Leadership
+    started_at: float
+    is_ready: Callable[[], bool]
+    http_url: Callable[[], str | None]
+    _triggers: Triggers
+
+    async def _authorize(self, caller: Caller, command: str, target: str, what: str,
+                         check: Callable[[], object], *, change: bool) -> None: ...
+
+    async def _audit(self, caller: Caller, command: str, target: str, allowed: bool,
+                     detail: str = "") -> None: ...
+
+    async def _authorize_job(self, caller: Caller, command: str, target: str, job: str,
+                             *, change: bool) -> None: ...
+
+    async def _authorize_downstream(self, caller: Caller, command: str, job: str) -> None: ...
+
+    def _job_spec(self, name: str) -> JobSpec | None: ...
+
+    def _job_or_error(self, name: str) -> dict[str, Any]: ...
+
+    async def _consistent(self, args: dict[str, Any]) -> None: ...
+
+    async def _wait_run(self, run_id: int) -> Run: ...
 
 
 def socket_in_use(path: str) -> bool:
@@ -219,6 +277,7 @@ class ControlServer:
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        assert self.sock is not None  # start() made it
         backoff = 0.0
         while True:
             try:
@@ -227,12 +286,15 @@ class ControlServer:
                 # Out of descriptors (or memory): the connection stays in the
                 # backlog; wait for some to be freed instead of spinning.
                 backoff = min(1.0, max(0.05, backoff * 2))
-                self._summary("accept_" + (errno.errorcode.get(exc.errno) or "error"),
-                              lambda n, e=exc: log.warning(
-                                  "event=control_accept_failed error=\"%s\" count=%d "
-                                  "interval_s=%g clients=%d hint=\"raise LimitNOFILE= or "
-                                  "find what holds the descriptors\"", e.strerror or e, n,
-                                  self.summary_interval, len(self.clients))).note()
+
+                def warn(n: int, e: OSError = exc) -> None:
+                    log.warning(
+                        "event=control_accept_failed error=\"%s\" count=%d "
+                        "interval_s=%g clients=%d hint=\"raise LimitNOFILE= or "
+                        "find what holds the descriptors\"", e.strerror or e, n,
+                        self.summary_interval, len(self.clients))
+                code = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+                self._summary("accept_" + (code or "error"), warn).note()
                 await asyncio.sleep(backoff)
                 continue
             backoff = 0.0

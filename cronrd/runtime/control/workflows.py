@@ -3,7 +3,7 @@ rerun, alerts, dead letter, audit, notifications, notify test."""
 
 from __future__ import annotations
 
-
+from typing import TYPE_CHECKING, Any
 
 from ...errors import PermissionDenied, RequestError, UsageError
 from ...schedule import iso_utc
@@ -18,6 +18,11 @@ from ...state import downstream as DS
 from .access import Caller, check_admin
 from .server import arg
 from .reads import pools_view
+
+if TYPE_CHECKING:
+    from .server import HandlersHost as _Host
+else:
+    _Host = object  # at run time Handlers (handlers.py) is the host: the MRO is unchanged
 
 
 def _downstream_note(conn, job: str, t: int, d) -> str:
@@ -35,7 +40,7 @@ def _downstream_note(conn, job: str, t: int, d) -> str:
     return f"; then downstream: {names}{more}"
 
 
-class WorkflowRequests:
+class WorkflowRequests(_Host):
     """The workflows part of Handlers (handlers.py): its state, log and guard."""
 
     # -- backfill and rerun (runtime/leader/backfills.py, state/backfill.py) -----------------
@@ -82,6 +87,7 @@ class WorkflowRequests:
         spec = self._job_spec(name)
         try:
             BF.check_job(spec, name, RequestError)
+            assert spec is not None  # check_job refused a job that is gone
             other = None if dry_run else BF.open_backfill(self.conn, name)
             if other is not None:
                 raise RequestError(
@@ -120,7 +126,7 @@ class WorkflowRequests:
         rows = BF.listing(self.conn, bid, limit)
         if bid is not None and not rows:
             raise RequestError(f"no backfill with id {bid}; `cronrd backfills` lists them")
-        out = {"backfills": rows}
+        out: dict[str, Any] = {"backfills": rows}
         if bid is not None and arg(args, "items", bool, False):
             out["items"] = [[iso_utc(t), st, note, rid, outcome]
                             for t, st, note, rid, outcome in BF.items(self.conn, bid)]

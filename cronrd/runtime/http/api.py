@@ -16,11 +16,15 @@ import fnmatch
 import json
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from aiohttp import web
 
 from ...errors import CronrdError, PermissionDenied, UsageError
 from ...state.tokens import job_allowed, sql_glob
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -57,10 +61,12 @@ def decode_cursor(text: str | None) -> dict:
     return value
 
 
-def whole_number(text: str | None) -> bool:
+def whole_number(text: str | None) -> TypeGuard[str]:
     """ASCII digits SQLite's integer holds ("²".isdigit() is True, and
     int() refuses it)."""
-    return bool(text) and text.isascii() and text.isdigit() and len(text) <= 18
+    if not text:
+        return False
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def cursor_before(cur: dict) -> int | None:
@@ -108,7 +114,7 @@ class ReadRoutes:
         self.reads = reads
         self.token_of = token_of  # request -> its token (a state/tokens.py row)
 
-    def routes(self) -> list[tuple[Route, object]]:
+    def routes(self) -> list[tuple[Route, Handler]]:
         return [
             (Route("GET", "/api/v1/jobs", "The jobs by name, a page at a time.", "viewer",
                    self.JOB_PARAMS), self.jobs),
@@ -141,8 +147,9 @@ class ReadRoutes:
         limit = page_limit(request)
         cur = decode_cursor(request.query.get("cursor"))
         before = cursor_before(cur)
-        args = {k: request.query[k] for k in ("job", "state", "kind", "node", "since",
-                                              "until") if request.query.get(k)}
+        args: dict[str, Any] = {k: request.query[k] for k in ("job", "state", "kind", "node",
+                                                              "since", "until")
+                                if request.query.get(k)}
         for k in ("since", "until"):  # Unix seconds as numbers
             if k in args and re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", args[k]):
                 args[k] = float(args[k])
@@ -162,7 +169,7 @@ def openapi(routes: list[Route], version: str) -> dict:
     """An OpenAPI 3.1 document of ``routes``."""
     paths: dict = {}
     for r in routes:
-        op = {"summary": r.summary, "responses": dict(r.responses)}
+        op: dict[str, Any] = {"summary": r.summary, "responses": dict(r.responses)}
         if r.role is not None:
             op["security"] = [{"bearer": []}]
             op["x-cronrd-role"] = r.role

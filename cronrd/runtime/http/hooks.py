@@ -37,7 +37,7 @@ import hashlib
 import hmac
 import json
 import logging
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from aiohttp import web
 
@@ -52,6 +52,9 @@ from .api import Route
 # The X-Cronrd-Signature value of a delivery: the scheme of the webhook
 # notifiers, so that one cluster's notifier can call another's hook.
 from ..notify.senders import sign
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler
 
 log = logging.getLogger("cronrd.http")
 
@@ -107,7 +110,7 @@ class HookRoutes:
         self.hooks = {h.name: h for h in hooks}
         self.now = now
 
-    def routes(self) -> list[tuple[Route, object]]:
+    def routes(self) -> list[tuple[Route, Handler]]:
         return [(Route("POST", "/api/v1/hooks/{name}", "A webhook: starts every job listing "
                        "the hook under triggers:. Authenticated by HMAC-SHA256 of "
                        f"'TIMESTAMP.BODY' ({SIGNATURE}: sha256=HEX, {TIMESTAMP}: Unix "

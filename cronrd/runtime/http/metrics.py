@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
 
 from prometheus_client import generate_latest
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
@@ -30,6 +30,9 @@ from ...state import pools as P
 from ..clock import monotonic as clock_monotonic
 from ...state import queries as Q
 from ...state.schema import HISTOGRAM_BUCKETS
+
+if TYPE_CHECKING:
+    import apsw
 
 CACHE_SECONDS = 1.0
 # A page is reused for at least this many times as long as it took to render,
@@ -65,7 +68,7 @@ class StateCollector:
     """One scrape's families over ``conn`` and ``live`` (see live_view);
     per-job histograms while there are at most ``job_histograms`` jobs."""
 
-    def __init__(self, conn, live: dict, job_histograms: int = JOB_HISTOGRAMS):
+    def __init__(self, conn: apsw.Connection, live: dict, job_histograms: int = JOB_HISTOGRAMS):
         self.conn = conn
         self.live = live
         self.job_histograms = job_histograms
@@ -90,13 +93,13 @@ class StateCollector:
                                   value=live["leader_changes"])
         if live.get("loop_stalls") is not None:
             buckets, total, _count = live["loop_stalls"]
-            fam = HistogramMetricFamily(
+            stalls = HistogramMetricFamily(
                 "cronrd_loop_stall_seconds", "Stalls of this node's critical event loop "
                 "(Raft, clocks, claims, gates) over 100 ms, by how long it was held; each "
                 "is also logged as event=loop_stalled with the stack that held it.")
-            fam.add_metric([], [(floatToGoString(b), n) for b, n in buckets],
-                           sum_value=total)
-            yield fam
+            stalls.add_metric([], [(floatToGoString(b), n) for b, n in buckets],
+                              sum_value=total)
+            yield stalls
         down = set(live["down"])
         up = GaugeMetricFamily("cronrd_node_up", "1 if the node is up as this node sees "
                                "it (announced up and reachable), else 0.", labels=["node"])
@@ -137,13 +140,13 @@ class StateCollector:
             fam.add_metric([job], n)
         yield fam
         yield from _pools(self.conn)
-        fam = CounterMetricFamily("cronrd_notifications", "Delivery attempts of "
-                                  "notifications by notifier and outcome: sent, failed "
-                                  "(another attempt follows) or given_up (the last one "
-                                  "failed).", labels=["notifier", "outcome"])
+        sent = CounterMetricFamily("cronrd_notifications", "Delivery attempts of "
+                                   "notifications by notifier and outcome: sent, failed "
+                                   "(another attempt follows) or given_up (the last one "
+                                   "failed).", labels=["notifier", "outcome"])
         for notifier, outcome, n in R.notify_outcomes(self.conn):
-            fam.add_metric([notifier, outcome], n)
-        yield fam
+            sent.add_metric([notifier, outcome], n)
+        yield sent
         yield from _chunked(lambda: GaugeMetricFamily(
             "cronrd_job_next_fire_timestamp_seconds", "The job's next fire time (Unix time), "
             "as the leader's scheduler has it (reported by the leader only).",
@@ -160,7 +163,7 @@ HISTOGRAMS = (
 )
 
 
-def _histograms(conn, per_job: bool) -> Iterator[Metric]:
+def _histograms(conn: apsw.Connection, per_job: bool) -> Iterator[Metric]:
     """The histograms of every job together (cronrd_run_duration_seconds,
     cronrd_schedule_delay_seconds), and per job (cronrd_job_...: only jobs
     with an observation; only when ``per_job``), from job_histograms'
@@ -182,7 +185,7 @@ def _histograms(conn, per_job: bool) -> Iterator[Metric]:
                 [row[0]], list(zip(bounds, (*row[1:11], row[12]))), sum_value=row[11]))
 
 
-def _pools(conn) -> Iterator[Metric]:
+def _pools(conn: apsw.Connection) -> Iterator[Metric]:
     """Each pool's slots, in use and waiting (state/pools.py usage)."""
     rows = P.usage(conn)
     total = GaugeMetricFamily("cronrd_pool_slots", "Slots of the pool in force (of a "
@@ -210,8 +213,12 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 CHUNK = 10_000
 
 
-def _chunked(make: Callable[[], Metric], rows: Iterable, add: Callable[[Metric, tuple], None],
-             size: int | None = None) -> Iterator[Metric]:
+Family = TypeVar("Family", bound=Metric)
+Row = TypeVar("Row")
+
+
+def _chunked(make: Callable[[], Family], rows: Iterable[Row], add: Callable[[Family, Row], None],
+             size: int | None = None) -> Iterator[Family]:
     """One family whose samples are ``add(family, row)`` of each of ``rows``,
     yielded in pieces of ``size`` rows: render() writes the pieces after the
     first without their HELP and TYPE lines, so the page has one family, and
@@ -224,11 +231,11 @@ def _chunked(make: Callable[[], Metric], rows: Iterable, add: Callable[[Metric, 
         add(fam, row)
         n += 1
         if n == size:
-            fam.continued = not first
+            setattr(fam, "continued", not first)  # (read by render(); no Metric attribute)
             yield fam
             fam, n, first = make(), 0, False
     if n or first:
-        fam.continued = not first
+        setattr(fam, "continued", not first)
         yield fam
 
 
@@ -244,9 +251,9 @@ class _One:
         yield self.family
 
 
-def render(conn, live: dict, job_histograms: int = JOB_HISTOGRAMS) -> bytes:
+def render(conn: apsw.Connection, live: dict, job_histograms: int = JOB_HISTOGRAMS) -> bytes:
     """The exposition page, from one read transaction on ``conn``."""
-    parts = []
+    parts: list[bytes] = []
     conn.execute("BEGIN")
     try:
         for family in StateCollector(conn, live, job_histograms).collect():
@@ -264,14 +271,14 @@ class Metrics:
     """The page, rendered in one worker thread on ``connect()``'s connection
     (opened there, used only there) and cached for ``CACHE_SECONDS``."""
 
-    def __init__(self, connect: Callable[[], object], live: Callable[[], dict],
+    def __init__(self, connect: Callable[[], apsw.Connection], live: Callable[[], dict],
                  monotonic: Callable[[], float] = clock_monotonic,
                  job_histograms: int = JOB_HISTOGRAMS):
         self.connect = connect
         self.live = live
         self.job_histograms = job_histograms
         self.monotonic = monotonic
-        self._conn = None
+        self._conn: apsw.Connection | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cronrd-metrics")
         self._lock = asyncio.Lock()
         self._page: bytes | None = None

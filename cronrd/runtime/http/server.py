@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import ssl
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from aiohttp import web
 
@@ -37,6 +37,9 @@ from ...schedule import iso_utc
 from ...state.tokens import role_allows
 from .metrics import CONTENT_TYPE, Metrics
 from .session import COOKIE, CSRF_HEADER, SAFE_METHODS, csrf_ok, from_another_site
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler
 
 log = logging.getLogger("cronrd.http")
 
@@ -107,7 +110,7 @@ def _cap_connections(server: web.Server) -> None:
                 refused["at"] = now
                 log.warning("event=http_connections_full max=%d hint=\"a client holds many "
                             "connections open; new ones are closed\"", MAX_CONNECTIONS)
-    server.connection_made = connection_made
+    server.connection_made = connection_made  # type: ignore[method-assign]  # wrapped: the cap
 
 
 def tls_context(config: HttpConfig) -> ssl.SSLContext | None:
@@ -164,7 +167,7 @@ class HttpServer:
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[_problems, self._auth],
                               handler_args={"max_field_size": 8190, "max_line_size": 8190})
-        routes = [
+        routes: list[tuple[Route, Handler]] = [
             (Route("GET", "/healthz", "200 while the process answers.", None), self.healthz),
             (Route("GET", "/readyz", "200 once the node is ready (job files loaded, the "
                    "scheduler running), else 503.", None), self.readyz),
@@ -273,11 +276,13 @@ class HttpServer:
 
     async def run(self) -> None:
         """Serve until cancelled (the daemon's service ``http``)."""
+        assert self.config.listen is not None  # the daemon serves only with one
         host, port = self.config.listen
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                shutdown_timeout=SHUTDOWN_TIMEOUT,
                                keepalive_timeout=IDLE_TIMEOUT)
         await runner.setup()
+        assert runner.server is not None  # setup() made it
         _cap_connections(runner.server)
         try:
             site = web.TCPSite(runner, host, port, ssl_context=tls_context(self.config),

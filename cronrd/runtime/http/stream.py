@@ -50,7 +50,7 @@ import itertools
 import json
 import logging
 from collections import deque
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from aiohttp import web
 
@@ -63,6 +63,9 @@ from .api import Route
 from ..runs import output as O
 from ..tasks import Changes
 from ...state.effects import RunDone, StateRestored
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler
 
 log = logging.getLogger("cronrd.http")
 
@@ -171,7 +174,7 @@ class StreamRoutes:
         log_ = self.reads.log
         return (log_.leader or None) if hasattr(log_, "leader") else self.reads.config.node_id
 
-    def routes(self) -> list[tuple[Route, object]]:
+    def routes(self) -> list[tuple[Route, Handler]]:
         return [
             (Route("GET", "/api/v1/runs/{run_id}/log/stream", "A run's log as Server-Sent Events "
                    "as it grows (events run, log, end; a log event's id is the output byte "

@@ -20,7 +20,7 @@ import base64
 import json
 import os
 import stat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -40,6 +40,9 @@ from ..control.logs import LOG_CHUNK, read_log_chunk
 from .api import (MAX_LIMIT, Route, cursor_before, decode_cursor, encode_cursor,
                        page_limit, whole_number)
 from .idempotency import IdempotencyCache
+
+if TYPE_CHECKING:
+    from aiohttp.typedefs import Handler
 
 API = "/api/v1"
 MAX_LOG_LENGTH = 4 * 1024 * 1024   # bytes of a run's log in one answer
@@ -168,7 +171,7 @@ class ApiRoutes:
         spec = Q.job_spec(self.h.conn, job)
         return (spec.timezone if spec is not None else None) or self.h.config.timezone
 
-    def routes(self) -> list[tuple[Route, object]]:
+    def routes(self) -> list[tuple[Route, Handler]]:
         J = API + "/jobs/{name}"
         R = API + "/runs/{run_id}"
         p = self.post

@@ -22,7 +22,7 @@ from ...jobspec.files import default_uids, list_job_files, scan_job_file
 from ...jobspec.worker import argv as worker_argv, problems_of, scan_for_sync
 from ...state import commands as C
 from ...errors import NotLeader, ProposalDropped, StateError, StorageError
-from ...state.machine import CLAIM_TTL
+from ...state.apply_common import CLAIM_TTL
 from ...errors import Refused
 from ..clock import Clock
 from ..tasks import wait_within
@@ -330,7 +330,7 @@ class Watcher:
         self._send_text: set[str] = set()
         # Files whose copy the state refused (that node's record changed
         # meanwhile), by digest: parsed instead.
-        self._no_copy: set[tuple[str, str]] = set()
+        self._no_copy: set[tuple[str, str | None]] = set()
         self._waiting: str | None = None
         # A follower's big change nobody claimed yet, by digest: when first
         # seen (the leader is given CLAIM_GRACE to claim it).
@@ -407,7 +407,8 @@ class Watcher:
                     if step == "wait":
                         waiting = path
                         break
-                    if isinstance(step, tuple) and await self._copy_file(
+                    # (a copy is planned only for a file with a digest)
+                    if isinstance(step, tuple) and digest is not None and await self._copy_file(
                             path, digest, step, seen, counts, batch):
                         continue
                     scanned = await parsers.take(path) if parsers is not None else None

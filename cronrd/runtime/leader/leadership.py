@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from typing import Any, cast
 
 from ...config import Config
 from ...decisions import claims
@@ -209,9 +210,9 @@ class Leadership:
             return
         now = self.clock.monotonic()
         for run in late:
-            self.suspects[run.node] = now
+            self.suspects[cast(str, run.node)] = now  # (unclaimed: assigned to a node)
         self.placement.begin()
-        moves = []
+        moves: list[list[Any]] = []  # [run_id, token, node] (C.ReplaceRuns)
         for run in late:
             spec = Q.job_spec(self.conn, run.job)
             ready = [] if spec is None else [n for n in self.placement.eligible(spec)
@@ -226,7 +227,7 @@ class Leadership:
         reason = (f"not claimed within {claims.CLAIM_GRACE:g}s of its fire time (its node "
                   "dead, cut off, paused or overloaded?)")
         log.warning("event=runs_moved count=%d from=%s reason=\"%s\"", len(moves),
-                    ",".join(sorted({r.node for r in late})), reason)
+                    ",".join(sorted({cast(str, r.node) for r in late})), reason)
         ids = {m[0] for m in moves}
         self._moving |= ids
         try:
@@ -330,8 +331,9 @@ class Leadership:
             if run.target:
                 # Its node or none: a suspect (it missed another run's claim)
                 # still gets it, as nobody else could.
-                if spec_of[run.job] is None or run.target not in \
-                        self.placement.eligible(spec_of[run.job], trusted=False):
+                run_spec = spec_of[run.job]
+                if run_spec is None or run.target not in \
+                        self.placement.eligible(run_spec, trusted=False):
                     continue  # a per-node run waits for its node
                 node = run.target
             elif not ready:
@@ -345,12 +347,15 @@ class Leadership:
                 lost = Q.lost_by(self.conn, run)
                 choices = [n for n in ready if lost is None or n != lost[0]]
                 if not choices:
+                    assert lost is not None  # only its node was ready
                     wait = lost[1] + REPLACE_AFTER - self.clock.now()
                     if wait > 0:
                         asyncio.get_running_loop().call_later(wait, self._pending.set)
                         continue
                     choices = ready
-                node = self.placement.pick(self.placement.with_room(spec_of[run.job], choices),
+                run_spec = spec_of[run.job]
+                assert run_spec is not None  # it has eligible nodes (ready)
+                node = self.placement.pick(self.placement.with_room(run_spec, choices),
                                            f"{run.job}/{run.fire_time}/{run.attempt}")
             self._assigning.add(run.run_id)
             proposals.append((run.run_id, self.log.propose_as_leader(C.AssignRun(

@@ -375,7 +375,7 @@ class Scheduler:
             # proposed again as they were.
             log.error("event=propose_failed error=\"%s\" retry_s=%g", exc, RETRY_DELAY)
             entry = self.entries.get(cmd.job) if isinstance(cmd, C.Fire) else None
-            if entry is not None and not cmd.boot:
+            if entry is not None and isinstance(cmd, C.Fire) and not cmd.boot:  # (entry: a Fire's)
                 if entry.next_fire is None or cmd.fire_time < entry.next_fire:
                     entry.last_proposed = min(entry.last_proposed, cmd.fire_time - 1)
                     self._push(cmd.job, entry, cmd.fire_time)

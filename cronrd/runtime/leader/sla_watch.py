@@ -132,6 +132,7 @@ def _finish_by(hhmm: str, zone) -> Callable[[int], float]:
 def job_misses(conn, name: str, spec: JobSpec, since: float, now: float,
                default_tz: str) -> list[S.Miss]:
     sla = spec.sla
+    assert sla is not None  # sla_jobs() gives the jobs with an sla:
     offsets = [x for x in (sla.start_within, sla.finish_within) if x is not None]
     first = int(max(since, now - WINDOW - max(offsets + [86400.0 if sla.finish_by else 0.0])))
     zone = resolve_timezone(spec.timezone or default_tz)

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 from ...errors import NotLeader, ProposalDropped
 from ...raft.core import LEADER, Raft, RaftConfig
 from ..clock import monotonic
-from ...raft.types import (ConfChange, ConfChangeType, ConfState, EntryType, Message, MsgType,
-                          Ready)
+from ...raft.types import (ConfChange, ConfChangeType, ConfState, EntryType, HardState, Message,
+                          MsgType, Ready)
 from .raft_storage import RaftStorage
 from .snapshot_data import FileData, FileSink
 from ..tasks import Changes
@@ -104,7 +104,7 @@ class RaftNode:
                          conf=bootstrap, hard_state=state.hard_state, entries=state.entries,
                          snapshot=snap, applied=sm.applied_index)
         self._synced_vote = (state.hard_state.term, state.hard_state.vote)
-        self._unsynced_hs = None
+        self._unsynced_hs: HardState | None = None
         self.pending: dict[int, _Pending] = {}
         self.conf_waiters: dict[int, _Pending] = {}
         self.reads: dict[bytes, asyncio.Future] = {}
@@ -126,7 +126,9 @@ class RaftNode:
         self.write_began: float | None = None   # ... since then (monotonic), for the disk watch
         self._snapshot_wanted = False
         self._snapshotting: asyncio.Task | None = None  # a snapshot off the loop
-        self._snapshot_copied: tuple | None = None      # ... copied, to be stored
+        # ... copied, to be stored: index, conf, data (bytes or a FileData), file, its
+        # checksum, seconds the copy took
+        self._snapshot_copied: tuple[int, ConfState, Any, str, bytes, float] | None = None
         self._snapshot_retry_at = 0   # after a failed copy: the applied index to try again at
         # Notified when the leader, this node's role or the membership changes.
         self.changes = Changes()
@@ -571,6 +573,7 @@ class RaftNode:
         self._wake.set()
 
     def _finish_snapshot(self) -> None:
+        assert self._snapshot_copied is not None  # the Ready loop calls it for a copy done
         index, conf, data, path, checksum, copy_s = self._snapshot_copied
         self._snapshot_copied = None
         self._snapshotting = None

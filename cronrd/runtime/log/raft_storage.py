@@ -31,6 +31,7 @@ import os
 import struct
 import threading
 from dataclasses import dataclass
+from typing import Any, cast
 
 import apsw
 
@@ -83,7 +84,7 @@ def _digest(*parts: bytes) -> bytes:
     return h.digest()
 
 
-def _data_digest(data) -> bytes:
+def _data_digest(data: bytes | FileData) -> bytes:
     """The checksum of a snapshot's data (bytes, or a FileData read a chunk
     at a time)."""
     h = hashlib.blake2b(digest_size=8)
@@ -122,6 +123,10 @@ class LoadedState:
 
 class RaftStorage:
     """The Raft log, hard state and latest snapshot of one node."""
+
+    _snap_index: int   # the stored snapshot's index and term (0, 0: none)
+    _snap_term: int
+    _last: int         # the last stored entry's index (the snapshot's when none)
 
     def __init__(self, path: str, *, fsync: bool = True):
         self.path = path
@@ -169,9 +174,10 @@ class RaftStorage:
 
     def _refresh_bounds(self) -> None:
         db = self._db()
-        rows = db.execute("SELECT idx, term FROM raft_snapshot WHERE id = 1").fetchall()
+        rows: list[tuple[Any, ...]] = db.execute(
+            "SELECT idx, term FROM raft_snapshot WHERE id = 1").fetchall()
         self._snap_index, self._snap_term = (rows[0][0], rows[0][1]) if rows else (0, 0)
-        last = db.execute("SELECT max(idx) FROM raft_entry").fetchall()[0][0]
+        last = cast(int | None, db.execute("SELECT max(idx) FROM raft_entry").fetchall()[0][0])
         self._last = last if last is not None else self._snap_index
 
     def _try_refresh_bounds(self) -> None:
@@ -180,7 +186,7 @@ class RaftStorage:
         except apsw.Error:
             pass
 
-    def _verify_entry(self, row: tuple) -> Entry:
+    def _verify_entry(self, row: tuple[Any, ...]) -> Entry:
         idx, term, type_, data, checksum = row
         if (not isinstance(term, int) or not isinstance(type_, int)
                 or not isinstance(data, bytes) or not isinstance(checksum, bytes)):
@@ -226,7 +232,8 @@ class RaftStorage:
         """Where a snapshot at ``index`` taken off the event loop is kept."""
         return f"{self.path}{SNAPSHOT_FILE}{index}"
 
-    def seal_snapshot_file(self, tmp: str, index: int, data: bytes) -> tuple[str, bytes]:
+    def seal_snapshot_file(self, tmp: str, index: int, data: bytes | FileData
+                           ) -> tuple[str, bytes]:
         """Make ``tmp`` (a snapshot's data, ``data``, just written there) the
         durable snapshot file for ``index``: fsync, atomic rename, fsync of
         the directory. Returns (path, data checksum) for ``save_snapshot``.
@@ -256,7 +263,8 @@ class RaftStorage:
         """Snapshot files no row names (a replaced snapshot, or one whose row
         was never committed: the daemon died in between)."""
         if at_open:
-            rows = self._db().execute("SELECT file FROM raft_snapshot WHERE id = 1").fetchall()
+            rows: list[tuple[Any, ...]] = self._db().execute(
+                "SELECT file FROM raft_snapshot WHERE id = 1").fetchall()
             keep = rows[0][0] if rows else None
         folder, base = os.path.split(os.path.abspath(self.path))
         try:
@@ -273,8 +281,9 @@ class RaftStorage:
             except OSError:
                 pass
 
-    def _read_snapshot(self, with_data: bool) -> tuple[SnapshotMeta, bytes | None] | None:
-        rows = self._db().execute(
+    def _read_snapshot(self, with_data: bool
+                       ) -> tuple[SnapshotMeta, bytes | FileData | None] | None:
+        rows: list[tuple[Any, ...]] = self._db().execute(
             "SELECT idx, term, voters, learners, data_checksum, checksum"
             + (", data, file" if with_data else "") + " FROM raft_snapshot WHERE id = 1").fetchall()
         if not rows:
@@ -289,7 +298,7 @@ class RaftStorage:
             conf = ConfState(voters=tuple(json.loads(voters)), learners=tuple(json.loads(learners)))
         except (TypeError, ValueError, struct.error):
             raise bad from None
-        data = None
+        data: bytes | FileData | None = None
         if with_data:
             data, name = rows[0][6], rows[0][7]
             if name is not None:
@@ -319,13 +328,14 @@ class RaftStorage:
                     snap = self._read_snapshot(with_data=False)
                     meta = snap[0] if snap else None
                     snap_index = meta.index if meta else 0
-                    below = self._db().execute(
+                    below = cast(int | None, self._db().execute(
                         "SELECT max(idx) FROM raft_entry WHERE idx <= ?",
-                        (snap_index,)).fetchall()[0][0]
+                        (snap_index,)).fetchall()[0][0])
                     if below is not None:
                         raise self._damaged(
                             below, f"stored at or below the snapshot index {snap_index}")
-                    last = self._db().execute("SELECT max(idx) FROM raft_entry").fetchall()[0][0]
+                    last = cast(int | None, self._db().execute(
+                        "SELECT max(idx) FROM raft_entry").fetchall()[0][0])
                     entries = self._read_entries(snap_index + 1, (last or snap_index) + 1)
             except apsw.Error as exc:
                 raise self._db_error("read", exc) from exc
@@ -345,7 +355,7 @@ class RaftStorage:
             return
         with self._lock:
             db = self._db()
-            rows = []
+            rows: list[tuple[int, int, int, bytes, bytes]] = []
             if entries:
                 refusal = append_refusal(entries, self._snap_index, self._last)
                 if refusal is not None:
@@ -394,6 +404,7 @@ class RaftStorage:
         if file is None:
             data_checksum, blob, name = _data_digest(snapshot.data), bytes(snapshot.data), None
         else:
+            assert data_checksum is not None  # given with the file (seal_snapshot_file's)
             blob, name = b"", os.path.basename(file)
         checksum = _snapshot_checksum(meta.index, meta.term, voters, learners, data_checksum)
         with self._lock:
@@ -409,15 +420,16 @@ class RaftStorage:
                         "data_checksum, checksum, file) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (meta.index, meta.term, voters, learners, blob, data_checksum, checksum,
                          name))
-                    same = db.execute("SELECT term FROM raft_entry WHERE idx = ?",
-                                      (meta.index,)).fetchall()
+                    same: list[tuple[Any, ...]] = db.execute(
+                        "SELECT term FROM raft_entry WHERE idx = ?", (meta.index,)).fetchall()
                     stored = (self._snap_term if meta.index == self._snap_index
                               else same[0][0] if same else None)
                     if keeps_suffix(stored, meta.term):
                         db.execute("DELETE FROM raft_entry WHERE idx <= ?", (meta.index,))
                     else:
                         db.execute("DELETE FROM raft_entry")
-                    last = db.execute("SELECT max(idx) FROM raft_entry").fetchall()[0][0]
+                    last = cast(int | None, db.execute(
+                        "SELECT max(idx) FROM raft_entry").fetchall()[0][0])
             except apsw.Error as exc:
                 self._try_refresh_bounds()
                 raise self._db_error("save the snapshot", exc) from exc
@@ -433,7 +445,8 @@ class RaftStorage:
                 raise self._db_error("read the snapshot", exc) from exc
         if snap is None:
             return None
-        return Snapshot(meta=snap[0], data=snap[1])
+        # (with its data: bytes, or a FileData standing for them, read when needed)
+        return Snapshot(meta=snap[0], data=cast(bytes, snap[1]))
 
     def compact(self, index: int) -> None:
         """Delete entries <= index; a snapshot at >= index must be stored."""
@@ -470,10 +483,11 @@ class RaftStorage:
                 raise StorageError(
                     f"raft log {self.path}: entries up to {hi - 1} requested, the log ends at {self._last}")
             try:
-                with self._db():
-                    return self._read_entries(lo, hi)
+                with self._db():  # (apsw's stub says its __exit__ may swallow: it never does)
+                    out = self._read_entries(lo, hi)
             except apsw.Error as exc:
                 raise self._db_error("read entries", exc) from exc
+            return out
 
     def close(self) -> None:
         with self._lock:

@@ -234,8 +234,8 @@ class RaftLog:
                 return
             if f.cancelled():
                 out.cancel()
-            elif f.exception() is not None:
-                out.set_exception(f.exception())
+            elif (exc := f.exception()) is not None:
+                out.set_exception(exc)
             else:
                 result = f.result()[1]
                 if isinstance(result, BaseException):

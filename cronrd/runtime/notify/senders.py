@@ -213,6 +213,7 @@ async def _command(n: Notifier, event: dict, body: bytes) -> str:
             start_new_session=True, cwd="/")
     except OSError as exc:
         raise SendError(f"cannot start the command: {exc.strerror or exc}") from None
+    assert proc.stdin is not None and proc.stderr is not None  # (PIPE both)
     try:
         try:
             proc.stdin.write(body)

@@ -329,12 +329,12 @@ class Transport:
         A peer whose address changed keeps its queue and re-dials the new address."""
         for pid in list(self._peers):
             if pid not in peers or pid == self.node_id:
-                p = self._peers.pop(pid)
-                p.writer = None
-                if p.task is not None:
-                    p.task.cancel()
-                p.queue.clear()
-                p.qbytes = 0
+                gone = self._peers.pop(pid)
+                gone.writer = None
+                if gone.task is not None:
+                    gone.task.cancel()
+                gone.queue.clear()
+                gone.qbytes = 0
                 log.info("node %s: peer %s removed", self.node_id, pid)
         self._peer_ips = {pid: ip for pid, ip in self._peer_ips.items() if pid in peers}
         self._configured_ips = {_ip(a[0]) for pid, a in peers.items() if pid != self.node_id}
@@ -735,6 +735,7 @@ class Transport:
         old = self._incoming_by_peer.get(peer)
         if old is not None:
             # The peer re-dialled: its previous connection is dead from its side.
+            assert old.writer is not None  # (an accepted connection has its writer)
             old.writer.transport.abort()
         self._incoming_by_peer[peer] = conn
         if peer not in self._peers and peer not in self.unknown_peers_seen:

@@ -22,7 +22,7 @@ import logging
 import os
 import resource
 import signal
-from typing import Callable
+from typing import Callable, cast
 
 from ...config import Config
 from ...decisions import overlap
@@ -153,12 +153,13 @@ class Executor:
 
     def _on_effect(self, eff: Effect) -> None:
         if isinstance(eff, (JobsChanged, JobSourceMoved)):  # its spec names its file
-            self._specs.pop(eff.job, None)
+            if eff.job is not None:  # (popping None is a no-op)
+                self._specs.pop(eff.job, None)
             return
         if isinstance(eff, StateRestored):  # a snapshot replaced the state
             self._specs.clear()
-            for run in Q.runs_for_node(self.conn, self.node_id, ("assigned",)):
-                self.schedule(run)
+            for assigned in Q.runs_for_node(self.conn, self.node_id, ("assigned",)):
+                self.schedule(assigned)
             return
         run = eff.run
         if run is None or run.node != self.node_id:
@@ -256,6 +257,7 @@ class Executor:
                               exit_code=act.exit_code)
             return
         act.secret = secret
+        assert act.gate is not None  # spawn() put it at its gate
         self.flight.add(act)
         act.gate.runs.append(act)
         if self.claims is not None and act.gate.claiming:
@@ -270,12 +272,14 @@ class Executor:
             log.warning("event=claims_withheld count=%d reason=\"node %s %s\"",
                         len(acts if acts is not None else gate.runs), self.node_id, fenced)
             return
+        assert self.claims is not None  # a cluster's gates only claim
         self.claims.want(acts if acts is not None else gate.runs)
 
     def _admit(self, act: ActiveRun) -> str | None:
         """The overlap policy, decided at the fire time against the runs of the
         same job that are running here, and (in a cluster) those the
         replicated state shows running on other nodes."""
+        assert act.spec is not None  # at its gate: prepared with its spec
         others = [a for a in self.flight.of_job(act.run.job)
                   if a is not act and a.life.started]
         # Alone, nothing runs elsewhere: no query on the path to the gate.
@@ -339,6 +343,7 @@ class Executor:
         gate.open(len(go))
         for act in go:
             self.started_count += 1
+            assert act.spec is not None  # at its gate: prepared with its spec
             if act.spec.timeout:
                 self.arm_timeout(act, act.spec.timeout)
             self._report_started(act)
@@ -349,6 +354,7 @@ class Executor:
 
     def arm_timeout(self, act: ActiveRun, left: float) -> None:
         """Stop the run when its job's timeout is up, ``left`` seconds from now."""
+        assert act.spec is not None  # (a job with a timeout)
         act.timers.append(asyncio.get_running_loop().call_later(
             max(0.0, left), self.apply, act, L.Stop(
                 "timed_out", f"timed out after {act.spec.timeout:g}s (timeout)")))
@@ -463,6 +469,7 @@ class Executor:
     def _cgroup_note(self, act: ActiveRun, note: str | None) -> str | None:
         """A run's end, in its cgroup: did the memory limit kill any of its
         processes (then say so), and the cgroup goes."""
+        assert self.cgroups is not None  # asked only with cgroups
         killed = self.cgroups.oom_killed(act.key)
         self.cgroups.remove(act.key)
         if not killed:
@@ -522,9 +529,10 @@ class Executor:
             if isinstance(result, dict) and result.get("cancel"):
                 self.apply(act, L.Stop("cancelled", "cancelled while starting"))
         run = act.run
-        self.reporter.propose(C.RunStarted(run_id=run.run_id, token=run.token,
+        # (assigned here, so it has its token; started, so its life has its start)
+        self.reporter.propose(C.RunStarted(run_id=run.run_id, token=cast(int, run.token),
                                            node=self.node_id, pid=act.life.pid,
-                                           started_at=act.life.started_at,
+                                           started_at=cast(float, act.life.started_at),
                                            log_path=act.log_path, secret=act.secret),
                               on_result=on_result)
 

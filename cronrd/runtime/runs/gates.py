@@ -29,8 +29,11 @@ class _Life(Protocol):
 class Waiter(Protocol):
     """What a gate knows of a run waiting at it (active.ActiveRun is one):
     its life (ready to pass?) and its gate."""
-    life: _Life
-    gate: "Gate | None"
+    @property
+    def life(self) -> _Life: ...
+
+    @property
+    def gate(self) -> "Gate | None": ...
 
 READY_WAIT = 2.0  # longest a gate waits for a run prepared at or before its time to be ready
 CLAIM_WAIT = 10.0  # ... and for the claims of runs that are ready (a cluster short of CPU
@@ -168,6 +171,7 @@ class Gates:
             gate.waiting = True
             gate.handle = loop.call_later(left, self._due, gate)
             return
+        assert gate.handle is not None  # the timer that is due (at() or the wait above)
         gate.handle.cancel()
         self.by_due.pop(gate.due, None)
         self.release(gate)

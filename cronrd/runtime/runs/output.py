@@ -263,6 +263,7 @@ def read(files: Files, pos: int, size: int, running: bool = False
 def _pread_piece(files: Files, p: Piece, skip: int, n: int) -> bytes:
     if p.source == "log":
         return os.pread(files.log, n, p.where + skip)
+    assert files.tail is not None  # a piece of the ring: pieces() reads it only from the tail
     out, at = [], p.where + skip
     while n > 0:
         at %= p.ring
@@ -297,4 +298,5 @@ def open_files(dir_fd: int, name: str) -> Files:
         return fd
 
     log = one("")
+    assert log is not None  # the log itself: one() raises without it
     return Files(log, one(IDX), one(TAIL), one(TIDX))

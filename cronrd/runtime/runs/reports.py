@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, cast
 
 from ...errors import CronrdError
 from ...state import commands as C
@@ -35,7 +35,8 @@ def finished(run: Run, node: str, state: str, at: float, *, reason: str | None,
              exit_code: int | None = None, signal: int | None = None,
              not_started: bool = False, pid: int | None = None) -> C.RunFinished:
     """The report that ``run`` (this node's attempt, by its token) ended."""
-    return C.RunFinished(run_id=run.run_id, token=run.token, node=node, state=state,
+    # (a run of this node: assigned to it, so it has its token)
+    return C.RunFinished(run_id=run.run_id, token=cast(int, run.token), node=node, state=state,
                          exit_code=exit_code, signal=signal, started_at=started_at,
                          finished_at=at, log_path=log_path, reason=reason,
                          not_started=not_started, pid=pid)
@@ -54,6 +55,7 @@ def run_ended(act: ActiveRun, rep: L.Report, node: str, now: float, log_dir: str
     if note:
         reason = f"{reason}; {note}" if reason else note
     if act.life.started:
+        assert act.life.started_at is not None  # a started run's life has its start
         log.log(logging.DEBUG if rep.state == "succeeded" else logging.INFO,
                 "event=run_finished job=%s run=%d state=%s exit_code=%s signal=%s "
                 "duration_s=%.3f", run.job, run.run_id, rep.state, rep.exit_code,
@@ -130,6 +132,7 @@ class Reporter:
             while self._unwritten:
                 await asyncio.sleep(0)   # the rest of this turn's results join
                 batch, self._unwritten = self._unwritten, []
+                items: Sequence[int | None]
                 try:
                     items = await self.outbox.write([cmd for cmd, _, _ in batch])
                 except Exception as exc:
@@ -141,13 +144,14 @@ class Reporter:
     def _write_now(self) -> None:
         """At shutdown, what is left, written on the loop."""
         batch, self._unwritten = self._unwritten, []
+        items: Sequence[int | None]
         try:
             items = self.outbox.add_many([cmd for cmd, _, _ in batch])
         except Exception as exc:
             items = _write_failed(batch, exc)
         self._start_all(batch, items)
 
-    def _start_all(self, batch: list[tuple], items: list) -> None:
+    def _start_all(self, batch: list[tuple], items: Sequence[int | None]) -> None:
         for (cmd, record, on_result), item in zip(batch, items):
             self._start(cmd, item, record, on_result)
 

@@ -158,6 +158,7 @@ def _settle(ex: "Executor", run: Run, settle: R.Settle) -> str:
                                             node=ex.node_id), run.run_id, ex.node_id)
     ex.adopt(act, report_start=run.state == "assigned")
     if spec is not None and spec.timeout:
+        assert act.life.started_at is not None  # given above
         ex.arm_timeout(act, spec.timeout - (now - act.life.started_at))
     log.info("event=run_adopted job=%s run=%d pid=%d supervisor=%d", run.job, run.run_id,
              act.life.pid, act.sup_pid)
@@ -165,6 +166,7 @@ def _settle(ex: "Executor", run: Run, settle: R.Settle) -> str:
 
 
 def _watch_supervisor(ex: "Executor", act: ActiveRun, rec: records.Record) -> bool:
+    assert rec.sup is not None  # adopted: its supervisor is alive (recovery.py)
     try:
         fd = os.pidfd_open(rec.sup)
     except OSError:

@@ -108,6 +108,7 @@ class Spawner:
         if self._notify is None:
             self.start_listening()
         loop = asyncio.get_running_loop()
+        assert self._notify is not None  # start_listening() made it
         loop.add_reader(self._notify.fileno(), self._accept)
         self._ensure_server()
 

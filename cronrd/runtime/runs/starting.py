@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import Sequence
 
 from ...errors import CronrdError
 from ...jobspec import JobSpec
@@ -42,7 +43,7 @@ def over_cap(flight: InFlight, run: Run, spec: JobSpec, node_id: str,
     return None
 
 
-def refused_source(conn, node_id: str, accept: list[str] | None, job: str) -> str | None:
+def refused_source(conn, node_id: str, accept: Sequence[str] | None, job: str) -> str | None:
     """accept_jobs_from: why this node will not run ``job`` (defined only
     by nodes it does not take jobs from), or None."""
     if accept is None:
@@ -110,6 +111,7 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
         os.close(logfd)
         os.close(dirfd)
         if cgroup is not None:
+            assert cgroups is not None  # run_cgroup() made it there
             cgroups.remove(key)
         return NotStarted(msg, log_path)
     gate = gates.at(run.due_at or now)
@@ -123,6 +125,7 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
         msg = f"cannot start the run: {exc}"
         say(logfd, f"cronrd: {msg}\n")
         if cgroup is not None:
+            assert cgroups is not None  # run_cgroup() made it there
             cgroups.remove(key)
         return NotStarted(msg, log_path, exit_code=127)
     finally:

@@ -57,7 +57,7 @@ from ..clock import Clock
 from . import output as O
 
 try:
-    from . import _supervise as _native
+    from . import _supervise as _native  # type: ignore[attr-defined]  # C (_supervise.c): no stub
 except ImportError:  # not built (no C compiler at install): the Python supervisor
     _native = None
 
@@ -172,6 +172,7 @@ class _Supervisor:
                     # Python timeout would refuse it at once as EAGAIN).
                     self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SNDTIMEO)
                     self.sock.connect(self.notify_path)
+                assert self.sock is not None  # made just now, or kept from before
                 self.sock.sendall(msg)
                 return
             except (TimeoutError, BlockingIOError):
@@ -603,7 +604,7 @@ def _linger() -> None:
 def _reap(*_) -> None:
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, _status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
@@ -677,6 +678,7 @@ class Zygote:
         data = b"".join(os.fsencode(f) + b"\0" for f in fields)
         if len(data) > MAX_REQUEST:
             raise ValueError(f"spawn request of {len(data)} bytes is over {MAX_REQUEST}")
+        assert self.sock is not None  # _start() made it
         try:
             socket.send_fds(self.sock, [data], fds)
             msg, rfds, _, _ = socket.recv_fds(self.sock, 512, 1)
@@ -758,6 +760,7 @@ def serve(fd: int) -> int:
             return 1
         if not msg:
             return 0
+        reply: dict[str, object]
         try:
             req = json.loads(msg)
             if len(fds) not in (3, 4):
