@@ -176,8 +176,10 @@ class Offline:
         return view
 
     def h_runs(self, args: dict, on_message) -> dict:
+        from .ops import requests as R
+        from .ops import typed
         from .runtime.control.reads import runs_listing
-        return runs_listing(self.conn, args, self.config.timezone,
+        return runs_listing(self.conn, typed.parse(R.ListRuns, args), self.config.timezone,
                             int(self._meta("applied_index") or 0))
 
     def h_run(self, args: dict, on_message) -> dict:

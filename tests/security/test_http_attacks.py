@@ -71,8 +71,8 @@ class FakeHandlers:
     def table(self):
         return {}
 
-    async def h_jobs(self, args):
-        names = [n for n in JOBS if args.get("match") is None or sql_glob(n, args["match"])]
+    async def h_jobs(self, req):  # a ListJobs (ops/requests.py)
+        names = [n for n in JOBS if req.match is None or sql_glob(n, req.match)]
         return {"jobs": [{"name": n, "paused": False, "enabled": True, "last_run": None,
                           "next_fire": None} for n in names], "next": None}
 
@@ -89,9 +89,8 @@ class FakeHandlers:
             if isinstance(v, (int, float)) and not -2 ** 63 <= v < 2 ** 63:
                 raise OverflowError("int too big to convert")
 
-    async def h_runs(self, args):
-        from cronrd.runtime.control.reads import _time  # the real parsing of the times
-        self.bind(args.get("before"), _time(args, "since"), _time(args, "until"))
+    async def h_runs(self, req):  # a ListRuns: its times parsed at the edge (ops/typed.py)
+        self.bind(req.before, req.since, req.until)
         return {"runs": []}
 
     async def h_audit(self, args):

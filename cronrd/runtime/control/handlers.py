@@ -21,6 +21,8 @@ from ...state import commands as C
 from ...model import run_states
 from ...state import queries as Q
 from ...model.run import Run
+from ...ops import typed
+from ...ops.requests import REQUESTS
 from ...state.effects import Effect, RunDone
 from ...state.machine import StateMachine
 from .access import ADMIN, JOB, READ, TOKEN, Caller, check_admin, check_job
@@ -154,6 +156,11 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
         return {name: self._guard(name, access, fn) for name, (access, fn) in table.items()}
 
     def _guard(self, name: str, access: str, fn):
+        request = REQUESTS.get(name)
+        if request is not None:
+            # A typed request (ops/requests.py): parsed here, at the edge, so
+            # the handler takes the value and never sees the socket's dict.
+            return self._typed(request, access, fn)
         if access == READ:
             async def read(args: dict, caller: Caller):
                 return await fn(args)
@@ -169,6 +176,19 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
                                   change=True)
             return await fn(args)
         return admin
+
+    @staticmethod
+    def _typed(request: type, access: str, fn):
+        if access == READ:
+            async def read(args: dict, caller: Caller):
+                return await fn(typed.parse(request, args))
+            return read
+        if access != JOB:  # pragma: no cover - a table entry this does not serve
+            raise TypeError(f"typed {access} requests are not served yet ({request.__name__})")
+
+        async def job(args: dict, caller: Caller):
+            return await fn(typed.parse(request, args), caller)
+        return job
 
     async def _authorize(self, caller: Caller, command: str, target: str, what: str,
                          check, *, change: bool) -> None:
@@ -248,7 +268,11 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
     async def _consistent(self, args: dict) -> None:
         """``--consistent``: wait until this node has applied every write the
         cluster committed before the request (ReadIndex through the leader)."""
-        if arg(args, "consistent", bool, False):
+        await self._barrier(arg(args, "consistent", bool, False))
+
+    async def _barrier(self, consistent: bool) -> None:
+        """A typed request's ``consistent`` (see _consistent)."""
+        if consistent:
             await self.log.read_barrier()
 
 

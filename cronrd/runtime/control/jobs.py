@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
@@ -16,8 +16,9 @@ from ...schedule import iso_utc
 from ...state import commands as C
 from ...state import queries as Q
 from ...model.run import Run
+from ...ops import requests as R
 from .access import Caller, check_admin
-from .server import Stream, arg
+from .server import Stream
 from .reads import job_details, job_view, pools_brief
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ else:
 UNPAGED_JOBS = 10_000   # jobs in one unpaged `jobs` answer
 
 
-MAX_PAGE = 5_000        # jobs in one page
 
 
 STREAM_PAGE = 1_000     # jobs in one message of a streamed listing
@@ -186,7 +186,7 @@ class JobRequests(_Host):
         except CronrdError:
             return None
 
-    async def h_jobs(self, args: dict):
+    async def h_jobs(self, req: R.ListJobs) -> Any:
         """The jobs by name. Paged (``limit``, and ``after``: the last name of
         the page before; the answer is ``{"jobs": [...], "next": name or
         null}``), optionally only the names matching ``match`` (shell
@@ -194,11 +194,9 @@ class JobRequests(_Host):
         message (jobs separated by ",\\n"; `jobs --json` writes them as they
         come), then ``{"jobs": count}``. Without ``limit`` or ``stream``: the
         list of every job, up to UNPAGED_JOBS (more is refused: page)."""
-        await self._consistent(args)
-        after = arg(args, "after", str, None)
-        limit = arg(args, "limit", int, None)
-        match = arg(args, "match", str, None)
-        if arg(args, "stream", bool, False):
+        await self._barrier(req.consistent)
+        limit, match = req.limit, req.match
+        if req.stream:
             return Stream(self._stream_jobs(match))
         if limit is None:
             rows = Q.jobs(self.conn, glob=match, limit=UNPAGED_JOBS + 1, as_dicts=True)
@@ -206,24 +204,19 @@ class JobRequests(_Host):
                 raise UsageError(f"more than {UNPAGED_JOBS} jobs: ask for pages (limit, after), "
                                  "as `cronrd jobs` does")
             return self._page_views(rows)
-        if not 1 <= limit <= MAX_PAGE:
-            raise UsageError(f"limit must be 1 to {MAX_PAGE}")
-        rows = Q.jobs(self.conn, after=after, glob=match, limit=limit, as_dicts=True)
+        rows = Q.jobs(self.conn, after=req.after, glob=match, limit=limit, as_dicts=True)
         return {"jobs": self._page_views(rows),
                 "next": rows[-1]["name"] if len(rows) == limit else None}
 
-    async def h_job(self, args: dict) -> dict:
+    async def h_job(self, req: R.ShowJob) -> dict[str, Any]:
         """One job as `cronrd show` prints it: the listing's fields, the
         definition, why it is paused, the problems of its file here (it runs
         its last good version), its next fire times, last and active runs."""
-        await self._consistent(args)
-        job = self._job_or_error(arg(args, "name", str, required=True))
+        await self._barrier(req.consistent)
+        job = self._job_or_error(req.name)
         view = self._job_view(job, Q.last_run(self.conn, job["name"]))
         view["spec"] = job["spec"].to_dict()
-        count = arg(args, "next", int, 5)
-        if not 0 <= count <= 100:
-            raise UsageError("next must be 0 to 100")
-        view.update(job_details(self.conn, job, view, self.clock.now(), count,
+        view.update(job_details(self.conn, job, view, self.clock.now(), req.next,
                                 [str(p) for p in self.watcher.problems
                                  if p.path == job["source"]]))
         return view
@@ -241,17 +234,15 @@ class JobRequests(_Host):
         return explain(self.conn, args, now=self.clock.now(), default_tz=self.config.timezone,
                        nodes=nodes, nodes_note=note)
 
-    async def h_graph(self, args: dict) -> dict:
-        await self._consistent(args)
+    async def h_graph(self, req: R.Graph) -> dict[str, Any]:
+        await self._barrier(req.consistent)
         from .reads import dependency_graph
-        return dependency_graph(self.conn, arg(args, "job", str, None))
+        return dependency_graph(self.conn, req.job)
 
-    async def _set_paused(self, args: dict, caller: Caller, paused: bool) -> dict:
+    async def _set_paused(self, req: R.PauseJob, caller: Caller, paused: bool) -> dict[str, Any]:
         command = "pause" if paused else "resume"
-        note = arg(args, "note", str, "")
-        if len(note) > 1000:
-            raise UsageError("the note is longer than 1000 characters; say it shorter")
-        if arg(args, "all", bool, False):
+        note = req.note
+        if req.all:
             # Every job: for root and the daemon's uid.
             what = f"cronrd {command} --all"
             await self._authorize(caller, command, "--all", what,
@@ -259,18 +250,20 @@ class JobRequests(_Host):
             return await self.log.propose(C.SetPaused(
                 name="", paused=paused, at=self.clock.now(), note=note,
                 by=caller.describe()))
-        name = arg(args, "job", str, required=True)
+        name = req.job
+        if name is None:
+            raise UsageError("missing argument 'job'")
         self._job_or_error(name)
         await self._authorize_job(caller, command, name, name, change=True)
         return await self.log.propose(C.SetPaused(name=name, paused=paused,
                                                   at=self.clock.now(), note=note,
                                                   by=caller.describe()))
 
-    async def h_pause(self, args: dict, caller: Caller) -> dict:
-        return await self._set_paused(args, caller, True)
+    async def h_pause(self, req: R.PauseJob, caller: Caller) -> dict[str, Any]:
+        return await self._set_paused(req, caller, True)
 
-    async def h_resume(self, args: dict, caller: Caller) -> dict:
-        return await self._set_paused(args, caller, False)
+    async def h_resume(self, req: R.ResumeJob, caller: Caller) -> dict[str, Any]:
+        return await self._set_paused(req, caller, False)
 
     async def h_reload(self, args: dict) -> dict:
         return await self.watcher.reload()

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...errors import CronrdError, RequestError, UsageError
+import apsw
+
+from ...errors import CronrdError, RequestError
+from ...ops import requests as R
 from ...schedule import iso_utc, make_trigger, parse_iso, parse_schedule
 from ...state import queries as Q
-from ...model import run_states
 from ...state import checkpoints, run_params
-from .server import arg
 
-RUN_KINDS = ("scheduled", "catchup", "manual", "retry", "backfill", "rerun", "upstream")
-MAX_RUNS = 100_000
 RECENT_RUNS = 10   # `cronrd show`: the last runs
 
 
@@ -42,39 +41,6 @@ def job_view(job: dict, last, default_tz: str,
     }
 
 
-def _values(args: dict, name: str, allowed: tuple[str, ...]) -> list[str] | None:
-    """A filter of one or several values ("failed,lost" or a list)."""
-    value = args.get(name)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    if not isinstance(value, list) or not value or \
-            not all(isinstance(v, str) for v in value):
-        raise UsageError(f"argument {name!r} must be a name or a list of names")
-    for v in value:
-        if v not in allowed:
-            raise UsageError(f"unknown {name} {v!r}; use one of {', '.join(allowed)}")
-    return value
-
-
-def _time(args: dict, name: str) -> float | None:
-    """A time argument: epoch seconds or ISO 8601."""
-    value = args.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise UsageError(f"argument {name!r} must be a time")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(parse_iso(value))
-        except CronrdError as exc:
-            raise UsageError(f"{name}: {exc}") from None
-    raise UsageError(f"argument {name!r} must be a time (ISO 8601 or epoch seconds)")
-
-
 def need_job_or_history(conn, job: str) -> None:
     """Refuse a job name that is neither defined nor in the history."""
     if Q.jobs(conn, name=job) or Q.job_has_runs(conn, job):
@@ -82,20 +48,14 @@ def need_job_or_history(conn, job: str) -> None:
     raise RequestError(f"no job named {job!r}; `cronrd jobs` lists the known jobs")
 
 
-def runs_listing(conn, args: dict, default_tz: str, applied_index: int) -> dict:
+def runs_listing(conn: apsw.Connection, req: R.ListRuns, default_tz: str,
+                 applied_index: int) -> dict[str, Any]:
     """`cronrd runs`: the newest runs matching the filters (job, state,
     kind, node, fire times in [since, until), run ids below ``before``),
     each with its job's time zone; and the recorded gaps of skipped fire
     times when skipped runs are asked for."""
-    job = arg(args, "job", str)
-    states = _values(args, "state", run_states.ALL)
-    kinds = _values(args, "kind", RUN_KINDS)
-    node = arg(args, "node", str)
-    since, until = _time(args, "since"), _time(args, "until")
-    before = arg(args, "before", int)
-    limit = arg(args, "limit", int, 50)
-    if not 1 <= limit <= MAX_RUNS:
-        raise UsageError(f"limit must be between 1 and {MAX_RUNS}")
+    job, states, kinds, node = req.job, req.state, req.kind, req.node
+    since, until, before, limit = req.since, req.until, req.before, req.limit
     if job is not None:
         need_job_or_history(conn, job)
     runs = Q.list_runs(conn, job, states, limit, kind=kinds, node=node, since=since,
@@ -236,7 +196,7 @@ def dependency_graph(conn, job: str | None = None) -> dict:
 
 
 __all__ = ["job_view", "runs_listing", "job_details", "next_fires", "need_job_or_history",
-           "dependency_graph", "RUN_KINDS", "RECENT_RUNS"]
+           "dependency_graph", "RECENT_RUNS"]
 
 
 def pools_view(conn, config=None) -> dict:

@@ -3,16 +3,18 @@ attempts), cancel."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...errors import CronrdError, RequestError, UsageError
+from ...jobspec import JobSpec
 from ...jobspec.params import check_run_params
+from ...ops import requests as R
 from ...state import commands as C
 from ...model import run_states
 from ...state import run_params
 from ...state import queries as Q
 from .access import Caller
-from .server import Stream, arg
+from .server import Stream
 from .reads import runs_listing
 
 if TYPE_CHECKING:
@@ -21,14 +23,11 @@ else:
     _Host = object  # at run time Handlers (handlers.py) is the host: the MRO is unchanged
 
 
-def run_now_inputs(job: str, spec, args: dict) -> tuple[dict[str, str], str]:
+def run_now_inputs(job: str, spec: JobSpec, req: R.RunNow) -> tuple[dict[str, str], str]:
     """`run-now --param NAME=VALUE --key KEY`: the values checked against the
     job's params: (canonical text) and the key; UsageError naming what is
     wrong and what is allowed."""
-    given = arg(args, "params", dict, {})
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
-        raise UsageError("argument 'params' must map parameter names to strings")
-    key = arg(args, "key", str, "")
+    given, key = req.params, req.key
     if key:
         problem = run_params.key_problem(key)
         if problem:
@@ -41,13 +40,13 @@ def run_now_inputs(job: str, spec, args: dict) -> tuple[dict[str, str], str]:
 class RunRequests(_Host):
     """The runs part of Handlers (handlers.py): its state, log and guard."""
 
-    async def h_runs(self, args: dict) -> dict:
-        await self._consistent(args)
-        return runs_listing(self.conn, args, self.config.timezone, Q.applied_index(self.conn))
+    async def h_runs(self, req: R.ListRuns) -> dict[str, Any]:
+        await self._barrier(req.consistent)
+        return runs_listing(self.conn, req, self.config.timezone, Q.applied_index(self.conn))
 
-    async def h_run(self, args: dict) -> dict:
-        await self._consistent(args)
-        run_id = arg(args, "run_id", int, required=True)
+    async def h_run(self, req: R.ShowRun) -> dict[str, Any]:
+        await self._barrier(req.consistent)
+        run_id = req.run_id
         run = Q.get_run(self.conn, run_id)
         if run is None:
             raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
@@ -60,12 +59,12 @@ class RunRequests(_Host):
             view["lineage"] = consumed  # the parent runs it consumed
         return view
 
-    async def h_run_now(self, args: dict, caller: Caller):
-        name = arg(args, "job", str, required=True)
+    async def h_run_now(self, req: R.RunNow, caller: Caller) -> Any:
+        name = req.job
         job = self._job_or_error(name)
         await self._authorize_job(caller, "run_now", name, name, change=True)
-        wait = bool(arg(args, "wait", bool, False))
-        params, key = run_now_inputs(name, job["spec"], args)
+        wait = req.wait
+        params, key = run_now_inputs(name, job["spec"], req)
         # The leader places it (node ""), honouring run_on.
         res = await self.log.propose(C.ManualRun(job=name, node="", at=self.clock.now(),
                                                  params=params, key=key))
@@ -87,16 +86,18 @@ class RunRequests(_Host):
                 return
             run_id = nxt
 
-    async def h_cancel(self, args: dict, caller: Caller) -> dict:
+    async def h_cancel(self, req: R.CancelRun, caller: Caller) -> dict[str, Any]:
         """Cancel run ``run_id``, or every active run of ``job``. A run
         stops with its job's kill_grace; a cancelled run is not retried."""
-        job = arg(args, "job", str)
+        job = req.job
         if job is not None:
             self._job_or_error(job)
             await self._authorize_job(caller, "cancel", job, job, change=True)
             runs = Q.active_runs_of(self.conn, job)
         else:
-            run_id = arg(args, "run_id", int, required=True)
+            run_id = req.run_id
+            if run_id is None:
+                raise UsageError("missing argument 'run_id'")
             run = Q.get_run(self.conn, run_id)
             if run is None:
                 raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent "

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from aiohttp import web
 
 from ...errors import CronrdError, PermissionDenied, UsageError
+from ...ops import requests as R
+from ...ops import typed
 from ...state.tokens import job_allowed, sql_glob
 
 if TYPE_CHECKING:
@@ -41,6 +43,10 @@ class Route:
     params: tuple[tuple[str, str], ...] = ()   # (query parameter, description)
     responses: dict = field(default_factory=lambda: {"200": {"description": "OK"}})
     auth: str | None = None     # role None but authenticated otherwise: "hmac" (http/hooks.py)
+    # The typed request (ops/requests.py) the route builds: the schemas of its
+    # query parameters, and of the JSON body's fields named in ``body``.
+    request: type | None = None
+    body: tuple[str, ...] = ()
 
 
 def encode_cursor(value: dict) -> str:
@@ -117,9 +123,10 @@ class ReadRoutes:
     def routes(self) -> list[tuple[Route, Handler]]:
         return [
             (Route("GET", "/api/v1/jobs", "The jobs by name, a page at a time.", "viewer",
-                   self.JOB_PARAMS), self.jobs),
+                   self.JOB_PARAMS, request=R.ListJobs), self.jobs),
             (Route("GET", "/api/v1/runs", "The runs, newest first, a page at a time, "
-                   "with filters.", "viewer", self.RUN_PARAMS), self.runs),
+                   "with filters.", "viewer", self.RUN_PARAMS, request=R.ListRuns),
+             self.runs),
         ]
 
     async def jobs(self, request: web.Request) -> web.Response:
@@ -132,9 +139,10 @@ class ReadRoutes:
         match = request.query.get("match") or None
         if match is not None and len(match) > MAX_PATTERN:
             raise UsageError(f"match is a pattern of at most {MAX_PATTERN} characters")
-        res = await self.reads.h_jobs({"limit": limit, "after": after,
-                                       "match": sql_glob(glob) if glob else match,
-                                       "consistent": consistent(request)})
+        # (values checked here already: the request is built, not parsed)
+        res = await self.reads.h_jobs(R.ListJobs(limit=limit, after=after,
+                                                 match=sql_glob(glob) if glob else match,
+                                                 consistent=consistent(request)))
         items = res["jobs"]
         if glob:  # the token's (narrowed in SQL if it can be), the caller's here
             items = [j for j in items if job_allowed(glob, j["name"]) and
@@ -155,8 +163,8 @@ class ReadRoutes:
                 args[k] = float(args[k])
         if glob and "job" in args and not fnmatch.fnmatchcase(args["job"], glob):
             raise PermissionDenied(f"this token may read only the jobs matching {glob!r}")
-        res = await self.reads.h_runs({**args, "limit": limit, "before": before,
-                                       "consistent": consistent(request)})
+        res = await self.reads.h_runs(typed.parse(R.ListRuns, {
+            **args, "limit": limit, "before": before, "consistent": consistent(request)}))
         runs = res["runs"]
         items = [r for r in runs if not glob or fnmatch.fnmatchcase(r["job"], glob)]
         return web.json_response({
@@ -181,15 +189,19 @@ def openapi(routes: list[Route], version: str) -> dict:
         elif r.auth == "hmac":
             op["security"] = [{"hmac": []}]
         in_path = re.findall(r"{(\w+)}", r.path)
+        typed_fields = {name: schema for name, schema, _ in typed.fields(r.request)} \
+            if r.request is not None else {}
         if r.params or in_path:
             op["parameters"] = [{"name": name, "in": "path", "required": True,
                                  "schema": {"type": "string"}} for name in in_path] + \
-                [{"name": name, "in": "query", "required": False,
-                  "description": doc, "schema": {"type": "string"}} for name, doc in r.params]
+                [{"name": name, "in": "query", "required": False, "description": doc,
+                  "schema": _query_schema(name, typed_fields)} for name, doc in r.params]
         if r.method == "POST":
             body = ({"application/yaml": {"schema": {"type": "string"}}}
                     if r.path.endswith("/validate") else
-                    {"application/json": {"schema": {"type": "object"}}})
+                    {"application/json": {"schema": {"type": "object", "properties": {
+                        name: typed_fields[name] for name in r.body}} if r.body else
+                        {"type": "object"}}})
             op["requestBody"] = {"required": False, "content": body}
         paths.setdefault(r.path, {})[r.method.lower()] = op
     return {"openapi": "3.1.0",
@@ -200,6 +212,28 @@ def openapi(routes: list[Route], version: str) -> dict:
                          "description": "sha256=HEX: HMAC-SHA256 of X-Cronrd-Timestamp + '.' "
                                         "+ the body with the hook's key (webhooks)"}}},
             "paths": paths}
+
+
+# The paging parameters of the API's lists (not the socket's: it pages by name
+# or id, the API by an opaque cursor).
+_PAGING: dict[str, dict[str, Any]] = {
+    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+    "cursor": {"type": "string"}}
+
+
+def _query_schema(name: str, typed_fields: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter's schema: the paging one, or its typed request
+    field's (a query carries text, so of a field that takes a list or a
+    number too, the text form), else a string."""
+    if name in _PAGING:
+        return _PAGING[name]
+    schema = typed_fields.get(name)
+    if schema is None:
+        return {"type": "string"}
+    text = next((alt for alt in schema.get("oneOf", ()) if alt.get("type") == "string"), None)
+    out = dict(text if text is not None else schema)
+    out.pop("description", None)  # the parameter's own says it
+    return out
 
 
 def error_response(exc: CronrdError):

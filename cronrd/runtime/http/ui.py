@@ -34,6 +34,8 @@ from ...errors import CronrdError, PermissionDenied
 from ...schedule import iso_utc, parse_iso
 from ...state import queries as Q
 from ...model import run_states
+from ...ops import requests as R
+from ...ops import typed
 from ...state.events import SLA_KINDS
 from ...state.tokens import job_allowed, role_allows, sql_glob
 from ..control.access import Caller
@@ -304,9 +306,9 @@ class UiPages:
         st = await self.reads.h_status({})
         members = await self.members(st)
         now = self.reads.clock.now()
-        running = (await self.reads.h_runs({"state": "running", "limit": PAGE}))["runs"]
-        failed = (await self.reads.h_runs({"state": "failed,lost,timed_out", "limit": 100,
-                                           "since": now - 86400}))["runs"]
+        running = (await self.reads.h_runs(R.ListRuns(state=["running"], limit=PAGE)))["runs"]
+        failed = (await self.reads.h_runs(R.ListRuns(
+            state=["failed", "lost", "timed_out"], limit=100, since=now - 86400)))["runs"]
         running = [r for r in running if job_allowed(sess.glob, r["job"])]
         failed = [r for r in failed if job_allowed(sess.glob, r["job"])]
         alerts = [a for a in (await self.reads.h_alerts({"limit": 100}))["alerts"]
@@ -328,7 +330,7 @@ class UiPages:
         if sched is not None:
             soon = sched.soonest(count, lambda n: job_allowed(sess.glob, n))
             return [{"name": n, "next_fire": iso_utc(t)} for t, n in soon], False
-        jobs = await self.reads.h_jobs({"limit": 200, "match": sql_glob(sess.glob)})
+        jobs = await self.reads.h_jobs(R.ListJobs(limit=200, match=sql_glob(sess.glob)))
         return sorted((j for j in jobs["jobs"] if j["next_fire"] and
                        job_allowed(sess.glob, j["name"])),
                       key=lambda j: j["next_fire"])[:count], jobs["next"] is not None
@@ -342,8 +344,9 @@ class UiPages:
         user = request.query.get("user", "").strip()
         after = request.query.get("after") or None
         match = q if any(c in q for c in "*?[") else (f"*{q}*" if q else None)
-        res = await self.reads.h_jobs({"limit": PAGE, "after": after,
-                                       "match": sql_glob(sess.glob) if sess.glob else match})
+        # (checked here: a search of MAX_PATTERN characters is matched as *q*)
+        res = await self.reads.h_jobs(R.ListJobs(
+            limit=PAGE, after=after, match=sql_glob(sess.glob) if sess.glob else match))
         items = res["jobs"]
         if sess.glob:
             items = [j for j in items if job_allowed(sess.glob, j["name"]) and
@@ -370,9 +373,9 @@ class UiPages:
     async def job(self, request, sess):
         name = request.match_info["name"]
         self.check_job(sess, name)
-        job = await self.reads.h_job({"name": name, "next": 10})
+        job = await self.reads.h_job(R.ShowJob(name=name, next=10))
         before = _int(request.query.get("before"))
-        runs = (await self.reads.h_runs({"job": name, "limit": 200, "before": before}))["runs"]
+        runs = (await self.reads.h_runs(R.ListRuns(job=name, limit=200, before=before)))["runs"]
         grid: dict[str, dict[int, dict]] = {}
         for r in runs:
             grid.setdefault(r["fire_time"], {})[r["attempt"]] = r
@@ -400,7 +403,8 @@ class UiPages:
         if "job" in args:
             self.check_job(sess, args["job"])
         before = _int(request.query.get("before"))
-        res = await self.reads.h_runs({**args, "limit": PAGE, "before": before})
+        res = await self.reads.h_runs(typed.parse(R.ListRuns, {**args, "limit": PAGE,
+                                                               "before": before}))
         runs = res["runs"]
         items = [r for r in runs if job_allowed(sess.glob, r["job"])]
         nxt = "/runs?" + urlencode({**args, "before": runs[-1]["run_id"]}) \
@@ -411,9 +415,9 @@ class UiPages:
     @page()
     async def run(self, request, sess):
         run_id = _id(request)
-        run = await self.reads.h_run({"run_id": run_id})
+        run = await self.reads.h_run(R.ShowRun(run_id=run_id))
         self.check_job(sess, run["job"])
-        attempts = (await self.reads.h_runs({"job": run["job"], "limit": 100}))["runs"]
+        attempts = (await self.reads.h_runs(R.ListRuns(job=run["job"], limit=100)))["runs"]
         attempts = sorted((r for r in attempts if r["fire_time"] == run["fire_time"]),
                           key=lambda r: r["attempt"])
         return self.render(request, "run.html", sess, run=run, attempts=attempts,
@@ -460,7 +464,7 @@ class UiPages:
         job = request.query.get("job") or None
         if job:
             self.check_job(sess, job)
-        g = await self.reads.h_graph({"job": job} if job else {})
+        g = await self.reads.h_graph(R.Graph(job=job))
         jobs = [j for j in g["jobs"] if job_allowed(sess.glob, j["name"])]
         names = {j["name"] for j in jobs}
         edges = [e for e in g["edges"] if e[0] in names and e[1] in names]
@@ -535,21 +539,22 @@ class UiPages:
                 if not eq:
                     raise UiError(400, f"parameter line {line!r} is not NAME=VALUE")
                 params[key.strip()] = value.strip()
-        res = await self.reads.h_run_now({"job": name, "params": params},
+        res = await self.reads.h_run_now(R.RunNow(job=name, params=params),
                                          token_caller(sess.token))
         raise web.HTTPSeeOther(f"/runs/{res['run_id']}")
 
     @action()
     async def act_pause(self, request, sess, form):
         name = self._job_target(request, sess)
-        await self.reads.h_pause({"job": name, "note": str(form.get("note", ""))},
+        await self.reads.h_pause(typed.parse(R.PauseJob, {"job": name,
+                                                          "note": str(form.get("note", ""))}),
                                  token_caller(sess.token))
         raise web.HTTPSeeOther(f"/jobs/{quote(name, safe='')}")
 
     @action()
     async def act_resume(self, request, sess, form):
         name = self._job_target(request, sess)
-        await self.reads.h_resume({"job": name}, token_caller(sess.token))
+        await self.reads.h_resume(R.ResumeJob(job=name), token_caller(sess.token))
         raise web.HTTPSeeOther(f"/jobs/{quote(name, safe='')}")
 
     @action()
@@ -582,7 +587,7 @@ class UiPages:
         run = Q.get_run(self.reads.conn, run_id)
         if run is not None:
             self.check_job(sess, run.job)
-        await self.reads.h_cancel({"run_id": run_id}, token_caller(sess.token))
+        await self.reads.h_cancel(R.CancelRun(run_id=run_id), token_caller(sess.token))
         raise web.HTTPSeeOther(f"/runs/{run_id}")
 
     @action()

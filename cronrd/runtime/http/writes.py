@@ -34,6 +34,9 @@ from ...state import queries as Q
 from ...state import tokens as T
 from ...state.node_drains import drained
 from ...model.run import SELECT as RUN_SELECT, Run
+from ...ops import requests as R
+from ...ops import typed
+from ...ops.requests import PauseJob, ResumeJob, RunNow, ShowJob
 from ...state.tokens import job_allowed
 from ..control.access import Caller, check_token_sees
 from ..control.logs import LOG_CHUNK, read_log_chunk
@@ -187,20 +190,22 @@ class ApiRoutes:
                    _JSON_BODY), p(self.undrain)),
             (Route("GET", J, "One job: its spec, source file and line, state, next fire "
                    "times (?next=N, default 5), recent and active runs.", "viewer",
-                   (("next", "how many next fire times, 0 to 100"),)), self.job),
+                   (("next", "how many next fire times, 0 to 100"),), request=ShowJob),
+             self.job),
             (Route("GET", J + "/explain", "Why the job fired or not at a time.", "viewer",
                    (("at", "the fire time (RFC 3339); default: the last one"),
                     ("next", "true: its next fire time"))), self.explain),
             (Route("POST", J + "/pause", "Pause the job. Body: {note}.", "operator", (),
-                   _JSON_BODY), p(self.pause)),
-            (Route("POST", J + "/resume", "Resume the job.", "operator", (), _JSON_BODY),
-             p(self.resume)),
+                   _JSON_BODY, request=PauseJob, body=("note",)), p(self.pause)),
+            (Route("POST", J + "/resume", "Resume the job.", "operator", (), _JSON_BODY,
+                   request=ResumeJob, body=("note",)), p(self.resume)),
             (Route("GET", J + "/graph", "The job's ancestors and descendants.", "viewer"),
              self.job_graph),
             (Route("GET", API + "/graph", "The dependency graph (the token's jobs).",
                    "viewer"), self.graph),
             (Route("POST", J + "/run", "Run the job now. Body: {params: {NAME: VALUE}, "
-                   "key}.", "operator", (), _JSON_BODY), p(self.run_now)),
+                   "key}.", "operator", (), _JSON_BODY, request=RunNow,
+                   body=("params", "key")), p(self.run_now)),
             (Route("POST", J + "/rerun", "A new attempt of the fire time at. Body: {at, "
                    "downstream, dry_run}.", "operator", (), _JSON_BODY), p(self.rerun)),
             (Route("GET", R, "One run: its attempts, parameters, lineage.", "viewer"),
@@ -290,7 +295,7 @@ class ApiRoutes:
         if not whole_number(text):
             raise UsageError(f"next must be a whole number 0 to 100 (got {text!r})")
         self._exists(name)
-        view = await self.h.h_job({"name": name, "next": int(text)})
+        view = await self.h.h_job(typed.parse(R.ShowJob, {"name": name, "next": int(text)}))
         view["source_line"] = self._source_line(name, view.get("source") or "")
         return _json(view)
 
@@ -333,15 +338,16 @@ class ApiRoutes:
         return _json(await self.h.h_explain(args))
 
     async def pause(self, request: web.Request, body: dict) -> web.Response:
-        return await self._pause(request, body, self.h.h_pause)
+        return await self._pause(request, body, self.h.h_pause, R.PauseJob)
 
     async def resume(self, request: web.Request, body: dict) -> web.Response:
-        return await self._pause(request, body, self.h.h_resume)
+        return await self._pause(request, body, self.h.h_resume, R.ResumeJob)
 
-    async def _pause(self, request, body, fn) -> web.Response:
+    async def _pause(self, request, body, fn, request_type: type) -> web.Response:
         name = request.match_info["name"]
         self._exists(name)
-        res = await fn({"job": name, "note": _str(body.get("note"), "note")},
+        res = await fn(typed.parse(request_type, {"job": name, "note": _str(body.get("note"),
+                                                                             "note")}),
                        self.caller(request))
         return _json({"job": name, **(res if isinstance(res, dict) else {})})
 
@@ -349,11 +355,11 @@ class ApiRoutes:
         await self.consistent(request)
         name = request.match_info["name"]
         self.sees(request, name, f"GET /api/v1/jobs/{name}/graph")
-        return _json(self._only_seen(request, await self.h.h_graph({"job": name})))
+        return _json(self._only_seen(request, await self.h.h_graph(R.Graph(job=name))))
 
     async def graph(self, request: web.Request) -> web.Response:
         await self.consistent(request)
-        return _json(self._only_seen(request, await self.h.h_graph({})))
+        return _json(self._only_seen(request, await self.h.h_graph(R.Graph())))
 
     def _only_seen(self, request, graph: dict) -> dict:
         glob = self.glob(request)
@@ -373,7 +379,7 @@ class ApiRoutes:
         args = {"job": name, "params": params}
         if body.get("key") is not None:
             args["key"] = _str(body.get("key"), "key")
-        res = await self.h.h_run_now(args, self.caller(request))
+        res = await self.h.h_run_now(typed.parse(R.RunNow, args), self.caller(request))
         return _json({"job": name, **res}, status=202)
 
     async def rerun(self, request: web.Request, body: dict) -> web.Response:
@@ -399,7 +405,7 @@ class ApiRoutes:
     async def run(self, request: web.Request) -> web.Response:
         await self.consistent(request)
         run = self._run_of(request, f"GET {request.path}")
-        view = await self.h.h_run({"run_id": run.run_id})
+        view = await self.h.h_run(R.ShowRun(run_id=run.run_id))
         view["timezone"] = self._job_zone(run.job)
         # every attempt of its fire time (the run and its retries), first first
         view["attempts"] = [Run.from_row(row).view() for row in self.h.conn.execute(
@@ -412,7 +418,7 @@ class ApiRoutes:
         run_id = _int_id(request, "run_id")
         if Q.get_run(self.h.conn, run_id) is None:
             raise NotFound(f"no run with id {run_id}; GET /api/v1/runs lists the runs")
-        return _json(await self.h.h_cancel({"run_id": run_id}, self.caller(request)))
+        return _json(await self.h.h_cancel(R.CancelRun(run_id=run_id), self.caller(request)))
 
     async def run_log(self, request: web.Request) -> web.Response:
         await self.consistent(request)

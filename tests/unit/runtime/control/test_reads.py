@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cronrd.errors import RequestError, UsageError
+from cronrd.ops import requests as R
+from cronrd.ops import typed
 from cronrd.runtime.control.reads import job_details, job_view, next_fires, runs_listing
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
@@ -26,7 +28,7 @@ def log():
 
 
 def listing(log, **args):
-    return runs_listing(log.sm.conn, args, "UTC", log.index)
+    return runs_listing(log.sm.conn, typed.parse(R.ListRuns, args), "UTC", log.index)
 
 
 def test_runs_filters_by_state_kind_node_and_time(log):

@@ -149,21 +149,18 @@ class FakeReads:
         self.runs = [{"run_id": i, "job": self.jobs[i % 4]["name"]} for i in range(10, 0, -1)]
         self.asked = []
 
-    async def h_jobs(self, args):
-        self.asked.append(args)
+    async def h_jobs(self, req):  # a ListJobs (ops/requests.py), as the real handler
+        self.asked.append(req)
         import fnmatch
-        rows = [j for j in self.jobs if (args["after"] is None or j["name"] > args["after"])
-                and (args["match"] is None or fnmatch.fnmatchcase(j["name"], args["match"]))]
-        page = rows[:args["limit"]]
-        return {"jobs": page, "next": page[-1]["name"] if len(page) == args["limit"] else None}
+        rows = [j for j in self.jobs if (req.after is None or j["name"] > req.after)
+                and (req.match is None or fnmatch.fnmatchcase(j["name"], req.match))]
+        page = rows[:req.limit]
+        return {"jobs": page, "next": page[-1]["name"] if len(page) == req.limit else None}
 
-    async def h_runs(self, args):
-        self.asked.append(args)
-        if args.get("state") == "bogus":
-            from cronrd.errors import UsageError
-            raise UsageError("unknown state 'bogus'")
-        rows = [r for r in self.runs if args["before"] is None or r["run_id"] < args["before"]]
-        return {"runs": rows[:args["limit"]], "gaps": []}
+    async def h_runs(self, req):  # a ListRuns: its filters were parsed at the edge
+        self.asked.append(req)
+        rows = [r for r in self.runs if req.before is None or r["run_id"] < req.before]
+        return {"runs": rows[:req.limit], "gaps": []}
 
 
 def serve_reads(body):
@@ -196,7 +193,7 @@ def test_jobs_and_runs_page_with_a_cursor():
                              headers=bearer("v-secret"))
         doc = await r.json()
         assert [x["run_id"] for x in doc["items"]] == [10, 9, 8, 7]
-        assert reads.asked[-1]["job"] == "report" and reads.asked[-1]["since"] == 1.8e9
+        assert reads.asked[-1].job == "report" and reads.asked[-1].since == 1.8e9
         r = await client.get("/api/v1/runs", params={"limit": "4",
                                                       "cursor": doc["next_cursor"]},
                              headers=bearer("v-secret"))
@@ -255,6 +252,40 @@ def test_every_route_is_in_the_openapi_document_with_its_role():
                 assert server.roles[(method.upper(), path)] == op["x-cronrd-role"]
             else:
                 assert "security" not in op, path
+
+
+def test_the_openapi_schemas_come_from_the_typed_requests():
+    """Query parameters and JSON bodies of routes that build a typed request
+    (ops/requests.py) carry its types, bounds and names, not bare strings."""
+    async def body(client, reads):
+        return await (await client.get("/api/v1/openapi.json")).json()
+    doc, _ = serve_reads(body)
+    runs = {p["name"]: p["schema"] for p in doc["paths"]["/api/v1/runs"]["get"]["parameters"]}
+    assert runs["limit"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
+    assert runs["consistent"]["type"] == "boolean"
+    assert runs["state"]["type"] == "string"  # a query's text form: names, comma-separated
+    assert runs["cursor"] == {"type": "string"}
+    jobs = {p["name"]: p["schema"] for p in doc["paths"]["/api/v1/jobs"]["get"]["parameters"]}
+    assert jobs["match"] == {"type": "string", "maxLength": 200}
+
+
+def test_the_openapi_bodies_of_typed_writes():
+    """The write routes' bodies (http/writes.py) from their requests: run-now's
+    params map names to strings, pause's note is bounded."""
+    from cronrd.runtime.http.api import Route, openapi
+    from cronrd.ops import requests as R
+    doc = openapi([Route("POST", "/api/v1/jobs/{name}/run", "run", "operator",
+                         request=R.RunNow, body=("params", "key")),
+                   Route("POST", "/api/v1/jobs/{name}/pause", "pause", "operator",
+                         request=R.PauseJob, body=("note",)),
+                   Route("POST", "/api/v1/runs/{run_id}/cancel", "cancel", "operator")], "t")
+    schema = lambda p: doc["paths"][p]["post"]["requestBody"]["content"][  # noqa: E731
+        "application/json"]["schema"]
+    run = schema("/api/v1/jobs/{name}/run")["properties"]
+    assert run["params"]["additionalProperties"] == {"type": "string"}
+    assert run["key"]["type"] == "string" and "job" not in run  # the path names the job
+    assert schema("/api/v1/jobs/{name}/pause")["properties"]["note"]["maxLength"] == 1000
+    assert schema("/api/v1/runs/{run_id}/cancel") == {"type": "object"}
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")

@@ -10,6 +10,7 @@ import re
 from aiohttp.test_utils import TestClient, TestServer
 
 from cronrd.config import HttpConfig, HttpTLS
+from cronrd.ops import requests as R
 from cronrd.runtime.http.server import HttpServer
 from cronrd.runtime.http.session import COOKIE, csrf_token
 from cronrd.runtime.http.ui import _safe_next, layout_graph
@@ -119,7 +120,7 @@ def test_a_write_needs_the_sessions_csrf_token():
                               allow_redirects=False)
         assert r.status == 303 and r.headers["Location"] == "/runs/7"
         (what, args, caller), (what2, _, _) = reads.calls
-        assert (what, args, what2) == ("pause", {"job": "db", "note": "x"}, "run_now")
+        assert (what, args, what2) == ("pause", R.PauseJob(job="db", note="x"), "run_now")
         # the Handlers check the token's role and glob again (control/access.py)
         assert caller.name == "token:ops" and caller.uid == -1 and not caller.privileged
         assert caller.token["role"] == "operator"
@@ -146,7 +147,7 @@ def test_a_token_limited_to_some_jobs_acts_on_those_only():
         assert r.status == 403 and "backup-*" in await r.text()
         r = await client.post("/jobs/backup-db/pause", data={"csrf": csrf_token("b")},
                               headers=cookie("b"), allow_redirects=False)
-        assert r.status == 303 and [c[1]["job"] for c in reads.calls] == ["backup-db"]
+        assert r.status == 303 and [c[1].job for c in reads.calls] == ["backup-db"]
     serve(body)
 
 
