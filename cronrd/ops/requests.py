@@ -14,10 +14,11 @@ resource at a time (issue 30, point 4).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from ..model import run_states
-from .typed import Doc, MaxLen, Names, Range, Time
+from . import admin, workflows
+from .typed import Consistent, Doc, MaxLen, Names, Range, Time
 
 # The kinds of run a listing filters on (model/run.py's ``kind``).
 RUN_KINDS = ("scheduled", "catchup", "manual", "retry", "backfill", "rerun", "upstream")
@@ -25,10 +26,6 @@ MAX_RUNS = 100_000     # runs in one `runs` answer
 MAX_PAGE = 5_000       # jobs in one page of `jobs`
 MAX_NEXT = 100         # next fire times `job` shows
 MAX_PATTERN = 200      # characters of a job name pattern
-
-Consistent = Annotated[bool, Doc("wait until this node has applied every write the cluster "
-                                 "committed before the request (a read through the leader)")]
-
 
 @dataclass(frozen=True)
 class ListJobs:
@@ -132,5 +129,9 @@ class ResumeJob(PauseJob):
     OP: ClassVar[str] = "resume"
 
 
-REQUESTS: dict[str, type] = {cls.OP: cls for cls in (
-    ListJobs, ShowJob, ListRuns, ShowRun, Graph, RunNow, CancelRun, PauseJob, ResumeJob)}
+# Every typed operation by its name on the socket: these, and those of the
+# resources with modules of their own.
+TYPES: tuple[type[Any], ...] = (
+    ListJobs, ShowJob, ListRuns, ShowRun, Graph, RunNow, CancelRun, PauseJob, ResumeJob)
+REQUESTS: dict[str, type[Any]] = {
+    cls.OP: cls for cls in (*TYPES, *workflows.TYPES, *admin.TYPES)}

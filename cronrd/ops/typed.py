@@ -22,7 +22,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeVar, Union
+from typing import Annotated, Any, Mapping, TypeVar, Union
 
 from ..errors import CronrdError, UsageError
 from ..schedule import parse_iso
@@ -64,6 +64,11 @@ class Names:
 @dataclass(frozen=True)
 class Time:
     """A time: epoch seconds, or ISO 8601 text; parsed to epoch seconds."""
+
+
+# The ``consistent`` argument of a read.
+Consistent = Annotated[bool, Doc("wait until this node has applied every write the cluster "
+                                 "committed before the request (a read through the leader)")]
 
 
 @dataclass(frozen=True)
