@@ -61,8 +61,8 @@ addresses that are not members' addresses, at most ``max_per_address`` from
 any one of them, and the addresses of members (``set_peers``, and the
 address each member last connected from) have slots of their own
 (``member_slots`` each) that strangers cannot take. An admitted connection
-gives its slot back. Refusals are logged at
-most ``_REFUSAL_LOG_BURST`` times per ``_REFUSAL_LOG_INTERVAL``, then summed
+gives its slot back (the bookkeeping: admission.py). Refusals are logged at
+most ``REFUSAL_LOG_BURST`` times per ``REFUSAL_LOG_INTERVAL``, then summed
 up in one line per interval.
 """
 
@@ -82,6 +82,7 @@ from cronrd.raft.codec import (FRAME_HEADER, MAX_FRAME, CodecError, decode,
 from cronrd.raft.types import Message
 from cronrd.runtime.clock import monotonic
 from cronrd.runtime.tasks import wait_within
+from cronrd.runtime.peers.admission import RefusalLog, Slots, one_spelling
 from cronrd.runtime.peers.tls import (TransportConfigError, cert_names, cert_serial,  # noqa: F401
                                       client_context, server_context)
 
@@ -90,8 +91,6 @@ log = logging.getLogger("cronrd.transport")
 _MAX_HELLO = 1024                 # a hello is ~10 bytes; anything bigger is not one
 _BATCH_BYTES = 1024 * 1024        # at most this much per write() when coalescing
 _LOG_BAD_PER_CONN = 5
-_REFUSAL_LOG_INTERVAL = 10.0      # seconds; refusals beyond the burst are summed up
-_REFUSAL_LOG_BURST = 5
 
 STAT_NAMES = (
     "sent",                       # frames handed to a connection
@@ -199,16 +198,11 @@ class Transport:
         self.on_peer_closed: Callable[[str], None] | None = None
         self.join_token = ""                    # sent in our hello while we join with one
         self.peer_serials: dict[str, str] = {}  # member -> serial of its certificate
-        self._by_address: dict[str, int] = {}   # open incoming connections per source IP
-        self._stranger_conns = 0                # ... of which from non-member addresses
-        self._member_ips: set[str] = set()
-        self._configured_ips: set[str] = set()
-        self._peer_ips: dict[str, str] = {}      # member -> address it connected from
-        self._refusals: list[float] = []        # times of logged refusals in this interval
-        self._refusals_quiet = 0                # refusals not logged in this interval
-        self._refusal_window = 0.0
+        self._slots = Slots(max_incoming=max_incoming, max_per_address=max_per_address,
+                            member_slots=member_slots)
         self._rng = rng or random.Random()
         self._monotonic = clock.monotonic if clock is not None else monotonic
+        self._refused = RefusalLog(node_id, self._monotonic)
         self._server_ctx = server_context(tls) if tls is not None else None
         self._client_ctx = client_context(tls) if tls is not None else None
         self.stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
@@ -336,9 +330,7 @@ class Transport:
                 gone.queue.clear()
                 gone.qbytes = 0
                 log.info("node %s: peer %s removed", self.node_id, pid)
-        self._peer_ips = {pid: ip for pid, ip in self._peer_ips.items() if pid in peers}
-        self._configured_ips = {_ip(a[0]) for pid, a in peers.items() if pid != self.node_id}
-        self._member_ips = self._configured_ips | set(self._peer_ips.values())
+        self._slots.configure({pid: a for pid, a in peers.items() if pid != self.node_id})
         for pid, addr in peers.items():
             if pid == self.node_id:
                 continue
@@ -372,24 +364,6 @@ class Transport:
                 log.warning("node %s: closing the connection of %s: no longer a member",
                             self.node_id, pid)
                 conn.writer.transport.abort()
-
-    def _refused(self, where: str, why: str) -> None:
-        """Log a refused connection, at most a burst per interval; the rest
-        are summed up in one line when the interval ends."""
-        now = self._monotonic()
-        if now - self._refusal_window >= _REFUSAL_LOG_INTERVAL:
-            if self._refusals_quiet:
-                log.warning("node %s: refused %d more connections in the last %.0fs (not "
-                            "logged one by one)", self.node_id, self._refusals_quiet,
-                            now - self._refusal_window)
-            self._refusal_window = now
-            self._refusals_quiet = 0
-            self._refusals = []
-        if len(self._refusals) < _REFUSAL_LOG_BURST:
-            self._refusals.append(now)
-            log.warning("node %s: refused connection from %s: %s", self.node_id, where, why)
-        else:
-            self._refusals_quiet += 1
 
     def reachable(self, peer: str) -> bool:
         """True while an authenticated outgoing connection to ``peer`` is open."""
@@ -612,54 +586,18 @@ class Transport:
                 await asyncio.sleep(0.1)
                 continue
             where = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
-            ip = _ip(addr[0]) if isinstance(addr, tuple) else str(addr)
-            why = self._over_cap(ip)
+            ip = one_spelling(addr[0]) if isinstance(addr, tuple) else str(addr)
+            why = "shutting down" if self._closed else self._slots.refusal(ip)
             if why is not None:
                 self.stats["rejected_connections"] += 1
                 self._refused(where, why)
                 conn_sock.close()
                 continue
             conn = _Incoming(None, None)
-            conn.ip = ip
-            conn.stranger = ip not in self._member_ips
-            conn.counted = True
-            self._by_address[ip] = self._by_address.get(ip, 0) + 1
-            self._stranger_conns += conn.stranger
+            self._slots.take(conn, ip)
             self._incoming.add(conn)
             conn.task = loop.create_task(self._handle(conn, conn_sock, where),
                                          name=f"transport-{self.node_id}-in-{where}")
-
-    def _release_slot(self, conn: _Incoming) -> None:
-        """The caps count connections that have not authenticated yet: an
-        admitted member's connection no longer takes a slot (members that
-        share an address, behind NAT or on one host, are not limited)."""
-        if not conn.counted:
-            return
-        conn.counted = False
-        left = self._by_address.get(conn.ip, 1) - 1
-        if left > 0:
-            self._by_address[conn.ip] = left
-        else:
-            self._by_address.pop(conn.ip, None)
-        self._stranger_conns -= conn.stranger
-
-    def _over_cap(self, ip: str) -> str | None:
-        """Why a new connection from ``ip`` is refused, or None. Members'
-        addresses have their own slots, so strangers filling theirs cannot
-        keep a member out."""
-        if self._closed:
-            return "shutting down"
-        have = self._by_address.get(ip, 0)
-        if ip in self._member_ips:
-            if have >= self.member_slots:
-                return f"{have} connections already open from this member's address"
-            return None
-        if have >= self.max_per_address:
-            return f"{have} connections already open from {ip} (max_per_address)"
-        if self._stranger_conns >= self.max_incoming:
-            return (f"{self._stranger_conns} connections from non-member addresses already "
-                    "open; members' addresses keep their own slots")
-        return None
 
     async def _handle(self, conn: _Incoming, sock: socket.socket, where: str) -> None:
         loop = asyncio.get_running_loop()
@@ -689,7 +627,7 @@ class Transport:
             log.exception("node %s: error on connection from %s", self.node_id, where)
         finally:
             self._incoming.discard(conn)
-            self._release_slot(conn)
+            self._slots.release(conn)
             if conn.peer is not None and self._incoming_by_peer.get(conn.peer) is conn:
                 del self._incoming_by_peer[conn.peer]
                 if not self._closed and self.on_peer_closed is not None:
@@ -722,14 +660,11 @@ class Transport:
             self._refused(f"{peer} ({where})", why)
             return
         conn.peer = peer
-        self._release_slot(conn)
+        self._slots.release(conn)
         if serial:
             self.peer_serials[peer] = serial
-        if peer in self._peers and self._peer_ips.get(peer) != conn.ip:
-            # A member's source address gets member slots from now on (its
-            # configured address may be a host name, or another interface).
-            self._peer_ips[peer] = conn.ip
-            self._member_ips = self._configured_ips | set(self._peer_ips.values())
+        if peer in self._peers:
+            self._slots.member_from(peer, conn.ip)
         self.stats["accepted"] += 1
         self._last_contact[peer] = self._monotonic()
         old = self._incoming_by_peer.get(peer)
@@ -810,11 +745,6 @@ class Transport:
         if conn.bad_logged == _LOG_BAD_PER_CONN:
             log.warning("node %s: from %s: further bad frames on this connection are counted "
                         "but not logged", self.node_id, where)
-
-
-def _ip(host: str) -> str:
-    """One spelling per address (an IPv4-mapped IPv6 address is its IPv4)."""
-    return host[7:] if host.startswith("::ffff:") else host
 
 
 def _family(host: str) -> socket.AddressFamily:
