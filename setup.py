@@ -17,9 +17,11 @@ supervisor (same behaviour, more CPU per run: see the README).
 """
 
 import os
+import subprocess
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 SOURCE = "cronrd/runtime/runs/_supervise.c"
 MODULE = "cronrd.runtime.runs._supervise"
@@ -64,5 +66,24 @@ class BuildExt(build_ext):
         return super().get_outputs() + ([out] if os.path.exists(out) else [])
 
 
-setup(cmdclass={"build_ext": BuildExt},
+class BuildPy(build_py):
+    """build_py that records the commit the package is built from in
+    cronrd/COMMIT (cronrd/release.py reads it), when built from a git
+    checkout; the source tree is left alone."""
+
+    def run(self) -> None:
+        super().run()
+        try:
+            out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return
+        text = out.stdout.strip()
+        if out.returncode == 0 and len(text) == 40:
+            target = os.path.join(self.build_lib, "cronrd", "COMMIT")
+            with open(target, "w", encoding="ascii") as f:
+                f.write(text + "\n")
+
+
+setup(cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
       ext_modules=[Extension(MODULE, [SOURCE], extra_compile_args=FLAGS, optional=True)])

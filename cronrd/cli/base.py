@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, overload
 
 import click
 
-from .. import __version__
 from ..errors import CronrdError, UsageError
 from ..runtime.clock import Clock
 
@@ -224,8 +223,18 @@ class Group(click.Group):
             sys.exit(1)
 
 
+def _print_version(ctx: click.Context, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from .. import release  # (only here: it may ask git)
+    click.echo(f"cronrd, version {release.describe()}")
+    ctx.exit()
+
+
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="cronrd")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, param, value: _print_version(ctx, value),
+              help="Show the version and the commit it was built from, and exit.")
 @click.option("--config", "-c", metavar="FILE", help="Daemon config (default: $CRONRD_CONFIG "
               f"or {DEFAULT_CONFIG_PATH}).")
 @click.option("--socket", metavar="PATH", help="Control socket (default: from the config).")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -151,7 +152,8 @@ def test_installed_binary_runs_and_ignores_the_readme(unpacked, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["CRONRD_CACHE_DIR"] = str(tmp_path / "cache")
     res = run(str(unpacked / "usr/bin/cronrd"), "--version", env=env)
-    assert res.stdout.strip() == f"cronrd, version {__version__}"
+    assert re.fullmatch(rf"cronrd, version {re.escape(__version__)} \(commit [0-9a-f]{{12}}\)",
+                        res.stdout.strip()), res.stdout
     res = run(str(unpacked / "usr/bin/cronrd"), "validate", "--no-permissions",
               str(unpacked / "etc/cronrd.d"), env=env)
     assert "0 job(s) valid" in res.stderr

@@ -17,7 +17,7 @@ PKG = Path(__file__).resolve().parents[2] / "cronrd"
 LAYERS = {
     "core": ["__init__.py", "errors.py", "ids.py", "bounded_yaml.py", "crontab_import.py", "model",
              "raft", "state", "decisions", "schedule", "jobspec", "explain", "ops"],
-    "config": ["config"],
+    "config": ["config", "release.py"],   # release: which build this is (reads a file, may ask git)
     "runtime": ["runtime"],                 # the edges and the daemon, runtime/runs/ too
     "cli": ["cli", "client.py", "offline.py", "__main__.py"],
 }
