@@ -44,13 +44,12 @@ class WorkflowRequests(_Host):
     """The workflows part of Handlers (handlers.py): its state, log and guard."""
 
     # -- backfill and rerun (runtime/leader/backfills.py, state/backfill.py) -----------------
-    async def h_backfill(self, args: dict, caller: Caller) -> dict:
-        """The socket's ``backfill``: its object parsed (ops/workflows.py
-        parse_backfill: ``from`` is a keyword in Python), then ``backfill``."""
-        return await self.backfill(W.parse_backfill(args), caller)
-
-    async def backfill(self, req: W.Backfill, caller: Caller) -> dict:
+    async def h_backfill(self, req: W.Backfill | dict, caller: Caller) -> dict:
         """Plan (``dry_run``) or start a backfill of ``job`` from ``from`` to ``to``.
+
+        ``req``: a Backfill (the HTTP API, the web UI), or the socket's object,
+        parsed here (ops/workflows.py parse_backfill): the control table hands
+        this one its dict, as ``from`` cannot be a field's name.
 
         Bounded before it runs: who may, ``force`` (admins only) and, for a
         create, "one open backfill per job" are checked before any fire time
@@ -58,6 +57,8 @@ class WorkflowRequests(_Host):
         take is generated (B.plan), and a dry run answers the first and last
         BD.DRY_RUN_LINES of them with counts. A create's refusal is audited
         as refused, its go-ahead as allowed (before it is proposed)."""
+        if not isinstance(req, W.Backfill):
+            req = W.parse_backfill(req)
         name = req.job
         self._job_or_error(name)
         first, last = req.from_, req.to

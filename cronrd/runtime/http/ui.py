@@ -566,7 +566,7 @@ class UiPages:
                                 "reprocess": str(form.get("reprocess") or "missing"),
                                 "note": str(form.get("note", "")),
                                 "dry_run": form.get("go") != "start"})
-        res = await self.reads.backfill(req, token_caller(sess.token))
+        res = await self.reads.h_backfill(req, token_caller(sess.token))
         if req.dry_run:
             return self.render(request, "backfill_preview.html", sess, job=name, res=res,
                                form=dict(form), title=f"Backfill {name}")

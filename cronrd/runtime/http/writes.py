@@ -499,7 +499,7 @@ class ApiRoutes:
             **{k: body[k] for k in ("reprocess", "order", "note", "parallel")
                if body.get(k) is not None},
             **{k: _bool(body.get(k), k) for k in ("dry_run", "downstream", "force")}})
-        res = await self.h.backfill(req, self.caller(request))
+        res = await self.h.h_backfill(req, self.caller(request))
         return _json(res, status=200 if req.dry_run else 202)
 
     def backfill_state(self, state: str):
