@@ -55,7 +55,7 @@ class Backfill:
     parallel: Annotated[int, Range(1, MAX_PARALLEL, "--parallel must be from {lo} to {hi}"),
                         Doc("runs at once (the job's concurrency bounds it too)")] = 1
     note: Note = ""
-    downstream: Annotated[bool, Doc("each run's descendants run again after it")] = False
+    downstream: Annotated[bool, Doc("each fire time run again, its descendants after it")] = False
     force: Annotated[bool, Doc(f"up to {BD.HARD_MAX_FIRES} fire times (admins only)")] = False
     dry_run: Annotated[bool, Doc("plan only: the fire times and what each would get")] = False
 
