@@ -214,13 +214,18 @@ class Offline:
         return dependency_graph(self.conn, args.get("job"))
 
     def h_audit(self, args: dict, on_message) -> dict:
+        from .ops import typed
+        from .ops import workflows as W
         from .state import queries as Q
-        return {"records": Q.audit(self.conn, args.get("limit") or 50, args.get("before")),
+        req = typed.parse(W.Audit, args)
+        return {"records": Q.audit(self.conn, req.limit, req.before),
                 "applied_index": int(self._meta("applied_index") or 0)}
 
     def h_notifications(self, args: dict, on_message) -> dict:
+        from .ops import typed
+        from .ops import workflows as W
         from .runtime.control.notifications import notifications
-        return notifications(self.conn, self.config, args)
+        return notifications(self.conn, self.config, typed.parse(W.Notifications, args))
 
     def h_logs(self, args: dict, on_message) -> dict | None:
         """The runs' log files on this node (the daemon is not there to ask

@@ -93,15 +93,15 @@ class FakeHandlers:
         self.bind(req.before, req.since, req.until)
         return {"runs": []}
 
-    async def h_audit(self, args):
-        self.bind(args.get("before"))
+    async def h_audit(self, req):  # an Audit (ops/workflows.py)
+        self.bind(req.before)
         return {"records": []}
 
-    async def h_alerts(self, args):
+    async def h_alerts(self, req):
         return {"alerts": [{"alert_id": i, "job": j, "kind": "start_within"}
                            for i, j in enumerate(JOBS)]}
 
-    async def h_dead_letter(self, args):
+    async def h_dead_letter(self, req):
         return {"dead_letter": [{"run_id": i, "job": j} for i, j in enumerate(JOBS)]}
 
     async def _audit(self, *a, **kw):

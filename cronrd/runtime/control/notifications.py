@@ -8,22 +8,17 @@ from __future__ import annotations
 import secrets
 
 from ...config import Config
-from ...errors import RequestError, UsageError
+from ...errors import RequestError
 from ...schedule import iso_utc
 from ...state import deliveries as DL
+from ...ops import workflows as W
 from ..clock import Clock
 from .server import arg
 from ..notify import senders as N
 
-MAX_LIMIT = 10_000
 
-
-def notifications(conn, config: Config, args: dict) -> dict:
-    limit = arg(args, "limit", int, 50)
-    if not 1 <= limit <= MAX_LIMIT:
-        raise UsageError(f"limit must be between 1 and {MAX_LIMIT}")
-    rows = DL.listing(conn, job=arg(args, "job", str), limit=limit,
-                      before=arg(args, "before", int))
+def notifications(conn, config: Config, req: W.Notifications) -> dict:
+    rows = DL.listing(conn, job=req.job, limit=req.limit, before=req.before)
     for r in rows:
         r["at"] = iso_utc(r["at"])
         r["fire_time"] = None if r["fire_time"] is None else iso_utc(r["fire_time"])

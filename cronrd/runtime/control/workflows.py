@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...errors import PermissionDenied, RequestError, UsageError
+from ...errors import PermissionDenied, RequestError
 from ...schedule import iso_utc
 from ...state import commands as C
 from ...state import queries as Q
@@ -15,8 +15,8 @@ from ...decisions import backfill as BD
 from ...state import backfill as BF
 from ...state import alerts as AL
 from ...state import downstream as DS
+from ...ops import workflows as W
 from .access import Caller, check_admin
-from .server import arg
 from .reads import pools_view
 
 if TYPE_CHECKING:
@@ -44,8 +44,12 @@ class WorkflowRequests(_Host):
     """The workflows part of Handlers (handlers.py): its state, log and guard."""
 
     # -- backfill and rerun (runtime/leader/backfills.py, state/backfill.py) -----------------
-    async def h_backfill(self, args: dict, caller: Caller) -> dict:
+    async def h_backfill(self, req: W.Backfill | dict, caller: Caller) -> dict:
         """Plan (``dry_run``) or start a backfill of ``job`` from ``from`` to ``to``.
+
+        ``req``: a Backfill (the HTTP API, the web UI), or the socket's object,
+        parsed here (ops/workflows.py parse_backfill): the control table hands
+        this one its dict, as ``from`` cannot be a field's name.
 
         Bounded before it runs: who may, ``force`` (admins only) and, for a
         create, "one open backfill per job" are checked before any fire time
@@ -53,24 +57,13 @@ class WorkflowRequests(_Host):
         take is generated (B.plan), and a dry run answers the first and last
         BD.DRY_RUN_LINES of them with counts. A create's refusal is audited
         as refused, its go-ahead as allowed (before it is proposed)."""
-        name = arg(args, "job", str, required=True)
+        if not isinstance(req, W.Backfill):
+            req = W.parse_backfill(req)
+        name = req.job
         self._job_or_error(name)
-        first = arg(args, "from", int, required=True)
-        last = arg(args, "to", int, required=True)
-        reprocess = arg(args, "reprocess", str, "missing")
-        order = arg(args, "order", str, "oldest")
-        parallel = arg(args, "parallel", int, 1)
-        note = arg(args, "note", str, "")
-        dry_run = bool(arg(args, "dry_run", bool, False))
-        force = bool(arg(args, "force", bool, False))
-        downstream = bool(arg(args, "downstream", bool, False))
-        if reprocess not in BD.REPROCESS or order not in BD.ORDERS:
-            raise UsageError(f"--reprocess is one of {', '.join(BD.REPROCESS)}, --order one "
-                             f"of {', '.join(BD.ORDERS)}")
-        if not 1 <= parallel <= 1000:
-            raise UsageError("--parallel must be from 1 to 1000")
-        if len(note) > 1000:
-            raise UsageError("the note is longer than 1000 characters; say it shorter")
+        first, last = req.from_, req.to
+        reprocess, order, parallel, note = req.reprocess, req.order, req.parallel, req.note
+        dry_run, force, downstream = req.dry_run, req.force, req.downstream
         await self._authorize_job(caller, "backfill", name, name, change=False)
         if downstream:
             await self._authorize_downstream(caller, "backfill", name)
@@ -119,29 +112,25 @@ class WorkflowRequests(_Host):
             who=caller.describe(), downstream=downstream))
         return {**out, **res, "lines": []}
 
-    async def h_backfills(self, args: dict) -> dict:
-        await self._consistent(args)
-        bid = arg(args, "id", int)
-        limit = arg(args, "limit", int, 50)
-        rows = BF.listing(self.conn, bid, limit)
+    async def h_backfills(self, req: W.ListBackfills) -> dict:
+        await self._barrier(req.consistent)
+        bid = req.id
+        rows = BF.listing(self.conn, bid, req.limit)
         if bid is not None and not rows:
             raise RequestError(f"no backfill with id {bid}; `cronrd backfills` lists them")
         out: dict[str, Any] = {"backfills": rows}
-        if bid is not None and arg(args, "items", bool, False):
+        if bid is not None and req.items:
             out["items"] = [[iso_utc(t), st, note, rid, outcome]
                             for t, st, note, rid, outcome in BF.items(self.conn, bid)]
         return out
 
-    async def h_pools(self, args: dict) -> dict:
+    async def h_pools(self, req: W.Pools) -> dict:
         """The pools in force, their slots in use and runs waiting (state/pools.py)."""
-        await self._consistent(args)
+        await self._barrier(req.consistent)
         return pools_view(self.conn, self.config)
 
-    async def h_backfill_state(self, args: dict, caller: Caller) -> dict:
-        bid = arg(args, "id", int, required=True)
-        state = arg(args, "state", str, required=True)
-        if state not in ("paused", "running", "cancelled"):
-            raise UsageError("state is paused, running or cancelled")
+    async def h_backfill_state(self, req: W.BackfillState, caller: Caller) -> dict:
+        bid, state = req.id, req.state
         rows = BF.listing(self.conn, bid, 1)
         if not rows:
             raise RequestError(f"no backfill with id {bid}; `cronrd backfills` lists them")
@@ -151,19 +140,19 @@ class WorkflowRequests(_Host):
                                                          at=self.clock.now(),
                                                          who=caller.describe()))
 
-    async def h_rerun(self, args: dict, caller: Caller) -> dict:
+    async def h_rerun(self, req: W.Rerun, caller: Caller) -> dict:
         """A new attempt of the record of ``job`` at fire time ``at``."""
-        name = arg(args, "job", str, required=True)
+        name = req.job
         self._job_or_error(name)
-        at = arg(args, "at", int, required=True)
+        at = req.at
         await self._authorize_job(caller, "rerun", name, name, change=True)
-        downstream = bool(arg(args, "downstream", bool, False))
+        downstream = req.downstream
         if downstream:
             await self._authorize_downstream(caller, "rerun", name)
         spec = self._job_spec(name)
         BF.check_job(spec, name, RequestError)
         t = B.rerun_time(self.conn, spec, self.config.timezone, at)
-        if arg(args, "dry_run", bool, False):
+        if req.dry_run:
             try:
                 order, _edges = DS.closure(self.conn, name, t)
             except DS.TooMany as exc:
@@ -179,22 +168,15 @@ class WorkflowRequests(_Host):
         return {**res, "job": name, "fire_time": iso_utc(t)}
 
     # -- alerts and the dead letter (state/alerts.py, runtime/leader/sla_watch.py) ------------
-    async def h_alerts(self, args: dict) -> dict:
-        await self._consistent(args)
-        limit = arg(args, "limit", int, 100)
-        if not 1 <= limit <= 100000:
-            raise UsageError("limit must be between 1 and 100000")
-        rows = AL.alerts(self.conn, include_closed=bool(arg(args, "all", bool, False)),
-                         job=arg(args, "job", str), limit=limit)
+    async def h_alerts(self, req: W.ListAlerts) -> dict:
+        await self._barrier(req.consistent)
+        rows = AL.alerts(self.conn, include_closed=req.all, job=req.job, limit=req.limit)
         for r in rows:
             r["fire_time"] = iso_utc(r["fire_time"])
         return {"alerts": rows}
 
-    async def h_alert_ack(self, args: dict, caller: Caller) -> dict:
-        alert_id = arg(args, "id", int, required=True)
-        note = arg(args, "note", str, "")
-        if len(note) > 1000:
-            raise UsageError("the note is longer than 1000 characters; say it shorter")
+    async def h_alert_ack(self, req: W.AckAlert, caller: Caller) -> dict:
+        alert_id, note = req.id, req.note
         row = next(iter(self.conn.execute("SELECT job FROM alerts WHERE alert_id=?",
                                           (alert_id,))), None)
         if row is None:
@@ -204,27 +186,17 @@ class WorkflowRequests(_Host):
         return await self.log.propose(C.AckAlert(alert_id=alert_id, note=note,
                                                  at=self.clock.now(), who=caller.describe()))
 
-    async def h_dead_letter(self, args: dict) -> dict:
-        await self._consistent(args)
-        limit = arg(args, "limit", int, 100)
-        if not 1 <= limit <= 100000:
-            raise UsageError("limit must be between 1 and 100000")
-        rows = AL.dead_letters(self.conn, include_closed=bool(arg(args, "all", bool, False)),
-                               limit=limit)
+    async def h_dead_letter(self, req: W.ListDeadLetter) -> dict:
+        await self._barrier(req.consistent)
+        rows = AL.dead_letters(self.conn, include_closed=req.all, limit=req.limit)
         for r in rows:
             r["fire_time"] = iso_utc(r["fire_time"])
             run = Q.get_run(self.conn, r["run_id"])
             r["run"] = run.view() if run is not None else None
         return {"dead_letter": rows}
 
-    async def h_dead_letter_action(self, args: dict, caller: Caller) -> dict:
-        run_id = arg(args, "run_id", int, required=True)
-        action = arg(args, "action", str, required=True)
-        note = arg(args, "note", str, "")
-        if action not in ("requeue", "discard"):
-            raise UsageError("action is requeue or discard")
-        if len(note) > 1000:
-            raise UsageError("the note is longer than 1000 characters; say it shorter")
+    async def h_dead_letter_action(self, req: W.DeadLetterAction, caller: Caller) -> dict:
+        run_id, action, note = req.run_id, req.action, req.note
         row = next(iter(self.conn.execute("SELECT job FROM dead_letter WHERE run_id=?",
                                           (run_id,))), None)
         if row is None:
@@ -236,18 +208,14 @@ class WorkflowRequests(_Host):
             run_id=run_id, action=action, note=note, at=self.clock.now(),
             who=caller.describe()))
 
-    async def h_audit(self, args: dict) -> dict:
-        await self._consistent(args)
-        limit = arg(args, "limit", int, 50)
-        before = arg(args, "before", int)
-        if not 1 <= limit <= 100000:
-            raise UsageError("limit must be between 1 and 100000")
-        return {"records": Q.audit(self.conn, limit, before),
+    async def h_audit(self, req: W.Audit) -> dict:
+        await self._barrier(req.consistent)
+        return {"records": Q.audit(self.conn, req.limit, req.before),
                 "applied_index": Q.applied_index(self.conn)}
 
-    async def h_notifications(self, args: dict) -> dict:
-        await self._consistent(args)
-        return NH.notifications(self.conn, self.config, args)
+    async def h_notifications(self, req: W.Notifications) -> dict:
+        await self._barrier(req.consistent)
+        return NH.notifications(self.conn, self.config, req)
 
     async def h_notify_test(self, args: dict) -> dict:
         return await NH.notify_test(self.config, self.clock, args)

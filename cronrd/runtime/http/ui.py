@@ -36,6 +36,7 @@ from ...state import queries as Q
 from ...model import run_states
 from ...ops import requests as R
 from ...ops import typed
+from ...ops import workflows as W
 from ...state.events import SLA_KINDS
 from ...state.tokens import job_allowed, role_allows, sql_glob
 from ..control.access import Caller
@@ -311,10 +312,10 @@ class UiPages:
             state=["failed", "lost", "timed_out"], limit=100, since=now - 86400)))["runs"]
         running = [r for r in running if job_allowed(sess.glob, r["job"])]
         failed = [r for r in failed if job_allowed(sess.glob, r["job"])]
-        alerts = [a for a in (await self.reads.h_alerts({"limit": 100}))["alerts"]
+        alerts = [a for a in (await self.reads.h_alerts(W.ListAlerts(limit=100)))["alerts"]
                   if job_allowed(sess.glob, a["job"])]
         late = [a for a in alerts if a.get("kind") in SLA_KINDS]
-        dead = [d for d in (await self.reads.h_dead_letter({"limit": 100}))["dead_letter"]
+        dead = [d for d in (await self.reads.h_dead_letter(W.ListDeadLetter(limit=100)))["dead_letter"]
                 if job_allowed(sess.glob, d["job"])]
         upcoming, partial = await self.next_fires(sess)
         return self.render(request, "overview.html", sess, st=st, members=members["members"],
@@ -480,7 +481,7 @@ class UiPages:
             (before if before is not None else 2 ** 62, PAGE))]
         rows = []
         for i in ids:
-            rows += (await self.reads.h_backfills({"id": i}))["backfills"]
+            rows += (await self.reads.h_backfills(W.ListBackfills(id=i)))["backfills"]
         rows = [b for b in rows if job_allowed(sess.glob, b["job"])]
         for b in rows:
             b["from"], b["to"] = iso_utc(b["from"]), iso_utc(b["to"])
@@ -517,7 +518,7 @@ class UiPages:
     @page(role="admin")
     async def audit(self, request, sess):
         before = _int(request.query.get("before"))
-        res = await self.reads.h_audit({"limit": PAGE, "before": before})
+        res = await self.reads.h_audit(typed.parse(W.Audit, {"limit": PAGE, "before": before}))
         recs = res["records"]
         nxt = f"/audit?before={recs[-1]['audit_id']}" if len(recs) == PAGE else None
         return self.render(request, "audit.html", sess, records=recs, next_url=nxt,
@@ -560,13 +561,13 @@ class UiPages:
     @action()
     async def act_backfill(self, request, sess, form):
         name = self._job_target(request, sess)
-        args = {"job": name, "from": _time(form.get("from"), "from"),
-                "to": _time(form.get("to"), "to"),
-                "reprocess": str(form.get("reprocess") or "missing"),
-                "note": str(form.get("note", "")),
-                "dry_run": form.get("go") != "start"}
-        res = await self.reads.h_backfill(args, token_caller(sess.token))
-        if args["dry_run"]:
+        req = W.parse_backfill({"job": name, "from": _time(form.get("from"), "from"),
+                                "to": _time(form.get("to"), "to"),
+                                "reprocess": str(form.get("reprocess") or "missing"),
+                                "note": str(form.get("note", "")),
+                                "dry_run": form.get("go") != "start"})
+        res = await self.reads.h_backfill(req, token_caller(sess.token))
+        if req.dry_run:
             return self.render(request, "backfill_preview.html", sess, job=name, res=res,
                                form=dict(form), title=f"Backfill {name}")
         raise web.HTTPSeeOther("/backfills")
@@ -574,9 +575,9 @@ class UiPages:
     @action()
     async def act_rerun(self, request, sess, form):
         name = self._job_target(request, sess)
-        res = await self.reads.h_rerun({"job": name, "at": _time(form.get("at"), "at"),
-                                        "downstream": form.get("downstream") == "on"},
-                                       token_caller(sess.token))
+        res = await self.reads.h_rerun(typed.parse(W.Rerun, {
+            "job": name, "at": _time(form.get("at"), "at"),
+            "downstream": form.get("downstream") == "on"}), token_caller(sess.token))
         run_id = res.get("run_id")
         raise web.HTTPSeeOther(f"/runs/{run_id}" if run_id else
                                f"/jobs/{quote(name, safe='')}")
@@ -595,8 +596,8 @@ class UiPages:
         bid = _id(request)
         for (job,) in self.reads.conn.execute("SELECT job FROM backfills WHERE id=?", (bid,)):
             self.check_job(sess, job)
-        await self.reads.h_backfill_state({"id": bid, "state": request.match_info["state"]},
-                                          token_caller(sess.token))
+        await self.reads.h_backfill_state(typed.parse(W.BackfillState, {
+            "id": bid, "state": request.match_info["state"]}), token_caller(sess.token))
         raise web.HTTPSeeOther("/backfills")
 
     @action()
@@ -605,8 +606,8 @@ class UiPages:
         for (job,) in self.reads.conn.execute("SELECT job FROM alerts WHERE alert_id=?",
                                               (aid,)):
             self.check_job(sess, job)
-        await self.reads.h_alert_ack({"id": aid, "note": str(form.get("note", ""))},
-                                     token_caller(sess.token))
+        await self.reads.h_alert_ack(typed.parse(W.AckAlert, {
+            "id": aid, "note": str(form.get("note", ""))}), token_caller(sess.token))
         raise web.HTTPSeeOther("/alerts")
 
     @action()
@@ -615,10 +616,9 @@ class UiPages:
         for (job,) in self.reads.conn.execute("SELECT job FROM dead_letter WHERE run_id=?",
                                               (run_id,)):
             self.check_job(sess, job)
-        await self.reads.h_dead_letter_action({"run_id": run_id,
-                                               "action": request.match_info["what"],
-                                               "note": str(form.get("note", ""))},
-                                              token_caller(sess.token))
+        await self.reads.h_dead_letter_action(typed.parse(W.DeadLetterAction, {
+            "run_id": run_id, "action": request.match_info["what"],
+            "note": str(form.get("note", ""))}), token_caller(sess.token))
         raise web.HTTPSeeOther("/alerts")
 
 

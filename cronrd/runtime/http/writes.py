@@ -37,6 +37,7 @@ from ...model.run import SELECT as RUN_SELECT, Run
 from ...ops import requests as R
 from ...ops import typed
 from ...ops.requests import PauseJob, ResumeJob, RunNow, ShowJob
+from ...ops import workflows as W
 from ...state.tokens import job_allowed
 from ..control.access import Caller, check_token_sees
 from ..control.logs import LOG_CHUNK, read_log_chunk
@@ -207,7 +208,8 @@ class ApiRoutes:
                    "key}.", "operator", (), _JSON_BODY, request=RunNow,
                    body=("params", "key")), p(self.run_now)),
             (Route("POST", J + "/rerun", "A new attempt of the fire time at. Body: {at, "
-                   "downstream, dry_run}.", "operator", (), _JSON_BODY), p(self.rerun)),
+                   "downstream, dry_run}.", "operator", (), _JSON_BODY, request=W.Rerun,
+                   body=("downstream", "dry_run")), p(self.rerun)),
             (Route("GET", R, "One run: its attempts, parameters, lineage.", "viewer"),
              self.run),
             (Route("POST", R + "/cancel", "Cancel the run.", "operator", (), _JSON_BODY),
@@ -225,7 +227,9 @@ class ApiRoutes:
                    f"token for every job) takes up to {BD.HARD_MAX_FIRES}. One open "
                    "backfill per job. A dry run answers {total, counts, lines, omitted, "
                    f"omitted_after}}: lines are the first and last {BD.DRY_RUN_LINES} fire "
-                   "times, omitted how many lie between them.", "operator", (), _JSON_BODY),
+                   "times, omitted how many lie between them.", "operator", (), _JSON_BODY,
+                   request=W.Backfill, body=("job", "reprocess", "order", "parallel", "note",
+                                             "downstream", "force", "dry_run")),
              p(self.backfill)),
             *[(Route("POST", API + "/backfills/{id}/" + verb, f"{verb.capitalize()} the "
                      "backfill.", "operator", (), _JSON_BODY), p(self.backfill_state(state)))
@@ -235,11 +239,13 @@ class ApiRoutes:
                    "?job=).", "viewer", _PAGE + (("all", "true: closed ones too"),
                                                   ("job", "one job's"))), self.alerts),
             (Route("POST", API + "/alerts/{id}/ack", "Acknowledge the alert. Body: {note}.",
-                   "operator", (), _JSON_BODY), p(self.alert_ack)),
+                   "operator", (), _JSON_BODY, request=W.AckAlert, body=("note",)),
+             p(self.alert_ack)),
             (Route("GET", API + "/dead-letter", "The dead letter, newest first.", "viewer",
                    _PAGE + (("all", "true: closed ones too"),)), self.dead_letter),
             *[(Route("POST", API + "/dead-letter/{run_id}/" + action, f"{action.capitalize()}"
-                     " the dead run. Body: {note}.", "operator", (), _JSON_BODY),
+                     " the dead run. Body: {note}.", "operator", (), _JSON_BODY,
+                     request=W.DeadLetterAction, body=("note",)),
                p(self.dead_letter_action(action))) for action in ("requeue", "discard")],
             (Route("GET", API + "/pools", "The pools: slots in use, runs waiting.", "viewer"),
              self.pools),
@@ -387,10 +393,10 @@ class ApiRoutes:
         self._exists(name)
         if body.get("at") is None:
             raise UsageError("at is required: the fire time to run again (RFC 3339)")
-        res = await self.h.h_rerun({"job": name, "at": _time_arg(body["at"], "at"),
-                                    "downstream": _bool(body.get("downstream"), "downstream"),
-                                    "dry_run": _bool(body.get("dry_run"), "dry_run")},
-                                   self.caller(request))
+        res = await self.h.h_rerun(typed.parse(W.Rerun, {
+            "job": name, "at": _time_arg(body["at"], "at"),
+            "downstream": _bool(body.get("downstream"), "downstream"),
+            "dry_run": _bool(body.get("dry_run"), "dry_run")}), self.caller(request))
         return _json(res, status=200 if res.get("dry_run") else 202)
 
     # -- runs --------------------------------------------------------------------------
@@ -486,20 +492,22 @@ class ApiRoutes:
         for k in ("from", "to"):
             if body.get(k) is None:
                 raise UsageError(f"{k} is required (RFC 3339 time)")
-        args = {"job": job, "from": _time_arg(body["from"], "from"),
-                "to": _time_arg(body["to"], "to"),
-                **{k: body[k] for k in ("reprocess", "order", "note", "parallel")
-                   if body.get(k) is not None},
-                **{k: _bool(body.get(k), k) for k in ("dry_run", "downstream", "force")}}
-        res = await self.h.h_backfill(args, self.caller(request))
-        return _json(res, status=200 if args["dry_run"] else 202)
+        # the body's keys are the socket's (from, to): parse_backfill reads them
+        req = W.parse_backfill({
+            "job": job, "from": _time_arg(body["from"], "from"),
+            "to": _time_arg(body["to"], "to"),
+            **{k: body[k] for k in ("reprocess", "order", "note", "parallel")
+               if body.get(k) is not None},
+            **{k: _bool(body.get(k), k) for k in ("dry_run", "downstream", "force")}})
+        res = await self.h.h_backfill(req, self.caller(request))
+        return _json(res, status=200 if req.dry_run else 202)
 
     def backfill_state(self, state: str):
         async def route(request: web.Request, body: dict) -> web.Response:
             bid = _int_id(request, "id")
             if not BF.listing(self.h.conn, bid, 1):
                 raise NotFound(f"no backfill with id {bid}; GET /api/v1/backfills lists them")
-            return _json(await self.h.h_backfill_state({"id": bid, "state": state},
+            return _json(await self.h.h_backfill_state(W.BackfillState(id=bid, state=state),
                                                        self.caller(request)))
         return route
 
@@ -520,9 +528,8 @@ class ApiRoutes:
         if not any(self.h.conn.execute("SELECT 1 FROM alerts WHERE alert_id=?", (alert_id,))):
             raise NotFound(f"no alert with id {alert_id}; GET /api/v1/alerts?all=true "
                            "lists them")
-        return _json(await self.h.h_alert_ack({"id": alert_id,
-                                               "note": _str(body.get("note"), "note")},
-                                              self.caller(request)))
+        return _json(await self.h.h_alert_ack(typed.parse(W.AckAlert, {
+            "id": alert_id, "note": _str(body.get("note"), "note")}), self.caller(request)))
 
     async def dead_letter(self, request: web.Request) -> web.Response:
         await self.consistent(request)
@@ -541,14 +548,14 @@ class ApiRoutes:
                                            (run_id,))):
                 raise NotFound(f"run {run_id} is not in the dead letter; GET "
                                "/api/v1/dead-letter lists what is")
-            return _json(await self.h.h_dead_letter_action(
-                {"run_id": run_id, "action": action, "note": _str(body.get("note"), "note")},
+            return _json(await self.h.h_dead_letter_action(typed.parse(W.DeadLetterAction, {
+                "run_id": run_id, "action": action, "note": _str(body.get("note"), "note")}),
                 self.caller(request)))
         return route
 
     async def pools(self, request: web.Request) -> web.Response:
         await self.consistent(request)
-        return _json(await self.h.h_pools({}))
+        return _json(await self.h.h_pools(W.Pools()))
 
     # -- audit, tokens, validate -------------------------------------------------------
     async def audit(self, request: web.Request) -> web.Response:

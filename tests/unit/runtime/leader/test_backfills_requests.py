@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from cronrd.decisions import backfill as D
+from cronrd.ops import workflows as OW
 from cronrd.errors import PermissionDenied, RequestError
 from cronrd.runtime.leader import backfills as B
 from cronrd.runtime.control import handlers as H
@@ -166,7 +167,7 @@ def test_a_second_open_backfill_is_refused_before_planning(generated):
     assert not [c for c in props.proposed if isinstance(c, C.CreateBackfill)]
     # a dry run still plans while it is open; once it is cancelled, a new one goes
     assert request(h, ROOT, T0 - 10 * MIN, T0 - MIN, dry_run=True)["total"] == 10
-    asyncio.run(h.h_backfill_state({"id": 1, "state": "cancelled"}, ROOT))
+    asyncio.run(h.h_backfill_state(OW.BackfillState(id=1, state="cancelled"), ROOT))
     assert request(h, ROOT, T0 - 10 * MIN, T0 - 5 * MIN)["backfill"] == 2
 
 
