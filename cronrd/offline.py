@@ -118,7 +118,10 @@ class Offline:
                 for j in rows]
 
     def h_status(self, args: dict, on_message) -> dict:
+        from .ops import admin as A
+        from .ops import typed
         from .state import queries as Q
+        typed.parse(A.Status, args)  # the arguments the daemon takes (none used here)
         active = Q.count_active(self.conn)
         jobs, paused = Q.count_jobs(self.conn)
         return {
@@ -194,7 +197,10 @@ class Offline:
     def h_explain(self, args: dict, on_message) -> dict:
         """The trail with the members as last announced (no health known)."""
         from .explain.explain import OFFLINE_NODES, explain, nodes_from_state
-        return explain(self.conn, args, now=wall_now(), default_tz=self.config.timezone,
+        from .ops import admin as A
+        from .ops import typed
+        return explain(self.conn, typed.parse(A.Explain, args), now=wall_now(),
+                       default_tz=self.config.timezone,
                        nodes=nodes_from_state(self.conn), nodes_note=OFFLINE_NODES)
 
     def _pools_brief(self) -> list:
@@ -232,11 +238,13 @@ class Offline:
         another node for one), as the daemon's `logs` sends them
         (control/handlers.py): {"run"}, the output, {"end"} per run. Nothing to
         follow with the daemon down."""
+        from .ops import admin as A
+        from .ops import typed
         from .runtime.control.logs import (chunk_messages, flush_messages, last_lines,
                                               read_log_chunk)
         from .state import queries as Q
-        job: Any = args.get("job")   # as the request gave it (a JSON value)
-        run_id, since, lines = args.get("run_id"), args.get("since"), args.get("lines")
+        req = typed.parse(A.ShowLogs, args)
+        job, run_id, since, lines = req.job, req.run_id, req.since, req.lines
 
         def started(r) -> bool:
             return r.started_at is not None or bool(r.log_path)

@@ -35,6 +35,7 @@ from typing import Callable
 
 
 from ..errors import CronrdError, RequestError, UsageError
+from ..ops.admin import Explain
 from ..schedule import (iso_utc, make_trigger,
                         parse_schedule, resolve_timezone)
 from ..state import node_drains
@@ -72,17 +73,17 @@ FOLLOWER_NODES = ("as last announced; this node is not the leader, which alone s
                   "answers: `cronrd explain` on the leader for that")
 
 
-def explain(conn, args: dict, *, now: float, default_tz: str,
+def explain(conn, req: Explain, *, now: float, default_tz: str,
             nodes: list[NodeView] | None = None, nodes_note: str = "",
             steps: list[Callable[[Subject], list[Step]]] | None = None) -> dict:
-    """The decision trail of job ``args["job"]`` at ``args["at"]`` (ISO 8601,
-    UTC unless it has an offset; with ``args["local"]`` the wall clock of
-    the job's zone), at its next fire time (``args["next"]``) or, with
+    """The decision trail of job ``req.job`` at ``req.at`` (ISO 8601, UTC
+    unless it has an offset, or Unix seconds; with ``req.local`` the wall
+    clock of the job's zone), at its next fire time (``req.next``) or, with
     neither, at its latest fire time up to ``now``. ``nodes``: the members
     for placement (None: not known); ``nodes_note``: how their health is
     known ("": live, on the leader)."""
-    name = args.get("job")
-    if not isinstance(name, str) or not name:
+    name = req.job
+    if not name:
         raise UsageError("explain needs a job name")
     found = Q.jobs(conn, name=name)
     job = found[0] if found else None
@@ -100,14 +101,14 @@ def explain(conn, args: dict, *, now: float, default_tz: str,
         except CronrdError:
             schedule = trigger = None
     after = schedule is not None and schedule.kind == "after"
-    at, want_next = args.get("at"), bool(args.get("next"))
+    at, want_next = req.at, req.next
     if at is not None and want_next:
         raise UsageError("give --at T or --next, not both")
     times = trail.job_times(conn, name)
     note = None
     gate_now = latest = False
     if at is not None:
-        t, note = resolve_time(at, bool(args.get("local")), zone)
+        t, note = resolve_time(at, req.local, zone)
     elif after:
         # an @after child: its latest generation, or (--next, or none yet) its gate now
         got = None if want_next else trail.latest_fire_time(conn, name)

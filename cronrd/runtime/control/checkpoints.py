@@ -21,13 +21,14 @@ import logging
 from typing import Any
 
 from ...errors import PermissionDenied, UsageError
+from ...ops import admin as A
 from ...state import checkpoints as CK
 from ...state import commands as C
 from ...state import queries as Q
 from ...errors import Refused
 from ...model.run import Run
 from .access import Caller
-from .server import HandlersHost, arg
+from .server import HandlersHost
 
 START_WAIT = 10.0     # s a request waits for its attempt's start to be committed
 # At most one heartbeat of a run goes to the replicated log per this many
@@ -52,12 +53,12 @@ class CheckpointRequests:
         self._heartbeat_later: dict[int, C.Heartbeat] = {}  # the newest held back
         self._heartbeat_tasks: dict[int, asyncio.Task[None]] = {}  # each sends its run's later
 
-    async def _attempt(self, args: dict, caller: Caller, command: str) -> tuple[Run, str]:
+    async def _attempt(self, req: A.SaveCheckpoint | A.GetCheckpoint | A.Heartbeat,
+                       caller: Caller, command: str) -> tuple[Run, str]:
         """The run the request speaks for and its token's hash, once the token
         is checked; PermissionDenied (audited) otherwise."""
         h = self.h
-        run_id = arg(args, "run_id", int, required=True)
-        token = arg(args, "token", str, required=True)
+        run_id, token = req.run_id, req.token
         if not token or len(token) > MAX_TOKEN:
             raise UsageError("the token is empty or too long; pass the run's "
                              "CRONRD_RUN_TOKEN")
@@ -89,8 +90,8 @@ class CheckpointRequests:
             await self.h._audit(caller, command, str(cmd.run_id), False, str(exc))
             raise PermissionDenied(f"`cronrd {CLI[command]}` refused: {exc}") from None
 
-    async def save(self, args: dict, caller: Caller) -> dict:
-        raw = arg(args, "value_b64", str, None)
+    async def save(self, req: A.SaveCheckpoint, caller: Caller) -> dict[str, Any]:
+        raw = req.value_b64
         if raw is not None:
             try:
                 data = base64.b64decode(raw, validate=True)
@@ -98,36 +99,38 @@ class CheckpointRequests:
             except (binascii.Error, ValueError):
                 raise UsageError("the checkpoint value is not UTF-8 text (value_b64: base64 "
                                  "of UTF-8); encode binary data, e.g. with base64") from None
+        elif req.value is not None:
+            value = req.value
         else:
-            value = arg(args, "value", str, required=True)
+            raise UsageError("missing argument 'value'")
         problem = CK.value_problem(value)
         if problem is not None:
             raise UsageError(problem)
-        run, presented = await self._attempt(args, caller, "checkpoint_save")
+        run, presented = await self._attempt(req, caller, "checkpoint_save")
         res = await self._propose(C.SaveCheckpoint(
             run_id=run.run_id, token_hash=presented, value=value, node=self.h.config.node_id,
             at=self.h.clock.now()), "checkpoint_save", caller)
         return {**res, "bytes": len(value.encode("utf-8"))}
 
-    async def get(self, args: dict, caller: Caller) -> dict:
-        run, _ = await self._attempt(args, caller, "checkpoint_get")
+    async def get(self, req: A.GetCheckpoint, caller: Caller) -> dict[str, Any]:
+        run, _ = await self._attempt(req, caller, "checkpoint_get")
         ck = CK.of_record(self.h.conn, run)
         if ck is None:
             return {"run_id": run.run_id, "value": None, "attempt": None, "at": None}
         return {"run_id": run.run_id, "value": ck["value"], "attempt": ck["attempt"],
                 "at": ck["at"]}
 
-    async def heartbeat(self, args: dict, caller: Caller) -> dict:
-        progress = arg(args, "progress", (int, float), None)
-        message = arg(args, "message", str, None)
-        problem = CK.progress_problem(progress) or (
-            None if message is None else CK.message_problem(message))
+    async def heartbeat(self, req: A.Heartbeat, caller: Caller) -> Any:
+        # the bounds are the request's (progress 0 to 1, the message's length);
+        # the message's text is checked as apply does
+        progress, message = req.progress, req.message
+        problem = None if message is None else CK.message_problem(message)
         if problem is not None:
             raise UsageError(problem)
-        run, presented = await self._attempt(args, caller, "heartbeat")
+        run, presented = await self._attempt(req, caller, "heartbeat")
         cmd = C.Heartbeat(
             run_id=run.run_id, token_hash=presented, node=self.h.config.node_id,
-            at=self.h.clock.now(), progress=None if progress is None else float(progress),
+            at=self.h.clock.now(), progress=progress,
             message=message)
         now = self.h.clock.monotonic()
         sent = self._heartbeat_sent.get(run.run_id)

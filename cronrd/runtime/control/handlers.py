@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...config import Config
 from ...errors import CronrdError, RequestError
@@ -167,28 +167,35 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
             return read
         if access in (JOB, TOKEN):  # the handler checks the job's user, or the token
             return fn
+        return self._admin(name, fn)
 
+    def _admin(self, name: str, call):
+        """An ADMIN command: root and the daemon's uid (and an admin token),
+        checked and audited before ``call(args)``; the target (for the
+        message and the audit) is the args' "node" or "name"."""
         async def admin(args: dict, caller: Caller):
             target = next((args[k] for k in ("node", "name") if isinstance(args.get(k), str)),
                           "")
             what = f"cronrd {CLI_NAMES.get(name, name)}" + (f" {target}" if target else "")
             await self._authorize(caller, name, target, what, lambda: check_admin(caller, what),
                                   change=True)
-            return await fn(args)
+            return await call(args)
         return admin
 
-    @staticmethod
-    def _typed(request: type, access: str, fn):
+    def _typed(self, request: type[Any], access: str, fn):
         if access == READ:
             async def read(args: dict, caller: Caller):
                 return await fn(typed.parse(request, args))
             return read
-        if access != JOB:  # pragma: no cover - a table entry this does not serve
-            raise TypeError(f"typed {access} requests are not served yet ({request.__name__})")
-
-        async def job(args: dict, caller: Caller):
-            return await fn(typed.parse(request, args), caller)
-        return job
+        if access in (JOB, TOKEN):  # the handler checks the job's user, or the token
+            async def job(args: dict, caller: Caller):
+                return await fn(typed.parse(request, args), caller)
+            return job
+        if access != ADMIN:  # pragma: no cover - a table entry this does not serve
+            raise TypeError(f"typed {access} requests are not served ({request.__name__})")
+        # Parsed once the caller is allowed (and audited): a refused caller
+        # learns nothing of its arguments, as before they were typed.
+        return self._admin(request.OP, lambda args: fn(typed.parse(request, args)))
 
     async def _authorize(self, caller: Caller, command: str, target: str, what: str,
                          check, *, change: bool) -> None:

@@ -17,6 +17,7 @@ from ...state import commands as C
 from ...state import queries as Q
 from ...model.run import Run
 from ...ops import requests as R
+from ...ops import admin as A
 from .access import Caller, check_admin
 from .server import Stream
 from .reads import job_details, job_view, pools_brief
@@ -95,8 +96,8 @@ class _Pages:
 class JobRequests(_Host):
     """The jobs part of Handlers (handlers.py): its state, log and guard."""
 
-    async def h_status(self, args: dict) -> dict:
-        await self._consistent(args)
+    async def h_status(self, req: A.Status) -> dict[str, Any]:
+        await self._barrier(req.consistent)
         active = Q.count_active(self.conn)
         jobs, paused = Q.count_jobs(self.conn)
         return {
@@ -221,17 +222,17 @@ class JobRequests(_Host):
                                  if p.path == job["source"]]))
         return view
 
-    async def h_explain(self, args: dict) -> dict:
+    async def h_explain(self, req: A.Explain) -> dict[str, Any]:
         """`cronrd explain JOB [--at T | --next]`: the decision trail of one
-        fire time (control/explain.py). The members' health is the leader's view; a
+        fire time (explain/explain.py). The members' health is the leader's view; a
         follower gives them as last announced in the state."""
-        await self._consistent(args)
+        await self._barrier(req.consistent)
         from ...explain.explain import FOLLOWER_NODES, explain, nodes_from_state
         if self.log.is_leader:
             nodes, note = self.members.node_views(), ""
         else:
             nodes, note = nodes_from_state(self.conn), FOLLOWER_NODES
-        return explain(self.conn, args, now=self.clock.now(), default_tz=self.config.timezone,
+        return explain(self.conn, req, now=self.clock.now(), default_tz=self.config.timezone,
                        nodes=nodes, nodes_note=note)
 
     async def h_graph(self, req: R.Graph) -> dict[str, Any]:
@@ -265,5 +266,5 @@ class JobRequests(_Host):
     async def h_resume(self, req: R.ResumeJob, caller: Caller) -> dict[str, Any]:
         return await self._set_paused(req, caller, False)
 
-    async def h_reload(self, args: dict) -> dict:
+    async def h_reload(self, req: A.Reload) -> dict[str, Any]:
         return await self.watcher.reload()

@@ -15,8 +15,9 @@ from ...errors import CronrdError, RequestError
 from ...model import run_states
 from ...state import queries as Q
 from ...model.run import Run
+from ...ops import admin as A
 from .access import Caller
-from .server import Stream, arg
+from .server import Stream
 from ..runs import output as O
 from ..runs.logs import read_run_log, run_log_path
 
@@ -146,14 +147,8 @@ class LogRequests(_Host):
                 and (since is None or (r.started_at or 0) >= since)]
         return sorted(runs, key=lambda r: r.run_id)
 
-    async def h_logs(self, args: dict, caller: Caller):
-        job = arg(args, "job", str, required=True)
-        run_id = arg(args, "run_id", int)
-        since = arg(args, "since", (int, float))
-        lines = arg(args, "lines", int)
-        if lines is not None and lines < 0:
-            raise RequestError(f"lines {lines} must be >= 0")
-        follow = bool(arg(args, "follow", bool, False))
+    async def h_logs(self, req: A.ShowLogs, caller: Caller) -> Stream:
+        job, run_id, since, lines, follow = req.job, req.run_id, req.since, req.lines, req.follow
         if since is None:
             try:
                 first = [self._find_log_run(job, run_id)]

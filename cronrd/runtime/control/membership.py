@@ -3,11 +3,11 @@ revoke-cert, remove, transfer-leader."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ...ops import admin as A
 from ...state import commands as C
 from .access import Caller, check_admin
-from .server import arg
 
 if TYPE_CHECKING:
     from .server import HandlersHost as _Host
@@ -18,11 +18,10 @@ else:
 class MembershipRequests(_Host):
     """The membership part of Handlers (handlers.py): its state, log and guard."""
 
-    async def h_node_drain(self, args: dict, caller: Caller) -> dict:
+    async def h_node_drain(self, req: A.DrainNode, caller: Caller) -> Any:
         """Drain (``drained``) or undrain ``node``: no new runs are placed
         there; its running runs finish. Root, the daemon's uid, an admin token."""
-        node = arg(args, "node", str, required=True)
-        drained = bool(arg(args, "drained", bool, True))
+        node, drained = req.node, req.drained
         command = "node_drain" if drained else "node_undrain"
         verb = "drain" if drained else "undrain"
         what = (f"POST /api/v1/nodes/{node}/{verb}" if caller.token is not None
@@ -33,26 +32,23 @@ class MembershipRequests(_Host):
         await self._audit(caller, command, node, True)
         return await self.log.propose(C.DrainNode(
             origin=self.config.node_id, node=node, drained=drained,
-            note=arg(args, "note", str, ""), by=caller.describe(), at=self.clock.now()))
+            note=req.note, by=caller.describe(), at=self.clock.now()))
 
-    async def h_cluster_members(self, args: dict) -> dict:
+    async def h_cluster_members(self, req: A.ClusterMembers) -> dict[str, Any]:
         return self.members.members()
 
-    async def h_cluster_add(self, args: dict) -> dict:
+    # The changes go to the cluster's members (over the peer port to the
+    # leader) as the members' own JSON objects: those are not requests here.
+    async def h_cluster_add(self, req: A.AddMember) -> dict[str, Any]:
         return await self.members.admin("cluster_add", {
-            "node": arg(args, "node", str, required=True),
-            "address": arg(args, "address", str, required=True),
-            "token": bool(arg(args, "token", bool, False))})
+            "node": req.node, "address": req.address, "token": req.token})
 
-    async def h_cluster_revoke_cert(self, args: dict) -> dict:
+    async def h_cluster_revoke_cert(self, req: A.RevokeCert) -> dict[str, Any]:
         return await self.members.admin("cluster_revoke_cert", {
-            "serial": arg(args, "serial", str, required=True),
-            "reason": arg(args, "reason", str, "revoked by the operator")})
+            "serial": req.serial, "reason": req.reason})
 
-    async def h_cluster_remove(self, args: dict) -> dict:
-        return await self.members.admin("cluster_remove", {
-            "node": arg(args, "node", str, required=True)})
+    async def h_cluster_remove(self, req: A.RemoveMember) -> dict[str, Any]:
+        return await self.members.admin("cluster_remove", {"node": req.node})
 
-    async def h_cluster_transfer_leader(self, args: dict) -> dict:
-        return await self.members.admin("cluster_transfer_leader", {
-            "node": arg(args, "node", str)})
+    async def h_cluster_transfer_leader(self, req: A.TransferLeader) -> dict[str, Any]:
+        return await self.members.admin("cluster_transfer_leader", {"node": req.node})

@@ -8,13 +8,14 @@ once in the reply, and only its sha256 goes into the log
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from ...errors import UsageError
 from ...jobspec.model import NAME_RE
+from ...ops import admin as A
 from ...schedule import iso_utc
 from ...state import commands as C
 from ...state import tokens as T
-from .server import arg
 
 PREFIX = "crd_"          # a cronrd API token is recognisable (e.g. by secret scanners)
 MAX_EXPIRES = 10 * 366 * 86400.0
@@ -31,20 +32,19 @@ class TokenRequests:
         self.conn = conn
         self.log = log
 
-    async def create(self, args: dict) -> dict:
-        name = arg(args, "name", str, required=True)
+    async def create(self, req: A.CreateToken) -> dict[str, Any]:
+        name = req.name
         if not NAME_RE.fullmatch(name):
             raise UsageError(f"token name {name!r} is not valid: use letters, digits, '_', "
                              "'.' and '-', starting with a letter or digit (e.g. grafana)")
-        role = arg(args, "role", str, required=True)
+        role = req.role
         if role not in T.ROLES:
             raise UsageError(f"unknown role {role!r}; use one of {', '.join(T.ROLES)} "
                              "(viewer reads; operator also runs, pauses, cancels; admin also "
                              "manages tokens and nodes)")
-        jobs = arg(args, "jobs", str, "") or ""
-        if len(jobs) > 200:
-            raise UsageError("--jobs must be a glob of job names of at most 200 characters")
-        expires = arg(args, "expires", (int, float), None)
+        jobs = req.jobs  # at most MAX_TOKEN_JOBS characters (the request's bound)
+        expires = req.expires
+        # (0 < expires: typed.Range has no bound that leaves its end out)
         if expires is not None and not 0 < expires <= MAX_EXPIRES:
             raise UsageError("--expires must be a duration from 1s to 10 years, e.g. 90d")
         now = self.clock.now()
@@ -56,14 +56,14 @@ class TokenRequests:
         return {"name": name, "role": role, "jobs": jobs, "expires_at": iso_utc(expires_at),
                 "token": secret}
 
-    async def list(self, args: dict) -> dict:
+    async def list(self, req: A.ListTokens) -> dict[str, Any]:
         now = self.clock.now()
         return {"tokens": [{**t, "expires_at": iso_utc(t["expires_at"]),
                             "created_at": iso_utc(t["created_at"]),
                             "expired": t["expires_at"] is not None and t["expires_at"] <= now}
                            for t in T.listing(self.conn)]}
 
-    async def revoke(self, args: dict) -> dict:
-        name = arg(args, "name", str, required=True)
+    async def revoke(self, req: A.RevokeToken) -> Any:
+        name = req.name
         return await self.log.propose(C.RevokeToken(node=self.config.node_id, name=name,
                                                     at=self.clock.now()))

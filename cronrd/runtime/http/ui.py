@@ -36,6 +36,7 @@ from ...state import queries as Q
 from ...model import run_states
 from ...ops import requests as R
 from ...ops import typed
+from ...ops import admin as A
 from ...ops import workflows as W
 from ...state.events import SLA_KINDS
 from ...state.tokens import job_allowed, role_allows, sql_glob
@@ -260,7 +261,7 @@ class UiPages:
     async def members(self, st: dict) -> dict:
         """The cluster's members; a node without a cluster: itself alone."""
         try:
-            return await self.reads.h_cluster_members({})
+            return await self.reads.h_cluster_members(A.ClusterMembers())
         except CronrdError:
             me = st["node_id"]
             return {"leader": st.get("leader") or me, "members": [{
@@ -304,7 +305,7 @@ class UiPages:
     # -- pages ----------------------------------------------------------------------------
     @page()
     async def overview(self, request, sess):
-        st = await self.reads.h_status({})
+        st = await self.reads.h_status(A.Status())
         members = await self.members(st)
         now = self.reads.clock.now()
         running = (await self.reads.h_runs(R.ListRuns(state=["running"], limit=PAGE)))["runs"]
@@ -385,7 +386,7 @@ class UiPages:
             if len(runs) == 200 else None
         at = request.query.get("explain_at", "").strip()
         try:
-            explained = await self.reads.h_explain({"job": name, **({"at": at} if at else {})})
+            explained = await self.reads.h_explain(A.Explain(job=name, at=at or None))
             explain_error = None
         except CronrdError as exc:
             explained, explain_error = None, str(exc)
@@ -510,7 +511,7 @@ class UiPages:
 
     @page()
     async def nodes(self, request, sess):
-        members = await self.members(await self.reads.h_status({}))
+        members = await self.members(await self.reads.h_status(A.Status()))
         drain = ("POST", "/api/v1/nodes/{node}/drain") in self.server.roles
         return self.render(request, "nodes.html", sess, members=members["members"],
                            leader=members["leader"], drain=drain, title="Nodes")

@@ -36,6 +36,7 @@ from ...state.node_drains import drained
 from ...model.run import SELECT as RUN_SELECT, Run
 from ...ops import requests as R
 from ...ops import typed
+from ...ops import admin as A
 from ...ops.requests import PauseJob, ResumeJob, RunNow, ShowJob
 from ...ops import workflows as W
 from ...state.tokens import job_allowed
@@ -185,10 +186,10 @@ class ApiRoutes:
             (Route("GET", API + "/nodes", "The cluster's nodes: state, address, tags, "
                    "drained or not.", "viewer"), self.nodes),
             (Route("POST", API + "/nodes/{node}/drain", "Drain a node: it gets no new runs "
-                   "(its running ones finish). Body: {note}.", "admin", (), _JSON_BODY),
-             p(self.drain)),
+                   "(its running ones finish). Body: {note}.", "admin", (), _JSON_BODY,
+                   request=A.DrainNode, body=("note",)), p(self.drain)),
             (Route("POST", API + "/nodes/{node}/undrain", "Undo a drain.", "admin", (),
-                   _JSON_BODY), p(self.undrain)),
+                   _JSON_BODY, request=A.DrainNode, body=("note",)), p(self.undrain)),
             (Route("GET", J, "One job: its spec, source file and line, state, next fire "
                    "times (?next=N, default 5), recent and active runs.", "viewer",
                    (("next", "how many next fire times, 0 to 100"),), request=ShowJob),
@@ -253,7 +254,8 @@ class ApiRoutes:
              self.audit),
             (Route("POST", API + "/tokens", "Create a token; the answer holds its secret, "
                    "once. Body: {name, role, jobs, expires (seconds)}.", "admin", (),
-                   _JSON_BODY), p(self.token_create)),
+                   _JSON_BODY, request=A.CreateToken, body=("name", "role", "jobs", "expires")),
+             p(self.token_create)),
             (Route("DELETE", API + "/tokens/{name}", "Revoke the token.", "admin"),
              self.token_revoke),
             (Route("POST", API + "/validate", "Check a job file (the body, YAML): its "
@@ -264,7 +266,7 @@ class ApiRoutes:
     # -- cluster and nodes -------------------------------------------------------------
     async def cluster(self, request: web.Request) -> web.Response:
         await self.consistent(request)
-        st = await self.h.h_status({})
+        st = await self.h.h_status(A.Status())
         keep = ("node_id", "role", "leader", "term", "commit_index", "ready", "version",
                 "jobs", "paused", "running", "assigned", "pending", "applied_index",
                 "maintenance", "timezone", "http")
@@ -287,9 +289,10 @@ class ApiRoutes:
         return await self._drain(request, body, False)
 
     async def _drain(self, request, body, drained: bool) -> web.Response:
-        res = await self.guarded["node_drain"](
-            {"node": request.match_info["node"], "drained": drained,
-             "note": _str(body.get("note"), "note")}, self.caller(request))
+        # (the handler checks the caller, an admin, and audits: control/membership.py)
+        res = await self.h.h_node_drain(A.DrainNode(
+            node=request.match_info["node"], drained=drained,
+            note=_str(body.get("note"), "note")), self.caller(request))
         return _json(res)
 
     # -- jobs --------------------------------------------------------------------------
@@ -336,12 +339,10 @@ class ApiRoutes:
         name = request.match_info["name"]
         self.sees(request, name, f"GET /api/v1/jobs/{name}/explain")
         self._exists(name)
-        args: dict = {"job": name}
-        if request.query.get("at"):
-            args["at"] = request.query["at"]
-        if request.query.get("next") == "true":
-            args["next"] = True
-        return _json(await self.h.h_explain(args))
+        # (the time is explain's to read: explain/subject.py resolve_time)
+        return _json(await self.h.h_explain(A.Explain(
+            job=name, at=request.query.get("at") or None,
+            next=request.query.get("next") == "true")))
 
     async def pause(self, request: web.Request, body: dict) -> web.Response:
         return await self._pause(request, body, self.h.h_pause, R.PauseJob)
@@ -571,15 +572,17 @@ class ApiRoutes:
         for k in ("name", "role"):
             if not isinstance(args.get(k), str) or not args[k]:
                 raise UsageError(f"{k} is required (a string)")
-        res = await self.guarded["token_create"](args, self.caller(request))
+        req = typed.parse(A.CreateToken, args)
+        # through the socket's guard: the caller checked (an admin) and audited
+        res = await self.guarded[A.CreateToken.OP](typed.as_args(req), self.caller(request))
         return _json(res, status=201)
 
     async def token_revoke(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         if not any(t["name"] == name for t in T.listing(self.h.conn)):
             raise NotFound(f"no token named {name!r}; GET /api/v1/tokens lists them")
-        return _json(await self.guarded["token_revoke"]({"name": name},
-                                                        self.caller(request)))
+        return _json(await self.guarded[A.RevokeToken.OP](
+            typed.as_args(A.RevokeToken(name=name)), self.caller(request)))
 
     async def validate(self, request: web.Request, body: dict) -> web.Response:
         raw = await request.read()

@@ -14,6 +14,7 @@ from cronrd.errors import RequestError, UsageError
 from cronrd.explain.explain import (FOLLOWER_NODES, STEPS, Step, explain, nodes_from_state,
                                     prev_fire)
 from cronrd.decisions.placement import NodeView
+from cronrd.ops.admin import Explain
 from cronrd.schedule import make_trigger, parse_schedule
 from cronrd.schedule.catchup import window_reason
 from cronrd.state import commands as C
@@ -27,7 +28,7 @@ def utc(*parts) -> int:
 
 
 def trail(log, now, **args):
-    return explain(log.sm.conn, args, now=now, default_tz="UTC")
+    return explain(log.sm.conn, Explain(**args), now=now, default_tz="UTC")
 
 
 def steps(res, name):
@@ -217,16 +218,16 @@ def test_future_placement_no_node_with_the_tags():
     log.put("g", schedule="0 9 * * *", run_on={"mode": "tags", "values": ["gpu"]})
     nodes = [NodeView("a", True, "up", frozenset({"ssd"})),
              NodeView("b", False, "up", frozenset({"gpu"}), "no answer for 12.0s")]
-    res = explain(log.sm.conn, {"job": "g", "next": True}, now=T0, default_tz="UTC",
+    res = explain(log.sm.conn, Explain(job="g", next=True), now=T0, default_tz="UTC",
                   nodes=nodes)
     assert text(res, "placement") == ("run_on: tags gpu: no eligible node is up now "
                                       "(b: no answer for 12.0s)")
     assert res["verdict"]["text"].startswith("would be skipped now: no eligible node is up")
-    res = explain(log.sm.conn, {"job": "g", "next": True}, now=T0, default_tz="UTC",
+    res = explain(log.sm.conn, Explain(job="g", next=True), now=T0, default_tz="UTC",
                   nodes=nodes[:1])
     assert text(res, "placement") == "run_on: tags gpu: no member has tags gpu"
     nodes[1] = NodeView("b", True, "up", frozenset({"gpu"}))
-    res = explain(log.sm.conn, {"job": "g", "next": True}, now=T0, default_tz="UTC",
+    res = explain(log.sm.conn, Explain(job="g", next=True), now=T0, default_tz="UTC",
                   nodes=nodes)
     assert text(res, "placement") == "run_on: tags gpu: eligible now: b"
     assert res["verdict"]["outcome"] == "would_run"
@@ -282,7 +283,7 @@ def test_step_providers_are_an_extension_point():
 
     def gate(subject):
         return [Step("gate", "upstream extract: no success since T", blocks="upstream")]
-    res = explain(log.sm.conn, {"job": "a", "next": True}, now=T0, default_tz="UTC",
+    res = explain(log.sm.conn, Explain(job="a", next=True), now=T0, default_tz="UTC",
                   steps=STEPS[:-4] + [gate] + STEPS[-4:])
     assert [s["step"] for s in res["steps"]][-3:] == ["gate", "placement", "record"]
     assert res["verdict"]["text"] == "would be skipped now: upstream"
@@ -343,7 +344,7 @@ def test_members_as_last_announced_when_health_is_not_known_here():
     log.apply(C.NodeInfo(node="a", state="up", addr="a:1", tags=["gpu"], at=T0))
     log.apply(C.NodeInfo(node="b", state="draining", addr="b:1", tags=["gpu"], at=T0))
     conn = log.sm.conn
-    res = explain(conn, {"job": "g", "next": True}, now=T0, default_tz="UTC",
+    res = explain(conn, Explain(job="g", next=True), now=T0, default_tz="UTC",
                   nodes=nodes_from_state(conn), nodes_note=FOLLOWER_NODES)
     assert text(res, "placement") == (f"run_on: tags gpu: eligible now ({FOLLOWER_NODES}): a "
                                       "(not: b: draining)")

@@ -193,13 +193,14 @@ def test_random_downstream_histories_are_deterministic_and_keep_one_record_per_a
 
 def test_explain_says_what_a_downstream_rerun_did_to_a_record():
     from cronrd.explain import explain as E
+    from cronrd.ops.admin import Explain
     log = diamond()
     log.apply(C.SetPaused(name="b", paused=True, at=T0 + 40))
     res = log.apply(C.Rerun(job="a", fire_time=T0 + 1, at=T0 + 50, downstream=True))
     run_through(log, "a", T0 + 1)
 
     def lines(job):
-        out = E.explain(log.sm.conn, {"job": job, "at": T0 + 1}, now=T0 + 500,
+        out = E.explain(log.sm.conn, Explain(job=job, at=T0 + 1), now=T0 + 500,
                         default_tz="UTC")
         return [st["text"] for st in out["steps"] if st["step"] == "downstream"]
     root = f"a@2027-01-15T08:00:01Z (run {res['run_id']})"

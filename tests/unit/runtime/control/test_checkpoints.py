@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from cronrd.errors import PermissionDenied, UsageError
+from cronrd.ops import admin as A
+from cronrd.ops.typed import parse
 from cronrd.runtime.control.access import Caller
 from cronrd.runtime.control.checkpoints import CheckpointRequests
 from cronrd.runtime.runs.launch import attempt_env
@@ -46,6 +48,20 @@ class FakeLog:
         return self.inner.apply(cmd)
 
 
+# The requests as the control table hands them over: the socket's JSON object
+# parsed into its type (ops/admin.py).
+def save(req, args):
+    return req.save(parse(A.SaveCheckpoint, args), CALLER)
+
+
+def get(req, args):
+    return req.get(parse(A.GetCheckpoint, args), CALLER)
+
+
+def heartbeat(req, args):
+    return req.heartbeat(parse(A.Heartbeat, args), CALLER)
+
+
 def setup(start: bool = True):
     log = Log()
     log.put()
@@ -74,11 +90,11 @@ def test_an_attempt_gets_a_fresh_token_and_the_socket_and_only_its_hash_is_kept(
 def test_save_get_and_heartbeat_with_the_runs_token():
     req, h, rid, token, audits = setup()
     args = {"run_id": rid, "token": token}
-    res = run_virtual(req.save({**args, "value_b64": base64.b64encode(
-        "naïve".encode()).decode()}, CALLER))
+    res = run_virtual(save(req, {**args, "value_b64": base64.b64encode(
+        "naïve".encode()).decode()}))
     assert res["bytes"] == 6
-    assert run_virtual(req.get(args, CALLER))["value"] == "naïve"
-    run_virtual(req.heartbeat({**args, "progress": 1, "message": "done"}, CALLER))
+    assert run_virtual(get(req, args))["value"] == "naïve"
+    run_virtual(heartbeat(req, {**args, "progress": 1, "message": "done"}))
     assert CK.heartbeat_of(h.conn, rid)[1:] == (1.0, "done")
     assert audits == []
     assert all(c.token_hash == CK.token_hash(token) for c in h.log.proposed)
@@ -89,9 +105,9 @@ def test_a_wrong_token_is_refused_audited_and_nothing_is_proposed():
     req, h, rid, token, audits = setup()
     with pytest.raises(PermissionDenied, match="checkpoint save` refused: the token does "
                                                "not belong to run"):
-        run_virtual(req.save({"run_id": rid, "token": "x" * 64, "value": "v"}, CALLER))
+        run_virtual(save(req, {"run_id": rid, "token": "x" * 64, "value": "v"}))
     with pytest.raises(PermissionDenied, match="no run with id 99"):
-        run_virtual(req.get({"run_id": 99, "token": token}, CALLER))
+        run_virtual(get(req, {"run_id": 99, "token": token}))
     assert h.log.proposed == []
     assert [(a[0], a[2]) for a in audits] == [("checkpoint_save", False),
                                               ("checkpoint_get", False)]
@@ -103,11 +119,11 @@ def test_bad_values_are_usage_errors_before_the_token_is_looked_at():
                         ({"value_b64": base64.b64encode(b"\xff").decode()}, "not UTF-8"),
                         ({"value_b64": "!!"}, "not UTF-8")):
         with pytest.raises(UsageError, match=match):
-            run_virtual(req.save({"run_id": rid, "token": token, **args}, CALLER))
+            run_virtual(save(req, {"run_id": rid, "token": token, **args}))
     with pytest.raises(UsageError, match="from 0 to 1"):
-        run_virtual(req.heartbeat({"run_id": rid, "token": token, "progress": 2}, CALLER))
+        run_virtual(heartbeat(req, {"run_id": rid, "token": token, "progress": 2}))
     with pytest.raises(UsageError, match="token is empty or too long"):
-        run_virtual(req.get({"run_id": rid, "token": ""}, CALLER))
+        run_virtual(get(req, {"run_id": rid, "token": ""}))
     assert h.log.proposed == [] and audits == []
 
 
@@ -120,7 +136,7 @@ def test_a_request_waits_for_the_start_then_gives_up(monkeypatch):
         await real(0)
     monkeypatch.setattr(asyncio, "sleep", sleep)
     with pytest.raises(PermissionDenied, match="token does not belong"):
-        run_virtual(req.get({"run_id": rid, "token": token}, CALLER))
+        run_virtual(get(req, {"run_id": rid, "token": token}))
     assert h.clock.t >= 10.0
 
 
@@ -133,8 +149,7 @@ def test_heartbeats_in_a_tight_loop_reach_the_log_once_a_second_the_newest_last(
     async def main():
         for i in range(50):                        # 50 heartbeats within 0.49 s
             h.clock.t = i * 0.01
-            res = await req.heartbeat({**args, "progress": i / 100, "message": f"m{i}"},
-                                      CALLER)
+            res = await heartbeat(req, {**args, "progress": i / 100, "message": f"m{i}"})
             assert res["run_id"] == rid and res.get("coalesced", False) == (i > 0)
         assert len(h.log.proposed) == 1
         h.clock.t = 1.0
@@ -145,7 +160,7 @@ def test_heartbeats_in_a_tight_loop_reach_the_log_once_a_second_the_newest_last(
         assert len(h.log.proposed) == 2
         assert CK.heartbeat_of(h.conn, rid)[1:] == (0.49, "m49")
         h.clock.t = 2.5                            # a quiet while later: sent at once
-        await req.heartbeat({**args, "message": "later"}, CALLER)
+        await heartbeat(req, {**args, "message": "later"})
         assert len(h.log.proposed) == 3
     run_virtual(main())
 
@@ -157,11 +172,11 @@ def test_a_heartbeat_sent_at_once_drops_the_older_one_held_back():
     args = {"run_id": rid, "token": token}
 
     async def main():
-        await req.heartbeat({**args, "message": "first"}, CALLER)         # sent
+        await heartbeat(req, {**args, "message": "first"})   # sent
         h.clock.t = 0.5
-        assert (await req.heartbeat({**args, "message": "held"}, CALLER))["coalesced"]
+        assert (await heartbeat(req, {**args, "message": "held"}))["coalesced"]
         h.clock.t = 1.2                                   # before the task wakes
-        await req.heartbeat({**args, "message": "newest"}, CALLER)        # sent at once
+        await heartbeat(req, {**args, "message": "newest"})  # sent at once
         await asyncio.sleep(0.8)                          # the held one's time passes
         assert [c.message for c in h.log.proposed] == ["first", "newest"]
         assert req._heartbeat_tasks == {} and req._heartbeat_later == {}

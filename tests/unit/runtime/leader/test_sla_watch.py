@@ -53,6 +53,7 @@ def test_finish_by_is_the_next_wall_clock_time_in_the_jobs_zone():
 
 def test_explain_lists_the_alerts_of_a_fire_time():
     from cronrd.explain.explain import explain
+    from cronrd.ops.admin import Explain
     log = Log()
     log.put(schedule="0 * * * *", sla={"start_within": 300.0}, at=T0 - 1800)
     watch(log, T0 + 301)
@@ -60,7 +61,7 @@ def test_explain_lists_the_alerts_of_a_fire_time():
     from cronrd.state import commands as C
     log.apply(C.AckAlert(alert_id=a["alert_id"], note="cluster was down", who="root",
                          at=T0 + 400))
-    out = explain(log.sm.conn, {"job": "j", "at": T0}, now=T0 + 500, default_tz="UTC")
+    out = explain(log.sm.conn, Explain(job="j", at=T0), now=T0 + 500, default_tz="UTC")
     (step,) = [s for s in out["steps"] if s["step"] == "alert"]
     assert step["text"].startswith(f"start_within (alert {a['alert_id']}, acked by root: "
                                    "cluster was down): no attempt started within 5m")
