@@ -6,9 +6,11 @@ Each is parsed at the edge (``typed.parse``) and handed to its handler in
 HTTP API builds the same values from its paths, queries and bodies, and its
 OpenAPI document takes their schemas from here.
 
-Operations not listed here still take the socket's JSON object (the
-``arg()`` checks of ``runtime/control/server.py``); they move here one
-resource at a time (issue 30, point 4).
+Here the jobs and runs; the workflows (backfills, reruns, alerts, the dead
+letter, pools, the audit, notifications) in workflows.py, the daemon and
+the cluster (status, explain, logs, membership, tokens, checkpoints) in
+admin.py. Every command of the control socket has its type: the control
+table is built from ``REQUESTS``.
 """
 
 from __future__ import annotations

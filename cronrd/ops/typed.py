@@ -62,6 +62,13 @@ class Names:
 
 
 @dataclass(frozen=True)
+class Wire:
+    """The argument's name on the wire where it cannot be the field's (a
+    Python keyword: ``from_`` is sent as ``from``)."""
+    name: str
+
+
+@dataclass(frozen=True)
 class Time:
     """A time: epoch seconds, or ISO 8601 text; parsed to epoch seconds."""
 
@@ -73,7 +80,8 @@ Consistent = Annotated[bool, Doc("wait until this node has applied every write t
 
 @dataclass(frozen=True)
 class _Spec:
-    name: str
+    name: str                     # the argument's name on the wire (messages use it)
+    field: str                    # the dataclass field's
     kind: Any                     # the annotation without None and Annotated
     optional: bool
     required: bool
@@ -107,7 +115,8 @@ def _specs(cls: type) -> tuple[_Spec, ...]:
                        or f.default_factory is not dataclasses.MISSING)
         default = (f.default if f.default is not dataclasses.MISSING else
                    f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        out.append(_Spec(f.name, hint, optional, not has_default, default, marks))
+        wire = next((m.name for m in marks if isinstance(m, Wire)), f.name)
+        out.append(_Spec(wire, f.name, hint, optional, not has_default, default, marks))
     specs = tuple(out)
     _SPECS[cls] = specs
     return specs
@@ -213,15 +222,15 @@ def parse(cls: type[T], args: Mapping[str, Any]) -> T:
             if spec.required:
                 raise UsageError(f"missing argument {spec.name!r}")
             continue
-        values[spec.name] = _check(spec, value)
+        values[spec.field] = _check(spec, value)
     return cls(**values)
 
 
 def as_args(request: Any) -> dict[str, Any]:
     """A request as the JSON object ``parse`` reads back (fields left at
     None are left out)."""
-    return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)
-            if getattr(request, f.name) is not None}
+    return {s.name: getattr(request, s.field) for s in _specs(type(request))
+            if getattr(request, s.field) is not None}
 
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}

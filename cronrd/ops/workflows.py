@@ -16,12 +16,11 @@ API and the web UI build a ``Backfill`` as the other types.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Mapping
+from typing import Annotated, Any, ClassVar
 
 from ..decisions import backfill as BD
 from ..errors import UsageError
-from . import typed
-from .typed import Consistent, Doc, MaxLen, Range
+from .typed import Consistent, Doc, MaxLen, Range, Wire
 
 NOTE = 1_000            # characters of a backfill's, an ack's or a dead letter action's note
 MAX_LIST = 100_000      # rows of one backfills, alerts, dead letter or audit answer
@@ -41,12 +40,12 @@ Limit = Annotated[int, Range(1, MAX_LIST, "limit must be between {lo} and {hi}")
 @dataclass(frozen=True)
 class Backfill:
     """Plan (``dry_run``) or start a backfill of a job's fire times from
-    ``from`` to ``to`` (on the socket ``from``; ``from_`` here, a keyword in
-    Python). At most decisions/backfill.py's MAX_FIRES fire times, HARD_MAX_FIRES
-    with ``force`` (admins only); one open backfill per job."""
+    ``from`` to ``to`` (``from_`` here: a keyword in Python). At most
+    decisions/backfill.py's MAX_FIRES fire times, HARD_MAX_FIRES with
+    ``force`` (admins only); one open backfill per job."""
     OP: ClassVar[str] = "backfill"
     job: Annotated[str, Doc("the job")]
-    from_: Annotated[int, Doc("the first fire time to consider (Unix seconds)")]
+    from_: Annotated[int, Wire("from"), Doc("the first fire time to consider (Unix seconds)")]
     to: Annotated[int, Doc("the last fire time to consider (Unix seconds)")]
     reprocess: Annotated[str, Doc("which fire times run again: " + ", ".join(BD.REPROCESS)
                                   + " (those never run, those that failed too, all)")] = \
@@ -63,19 +62,6 @@ class Backfill:
         if self.reprocess not in BD.REPROCESS or self.order not in BD.ORDERS:
             raise UsageError(f"--reprocess is one of {', '.join(BD.REPROCESS)}, --order one "
                              f"of {', '.join(BD.ORDERS)}")
-
-
-def parse_backfill(args: Mapping[str, Any]) -> Backfill:
-    """The socket's ``backfill`` object (``from``, not ``from_``) as a
-    Backfill; the messages name ``from`` as the client sent it."""
-    if not isinstance(args, Mapping):
-        raise UsageError("the request's arguments must be a JSON object")
-    wire = {k: v for k, v in args.items() if k not in ("from", "from_")}
-    wire["from_"] = args.get("from")
-    try:
-        return typed.parse(Backfill, wire)
-    except UsageError as exc:
-        raise UsageError(str(exc).replace("'from_'", "'from'")) from None
 
 
 @dataclass(frozen=True)
@@ -183,6 +169,15 @@ class Notifications:
     consistent: Consistent = False
 
 
+@dataclass(frozen=True)
+class NotifyTest:
+    """Send a test event through one notifier of the config, at once (as
+    the daemon's user), and say what the receiver answered."""
+    OP: ClassVar[str] = "notify_test"
+    name: Annotated[str, Doc("the notifier")]
+    job: Annotated[str, Doc("the job the test event names")] = "cronrd-notify-test"
+
+
 TYPES: tuple[type[Any], ...] = (
-    ListBackfills, BackfillState, Rerun, Pools, ListAlerts, AckAlert, ListDeadLetter,
-    DeadLetterAction, Audit, Notifications)
+    Backfill, ListBackfills, BackfillState, Rerun, Pools, ListAlerts, AckAlert, ListDeadLetter,
+    DeadLetterAction, Audit, Notifications, NotifyTest)

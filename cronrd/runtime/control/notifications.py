@@ -13,7 +13,6 @@ from ...schedule import iso_utc
 from ...state import deliveries as DL
 from ...ops import workflows as W
 from ..clock import Clock
-from .server import arg
 from ..notify import senders as N
 
 
@@ -31,8 +30,8 @@ def notifications(conn, config: Config, req: W.Notifications) -> dict:
             "default": [r.to_dict() for r in n.default]}
 
 
-async def notify_test(config: Config, clock: Clock, args: dict) -> dict:
-    name = arg(args, "name", str, required=True)
+async def notify_test(config: Config, clock: Clock, req: W.NotifyTest) -> dict:
+    name = req.name
     notifier = config.notifications.notifiers.get(name)
     if notifier is None:
         known = ", ".join(config.notifications.notifiers) or "none"
@@ -41,7 +40,7 @@ async def notify_test(config: Config, clock: Clock, args: dict) -> dict:
                            "daemon")
     now = clock.now()
     event = {"event_id": f"test-{secrets.token_hex(6)}", "kind": "failed",
-             "job": arg(args, "job", str, "cronrd-notify-test"), "fire_time": int(now),
+             "job": req.job, "fire_time": int(now),
              "run_id": None, "at": now,
              "data": {"state": "failed", "reason": "a test of the notifier (cronrd notify "
                                                    "test): nothing failed"}}

@@ -110,8 +110,6 @@ class HandlersHost(Protocol):
 
     def _job_or_error(self, name: str) -> dict[str, Any]: ...
 
-    async def _consistent(self, args: dict[str, Any]) -> None: ...
-
     async def _barrier(self, consistent: bool) -> None: ...
 
     async def _wait_run(self, run_id: int) -> Run: ...
@@ -435,21 +433,4 @@ class ControlServer:
                                     "see the daemon log"})
 
 
-def arg(args: dict, name: str, kind: type | tuple, default: Any = ..., *,
-        required: bool = False) -> Any:
-    """Fetch and type-check one request argument."""
-    if name not in args or args[name] is None:
-        if required:
-            raise UsageError(f"missing argument {name!r}")
-        return None if default is ... else default
-    value = args[name]
-    if isinstance(value, bool) and kind is int:
-        raise UsageError(f"argument {name!r} must be an integer")
-    if kind is int and isinstance(value, int) and not -(1 << 62) < value < (1 << 62):
-        raise UsageError(f"argument {name!r} is out of range")
-    if not isinstance(value, kind):
-        raise UsageError(f"argument {name!r} has the wrong type")
-    return value
-
-
-__all__ = ["ControlServer", "Stream", "arg", "RequestError", "MAX_REQUEST", "Caller"]
+__all__ = ["ControlServer", "Stream", "RequestError", "MAX_REQUEST", "Caller"]

@@ -44,12 +44,8 @@ class WorkflowRequests(_Host):
     """The workflows part of Handlers (handlers.py): its state, log and guard."""
 
     # -- backfill and rerun (runtime/leader/backfills.py, state/backfill.py) -----------------
-    async def h_backfill(self, req: W.Backfill | dict, caller: Caller) -> dict:
+    async def h_backfill(self, req: W.Backfill, caller: Caller) -> dict:
         """Plan (``dry_run``) or start a backfill of ``job`` from ``from`` to ``to``.
-
-        ``req``: a Backfill (the HTTP API, the web UI), or the socket's object,
-        parsed here (ops/workflows.py parse_backfill): the control table hands
-        this one its dict, as ``from`` cannot be a field's name.
 
         Bounded before it runs: who may, ``force`` (admins only) and, for a
         create, "one open backfill per job" are checked before any fire time
@@ -57,8 +53,6 @@ class WorkflowRequests(_Host):
         take is generated (B.plan), and a dry run answers the first and last
         BD.DRY_RUN_LINES of them with counts. A create's refusal is audited
         as refused, its go-ahead as allowed (before it is proposed)."""
-        if not isinstance(req, W.Backfill):
-            req = W.parse_backfill(req)
         name = req.job
         self._job_or_error(name)
         first, last = req.from_, req.to
@@ -217,5 +211,5 @@ class WorkflowRequests(_Host):
         await self._barrier(req.consistent)
         return NH.notifications(self.conn, self.config, req)
 
-    async def h_notify_test(self, args: dict) -> dict:
-        return await NH.notify_test(self.config, self.clock, args)
+    async def h_notify_test(self, req: W.NotifyTest) -> dict:
+        return await NH.notify_test(self.config, self.clock, req)

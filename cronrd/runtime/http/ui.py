@@ -562,11 +562,11 @@ class UiPages:
     @action()
     async def act_backfill(self, request, sess, form):
         name = self._job_target(request, sess)
-        req = W.parse_backfill({"job": name, "from": _time(form.get("from"), "from"),
-                                "to": _time(form.get("to"), "to"),
-                                "reprocess": str(form.get("reprocess") or "missing"),
-                                "note": str(form.get("note", "")),
-                                "dry_run": form.get("go") != "start"})
+        req = typed.parse(W.Backfill, {"job": name, "from": _time(form.get("from"), "from"),
+                                       "to": _time(form.get("to"), "to"),
+                                       "reprocess": str(form.get("reprocess") or "missing"),
+                                       "note": str(form.get("note", "")),
+                                       "dry_run": form.get("go") != "start"})
         res = await self.reads.h_backfill(req, token_caller(sess.token))
         if req.dry_run:
             return self.render(request, "backfill_preview.html", sess, job=name, res=res,

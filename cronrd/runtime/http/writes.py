@@ -493,8 +493,7 @@ class ApiRoutes:
         for k in ("from", "to"):
             if body.get(k) is None:
                 raise UsageError(f"{k} is required (RFC 3339 time)")
-        # the body's keys are the socket's (from, to): parse_backfill reads them
-        req = W.parse_backfill({
+        req = typed.parse(W.Backfill, {
             "job": job, "from": _time_arg(body["from"], "from"),
             "to": _time_arg(body["to"], "to"),
             **{k: body[k] for k in ("reprocess", "order", "note", "parallel")

@@ -21,16 +21,16 @@ def test_every_type_is_registered_under_its_op():
         assert all("description" in s for _, s, _ in typed.fields(cls))
 
 
-def test_backfill_is_parsed_from_the_socket_keys_and_left_to_its_handler():
-    # ``from`` is a keyword in Python: the socket's object goes through
-    # parse_backfill, and the control table does not parse it (not in TYPES)
-    assert "backfill" not in REQUESTS and W.Backfill not in W.TYPES
-    req = W.parse_backfill({"job": "etl", "from": 100, "to": 200, "parallel": None,
-                            "from_": "ignored", "newer": 1})
+def test_backfill_is_parsed_from_the_socket_keys():
+    # ``from`` is a keyword in Python: the field is from_, the wire name from
+    assert REQUESTS["backfill"] is W.Backfill
+    req = typed.parse(W.Backfill, {"job": "etl", "from": 100, "to": 200, "parallel": None,
+                                   "from_": "ignored", "newer": 1})
     assert req == W.Backfill(job="etl", from_=100, to=200)
     assert (req.reprocess, req.order, req.parallel, req.note) == ("missing", "oldest", 1, "")
     assert not (req.dry_run or req.force or req.downstream)
-    assert typed.schema(W.Backfill)["required"] == ["job", "from_", "to"]
+    assert typed.schema(W.Backfill)["required"] == ["job", "from", "to"]
+    assert typed.as_args(req)["from"] == 100 and "from_" not in typed.as_args(req)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -50,14 +50,14 @@ def test_backfill_is_parsed_from_the_socket_keys_and_left_to_its_handler():
 ])
 def test_a_bad_backfill_is_refused_with_the_handlers_old_message(args, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
-        W.parse_backfill(args)
+        typed.parse(W.Backfill, args)
 
 
 def test_a_backfill_built_by_hand_checks_its_choices_too():
     with pytest.raises(UsageError, match="--reprocess is one of"):
         W.Backfill(job="etl", from_=1, to=2, order="sideways")
     with pytest.raises(UsageError, match="must be a JSON object"):
-        W.parse_backfill([1, 2])  # type: ignore[arg-type]
+        typed.parse(W.Backfill, [1, 2])  # type: ignore[arg-type]
 
 
 def test_the_lists_keep_their_defaults():

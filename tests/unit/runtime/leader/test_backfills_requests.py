@@ -96,8 +96,10 @@ def generated(monkeypatch):
 
 
 def request(h, caller, first, last, **kw):
+    """Through the control table, as the socket does: parsed into a Backfill
+    at the edge (ops/workflows.py), then handled."""
     args = {"job": "j", "from": first, "to": last, **kw}
-    return asyncio.run(h.h_backfill(args, caller))
+    return asyncio.run(h.table()["backfill"](args, caller))
 
 
 def test_a_refused_range_costs_at_most_the_limit_plus_one_fire_time(generated):
