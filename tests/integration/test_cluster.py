@@ -8,26 +8,16 @@ against deadlines; nothing depends on a sleep being long enough.
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 import pytest
 import yaml
 
-from cluster_harness import Cluster, cut_off, fire_records, heal_all, iptables_usable
+from cluster_harness import (Cluster, check_exactly_once, cut_off, fire_records, heal_all,
+                             iptables_usable)
 from cronrd.schedule import parse_iso
 from harness import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def check_exactly_once(runs: list[dict], job: str, first: int, last: int) -> None:
-    """Each fire time in [first, last] has exactly one attempt-1 record."""
-    fires = Counter(parse_iso(r["fire_time"]) for r in fire_records(runs, job))
-    window = {t: fires.get(t, 0) for t in range(first, last + 1)}
-    dup = {t: n for t, n in window.items() if n > 1}
-    missing = [t for t, n in window.items() if n == 0]
-    assert not dup, f"{job}: duplicated fire times {dup}"
-    assert not missing, f"{job}: missing fire times {missing}"
 
 
 def test_cluster_forms_replicates_and_answers_on_every_node(cluster):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_harness import fire_records
+from cluster_harness import check_exactly_once, fire_records
 from cronrd.schedule import parse_iso
 from harness import REPO, wait_for
 
@@ -68,15 +68,6 @@ def old_source(tmp_path_factory) -> Path:
 
 def start(node, source: Path) -> None:
     node.start(env={"PYTHONPATH": str(source)}, wait=False)
-
-
-def check_exactly_once(runs: list[dict], job: str, first: int, last: int) -> None:
-    fires = Counter(parse_iso(r["fire_time"]) for r in fire_records(runs, job))
-    window = {t: fires.get(t, 0) for t in range(first, last + 1)}
-    dup = {t: n for t, n in window.items() if n > 1}
-    missing = [t for t, n in window.items() if n == 0]
-    assert not dup, f"{job}: duplicated fire times {dup}"
-    assert not missing, f"{job}: missing fire times {missing}"
 
 
 @pytest.mark.parametrize("leader_order", ["last", "first"])

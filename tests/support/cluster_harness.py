@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections import Counter
 from typing import Any
 
 from harness import Node, wait_for
@@ -146,6 +147,17 @@ def heal_all() -> None:
 def fire_records(runs: list[dict], job: str) -> list[dict]:
     return [r for r in runs if r["job"] == job and r["kind"] in ("scheduled", "catchup")
             and r["attempt"] == 1]
+
+
+def check_exactly_once(runs: list[dict], job: str, first: int, last: int) -> None:
+    """Each fire time in [first, last] has exactly one attempt-1 record."""
+    from cronrd.schedule import parse_iso
+    fires = Counter(parse_iso(r["fire_time"]) for r in fire_records(runs, job))
+    window = {t: fires.get(t, 0) for t in range(first, last + 1)}
+    dup = {t: n for t, n in window.items() if n > 1}
+    missing = [t for t, n in window.items() if n == 0]
+    assert not dup, f"{job}: duplicated fire times {dup}"
+    assert not missing, f"{job}: missing fire times {missing}"
 
 
 def now() -> float:

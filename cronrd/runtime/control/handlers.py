@@ -162,17 +162,24 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
         # is built: at start, and in every test that makes Handlers.)
         return self._typed(REQUESTS[name], access, fn)
 
-    def _admin(self, name: str, call):
-        """An ADMIN command: root and the daemon's uid (and an admin token),
-        checked and audited before ``call(args)``; the target (for the
-        message and the audit) is the args' "node" or "name"."""
+    def _admin(self, request: type[Any], fn):
+        """An ADMIN command: root and the daemon's uid (and an admin token).
+        The caller is checked first (a refused caller learns nothing of its
+        arguments; the refusal is audited), then the arguments are parsed,
+        and only a well-formed change is audited as allowed before it is
+        made. The target (for the message and the audit) is the args' "node"
+        or "name"."""
+        name = request.OP
+
         async def admin(args: dict, caller: Caller):
-            target = next((args[k] for k in ("node", "name") if isinstance(args.get(k), str)),
-                          "")
+            target = next((args[k] for k in ("node", "name")
+                           if isinstance(args, dict) and isinstance(args.get(k), str)), "")
             what = f"cronrd {CLI_NAMES.get(name, name)}" + (f" {target}" if target else "")
             await self._authorize(caller, name, target, what, lambda: check_admin(caller, what),
-                                  change=True)
-            return await call(args)
+                                  change=False)
+            req = typed.parse(request, args)
+            await self._audit(caller, name, target, True)
+            return await fn(req)
         return admin
 
     def _typed(self, request: type[Any], access: str, fn):
@@ -186,9 +193,7 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
             return job
         if access != ADMIN:  # pragma: no cover - a table entry this does not serve
             raise TypeError(f"typed {access} requests are not served ({request.__name__})")
-        # Parsed once the caller is allowed (and audited): a refused caller
-        # learns nothing of its arguments, as before they were typed.
-        return self._admin(request.OP, lambda args: fn(typed.parse(request, args)))
+        return self._admin(request, fn)
 
     async def _authorize(self, caller: Caller, command: str, target: str, what: str,
                          check, *, change: bool) -> None:
