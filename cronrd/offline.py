@@ -16,7 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from .config import Config
-from .errors import DaemonUnavailable, RequestError, UsageError
+from .errors import DaemonUnavailable, RequestError
 from .runtime.clock import now as wall_now
 from .schedule import iso_utc
 
@@ -139,9 +139,12 @@ class Offline:
         }
 
     def h_jobs(self, args: dict, on_message) -> Any:
+        from .ops import requests as R
+        from .ops import typed
         from .state import queries as Q
-        match = args.get("match")
-        if args.get("stream"):
+        req = typed.parse(R.ListJobs, args)
+        match = req.match
+        if req.stream:
             after, count = None, 0
             while True:
                 rows = Q.jobs(self.conn, after=after, glob=match, limit=1000, as_dicts=True)
@@ -153,26 +156,25 @@ class Offline:
                                                    for v in self._views(rows))})
                 after = rows[-1]["name"]
             return {"jobs": count}
-        limit = args.get("limit") or 1000
-        rows = Q.jobs(self.conn, after=args.get("after"), glob=match, limit=limit,
-                      as_dicts=True)
+        limit = req.limit or 1000
+        rows = Q.jobs(self.conn, after=req.after, glob=match, limit=limit, as_dicts=True)
         return {"jobs": self._views(rows),
                 "next": rows[-1]["name"] if len(rows) == limit else None}
 
     def h_job(self, args: dict, on_message) -> dict:
+        from .ops import requests as R
+        from .ops import typed
         from .runtime.control.reads import job_details
         from .state import queries as Q
-        name: Any = args.get("name")   # as the request gave it (a JSON value)
+        req = typed.parse(R.ShowJob, args)  # as the daemon: a name is required
+        name = req.name
         found = Q.jobs(self.conn, name=name)
         if not found:
             raise RequestError(f"no job named {name!r}; `cronrd jobs` lists the known jobs")
         job = found[0]
         view = self._views([dict(job, spec=job["spec"].to_dict())])[0]
         view["spec"] = job["spec"].to_dict()
-        count = args.get("next", 5)
-        if not isinstance(count, int) or not 0 <= count <= 100:
-            raise UsageError("next must be 0 to 100")
-        details = job_details(self.conn, job, view, wall_now(), count, [])
+        details = job_details(self.conn, job, view, wall_now(), req.next, [])
         details["pause"] = self._pause_note(name) if job["paused"] else None
         details["maintenance"] = self._pause_note("")
         view.update(details)
@@ -186,12 +188,13 @@ class Offline:
                             int(self._meta("applied_index") or 0))
 
     def h_run(self, args: dict, on_message) -> dict:
+        from .ops import requests as R
+        from .ops import typed
         from .state import queries as Q
-        run_id: Any = args.get("run_id")   # as the request gave it (None: no run has it)
+        run_id = typed.parse(R.ShowRun, args).run_id
         run = Q.get_run(self.conn, run_id)
         if run is None:
-            raise RequestError(f"no run with id {args.get('run_id')}; `cronrd runs` lists "
-                               "recent runs")
+            raise RequestError(f"no run with id {run_id}; `cronrd runs` lists recent runs")
         return run.view()
 
     def h_explain(self, args: dict, on_message) -> dict:
@@ -212,12 +215,17 @@ class Offline:
             return []
 
     def h_pools(self, args: dict, on_message) -> dict:
+        from .ops import typed
+        from .ops import workflows as W
         from .runtime.control.reads import pools_view
+        typed.parse(W.Pools, args)
         return pools_view(self.conn, self.config)
 
     def h_graph(self, args: dict, on_message) -> dict:
+        from .ops import requests as R
+        from .ops import typed
         from .runtime.control.reads import dependency_graph
-        return dependency_graph(self.conn, args.get("job"))
+        return dependency_graph(self.conn, typed.parse(R.Graph, args).job)
 
     def h_audit(self, args: dict, on_message) -> dict:
         from .ops import typed

@@ -183,6 +183,18 @@ def test_history_reads_work_with_the_daemon_down(node):
     res = node.cli("logs", "hello")
     assert res.returncode == 0 and "out" in res.stdout and "err" in res.stdout
     assert node.cli("runs", "nosuch").returncode == 1
+    # the offline reads parse a request as the daemon does (ops/requests.py)
+    from cronrd.config import load_config
+    from cronrd.errors import UsageError
+    from cronrd.offline import Offline
+    off = Offline(load_config(str(node.config_path)), "test")
+    for cmd, args, message in (("job", {}, "missing argument 'name'"),
+                               ("job", {"name": "other", "next": 101}, "next must be 0 to 100"),
+                               ("run", {"run_id": "1"}, "argument 'run_id' must be an integer"),
+                               ("jobs", {"limit": 0}, "limit must be 1 to"),
+                               ("graph", {"job": 7}, "argument 'job' has the wrong type")):
+        with pytest.raises(UsageError, match=message):
+            getattr(off, "h_" + cmd)(args, None)
     # changes still need the daemon, and say how to start it
     res = node.cli("run-now", "hello")
     assert res.returncode == 1 and "cronrd daemon" in res.stderr
