@@ -9,6 +9,9 @@ batches here, so a batch means the same thing on one host as in a cluster:
   from a buggy or newer proposer) is that index's result, as an exception;
   it still advances the applied index and the digest, alike on every node,
   and the other commands of the batch apply;
+* an entry only a newer cronrd applies (a command kind or field this code
+  does not know, a cluster version above its own: state/versions.py)
+  fails the batch the same way: this node must not go on by older rules;
 * only the database failing (``apsw.Error``, but for a constraint or type
   the command's values break: ``COMMAND_ERRORS``) fails the batch: it raises,
   nothing of the batch is committed, and the caller decides (the one-host
@@ -23,7 +26,9 @@ from typing import Any, Iterable
 import apsw
 
 from ..errors import CronrdError, StateError
+from .. import __version__
 from . import commands as C
+from . import versions as V
 from .effects import Effect
 from ..errors import Refused
 from .machine import StateMachine
@@ -49,6 +54,14 @@ def apply_batch(machine: StateMachine, entries: Iterable[tuple[int, C.Command | 
             if isinstance(entry, (bytes, bytearray)):
                 try:
                     cmd = C.decode(entry)
+                except C.UnknownCommand as exc:
+                    # A newer cronrd proposed it: the members that know it
+                    # apply it; skipping it here would diverge from them.
+                    raise V.NewerLog(
+                        f"log entry {index} is {exc}; this cronrd {__version__} applies "
+                        f"cluster versions up to {V.APPLY_VERSION}: "
+                        f"{V.upgrade_hint(V.APPLY_VERSION + 1)}; this node stops applying "
+                        "here rather than skip it") from None
                 except StateError as exc:
                     log.error("event=undecodable_entry index=%d error=\"%s\"", index, exc)
                     machine.skip_undecodable(index, bytes(entry))
@@ -59,6 +72,8 @@ def apply_batch(machine: StateMachine, entries: Iterable[tuple[int, C.Command | 
                 cmd, raw = entry, None
             try:
                 result, eff = machine.apply(index, cmd, raw)
+            except V.NewerLog:
+                raise  # not a refusal: the batch fails and this node stops applying
             except CronrdError as exc:
                 results[index] = exc
             except apsw.Error as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import __version__
 from . import checkpoints as CK
 from . import commands as C
 from . import alerts as AL
@@ -17,6 +18,7 @@ from . import deliveries as DL
 from . import pause_log
 from . import pools as PL
 from . import run_params as RP
+from . import versions as V
 from ..model.run import SELECT as SELECT_RUNS, Run
 from ..errors import Refused
 from ..model.run_states import ACTIVE, sql_in
@@ -49,6 +51,29 @@ class NodesApply(ApplyBase):
             (cmd.node, cmd.state, cmd.addr, tags, since))
         return {"changed": True}
 
+    def _apply_set_cluster_version(self, index: int, cmd: C.SetClusterVersion,
+                                   effects: list[Effect]) -> dict[str, Any]:
+        if not isinstance(cmd.version, int) or isinstance(cmd.version, bool):
+            raise Refused(f"cluster version {cmd.version!r} is not a whole number")
+        if cmd.version > V.APPLY_VERSION:
+            # Not a refusal: the members that can apply it go on by its rules.
+            raise V.NewerLog(
+                f"log entry {index} raises the cluster version to {cmd.version}; this cronrd "
+                f"{__version__} applies versions up to {V.APPLY_VERSION}: "
+                f"{V.upgrade_hint(cmd.version)}; this node stops applying here rather than "
+                "go on by rules the other members no longer follow")
+        current = V.recorded(self.conn)
+        if cmd.version <= current:
+            raise Refused(f"the cluster is at version {current} already; a cluster version is "
+                          "never lowered")
+        set_meta = ("INSERT INTO meta(key, value) VALUES(?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value")
+        self.conn.execute(set_meta, ("cluster_version", cmd.version))
+        self.conn.execute(set_meta, ("cluster_version_index", index))
+        self.conn.execute(set_meta, ("cluster_version_at", cmd.at))
+        # An older release must refuse this database from now on.
+        self.conn.execute(set_meta, ("schema_version", V.SCHEMA_LOCK[cmd.version]))
+        return {"cluster_version": cmd.version, "was": current}
 
     def _lose_runs(self, index: int, node: str, at: float, reason: str, effects: list[Effect]) -> dict[str, Any]:
         lost, retries = [], []

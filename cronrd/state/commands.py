@@ -19,13 +19,26 @@ from ..errors import StateError
 @dataclass(frozen=True)
 class Command:
     op: ClassVar[str] = ""
+    # The cluster version (state/versions.py) a command of this kind needs:
+    # it is proposed, and applied, only once the log records that version.
+    since: ClassVar[int] = 1
+    # Fields added after the kind: name -> the version that added it. While
+    # such a field has its default it is left out of the encoding, so the
+    # nodes of an older version still decode the command.
+    added: ClassVar[dict[str, int]] = {}
 
     def encode(self) -> bytes:
         # Fields hold JSON values only (no nested dataclasses): a shallow
         # dict, not dataclasses.asdict's deep copy of a 1,000-job SyncJobs.
-        body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in self.added or getattr(self, f.name) != f.default}
         body["op"] = self.op
         return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+
+class UnknownCommand(StateError):
+    """An entry of a command kind, or with a field, that this cronrd does not
+    know: a newer cronrd proposed it (state/versions.py)."""
 
 
 @dataclass(frozen=True)
@@ -549,6 +562,20 @@ class DrainNode(Command):
     at: float
 
 
+@dataclass(frozen=True)
+class SetClusterVersion(Command):
+    """The leader raises the cluster version (state/versions.py) to
+    ``version``, once every member said it applies it; ``members``: each
+    member's cronrd release as it said (for the record). Proposed while the
+    log is still at the older version, so it needs none itself; a node that
+    cannot apply ``version`` stops there (it must not go on by older rules)."""
+
+    op: ClassVar[str] = "set_cluster_version"
+    version: int
+    members: dict[str, str]
+    at: float
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
@@ -557,8 +584,11 @@ COMMANDS: dict[str, type[Command]] = {
               CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
               DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction, SetPools,
               StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout, CreateToken,
-              RevokeToken, DrainNode)
+              RevokeToken, DrainNode, SetClusterVersion)
 }
+
+
+_FIELDS = {op: frozenset(f.name for f in dataclasses.fields(cls)) for op, cls in COMMANDS.items()}
 
 
 def decode(data: bytes | str) -> Command:
@@ -567,7 +597,18 @@ def decode(data: bytes | str) -> Command:
         body: dict[str, Any] = json.loads(data)
         if not isinstance(body, dict):
             raise TypeError("a command is a JSON object")
-        cls = COMMANDS[body.pop("op")]
+        op = body.pop("op")
+        cls = COMMANDS.get(op) if isinstance(op, str) else None
+        if cls is None:
+            if isinstance(op, str):
+                raise UnknownCommand(f"a command of kind {op[:64]!r}, which this cronrd does "
+                                     "not know (a newer cronrd made it)")
+            raise TypeError(f"no command kind (op) among {sorted(body)[:16]}")
+        unknown = set(body) - _FIELDS[op]
+        if unknown:
+            raise UnknownCommand(
+                f"a {op} command with field(s) {', '.join(sorted(unknown)[:8])[:200]}, which "
+                "this cronrd does not know (a newer cronrd made it)")
         return cls(**body)
     except (ValueError, KeyError, TypeError) as exc:
         raise StateError(f"undecodable command in the log: {exc}") from exc

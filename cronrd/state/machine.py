@@ -16,9 +16,11 @@ from typing import Any, Callable
 
 import apsw
 
+from .. import __version__
 from ..errors import StateError
 from . import commands as C
 from . import queries as Q
+from . import versions as V
 from .effects import Effect, RunAssigned, RunPending
 from .schema import (ADDED_COLUMNS, SCHEMA, SCHEMA_VERSION, SEED_JOB_OUTCOMES,
                      SEED_JOB_HISTOGRAMS, SEED_NOTIFY_OUTCOMES,
@@ -79,11 +81,9 @@ class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply
         conn = self.conn
         with conn:
             conn.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value)")
+            check_readable(conn, "this node's state database")
             version = self._meta("schema_version")
             version = None if version is None else int(version)
-            if version is not None and version > SCHEMA_VERSION:
-                raise StateError(f"the state database has schema version {version}, newer "
-                                 f"than this cronrd knows ({SCHEMA_VERSION}); upgrade cronrd")
             if version == 1:
                 conn.execute(UPGRADE_FROM_V1)
                 # each job gets a source row: this node's file
@@ -124,6 +124,9 @@ class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply
                 self._set_meta("applied_index", 0)
             elif version < SCHEMA_VERSION:
                 self._set_meta("schema_version", SCHEMA_VERSION)
+            # Which cronrd opened it last (a snapshot of it names its maker).
+            if self._meta("written_by") != __version__:
+                self._set_meta("written_by", __version__)
 
     # -- meta ---------------------------------------------------------------
     def _meta(self, key: str) -> Any:
@@ -159,6 +162,9 @@ class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply
         handler = APPLIERS[type(cmd)].__get__(self)
         outcome = "refused"
         try:
+            if type(cmd).since > V.BASE or type(cmd).added:
+                # a proposer's gate missed it (state/versions.py): refused alike
+                V.check_proposable(cmd, V.recorded(self.conn))
             with self.conn:  # savepoint: a refusal rolls back only this command
                 result = handler(index, cmd, effects)
                 # A run that went to wait for its pool's slots (state/pools.py)
@@ -210,9 +216,26 @@ class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply
                 h.update(json.dumps(row, separators=(",", ":")).encode())
         # the id counters (state/seq.py, events.py) decide the next ids
         for row in self.conn.execute("SELECT key, value FROM meta WHERE key IN "
-                                     "('run_seq', 'alert_seq', 'event_seq') ORDER BY key"):
+                                     "('run_seq', 'alert_seq', 'event_seq', "
+                                     "'cluster_version') ORDER BY key"):
             h.update(json.dumps(row, separators=(",", ":")).encode())
         return h.hexdigest()
+
+
+def check_readable(conn: apsw.Connection, what: str) -> None:
+    """Refuse a state database (this node's, or a snapshot's before it is
+    installed) that only a newer cronrd applies: its schema, or the cluster
+    version its log reached (state/versions.py)."""
+    meta: dict[str, Any] = {}
+    if any(conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'")):
+        meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN "
+                                 "('schema_version', 'cluster_version', 'written_by')"))
+    V.readable(meta, what)
+    schema = meta.get("schema_version")
+    if schema is not None and int(schema) > max(V.SCHEMA_LOCK.values()):
+        raise V.NewerLog(f"{what} has schema version {schema}, newer than this cronrd "
+                         f"{__version__} knows ({max(V.SCHEMA_LOCK.values())}): "
+                         f"{V.upgrade_hint(V.APPLY_VERSION + 1)}")
 
 
 # Every command type and the method of its area that applies it: one table,

@@ -24,6 +24,7 @@ from ..decisions import pools as D
 from ..schedule import iso_utc
 from ..model.run import Run
 from ..model.run_states import ACTIVE, sql_in
+from . import versions as V
 
 if TYPE_CHECKING:
     from ..jobspec import JobSpec
@@ -207,13 +208,14 @@ def _release_by_node(conn: apsw.Connection, pool: str, slots: int, freed_on: str
         n for (n,) in conn.execute(
         f"SELECT DISTINCT r.node FROM pool_runs p JOIN runs r ON r.run_id = p.run_id WHERE "
         f"p.pool=? AND p.waiting=0 AND r.state IN {sql_in(PLACED)}", (pool,))}
-    # Known bug, kept as it is until the cluster version gate (issue 31): with
-    # freed_on None, sorted() meets None beside the names and raises, so apply
-    # refuses the SetPools or CancelRun. Fixing it changes what apply does, and
-    # a fleet half upgraded would then disagree about the command
-    # (tests/unit/state/test_pools.py, the xfail test, shows it).
-    free = {n: max(0, slots - in_use(conn, pool, n))
-            for n in sorted(nodes) if n} or {"": slots}  # type: ignore[type-var]
+    if V.at_least(conn, V.POOL_RELEASE_WITHOUT_NODE):
+        names = sorted(n for n in nodes if n)
+    else:
+        # The rule of cluster version 1, kept as it was (state/versions.py):
+        # with freed_on None, sorted() meets None beside the names and raises
+        # TypeError, so apply refuses the SetPools or CancelRun.
+        names = [n for n in sorted(nodes) if n]  # type: ignore[type-var]
+    free = {n: max(0, slots - in_use(conn, pool, n)) for n in names} or {"": slots}
     placing: int = next(iter(conn.execute(
         "SELECT COALESCE(SUM(p.slots), 0) FROM pool_runs p JOIN runs r ON r.run_id = p.run_id "
         "WHERE p.pool=? AND p.waiting=0 AND r.state='pending'", (pool,))))[0]

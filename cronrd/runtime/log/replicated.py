@@ -22,10 +22,11 @@ import apsw
 from ...errors import (CronrdError, NotLeader, PermissionDenied, ProposalDropped, RequestError,
                       StateError, UsageError)
 from ...state import commands as C
+from ...state import versions as V
 from ...state.apply import apply_batch
 from ...state.effects import Effect, StateRestored
 from ...errors import Refused
-from ...state.machine import StateMachine
+from ...state.machine import StateMachine, check_readable
 from .base import EffectListener, result_of
 from ..peers.rpc import PeerError, PeerUnavailable
 from .raft_node import RaftNode
@@ -131,6 +132,9 @@ class ReplicatedState:
                 write_data(f, data)
             src = apsw.Connection(path)
             try:
+                # Before it replaces anything: a snapshot only a newer cronrd
+                # applies leaves this node's state as it was, and says why.
+                check_readable(src, f"the snapshot at index {index} from the leader")
                 with self.conn.backup("main", src, "main") as backup:
                     backup.step(-1)
             finally:
@@ -189,7 +193,15 @@ class RaftLog:
         task.add_done_callback(self._inflight.discard)
         return task
 
+    def gate(self, cmd: C.Command) -> None:
+        """Refuse a command the recorded cluster version does not allow yet
+        (state/versions.py): it must not reach the log while some member
+        cannot apply it. (Apply refuses it too: this says so sooner.)"""
+        if type(cmd).since > V.BASE or type(cmd).added:
+            V.check_proposable(cmd, V.recorded(self.state.conn))
+
     async def _propose(self, cmd: C.Command) -> Any:
+        self.gate(cmd)
         node = self.node
         data = cmd.encode()
         loop = asyncio.get_running_loop()
@@ -227,6 +239,11 @@ class RaftLog:
     def propose_as_leader(self, cmd: C.Command) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         out = loop.create_future()
+        try:
+            self.gate(cmd)
+        except CronrdError as exc:
+            out.set_exception(exc)
+            return out
         inner = self.node.submit(cmd.encode())
 
         def done(f: asyncio.Future) -> None:

@@ -12,6 +12,7 @@ import pytest
 from cronrd.state import commands as C
 from cronrd.state import pools as PL
 from cronrd.state import queries as Q
+from cronrd.state import versions as V
 from cronrd.errors import Refused
 from cronrd.state.effects import RunPending
 
@@ -387,14 +388,13 @@ def test_a_run_that_needs_more_slots_than_its_pool_has_does_not_hold_up_the_othe
     assert state(log, big["run_id"]) == "pending"
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "a change of what apply does: lands behind the cluster version gate (issue 31)"))
 def test_a_node_scoped_pool_releases_when_no_node_freed_the_slots():
     """Slots of a node-scoped pool freed by no node (the pool grew; a run
-    that never was placed ended) release its waiting runs too: the nodes'
-    room is reckoned without a node None (sorting it with the node names
-    refused SetPools and CancelRun, as "could not be applied")."""
+    that never was placed ended) release its waiting runs too, from cluster
+    version 2 on: the nodes' room is reckoned without a node None (sorting
+    it with the node names refused SetPools and CancelRun)."""
     log = pool_log(slots=1, scope="node")
+    log.apply(C.SetClusterVersion(version=V.POOL_RELEASE_WITHOUT_NODE, members={}, at=T0))
     log.fire(T0 + 1, "a", node="n1")
     b = log.fire(T0 + 1, "b", node="n1")["run_id"]
     c = log.fire(T0 + 1, "c", node="n1")["run_id"]
@@ -405,3 +405,20 @@ def test_a_node_scoped_pool_releases_when_no_node_freed_the_slots():
     # The pool grows: n1 has room for c now.
     log.apply(C.SetPools(pools=[["db", 2, "node"]], at=T0 + 3))
     assert state(log, c) == "pending"
+
+
+def test_before_cluster_version_2_the_old_rule_still_refuses_as_the_old_nodes_did():
+    """A log written before the raise, replayed by this code, decides what
+    cronrd 0.2.0 decided there: the CancelRun is refused (and changes
+    nothing), or this node's state would differ from the old nodes'."""
+    log = pool_log(slots=1, scope="node")
+    log.fire(T0 + 1, "a", node="n1")
+    b = log.fire(T0 + 1, "b", node="n1")["run_id"]
+    c = log.fire(T0 + 1, "c", node="n1")["run_id"]
+    with pytest.raises(TypeError):
+        log.apply(C.CancelRun(run_id=b, reason="no", at=T0 + 2))
+    assert (state(log, b), state(log, c)) == ("waiting", "waiting")
+    log.apply(C.SetClusterVersion(version=2, members={}, at=T0 + 3))
+    log.apply(C.CancelRun(run_id=b, reason="no", at=T0 + 4))
+    log.apply(C.SetPools(pools=[["db", 2, "node"]], at=T0 + 5))
+    assert (state(log, b), state(log, c)) == ("cancelled", "pending")

@@ -11,6 +11,7 @@ import os
 import random
 
 import apsw
+import pytest
 
 from cronrd.errors import StateError
 from cronrd.raft.types import ConfChangeType, ConfState
@@ -22,6 +23,7 @@ from cronrd.runtime.storage import open_db
 from cronrd.runtime.peers.transport import Transport
 from cronrd.state import commands as C
 from cronrd.state import queries as Q
+from cronrd.state import versions as V
 from cronrd.errors import Refused
 from cronrd.state.machine import StateMachine
 from raft_cluster import free_ports
@@ -223,6 +225,29 @@ def test_restore_replaces_a_state_that_had_diverged(tmp_path):
     path = str(tmp_path / "dst.db")
     again = StateMachine(open_db(path))
     assert again.full_digest() == src.machine.full_digest()
+
+
+def test_a_snapshot_names_its_version_and_a_newer_one_is_refused_before_it_replaces_anything(
+        tmp_path):
+    src, dst = state(tmp_path, "src"), state(tmp_path, "dst")
+    busy_state(src)
+    src.apply_batch(entries(C.SetClusterVersion(version=2, members={}, at=T0), start=11))
+    # A snapshot carries its version (and which cronrd wrote it) in its meta.
+    dst.restore(src.snapshot(), src.applied_index)
+    assert V.recorded(dst.conn) == 2 and dst.machine.full_digest() == src.machine.full_digest()
+    # One of a cluster version this code does not apply: refused, and why.
+    mine = dst.machine.full_digest()
+    with src.conn:
+        src.conn.execute("UPDATE meta SET value=? WHERE key='cluster_version'",
+                         (V.APPLY_VERSION + 1,))
+        src.conn.execute("UPDATE meta SET value='9.0.0' WHERE key='written_by'")
+    with pytest.raises(V.NewerLog) as err:
+        dst.restore(src.snapshot(), src.applied_index)
+    assert (f"the snapshot at index {src.applied_index} from the leader is at cluster version "
+            f"{V.APPLY_VERSION + 1} (written by cronrd 9.0.0)") in str(err.value)
+    assert "upgrade cronrd on this node" in str(err.value)
+    assert dst.machine.full_digest() == mine  # its own state is as it was
+    assert sorted(p.name for p in tmp_path.iterdir() if "snapshot" in p.name) == []
 
 
 # -- a member added by `cluster add` ------------------------------------------------------------

@@ -1,0 +1,139 @@
+"""The cluster version: which rules apply follows at each point of the log.
+
+Every node must reach the same state from the same log, also while a fleet
+is upgraded one host at a time (DESIGN.md, "Changing what apply does"). So
+what apply does is not the code's to decide alone: the log records the
+*cluster version* (``SetClusterVersion``, proposed by the leader once every
+member says it can apply it), and apply chooses its behaviour from the
+version recorded at that point of the log. A node with new code replaying
+entries written before the raise decides what the old code decided there.
+
+The rule for the next change to apply (README, "How a change to apply is
+made"):
+
+1. Give it the next version in ``VERSIONS`` (and raise ``APPLY_VERSION``).
+2. A new command kind sets ``since`` on its class; a new field of a command
+   goes in its ``added`` (field -> version) with a default that means "as
+   before": it is left out of the encoding while it has that value, so an
+   older node still decodes the command.
+3. A changed rule reads ``at_least(conn, N)`` and keeps the old rule, as it
+   was, for the older versions (a refusal included: the old rule's refusal
+   is part of what the older nodes recorded).
+4. The proposers need nothing more: ``check_proposable`` refuses a command
+   the recorded version does not allow yet, and apply refuses it too.
+
+A database records the version in ``meta`` (``cluster_version``; none
+recorded means 1, the rules of cronrd 0.2.0, the first release). From
+version 2 on it also says ``schema_version`` 7, which cronrd 0.2.0 refuses
+to open ("newer than this cronrd knows"): the only way to make a release
+without the gate refuse a state it would misread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from .. import __version__
+from ..errors import Refused, StateError
+
+if TYPE_CHECKING:
+    from .commands import Command
+
+
+@dataclass(frozen=True)
+class Version:
+    release: str   # the first cronrd release that applies it
+    changes: str   # what it changes in apply (operators read it in `cronrd status`)
+
+
+VERSIONS: dict[int, Version] = {
+    1: Version("0.2.0", "the rules of cronrd 0.2.0 (every log before the cluster version)"),
+    2: Version("0.3.0", "the cluster version itself; a node-scoped pool's waiting runs are "
+                        "released when slots free without a node (they were refused)"),
+}
+
+APPLY_VERSION = max(VERSIONS)   # the newest this code applies
+BASE = 1                         # a log that records no version
+
+# The changes of version 2, by name (grep for the name to find the rule).
+POOL_RELEASE_WITHOUT_NODE = 2
+
+# ``schema_version`` of a database at each cluster version (machine.migrate):
+# a release that cannot apply a version must refuse to open its database.
+SCHEMA_LOCK = {1: 6, 2: 7}
+
+
+class NewerLog(StateError):
+    """The log holds what only a newer cronrd applies. Not a refusal: the
+    node stops applying (it must not skip an entry the others apply)."""
+
+
+def release_of(version: int) -> str:
+    """``0.3.0`` for version 2: the first release that applies it."""
+    known = VERSIONS.get(version)
+    return known.release if known is not None else f"newer than {__version__}"
+
+
+def upgrade_hint(version: int) -> str:
+    known = VERSIONS.get(version)
+    return ("upgrade cronrd on this node to "
+            + (f"{known.release} or newer" if known is not None else "a newer release")
+            + " (the version the other members run), then start it again")
+
+
+def recorded(conn: apsw.Connection) -> int:
+    """The cluster version recorded in this state (1 when none is)."""
+    for (value,) in conn.execute("SELECT value FROM meta WHERE key='cluster_version'"):
+        return int(value)
+    return BASE
+
+
+def at_least(conn: apsw.Connection, version: int) -> bool:
+    """Do the rules of ``version`` hold at this point of the log?"""
+    return recorded(conn) >= version
+
+
+def readable(meta: dict[str, Any], what: str) -> None:
+    """Refuse a state (``what``: "this node's state database", "the snapshot
+    from the leader") recorded at a cluster version this code cannot apply,
+    naming both versions and what to do."""
+    version = int(meta.get("cluster_version") or BASE)
+    if version > APPLY_VERSION:
+        written = meta.get("written_by")
+        raise NewerLog(
+            f"{what} is at cluster version {version}"
+            + (f" (written by cronrd {written})" if written else "")
+            + f"; this cronrd {__version__} applies versions up to {APPLY_VERSION}: "
+            f"{upgrade_hint(version)}; running an older cronrd than the cluster's version "
+            "is refused, as it would apply the log by rules it does not know")
+
+
+def added_fields(cmd: Command) -> dict[str, int]:
+    return getattr(type(cmd), "added", {})
+
+
+def needs(cmd: Command) -> int:
+    """The cluster version ``cmd`` needs: its kind's, or that of a field it
+    uses (one whose value is not its default)."""
+    need = getattr(type(cmd), "since", BASE)
+    for f in dataclasses.fields(cmd):
+        since = added_fields(cmd).get(f.name)
+        if since is not None and getattr(cmd, f.name) != f.default:
+            need = max(need, since)
+    return need
+
+
+def check_proposable(cmd: Command, version: int) -> None:
+    """Refuse a command the recorded cluster ``version`` does not allow yet
+    (the proposers' gate; apply checks the same)."""
+    need = needs(cmd)
+    if need > version:
+        raise Refused(
+            f"{cmd.op} needs cluster version {need} (cronrd {release_of(need)}); the cluster "
+            f"is at version {version}, because some member runs an older cronrd: upgrade "
+            "every member (`cronrd cluster members` shows their versions); the cluster "
+            "version rises by itself once they all run it")
