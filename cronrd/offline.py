@@ -120,7 +120,9 @@ class Offline:
     def h_status(self, args: dict, on_message) -> dict:
         from .ops import admin as A
         from .ops import typed
+        from . import __version__
         from .state import queries as Q
+        from .state import versions as V
         typed.parse(A.Status, args)  # the arguments the daemon takes (none used here)
         active = Q.count_active(self.conn)
         jobs, paused = Q.count_jobs(self.conn)
@@ -136,6 +138,10 @@ class Offline:
             "state_digest": self._meta("chain"),
             "socket": self.config.socket, "data_dir": self.config.data_dir,
             "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,
+            # what this state recorded, and what this cronrd applies
+            "versions": {"cluster_version": V.recorded(self.conn), "applies": V.APPLY_VERSION,
+                         "release": __version__, "members": {}, "mixed": False,
+                         "behind": []},
         }
 
     def h_jobs(self, args: dict, on_message) -> Any:

@@ -132,6 +132,14 @@ def _clock_column(offset_ms) -> str | None:
     return ("+" if offset_ms >= 0 else "-") + (f"{a / 1000:.1f}s" if a >= 1000 else f"{a:.0f}ms")
 
 
+def _version_column(v: object) -> str:
+    """``0.3.0 (2)``: a member's release and the cluster version it applies."""
+    if not isinstance(v, dict) or not v.get("release"):
+        return "?"
+    applies = v.get("applies")
+    return f"{v['release']}" + (f" ({applies})" if applies is not None else " (?)")
+
+
 @cluster.command("members")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
@@ -157,9 +165,14 @@ def cluster_members(obj: Ctx, as_json):
                      "-" if m.get("self") else _ago(m.get("last_contact_s")),
                      "yes" if m.get("leader") else "no",
                      _clock_column(m.get("clock_offset_ms")),
+                     _version_column(m.get("version")),
                      ",".join(m.get("tags") or []) or None])
     table(rows, ["id", "address", "role", "reachable", "last-contact", "leader", "clock",
-                 "tags"])
+                 "version", "tags"])
+    if res.get("cluster_version") is not None:
+        click.echo(f"\ncluster version {res['cluster_version']}" + (
+            ": MIXED releases; it rises once every member runs the newest"
+            if res.get("mixed") else ""))
     leader = res.get("leader")
     click.echo(f"\n* this node; leader: {leader}" if leader else
                "\n* this node; no leader known (an election is running, or no majority of "

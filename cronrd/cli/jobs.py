@@ -39,6 +39,21 @@ def _clock_text(offset_ms, error_ms=None) -> str:
     return f"{size} {'ahead of' if offset_ms > 0 else 'behind'} the cluster's clock{err}"
 
 
+def _versions_text(v: object) -> None:
+    """The cluster version lines of `cronrd status` (cluster/versions.py)."""
+    if not isinstance(v, dict):
+        return
+    cv, applies = v.get("cluster_version"), v.get("applies")
+    click.echo(f"cluster   version {cv}" + (
+        f" (this node applies up to {applies})" if applies != cv else ""))
+    if v.get("mixed"):
+        releases = ", ".join(f"{node} {m.get('release') or 'unknown'}"
+                             for node, m in sorted((v.get("members") or {}).items()))
+        click.echo(f"MIXED     the members run different releases ({releases}); the cluster "
+                   f"version stays {cv} until every member runs the newest (`cronrd cluster "
+                   "members` shows each one's)")
+
+
 @click.command()
 @consistent_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -82,6 +97,7 @@ def status(obj: Ctx, consistent, as_json):
         up = st.get("uptime_s")
         click.echo(f"version   {st['version']}, pid {st.get('pid', '?')}"
                    + (f", up {up:.0f}s" if isinstance(up, (int, float)) else ""))
+    _versions_text(st.get("versions"))
     m = st.get("maintenance")
     if m:
         click.echo(f"PAUSED    every job is paused for maintenance{_pause_text(m)}; fire "

@@ -16,17 +16,24 @@ leader's membership duties, and the ``cronrd cluster`` requests. Two kinds:
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from typing import Any, Awaitable, Callable, Protocol
 
+from ... import __version__
 from ...config import Config
 from ...errors import RequestError, StateError
+from ...release import commit
+from ...state import commands as C
+from ...state import versions as V
 from ...state.machine import StateMachine
-from ..clock import Clock
+from ..clock import Clock, now
 from ..log.local import LocalLog
 from ..log.base import Log
 from ...decisions.placement import NodeView
 from ..tasks import Changes
+
+log = logging.getLogger("cronrd.cluster")
 
 Duty = Callable[[], Awaitable[None]]
 
@@ -97,7 +104,16 @@ class OneHost:
         pass
 
     async def run(self) -> None:
-        pass  # no upkeep: nothing changes who leads or who is a member
+        """No upkeep (nothing changes who leads or who is a member), but
+        the cluster version: this host is every member, so its state takes
+        the version this code applies as soon as it runs it (versions.py)."""
+        recorded = V.recorded(self.machine.conn)
+        if recorded < V.APPLY_VERSION:
+            await self.log.propose(C.SetClusterVersion(
+                version=V.APPLY_VERSION, members={self.config.node_id: __version__},
+                at=now()))
+            log.info("event=cluster_version_raised from=%d to=%d members=%s=%s", recorded,
+                     V.APPLY_VERSION, self.config.node_id, __version__)
 
     async def wait_caught_up(self) -> None:
         pass  # everything committed is applied here
@@ -145,8 +161,13 @@ class OneHost:
         return ()
 
     def status(self) -> dict:
+        own = {"release": __version__, "commit": commit(), "applies": V.APPLY_VERSION,
+               "recorded": V.recorded(self.machine.conn), "answered": True}
         return {"role": "leader", "leader": self.config.node_id, "term": 0,
-                "commit_index": self.machine.applied_index}
+                "commit_index": self.machine.applied_index,
+                "versions": {"cluster_version": own["recorded"], "applies": V.APPLY_VERSION,
+                             "release": __version__, "members": {self.config.node_id: own},
+                             "mixed": False, "behind": []}}
 
     def members(self) -> dict:
         raise RequestError(NO_CLUSTER)

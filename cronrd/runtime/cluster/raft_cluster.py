@@ -45,6 +45,7 @@ from .admin import ClusterAdmin
 from .lease_keeper import LeaseKeeper
 from ..peers.rpc import Handler, PeerError, PeerRPC
 from .trust import PeerTrust
+from .versions import VersionWatch
 from ...decisions.placement import NodeView
 from ..log.raft_node import RaftNode
 from ..log.replicated import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
@@ -150,11 +151,21 @@ class Cluster:
         self.rpc = PeerRPC(self.node_id, self.transport, handlers)
         self.forwarder = Forwarder(lambda leader, args: self.rpc.call(
             leader, "propose", args, timeout=FORWARD_TIMEOUT))
+        # Which cronrd each member runs, and the cluster version (versions.py).
+        # (A node joining asks the members it was told of: one too old to
+        # follow the cluster's version hears so before it takes any state.)
+        self.versions = VersionWatch(self.node_id, clock, self.conn, self.rpc,
+                                     lambda: self.member_ids() or sorted(cc.members_dict()),
+                                     lambda: self.node.is_leader, self.log.propose_as_leader,
+                                     self._refuse_version, settled=lambda: (
+                                         self.node.raft.pending_conf_index
+                                         <= self.node.raft.log.applied))
         # Who may speak on the peer port (cluster/trust.py), and the requests
         # only the leader carries out (cluster/admin.py).
         self._forwarded_order: dict[str, asyncio.Lock] = {}  # by member
         self.trust = PeerTrust(self.node_id, cc, clock, self.conn, self.node, self.log,
-                               self.rpc, self.transport.peer_serials, self._refresh_peers)
+                               self.rpc, self.transport.peer_serials, self._refresh_peers,
+                               check_joiner=self.versions.check_joiner)
         self.transport.authorize = self.trust.authorize
         self.admin_requests = ClusterAdmin(self.node_id, cc, clock, self.node, self.log,
                                            self.rpc, self.transport.peer_serials,
@@ -168,7 +179,7 @@ class Cluster:
         self._disk_slow: float | None = None   # as last logged
         handlers.update({
             "propose": self._rpc_propose, "read_log": self._rpc_read_log,
-            "clock": self._rpc_clock,
+            "clock": self._rpc_clock, "version": self.versions.rpc_version,
             # Every membership request a follower may forward (one list: a
             # request left out here failed on followers as "unknown").
             **{method: self.admin_requests.serve for method in self.admin_requests.methods},
@@ -225,6 +236,7 @@ class Cluster:
             tg.create_task(self.lease.renew(), name="lease")
             tg.create_task(self.clocks.run(), name="clocks")
             tg.create_task(self._watch_disk(), name="disk")
+            tg.create_task(self.versions.run(), name="versions")
             if self.checkpoints is not None:
                 tg.create_task(self.checkpoints.run(), name="wal-checkpoint")
 
@@ -250,6 +262,15 @@ class Cluster:
                           "the daemon exits so that systemd restarts it\"", exc)
                 self.fatal.set()
                 self.changes.notify()
+
+    def _refuse_version(self, reason: str) -> None:
+        """This node cannot apply the cluster version the others recorded
+        (versions.py): it stops, as the Raft node stopping would stop it."""
+        if self.stopping or self.fatal.is_set():
+            return
+        log.error("event=version_refused error=\"%s\"", reason)
+        self.fatal.set()
+        self.changes.notify()
 
     async def wait_caught_up(self) -> None:
         """Return once this node has applied everything the cluster had
@@ -328,6 +349,9 @@ class Cluster:
         members = set(self.member_ids())
         if self.node_id not in members:
             members |= set(self.cc.members_dict())  # joining: talk to the known members
+        # and a node being added: the leader asks it which cronrd it runs
+        # before it becomes a learner (versions.py)
+        members |= {r["node"] for r in Q.nodes(self.conn) if r.get("state") == "joining"}
         peers = {n: a for n, a in addrs.items() if n in members and n != self.node_id}
         self.transport.set_peers(peers)
         self.transport.revoke([p for p in self.transport.connected_peers()
@@ -538,6 +562,7 @@ class Cluster:
                 "insecure_network": self.cc.insecure_network,
                 "certificate": cert_status(self._cert, self.clock.now(), self.node_id),
                 "down": self._down_members(),
+                "versions": self.versions.view(),
                 **self._clock_status()}
 
     def _down_members(self) -> list[dict]:
@@ -568,6 +593,7 @@ class Cluster:
         now_wall = self.clock.now()
         offsets = self.clocks.members()
         drains = node_drains.drained(self.conn)
+        versions = self.versions.view()
         out = []
         for node in self.member_ids():
             age = self.contact_age(node)
@@ -584,8 +610,10 @@ class Cluster:
                 "clock_offset_ms": None if (offset := offsets.get(node)) is None
                 else round(offset * 1000, 1),
                 "drained": drains.get(node),   # an admin's drain: {by, note, at}, or None
+                "version": versions["members"].get(node),   # its release, as it said
             })
-        return {"leader": self.node.leader or None, "members": out}
+        return {"leader": self.node.leader or None, "members": out,
+                "cluster_version": versions["cluster_version"], "mixed": versions["mixed"]}
 
     # -- requests that only the leader can carry out (cluster/admin.py) -------------------
     async def admin(self, method: str, args: dict) -> dict:
@@ -621,6 +649,7 @@ class Cluster:
             async with order:
                 cmd = await self._check_forwarded(C.decode(str(text)), frm)
                 cmd = self._leader_view(cmd, frm)
+                self.log.gate(cmd)
                 fut = self.node.submit(cmd.encode())
         except ClockNotGood as exc:  # not the sender's fault: it tries again
             log.info("event=forwarded_deferred from=%s error=\"%s\"", frm, exc)

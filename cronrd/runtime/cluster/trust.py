@@ -16,12 +16,12 @@ import asyncio
 import hashlib
 import hmac
 import logging
-from typing import Callable, Mapping
+from typing import Awaitable, Callable, Mapping
 
 import apsw
 
 from ...config import ClusterConfig
-from ...errors import CronrdError, PermissionDenied, RequestError
+from ...errors import CronrdError, PermissionDenied, Refused, RequestError
 from ...raft.types import ConfChangeType
 from ...state import commands as C
 from ...state import queries as Q
@@ -35,6 +35,7 @@ log = logging.getLogger("cronrd.cluster")
 
 VOUCH_INTERVAL = 2.0     # seconds between asking the members about one unknown node
 JOIN_TOKEN_TTL = 86400.0  # seconds a join token works
+REFUSED_EVERY = 60.0      # seconds between log lines about one joiner too old
 
 
 class PeerTrust:
@@ -45,7 +46,8 @@ class PeerTrust:
 
     def __init__(self, node_id: str, cc: ClusterConfig, clock: Clock, conn: apsw.Connection,
                  node: RaftNode, log: RaftLog, rpc: PeerRPC, peer_serials: Mapping[str, str],
-                 refresh_peers: Callable[[], None]):
+                 refresh_peers: Callable[[], None],
+                 check_joiner: Callable[[str], Awaitable[None]] | None = None):
         self.node_id = node_id
         self.cc = cc
         self.clock = clock
@@ -55,10 +57,12 @@ class PeerTrust:
         self.rpc = rpc
         self.peer_serials = peer_serials
         self.refresh_peers = refresh_peers
+        self.check_joiner = check_joiner   # refuses a joiner too old (cluster/versions.py)
         self.stopping = False
         self._requests = TaskSet("cluster")  # vouching, admitting a joiner
         self._vouch_asked: dict[str, float] = {}
         self._admitting: set[str] = set()
+        self._refused_said: dict[str, float] = {}   # joiners too old: when last logged
 
     async def close(self) -> None:
         self.stopping = True
@@ -178,10 +182,15 @@ class PeerTrust:
             try:
                 now = self.clock.now()
                 # The joining record first (it admits the node from now on),
-                # then the token is spent; the learner is added here, or, if
-                # this leader goes, by the next one (resume_join).
+                # then its cronrd is asked whether it can apply the cluster's
+                # version (cluster/versions.py), then the token is spent; the
+                # learner is added here, or, if this leader goes, by the next
+                # one (resume_join).
                 await self.log.propose_as_leader(C.NodeInfo(node=peer, state="joining",
                                                             addr=addr, tags=(), at=now))
+                self.refresh_peers()
+                if not await self._check_version(peer):
+                    return
                 await self.log.propose_as_leader(C.JoinToken(node=peer, token_hash="",
                                                              addr="", at=now))
                 self.refresh_peers()
@@ -200,13 +209,37 @@ class PeerTrust:
         learner, unless that is under way here or already in the log."""
         if node in self._admitting or self.node.raft.knows_member(node):
             return
-        log.info("event=join_resumed node=%s", node)
         self._admitting.add(node)
         try:
+            if not await self._check_version(node):
+                return
+            log.info("event=join_resumed node=%s", node)
+            token = Q.join_token(self.conn, node)
+            if token is not None and token.get("hash"):  # spent now (one use)
+                await self.log.propose_as_leader(C.JoinToken(node=node, token_hash="", addr="",
+                                                             at=self.clock.now()))
             await self.node.change_membership(ConfChangeType.ADD_LEARNER, node)
         finally:
             self._admitting.discard(node)
         self.refresh_peers()
+
+    async def _check_version(self, node: str) -> bool:
+        """Can ``node``'s cronrd apply the cluster version (cluster/versions.py)?
+        If not, it stays a joining node, heard but not added, until it runs
+        a newer cronrd (the leader's duty asks again: resume_join); said in
+        the log once a minute. Raises when it does not answer."""
+        if self.check_joiner is None:
+            return True
+        try:
+            await self.check_joiner(node)
+        except Refused as exc:
+            now = self.clock.monotonic()
+            if now - self._refused_said.get(node, -REFUSED_EVERY) >= REFUSED_EVERY:
+                self._refused_said[node] = now
+                log.error("event=join_refused node=%s error=\"%s\"", node, exc)
+            return False
+        self._refused_said.pop(node, None)
+        return True
 
     # -- the peer requests' checks --------------------------------------------------
     async def rpc_is_member(self, frm: str, args: dict) -> dict:

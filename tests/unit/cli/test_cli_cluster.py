@@ -33,15 +33,20 @@ MEMBERS = {
     "members": [
         {"id": "a", "address": "10.0.0.1:7000", "role": "voter", "reachable": True,
          "last_contact": None, "last_contact_s": None, "leader": False, "self": True,
-         "state": "up", "tags": ["ssd"], "clock_offset_ms": 1.5},
+         "state": "up", "tags": ["ssd"], "clock_offset_ms": 1.5,
+         "version": {"release": "0.3.0", "applies": 2, "recorded": 1, "answered": True}},
         {"id": "b", "address": "10.0.0.2:7000", "role": "voter", "reachable": True,
          "last_contact": "2026-11-29T10:00:00Z", "last_contact_s": 0.25, "leader": True,
-         "self": False, "state": "up", "tags": [], "clock_offset_ms": -0.4},
+         "self": False, "state": "up", "tags": [], "clock_offset_ms": -0.4,
+         "version": {"release": "0.3.0", "applies": 2, "recorded": 1, "answered": True}},
         {"id": "c", "address": "[fd00::3]:7000", "role": "learner", "reachable": False,
          "last_contact": "2026-11-29T09:55:00Z", "last_contact_s": 305.0, "leader": False,
          "self": False, "state": "draining", "tags": ["eu", "gpu"],
-         "clock_offset_ms": 30012.0},
+         "clock_offset_ms": 30012.0,
+         "version": {"release": "0.2.0 or older", "applies": 1, "recorded": 1,
+                     "answered": True}},
     ],
+    "cluster_version": 1, "mixed": True,
 }
 
 
@@ -53,14 +58,17 @@ def test_members_table(daemon):
     assert d.requests == [{"cmd": "cluster_members", "args": {}}]
     lines = res.output.splitlines()
     assert re.split(r"\s{2,}", lines[0]) == ["ID", "ADDRESS", "ROLE", "REACHABLE",
-                                             "LAST-CONTACT", "LEADER", "CLOCK", "TAGS"]
+                                             "LAST-CONTACT", "LEADER", "CLOCK", "VERSION",
+                                             "TAGS"]
     a, b, c = lines[1:4]
     assert a.startswith("a *") and "10.0.0.1:7000" in a and "ssd" in a and "+2ms" in a
-    assert re.search(r"^b\s+10\.0\.0\.2:7000\s+voter\s+yes\s+0\.2s ago\s+yes\s+0ms\s+-$",
-                     b), b
+    assert re.search(r"^b\s+10\.0\.0\.2:7000\s+voter\s+yes\s+0\.2s ago\s+yes\s+0ms\s+"
+                     r"0\.3\.0 \(2\)\s+-$", b), b
     assert "learner (draining)" in c and " NO " in c and "5m05s ago" in c and "eu,gpu" in c
     assert "+30.0s" in c
-    assert "[fd00::3]:7000" in c
+    assert "[fd00::3]:7000" in c and "0.2.0 or older (1)" in c
+    assert "cluster version 1: MIXED releases; it rises once every member runs the " \
+        "newest" in res.output
     assert "leader: b" in res.output and "* this node" in res.output
 
 

@@ -14,6 +14,7 @@ from cronrd.errors import RequestError, StateError
 from cronrd.runtime.log.local import LocalLog
 from cronrd.runtime.cluster.members import OneHost, open_members
 from cronrd.runtime.storage import open_db
+from cronrd.state import versions as V
 from cronrd.state.machine import StateMachine
 
 PKG = Path(__file__).resolve().parents[4] / "cronrd"
@@ -32,8 +33,22 @@ def test_one_host_leads_alone_with_a_fresh_lease(tmp_path):
     assert m.log.is_leader and m.lease_fresh()
     assert m.member_ids() == ["solo"]
     assert [(v.id, v.healthy, v.state) for v in m.node_views()] == [("solo", True, "up")]
-    assert m.status() == {"role": "leader", "leader": "solo", "term": 0, "commit_index": 0}
+    st = m.status()
+    assert {k: st[k] for k in ("role", "leader", "term", "commit_index")} == {
+        "role": "leader", "leader": "solo", "term": 0, "commit_index": 0}
+    assert st["versions"]["cluster_version"] == 1 and not st["versions"]["mixed"]
     assert m.leader_duties() == [] and m.address() == "" and m.tags() == ()
+
+
+def test_one_host_takes_the_newest_cluster_version_when_it_runs(tmp_path):
+    """One host is every member: running this code is all it takes."""
+    m = one_host(tmp_path)
+    assert V.recorded(m.machine.conn) == 1
+    asyncio.run(m.run())
+    assert V.recorded(m.machine.conn) == V.APPLY_VERSION
+    assert m.status()["versions"]["cluster_version"] == V.APPLY_VERSION
+    asyncio.run(m.run())  # nothing more to raise
+    assert m.machine.applied_index == 1
 
 
 def test_a_cluster_members_data_dir_is_refused_without_a_cluster_section(tmp_path):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import types
 
 import pytest
 
 from cronrd.config import ClusterConfig
-from cronrd.errors import PermissionDenied, RequestError
+from cronrd.errors import PermissionDenied, Refused, RequestError
 from cronrd.raft.types import ConfChangeType, ConfState
 from cronrd.runtime.cluster.trust import JOIN_TOKEN_TTL, VOUCH_INTERVAL, PeerTrust
 from cronrd.runtime.storage import open_db
@@ -179,8 +180,49 @@ def test_a_join_token_admits_its_node_once_on_the_leader(tmp_path):
     assert joining.state == "joining" and joining.addr == "127.0.0.9:1"
     assert spent.token_hash == ""  # spent: one use
     assert w.node.changed == [(ConfChangeType.ADD_LEARNER, "d")]
-    assert w.refreshed == 2
+    assert w.refreshed == 3   # joining (it may be asked), then a learner
     assert w.rpc.calls == []  # a token holder is not vouched for
+
+
+def test_a_joiner_whose_cronrd_cannot_apply_the_cluster_version_is_not_admitted(tmp_path,
+                                                                                caplog):
+    """cluster/versions.py says no: no learner, no token spent; the node
+    stays a joining one until it runs a newer cronrd."""
+    w = World(tmp_path)
+    asked = []
+
+    async def too_old(node):
+        asked.append(node)
+        raise Refused(f"node {node} runs cronrd 0.2.0 or older, which applies cluster "
+                      "versions up to 1; the cluster is at version 2: upgrade ...")
+    w.trust.check_joiner = too_old
+    w.apply(C.JoinToken(node="d", token_hash=hashlib.sha256(b"tok").hexdigest(),
+                        addr="127.0.0.9:1", at=T0))
+
+    async def main():
+        assert w.trust.authorize("d", {"token": "tok"}) is None
+        await settle()
+    with caplog.at_level(logging.ERROR, logger="cronrd.cluster"):
+        run(main())
+    assert asked == ["d"]
+    # It stays a joining node (heard, not added), its token not spent.
+    assert [(type(c).__name__, c.node) for c in w.log.proposed] == [("NodeInfo", "d")]
+    assert w.node.changed == []
+    assert "event=join_refused node=d error=\"node d runs cronrd 0.2.0 or older" in caplog.text
+    # The leader's duty for a joining record asks again; once the node runs
+    # a newer cronrd, it is added and its token spent.
+    w.apply(w.log.proposed[0])
+    run(w.trust.resume_join("d"))
+    assert asked == ["d", "d"] and w.node.changed == []
+    assert caplog.text.count("event=join_refused") == 1   # said once a minute
+
+    async def fine(node):
+        asked.append(node)
+    w.trust.check_joiner = fine
+    run(w.trust.resume_join("d"))
+    assert w.node.changed == [(ConfChangeType.ADD_LEARNER, "d")]
+    spent = w.log.proposed[-1]
+    assert isinstance(spent, C.JoinToken) and spent.token_hash == ""
 
 
 def test_a_join_token_expires_and_a_follower_admits_nobody(tmp_path):
