@@ -1,3 +1,3 @@
 """cronrd: a fault-tolerant cron replacement."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from cronrd.schedule import parse_iso
+from cronrd.state.versions import APPLY_VERSION
 from harness import wait_for
 
 pytestmark = pytest.mark.integration
@@ -174,6 +175,8 @@ def test_history_reads_work_with_the_daemon_down(node):
     assert res.returncode == 0, res.stderr
     assert "daemon not running; state as of" in res.stderr
     assert "NOT RUNNING" in res.stdout and "jobs      2 (1 paused)" in res.stdout
+    # one host is every member: it took this code's cluster version when it ran
+    assert f"cluster   version {APPLY_VERSION}\n" in res.stdout
     res = node.cli("jobs")
     assert res.returncode == 0 and "hello" in res.stdout and "other" in res.stdout
     runs = json.loads(node.cli("runs", "--json").stdout)

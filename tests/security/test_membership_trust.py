@@ -1,7 +1,8 @@
 """Certificates with a life cycle and one-time join tokens, on a real
 mutual-TLS cluster (issue 9): a host with a certificate from the cluster CA
-joins only with the operator's word, a removed node's certificate stays
-refused, and `status` warns before a certificate expires."""
+joins only with the operator's word (and only with a cronrd that applies
+the cluster's version), a removed node's certificate stays refused, and
+`status` warns before a certificate expires."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import sys
 import pytest
 
 from cluster_harness import Cluster, free_port
+from cronrd.runtime.cluster.versions import OLD_RELEASE
+from cronrd.state import versions as V
 from harness import REPO, Node, wait_for
+from releases import extract_previous
 
 pytestmark = pytest.mark.integration
 
@@ -84,6 +88,46 @@ def test_a_node_added_with_a_token_joins_only_with_that_token(cluster, tls_dir):
         assert "event=joined_with_token node=d" in lead.log_file.read_text()
     finally:
         good.cleanup()
+
+
+def test_a_joiner_too_old_for_the_cluster_version_is_refused_at_join(cluster, tls_dir,
+                                                                     tmp_path):
+    """The token is right, but the joiner runs the previous release, which
+    cannot apply the cluster's version: the leader refuses to make it a
+    learner, saying why and what to do; upgraded, the same node joins."""
+    (tmp_path / "previous").mkdir()
+    old = extract_previous(tmp_path / "previous")
+    c = cluster(tls_dir=tls_dir, first_ip=101).start()
+    wait_for(lambda: all(n.call("status")["versions"]["cluster_version"] == V.APPLY_VERSION
+                         for n in c), 30, what="the cluster version raised", on_fail=c.logs)
+    lead = c.leader()
+    host = "127.0.0.109"
+    probe = _joiner(c, tls_dir, True, host)
+    addr = probe.addr
+    probe.cleanup()
+    out = lead.cli("cluster", "add", "d", addr, "--token")
+    assert out.returncode == 0, out.stderr
+    token = next(line.strip() for line in out.stdout.splitlines()[1:] if line.strip())
+    d = _joiner(c, tls_dir, {"token": token}, host)
+    d.config["cluster"]["listen"] = addr
+    d.config_path.write_text(json.dumps(d.config))
+    try:
+        d.start(env={"PYTHONPATH": str(old)}, wait=False)
+        said = (f"event=join_refused node=d error=\"node d runs cronrd {OLD_RELEASE}, which "
+                "applies cluster versions up to 1; the cluster is at version "
+                f"{V.APPLY_VERSION}: upgrade cronrd on d to {V.release_of(V.APPLY_VERSION)} "
+                "or newer, then start it again to join\"")
+        wait_for(lambda: said in lead.log_file.read_text(), 30, what="the old joiner refused",
+                 on_fail=lambda: c.logs() + d.daemon_log())
+        assert "d" not in _members(lead)
+        d.proc.kill()
+        d.proc.wait(10)
+        d.start(wait=False)   # this code: the token was not spent
+        wait_for(lambda: "d" in _members(lead), 30, what="d added once upgraded",
+                 on_fail=lambda: c.logs() + d.daemon_log())
+        d.wait_ready(timeout=40)
+    finally:
+        d.cleanup()
 
 
 def test_a_removed_node_keeps_its_certificate_refused_until_it_gets_a_new_one(cluster,
