@@ -28,6 +28,7 @@ from ..config import Config, check_directories
 from ..errors import CronrdError
 from ..state import commands as C
 from ..state import queries as Q
+from ..state.versions import EXIT_NEWER, NewerLog
 from ..state import tokens
 from ..state.effects import Effect
 from ..errors import Refused
@@ -321,7 +322,7 @@ class Daemon:
     async def _watch_removal(self) -> None:
         await first_of(self.members.removed.wait(), self.members.fatal.wait())
         if self.members.fatal.is_set():
-            self.exit_code = 1
+            self.exit_code = self.members.fatal_code
         self.request_stop()
 
     def _service_failed(self, name: str, exc: BaseException) -> None:
@@ -488,6 +489,9 @@ def run_daemon(config: Config) -> int:
     daemon = Daemon(config)
     try:
         return asyncio.run(daemon.run())
+    except NewerLog as exc:   # its state or log needs a newer cronrd: restarts cannot help
+        log.error("event=version_refused error=\"%s\"", exc)
+        return EXIT_NEWER
     except CronrdError as exc:
         log.error("event=fatal error=\"%s\"", exc)
         return 1

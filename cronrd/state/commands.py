@@ -31,9 +31,16 @@ class Command:
         # Fields hold JSON values only (no nested dataclasses): a shallow
         # dict, not dataclasses.asdict's deep copy of a 1,000-job SyncJobs.
         body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in self.added or getattr(self, f.name) != f.default}
+                if f.name not in self.added or not at_default(self, f)}
         body["op"] = self.op
         return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+
+def at_default(cmd: Command, f: dataclasses.Field[Any]) -> bool:
+    """Does ``cmd``'s field ``f`` hold its default (a default_factory's too)?"""
+    if f.default_factory is not dataclasses.MISSING:
+        return bool(getattr(cmd, f.name) == f.default_factory())
+    return bool(f.default is not dataclasses.MISSING and getattr(cmd, f.name) == f.default)
 
 
 class UnknownCommand(StateError):
@@ -157,18 +164,10 @@ class ManualRun(Command):
     job: str
     node: str
     at: float
+    # Without params and key, the bytes of the releases before them.
+    added: ClassVar[dict[str, int]] = {"params": 1, "key": 1}
     params: dict[str, Any] = field(default_factory=dict)
     key: str = ""
-
-    def encode(self) -> bytes:
-        # Without params and key, the bytes of earlier versions (which an
-        # older node in a rolling upgrade still decodes).
-        body = {"op": self.op, "job": self.job, "node": self.node, "at": self.at}
-        if self.params:
-            body["params"] = self.params
-        if self.key:
-            body["key"] = self.key
-        return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
 
 @dataclass(frozen=True)
@@ -183,14 +182,8 @@ class RunStarted(Command):
     # sha256 hex of the attempt's secret token (CRONRD_RUN_TOKEN; see
     # state/checkpoints.py); "" for none.
     secret: str = ""
-
-    def encode(self) -> bytes:
-        # Without a secret, the bytes of earlier versions (rolling upgrades).
-        body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if not self.secret:
-            del body["secret"]
-        body["op"] = self.op
-        return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    # Without a secret, the bytes of the releases before it.
+    added: ClassVar[dict[str, int]] = {"secret": 1}
 
 
 @dataclass(frozen=True)
@@ -587,6 +580,24 @@ COMMANDS: dict[str, type[Command]] = {
               RevokeToken, DrainNode, SetClusterVersion)
 }
 
+
+def _check_added() -> None:
+    """A field in ``added`` must have a default (what "as before" means), and
+    a command must not encode itself around ``added`` (it would drop or send
+    a field the gate does not know of): said when the module loads."""
+    for cls in COMMANDS.values():
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if "encode" in vars(cls):
+            raise TypeError(f"{cls.__name__} encodes itself: use Command.added instead")
+        for name in cls.added:
+            f = fields.get(name)
+            if f is None or (f.default is dataclasses.MISSING
+                             and f.default_factory is dataclasses.MISSING):
+                raise TypeError(f"{cls.__name__}.added names {name!r}, which is not a field "
+                                "with a default")
+
+
+_check_added()
 
 _FIELDS = {op: frozenset(f.name for f in dataclasses.fields(cls)) for op, cls in COMMANDS.items()}
 

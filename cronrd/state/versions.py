@@ -26,7 +26,13 @@ A database records the version in ``meta`` (``cluster_version``; none
 recorded means 1, the rules of cronrd 0.2.0, the first release). From
 version 2 on it also says ``schema_version`` 7, which cronrd 0.2.0 refuses
 to open ("newer than this cronrd knows"): the only way to make a release
-without the gate refuse a state it would misread.
+without the gate refuse a state it would misread. Each member writes that
+lock when the leader asks it to get ready for the version, before the raise
+is proposed (cluster/versions.py), so a member taken back to 0.2.0 after it
+said yes cannot skip the raise and go on by the old rules. So above 6,
+``schema_version`` is the lock, not the table layout: a layout change is
+recognised from the tables themselves (schema.ADDED_COLUMNS), never from
+that number.
 """
 
 from __future__ import annotations
@@ -65,6 +71,24 @@ POOL_RELEASE_WITHOUT_NODE = 2
 # ``schema_version`` of a database at each cluster version (machine.migrate):
 # a release that cannot apply a version must refuse to open its database.
 SCHEMA_LOCK = {1: 6, 2: 7}
+
+
+# The exit status of a daemon that cannot apply what its state or the log
+# holds (EX_CONFIG): the unit does not restart it (RestartPreventExitStatus),
+# since only installing a newer cronrd helps.
+EXIT_NEWER = 78
+
+
+def lock_schema(conn: apsw.Connection, version: int) -> None:
+    """This node is about to take cluster ``version`` (the leader asked it
+    to get ready): from now on the releases before it must refuse this
+    database, even if the raise has not reached it yet. Inside or outside
+    apply: ``schema_version`` is not replicated state (nor in a digest)."""
+    lock = SCHEMA_LOCK.get(version)
+    if lock is None:
+        return
+    conn.execute("UPDATE meta SET value=? WHERE key='schema_version' AND value < ?",
+                 (lock, lock))
 
 
 class NewerLog(StateError):
@@ -119,10 +143,11 @@ def added_fields(cmd: Command) -> dict[str, int]:
 def needs(cmd: Command) -> int:
     """The cluster version ``cmd`` needs: its kind's, or that of a field it
     uses (one whose value is not its default)."""
+    from .commands import at_default
     need = getattr(type(cmd), "since", BASE)
     for f in dataclasses.fields(cmd):
         since = added_fields(cmd).get(f.name)
-        if since is not None and getattr(cmd, f.name) != f.default:
+        if since is not None and not at_default(cmd, f):
             need = max(need, since)
     return need
 

@@ -54,6 +54,7 @@ class Members(Protocol):
     def log(self) -> Log: ...  # (read only: each kind holds its own Log)
     removed: asyncio.Event     # this node was removed from the cluster: stop
     fatal: asyncio.Event       # the log failed for good: stop (systemd restarts us)
+    fatal_code: int            # the daemon's exit status then (78: a newer cronrd is needed)
     give_up_waiting: bool      # SIGTERM while waiting for the cluster
     read_log: Callable[[int, int], Awaitable[dict]] | None  # serves other nodes' `cronrd logs`
     changes: Changes           # notified when the leader or the membership changes
@@ -96,6 +97,7 @@ class OneHost:
         self.log = LocalLog(machine)
         self.removed = asyncio.Event()
         self.fatal = asyncio.Event()
+        self.fatal_code = 1
         self.give_up_waiting = False
         self.read_log: Callable[[int, int], Awaitable[dict]] | None = None
         self.changes = Changes()  # it leads from the start, for good: never notified

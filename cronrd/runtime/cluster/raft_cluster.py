@@ -46,6 +46,7 @@ from .lease_keeper import LeaseKeeper
 from ..peers.rpc import Handler, PeerError, PeerRPC
 from .trust import PeerTrust
 from .versions import VersionWatch
+from ...state.versions import EXIT_NEWER, NewerLog
 from ...decisions.placement import NodeView
 from ..log.raft_node import RaftNode
 from ..log.replicated import FORWARD_TIMEOUT, PROPOSE_DEADLINE, RaftLog, ReplicatedState, local_error
@@ -159,7 +160,8 @@ class Cluster:
                                      lambda: self.node.is_leader, self.log.propose_as_leader,
                                      self._refuse_version, settled=lambda: (
                                          self.node.raft.pending_conf_index
-                                         <= self.node.raft.log.applied))
+                                         <= self.node.raft.log.applied),
+                                     joining=lambda: self.node_id not in self.member_ids())
         # Who may speak on the peer port (cluster/trust.py), and the requests
         # only the leader carries out (cluster/admin.py).
         self._forwarded_order: dict[str, asyncio.Lock] = {}  # by member
@@ -188,6 +190,7 @@ class Cluster:
         self.was_member = self.node_id in self.member_ids()
         self.removed = asyncio.Event()
         self.fatal = asyncio.Event()  # the Raft node stopped on an error
+        self.fatal_code = 1           # the daemon's exit status then
         self._leading = False
         self._lost_proposed: dict[str, float] = {}
         # set by the daemon: reads on the faces' loop, off this one
@@ -256,6 +259,14 @@ class Cluster:
         that systemd restarts it."""
         try:
             await self.node.wait_stopped()
+        except NewerLog as exc:
+            if not self.stopping:
+                # Restarting cannot help: only a newer cronrd applies it.
+                log.error("event=version_refused error=\"%s\" hint=\"the daemon exits with "
+                          "status %d, which its unit does not restart\"", exc, EXIT_NEWER)
+                self.fatal_code = EXIT_NEWER
+                self.fatal.set()
+                self.changes.notify()
         except Exception as exc:
             if not self.stopping:
                 log.error("event=raft_stopped error=%r hint=\"see the error above (storage?); "
@@ -269,6 +280,7 @@ class Cluster:
         if self.stopping or self.fatal.is_set():
             return
         log.error("event=version_refused error=\"%s\"", reason)
+        self.fatal_code = EXIT_NEWER
         self.fatal.set()
         self.changes.notify()
 

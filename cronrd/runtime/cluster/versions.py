@@ -30,7 +30,8 @@ from typing import Any, Awaitable, Callable
 import apsw
 
 from ... import __version__
-from ...errors import CronrdError, ProposalDropped, Refused
+from ...errors import (CronrdError, PermissionDenied, ProposalDropped, Refused,
+                       RequestError)
 from ...release import commit
 from ...state import commands as C
 from ...state import versions as V
@@ -65,12 +66,14 @@ class VersionWatch:
     """``members()``: the voters and learners; ``propose``: the leader's
     proposal (``RaftLog.propose_as_leader``); ``stop(reason)``: this node
     must not go on (it cannot apply what the cluster has recorded);
-    ``settled()``: no membership change is in flight."""
+    ``settled()``: no membership change is in flight; ``joining()``: this
+    node is not in the configuration yet."""
 
     def __init__(self, node_id: str, clock: Clock, conn: apsw.Connection, rpc: PeerRPC,
                  members: Callable[[], list[str]], is_leader: Callable[[], bool],
                  propose: Callable[[C.Command], Awaitable[Any]],
-                 stop: Callable[[str], None], settled: Callable[[], bool] = lambda: True):
+                 stop: Callable[[str], None], settled: Callable[[], bool] = lambda: True,
+                 joining: Callable[[], bool] = lambda: False):
         self.node_id = node_id
         self.clock = clock
         self.conn = conn
@@ -80,6 +83,7 @@ class VersionWatch:
         self.propose = propose
         self.stop = stop
         self.settled = settled   # no membership change in flight (raised only then)
+        self.joining = joining   # this node is not in the configuration yet
         self.seen: dict[str, Seen] = {}
         self.raised: int | None = None   # the version this leader last proposed
 
@@ -90,7 +94,19 @@ class VersionWatch:
 
     async def rpc_version(self, frm: str, args: dict) -> dict[str, Any]:
         """The ``version`` peer request. Any peer the transport admitted may
-        ask (a leader asks a node joining with a token before admitting it)."""
+        ask (a leader asks a node joining with a token before admitting it).
+        With ``prepare``: the leader is about to raise the cluster version
+        to it; this node locks its state against older releases first
+        (state/versions.lock_schema), and only a member may ask that."""
+        prepare = args.get("prepare")
+        if prepare is not None:
+            if not _whole(prepare) or prepare > V.APPLY_VERSION:
+                raise RequestError(f"version: prepare must be a cluster version this node "
+                                   f"applies (1 to {V.APPLY_VERSION}), not {prepare!r}")
+            if frm not in self.members():
+                raise PermissionDenied(f"{frm} is not a member; only the leader prepares a "
+                                       "cluster version")
+            V.lock_schema(self.conn, prepare)
         return self.own()
 
     # -- asking the others ----------------------------------------------------------
@@ -133,9 +149,12 @@ class VersionWatch:
         own = self.own()
         self.seen[self.node_id] = Seen(own["release"], own["commit"], own["applies"],
                                        own["recorded"], True, self.clock.monotonic())
+        # Only a node outside the configuration (joining) goes by what a
+        # member says: a member stops on its own evidence (its state, a
+        # snapshot, an entry it cannot apply), never on another's word.
         too_new = [(p, s.recorded) for p, s in self.seen.items()
                    if s.recorded is not None and s.recorded > V.APPLY_VERSION]
-        if too_new:
+        if too_new and self.joining():
             peer, version = max(too_new, key=lambda t: t[1] or 0)
             self.stop(f"member {peer} says the cluster has recorded cluster version {version}; "
                       f"this cronrd {__version__} applies versions up to {V.APPLY_VERSION}: "
@@ -158,6 +177,14 @@ class VersionWatch:
         if target <= recorded or self.raised == target:
             return None
         members = {p: s.release or "?" for p, s in sorted(seen.items())}
+        # Every member locks its state against older releases first: one
+        # taken back to an older release from now on refuses to start,
+        # instead of skipping the raise and going on by the old rules.
+        peers = [p for p in seen if p != self.node_id]
+        ready = await asyncio.gather(*(self._prepare(p, target) for p in peers))
+        if not all(ready) or not self.is_leader() or sorted(self.members()) != sorted(seen):
+            return None
+        V.lock_schema(self.conn, target)
         self.raised = target
         try:
             await self.propose(C.SetClusterVersion(version=target, members=members,
@@ -171,6 +198,15 @@ class VersionWatch:
         log.info("event=cluster_version_raised from=%d to=%d members=%s", recorded, target,
                  ",".join(f"{p}={r}" for p, r in members.items()))
         return target
+
+    async def _prepare(self, peer: str, version: int) -> bool:
+        try:
+            got = await self.rpc.call(peer, "version", {"prepare": version}, timeout=ASK_TIMEOUT)
+        except (PeerError, PeerUnavailable) as exc:
+            log.info("event=cluster_version_not_raised to=%d node=%s error=\"%s\"", version,
+                     peer, exc)
+            return False
+        return isinstance(got, dict) and _whole(got.get("applies")) and got["applies"] >= version
 
     async def run(self) -> None:
         while True:

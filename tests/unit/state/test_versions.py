@@ -97,10 +97,11 @@ class _Shiny(C.Command):
     """A command as the next version would write one (not registered)."""
 
     op: ClassVar[str] = "prune"
-    added: ClassVar[dict[str, int]] = {"keep_last": 3}
+    added: ClassVar[dict[str, int]] = {"keep_last": 3, "labels": 3}
     before: float
     at: float
     keep_last: int = 0
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def test_an_added_field_at_its_default_is_left_out_so_older_nodes_decode_it():
@@ -111,6 +112,9 @@ def test_an_added_field_at_its_default_is_left_out_so_older_nodes_decode_it():
     V.check_proposable(plain, 1)
     used = dataclasses.replace(plain, keep_last=5)
     assert json.loads(used.encode())["keep_last"] == 5 and V.needs(used) == 3
+    labelled = dataclasses.replace(plain, labels={"team": "db"})  # a default_factory field
+    assert json.loads(labelled.encode())["labels"] == {"team": "db"}
+    assert V.needs(labelled) == 3
     with pytest.raises(Refused) as err:
         V.check_proposable(used, 2)
     assert "needs cluster version 3" in str(err.value)

@@ -13,7 +13,7 @@ import apsw
 import pytest
 
 from cronrd import __version__
-from cronrd.errors import ProposalDropped, Refused
+from cronrd.errors import PermissionDenied, ProposalDropped, Refused, RequestError
 from cronrd.runtime.cluster.versions import OLD_RELEASE, VersionWatch
 from cronrd.runtime.peers.rpc import PeerError, PeerUnavailable
 from cronrd.state import versions as V
@@ -39,10 +39,12 @@ class Net:
         self.machines = {n: StateMachine(apsw.Connection(":memory:")) for n in nodes}
         self.proposed: list = []
         self.stopped: dict[str, str] = {}
+        self.joining: set[str] = set()
         self.watches = {n: VersionWatch(
-            n, Clock(), self.machines[n].conn, Rpc(self), lambda: sorted(self.kinds),
+            n, Clock(), self.machines[n].conn, Rpc(self, n), lambda: sorted(self.kinds),
             lambda n=n: n == self.leader, self.propose,
-            lambda why, n=n: self.stopped.__setitem__(n, why)) for n in nodes}
+            lambda why, n=n: self.stopped.__setitem__(n, why),
+            joining=lambda n=n: n in self.joining) for n in nodes}
 
     async def propose(self, cmd):
         self.proposed.append(cmd)
@@ -56,8 +58,9 @@ class Net:
 
 
 class Rpc:
-    def __init__(self, net: Net):
+    def __init__(self, net: Net, me: str):
         self.net = net
+        self.me = me
 
     async def call(self, peer, method, args, timeout=5.0):
         kind = self.net.kinds[peer]
@@ -66,7 +69,15 @@ class Rpc:
         if kind == "old":
             raise PeerError(f"unknown peer request {method!r} (version mismatch between "
                             "nodes? run the same cronrd version everywhere)", "RequestError")
-        return await self.net.watches[peer].rpc_version("x", args)
+        if kind == "dies-when-prepared" and "prepare" in args:
+            raise PeerUnavailable(f"node {peer} did not answer {method}")
+        return await self.net.watches[peer].rpc_version(self.me, args)
+
+
+def meta_of(sm: StateMachine, key: str):
+    for (value,) in sm.conn.execute("SELECT value FROM meta WHERE key=?", (key,)):
+        return value
+    return None
 
 
 async def round_on(net: Net, node: str):
@@ -122,8 +133,47 @@ def test_only_the_leader_raises_it():
     assert asyncio.run(round_on(net, "b")) is None and net.proposed == []
 
 
-def test_a_node_older_than_the_recorded_version_stops_naming_both():
+def test_every_member_locks_its_state_against_older_releases_before_the_raise():
+    """A member taken back to 0.2.0 after it said yes must not skip the
+    raise and go on by the old rules: its state says schema 7 (which 0.2.0
+    refuses) before the raise is even proposed."""
+    net = Net({"a": "new", "b": "new", "c": "new"})
+    asyncio.run(round_on(net, "a"))
+    locks = {n: meta_of(m, "schema_version") for n, m in net.machines.items()}
+    assert locks == {"a": 7, "b": 7, "c": 7}
+
+
+def test_a_member_that_does_not_get_ready_holds_the_version_and_locks_nothing_more():
+    net = Net({"a": "new", "b": "new", "c": "dies-when-prepared"})
+    assert asyncio.run(round_on(net, "a")) is None and net.proposed == []
+    assert V.recorded(net.machines["a"].conn) == 1
+    assert meta_of(net.machines["a"], "schema_version") == 6   # the leader's own: not yet
+
+
+def test_only_a_member_may_ask_a_node_to_prepare_and_only_a_version_it_applies():
     net = Net({"a": "new", "b": "new"})
+    with pytest.raises(PermissionDenied):
+        asyncio.run(net.watches["b"].rpc_version("stranger", {"prepare": 2}))
+    for bad in (V.APPLY_VERSION + 1, 0, "2", True, 2.5):
+        with pytest.raises(RequestError):
+            asyncio.run(net.watches["b"].rpc_version("a", {"prepare": bad}))
+    assert meta_of(net.machines["b"], "schema_version") == 6
+
+
+def test_a_member_does_not_stop_on_another_members_word():
+    """Only a joining node goes by what a member says of the recorded
+    version: one member's bad answer must not stop the others."""
+    net = Net({"a": "new", "b": "new"})
+    with net.machines["a"].conn:
+        net.machines["a"].conn.execute("INSERT INTO meta VALUES('cluster_version', ?)",
+                                       (V.APPLY_VERSION + 1,))
+    asyncio.run(net.watches["b"].round())
+    assert net.stopped == {}
+
+
+def test_a_joining_node_older_than_the_recorded_version_stops_naming_both():
+    net = Net({"a": "new", "b": "new"})
+    net.joining.add("b")
     with net.machines["a"].conn:  # "a" recorded a version this code does not apply
         net.machines["a"].conn.execute("INSERT INTO meta VALUES('cluster_version', ?)",
                                        (V.APPLY_VERSION + 1,))
