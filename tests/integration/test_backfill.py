@@ -171,7 +171,11 @@ def test_leader_killed_mid_backfill_it_resumes_one_record_per_fire_time(cluster)
         done = {r["fire_time"] for r in rs if r["state"] == "succeeded"}
         return len(done) == 10 and not [r for r in rs if r["state"] in
                                         ("pending", "assigned", "running")]
-    wait_for(all_done, 90, what="every fire time backfilled", on_fail=c.logs)
+    wait_for(all_done, 90, what="every fire time backfilled", on_fail=lambda: (
+        c.logs() + "\n===== runs of fill on the new leader =====\n" + "\n".join(
+            f"{r['run_id']} {r['fire_time']} attempt {r['attempt']} {r['state']} "
+            f"node={r.get('node')} reason={r.get('reason')}" for r in new.runs("fill"))
+        + "\n===== backfills =====\n" + new.cli("backfills", "--json").stdout))
     assert peak[0] <= 2
     runs = [r for r in new.runs("fill") if first <= parse_iso(r["fire_time"]) <= last]
     keys = [(r["fire_time"], r["attempt"]) for r in runs]

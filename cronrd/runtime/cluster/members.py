@@ -98,6 +98,7 @@ class OneHost:
         self.removed = asyncio.Event()
         self.fatal = asyncio.Event()
         self.fatal_code = 1
+        self.commit = commit()   # read at start (it may ask git): not on the loop later
         self.give_up_waiting = False
         self.read_log: Callable[[int, int], Awaitable[dict]] | None = None
         self.changes = Changes()  # it leads from the start, for good: never notified
@@ -163,7 +164,7 @@ class OneHost:
         return ()
 
     def status(self) -> dict:
-        own = {"release": __version__, "commit": commit(), "applies": V.APPLY_VERSION,
+        own = {"release": __version__, "commit": self.commit, "applies": V.APPLY_VERSION,
                "recorded": V.recorded(self.machine.conn), "answered": True}
         return {"role": "leader", "leader": self.config.node_id, "term": 0,
                 "commit_index": self.machine.applied_index,

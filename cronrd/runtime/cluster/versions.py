@@ -85,11 +85,14 @@ class VersionWatch:
         self.settled = settled   # no membership change in flight (raised only then)
         self.joining = joining   # this node is not in the configuration yet
         self.seen: dict[str, Seen] = {}
+        # Read once, now (at start): it may ask git, which must not run
+        # on the critical loop later.
+        self.commit = commit()
         self.raised: int | None = None   # the version this leader last proposed
 
     # -- this node ------------------------------------------------------------------
     def own(self) -> dict[str, Any]:
-        return {"release": __version__, "commit": commit(), "applies": V.APPLY_VERSION,
+        return {"release": __version__, "commit": self.commit, "applies": V.APPLY_VERSION,
                 "recorded": V.recorded(self.conn)}
 
     async def rpc_version(self, frm: str, args: dict) -> dict[str, Any]:
