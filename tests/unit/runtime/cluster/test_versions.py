@@ -203,3 +203,23 @@ def test_a_joiner_that_does_not_say_which_cronrd_it_runs_is_not_added_yet():
     net = Net({"a": "new", "j": "down"})
     with pytest.raises(ProposalDropped, match="node j did not say which cronrd it runs"):
         asyncio.run(net.watches["a"].check_joiner("j", patience=0.0))
+
+
+@pytest.mark.parametrize("answer", [
+    "not an object", ["a", 2], {"release": "x" * 10_000, "applies": "2", "recorded": 2.5},
+    {"release": None, "applies": True, "recorded": -1}, {"applies": 1 << 40},
+])
+def test_a_forged_or_garbled_answer_counts_as_no_answer_and_raises_nothing(answer):
+    """A peer's answer is its word only where it has the right shape: a
+    member that answers garbage holds the version (it may be the one that
+    cannot apply it), and nothing of its answer is kept unbounded."""
+    net = Net({"a": "new", "b": "new"})
+
+    async def forged(peer, method, args, timeout=5.0):
+        return answer
+    net.watches["a"].rpc.call = forged
+    assert asyncio.run(round_on(net, "a")) is None and net.proposed == []
+    seen = net.watches["a"].view()["members"]["b"]
+    assert seen["applies"] is None
+    assert seen["release"] is None or len(seen["release"]) <= 64
+    assert seen["recorded"] is None
