@@ -12,6 +12,11 @@ if sys.argv[1:2] == ["__parse-jobs"]:
     from cronrd.jobspec.worker import main as parse_jobs
     sys.exit(parse_jobs())
 
+if sys.argv[1:2] == ["__faces"]:
+    # The daemon's faces' process: the control socket and HTTP (cronrd/runtime/faces_child.py).
+    from cronrd.runtime.faces_child import main as faces
+    sys.exit(faces(sys.argv[2:]))
+
 from cronrd.cli import main
 
 sys.exit(main(prog_name="cronrd"))

@@ -95,8 +95,12 @@ def status(obj: Ctx, consistent, as_json):
                                if st.get("insecure_network") else "; loopback only)"))
     if "version" in st:
         up = st.get("uptime_s")
+        faces = st.get("faces")
         click.echo(f"version   {st['version']}, pid {st.get('pid', '?')}"
-                   + (f", up {up:.0f}s" if isinstance(up, (int, float)) else ""))
+                   + (f", up {up:.0f}s" if isinstance(up, (int, float)) else "")
+                   + (f"; faces pid {faces.get('pid')}" if isinstance(faces, dict) else "")
+                   + (f" (started {faces['starts']} times: see event=faces_died)"
+                      if isinstance(faces, dict) and (faces.get("starts") or 0) > 1 else ""))
     _versions_text(st.get("versions"))
     m = st.get("maintenance")
     if m:

@@ -13,13 +13,14 @@ commands live in control/handlers.py.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import faulthandler
 import logging
 import os
 import resource
 import signal
 import sys
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import psutil
 
@@ -36,12 +37,13 @@ from ..state.machine import StateMachine
 from .clock import Clock
 from .control.server import ControlServer
 from .faces import CoreBridge, CoreOnly, CoreReads, FacesThread
+from .faces_host import FacesHost
 from .control.handlers import Handlers
 from .control.logs import read_log_chunk
 from .heap import Heap
 from .leader.leadership import Leadership
 from .log.base import Log
-from .logfmt import JournalFormatter, LogfmtFormatter
+from .logfmt import setup_logging
 from .loop_watch import LoopWatch
 from .cluster.members import Members, open_members
 from .runs import restart
@@ -55,26 +57,17 @@ from .storage import CHECK_THREADS, DataDirLock, guard_thread, open_db, open_rea
 from .tasks import Changes, Services, first_of
 from .jobfiles.watcher import Watcher
 
+if TYPE_CHECKING:
+    from .http.server import HttpServer
+
 log = logging.getLogger("cronrd.daemon")
 
 HOUSEKEEPING_INTERVAL = 600.0
 ANNOUNCE_INTERVAL = 1.0   # seconds between checks that this node's record says what it wants
 HAND_OVER_PATIENCE = 3.0  # seconds a stopping node waits for its runs due in the next moments
 DUE_SOON = 2.0            # ... that is, due within this many seconds
+FACES_ENV = "CRONRD_FACES"  # "thread": the faces in a thread of the daemon (faces.py), not a process
 SETTLE_JOBS = 5.0         # seconds the first look at the job files waits for a leader to take them
-
-
-def setup_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if os.environ.get("JOURNAL_STREAM"):
-        handler.setFormatter(JournalFormatter("%(name)s %(message)s"))
-    else:
-        handler.setFormatter(LogfmtFormatter(
-            "%(asctime)s %(levelname)s %(name)s %(message)s"))
-    root = logging.getLogger("cronrd")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
 
 
 class Daemon:
@@ -119,6 +112,15 @@ class Daemon:
         return soft
 
     async def run(self) -> int:
+        try:
+            return await self._run()
+        except BaseException:
+            host = getattr(self, "faces_host", None)
+            if host is not None:
+                host.kill()   # (a process that dies with this one, but this one may go on)
+            raise
+
+    async def _run(self) -> int:
         cfg = self.config
         loop = asyncio.get_running_loop()
         self.stop_event = asyncio.Event()
@@ -127,6 +129,11 @@ class Daemon:
         self.lock = DataDirLock(cfg.data_dir)
         self.lock.acquire()
         self.conn = open_db(cfg.state_db)
+        # The faces' process loads its code while this one sets up (faces_host.py).
+        self.faces_host: FacesHost | None = None
+        if os.environ.get(FACES_ENV, "process") != "thread":
+            self.faces_host = FacesHost(cfg, started_at=self.started_at)
+            self.faces_host.launch()
         if os.environ.get(CHECK_THREADS):
             guard_thread(self.conn, "state")
         self.machine = StateMachine(self.conn, node_id=cfg.node_id)
@@ -155,43 +162,28 @@ class Daemon:
                                  self.members, self.executor, self.watcher, self.leadership,
                                  started_at=self.started_at, is_ready=lambda: self.ready)
         self.log.subscribe(self._on_effects)
-        # The faces (control socket, HTTP) serve on a loop of their own
-        # (faces.py); what a request asks of the daemon runs here, on the
-        # critical loop, through the bridge.
-        self.faces = FacesThread()
-        faces_loop = self.faces.start()
-        bridge = CoreBridge(loop)
-        self.faces_conn = open_readonly(cfg.state_db)   # used on the faces' loop only
-        across = CoreReads(self.handlers, bridge, self.faces_conn, faces_loop)
-        # The same commands over the faces' connection: the reads of
-        # faces.FACES_READS run there, wholly off the critical loop.
-        # (They serve FACES_READS only: the log and members across the bridge
-        # and the CoreOnly stand-ins are given for the daemon's own.)
-        faces_handlers = Handlers(cfg, self.clock, self.faces_conn,
-                                  cast(StateMachine, CoreOnly("machine")),
-                                  cast(Log, across.log), cast(Members, across.members),
-                                  cast(Executor, CoreOnly("executor")), self.watcher,
-                                  self.leadership, started_at=self.started_at,
-                                  is_ready=lambda: self.ready)
-        across = CoreReads(self.handlers, bridge, self.faces_conn, faces_loop,
-                           local=faces_handlers)
-        self.control = ControlServer(cfg.socket, across.table(), cfg.socket_group)
-        self.http = None
-        if cfg.http.listen is not None:
-            from .http.server import HttpServer  # aiohttp only when it serves
-            from .http.metrics import Metrics
-            faces_conn = self.faces_conn
-            self.http = HttpServer(cfg.http, is_ready=lambda: self.ready,
-                                   status=lambda: bridge.blocking(self.members.status),
-                                   metrics=Metrics(lambda: open_readonly(cfg.state_db),
-                                                   lambda: bridge.blocking(self._metrics_view),
-                                                   job_histograms=cfg.http.job_histograms),
-                                   find_token=lambda secret: tokens.by_secret(faces_conn, secret),
-                                   list_tokens=lambda: tokens.listing(faces_conn),
-                                   now=self.clock.now, reads=across)
-            http_server = self.http
-            self.handlers.http_url = lambda: http_server.url
-        await self.faces.run(self.control.start())
+        # The faces (control socket, HTTP) serve in a process of their own
+        # (faces_host.py, faces_child.py); what a request asks of the daemon
+        # runs here, on the critical loop.
+        self.faces: FacesThread | None = None
+        self.http: "HttpServer | None" = None
+        self.faces_conn = open_readonly(cfg.state_db)  # peers' log reads (_read_log_chunk)
+        self._chunk_reader = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="cronrd-log-reads")
+        if self.faces_host is None:
+            await self._open_faces_thread(loop)
+        else:
+            host = self.faces_host
+            host.attach(self.handlers, is_ready=lambda: self.ready,
+                        blocking={"members_status": self.members.status,
+                                  "node_views": self.members.node_views,
+                                  "metrics_view": self._metrics_view,
+                                  "problems": lambda: tuple(self.watcher.problems),
+                                  "next_fires": self.leadership.next_fires})
+            self.handlers.http_url = lambda: host.http_url
+            self.handlers.faces_info = lambda: {
+                "pid": host.proc.pid if host.proc is not None else None, "starts": host.starts}
+            await host.start()
         for sig, fn in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
                         (signal.SIGHUP, self.watcher.kick), (signal.SIGUSR2, dump_tasks)):
             loop.add_signal_handler(sig, fn)
@@ -203,10 +195,12 @@ class Daemon:
             await self.members.start()
             self.services.start("members", self.members.run)
             self.services.start("removal", self._watch_removal)
-            http = self.http
-            if http is not None:  # /healthz and /readyz answer while it catches up
-                self.services.start("http", lambda: self.faces.run(http.run()),
+            http, faces = self.http, self.faces
+            if http is not None and faces is not None:  # /healthz and /readyz answer
+                self.services.start("http", lambda: faces.run(http.run()),  # while it catches up
                                     restart=True)
+            if self.faces_host is not None:
+                self.services.start("faces", self.faces_host.run, restart=True)
             # Caught up with the cluster before acting on the state.
             await self.members.wait_caught_up()
             if not self.stop_event.is_set():  # else SIGTERM while waiting for the cluster
@@ -216,6 +210,44 @@ class Daemon:
         self.services = None
         log.info("event=stopped")
         return self.exit_code
+
+    async def _open_faces_thread(self, loop: asyncio.AbstractEventLoop) -> None:
+        """CRONRD_FACES=thread: the faces on a loop of their own in a thread
+        of this process (faces.py), as before 0.3.0; what a request asks of
+        the daemon runs on the critical loop through the bridge."""
+        cfg = self.config
+        self.faces = faces = FacesThread()
+        faces_loop = faces.start()
+        bridge = CoreBridge(loop)
+        faces_conn = open_readonly(cfg.state_db)   # used on the faces' loop only
+        self._faces_thread_conn = faces_conn
+        across = CoreReads(self.handlers, bridge, faces_conn, faces_loop)
+        # The same commands over the faces' connection: the reads of
+        # faces.FACES_READS run there, wholly off the critical loop.
+        # (They serve FACES_READS only: the log and members across the bridge
+        # and the CoreOnly stand-ins are given for the daemon's own.)
+        faces_handlers = Handlers(cfg, self.clock, faces_conn,
+                                  cast(StateMachine, CoreOnly("machine")),
+                                  cast(Log, across.log), cast(Members, across.members),
+                                  cast(Executor, CoreOnly("executor")), self.watcher,
+                                  self.leadership, started_at=self.started_at,
+                                  is_ready=lambda: self.ready)
+        across = CoreReads(self.handlers, bridge, faces_conn, faces_loop,
+                           local=faces_handlers)
+        self.control = ControlServer(cfg.socket, across.table(), cfg.socket_group)
+        if cfg.http.listen is not None:
+            from .http.server import HttpServer  # aiohttp only when it serves
+            from .http.metrics import Metrics
+            self.http = http = HttpServer(cfg.http, is_ready=lambda: self.ready,
+                                   status=lambda: bridge.blocking(self.members.status),
+                                   metrics=Metrics(lambda: open_readonly(cfg.state_db),
+                                                   lambda: bridge.blocking(self._metrics_view),
+                                                   job_histograms=cfg.http.job_histograms),
+                                   find_token=lambda secret: tokens.by_secret(faces_conn, secret),
+                                   list_tokens=lambda: tokens.listing(faces_conn),
+                                   now=self.clock.now, reads=across)
+            self.handlers.http_url = lambda: http.url
+        await faces.run(self.control.start())
 
     async def _start(self) -> None:
         """Settle what the last start left, then start the services."""
@@ -359,10 +391,15 @@ class Daemon:
         await self.services.stop("members")
         await self.members.stop()
         self.outbox.close()
-        await self.faces.run(self.control.close())
-        await self.faces.stop()
+        if self.faces_host is not None:
+            await self.faces_host.stop()
+        if self.faces is not None:
+            await self.faces.run(self.control.close())
+            await self.faces.stop()
+            self._faces_thread_conn.close()
         if self.http is not None:
             self.http.metrics.close()
+        self._chunk_reader.shutdown(wait=True)
         self.faces_conn.close()
         self.conn.close()
         self.lock.release()
@@ -447,12 +484,11 @@ class Daemon:
 
     async def _read_log_chunk(self, run_id: int, offset: int) -> dict:
         """A chunk of a run's log on this node, for a peer (`cronrd logs` on
-        another node): read on the faces' loop, over their connection, as
-        this node's own `logs` is; a big file or a slow disk holds no Raft
-        message, claim or gate."""
-        async def read() -> dict:
-            return read_log_chunk(self.config, self.faces_conn, run_id, offset)
-        return await self.faces.run(read())
+        another node): read in a thread of its own, over a read-only
+        connection, as this node's own `logs` is read by its faces; a big
+        file or a slow disk holds no Raft message, claim or gate."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._chunk_reader, read_log_chunk, self.config, self.faces_conn, run_id, offset)
 
 
 def dump_tasks() -> None:
@@ -485,8 +521,14 @@ def run_daemon(config: Config) -> int:
     setup_logging(config.log_level)
     # `kill -USR1 PID` writes every thread's stack to stderr (the journal):
     # where a daemon that does not answer, or does not stop, is stuck.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     daemon = Daemon(config)
+
+    def to_faces(signum: int, frame: Any) -> None:
+        host = getattr(daemon, "faces_host", None)  # (the faces' process dumps its own)
+        if host is not None and host.proc is not None and host.proc.poll() is None:
+            os.kill(host.proc.pid, signal.SIGUSR1)
+    signal.signal(signal.SIGUSR1, to_faces)   # after the dump below (chained)
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=True)
     try:
         return asyncio.run(daemon.run())
     except NewerLog as exc:   # its state or log needs a newer cronrd: restarts cannot help

@@ -17,10 +17,12 @@ line as Python prints it.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from typing import Iterator
 
-__all__ = ["LogfmtFormatter", "JournalFormatter", "quote", "render"]
+__all__ = ["LogfmtFormatter", "JournalFormatter", "quote", "render", "setup_logging"]
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*=")
 _SPEC = re.compile(r"%(?:\([^)]*\))?[#0 +\-]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?"
@@ -159,3 +161,18 @@ class JournalFormatter(LogfmtFormatter):
 
     def format(self, record):
         return f"<{self.PRIO.get(record.levelno, 6)}>{super().format(record)}"
+
+
+def setup_logging(level: str) -> None:
+    """The daemon's logger (and its faces' process's): logfmt lines on
+    stderr, in the journal's form under systemd."""
+    handler = logging.StreamHandler(sys.stderr)
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(JournalFormatter("%(name)s %(message)s"))
+    else:
+        handler.setFormatter(LogfmtFormatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger("cronrd")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

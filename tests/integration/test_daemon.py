@@ -479,13 +479,19 @@ def test_job_runs_as_its_user_with_that_users_groups_and_home(node):
 
 def test_sigusr1_writes_every_threads_stack_to_the_log(node):
     """Where a daemon that does not answer or does not stop is stuck: `kill
-    -USR1` dumps each thread's stack (the critical loop, the faces' loop,
-    the loop watch) and the daemon goes on."""
+    -USR1` dumps each thread's stack (the critical loop, the loop watch,
+    the storage threads) and has its faces' process dump its own (the
+    faces' loop); both go on."""
     node.start()
     node.proc.send_signal(signal.SIGUSR1)
-    wait_for(lambda: node.daemon_log().count("Thread 0x") >= 3, what="the stacks in the log")
-    log = node.daemon_log()
-    assert log.count("Thread 0x") >= 3 and "Current thread" in log
+
+    def whole() -> str:
+        return node.log_file.read_text(errors="replace")
+    wait_for(lambda: whole().count("Current thread") >= 2,
+             what="the stacks of both processes in the log", on_fail=node.daemon_log)
+    wait_for(lambda: "faces_child.py\", line" in whole() and "daemon.py\", line" in whole(),
+             what="the stacks of the daemon's main thread and of the faces")
+    assert whole().count("Thread 0x") >= 2  # the loop watch's, the storage threads'...
     assert node.call("status")["ready"] is True
 
 

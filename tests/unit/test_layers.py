@@ -171,11 +171,11 @@ def test_one_node_id_rule():
 
 # The runtime's wings, from the top floor down (issue 30): a wing imports
 # only the wings on floors below its own. Wings on one floor import neither
-# the other. Both faces' and the daemon's wiring (daemon.py, faces.py) sit
+# the other. The faces' and the daemon's wiring (daemon.py, faces*.py) sit
 # above every wing; the root's utilities (tasks, clock, storage, ...) below.
 WINGS = [["http"], ["control"], ["leader"], ["cluster"], ["jobfiles", "notify"],
          ["log", "runs"], ["peers"]]
-ROOT_TOP = {"daemon", "faces"}
+ROOT_TOP = {"daemon", "faces", "faces_host", "faces_child"}
 
 
 def _wing_of(name: str) -> str | None:

@@ -88,6 +88,8 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
         self.checkpoints = CheckpointRequests(self)
         self.tokens = TokenRequests(config, clock, conn, log)
         self.http_url: Callable[[], str | None] = lambda: None  # the daemon's, once it serves
+        # the faces' process: {"pid", "starts"} (None: the faces run in a thread)
+        self.faces_info: Callable[[], dict | None] = lambda: None
 
     def on_effects(self, effects: list[Effect]) -> None:
         """Wake whoever waits for a run that is done (`run-now --wait`)."""

@@ -4,6 +4,7 @@ streamed), job, explain, graph, pause, resume, reload."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from typing import TYPE_CHECKING, Any
@@ -120,10 +121,15 @@ class JobRequests(_Host):
             "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,
             "timezone": self.config.timezone,
             "http": self.http_url(),
+            "faces": self.faces_info(),
         }
 
-    def _job_view(self, job: dict, last: Run | None) -> dict:
-        return job_view(job, last, self.config.timezone, self._next_fire)
+    def _job_view(self, job: dict, last: Run | None,
+                  leader_fires: dict[str, int | None] | None = None) -> dict:
+        if leader_fires is None:
+            leader_fires = self.leadership.next_fires([job["name"]])
+        return job_view(job, last, self.config.timezone,
+                        functools.partial(self._next_fire, leader_fires=leader_fires))
 
     def _broken_files(self) -> dict[str, str]:
         """This node's job files with problems: path -> the first problem.
@@ -140,11 +146,13 @@ class JobRequests(_Host):
             self.conn, list(broken))}
 
     def _page_views(self, rows: list[dict]) -> list[dict]:
-        last = Q.last_runs(self.conn, [j["name"] for j in rows])
+        names = [j["name"] for j in rows]
+        last = Q.last_runs(self.conn, names)
+        fires = self.leadership.next_fires(names)  # one question per page (faces_child.py)
         broken = self._broken_files()
         views = []
         for j in rows:
-            view = self._job_view(j, last.get(j["name"]))
+            view = self._job_view(j, last.get(j["name"]), fires)
             # its file here is broken: it keeps running its last good version
             view["file_problem"] = broken.get(j["source"])
             views.append(view)
@@ -159,13 +167,15 @@ class JobRequests(_Host):
         try:
             async for rows in pages:
                 count += len(rows)
-                last = Q.last_runs(self.conn, [r[0] for r in rows])
+                names = [r[0] for r in rows]
+                last = Q.last_runs(self.conn, names)
+                fires = self.leadership.next_fires(names)
                 texts = []
                 for name, text, schedule, timezone, enabled, paused, cursor in rows:
                     run = last.get(name)
                     nxt = self._next_fire({"name": name, "paused": paused, "cursor": cursor},
                                           {"enabled": enabled, "schedule": schedule,
-                                           "timezone": timezone})
+                                           "timezone": timezone}, leader_fires=fires)
                     texts.append(f'{text[:-1]},"next_fire":{json.dumps(iso_utc(nxt))},'
                                  f'"file_problem":{json.dumps(broken.get(name))},'
                                  f'"last_run":{json.dumps(run.view()) if run else "null"}}}')
@@ -174,10 +184,12 @@ class JobRequests(_Host):
             pages.close()
         yield {"result": {"jobs": count}}
 
-    def _next_fire(self, job: dict, d: dict) -> int | None:
-        sched = self.leadership.scheduler
-        if sched is not None and job["name"] in sched.entries:
-            return sched.next_fire(job["name"])
+    def _next_fire(self, job: dict, d: dict, *,
+                   leader_fires: dict[str, int | None]) -> int | None:
+        """``leader_fires``: the scheduler's next fire of the jobs it has
+        (Leadership.next_fires: empty unless this node leads)."""
+        if job["name"] in leader_fires:
+            return leader_fires[job["name"]]
         # a follower works it out from the replicated cursor
         if job["paused"] or not d["enabled"]:
             return None

@@ -66,6 +66,10 @@ RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.EN
 Handler = Callable[[dict, Caller], Coroutine[Any, Any, Any]]
 
 
+class SocketInUse(CronrdError):
+    """The control socket's path is served by another process."""
+
+
 class Stream:
     """Marks a handler result as an async iterator of intermediate messages."""
 
@@ -93,6 +97,7 @@ class HandlersHost(Protocol):
     started_at: float
     is_ready: Callable[[], bool]
     http_url: Callable[[], str | None]
+    faces_info: Callable[[], dict | None]
     _triggers: Triggers
 
     async def _authorize(self, caller: Caller, command: str, target: str, what: str,
@@ -226,7 +231,7 @@ class ControlServer:
         os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
         if os.path.exists(self.path):
             if socket_in_use(self.path):
-                raise CronrdError(f"another daemon is listening on {self.path}; stop it or "
+                raise SocketInUse(f"another daemon is listening on {self.path}; stop it or "
                                   "set another socket: in the config")
             os.unlink(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

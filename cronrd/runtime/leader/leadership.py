@@ -236,6 +236,14 @@ class Leadership:
         finally:
             self._moving -= ids
 
+    def next_fires(self, names: list[str]) -> dict[str, int | None]:
+        """The scheduler's next fire time of those of ``names`` it has (none
+        unless this node leads); listings ask once per page."""
+        sched = self.scheduler
+        if sched is None:
+            return {}
+        return {name: sched.next_fire(name) for name in names if name in sched.entries}
+
     # -- effects -------------------------------------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:
         if self.scheduler is not None:
