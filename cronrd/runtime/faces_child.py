@@ -44,7 +44,7 @@ log = logging.getLogger("cronrd.faces")
 
 FACES_NICE = 5           # below the daemon's critical loop (the kernel runs it first)
 CALL_TIMEOUT = 30.0      # s a blocking call waits for the daemon
-URL_INTERVAL = 0.2       # s between looks at the HTTP server's address
+HTTP_PATIENCE = 10.0     # s the start waits for the HTTP server's first try to listen
 SOCKET_PATIENCE = 3.0    # s a control socket still held is waited for (see _start_control)
 PR_SET_PDEATHSIG = 1
 
@@ -277,7 +277,14 @@ async def serve(fd: int, sync_fd: int) -> int:
         await writer.drain()
         return 1
     http = None
-    if cfg.http.listen is not None:
+    first_try = asyncio.Event()   # the HTTP server listens, or failed to, once
+
+    def on_url(url: str | None) -> None:
+        chan.send(("http_url", url))
+        first_try.set()
+    if cfg.http.listen is None:
+        first_try.set()
+    else:
         def status() -> dict:
             return {"role": chan.state.get("role"), "leader": chan.state.get("status_leader")}
         http = HttpServer(cfg.http, is_ready=remote.is_ready, status=status,
@@ -286,10 +293,8 @@ async def serve(fd: int, sync_fd: int) -> int:
                                           job_histograms=cfg.http.job_histograms),
                           find_token=lambda secret: tokens.by_secret(conn, secret),
                           list_tokens=lambda: tokens.listing(conn),
-                          now=remote.clock.now, reads=across)
+                          now=remote.clock.now, reads=across, on_url=on_url)
         handlers.http_url = lambda: http.url if http is not None else None
-    chan.send(("started",))
-    log.info("event=faces_serving pid=%d socket=%s", os.getpid(), cfg.socket)
 
     def failed(name: str, exc: BaseException) -> None:
         log.error("event=faces_service_failed service=%s error=\"%s\"", name, exc)
@@ -297,7 +302,14 @@ async def serve(fd: int, sync_fd: int) -> int:
         async with Services("faces", failed) as services:
             if http is not None:
                 services.start("http", http.run, restart=True)
-                services.start("http_url", lambda: _tell_url(chan, http))
+            # the daemon's `status` names the URL from the start (or none: the
+            # port is taken, tried again; the jobs do not wait for it)
+            try:
+                await asyncio.wait_for(first_try.wait(), HTTP_PATIENCE)
+            except asyncio.TimeoutError:
+                pass
+            chan.send(("started",))
+            log.info("event=faces_serving pid=%d socket=%s", os.getpid(), cfg.socket)
             await chan.run()
     finally:
         await control.close()
@@ -321,16 +333,6 @@ async def _start_control(control: ControlServer) -> None:
             if clock.monotonic() >= deadline:
                 raise
         await asyncio.sleep(0.1)
-
-
-async def _tell_url(chan: Channel, http) -> None:
-    """The daemon's `status` names the HTTP server's URL once it listens."""
-    told: str | None = None
-    while True:
-        if http.url != told:
-            told = http.url
-            chan.send(("http_url", told))
-        await asyncio.sleep(URL_INTERVAL)
 
 
 def _die_with_parent() -> None:

@@ -95,6 +95,7 @@ class FacesHost:
         self._ended: asyncio.Event | None = None
         self._readers: list[asyncio.Task] = []
         self._wires: tuple[socket.socket, socket.socket] | None = None
+        self._started: asyncio.Future | None = None  # made by each start
 
     def attach(self, handlers: "Handlers", *, is_ready: Callable[[], bool],
                blocking: dict[str, Callable[..., Any]]) -> None:
@@ -148,28 +149,30 @@ class FacesHost:
             self.kill()
             raise FacesFailed(f"the faces' process could not be given the config: {exc}") \
                 from None
-        try:
-            async with asyncio.timeout(START_TIMEOUT):
-                while True:
-                    kind, *rest = await W.read_frame(reader, narrow=True)
-                    if kind in ("started", "failed"):
-                        break
-                    self._note(kind, rest)
-        except (EOFError, W.WireError, TimeoutError) as exc:
-            self.kill()
-            raise FacesFailed(f"the faces' process (control socket, HTTP) did not start: {exc}; "
-                              "its error is in the log above") from None
-        if kind == "failed":
-            self.kill()
-            error = W.unpack_error(rest[0])
-            if isinstance(error, CronrdError):
-                raise error
-            raise FacesFailed(f"the faces' process could not serve: {error}")
-        log.info("event=faces_started pid=%d", self.proc.pid)
+        self._started = loop.create_future()
         self._readers = [loop.create_task(self._read(reader), name="faces-read"),
                          loop.create_task(self._serve_blocking(sync_reader, sync_writer),
-                                          name="faces-blocking"),
-                         loop.create_task(self._watch_state(), name="faces-state")]
+                                          name="faces-blocking")]
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                # (requests it serves meanwhile are answered: the control
+                # socket may serve before HTTP has tried to listen)
+                await asyncio.wait([self._started], return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            pass
+        started = self._started
+        if not started.done() or started.exception() is not None:
+            error = (started.exception() if started.done() else
+                     FacesFailed(f"the faces' process (control socket, HTTP) did not start "
+                                 f"within {START_TIMEOUT:g}s"))
+            self.kill()
+            await self._drop()
+            if isinstance(error, CronrdError):
+                raise error
+            raise FacesFailed(f"the faces' process (control socket, HTTP) did not start: "
+                              f"{error}; its error is in the log above")
+        log.info("event=faces_started pid=%d", self.proc.pid)
+        self._readers.append(loop.create_task(self._watch_state(), name="faces-state"))
 
     async def run(self) -> None:
         """The daemon's service: restart the faces' process whenever it dies."""
@@ -324,6 +327,9 @@ class FacesHost:
             log.error("event=faces_wire_broken error=\"%s\"", exc)
             self.kill()
         finally:
+            if self._started is not None and not self._started.done():
+                self._started.set_exception(FacesFailed(
+                    "the faces' process ended before it served"))
             if self._ended is not None:
                 self._ended.set()
 
@@ -337,6 +343,12 @@ class FacesHost:
             self.subscribed = True
         elif kind == "http_url":
             self.http_url = rest[0]
+        elif kind in ("started", "failed"):
+            if self._started is not None and not self._started.done():
+                if kind == "started":
+                    self._started.set_result(None)
+                else:
+                    self._started.set_exception(W.unpack_error(rest[0]))
         else:
             raise W.WireError(f"unknown message {kind!r}")
 

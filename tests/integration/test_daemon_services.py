@@ -11,6 +11,7 @@ import os
 import pytest
 
 from cronrd.config import parse_config
+from cronrd.ops.admin import Status
 from cronrd.runtime.leader import leadership, scheduler
 from cronrd.runtime.jobfiles import watcher
 from cronrd.runtime.daemon import Daemon
@@ -55,16 +56,16 @@ def test_a_stop_cancels_and_awaits_every_task_the_daemon_owns(cfg, caplog):
 
     async def look(d):
         seen["services"] = d.services.running()
+        seen["faces"] = d.faces_host.proc
     caplog.set_level(logging.INFO)
     code, left = run_daemon(Daemon(cfg), look)
     assert code == 0
     # (one host: the members have no upkeep, their service returned at once)
-    assert seen["services"] == ["announce", "heap", "housekeeping", "http", "leadership",
+    # ("faces": the faces' process's keeper, faces_host.py; it restarts them)
+    assert seen["services"] == ["announce", "faces", "heap", "housekeeping", "leadership",
                                 "loop_watch", "removal", "watcher"]
     assert left == set(), f"tasks left running after Daemon.run returned: {left}"
-    # the faces' loop (control socket, HTTP) ran in a thread of its own: stopped and joined
-    import threading
-    assert not [t for t in threading.enumerate() if t.name == "cronrd-faces"]
+    assert seen["faces"].poll() is not None, "the faces' process outlived the daemon"
     assert "event=stopped" in caplog.text
 
 
@@ -161,3 +162,23 @@ def test_a_cluster_member_stops_with_nothing_left_running(tmp_path, caplog):
     assert code == 0
     assert "members" in seen["services"] and seen["leader"] == "a"
     assert left == set(), f"tasks left running after Daemon.run returned: {left}"
+
+
+def test_with_cronrd_faces_thread_the_faces_run_in_a_thread_stopped_with_the_daemon(
+        cfg, caplog, monkeypatch):
+    # CRONRD_FACES=thread: the layout before 0.3.0 (runtime/faces.py), kept
+    # for hosts where a second process is not wanted
+    import threading
+    monkeypatch.setenv("CRONRD_FACES", "thread")
+    seen = {}
+
+    async def look(d):
+        seen["services"] = d.services.running()
+        seen["threads"] = [t.name for t in threading.enumerate()]
+        seen["status"] = await d.handlers.h_status(Status())
+    caplog.set_level(logging.INFO)
+    code, left = run_daemon(Daemon(cfg), look)
+    assert code == 0 and left == set()
+    assert "http" in seen["services"] and "faces" not in seen["services"]
+    assert "cronrd-faces" in seen["threads"] and seen["status"]["faces"] is None
+    assert not [t for t in threading.enumerate() if t.name == "cronrd-faces"]

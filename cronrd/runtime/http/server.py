@@ -141,8 +141,10 @@ class HttpServer:
                  status: Callable[[], dict], metrics: Metrics,
                  find_token: Callable[[str], dict | None] = lambda secret: None,
                  list_tokens: Callable[[], list[dict]] = list,
-                 now: Callable[[], float] = lambda: 0.0, reads=None):
+                 now: Callable[[], float] = lambda: 0.0, reads=None,
+                 on_url: Callable[[str | None], None] = lambda url: None):
         self.config = config
+        self.on_url = on_url            # told the URL once it listens, None when it fails or stops
         self.is_ready = is_ready
         self.status = status
         self.metrics = metrics
@@ -294,14 +296,18 @@ class HttpServer:
                           "may hold the port: free it, or set http.listen in the config "
                           "(http: {enabled: false} turns the server off); jobs keep "
                           "running\"", format_address((host, port)), exc)
+                self.on_url(None)
                 raise
             bound = runner.addresses  # the socket names: the port, when listen's was 0
             self.address = (host, bound[0][1]) if bound else (host, port)
             log.info("event=http_listening url=%s", self.url)
+            self.on_url(self.url)
             feed = getattr(getattr(self, "streams", None), "feed", None)
             await (feed.run() if feed is not None else asyncio.Event().wait())
         finally:
-            self.address = None
+            if self.address is not None:
+                self.address = None
+                self.on_url(None)
             await runner.cleanup()
 
     # -- routes ------------------------------------------------------------------------
