@@ -270,14 +270,13 @@ class FacesHost:
         writer.write(frame)
 
     def _state(self) -> dict:
-        try:
-            st = self.members.status()
-            role, leader = st.get("role"), st.get("leader")
-        except Exception:  # not started yet
-            role, leader = None, getattr(self.log, "leader", None)
-        return {"ready": bool(self.is_ready()), "leader": getattr(self.log, "leader", leader),
-                "is_leader": bool(self.log.is_leader), "role": role,
-                "status_leader": leader}
+        """What the faces read live (cheap: asked every STATE_INTERVAL)."""
+        me = self.config.node_id if self.config is not None else None
+        role = getattr(self.members, "role", None)  # a cluster's; one host always leads
+        leader = getattr(self.log, "leader", me) or None
+        return {"ready": bool(self.is_ready()), "leader": leader,
+                "is_leader": bool(self.log.is_leader),
+                "role": role() if callable(role) else "leader", "status_leader": leader}
 
     def _push_state(self) -> None:
         state = self._state()
