@@ -16,12 +16,14 @@ Reads the faces make themselves (tokens, pages, the event feed) go to a
 read-only SQLite connection of this thread (``conn``): WAL lets it read
 while the critical loop applies, and it sees whole committed batches.
 
-Two loops in one process, not two processes: the state, the executor and
-the Raft node stay in one place, and a request's work that runs on the
-critical loop is the handler's own (bounded: issue 29); Python's GIL is
-handed between the two threads every few milliseconds (the switch
-interval), so a busy faces' loop delays the critical loop by that much, not
-by the length of a request.
+Since 0.3.0 the daemon runs these same pieces in a process of its own
+(faces_host.py, faces_child.py): there ``CoreBridge`` has one loop (the
+faces'), and what crosses to the daemon is a request over a socket pair.
+Two loops in one process, as here, share Python's interpreter lock: a busy
+faces' loop delayed the critical loop by a switch interval at a time, and a
+faces' thread descheduled while it held the lock held the critical loop too
+(bench/README.md, hostile_load.py). This layout stays for
+``CRONRD_FACES=thread``.
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ class Cluster:
         self.fatal_code = 1           # the daemon's exit status then
         self._leading = False
         self._lost_proposed: dict[str, float] = {}
-        # set by the daemon: reads on the faces' loop, off this one
+        # set by the daemon: reads in a thread of their own, off this loop
         self.read_log: Callable[[int, int], Awaitable[dict]] | None = None
         self._refused_propose = 0
         # This node's certificate, read once: a new one needs a restart.
