@@ -38,7 +38,7 @@ from .http.metrics import Metrics
 from .http.server import HttpServer
 from .logfmt import setup_logging
 from .storage import open_readonly
-from .tasks import Services
+from .tasks import Services, wait_within
 
 log = logging.getLogger("cronrd.faces")
 
@@ -305,8 +305,8 @@ async def serve(fd: int, sync_fd: int) -> int:
             # the daemon's `status` names the URL from the start (or none: the
             # port is taken, tried again; the jobs do not wait for it)
             try:
-                await asyncio.wait_for(first_try.wait(), HTTP_PATIENCE)
-            except asyncio.TimeoutError:
+                await wait_within(first_try.wait(), HTTP_PATIENCE)
+            except TimeoutError:
                 pass
             chan.send(("started",))
             log.info("event=faces_serving pid=%d socket=%s", os.getpid(), cfg.socket)
