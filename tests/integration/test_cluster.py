@@ -228,7 +228,7 @@ def test_rolling_restart_keeps_fires_on_time(cluster):
         check_exactly_once(runs, f"r{i}", first, last)
         recs = [r for r in fire_records(runs, f"r{i}")
                 if first <= parse_iso(r["fire_time"]) <= last]
-        late = [(r["fire_time"], r["started_at"], r["state"], r["node"]) for r in recs
+        late = [(r["fire_time"], r["started_at"], r["state"], r["node"], r["reason"]) for r in recs
                 if r["started_at"] is None
                 or parse_iso(r["started_at"]) - parse_iso(r["fire_time"]) > 1.0]
         assert not late, f"fires started more than 1s late or not at all: {late}"
