@@ -45,6 +45,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import CronrdError
+from ..state import commands as C
 from ..state.effects import RunDone, StateRestored
 from . import faces_wire as W
 from .control.server import Stream
@@ -64,6 +65,11 @@ RESTART_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)
 FED_EFFECTS = (RunDone, StateRestored)
 # handler attributes the ``h`` request may name besides h_*
 H_EXTRA = frozenset({"_audit", "log_chunk"})
+# What the faces propose themselves (everything else they ask of a handler
+# here): a refused request's audit record (http/hooks.py), a backfill they
+# planned (faces.FACES_READS), the runs a signed hook starts. A faces'
+# process taken over cannot forge a run's end, a member or a token.
+FACES_MAY_PROPOSE = (C.Audit, C.CreateBackfill, C.ManualRun)
 
 
 def faces_argv(fd: int, sync_fd: int) -> list[str]:
@@ -379,6 +385,9 @@ class FacesHost:
                 raise CronrdError(f"{name!r} is not served to the faces")
             return await getattr(self.handlers, name)(*pos, **kw)
         if op == "propose":
+            if not isinstance(args[0], FACES_MAY_PROPOSE):
+                raise CronrdError(f"the faces may not propose {type(args[0]).__name__}: "
+                                  "they ask a handler of the daemon for that")
             return await self.log.propose(args[0])
         if op == "read_barrier":
             return await self.log.read_barrier()

@@ -14,6 +14,7 @@ from cronrd.runtime.control.access import Caller
 from cronrd.runtime.control.server import Stream
 from cronrd.runtime.faces_child import Channel, Remote
 from cronrd.runtime.faces_host import FacesHost
+from cronrd.state import commands as C
 from cronrd.state.effects import JobsChanged, RunDone
 
 ROOT = Caller(uid=0, gid=0, pid=1, name="root")
@@ -135,11 +136,33 @@ def test_a_command_an_h_handler_and_a_stream_cross_and_errors_keep_their_class()
                 break
             await asyncio.sleep(0.01)
         assert h.closed == ["count", "count"] and host.streams == {}
-        assert await remote.log.propose("cmd") == {"index": 1} and h.log.proposed == ["cmd"]
+        audit = C.Audit(node="a", uid=-1, user="token:x", pid=0, command="hook", target="h",
+                        allowed=False, at=1.0, detail="bad signature")
+        assert await remote.log.propose(audit) == {"index": 1} and h.log.proposed == [audit]
         assert await remote.log.read_barrier() == 41
         assert (await remote.members.call("b", "read_log", {"run_id": 1}))["node"] == "b"
         with pytest.raises(AttributeError):
             remote.not_a_handler
+    asyncio.run(go())
+
+
+def test_the_faces_propose_only_audits_backfills_and_hook_runs():
+    # a faces' process taken over cannot forge a run's end, a member, a token
+    async def go():
+        h = FakeHandlers()
+        host, chan = await wired(h)
+        remote = Remote(chan, config=None, started_at=0.0, commands=[])
+        forged = [C.RunFinished(run_id=1, token=1, node="a", state="succeeded", exit_code=0,
+                                signal=None, started_at=1.0, finished_at=2.0, log_path=None),
+                  C.CreateToken(node="a", name="evil", token_hash="x", role="admin", jobs="",
+                                expires_at=None, at=1.0)]
+        for cmd in forged:
+            with pytest.raises(CronrdError, match=f"may not propose {type(cmd).__name__}"):
+                await remote.log.propose(cmd)
+        assert h.log.proposed == []
+        run = C.ManualRun(job="j", node="", at=1.0, key="k")
+        await remote.log.propose(run)
+        assert h.log.proposed == [run]
     asyncio.run(go())
 
 
