@@ -140,6 +140,8 @@ def resolve_local(text: str, zone: ZoneInfo) -> tuple[int, str | None]:
     if naive.tzinfo is not None:
         raise UsageError(f"--local time {text!r} has an offset; --local takes the wall clock "
                          "of the job's zone (2026-03-29T02:30): drop the offset or --local")
+    if not 1970 <= naive.year <= 9998:
+        raise UsageError(f"--local time {text!r}: explain looks at times from 1970 to 9998")
     first = int(naive.replace(tzinfo=zone, fold=0).timestamp())
     second = int(naive.replace(tzinfo=zone, fold=1).timestamp())
     wall = naive.strftime("%Y-%m-%d %H:%M:%S")
@@ -157,19 +159,31 @@ def resolve_local(text: str, zone: ZoneInfo) -> tuple[int, str | None]:
     return first, None
 
 
+# The times explain looks at: 1970 to 9998 (a year of room before the last
+# time Python's datetime holds, for the fire times around it).
+FIRST_TIME, LAST_TIME = 0, 253370764799   # 9998-12-31T23:59:59Z
+
+
 def resolve_time(at: Any, local: bool, zone: ZoneInfo) -> tuple[int, str | None]:
     """--at: ISO 8601 (UTC unless it has an offset) or epoch seconds; with
-    ``local``, a wall-clock time in the job's zone."""
+    ``local``, a wall-clock time in the job's zone. Between 1970 and 9998."""
     if isinstance(at, bool) or not isinstance(at, (str, int, float)):
         raise UsageError("at must be a time (ISO 8601 or epoch seconds)")
+    note = None
     if isinstance(at, (int, float)):
+        if not FIRST_TIME <= at <= LAST_TIME:  # (NaN is in no range)
+            raise UsageError(f"--at {at!r}: explain looks at times from 1970 to 9998")
         return int(at), None
     if local:
-        return resolve_local(at, zone)
-    try:
-        return parse_iso(at), None
-    except CronrdError as exc:
-        raise UsageError(f"--at: {exc}") from None
+        t, note = resolve_local(at, zone)
+    else:
+        try:
+            t = parse_iso(at)
+        except CronrdError as exc:
+            raise UsageError(f"--at: {exc}") from None
+    if not FIRST_TIME <= t <= LAST_TIME:
+        raise UsageError(f"--at {at}: explain looks at times from 1970 to 9998")
+    return t, note
 
 
 def prev_fire(trigger: Trigger, t: int) -> int | None:

@@ -408,3 +408,44 @@ def test_an_admin_token_limited_to_some_jobs_lists_no_tokens():
         serve(body)
     finally:
         del TOKENS["dbadm"]
+
+
+@pytest.mark.parametrize("path,headers", [
+    ("/api/v1/runs/%C2%B2/log/stream", {}),
+    ("/api/v1/runs/" + "9" * 30 + "/log/stream", {}),                # OverflowError in SQLite
+    ("/api/v1/runs/1/log/stream", {"Last-Event-ID": "\u00c2\u00b2"}),  # "²" sent as UTF-8
+    ("/api/v1/events", {"Last-Event-ID": "\u00c2\u00b2"}),
+    ("/api/v1/events?last_event_id=" + "7" * 5000, {}),
+    ("/api/v1/events?last_event_id=%C2%B2", {}),
+])
+def test_odd_numbers_on_the_streams_are_bad_requests_before_any_stream(path, headers):
+    """Issue 32 point 9: a 400 with a message, never a 200 whose stream then
+    dies with a traceback (or a 500)."""
+    async def body(client, reads):
+        r = await client.get(path, headers={**bearer("adm"), **headers})
+        assert r.status == 400, (path, r.status, await r.text())
+        assert "whole number" in (await r.json())["detail"]
+    serve(body)
+
+
+@pytest.mark.parametrize("at", ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", float("nan"),
+                                1e300, -1, "0001-01-01T00:00:00"])
+def test_explain_at_a_time_beyond_its_years_is_a_usage_error(at):
+    """Issue 32 point 9: `explain?at=0001-...` and `9999-12-31...` answered 500
+    (a datetime overflow inside explain); a UsageError is a 400."""
+    from zoneinfo import ZoneInfo
+
+    from cronrd.errors import UsageError
+    from cronrd.explain.subject import resolve_time
+    local = isinstance(at, str) and not at.endswith("Z")
+    with pytest.raises(UsageError, match="from 1970 to 9998"):
+        resolve_time(at, local, ZoneInfo("Europe/Berlin"))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300, -5.0])
+def test_a_time_given_as_a_number_out_of_range_is_a_bad_request(value):
+    from cronrd.errors import UsageError
+    from cronrd.runtime.http.writes import _time_arg
+    with pytest.raises(UsageError, match="between the years 1970 and 9999"):
+        _time_arg(value, "from")
+    assert _time_arg(1767225600.5, "from") == 1767225600

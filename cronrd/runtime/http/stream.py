@@ -59,7 +59,7 @@ from ...schedule import iso_utc
 from ...state import queries as Q
 from ...model import run_states
 from ...model.run import Run
-from .api import Route
+from .api import Route, whole_number
 from ..runs import output as O
 from ..tasks import Changes
 from ...state.effects import RunDone, StateRestored
@@ -206,10 +206,14 @@ class StreamRoutes:
 
     def _log_request(self, request: web.Request) -> tuple[Run, int]:
         text = request.match_info["run_id"]
-        if not text.isdigit():
+        if not whole_number(text):
             raise UsageError(f"run id {text!r} must be a whole number (the run_id of "
                              "GET /api/v1/runs)")
         run_id = int(text)
+        start = _last_id(request, "offset") or "0"
+        if not whole_number(start):
+            raise UsageError(f"Last-Event-ID (or offset) {start!r} must be an output position "
+                             "(the id of a log event), a whole number")
         conn = self.reads.conn
         run = Q.get_run(conn, run_id)
         if run is None:
@@ -218,10 +222,6 @@ class StreamRoutes:
         glob = _glob(self.token_of(request))
         if glob and not fnmatch.fnmatchcase(run.job, glob):
             raise PermissionDenied(f"this token may read only the jobs matching {glob!r}")
-        start = _last_id(request, "offset") or "0"
-        if not start.isdigit():
-            raise UsageError(f"Last-Event-ID (or offset) {start!r} must be an output position "
-                             "(the id of a log event), a whole number")
         return run, int(start)
 
     async def _follow_log(self, request: web.Request, resp: web.StreamResponse, run: Run,
@@ -269,7 +269,7 @@ class StreamRoutes:
     async def events(self, request: web.Request) -> web.StreamResponse:
         glob = _glob(self.token_of(request))
         after = _last_id(request, "last_event_id")
-        if after is not None and not after.isdigit():
+        if after is not None and not whole_number(after):
             raise UsageError(f"Last-Event-ID {after!r} must be the id of an event of this "
                              "stream (a whole number)")
         if self.feed is None:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 API = "/api/v1"
 MAX_LOG_LENGTH = 4 * 1024 * 1024   # bytes of a run's log in one answer
+LAST_TIME = 253402300799            # 9999-12-31T23:59:59Z: the last time a request may name
 MAX_VALIDATE = 256 * 1024          # bytes of a job file to validate
 
 _PAGE = (("limit", f"page size, 1 to {MAX_LIMIT} (default 100)"),
@@ -84,6 +85,9 @@ async def _body(request: web.Request) -> tuple[bytes, dict]:
 def _time_arg(value: Any, name: str) -> int:
     """RFC 3339 text or Unix seconds -> whole Unix seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not 0 <= value <= LAST_TIME:  # (NaN is in no range)
+            raise UsageError(f"{name} must be a time between the years 1970 and 9999 "
+                             f"(got {value!r})")
         return int(value)
     if isinstance(value, str):
         try:
