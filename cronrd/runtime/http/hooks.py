@@ -49,6 +49,7 @@ from ...state import queries as Q
 from ...state.triggers import jobs_triggered_by
 from ...state import run_params
 from .api import Route
+from ..control.server import SUMMARY_INTERVAL, Summary
 # The X-Cronrd-Signature value of a delivery: the scheme of the webhook
 # notifiers, so that one cluster's notifier can call another's hook.
 from ..notify.senders import sign
@@ -105,10 +106,30 @@ class HookRoutes:
     """``POST /api/v1/hooks/{name}`` over ``reads`` (the daemon's Handlers:
     conn, log, clock, config)."""
 
-    def __init__(self, reads, hooks: tuple[HookConfig, ...], now: Callable[[], float]):
+    def __init__(self, reads, hooks: tuple[HookConfig, ...], now: Callable[[], float],
+                 refusal_interval: float = SUMMARY_INTERVAL):
         self.reads = reads
         self.hooks = {h.name: h for h in hooks}
         self.now = now
+        self.refusal_interval = refusal_interval
+        # Refusals need no login to cause: the first of each hook is logged,
+        # then one line per SUMMARY_INTERVAL with their count (a flood of
+        # badly signed requests is not a flood of log lines).
+        self.refusals: dict[str, Summary] = {}
+        self.last_refusal: dict[str, tuple[int, str | None]] = {}
+
+    def _refused(self, name: str, status: int, remote: str | None) -> None:
+        self.last_refusal[name] = (status, remote)
+        summary = self.refusals.get(name)
+        if summary is None:
+            def emit(count: int, name: str = name) -> None:
+                last_status, last_remote = self.last_refusal[name]
+                log.warning("event=hook_refused hook=%s count=%d status=%d remote=%s "
+                            "hint=\"badly signed or stale requests; one line per %gs "
+                            "with their count\"", name, count, last_status, last_remote,
+                            self.refusal_interval)
+            summary = self.refusals[name] = Summary(emit, self.refusal_interval)
+        summary.note()
 
     def routes(self) -> list[tuple[Route, Handler]]:
         return [(Route("POST", "/api/v1/hooks/{name}", "A webhook: starts every job listing "
@@ -159,8 +180,7 @@ class HookRoutes:
         try:
             signature = self._verify(hook, request, body)
         except web.HTTPException as exc:
-            log.warning("event=hook_refused hook=%s status=%d remote=%s", name, exc.status,
-                        request.remote)
+            self._refused(name, exc.status, request.remote)
             raise
         value = dedupe_value(body, hook.dedupe) if hook.dedupe else signature
         key = run_key(name, value)
