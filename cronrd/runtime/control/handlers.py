@@ -18,6 +18,7 @@ from ...config import Config
 from ...errors import CronrdError, RequestError
 from ...jobspec import JobSpec
 from ...state import commands as C
+from ...state.tokens import job_allowed
 from ...model import run_states
 from ...state import queries as Q
 from ...model.run import Run
@@ -265,6 +266,16 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
     def _job_spec(self, name: str) -> JobSpec | None:
         """A job's effective spec; None for a job that is gone (root's, then)."""
         return Q.job_spec(self.conn, name)
+
+    async def _job_for(self, caller: Caller, command: str, name: str, *,
+                       change: bool = True) -> dict:
+        """The job ``name`` acted on by ``caller``. A token limited to jobs
+        that do not cover ``name`` is refused (403, audited) before the job
+        is looked up: whether it exists is none of its business."""
+        glob = (caller.token or {}).get("jobs") or ""
+        if glob and not job_allowed(glob, name):
+            await self._authorize_job(caller, command, name, name, change=change)
+        return self._job_or_error(name)
 
     def _job_or_error(self, name: str) -> dict:
         for job in Q.jobs(self.conn, name=name):

@@ -266,7 +266,7 @@ class JobRequests(_Host):
         name = req.job
         if name is None:
             raise UsageError("missing argument 'job'")
-        self._job_or_error(name)
+        await self._job_for(caller, command, name)
         await self._authorize_job(caller, command, name, name, change=True)
         return await self.log.propose(C.SetPaused(name=name, paused=paused,
                                                   at=self.clock.now(), note=note,

@@ -61,7 +61,7 @@ class RunRequests(_Host):
 
     async def h_run_now(self, req: R.RunNow, caller: Caller) -> Any:
         name = req.job
-        job = self._job_or_error(name)
+        job = await self._job_for(caller, "run_now", name)
         await self._authorize_job(caller, "run_now", name, name, change=True)
         wait = req.wait
         params, key = run_now_inputs(name, job["spec"], req)

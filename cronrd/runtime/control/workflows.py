@@ -54,7 +54,7 @@ class WorkflowRequests(_Host):
         BD.DRY_RUN_LINES of them with counts. A create's refusal is audited
         as refused, its go-ahead as allowed (before it is proposed)."""
         name = req.job
-        self._job_or_error(name)
+        await self._job_for(caller, "backfill", name, change=False)
         first, last = req.from_, req.to
         reprocess, order, parallel, note = req.reprocess, req.order, req.parallel, req.note
         dry_run, force, downstream = req.dry_run, req.force, req.downstream
@@ -137,7 +137,7 @@ class WorkflowRequests(_Host):
     async def h_rerun(self, req: W.Rerun, caller: Caller) -> dict:
         """A new attempt of the record of ``job`` at fire time ``at``."""
         name = req.job
-        self._job_or_error(name)
+        await self._job_for(caller, "rerun", name)
         at = req.at
         await self._authorize_job(caller, "rerun", name, name, change=True)
         downstream = req.downstream

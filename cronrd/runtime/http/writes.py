@@ -338,6 +338,16 @@ class ApiRoutes:
         if not any(Q.jobs(self.h.conn, name=name)):
             raise NotFound(f"no job named {name!r}; GET /api/v1/jobs lists the jobs")
 
+    def _exists_for(self, request: web.Request, name: str) -> None:
+        """A write's 404 for a missing job, only for a job the token's glob
+        covers: outside it the handler refuses (403, audited) whether the
+        job exists or not, so the answer tells nothing of jobs the token
+        may not see (issue 32 point 6)."""
+        glob = self.glob(request)
+        if glob and not job_allowed(glob, name):
+            return
+        self._exists(name)
+
     async def explain(self, request: web.Request) -> web.Response:
         await self.consistent(request)
         name = request.match_info["name"]
@@ -356,7 +366,7 @@ class ApiRoutes:
 
     async def _pause(self, request, body, fn, request_type: type) -> web.Response:
         name = request.match_info["name"]
-        self._exists(name)
+        self._exists_for(request, name)
         res = await fn(typed.parse(request_type, {"job": name, "note": _str(body.get("note"),
                                                                              "note")}),
                        self.caller(request))
@@ -383,7 +393,7 @@ class ApiRoutes:
 
     async def run_now(self, request: web.Request, body: dict) -> web.Response:
         name = request.match_info["name"]
-        self._exists(name)
+        self._exists_for(request, name)
         params = body.get("params") or {}
         if not isinstance(params, dict):
             raise UsageError('params must be an object of NAME: "VALUE"')
@@ -395,7 +405,7 @@ class ApiRoutes:
 
     async def rerun(self, request: web.Request, body: dict) -> web.Response:
         name = request.match_info["name"]
-        self._exists(name)
+        self._exists_for(request, name)
         if body.get("at") is None:
             raise UsageError("at is required: the fire time to run again (RFC 3339)")
         res = await self.h.h_rerun(typed.parse(W.Rerun, {
@@ -493,7 +503,7 @@ class ApiRoutes:
         job = _str(body.get("job"), "job")
         if not job:
             raise UsageError("job is required: the job to backfill")
-        self._exists(job)
+        self._exists_for(request, job)
         for k in ("from", "to"):
             if body.get(k) is None:
                 raise UsageError(f"{k} is required (RFC 3339 time)")

@@ -1,0 +1,55 @@
+"""Issue 32 point 6: a token limited to some jobs (`--jobs GLOB`) learns
+nothing of the jobs outside its glob. A write to a hidden job answered 403
+and one to a missing job 404: an oracle of which jobs exist."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+from harness import wait_for
+
+
+def post(url: str, secret: str, path: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {secret}",
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+WRITES = [("/api/v1/jobs/{job}/pause", {}), ("/api/v1/jobs/{job}/resume", {}),
+          ("/api/v1/jobs/{job}/run", {}),
+          ("/api/v1/jobs/{job}/rerun", {"at": "2026-01-01T00:00:00Z"}),
+          ("/api/v1/backfills", {"job": "{job}", "from": "2026-01-01T00:00:00Z",
+                                 "to": "2026-01-02T00:00:00Z", "dry_run": True})]
+
+
+def fill(template, job: str):
+    if isinstance(template, str):
+        return template.replace("{job}", job)
+    if isinstance(template, dict):
+        return {k: fill(v, job) for k, v in template.items()}
+    return template
+
+
+def test_a_hidden_job_and_a_missing_one_get_the_same_answer(node):
+    node.write_job("db-nightly", {"schedule": "@yearly", "command": "true"})
+    node.write_job("web-deploy", {"schedule": "@yearly", "command": "true"})
+    node.start()
+    res = node.cli("token", "create", "--name", "dbops", "--role", "operator", "--jobs", "db-*")
+    assert res.returncode == 0, res.stderr
+    secret = res.stdout.strip()
+    url = wait_for(lambda: node.call("status")["http"], what="HTTP")
+    for path, body in WRITES:
+        hidden = post(url, secret, fill(path, "web-deploy"), fill(body, "web-deploy"))
+        missing = post(url, secret, fill(path, "web-nosuch"), fill(body, "web-nosuch"))
+        assert hidden[0] == missing[0] == 403, (path, hidden, missing)
+        assert hidden[1]["detail"].replace("web-deploy", "X") == \
+            missing[1]["detail"].replace("web-nosuch", "X"), (path, hidden, missing)
+        # within its glob a missing job is still a plain 404
+        assert post(url, secret, fill(path, "db-nosuch"), fill(body, "db-nosuch"))[0] == 404
