@@ -337,22 +337,38 @@ AUDIT_COLUMNS = ("audit_id", "at", "node", "uid", "user", "pid", "command", "tar
                  "allowed", "detail")
 
 
-def audit(conn: apsw.Connection, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
-    """Audit records, newest first; ``before`` (an audit_id) pages back."""
-    sql = f"SELECT {','.join(AUDIT_COLUMNS)} FROM audit"
-    args: list[Any] = []
-    if before is not None:
-        sql += " WHERE audit_id < ?"
-        args.append(before)
-    sql += " ORDER BY audit_id DESC LIMIT ?"
-    args.append(limit)
+def audit(conn: apsw.Connection, limit: int = 50, before: int | None = None,
+          job_glob: str = "") -> list[dict[str, Any]]:
+    """Audit records, newest first; ``before`` (an audit_id) pages back.
+    ``job_glob``: only the records whose target is a job it covers (what a
+    token limited to those jobs may read)."""
+    from .tokens import job_allowed, sql_glob
+    pattern = sql_glob(job_glob)
     out: list[dict[str, Any]] = []
-    for row in conn.execute(sql, args):
-        rec: dict[str, Any] = dict(zip(AUDIT_COLUMNS, row))
-        rec["at"] = iso_utc(rec["at"])
-        rec["allowed"] = bool(rec["allowed"])
-        out.append(rec)
-    return out
+    while True:
+        sql = f"SELECT {','.join(AUDIT_COLUMNS)} FROM audit WHERE 1"
+        args: list[Any] = []
+        if before is not None:
+            sql += " AND audit_id < ?"
+            args.append(before)
+        if pattern is not None:
+            sql += " AND target GLOB ?"
+            args.append(pattern)
+        sql += " ORDER BY audit_id DESC LIMIT ?"
+        args.append(limit)
+        rows = list(conn.execute(sql, args))
+        for row in rows:
+            rec: dict[str, Any] = dict(zip(AUDIT_COLUMNS, row))
+            before = rec["audit_id"]
+            if job_glob and not job_allowed(job_glob, rec["target"]):
+                continue
+            rec["at"] = iso_utc(rec["at"])
+            rec["allowed"] = bool(rec["allowed"])
+            out.append(rec)
+            if len(out) == limit:
+                return out
+        if len(rows) < limit:
+            return out
 
 
 def denied(conn: apsw.Connection) -> dict[str, dict[str, str]]:

@@ -449,3 +449,35 @@ def test_a_time_given_as_a_number_out_of_range_is_a_bad_request(value):
     with pytest.raises(UsageError, match="between the years 1970 and 9999"):
         _time_arg(value, "from")
     assert _time_arg(1767225600.5, "from") == 1767225600
+
+
+def test_metrics_under_token_auth_name_only_the_tokens_jobs(monkeypatch):
+    """Issue 32 point 6: a `db-*` viewer scraping /metrics saw every
+    job_name. Escaped label values (a quote, a backslash) are read as the
+    text format writes them."""
+    page = (b'# HELP cronrd_job_running Runs running.\n# TYPE cronrd_job_running gauge\n'
+            b'cronrd_job_running{job_name="db-a"} 1.0\n'
+            b'cronrd_job_running{job_name="web-1"} 2.0\n'
+            b'cronrd_job_running{job_name="web-\\"db-a\\""} 3.0\n'
+            b'cronrd_job_runs_total{job_name="db-b",origin="scheduled",outcome="failed"} 4.0\n'
+            b'cronrd_raft_term 7.0\n')
+
+    class Page(FakeMetrics):
+        async def page(self):
+            return page
+    reads = FakeHandlers()
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0), metrics_auth="token"),
+                        is_ready=lambda: True, status=lambda: {}, metrics=Page(),
+                        find_token=TOKENS.get, now=lambda: NOW, reads=reads)
+
+    async def main():
+        async with TestClient(TestServer(server.app)) as client:
+            r = await client.get("/metrics", headers=bearer("neg"))   # db-[!x]*
+            limited = await r.text()
+            r = await client.get("/metrics", headers=bearer("adm"))
+            return limited, await r.text()
+    limited, whole = asyncio.run(main())
+    assert whole == page.decode()
+    assert 'job_name="db-a"' in limited and 'job_name="db-b"' in limited
+    assert "web-" not in limited and "cronrd_raft_term 7.0" in limited
+    assert "# TYPE cronrd_job_running gauge" in limited

@@ -16,6 +16,7 @@ job's); no run id is ever a label.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
 
@@ -306,3 +307,30 @@ class Metrics:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+_JOB_LABEL = b'job_name="'
+
+
+def only_jobs(page: bytes, glob: str) -> bytes:
+    """``page`` without the samples of jobs outside ``glob`` (a token
+    limited to some jobs scrapes /metrics: it learns no other job's name).
+    Comment lines and samples without a job_name stay."""
+    out = []
+    for line in page.split(b"\n"):
+        at = line.find(_JOB_LABEL)
+        if at < 0 or line.startswith(b"#"):
+            out.append(line)
+            continue
+        i, value = at + len(_JOB_LABEL), bytearray()
+        while i < len(line) and line[i:i + 1] != b'"':   # the text format's escapes: \\ \" \n
+            if line[i:i + 1] == b"\\" and i + 1 < len(line):
+                nxt = line[i + 1:i + 2]
+                value += b"\n" if nxt == b"n" else nxt
+                i += 2
+                continue
+            value += line[i:i + 1]
+            i += 1
+        if fnmatch.fnmatchcase(value.decode("utf-8", "replace"), glob):
+            out.append(line)
+    return b"\n".join(out)

@@ -35,7 +35,7 @@ from .certs import principal
 from .ui import UiPages
 from ...schedule import iso_utc
 from ...state.tokens import role_allows
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import only_jobs, CONTENT_TYPE, Metrics
 from .session import COOKIE, CSRF_HEADER, SAFE_METHODS, csrf_ok, from_another_site
 
 if TYPE_CHECKING:
@@ -339,4 +339,9 @@ class HttpServer:
         return web.json_response(openapi(self.routes, __version__))
 
     async def get_metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=await self.metrics.page(), headers={"Content-Type": CONTENT_TYPE})
+        page = await self.metrics.page()
+        token = request.get(TOKEN) if self.config.metrics_auth == "token" else None
+        if token and token.get("jobs"):  # a token limited to some jobs sees only theirs
+            page = await asyncio.get_running_loop().run_in_executor(
+                None, only_jobs, page, token["jobs"])
+        return web.Response(body=page, headers={"Content-Type": CONTENT_TYPE})

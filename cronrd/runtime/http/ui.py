@@ -519,8 +519,8 @@ class UiPages:
     @page(role="admin")
     async def audit(self, request, sess):
         before = _int(request.query.get("before"))
-        res = await self.reads.h_audit(typed.parse(W.Audit, {"limit": PAGE, "before": before}))
-        recs = res["records"]
+        # (a token limited to some jobs reads only their records)
+        recs = Q.audit(self.reads.conn, PAGE, before, job_glob=sess.glob)
         nxt = f"/audit?before={recs[-1]['audit_id']}" if len(recs) == PAGE else None
         return self.render(request, "audit.html", sess, records=recs, next_url=nxt,
                            title="Audit")

@@ -575,7 +575,7 @@ class ApiRoutes:
     async def audit(self, request: web.Request) -> web.Response:
         await self.consistent(request)
         limit, before = page_limit(request), self._before(request)
-        rows = Q.audit(self.h.conn, limit, before)
+        rows = Q.audit(self.h.conn, limit, before, job_glob=self.glob(request))
         return _json({"items": rows, "next_cursor": encode_cursor(
             {"before": rows[-1]["audit_id"]}) if len(rows) == limit else None})
 

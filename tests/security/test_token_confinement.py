@@ -53,3 +53,34 @@ def test_a_hidden_job_and_a_missing_one_get_the_same_answer(node):
             missing[1]["detail"].replace("web-nosuch", "X"), (path, hidden, missing)
         # within its glob a missing job is still a plain 404
         assert post(url, secret, fill(path, "db-nosuch"), fill(body, "db-nosuch"))[0] == 404
+
+
+def get(url: str, secret: str, path: str) -> tuple[int, dict]:
+    req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {secret}"})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_an_admin_limited_to_some_jobs_reads_only_their_audit_records(node):
+    node.write_job("db-nightly", {"schedule": "@yearly", "command": "true"})
+    node.write_job("web-deploy", {"schedule": "@yearly", "command": "true"})
+    node.start()
+
+    def token(name: str, *jobs: str) -> str:
+        res = node.cli("token", "create", "--name", name, "--role", "admin", *jobs)
+        assert res.returncode == 0, res.stderr
+        return res.stdout.strip()
+    root, dbadm = token("root-api"), token("dbadm", "--jobs", "db-*")
+    url = wait_for(lambda: node.call("status")["http"], what="HTTP")
+    for job in ("web-deploy", "db-nightly"):
+        assert post(url, root, f"/api/v1/jobs/{job}/pause", {})[0] == 200
+    targets = wait_for(lambda: (lambda t: t if {"web-deploy", "db-nightly"} <= t else None)(
+        {r["target"] for r in get(url, root, "/api/v1/audit")[1]["items"]}), what="records")
+    assert "web-deploy" in targets   # the unlimited admin reads every record
+    status, doc = get(url, dbadm, "/api/v1/audit?limit=1")
+    assert status == 200 and [r["target"] for r in doc["items"]] == ["db-nightly"]
+    seen = {r["target"] for r in get(url, dbadm, "/api/v1/audit")[1]["items"]}
+    assert seen == {"db-nightly"}, seen
