@@ -84,3 +84,31 @@ def test_an_admin_limited_to_some_jobs_reads_only_their_audit_records(node):
     assert status == 200 and [r["target"] for r in doc["items"]] == ["db-nightly"]
     seen = {r["target"] for r in get(url, dbadm, "/api/v1/audit")[1]["items"]}
     assert seen == {"db-nightly"}, seen
+
+
+def test_lineage_and_pools_name_no_job_outside_the_tokens_glob(node_factory):
+    node = node_factory(pools={"shared": {"slots": 4}})
+    # a db- job after a secret job, and a secret job holding a slot of the shared pool
+    node.write_job("sec-extract", {"schedule": "@yearly", "command": "true"})
+    node.write_job("db-load", {"schedule": "@after", "depends_on": [{"job": "sec-extract"}],
+                               "command": "true"})
+    node.write_job("sec-hold", {"schedule": "@yearly", "pool": "shared", "command": "sleep 30"})
+    node.write_job("db-hold", {"schedule": "@yearly", "pool": "shared", "command": "sleep 30"})
+    node.start()
+    res = node.cli("token", "create", "--name", "dbview", "--role", "viewer", "--jobs", "db-*")
+    assert res.returncode == 0, res.stderr
+    viewer = res.stdout.strip()
+    url = wait_for(lambda: node.call("status")["http"], what="HTTP")
+    node.call("run_now", {"job": "sec-extract"})
+    child = wait_for(lambda: [r for r in node.runs(job="db-load") if r.get("lineage")],
+                     what="db-load after sec-extract")[0]
+    status, run = get(url, viewer, f"/api/v1/runs/{child['run_id']}")
+    assert status == 200 and run["lineage"] == [] and run["lineage_hidden"] == 1
+    listed = get(url, viewer, "/api/v1/runs?job=db-load")[1]["items"]
+    assert listed and all("sec-" not in json.dumps(r) for r in listed)
+    held = {node.call("run_now", {"job": j})["run_id"]: j for j in ("sec-hold", "db-hold")}
+    wait_for(lambda: sum(len(p["runs"]) for p in node.call("pools")["pools"]) == 2,
+             what="both runs holding slots")
+    (pool,) = get(url, viewer, "/api/v1/pools")[1]["pools"]
+    assert pool["in_use"] == 2   # counts stay; only names (run ids) are confined
+    assert [held[r] for r in pool["runs"]] == ["db-hold"]

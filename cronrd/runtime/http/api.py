@@ -166,11 +166,25 @@ class ReadRoutes:
         res = await self.reads.h_runs(typed.parse(R.ListRuns, {
             **args, "limit": limit, "before": before, "consistent": consistent(request)}))
         runs = res["runs"]
-        items = [r for r in runs if not glob or fnmatch.fnmatchcase(r["job"], glob)]
+        items = [only_seen_lineage(r, glob) for r in runs
+                 if not glob or fnmatch.fnmatchcase(r["job"], glob)]
         return web.json_response({
             "items": items, "gaps": res.get("gaps", []),
             "next_cursor": encode_cursor({"before": runs[-1]["run_id"]})
             if len(runs) == limit else None})
+
+
+def only_seen_lineage(view: dict, glob: str | None) -> dict:
+    """A run's view without the parent runs of jobs outside ``glob`` (a
+    token limited to some jobs learns no other job's name through a
+    dependency); ``lineage_hidden`` counts those left out."""
+    lineage = view.get("lineage")
+    if not glob or not lineage:
+        return view
+    seen = [p for p in lineage if fnmatch.fnmatchcase(p["job"], glob)]
+    if len(seen) == len(lineage):
+        return view
+    return {**view, "lineage": seen, "lineage_hidden": len(lineage) - len(seen)}
 
 
 def openapi(routes: list[Route], version: str) -> dict:

@@ -43,7 +43,7 @@ from ...state.tokens import job_allowed
 from ..control.access import Caller, check_token_sees
 from ..control.logs import LOG_CHUNK, read_log_chunk
 from .api import (MAX_LIMIT, Route, cursor_before, decode_cursor, encode_cursor,
-                       page_limit, whole_number)
+                  only_seen_lineage, page_limit, whole_number)
 from .idempotency import IdempotencyCache
 
 if TYPE_CHECKING:
@@ -433,7 +433,7 @@ class ApiRoutes:
             f"{RUN_SELECT} WHERE job=? AND origin=? AND fire_time=? AND target=? "
             "ORDER BY attempt, run_id LIMIT 100",
             (run.job, run.origin, run.fire_time, run.target))]
-        return _json(view)
+        return _json(only_seen_lineage(view, self.glob(request) or None))
 
     async def cancel(self, request: web.Request, body: dict) -> web.Response:
         run_id = _int_id(request, "run_id")
@@ -569,7 +569,17 @@ class ApiRoutes:
 
     async def pools(self, request: web.Request) -> web.Response:
         await self.consistent(request)
-        return _json(await self.h.h_pools(W.Pools()))
+        view = await self.h.h_pools(W.Pools())
+        glob = self.glob(request)
+        if glob:   # the runs holding slots: only those of the token's jobs are named
+            ids = {rid for p in view["pools"] for rid in p.get("runs") or ()}
+            jobs = dict(self.h.conn.execute(
+                f"SELECT run_id, job FROM runs WHERE run_id IN ({','.join('?' * len(ids))})",
+                sorted(ids))) if ids else {}
+            for p in view["pools"]:
+                p["runs"] = [rid for rid in p.get("runs") or ()
+                             if job_allowed(glob, jobs.get(rid, ""))]
+        return _json(view)
 
     # -- audit, tokens, validate -------------------------------------------------------
     async def audit(self, request: web.Request) -> web.Response:
