@@ -326,6 +326,7 @@ def test_a_connection_that_sends_no_whole_request_is_closed(monkeypatch, sent):
 
 def test_connections_beyond_the_cap_are_closed_at_once(monkeypatch):
     monkeypatch.setattr(http_server, "MAX_CONNECTIONS", 3)
+    monkeypatch.setattr(http_server, "LOCAL_RESERVE", 0)  # (the reserve: its own test)
     server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
                         status=lambda: {}, metrics=FakeMetrics())
 
@@ -481,3 +482,81 @@ def test_metrics_under_token_auth_name_only_the_tokens_jobs(monkeypatch):
     assert 'job_name="db-a"' in limited and 'job_name="db-b"' in limited
     assert "web-" not in limited and "cronrd_raft_term 7.0" in limited
     assert "# TYPE cronrd_job_running gauge" in limited
+
+
+async def _serving(server) -> asyncio.Task:
+    task = asyncio.create_task(server.run())
+    for _ in range(500):
+        if server.address is not None:
+            return task
+        await asyncio.sleep(0.01)
+    raise AssertionError("the test server did not listen")
+
+
+async def _from(address: str, server):
+    """A connection to the server from the loopback address ``address``."""
+    return await asyncio.open_connection(*server.address, local_addr=(address, 0))
+
+
+async def _healthz(conn) -> bytes:
+    reader, writer = conn
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    return await asyncio.wait_for(reader.read(), timeout=10)
+
+
+def test_one_address_cannot_take_every_connection_and_the_host_keeps_a_reserve(monkeypatch):
+    """Issue 32 point 3: 256 slow connections from one client held every slot;
+    the UI, API, /metrics, hooks and /healthz were down meanwhile."""
+    monkeypatch.setattr(http_server, "MAX_CONNECTIONS", 6)
+    monkeypatch.setattr(http_server, "PER_ADDRESS", 3)
+    monkeypatch.setattr(http_server, "LOCAL_RESERVE", 2)
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=lambda: {}, metrics=FakeMetrics())
+
+    async def main():
+        task = await _serving(server)
+        try:
+            held = [await _from("127.0.0.2", server) for _ in range(3)]
+            await asyncio.sleep(0.1)
+            fourth = await _from("127.0.0.2", server)   # over its address's share
+            assert await asyncio.wait_for(fourth[0].read(), timeout=10) == b""
+            assert (await _healthz(await _from("127.0.0.3", server))).startswith(b"HTTP/1.1 200")
+            held += [await _from("127.0.0.3", server) for _ in range(3)]   # all 6 taken
+            await asyncio.sleep(0.1)
+            other = await _from("127.0.0.4", server)
+            assert await asyncio.wait_for(other[0].read(), timeout=10) == b""
+            # the host's own operator (127.0.0.1) still gets in
+            assert (await _healthz(await _from("127.0.0.1", server))).startswith(b"HTTP/1.1 200")
+            for _, w in held:
+                w.close()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    asyncio.run(main())
+
+
+def test_a_body_sent_a_byte_at_a_time_is_cut_off_at_the_body_deadline(monkeypatch):
+    monkeypatch.setattr(http_server, "BODY_TIMEOUT", 0.5)
+    server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
+                        status=lambda: {}, metrics=FakeMetrics())
+
+    async def main():
+        task = await _serving(server)
+        try:
+            reader, writer = await _from("127.0.0.2", server)
+            writer.write(b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+                         b"Content-Type: application/x-www-form-urlencoded\r\n\r\nt")
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), timeout=10)  # closed after it
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+            reader, writer = await _from("127.0.0.2", server)
+            writer.write(b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+                         b"Connection: close\r\n\r\n")
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), timeout=10)
+            assert answer.startswith(b"HTTP/1.1 413"), answer[:100]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    asyncio.run(main())

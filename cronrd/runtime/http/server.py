@@ -47,6 +47,11 @@ MAX_BODY = 1024 * 1024     # bytes in one request body
 SHUTDOWN_TIMEOUT = 2.0     # seconds open requests get when the daemon stops
 IDLE_TIMEOUT = 75.0        # seconds a connection is kept without a whole request
 MAX_CONNECTIONS = 256      # open at once; one more is closed at once
+PER_ADDRESS = 64           # open at once from one client address
+LOCAL_RESERVE = 16         # more, for 127.0.0.1 and ::1 only (the host's own curl and UI)
+BODY_TIMEOUT = 10.0        # seconds a request's body has to arrive whole (then 408)
+LOGIN_BODY = 4096          # bytes of POST /login's body (a form with one token)
+LOCAL = frozenset({"127.0.0.1", "::1"})
 
 
 def problem(status: int, title: str, detail: str = "", **extra) -> web.Response:
@@ -96,21 +101,77 @@ async def _no_sniffing(request: web.Request, response: web.StreamResponse) -> No
 
 
 def _cap_connections(server: web.Server) -> None:
-    """Close a connection beyond MAX_CONNECTIONS as soon as it is made: each
-    holds a file descriptor of the daemon (the jobs' logs, Raft's sockets)."""
+    """Close a connection as soon as it is made when MAX_CONNECTIONS are
+    open, or PER_ADDRESS from its address: each holds a file descriptor of
+    the faces (a flood from one address, slow bodies say, must not take
+    every slot). 127.0.0.1 and ::1 get LOCAL_RESERVE more, so the host's
+    own operator still gets in."""
     made = server.connection_made
+    lost = server.connection_lost
     refused = {"at": 0.0}
+    by_address: dict[str, int] = {}
+
+    def address(transport) -> str:
+        peer = transport.get_extra_info("peername")
+        return str(peer[0]) if isinstance(peer, (tuple, list)) and peer else ""
 
     def connection_made(handler, transport) -> None:
         made(handler, transport)
-        if len(server.connections) > MAX_CONNECTIONS:
+        addr = address(transport)
+        by_address[addr] = by_address.get(addr, 0) + 1
+        cap = MAX_CONNECTIONS + (LOCAL_RESERVE if addr in LOCAL else 0)
+        if len(server.connections) > cap or by_address[addr] > PER_ADDRESS:
             transport.close()
             now = monotonic()
             if now - refused["at"] >= 60:  # logged once a minute at most
                 refused["at"] = now
-                log.warning("event=http_connections_full max=%d hint=\"a client holds many "
-                            "connections open; new ones are closed\"", MAX_CONNECTIONS)
+                log.warning("event=http_connections_full max=%d per_address=%d address=%s "
+                            "hint=\"a client holds many connections open; new ones are "
+                            "closed\"", MAX_CONNECTIONS, PER_ADDRESS, addr)
+
+    def connection_lost(handler, exc) -> None:
+        transport = getattr(handler, "transport", None)
+        addr = address(transport) if transport is not None else ""
+        left = by_address.get(addr, 0) - 1
+        if left > 0:
+            by_address[addr] = left
+        else:
+            by_address.pop(addr, None)
+        lost(handler, exc)
     server.connection_made = connection_made  # type: ignore[method-assign]  # wrapped: the cap
+    server.connection_lost = connection_lost  # type: ignore[method-assign,assignment]
+
+
+async def _answer_and_close(request: web.Request, resp: web.Response) -> web.Response:
+    """Send ``resp`` and close the connection at once: the rest of a body
+    that is not wanted is not waited for (aiohttp would linger for it)."""
+    resp.force_close()
+    await resp.prepare(request)
+    await resp.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return resp
+
+
+@web.middleware
+async def _body_in_time(request: web.Request, handler):
+    """A request body must arrive whole within BODY_TIMEOUT (IDLE_TIMEOUT
+    covers the headers only): a client that sends a byte now and then holds
+    its connection no longer than that. POST /login takes LOGIN_BODY bytes."""
+    if request.body_exists:
+        too_big = problem(413, "Payload Too Large", f"a login form is at most {LOGIN_BODY} "
+                          "bytes")
+        if request.path == "/login" and (request.content_length or 0) > LOGIN_BODY:
+            return await _answer_and_close(request, too_big)
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                body = await request.read()   # (kept: the handler reads it again)
+        except TimeoutError:
+            return await _answer_and_close(request, problem(
+                408, "Request Timeout", f"the body did not arrive within {BODY_TIMEOUT:g}s"))
+        if request.path == "/login" and len(body) > LOGIN_BODY:
+            return too_big
+    return await handler(request)
 
 
 def tls_context(config: HttpConfig) -> ssl.SSLContext | None:
@@ -167,7 +228,8 @@ class HttpServer:
         return f"{scheme}://{format_address(self.address)}"
 
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[_problems, self._auth],
+        app = web.Application(client_max_size=MAX_BODY,
+                              middlewares=[_problems, _body_in_time, self._auth],
                               handler_args={"max_field_size": 8190, "max_line_size": 8190})
         routes: list[tuple[Route, Handler]] = [
             (Route("GET", "/healthz", "200 while the process answers.", None), self.healthz),
