@@ -327,6 +327,14 @@ def last_run(conn: apsw.Connection, job: str) -> Run | None:
     return None
 
 
+def queued_manual(conn: apsw.Connection, job: str) -> int:
+    """The job's manual runs (run-now, hooks) not started yet: pending,
+    waiting (a pool, a queue) or assigned."""
+    (n,), = conn.execute("SELECT COUNT(*) FROM runs WHERE job=? AND origin='manual' AND "
+                         "state IN ('pending', 'waiting', 'assigned')", (job,))
+    return n
+
+
 def count_active(conn: apsw.Connection) -> dict[str, int]:
     """Runs in flight by state (served by the partial index on active runs)."""
     return {state: n for state, n in conn.execute(

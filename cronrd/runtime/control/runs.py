@@ -37,6 +37,29 @@ def run_now_inputs(job: str, spec: JobSpec, req: R.RunNow) -> tuple[dict[str, st
 
 
 
+# Manual runs of one job not started yet (run-now, hooks): more are refused.
+# 60 run-nows of one job once filled a shared pool and made another job miss
+# its start_deadline (issue 32 point 8).
+MAX_QUEUED_MANUAL = 10
+
+
+class TooManyQueued(RequestError):
+    http_status = 409
+
+
+def check_manual_queue(conn, job: str, key: str | None) -> None:
+    """Refuse one more manual run of ``job`` while MAX_QUEUED_MANUAL wait to
+    start (a repeated key is no new run: it answers the existing one)."""
+    if key is not None and run_params.run_of_key(conn, job, key) is not None:
+        return
+    queued = Q.queued_manual(conn, job)
+    if queued >= MAX_QUEUED_MANUAL:
+        raise TooManyQueued(f"{queued} manual runs of {job} are waiting to start already (at "
+                            f"most {MAX_QUEUED_MANUAL}); wait for them, or cancel some "
+                            f"(`cronrd runs {job} --state pending,waiting`, `cronrd cancel "
+                            "RUN`)")
+
+
 class RunRequests(_Host):
     """The runs part of Handlers (handlers.py): its state, log and guard."""
 
@@ -63,6 +86,7 @@ class RunRequests(_Host):
         name = req.job
         job = await self._job_for(caller, "run_now", name)
         await self._authorize_job(caller, "run_now", name, name, change=True)
+        check_manual_queue(self.conn, name, req.key)
         wait = req.wait
         params, key = run_now_inputs(name, job["spec"], req)
         # The leader places it (node ""), honouring run_on.

@@ -49,6 +49,7 @@ from ...state import queries as Q
 from ...state.triggers import jobs_triggered_by
 from ...state import run_params
 from .api import Route
+from ..control.runs import check_manual_queue
 from ..control.server import SUMMARY_INTERVAL, Summary
 # The X-Cronrd-Signature value of a delivery: the scheme of the webhook
 # notifiers, so that one cluster's notifier can call another's hook.
@@ -201,6 +202,7 @@ class HookRoutes:
             try:
                 for row in Q.jobs(conn, name=job):  # a required param has no value here
                     check_run_params(job, row["spec"].params, {})
+                check_manual_queue(conn, job, key)
                 res = await log_.propose(C.ManualRun(job=job, node="", at=self.now(), key=key))
             except (StateError, UsageError, RequestError) as exc:  # this job refused it
                 errors.append({"job": job, "detail": str(exc)})
