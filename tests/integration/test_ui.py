@@ -186,6 +186,11 @@ def test_browser_writes_need_the_csrf_token_and_an_operator_role(node):
     assert "bk-db" in text and "/jobs/hello" not in text
     assert bk.get("/jobs/hello")[0].status == 403
     assert bk.post("/jobs/hello/pause", {"csrf": bcsrf})[0].status == 403
+    # ... and that refusal is in the audit log, as the API's are (issue 32 point 7)
+    wait_for(lambda: any(r["target"] == "hello" and r["user"] == "token:bk"
+                         and r["command"] == "pause" and not r["allowed"]
+                         for r in node.call("audit", {"limit": 50})["records"]),
+             what="the UI's refusal outside the glob audited")
     assert bk.post("/jobs/bk-db/pause", {"csrf": bcsrf})[0].status == 303
     assert ops.get(f"/runs/{run_id}")[0].status == 200
     assert bk.get(f"/runs/{run_id}")[0].status == 403
