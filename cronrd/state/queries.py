@@ -328,10 +328,10 @@ def last_run(conn: apsw.Connection, job: str) -> Run | None:
 
 
 def queued_manual(conn: apsw.Connection, job: str) -> int:
-    """The job's manual runs (run-now, hooks) not started yet: pending,
-    waiting (a pool, a queue) or assigned."""
+    """The job's manual runs (run-now, hooks) held waiting (for a pool's
+    slot, behind the job's running one, for a dependency)."""
     (n,), = conn.execute("SELECT COUNT(*) FROM runs WHERE job=? AND origin='manual' AND "
-                         "state IN ('pending', 'waiting', 'assigned')", (job,))
+                         "state='waiting'", (job,))
     return n
 
 

@@ -313,8 +313,15 @@ def test_cancel_stops_a_running_run_and_records_who_asked(node):
     again = node.cli("cancel", str(run_id))
     assert again.returncode == 1 and "already cancelled" in again.stderr
     assert node.cli("cancel", "99999").returncode == 1
-    recs = [r for r in audit(node) if r["command"] == "cancel"]
-    assert {(r["target"], r["uid"], r["allowed"]) for r in recs} == {(str(run_id), 0, True)}
+    # (a refusal's record is replicated on the side: waited for)
+    recs = wait_for(lambda: (lambda rs: rs if len(rs) >= 2 else None)(
+        [r for r in audit(node) if r["command"] == "cancel"]), what="cancel's records")
+    assert {(r["target"], r["uid"], r["allowed"]) for r in recs} == {
+        (str(run_id), 0, True), (str(run_id), 0, False)}
+    # the second cancel was allowed, then refused: both are recorded
+    (refused,) = [r for r in recs if not r["allowed"]]
+    assert "refused after it was allowed" in refused["detail"]
+    assert "already cancelled" in refused["detail"]
 
 
 def test_new_commands_refuse_a_socket_group_member_and_bad_arguments(shared):

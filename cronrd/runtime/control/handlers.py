@@ -10,6 +10,7 @@ public side of the executor, the watcher and the leadership. The daemon
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 from typing import TYPE_CHECKING, Any, Callable
@@ -51,6 +52,10 @@ log = logging.getLogger("cronrd.daemon")
 # Refused control requests: the first few per uid and minute are replicated
 # to the audit table, every one is counted in the daemon's log.
 REFUSALS_AUDITED = 10
+# The requests audited as allowed within the handler call of this task
+# (_outcome_audited): a refusal that comes after is audited too.
+_ALLOWED: contextvars.ContextVar[list | None] = contextvars.ContextVar("cronrd_allowed",
+                                                                      default=None)
 REFUSAL_WINDOW = 60.0
 # The CLI spelling of control requests, for messages and the audit table.
 CLI_NAMES = {"run_now": "run-now", "cluster_add": "cluster add",
@@ -219,6 +224,9 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
             log.info("event=control_audit allowed=true uid=%d user=%s pid=%d command=%s "
                      "target=%s", caller.uid, caller.name, caller.pid, command, target)
             await self.log.propose(rec)
+            slot = _ALLOWED.get()
+            if slot is not None:
+                slot.append((caller, command, target))
             return
         # A refusal is answered at once; its record is replicated on the side,
         # for the first few of each uid per minute (a refusal loop must not
@@ -291,3 +299,33 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
             await self.log.read_barrier()
 
 
+def _outcome_audited(fn):
+    """A handler whose request was audited as allowed and then refused (a
+    check after the authorization, or apply) has its refusal audited too:
+    the log says what the cluster decided, not only what the caller was
+    allowed to ask (issue 32 point 7)."""
+    @functools.wraps(fn)
+    async def handler(self, *args, **kw):
+        slot: list = []
+        token = _ALLOWED.set(slot)
+        try:
+            return await fn(self, *args, **kw)
+        except CronrdError as exc:
+            if slot:
+                caller, command, target = slot[-1]
+                await self._audit(caller, command, target, False,
+                                  f"refused after it was allowed: {exc}")
+            raise
+        finally:
+            _ALLOWED.reset(token)
+    return handler
+
+
+for _name, _fn in list(vars(Handlers).items()):
+    if _name.startswith("h_") and asyncio.iscoroutinefunction(_fn):
+        setattr(Handlers, _name, _outcome_audited(_fn))
+for _base in Handlers.__mro__[1:]:
+    for _name, _fn in list(vars(_base).items()):
+        if _name.startswith("h_") and asyncio.iscoroutinefunction(_fn) \
+                and _name not in vars(Handlers):
+            setattr(Handlers, _name, _outcome_audited(_fn))

@@ -37,9 +37,10 @@ def run_now_inputs(job: str, spec: JobSpec, req: R.RunNow) -> tuple[dict[str, st
 
 
 
-# Manual runs of one job not started yet (run-now, hooks): more are refused.
-# 60 run-nows of one job once filled a shared pool and made another job miss
-# its start_deadline (issue 32 point 8).
+# Manual runs of one job held waiting (for a pool's slot, behind its running
+# run, for a dependency): more are refused. 60 run-nows of one job once
+# filled a shared pool's queue and made another job miss its start_deadline
+# (issue 32 point 8). Runs that can start at once are not counted.
 MAX_QUEUED_MANUAL = 10
 
 
@@ -56,8 +57,7 @@ def check_manual_queue(conn, job: str, key: str | None) -> None:
     if queued >= MAX_QUEUED_MANUAL:
         raise TooManyQueued(f"{queued} manual runs of {job} are waiting to start already (at "
                             f"most {MAX_QUEUED_MANUAL}); wait for them, or cancel some "
-                            f"(`cronrd runs {job} --state pending,waiting`, `cronrd cancel "
-                            "RUN`)")
+                            f"(`cronrd runs {job} --state waiting`, `cronrd cancel RUN`)")
 
 
 class RunRequests(_Host):

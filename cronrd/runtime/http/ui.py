@@ -284,13 +284,29 @@ class UiPages:
         token = self.server.find_token(secret) if secret else None
         if token is None or (token.get("expires_at") is not None
                              and token["expires_at"] <= self.server.now()):
+            # audited (never the secret), as the refusals are: the first few a
+            # minute, then counted (handlers._audit)
+            await self._audit_login(Caller(uid=-1, gid=-1, pid=0,
+                                           name=f"http:{request.remote or '?'}"),
+                                    "", False, "unknown, revoked or expired token")
             return self.render(request, "login.html", None, status=401, next=nxt,
                                message="unknown, revoked or expired token; `cronrd token "
                                        "create --name NAME --role viewer` (as root) makes one")
         resp = _redirect(nxt)
         resp.set_cookie(COOKIE, secret, **cookie_options(self.server.config.tls is not None))
         log.info("event=ui_login token=%s role=%s", token["name"], token["role"])
+        await self._audit_login(token_caller(token), token["name"], True,
+                                f"from {request.remote or '?'}")
         return resp
+
+    async def _audit_login(self, caller: Caller, target: str, allowed: bool,
+                           detail: str) -> None:
+        if self.reads is None:
+            return
+        try:
+            await self.reads._audit(caller, "login", target, allowed, detail)
+        except Exception:  # a login is answered whatever the audit does
+            log.exception("event=ui_login_audit_failed")
 
     async def logout(self, request: web.Request) -> web.Response:
         sess = self.session(request)

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from cronrd.config import HttpConfig, HttpTLS
 from cronrd.ops import requests as R
+from cronrd.runtime.control.access import check_job
 from cronrd.runtime.http.server import HttpServer
 from cronrd.runtime.http.session import COOKIE, csrf_token
 from cronrd.runtime.http.ui import _safe_next, layout_graph
@@ -37,6 +38,9 @@ class FakeHandlers:
         self.audits = []
 
     async def h_pause(self, args, caller):
+        # as the daemon's handler: a token acts on the jobs its glob covers
+        # (control/access.py; the refusal is the handler's, audited there)
+        check_job(caller, f"cronrd pause {args.job}", None, args.job)
         self.calls.append(("pause", args, caller))
         return {}
 
