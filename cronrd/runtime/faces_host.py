@@ -36,6 +36,7 @@ end of the socket).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -303,40 +304,52 @@ class FacesHost:
             self._send(("effects", [e for e in effects if isinstance(e, FED_EFFECTS)]))
 
     # -- serving -----------------------------------------------------------------------
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        inflight = asyncio.Semaphore(MAX_INFLIGHT)
+    @contextlib.contextmanager
+    def _reading(self):
+        """A wire's end: the faces gone is quiet; a frame not ours kills them
+        (they are started again)."""
         try:
-            while True:
-                await inflight.acquire()
-                try:
-                    msg = await W.read_frame(reader, narrow=True)
-                except BaseException:
-                    inflight.release()
-                    raise
-                kind = msg[0]
-                if kind == "call":
-                    _, rid, op, args = msg
-                    task = asyncio.get_running_loop().create_task(self._serve(rid, op, args))
-                    self.tasks[rid] = task
-
-                    def done(_: asyncio.Task, rid: int = rid) -> None:
-                        self.tasks.pop(rid, None)
-                        inflight.release()
-                    task.add_done_callback(done)
-                    continue
-                inflight.release()
-                self._note(kind, msg[1:])
+            yield
         except (EOFError, ConnectionError):
             pass
         except W.WireError as exc:
             log.error("event=faces_wire_broken error=\"%s\"", exc)
             self.kill()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        inflight = asyncio.Semaphore(MAX_INFLIGHT)
+        try:
+            with self._reading():
+                await self._read_frames(reader, inflight)
         finally:
             if self._started is not None and not self._started.done():
                 self._started.set_exception(FacesFailed(
                     "the faces' process ended before it served"))
             if self._ended is not None:
                 self._ended.set()
+
+    async def _read_frames(self, reader: asyncio.StreamReader,
+                           inflight: asyncio.Semaphore) -> None:
+        while True:
+            await inflight.acquire()
+            try:
+                msg = await W.read_frame(reader, narrow=True)
+            except BaseException:
+                inflight.release()
+                raise
+            kind = msg[0]
+            if kind == "call":
+                _, rid, op, args = msg
+                task = asyncio.get_running_loop().create_task(self._serve(rid, op, args))
+                self.tasks[rid] = task
+
+                def done(_: asyncio.Task, rid: int = rid) -> None:
+                    self.tasks.pop(rid, None)
+                    inflight.release()
+                task.add_done_callback(done)
+                continue
+            inflight.release()
+            self._note(kind, msg[1:])
 
     def _note(self, kind: str, rest) -> None:
         """A message of the faces that asks for no answer."""
@@ -417,25 +430,25 @@ class FacesHost:
                               writer: asyncio.StreamWriter) -> None:
         """The faces' blocking calls, one at a time, each answered at once."""
         try:
-            while True:
-                rid, op, args = await W.read_frame(reader, narrow=True)
-                fn = self.blocking.get(op)
-                try:
-                    if fn is None:
-                        raise CronrdError(f"unknown blocking request {op!r} of the faces")
-                    reply = (rid, "ok", fn(*args))
-                except Exception as exc:
-                    reply = (rid, "err", W.pack_error(exc))
-                try:
-                    frame = W.dumps(reply)
-                except Exception as exc:
-                    frame = W.dumps((rid, "err", W.pack_error(CronrdError(str(exc)))))
-                writer.write(frame)
-        except (EOFError, ConnectionError):
-            pass
-        except W.WireError as exc:
-            log.error("event=faces_wire_broken error=\"%s\"", exc)
-            self.kill()
+            with self._reading():
+                await self._answer_blocking(reader, writer)
         finally:
             writer.close()
+
+    async def _answer_blocking(self, reader: asyncio.StreamReader,
+                               writer: asyncio.StreamWriter) -> None:
+        while True:
+            rid, op, args = await W.read_frame(reader, narrow=True)
+            fn = self.blocking.get(op)
+            try:
+                if fn is None:
+                    raise CronrdError(f"unknown blocking request {op!r} of the faces")
+                reply = (rid, "ok", fn(*args))
+            except Exception as exc:
+                reply = (rid, "err", W.pack_error(exc))
+            try:
+                frame = W.dumps(reply)
+            except Exception as exc:
+                frame = W.dumps((rid, "err", W.pack_error(CronrdError(str(exc)))))
+            writer.write(frame)
 

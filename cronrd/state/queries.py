@@ -332,7 +332,7 @@ def queued_manual(conn: apsw.Connection, job: str) -> int:
     slot, behind the job's running one, for a dependency)."""
     (n,), = conn.execute("SELECT COUNT(*) FROM runs WHERE job=? AND origin='manual' AND "
                          "state='waiting'", (job,))
-    return n
+    return int(n)
 
 
 def count_active(conn: apsw.Connection) -> dict[str, int]:
