@@ -281,6 +281,8 @@ class Daemon:
             services.start("watchdog", self._watchdog)
         jobs = Q.count_jobs(self.conn)[0]
         self.ready = True
+        if self.faces_host is not None:
+            self.faces_host.push_state()   # /readyz says so before any later answer
         self.notifier.ready(f"{jobs} jobs")
         log.info("event=ready jobs=%d applied_index=%d", jobs, self.machine.applied_index)
         if sys.stderr.isatty():

@@ -285,7 +285,10 @@ class FacesHost:
                 "is_leader": bool(self.log.is_leader),
                 "role": role() if callable(role) else "leader", "status_leader": leader}
 
-    def _push_state(self) -> None:
+    def push_state(self) -> None:
+        """Tell the faces the leader and readiness if they changed (also
+        called by the daemon the moment it is ready: a `status` that says
+        ready is then never answered before /readyz says so too)."""
         state = self._state()
         if state != self.sent_state:
             self.sent_state = state
@@ -293,13 +296,13 @@ class FacesHost:
 
     async def _watch_state(self) -> None:
         while True:
-            self._push_state()
+            self.push_state()
             await asyncio.sleep(STATE_INTERVAL)
 
     def _on_effects(self, effects: list) -> None:
         if self.writer is None:
             return
-        self._push_state()   # a leader change goes before the batch that shows it
+        self.push_state()   # a leader change goes before the batch that shows it
         if self.subscribed:
             self._send(("effects", [e for e in effects if isinstance(e, FED_EFFECTS)]))
 
