@@ -306,12 +306,8 @@ def test_a_connection_that_sends_no_whole_request_is_closed(monkeypatch, sent):
                         status=lambda: {}, metrics=FakeMetrics())
 
     async def main():
-        task = asyncio.create_task(server.run())
+        task = await _serving(server)
         try:
-            for _ in range(200):
-                if server.address is not None:
-                    break
-                await asyncio.sleep(0.01)
             reader, writer = await asyncio.open_connection(*server.address)
             writer.write(sent)
             await writer.drain()
@@ -336,12 +332,8 @@ def test_connections_beyond_the_cap_are_closed_at_once(monkeypatch):
         return await asyncio.wait_for(reader.read(), timeout=10)
 
     async def main():
-        task = asyncio.create_task(server.run())
+        task = await _serving(server)
         try:
-            for _ in range(200):
-                if server.address is not None:
-                    break
-                await asyncio.sleep(0.01)
             idle = [await asyncio.open_connection(*server.address) for _ in range(3)]
             await asyncio.sleep(0.1)
             extra = await asyncio.open_connection(*server.address)
