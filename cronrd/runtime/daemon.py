@@ -244,6 +244,7 @@ class Daemon:
                                                    lambda: bridge.blocking(self._metrics_view),
                                                    job_histograms=cfg.http.job_histograms),
                                    find_token=lambda secret: tokens.by_secret(faces_conn, secret),
+                                   find_session=lambda secret, now: tokens.by_session(faces_conn, secret, now),
                                    list_tokens=lambda: tokens.listing(faces_conn),
                                    now=self.clock.now, reads=across)
             self.handlers.http_url = lambda: http.url

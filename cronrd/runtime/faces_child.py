@@ -292,6 +292,7 @@ async def serve(fd: int, sync_fd: int) -> int:
                                           lambda: chan.blocking("metrics_view"),
                                           job_histograms=cfg.http.job_histograms),
                           find_token=lambda secret: tokens.by_secret(conn, secret),
+                          find_session=lambda secret, now: tokens.by_session(conn, secret, now),
                           list_tokens=lambda: tokens.listing(conn),
                           now=remote.clock.now, reads=across, on_url=on_url)
         handlers.http_url = lambda: http.url if http is not None else None

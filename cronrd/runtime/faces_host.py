@@ -70,7 +70,7 @@ H_EXTRA = frozenset({"_audit", "log_chunk"})
 # here): a refused request's audit record (http/hooks.py), a backfill they
 # planned (faces.FACES_READS), the runs a signed hook starts. A faces'
 # process taken over cannot forge a run's end, a member or a token.
-FACES_MAY_PROPOSE = (C.Audit, C.CreateBackfill, C.ManualRun)
+FACES_MAY_PROPOSE = (C.Audit, C.CreateBackfill, C.ManualRun, C.StartSession, C.EndSession)
 
 
 def faces_argv(fd: int, sync_fd: int) -> list[str]:

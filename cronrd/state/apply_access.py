@@ -64,6 +64,17 @@ class AccessApply(ApplyBase):
         return {"revoked": cmd.name}
 
 
+    def _apply_start_session(self, index: int, cmd: C.StartSession, effects: list[Effect]) -> dict[str, Any]:
+        problem = tokens.start_session(self.conn, cmd)
+        if problem:
+            raise Refused(problem)
+        return {"name": cmd.name, "expires_at": cmd.expires_at}
+
+
+    def _apply_end_session(self, index: int, cmd: C.EndSession, effects: list[Effect]) -> dict[str, Any]:
+        return {"ended": tokens.end_session(self.conn, cmd)}
+
+
     def _apply_drain_node(self, index: int, cmd: C.DrainNode, effects: list[Effect]) -> dict[str, Any]:
         problem = node_drains.apply(self.conn, cmd)
         if problem:

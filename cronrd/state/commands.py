@@ -316,6 +316,34 @@ class RevokeToken(Command):
 
 
 @dataclass(frozen=True)
+class StartSession(Command):
+    """A browser logged in to the web UI with token ``name`` (state/tokens.py):
+    ``session_hash`` is the sha256 hex of the session's secret, which only the
+    browser's cookie holds; ``token_hash`` binds it to the token as it is now
+    (a token revoked, or made again under its name, ends it). Made on ``node``."""
+
+    op: ClassVar[str] = "start_session"
+    since: ClassVar[int] = 2
+    node: str
+    name: str
+    token_hash: str
+    session_hash: str
+    expires_at: float
+    at: float
+
+
+@dataclass(frozen=True)
+class EndSession(Command):
+    """The browser whose session this is logged out (asked on ``node``)."""
+
+    op: ClassVar[str] = "end_session"
+    since: ClassVar[int] = 2
+    node: str
+    session_hash: str
+    at: float
+
+
+@dataclass(frozen=True)
 class AssignRun(Command):
     """The leader places a pending run on a node."""
 
@@ -577,7 +605,7 @@ COMMANDS: dict[str, type[Command]] = {
               CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
               DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction, SetPools,
               StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout, CreateToken,
-              RevokeToken, DrainNode, SetClusterVersion)
+              RevokeToken, DrainNode, SetClusterVersion, StartSession, EndSession)
 }
 
 

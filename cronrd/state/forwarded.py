@@ -49,6 +49,9 @@ FORWARDABLE: dict[str, str] = {
     # an admin's API token made or revoked on a follower (root on its socket)
     C.CreateToken.op: "node",
     C.RevokeToken.op: "node",
+    # a web UI login and logout on a follower (apply checks the token)
+    C.StartSession.op: "node",
+    C.EndSession.op: "node",
     # an admin's drain or undrain of a node, asked on a follower
     C.DrainNode.op: "origin",
     # from inside a run on the sender (state/checkpoints.py: apply checks

@@ -441,6 +441,20 @@ CREATE TABLE IF NOT EXISTS api_tokens(
     created_at REAL NOT NULL,
     node TEXT NOT NULL               -- where it was made
 ) WITHOUT ROWID;
+-- The web UI's sessions (state/tokens.py): a browser's cookie holds a
+-- secret of its own, never the token's; only its sha256 is kept. Bound to
+-- the token as it was at login (its hash): a revoked token ends them.
+-- Cluster version 2 on: empty before.
+CREATE TABLE IF NOT EXISTS ui_sessions(
+    hash TEXT PRIMARY KEY,           -- sha256 hex of the session's secret
+    name TEXT NOT NULL,              -- the token's name
+    token_hash TEXT NOT NULL,        -- ... and its hash at login
+    expires_at REAL NOT NULL,
+    created_at REAL NOT NULL,
+    node TEXT NOT NULL               -- where the browser logged in
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ui_sessions_expiry ON ui_sessions(expires_at);
+CREATE INDEX IF NOT EXISTS ui_sessions_token ON ui_sessions(name, created_at);
 -- Nodes an admin drained (state/node_drains.py): no new runs go there.
 CREATE TABLE IF NOT EXISTS node_drains(
     node TEXT PRIMARY KEY,

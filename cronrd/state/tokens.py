@@ -84,3 +84,59 @@ def by_secret(conn: apsw.Connection, secret: str) -> dict[str, Any] | None:
                             (token_hash(secret),)):
         return dict(zip(_COLUMNS, row))
     return None
+
+
+# -- the web UI's sessions (table ui_sessions) ----------------------------------------
+MAX_SESSIONS = 10_000          # live sessions in all
+MAX_SESSIONS_PER_TOKEN = 100   # a token's oldest session ends when it logs in once more
+
+
+def start_session(conn: apsw.Connection, cmd: C.StartSession) -> str | None:
+    """Keep the session; or the reason it is refused (nothing kept). Ended
+    and expired sessions go first (``cmd.at``: every node prunes alike)."""
+    conn.execute("DELETE FROM ui_sessions WHERE expires_at <= ?", (cmd.at,))
+    found = [row for row in conn.execute("SELECT hash FROM api_tokens WHERE name=?",
+                                         (cmd.name,))]
+    if not found or found[0][0] != cmd.token_hash:
+        return (f"token {cmd.name!r} was revoked (or made again) meanwhile; log in with "
+                "a token `cronrd token list` shows")
+    if cmd.expires_at <= cmd.at:
+        return "the session would have ended already; log in again"
+    for _ in conn.execute("SELECT 1 FROM ui_sessions WHERE hash=?", (cmd.session_hash,)):
+        return "that session exists already; log in again"
+    (mine,), = conn.execute("SELECT COUNT(*) FROM ui_sessions WHERE name=?", (cmd.name,))
+    if mine >= MAX_SESSIONS_PER_TOKEN:  # the oldest of this token's sessions ends
+        conn.execute("DELETE FROM ui_sessions WHERE hash IN (SELECT hash FROM ui_sessions "
+                     "WHERE name=? ORDER BY created_at, hash LIMIT ?)",
+                     (cmd.name, mine - MAX_SESSIONS_PER_TOKEN + 1))
+    (count,), = conn.execute("SELECT COUNT(*) FROM ui_sessions")
+    if count >= MAX_SESSIONS:
+        return (f"there are {count} open web sessions, the most allowed; wait for some "
+                "to end, or revoke unused tokens (`cronrd token list`)")
+    conn.execute("INSERT INTO ui_sessions(hash, name, token_hash, expires_at, created_at, "
+                 "node) VALUES(?,?,?,?,?,?)", (cmd.session_hash, cmd.name, cmd.token_hash,
+                                               cmd.expires_at, cmd.at, cmd.node))
+    return None
+
+
+def end_session(conn: apsw.Connection, cmd: C.EndSession) -> bool:
+    """Forget the session (logout); whether there was one."""
+    conn.execute("DELETE FROM ui_sessions WHERE hash=?", (cmd.session_hash,))
+    return bool(conn.changes())
+
+
+def by_session(conn: apsw.Connection, secret: str, now: float) -> dict[str, Any] | None:
+    """The token of the live session whose secret this is, with the session's
+    ``session_expires_at``; None when there is no such session, it has
+    ended, or its token was revoked or made again since it began (the caller
+    compares the token's ``expires_at`` with its clock)."""
+    rows = conn.execute(
+        f"SELECT {', '.join('t.' + c for c in _COLUMNS)}, s.expires_at FROM ui_sessions s "
+        "JOIN api_tokens t ON t.name = s.name AND t.hash = s.token_hash "
+        "WHERE s.hash=? AND s.expires_at > ?", (token_hash(secret), now))
+    for row in rows:
+        token = dict(zip(_COLUMNS, row[:-1]))
+        token["session_expires_at"] = row[-1]
+        return token
+    return None
+

@@ -59,13 +59,17 @@ class Version:
 VERSIONS: dict[int, Version] = {
     1: Version("0.2.0", "the rules of cronrd 0.2.0 (every log before the cluster version)"),
     2: Version("0.3.0", "the cluster version itself; a node-scoped pool's waiting runs are "
-                        "released when slots free without a node (they were refused)"),
+                        "released when slots free without a node (they were refused); "
+                        "web UI sessions of their own (StartSession, EndSession)"),
 }
 
 APPLY_VERSION = max(VERSIONS)   # the newest this code applies
 BASE = 1                         # a log that records no version
 
 # The changes of version 2, by name (grep for the name to find the rule).
+# 0.3.0 is not released yet, so version 2 may still grow: a change made after
+# a release takes the next version. StartSession and EndSession are its
+# commands (``since``).
 POOL_RELEASE_WITHOUT_NODE = 2
 
 # ``schema_version`` of a database at each cluster version (machine.migrate):

@@ -1,5 +1,5 @@
 """The web UI (cronrd/runtime/http/ui.py) through a real daemon: login with
-a token and the session cookie, pages that need it, CSRF on every browser
+a token and the session it starts, pages that need it, CSRF on every browser
 write, roles and job globs checked by the server, writes audited with the
 token's name, and every list paged."""
 
@@ -92,7 +92,10 @@ def test_login_sets_an_httponly_strict_cookie_that_opens_the_pages(node):
     resp = b.login(sec["watch"])
     cookie = resp.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Secure" not in cookie
-    assert b.cookies["cronrd_session"] == sec["watch"]
+    # a session of its own, never the token (other ports of the host see it)
+    assert b.cookies["cronrd_session"].startswith("s1.")
+    assert sec["watch"] not in b.cookies["cronrd_session"]
+    assert f"Max-Age={12 * 3600}" in cookie
     for path in ("/", "/jobs", "/jobs/hello", "/runs", "/graph", "/backfills", "/alerts",
                  "/nodes"):
         resp, text = b.get(path)
@@ -102,7 +105,7 @@ def test_login_sets_an_httponly_strict_cookie_that_opens_the_pages(node):
     assert "echo hi" in text and "hello.yaml" in text and "Run now" not in text
     resp, text = b.get("/audit")  # admin only
     assert resp.status == 403 and "needs the role admin" in text
-    # the cookie is the token on the API too (reads need no CSRF)
+    # the session opens the API too (reads need no CSRF)
     resp, text = b.get("/api/v1/whoami")
     assert resp.status == 200 and json.loads(text)["name"] == "watch"
     # a login may only go on to a page of this server

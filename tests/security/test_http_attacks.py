@@ -16,8 +16,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from cronrd.config import HttpConfig, HttpTLS
 from cronrd.runtime.http import server as http_server
 from cronrd.runtime.http.server import HttpServer
-from cronrd.runtime.http.session import COOKIE
 from cronrd.runtime.http.ui import _safe_next
+from tests.support.web_sessions import StateLog, session_cookie
 
 NOW = 1_800_000_000.0
 TOKENS = {
@@ -110,8 +110,11 @@ class FakeHandlers:
 
 def serve(body, cfg: HttpConfig | None = None):
     reads = FakeHandlers()
+    reads.log = state = StateLog(TOKENS, NOW)  # tokens and sessions as the daemon keeps them
+    reads.conn = state.conn  # ... and the event feed reads them there
     server = HttpServer(cfg or HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
-                        status=lambda: {}, metrics=FakeMetrics(), find_token=TOKENS.get,
+                        status=lambda: {}, metrics=FakeMetrics(),
+                        find_token=state.find_token, find_session=state.find_session,
                         now=lambda: NOW, reads=reads)
 
     async def main():
@@ -125,7 +128,8 @@ def bearer(secret: str) -> dict:
 
 
 def cookie(secret: str) -> dict:
-    return {"Cookie": f"{COOKIE}={secret}"}
+    """The cookie of the session the token ``secret`` has begun."""
+    return session_cookie(secret, TOKENS)
 
 
 @pytest.mark.parametrize("secret", ["neg", "caret"])

@@ -36,7 +36,7 @@ from .ui import UiPages
 from ...schedule import iso_utc
 from ...state.tokens import role_allows
 from .metrics import only_jobs, CONTENT_TYPE, Metrics
-from .session import COOKIE, CSRF_HEADER, SAFE_METHODS, csrf_ok, from_another_site
+from .session import CSRF_HEADER, SAFE_METHODS, csrf_ok, from_another_site, session_cookie
 
 if TYPE_CHECKING:
     from aiohttp.typedefs import Handler
@@ -201,6 +201,7 @@ class HttpServer:
     def __init__(self, config: HttpConfig, *, is_ready: Callable[[], bool],
                  status: Callable[[], dict], metrics: Metrics,
                  find_token: Callable[[str], dict | None] = lambda secret: None,
+                 find_session: Callable[[str, float], dict | None] = lambda secret, now: None,
                  list_tokens: Callable[[], list[dict]] = list,
                  now: Callable[[], float] = lambda: 0.0, reads=None,
                  on_url: Callable[[str | None], None] = lambda url: None):
@@ -210,6 +211,8 @@ class HttpServer:
         self.status = status
         self.metrics = metrics
         self.find_token = find_token    # the token whose secret this is (state/tokens.py)
+        # the token of the live web session whose secret this is, at a time
+        self.find_session = find_session
         self.list_tokens = list_tokens
         self.now = now
         self.reads = reads              # the control socket's reads (control/handlers.py)
@@ -276,8 +279,8 @@ class HttpServer:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, secret = header.partition(" ")
-        session = not header and bool(request.cookies.get(COOKIE))
-        if not header and not session and self.config.tls is not None \
+        cookie = None if header else session_cookie(request.cookies, self.tls)
+        if not header and cookie is None and self.config.tls is not None \
                 and self.config.tls.client_roles:
             cert = principal(request.transport.get_extra_info("peercert")
                              if request.transport is not None else None,
@@ -292,20 +295,25 @@ class HttpServer:
                                    "client that is not a browser, or with Authorization: "
                                    "Bearer TOKEN")
                 return await self._as(request, handler, cert, needed)
-        if session:  # the browser's session cookie (http/session.py) holds the token
-            scheme, secret = "bearer", request.cookies[COOKIE]
-        if scheme.lower() != "bearer" or not secret.strip():
-            return _unauthorized("send Authorization: Bearer TOKEN; `cronrd token create "
-                                 "--name NAME --role viewer` (as root) makes a token")
-        token = self.find_token(secret.strip())
-        if token is None:
-            return _unauthorized("unknown or revoked token; `cronrd token list` shows the "
-                                 "tokens, `cronrd token create` makes a new one")
+        if cookie is not None:  # the browser's session (http/session.py)
+            token = self.find_session(cookie, self.now())
+            if token is None:
+                return _unauthorized("your web session has ended (logged out, expired, or "
+                                     "its token was revoked): log in again at /login, or "
+                                     "send Authorization: Bearer TOKEN")
+        else:
+            if scheme.lower() != "bearer" or not secret.strip():
+                return _unauthorized("send Authorization: Bearer TOKEN; `cronrd token create "
+                                     "--name NAME --role viewer` (as root) makes a token")
+            token = self.find_token(secret.strip())
+            if token is None:
+                return _unauthorized("unknown or revoked token; `cronrd token list` shows "
+                                     "the tokens, `cronrd token create` makes a new one")
         if token.get("expires_at") is not None and token["expires_at"] <= self.now():
             return _unauthorized(f"token {token['name']!r} has expired; create a new one "
                                  "with `cronrd token create`")
-        if session and request.method not in SAFE_METHODS and not csrf_ok(
-                secret.strip(), request.headers.get(CSRF_HEADER)):
+        if cookie is not None and request.method not in SAFE_METHODS and not csrf_ok(
+                cookie, request.headers.get(CSRF_HEADER)):
             return problem(403, "Forbidden", f"a write from a browser session needs the "
                            f"{CSRF_HEADER} header of its page (or send Authorization: Bearer "
                            "TOKEN instead of the cookie)")
@@ -324,17 +332,23 @@ class HttpServer:
         request[TOKEN] = token
         return await handler(request)
 
+    @property
+    def tls(self) -> bool:
+        return self.config.tls is not None
+
     def _token_still_valid(self, request: web.Request) -> bool:
-        """The request's token (bearer or the session cookie's) is still known
-        and unexpired (a long stream checks again now and then)."""
+        """The request's token (bearer, or its web session's) is still known
+        and unexpired, and the session has not ended (a long stream checks
+        again now and then)."""
         header = request.headers.get("Authorization", "")
+        cookie = None if header else session_cookie(request.cookies, self.tls)
         if header:
             secret = header.partition(" ")[2].strip()
-        elif request.cookies.get(COOKIE):
-            secret = request.cookies[COOKIE].strip()
+            token = self.find_token(secret) if secret else None
+        elif cookie is not None:
+            token = self.find_session(cookie, self.now())
         else:  # a client certificate's role, checked by TLS when it connected
             return True
-        token = self.find_token(secret) if secret else None
         return token is not None and (token.get("expires_at") is None
                                       or token["expires_at"] > self.now())
 

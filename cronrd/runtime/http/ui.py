@@ -39,11 +39,13 @@ from ...ops import typed
 from ...ops import admin as A
 from ...ops import workflows as W
 from ...state.events import SLA_KINDS
-from ...state.tokens import job_allowed, role_allows, sql_glob
+from ...state import commands as C
+from ...state.tokens import job_allowed, role_allows, sql_glob, token_hash
 from ..control.access import Caller
 from .api import MAX_PATTERN, Route, whole_number
-from .session import (COOKIE, CSRF_FIELD, CSRF_HEADER, cookie_options, csrf_ok,
-                           csrf_token, from_another_site)
+from .session import (CSRF_FIELD, CSRF_HEADER, cookie_name, cookie_options, csrf_ok,
+                           csrf_token, from_another_site, new_secret, session_cookie,
+                           session_ends)
 
 log = logging.getLogger("cronrd.http")
 
@@ -216,14 +218,18 @@ class UiPages:
 
     # -- sessions ---------------------------------------------------------------------
     def session(self, request: web.Request) -> Session | None:
-        secret = request.cookies.get(COOKIE)
-        if not secret:
+        secret = session_cookie(request.cookies, self.tls)
+        if secret is None:
             return None
-        token = self.server.find_token(secret)
+        token = self.server.find_session(secret, self.server.now())
         if token is None or (token.get("expires_at") is not None
                              and token["expires_at"] <= self.server.now()):
             return None
         return Session(token, secret)
+
+    @property
+    def tls(self) -> bool:
+        return self.server.config.tls is not None
 
     def need_reads(self) -> None:
         if self.reads is None:
@@ -292,8 +298,27 @@ class UiPages:
             return self.render(request, "login.html", None, status=401, next=nxt,
                                message="unknown, revoked or expired token; `cronrd token "
                                        "create --name NAME --role viewer` (as root) makes one")
+        if self.reads is None:
+            return self.render(request, "login.html", None, status=503, next=nxt,
+                               message="this server has no daemon state to keep sessions in")
+        # A session of its own: the cookie never holds the token (other
+        # services on this host name see cookies too), and it ends at logout,
+        # with its token, or SESSION_TTL from now (http/session.py).
+        now = self.server.now()
+        session = new_secret()
+        ends = session_ends(token, now)
+        try:
+            await self.reads.log.propose(C.StartSession(
+                node=self.reads.config.node_id, name=token["name"],
+                token_hash=token_hash(secret), session_hash=token_hash(session),
+                expires_at=ends, at=now))
+        except CronrdError as exc:
+            log.warning("event=ui_login_failed token=%s error=\"%s\"", token["name"], exc)
+            return self.render(request, "login.html", None, status=503, next=nxt,
+                               message=f"could not start a session: {exc}")
         resp = _redirect(nxt)
-        resp.set_cookie(COOKIE, secret, **cookie_options(self.server.config.tls is not None))
+        resp.set_cookie(cookie_name(self.tls), session,
+                        **cookie_options(self.tls, max_age=ends - now))
         log.info("event=ui_login token=%s role=%s", token["name"], token["role"])
         await self._audit_login(token_caller(token), token["name"], True,
                                 f"from {request.remote or '?'}")
@@ -309,13 +334,25 @@ class UiPages:
             log.exception("event=ui_login_audit_failed")
 
     async def logout(self, request: web.Request) -> web.Response:
+        """End the session on every node (EndSession), then clear the cookie."""
         sess = self.session(request)
         form = await request.post()
         if sess is not None and not csrf_ok(sess.secret, str(form.get(CSRF_FIELD, ""))):
             return self.render(request, "error.html", sess, status=403,
                                message="this form has no valid CSRF token: reload the page")
+        if sess is not None and self.reads is not None:
+            try:
+                await self.reads.log.propose(C.EndSession(
+                    node=self.reads.config.node_id, session_hash=token_hash(sess.secret),
+                    at=self.server.now()))
+            except CronrdError as exc:
+                log.warning("event=ui_logout_failed token=%s error=\"%s\"",
+                            sess.token["name"], exc)
+                return self.render(request, "error.html", sess, status=503,
+                                   message=f"could not end the session: {exc}; try again")
+            log.info("event=ui_logout token=%s", sess.token["name"])
         resp = _redirect("/login")
-        resp.del_cookie(COOKIE, path="/")
+        resp.del_cookie(cookie_name(self.tls), path="/")
         return resp
 
     # -- pages ----------------------------------------------------------------------------

@@ -187,7 +187,7 @@ def test_a_node_serves_a_bounded_number_of_streams(monkeypatch):
     asyncio.run(main())
 
 
-def test_a_stream_opened_with_the_session_cookie_lives_until_its_token_goes(monkeypatch):
+def test_a_stream_opened_with_the_session_cookie_lives_until_its_session_ends(monkeypatch):
     import asyncio
 
     from aiohttp.test_utils import TestClient, TestServer
@@ -197,20 +197,22 @@ def test_a_stream_opened_with_the_session_cookie_lives_until_its_token_goes(monk
     from cronrd.runtime.http.server import HttpServer
     from cronrd.runtime.http.session import COOKIE
     monkeypatch.setattr(http_stream, "KEEPALIVE", 0.1)
-    tokens = {"v": {"name": "v", "role": "viewer", "jobs": "", "expires_at": None}}
+    # the session "s" of token v (a logout or its token's revocation ends it)
+    sessions = {"s": {"name": "v", "role": "viewer", "jobs": "", "expires_at": None}}
     server = HttpServer(HttpConfig(listen=("127.0.0.1", 0)), is_ready=lambda: True,
-                        status=dict, metrics=None, find_token=tokens.get,
+                        status=dict, metrics=None,
+                        find_session=lambda secret, now: sessions.get(secret),
                         now=lambda: T0, reads=StateReads(Log()))
 
     async def main():
         async with TestClient(TestServer(server.app)) as client:
-            r = await client.get("/api/v1/events", cookies={COOKIE: "v"})
+            r = await client.get("/api/v1/events", cookies={COOKIE: "s"})
             assert r.status == 200
             got = b""
             while got.count(b": keepalive") < 3:  # still open after several checks
                 more = await asyncio.wait_for(r.content.readany(), 5)
-                assert more, "the stream ended while its token was valid"
+                assert more, "the stream ended while its session was live"
                 got += more
-            del tokens["v"]
+            del sessions["s"]
             await asyncio.wait_for(r.content.read(), 5)  # ends
     asyncio.run(main())

@@ -1,6 +1,7 @@
 """The web UI's login, session cookie, CSRF and role checks
 (cronrd/runtime/http/ui.py) through aiohttp's test client, with the
-daemon's Handlers faked: what reaches them, as whom."""
+daemon's Handlers faked (what reaches them, as whom) and its tokens and
+sessions in a real state machine (state/tokens.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from cronrd.config import HttpConfig, HttpTLS
 from cronrd.ops import requests as R
 from cronrd.runtime.control.access import check_job
 from cronrd.runtime.http.server import HttpServer
-from cronrd.runtime.http.session import COOKIE, csrf_token
+from cronrd.runtime.http.session import COOKIE, SESSION_TTL, csrf_token
+from cronrd.state import commands as C
+from cronrd.state import tokens as T
+from tests.support.web_sessions import FakeConfig, StateLog, session_cookie, session_of
 from cronrd.runtime.http.ui import _safe_next, layout_graph
 
 NOW = 1_800_000_000.0
@@ -36,6 +40,9 @@ class FakeHandlers:
     def __init__(self):
         self.calls = []
         self.audits = []
+        self.config = FakeConfig()
+        self.log = StateLog(TOKENS, NOW)
+        self.conn = self.log.conn  # the event feed's (http/stream.py)
 
     async def h_pause(self, args, caller):
         # as the daemon's handler: a token acts on the jobs its glob covers
@@ -52,12 +59,14 @@ class FakeHandlers:
         self.audits.append((caller.name, command, target, allowed))
 
 
-def serve(body, tls: bool = False):
+def serve(body, tls: bool = False, now=lambda: NOW):
     reads = FakeHandlers()
+    state = reads.log
     cfg = HttpConfig(listen=("127.0.0.1", 0),
                      tls=HttpTLS("c.pem", "k.pem") if tls else None)
     server = HttpServer(cfg, is_ready=lambda: True, status=lambda: {}, metrics=FakeMetrics(),
-                        find_token=TOKENS.get, now=lambda: NOW, reads=reads)
+                        find_token=state.find_token, find_session=state.find_session,
+                        now=now, reads=reads)
 
     async def main():
         async with TestClient(TestServer(server.app)) as client:
@@ -65,8 +74,16 @@ def serve(body, tls: bool = False):
     return asyncio.run(main())
 
 
-def cookie(secret: str) -> dict:
-    return {"Cookie": f"{COOKIE}={secret}"}
+def cookie(key: str) -> dict:
+    return session_cookie(key, TOKENS)
+
+
+def csrf(key: str) -> str:
+    return csrf_token(session_of(key))
+
+
+def set_cookie_value(resp) -> str:
+    return re.match(f"{COOKIE}=([^;]*);", resp.headers["Set-Cookie"]).group(1)
 
 
 def test_pages_send_you_to_the_login_form_without_a_session():
@@ -84,14 +101,26 @@ def test_pages_send_you_to_the_login_form_without_a_session():
     serve(body)
 
 
-def test_login_sets_the_token_as_an_httponly_strict_cookie():
+def test_login_starts_a_session_whose_cookie_is_not_the_token():
     async def body(client, reads):
         r = await client.post("/login", data={"token": "o", "next": "/jobs"},
                               allow_redirects=False)
         assert r.status == 303 and r.headers["Location"] == "/jobs"
         c = r.headers["Set-Cookie"]
-        assert c.startswith(f"{COOKIE}=o;") and "HttpOnly" in c and "SameSite=Strict" in c
-        assert "Secure" not in c
+        value = set_cookie_value(r)
+        assert value not in TOKENS and T.by_secret(reads.conn, value) is None
+        assert value.startswith("s1.") and len(value) > 40
+        assert "HttpOnly" in c and "SameSite=Strict" in c and "Secure" not in c
+        assert f"Max-Age={int(SESSION_TTL)}" in c
+        started = reads.log.proposed[-1]
+        assert isinstance(started, C.StartSession) and started.name == "ops"
+        assert started.session_hash == T.token_hash(value) and started.expires_at == \
+            NOW + SESSION_TTL
+        # the session works, and not as a bearer token
+        r = await client.get("/api/v1/whoami", headers={"Cookie": f"{COOKIE}={value}"})
+        assert r.status == 200 and (await r.json())["name"] == "ops"
+        r = await client.get("/api/v1/whoami", headers={"Authorization": f"Bearer {value}"})
+        assert r.status == 401
         for bad in ("nosuch", "old", ""):
             r = await client.post("/login", data={"token": bad}, allow_redirects=False)
             assert r.status == 401 and "Set-Cookie" not in r.headers
@@ -101,26 +130,28 @@ def test_login_sets_the_token_as_an_httponly_strict_cookie():
     serve(body)
 
 
-def test_the_cookie_is_secure_when_the_server_speaks_tls():
+def test_the_cookie_is_a_secure_host_cookie_when_the_server_speaks_tls():
     async def body(client, reads):
         r = await client.post("/login", data={"token": "o"}, allow_redirects=False)
-        assert "Secure" in r.headers["Set-Cookie"]
+        c = r.headers["Set-Cookie"]
+        assert c.startswith("__Host-cronrd_session=s1.") and "Secure" in c
+        assert "Path=/" in c and "Domain" not in c
     serve(body, tls=True)
 
 
 def test_a_write_needs_the_sessions_csrf_token():
     async def body(client, reads):
-        for form in ({"note": "x"}, {"note": "x", "csrf": csrf_token("v")},
+        for form in ({"note": "x"}, {"note": "x", "csrf": csrf("v")},
                      {"note": "x", "csrf": ""}):
             r = await client.post("/jobs/db/pause", data=form, headers=cookie("o"))
             assert r.status == 403 and "CSRF" in await r.text()
         assert reads.calls == []
-        r = await client.post("/jobs/db/pause", data={"note": "x", "csrf": csrf_token("o")},
+        r = await client.post("/jobs/db/pause", data={"note": "x", "csrf": csrf("o")},
                               headers=cookie("o"), allow_redirects=False)
         assert r.status == 303 and r.headers["Location"] == "/jobs/db"
         # the header works as well as the field
         r = await client.post("/jobs/db/run", headers={**cookie("o"),
-                                                       "X-CSRF-Token": csrf_token("o")},
+                                                       "X-CSRF-Token": csrf("o")},
                               allow_redirects=False)
         assert r.status == 303 and r.headers["Location"] == "/runs/7"
         (what, args, caller), (what2, _, _) = reads.calls
@@ -129,14 +160,14 @@ def test_a_write_needs_the_sessions_csrf_token():
         assert caller.name == "token:ops" and caller.uid == -1 and not caller.privileged
         assert caller.token["role"] == "operator"
         assert caller.describe() == "token 'ops' (role operator)"
-        r = await client.post("/jobs/db/pause", data={"csrf": csrf_token("o")})
+        r = await client.post("/jobs/db/pause", data={"csrf": csrf("o")})
         assert r.status == 401  # no session at all
     serve(body)
 
 
 def test_a_viewer_is_refused_and_the_refusal_audited():
     async def body(client, reads):
-        r = await client.post("/jobs/db/pause", data={"csrf": csrf_token("v")},
+        r = await client.post("/jobs/db/pause", data={"csrf": csrf("v")},
                               headers=cookie("v"))
         assert r.status == 403 and "needs operator" in await r.text()
         assert reads.calls == []
@@ -146,23 +177,32 @@ def test_a_viewer_is_refused_and_the_refusal_audited():
 
 def test_a_token_limited_to_some_jobs_acts_on_those_only():
     async def body(client, reads):
-        r = await client.post("/jobs/db/pause", data={"csrf": csrf_token("b")},
+        r = await client.post("/jobs/db/pause", data={"csrf": csrf("b")},
                               headers=cookie("b"))
         assert r.status == 403 and "backup-*" in await r.text()
-        r = await client.post("/jobs/backup-db/pause", data={"csrf": csrf_token("b")},
+        r = await client.post("/jobs/backup-db/pause", data={"csrf": csrf("b")},
                               headers=cookie("b"), allow_redirects=False)
         assert r.status == 303 and [c[1].job for c in reads.calls] == ["backup-db"]
     serve(body)
 
 
-def test_logout_clears_the_cookie():
+def test_logout_ends_the_session_and_clears_the_cookie():
     async def body(client, reads):
         r = await client.post("/logout", data={"csrf": "wrong"}, headers=cookie("o"))
         assert r.status == 403
-        r = await client.post("/logout", data={"csrf": csrf_token("o")}, headers=cookie("o"),
+        r = await client.post("/logout", data={"csrf": csrf("o")}, headers=cookie("o"),
                               allow_redirects=False)
         assert r.status == 303 and r.headers["Location"] == "/login"
         assert re.search(f"{COOKIE}=\"\"; .*Max-Age=0", r.headers["Set-Cookie"])
+        assert isinstance(reads.log.proposed[-1], C.EndSession)
+        # the cookie kept (copied elsewhere) no longer works, on pages or the API
+        r = await client.get("/jobs", headers=cookie("o"), allow_redirects=False)
+        assert r.status == 303 and r.headers["Location"].startswith("/login")
+        r = await client.get("/api/v1/whoami", headers=cookie("o"))
+        assert r.status == 401 and "session has ended" in (await r.json())["detail"]
+        # the token itself stays valid
+        r = await client.get("/api/v1/whoami", headers={"Authorization": "Bearer o"})
+        assert r.status == 200
     serve(body)
 
 
@@ -173,7 +213,7 @@ def test_the_api_takes_the_cookie_and_wants_csrf_on_its_writes():
         r = await client.post("/api/v1/whoami", headers=cookie("v"))
         assert r.status == 403 and "X-CSRF-Token" in (await r.json())["detail"]
         r = await client.post("/api/v1/whoami", headers={**cookie("v"),
-                                                         "X-CSRF-Token": csrf_token("v")})
+                                                         "X-CSRF-Token": csrf("v")})
         assert r.status == 405  # past the session's checks
         r = await client.post("/api/v1/whoami", headers={"Authorization": "Bearer v"})
         assert r.status == 405  # a bearer token needs no CSRF
