@@ -108,6 +108,7 @@ class RaftNode:
         self.pending: dict[int, _Pending] = {}
         self.conf_waiters: dict[int, _Pending] = {}
         self.reads: dict[bytes, asyncio.Future] = {}
+        self._read_asked: dict[bytes, str] = {}  # read context -> the leader it was asked of
         self.read_points: list[tuple[int, asyncio.Future]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -304,6 +305,7 @@ class RaftNode:
         ctx = f"{self.id}:{self._read_seq}".encode()
         fut = asyncio.get_running_loop().create_future()
         self.reads[ctx] = fut
+        self._read_asked[ctx] = self.raft.lead
         self.raft.read_index(ctx)
         self._wake.set()
         try:
@@ -313,6 +315,24 @@ class RaftNode:
             raise ProposalDropped("read index not confirmed in time (no leader?)") from None
         finally:
             self.reads.pop(ctx, None)
+            self._read_asked.pop(ctx, None)
+
+    def _drop_reads_of_old_leaders(self) -> None:
+        """The leader changed: a read asked of another leader and not yet
+        confirmed will never be (that leader is gone, or no longer leads,
+        and a new one knows nothing of it). It fails now, so its caller asks
+        again at once, rather than at proposal_timeout: a node that started
+        while the leader died waited 11 s to be ready, and leading meanwhile
+        started no run (fault suite, skew+kill-leader)."""
+        lead = self.raft.lead
+        confirmed = {id(fut) for _, fut in self.read_points}
+        for ctx, asked in list(self._read_asked.items()):
+            fut = self.reads.get(ctx)
+            if asked != lead and fut is not None and not fut.done() \
+                    and id(fut) not in confirmed:
+                fut.set_exception(ProposalDropped(
+                    f"the leader changed ({asked or '-'} to {lead or '-'}) before the read "
+                    "was confirmed; ask again"))
 
     # -- the Ready loop --------------------------------------------------------------------
     async def _run(self) -> None:
@@ -385,6 +405,7 @@ class RaftNode:
             self.leader_changes += 1
             log.info("event=raft_state role=%s leader=%s term=%d", rd.soft_state.role,
                      rd.soft_state.leader or "-", self.raft.term)
+            self._drop_reads_of_old_leaders()
             self.changes.notify()
         if rd.snapshot is not None:
             self.sm.restore(rd.snapshot.data, rd.snapshot.meta.index)

@@ -190,3 +190,23 @@ def test_a_log_of_few_but_large_entries_is_compacted_by_its_bytes():
         assert leader.sm.total == 5
         await until(lambda: all(n.raft.log.snap_index >= 3 for n in net.nodes.values()))
     with_net("abc", body, snapshot_every=10_000, snapshot_bytes=25_000)
+
+
+def test_a_read_asked_of_a_leader_that_dies_fails_when_the_leader_changes():
+    """A read forwarded to a leader that never answers (it died) used to
+    wait for proposal_timeout: a node starting meanwhile was not ready for
+    11 s, though it had become the leader itself (fault suite, seed
+    524498205, skew+kill-leader). It fails as soon as the leader changes."""
+    async def body(net):
+        old = await net.leader()
+        reader = next(n for i, n in net.nodes.items() if i != old.id)
+        old.step = lambda m: None  # deaf: the read it is asked never gets an answer
+        read = asyncio.ensure_future(reader.read_barrier())
+        await until(lambda: reader.reads)
+        await net.stop(old.id)
+        with pytest.raises(ProposalDropped, match="the leader changed"):
+            await read
+        new = await net.leader()
+        assert new.id != old.id
+        await reader.read_barrier()  # asked again: answered
+    with_net("abc", body)
