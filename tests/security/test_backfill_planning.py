@@ -12,27 +12,15 @@ bench/hostile_load.py's and the unit tests' of runtime/leader.)"""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
 import pytest
 
 from cronrd.decisions import backfill as BD
+from tests.security.test_token_confinement import post
 
 pytestmark = pytest.mark.integration
 
 DECADES = {"from": "2000-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}   # 13.7M minutes
-
-
-def post(url: str, secret: str, path: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Authorization": f"Bearer {secret}",
-                                          "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def token(node, name: str, role: str, *extra: str) -> str:
