@@ -35,3 +35,22 @@ def leader_fresh(now: float, me: str, voters: Iterable[str],
     heard = sum(1 for v in voters
                 if v == me or (v in answered_at and now - answered_at[v] < lease))
     return heard >= len(voters) // 2 + 1 or now - lead_since < lease
+
+
+def leader_basis(me: str, voters: Iterable[str], answered_at: Mapping[str, float],
+                 lead_since: float) -> float:
+    """When a leader last had a round trip with a quorum (itself included):
+    its election, or the latest time by which a quorum's answers had come.
+    A leader that stops leading (it handed leadership over, say for a slow
+    disk) keeps its lease as a follower from then, as a follower's counts
+    from its last round trip: without it, it fenced the runs it had just
+    claimed at their fire time and they ran 2 s late elsewhere. No new
+    leader declares its runs lost before it has not answered for
+    node_timeout since that leader's election, which came after this
+    basis."""
+    voters = list(voters)
+    need = len(voters) // 2  # answers needed besides its own
+    answers = sorted((answered_at[v] for v in voters if v != me and v in answered_at),
+                     reverse=True)
+    quorum_at = answers[need - 1] if need and len(answers) >= need else float("-inf")
+    return max(lead_since, quorum_at)

@@ -35,6 +35,7 @@ class LeaseKeeper:
         self.leader_contact = 0.0            # a follower's last round trip (when sent)
         self.acked: dict[str, float] = {}    # on the leader: each peer's last answer
         self.lead_since = 0.0                # when this node last started leading
+        self._leading = False                # it led when fresh() last looked
 
     def round_trip(self, sent: float) -> None:
         """A request sent at ``sent`` was answered through a leader."""
@@ -68,8 +69,13 @@ class LeaseKeeper:
         declared them lost (see the lease's definition, decisions/lease.py)."""
         now = self.clock.monotonic()
         if self.node.is_leader:
+            self._leading = True
             return lease.leader_fresh(now, self.node_id, self.node.raft.conf.voters,
                                       self.acked, self.lead_since, self.length)
+        if self._leading:  # it stopped leading: its last quorum round trip counts
+            self._leading = False
+            self.leader_contact = max(self.leader_contact, lease.leader_basis(
+                self.node_id, self.node.raft.conf.voters, self.acked, self.lead_since))
         return lease.follower_fresh(now, self.leader_contact, self.length)
 
     async def renew(self) -> None:

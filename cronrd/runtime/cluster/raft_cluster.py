@@ -330,8 +330,11 @@ class Cluster:
             return
         if msg.type in VOTER_ONLY and not self.node.raft.knows_member(msg.frm, voter=True):
             self.trust.ask_vouch(msg.frm)  # a voter this node has not seen promoted yet?
+        leading = self.node.is_leader
         self.node.step(msg)
-        if msg.type in ACKS:
+        if msg.type in ACKS and leading and self.node.is_leader:
+            # an answer to what this leader sent (not one with a newer term,
+            # that deposed it: its lease must not count from that)
             self.lease.answered(msg.frm)
 
     # -- membership views -----------------------------------------------------------

@@ -39,3 +39,17 @@ def test_a_new_leader_is_fresh_for_one_lease_after_its_election():
 
 def test_a_single_voter_is_always_its_own_quorum():
     assert leader_fresh(10**6, "a", ("a",), {}, lead_since=0.0, lease=LEASE)
+
+
+def test_a_leader_that_steps_down_counts_its_lease_from_its_last_quorum_round_trip():
+    from cronrd.decisions.lease import leader_basis
+    voters = ["a", "b", "c", "d", "e"]
+    # a quorum of five is a and two others: the second latest answer
+    acks = {"b": 105.0, "c": 103.0, "d": 101.0}
+    assert leader_basis("a", voters, acks, lead_since=90.0) == 103.0
+    # too few answers: its election is the last quorum round trip it had
+    assert leader_basis("a", voters, {"b": 105.0}, lead_since=90.0) == 90.0
+    assert leader_basis("a", voters, {}, lead_since=90.0) == 90.0
+    # the election is newer than the answers (a new term)
+    assert leader_basis("a", voters, acks, lead_since=110.0) == 110.0
+    assert leader_basis("a", ["a"], {}, lead_since=7.0) == 7.0

@@ -122,3 +122,34 @@ def test_the_leader_and_a_node_without_a_leader_renew_nothing(leader):
     k, _ = keeper(leader=leader)
     run_renewal(k, 0.05)
     assert k.node.barriers == 0
+
+
+def test_a_leader_handing_over_keeps_its_lease_from_its_last_quorum_round_trip():
+    """A leader that hands leadership over (its disk is slow) is a follower
+    with no round trip of its own yet: it fenced the runs it had claimed for
+    the next second (fault suite, slow-fsync-leader, 2.4 s late). Its last
+    quorum round trip as the leader counts instead, and only that long."""
+    k, clock = keeper(leader="a")
+    k.started_leading()
+    clock.t += 5
+    for peer in ("b", "c"):
+        k.answered(peer)         # a quorum of five (a, b, c) at t = 1005
+    assert k.fresh()
+    k.node.leader = "b"          # handed over
+    clock.t += 1
+    assert k.fresh()             # 1 s after its quorum round trip
+    clock.t += 6.9
+    assert k.fresh()             # within the lease (8 s) of t = 1005
+    clock.t += 0.2
+    assert not k.fresh()         # and no longer
+
+
+def test_a_leader_without_a_recent_quorum_gains_nothing_by_stepping_down():
+    k, clock = keeper(leader="a")
+    k.started_leading()
+    k.answered("b")
+    k.answered("c")
+    clock.t += 9                 # its quorum answered 9 s ago: beyond the lease
+    assert not k.fresh()
+    k.node.leader = "b"
+    assert not k.fresh()
