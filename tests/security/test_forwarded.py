@@ -41,6 +41,10 @@ def test_a_member_forwards_its_own_job_files_and_reports():
     check_forwarded(C.Rerun(job="backup", fire_time=60, at=1.0), "b")
     check_forwarded(C.Fire(job="j", fire_time=5, kind="scheduled", node="b", due_at=1,
                            at=1, boot=True, target="b"), "b")
+    # a web login and logout on the sender (apply checks the token's hash)
+    check_forwarded(C.StartSession(node="b", name="ops", token_hash="0" * 64,
+                                   session_hash="1" * 64, expires_at=2.0, at=1.0), "b")
+    check_forwarded(C.EndSession(node="b", session_hash="1" * 64, at=1.0), "b")
 
 
 @pytest.mark.parametrize("cmd", [
@@ -51,6 +55,10 @@ def test_a_member_forwards_its_own_job_files_and_reports():
     C.NodeInfo(node="a", state="draining", addr="h:1", tags=(), at=1.0),
     C.RemoveJob(name="backup", at=1.0, node="a"),
     C.ManualRun(job="backup", node="a", at=1.0),
+    # a web login or logout made on another node (issue 32, point 4)
+    C.StartSession(node="a", name="ops", token_hash="0" * 64, session_hash="1" * 64,
+                   expires_at=2.0, at=1.0),
+    C.EndSession(node="a", session_hash="1" * 64, at=1.0),
 ], ids=lambda c: c.op)
 def test_a_member_may_not_speak_for_another_node(cmd):
     with pytest.raises(PermissionDenied, match="speaks only for itself"):
