@@ -66,3 +66,12 @@ class Progress:
         self.next = max(self.next, index + 1)
         self.inflight = [i for i in self.inflight if i > index]
         return updated
+
+
+def most_caught_up(candidates: list[str], prs: dict[str, Progress]) -> str:
+    """The candidate whose log matches the leader's furthest (ties: the first
+    by name). Leadership handed to it needs the fewest appends before its
+    TimeoutNow, so the cluster goes without a leader for the shortest time."""
+    if not candidates:
+        raise ValueError("no candidate to choose from")
+    return min(candidates, key=lambda v: (-(prs[v].match if v in prs else 0), v))

@@ -19,6 +19,7 @@ from typing import Awaitable, Callable, Mapping
 from ...config import ClusterConfig, format_address, is_loopback, parse_address
 from ...errors import CronrdError, NotLeader, ProposalDropped, RequestError, UsageError
 from ...ids import node_id_problem
+from ...raft.tracker import most_caught_up
 from ...raft.types import ConfChangeType
 from ...state import commands as C
 from ..clock import Clock
@@ -174,8 +175,7 @@ class ClusterAdmin:
         if to is None:
             if not voters:
                 raise RequestError("there is no other voter to hand leadership to")
-            to = max(voters, key=lambda v: (self.healthy(v), raft.prs[v].match
-                                            if v in raft.prs else 0, v))
+            to = most_caught_up([v for v in voters if self.healthy(v)] or voters, raft.prs)
         elif to == self.node_id:
             return {"leader": self.node_id}
         elif to not in voters:

@@ -28,6 +28,7 @@ from ...config import Config, format_address, parse_address
 from ...errors import (CronrdError, NotLeader, PermissionDenied, RequestError, StateError,
                       StorageError)
 from ...raft.core import VOTER_ONLY
+from ...raft.tracker import most_caught_up
 from ...raft.types import ConfChangeType, ConfState, Message, MsgType
 from ...schedule import iso_utc, parse_schedule
 from ...state import commands as C
@@ -134,8 +135,11 @@ class Cluster:
                 "runs and history, or give this node a fresh data_dir to join a cluster")
         self.storage = RaftStorage(config.raft_db)
         tls = TLSConfig(cc.tls.ca, cc.tls.cert, cc.tls.key) if cc.tls else None
+        # A connection whose data stays unacknowledged for five election
+        # timeouts (2.5 s at least) is dialled afresh (Transport._connect).
         self.transport = Transport(self.node_id, cc.listen, {}, self._on_message, tls=tls,
-                                   insecure=cc.insecure, clock=clock)
+                                   insecure=cc.insecure, clock=clock,
+                                   stall_timeout=max(2.5, 5 * cc.election_timeout))
         bootstrap = self._bootstrap(config)
         self.node = RaftNode(self.node_id, bootstrap, self.storage, self.transport, self.state,
                              tick_interval=TICK,
@@ -783,7 +787,8 @@ class Cluster:
         voters = [n for n in good if n in self.node.raft.conf.voters and self.lease.healthy(n)]
         if not voters:
             raise RequestError("no healthy voter with a good clock to hand leadership to")
-        return (await self.admin_requests.transfer_leader({"node": voters[0]}))["leader"]
+        to = most_caught_up(voters, self.node.raft.prs)
+        return (await self.admin_requests.transfer_leader({"node": to}))["leader"]
 
     async def _rpc_clock(self, frm: str, args: dict) -> dict:
         self.trust.require_member(frm)

@@ -1,6 +1,8 @@
 """The leader's view of a follower (``cronrd.raft.tracker``)."""
 
-from cronrd.raft.tracker import PROBE, REPLICATE, SNAPSHOT, Progress
+import pytest
+
+from cronrd.raft.tracker import PROBE, REPLICATE, SNAPSHOT, Progress, most_caught_up
 
 
 def test_probe_waits_for_the_answer_to_its_one_append():
@@ -36,3 +38,13 @@ def test_probe_after_replicate_starts_after_the_match():
     pr.next = 20
     pr.become_probe()
     assert pr.next == 7
+
+
+def test_leadership_goes_to_the_voter_most_caught_up_not_the_first_by_name():
+    prs = {"a": Progress(match=10, next=11), "b": Progress(match=42, next=43),
+           "c": Progress(match=42, next=43)}
+    assert most_caught_up(["a", "b", "c"], prs) == "b"      # ties: the first by name
+    assert most_caught_up(["a", "c"], prs) == "c"
+    assert most_caught_up(["a", "d"], prs) == "a"           # d: no progress known yet
+    with pytest.raises(ValueError):
+        most_caught_up([], prs)
