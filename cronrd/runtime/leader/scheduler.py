@@ -26,7 +26,7 @@ from ...schedule import Trigger, jitter_for, make_trigger, parse_schedule, plan_
 from ...state import commands as C
 from ...state import queries as Q
 from ...state.effects import Effect, JobsChanged
-from ...errors import Refused
+from ...errors import NotLeader, Refused
 from ..clock import Clock
 from ...decisions.placement import NodeView, fits
 from ..cluster.members import local_node
@@ -143,6 +143,7 @@ class Scheduler:
         self._seq = 0
         self._wake: asyncio.Future | None = None
         self.stopped = False
+        self._deposed = False    # a proposal failed NotLeader (logged once)
         self.started = False
         self.pending: set[asyncio.Future] = set()
 
@@ -373,7 +374,18 @@ class Scheduler:
             # (the cursor refuses an older one after a newer), so the job is
             # rescheduled from its earliest failed fire; other commands are
             # proposed again as they were.
-            log.error("event=propose_failed error=\"%s\" retry_s=%g", exc, RETRY_DELAY)
+            if isinstance(exc, NotLeader):
+                # Leadership moved (a hand-over, an election): this
+                # scheduler is about to stop and the new leader's takes its
+                # fire times from the replicated cursors. Said once, not
+                # as an error per fire time.
+                if not self._deposed:
+                    self._deposed = True
+                    log.info("event=leadership_lost node=%s leader=%s hint=\"the new leader "
+                             "schedules from here\"", self.node_id, exc.leader or "-")
+                log.debug("event=propose_failed error=\"%s\" retry_s=%g", exc, RETRY_DELAY)
+            else:
+                log.error("event=propose_failed error=\"%s\" retry_s=%g", exc, RETRY_DELAY)
             entry = self.entries.get(cmd.job) if isinstance(cmd, C.Fire) else None
             if entry is not None and isinstance(cmd, C.Fire) and not cmd.boot:  # (entry: a Fire's)
                 if entry.next_fire is None or cmd.fire_time < entry.next_fire:

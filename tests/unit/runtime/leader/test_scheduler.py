@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import apsw
 
@@ -102,6 +103,40 @@ def test_fires_that_fail_to_commit_are_proposed_again_in_order():
         sch.stop()
         await task
     run_virtual(main())
+
+
+class DeposedLog(FlakyLog):
+    """A log whose node lost its leadership: every proposal fails NotLeader."""
+
+    def propose(self, cmd):
+        from cronrd.errors import NotLeader
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_exception(NotLeader("b"))
+        return fut
+
+
+def test_a_leader_that_lost_its_leadership_says_so_once_not_an_error_per_fire(caplog):
+    """Fault suite (slow-fsync-leader): a leader that handed over logged 36
+    ERROR lines `propose_failed ... not the leader` in the half second
+    before its scheduler stopped."""
+    async def main():
+        conn, log, clock, sch = await setup("* * * * * *", "all")
+        sch.proposer = DeposedLog(log, failures=0)
+        task = asyncio.create_task(sch.run())
+        for step in range(4):
+            clock.t = T0 + step
+            sch.wake()
+            for _ in range(80):
+                await asyncio.sleep(0.01)
+        sch.stop()
+        await task
+    with caplog.at_level(logging.DEBUG, logger="cronrd.scheduler"):
+        run_virtual(main())
+    failed = [r for r in caplog.records if "propose_failed" in r.getMessage()]
+    assert failed, "the failures are still logged"
+    assert all(r.levelno < logging.WARNING for r in failed), [r.getMessage() for r in failed]
+    told = [r for r in caplog.records if "event=leadership_lost" in r.getMessage()]
+    assert len(told) == 1, [r.getMessage() for r in told]
 
 
 async def _run_on_all_job(schedule: str):
