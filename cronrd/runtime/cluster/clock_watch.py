@@ -111,6 +111,17 @@ class ClockWatch:
         self._fence_said: str | None = None   # fence()'s last answer (logged when it changes)
         self._poked = False   # ask the leader now (poke), not at the next PROBE_EVERY
 
+    def forget(self, node: str) -> None:
+        """(Leader) ``node``'s process ended (its connection closed): what
+        was measured of its clock may not hold for the process that comes
+        back (a restart under another clock: placed on at once, a node 30 s
+        slow held the next second's runs). It is measured again before
+        placement uses it (decisions/clocks.placement_bar)."""
+        if self.reports.pop(node, None) is not None:
+            log.info("event=clock_forgotten node=%s reason=\"its connection closed: measured "
+                     "again before it gets runs\"", node)
+            self.changes.notify()
+
     # -- views ------------------------------------------------------------------------------
     def _base(self) -> float:
         """This node's wall clock minus its monotonic clock: it moves only

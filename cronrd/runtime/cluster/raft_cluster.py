@@ -148,7 +148,7 @@ class Cluster:
         self.log = RaftLog(self.node, self.state, self._forward)
         # A killed leader's sockets close at once: campaign then, not after
         # an election timeout (Raft.leader_gone).
-        self.transport.on_peer_closed = self.node.peer_closed
+        self.transport.on_peer_closed = self._peer_closed
         self.changes = self.node.changes  # the leader or the membership changed
         self.lease = LeaseKeeper(self.node_id, self.node, clock, cc.node_timeout,
                                  cc.election_timeout)
@@ -779,6 +779,13 @@ class Cluster:
             except CronrdError as exc:
                 log.info("event=disk_step_down_failed error=\"%s\"", exc)
             await asyncio.sleep(DISK_RETRY)
+
+    def _peer_closed(self, peer: str) -> None:
+        """A peer's connection to this node ended (it died, or restarts):
+        campaign at once if it led (Raft.leader_gone), and measure its
+        clock again before it gets runs (ClockWatch.forget)."""
+        self.node.peer_closed(peer)
+        self.clocks.forget(peer)
 
     def _hold_campaign(self, held: bool) -> None:
         self.node.raft.campaign_held = held

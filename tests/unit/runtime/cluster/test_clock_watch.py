@@ -534,3 +534,23 @@ def test_a_poke_asks_the_leader_at_once_not_at_the_next_second():
         finally:
             task.cancel()
     asyncio.run(main())
+
+
+def test_a_member_whose_process_ended_is_measured_again_before_it_gets_runs():
+    """Fault suite (seed 524498205, clock-skew): c restarted 30 s slow; the
+    leader still held c's measurement from before the restart, placed the
+    next second's runs there, and moved them only 1.2 s late, once a new
+    answer showed the clock off. Its connection's end voids the measurement
+    (placement: not measured yet) until c reports again."""
+    from cronrd.decisions.clocks import placement_bar
+    watches, rounds = cluster({"a": 0.0, "b": 0.004, "c": 0.002})
+    asyncio.run(rounds())
+    leader = watches["a"]
+    assert placement_bar("c", "a", leader.members(), 0.5, leader.fence()) is None
+    leader.forget("c")
+    assert "c" not in leader.members()
+    assert placement_bar("c", "a", leader.members(), 0.5, leader.fence()) == \
+        "its clock is not measured by this leader yet"
+    assert placement_bar("b", "a", leader.members(), 0.5, leader.fence()) is None
+    asyncio.run(rounds(1))                         # c answers again: measured
+    assert placement_bar("c", "a", leader.members(), 0.5, leader.fence()) is None
