@@ -67,6 +67,13 @@ class Refused(StateError):
     """The command is valid but the state does not allow it."""
 
 
+class Conflict(Refused):
+    """Refused for what is under way now, not for the request itself (a
+    run-now that the job's concurrency forbids while its run runs): the
+    API's 409, where other refusals are 400."""
+    http_status = 409
+
+
 class StorageError(CronrdError):
     """Durable storage is damaged or unusable."""
 

@@ -15,7 +15,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
-from .config import Config
+from .config import Config, start_hint
 from .errors import DaemonUnavailable, RequestError
 from .runtime.clock import now as wall_now
 from .schedule import iso_utc
@@ -73,7 +73,7 @@ class Offline:
         mtimes = [os.stat(p).st_mtime for p in (path, path + "-wal") if os.path.exists(p)]
         self.as_of = iso_utc(round(max(mtimes)))
         self.notice = (f"daemon not running; state as of {self.as_of} from {path} "
-                       "(read-only: changes need the daemon: `systemctl start cronrd`)")
+                       f"(read-only: changes need the daemon: {start_hint(config.path)})")
 
     # -- the Client interface ---------------------------------------------------------------
     def call(self, cmd: str, args: dict | None = None,

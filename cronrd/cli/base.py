@@ -309,8 +309,13 @@ def _seconds(iso: str | None) -> float | None:
 
 
 def _short_duration(seconds: float) -> str:
+    """A run's duration for a table: 0.4s, 9.9s, 12s, 1m15s, 2h3m (never
+    `1s100ms`)."""
     from ..schedule import human_duration
-    return human_duration(round(seconds) if seconds >= 10 else round(seconds, 1))
+    seconds = max(0.0, seconds)
+    if round(seconds, 1) < 10:
+        return f"{seconds:.1f}s"
+    return human_duration(round(seconds))
 
 
 def run_row(r: dict, now: float, local: bool) -> list:

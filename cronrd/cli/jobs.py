@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..config import config_path, start_hint
 from ..errors import UsageError
 from ..runtime.clock import Clock
 from .base import (Ctx, RUN_HEADERS, _ago, _echo_heartbeats, _echo_inputs, complete_jobs,
@@ -68,7 +69,8 @@ def status(obj: Ctx, consistent, as_json):
     click.echo(f"node      {st.get('node_id', '?')}{starting}")
     if st.get("offline"):
         click.echo(f"daemon    NOT RUNNING: the state below is this node's copy as of "
-                   f"{st.get('state_as_of')}; start it with `systemctl start cronrd`")
+                   f"{st.get('state_as_of')}; start it with "
+                   f"{start_hint(config_path(obj.config_arg))}")
     role = st.get("role") or "unknown"
     term = st.get("term")
     leader = st.get("leader")
@@ -140,7 +142,7 @@ def status(obj: Ctx, consistent, as_json):
             click.echo(f"  {_conflict_text(c)}")
     problems = st.get("problems") or []
     if problems:
-        click.echo(f"problems  {len(problems)} in job files (`cronrd validate`):")
+        click.echo(f"problems  {len(problems)} (`cronrd validate` checks the job files):")
         for p in problems:
             click.echo(f"  {p}")
 

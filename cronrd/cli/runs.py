@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..errors import CronrdError, UsageError
+from ..ops.requests import RUN_KINDS
 from ..runtime.clock import Clock
 from .base import (Ctx, RUN_HEADERS, _echo_inputs, _when, complete_jobs, consistent_option,
                    emit_json, read_args, run_row, table)
@@ -17,8 +18,8 @@ from .base import (Ctx, RUN_HEADERS, _echo_inputs, _when, complete_jobs, consist
 @click.option("--state", "states", metavar="STATE", multiple=True,
               help="Only runs in this state (repeat, or a comma list: failed,lost).")
 @click.option("--kind", "kinds", metavar="KIND", multiple=True,
-              help="Only scheduled, catchup, manual, retry, backfill or rerun runs "
-              "(repeatable).")
+              help=f"Only runs of this kind: {', '.join(RUN_KINDS)} (repeat, or a comma "
+              "list).")
 @click.option("--node", metavar="NODE", help="Only runs placed on this node.")
 @click.option("--since", metavar="TIME", help="Fire times from TIME on (ISO 8601, or back "
               "from now: 90m, 2h, 1d).")
@@ -57,9 +58,9 @@ def runs(obj: Ctx, job, states, kinds, node, since, until, before, limit, local,
 
 
 @click.command()
-@click.argument("job", shell_complete=complete_jobs)
+@click.argument("job", required=False, shell_complete=complete_jobs)
 @click.option("--run", "run_id", type=int, metavar="ID",
-              help="This run (default: the latest that started).")
+              help="This run (default: the latest that started); JOB may then be left out.")
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing: the run until it ends, then (without --run) the job's next "
               "runs, until interrupted.")
@@ -73,6 +74,7 @@ def runs(obj: Ctx, job, states, kinds, node, since, until, before, limit, local,
 @click.pass_obj
 def logs(obj: Ctx, job, run_id, follow, since, lines, timestamps, only):
     """Print the output of a job's latest run (or --run ID, or --since TIME).
+    With --run ID the job may be left out: `cronrd logs --run 42`.
 
     stdout and stderr come interleaved in the order they came; a log over
     max_log_bytes shows its head, a line saying how much was dropped, and
@@ -80,6 +82,11 @@ def logs(obj: Ctx, job, run_id, follow, since, lines, timestamps, only):
     import time
     if run_id is not None and since is not None:
         raise UsageError("--run and --since choose runs two ways: give one of them")
+    if job is None:
+        if run_id is None:
+            raise UsageError("name the job (`cronrd logs JOB`), or a run (`cronrd logs --run "
+                             "ID`; `cronrd runs` lists them)")
+        job = obj.client().call("run", {"run_id": run_id})["job"]
     args = {"job": job, "run_id": run_id, "follow": follow, "since": _when(since, Clock().now(), "--since"),
             "lines": lines}
     state = {"many": (follow and run_id is None) or since is not None, "output": False,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from ..errors import UsageError
-from .base import Ctx, emit_json
+from .base import Ctx, emit_json, table
 
 
 # -- tokens of the HTTP API ------------------------------------------------------------
@@ -58,13 +58,16 @@ def token_list(obj: Ctx, as_json):
     if not res["tokens"]:
         click.echo("no tokens; `cronrd token create --name NAME --role viewer` makes one")
         return
-    click.echo(f"{'NAME':<24} {'ROLE':<9} {'JOBS':<16} {'EXPIRES':<21} CREATED")
+    rows = []
     for t in res["tokens"]:
         expires = t["expires_at"] or "never"
         if t.get("expired"):
             expires += " (expired)"
-        click.echo(f"{t['name']:<24} {t['role']:<9} {t['jobs'] or '*':<16} {expires:<21} "
-                   f"{t['created_at']} on {t['node']}")
+        rows.append([t["name"], t["role"], t["jobs"] or "*", expires,
+                     f"{t['created_at']} on {t['node']}"])
+    # Columns as wide as their widest cell: a long name or an expired
+    # token's note no longer runs into the next column.
+    table(rows, ["name", "role", "jobs", "expires", "created"])
 
 
 @token.command("revoke")

@@ -22,6 +22,15 @@ def config_path(explicit: str | None) -> str:
     return explicit or os.environ.get("CRONRD_CONFIG") or DEFAULT_CONFIG_PATH
 
 
+def start_hint(path: str | None) -> str:
+    """How to start the daemon of the config at ``path``: systemd's unit for
+    the packaged config, else the command with that file (the quick start's
+    node is no systemd service)."""
+    if not path or os.path.abspath(path) == DEFAULT_CONFIG_PATH:
+        return "`systemctl start cronrd`"
+    return f"`cronrd daemon --config {path}`"
+
+
 def load_config(path: str, *, daemon_files: bool = False,
                 jobs_dir_exists: bool = False) -> Config:
     """Read, parse and validate the config file; every failure is a ConfigError.

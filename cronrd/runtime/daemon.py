@@ -181,6 +181,7 @@ class Daemon:
                                   "problems": lambda: tuple(self.watcher.problems),
                                   "next_fires": self.leadership.next_fires})
             self.handlers.http_url = lambda: host.http_url
+            self.handlers.http_problem = lambda: host.http_problem
             self.handlers.faces_info = lambda: {
                 "pid": host.proc.pid if host.proc is not None else None, "starts": host.starts}
             await host.start()
@@ -248,6 +249,7 @@ class Daemon:
                                    list_tokens=lambda: tokens.listing(faces_conn),
                                    now=self.clock.now, reads=across)
             self.handlers.http_url = lambda: http.url
+            self.handlers.http_problem = lambda: http.problem
         await faces.run(self.control.start())
 
     async def _start(self) -> None:

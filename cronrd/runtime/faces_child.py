@@ -268,6 +268,7 @@ async def serve(fd: int, sync_fd: int) -> int:
                         cast(Any, remote.leadership), started_at=remote.started_at,
                         is_ready=remote.is_ready)
     handlers.http_url = lambda: None
+    handlers.http_problem = lambda: None
     across = CoreReads(remote, bridge, conn, loop, local=handlers)
     control = ControlServer(cfg.socket, across.table(), cfg.socket_group)
     try:
@@ -280,7 +281,7 @@ async def serve(fd: int, sync_fd: int) -> int:
     first_try = asyncio.Event()   # the HTTP server listens, or failed to, once
 
     def on_url(url: str | None) -> None:
-        chan.send(("http_url", url))
+        chan.send(("http_url", url, http.problem if http is not None else None))
         first_try.set()
     if cfg.http.listen is None:
         first_try.set()
@@ -296,6 +297,7 @@ async def serve(fd: int, sync_fd: int) -> int:
                           list_tokens=lambda: tokens.listing(conn),
                           now=remote.clock.now, reads=across, on_url=on_url)
         handlers.http_url = lambda: http.url if http is not None else None
+        handlers.http_problem = lambda: http.problem if http is not None else None
 
     def failed(name: str, exc: BaseException) -> None:
         log.error("event=faces_service_failed service=%s error=\"%s\"", name, exc)

@@ -96,6 +96,7 @@ class FacesHost:
         self.subscribed = False
         self.sent_state: dict | None = None
         self.http_url: str | None = None
+        self.http_problem: str | None = None   # why its HTTP server cannot listen
         self.stopping = False
         self.starts = 0
         self._ids = itertools.count(1)
@@ -254,6 +255,7 @@ class FacesHost:
             self.writer.close()
             self.writer = None
         self.http_url = None
+        self.http_problem = None
 
     # -- pushing -----------------------------------------------------------------------
     def _send(self, msg: tuple) -> None:
@@ -364,6 +366,7 @@ class FacesHost:
             self.subscribed = True
         elif kind == "http_url":
             self.http_url = rest[0]
+            self.http_problem = rest[1] if len(rest) > 1 else None
         elif kind in ("started", "failed"):
             if self._started is not None and not self._started.done():
                 if kind == "started":

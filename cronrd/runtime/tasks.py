@@ -30,6 +30,8 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
+from ..errors import CronrdError
+
 log = logging.getLogger("cronrd.tasks")
 
 T = TypeVar("T")
@@ -39,6 +41,12 @@ Factory = Callable[[], Coroutine[Any, Any, Any]]
 RESTART_MIN = 0.5     # seconds before restarting a failed service the first time
 RESTART_MAX = 60.0    # the back-off doubles up to this
 HEALTHY_AFTER = 60.0  # a service that ran this long before failing starts again at RESTART_MIN
+
+
+class ServiceDown(CronrdError):
+    """A service cannot run for now for a reason outside the daemon (its
+    port held by another program): the service logged it once, with what to
+    do; ``Services`` starts it again with back-off, without a traceback."""
 
 
 class Services:
@@ -93,9 +101,18 @@ class Services:
         delay = self.restart_min
         while True:
             started = loop.time()
+            quiet = False
             try:
                 await factory()
                 return
+            except ServiceDown as exc:
+                if not restart:
+                    self.on_failure(name, exc)
+                    return
+                quiet = True
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                log.debug("event=service_down owner=%s service=%s error=\"%s\" restart_in_s=%g",
+                          self.owner, name, exc, delay)
             except Exception as exc:
                 if not restart:
                     log.error("event=service_failed owner=%s service=%s error=%r action=stop",
@@ -110,8 +127,9 @@ class Services:
                           self.restarts[name], exc_info=exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.restart_max)
-            log.warning("event=service_restarted owner=%s service=%s restarts=%d",
-                        self.owner, name, self.restarts[name])
+            (log.debug if quiet else log.warning)(
+                "event=service_restarted owner=%s service=%s restarts=%d", self.owner, name,
+                self.restarts[name])
 
 
 class TaskSet:

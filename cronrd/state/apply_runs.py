@@ -26,7 +26,7 @@ from . import queries as Q
 from . import queue as QU
 from . import run_params as RP
 from ..model.run import SELECT as SELECT_RUNS, Run
-from ..errors import Refused
+from ..errors import Conflict, Refused
 from .effects import CancelRequested, Effect, RunAssigned, RunDone, RunMoved, RunPending
 from ..model.run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .apply_common import ApplyBase
@@ -260,11 +260,11 @@ class RunsApply(ApplyBase):
                 return {"run_id": run.run_id, "state": run.state.value, "existing": True}
         reason = self._admit(index, job, cmd.at, effects)
         if reason is not None:
-            raise Refused(f"job {cmd.job!r} not started: {reason}; wait for the active run "
+            raise Conflict(f"job {cmd.job!r} not started: {reason}; wait for the active run "
                           "to finish (`cronrd runs " + cmd.job + " --state running`)")
         hold = self._queue_hold(cmd.job, "", int(cmd.at))
         if hold is not None and hold.skip is not None:
-            raise Refused(f"job {cmd.job!r} not started: {hold.skip}; wait for the queue to "
+            raise Conflict(f"job {cmd.job!r} not started: {hold.skip}; wait for the queue to "
                           "drain (`cronrd runs " + cmd.job + " --state waiting`)")
         if hold is not None and hold.wait is not None:
             run = self._enqueue(index, job=cmd.job, origin="manual", kind="manual",

@@ -175,6 +175,9 @@ def test_history_reads_work_with_the_daemon_down(node):
     assert res.returncode == 0, res.stderr
     assert "daemon not running; state as of" in res.stderr
     assert "NOT RUNNING" in res.stdout and "jobs      2 (1 paused)" in res.stdout
+    # Issue 33 (6): a node started from a config file is no systemd service
+    assert f"start it with `cronrd daemon --config {node.config_path}`" in res.stdout
+    assert "systemctl" not in res.stdout + res.stderr
     # one host is every member: it took this code's cluster version when it ran
     assert f"cluster   version {APPLY_VERSION}\n" in res.stdout
     res = node.cli("jobs")

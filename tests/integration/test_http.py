@@ -89,13 +89,22 @@ def test_a_taken_port_leaves_the_jobs_running_and_is_tried_again(node_factory):
     node.write_job("ok", {"schedule": "* * * * * *", "command": "true"})
     try:
         node.start()
-        wait_for(lambda: "event=http_failed" in node.daemon_log(), what="http_failed logged")
-        assert node.call("status")["http"] is None
+        wait_for(lambda: node.daemon_log().count("event=http_failed") >= 2,
+                 what="http_failed logged at two attempts")
+        status = node.call("status")
+        assert status["http"] is None
+        # Issue 33 (5): the problem shows in status, and the log says it once
+        # per attempt without a traceback.
+        assert [p for p in status["problems"] if f"cannot listen on 127.0.0.1:{port}" in p
+                and "http: {listen:" in p], status["problems"]
+        assert "Traceback" not in node.daemon_log()
+        assert "event=service_failed" not in node.daemon_log()
         node.wait_runs(lambda rs: any(r["state"] == "succeeded" for r in rs), job="ok")
     finally:
         holder.close()
     url = wait_for(lambda: node.call("status")["http"], timeout=20, what="the port bound")
     assert url == f"http://127.0.0.1:{port}" and get(url + "/healthz")[0] == 200
+    assert not [p for p in node.call("status")["problems"] if "cannot listen" in p]
 
 
 def test_the_server_can_be_turned_off(node_factory):

@@ -214,6 +214,10 @@ def test_pause_resume_run_cancel_rerun_and_log_audited_as_the_token(api_node):
     sleeper = call(n.url, "POST", "jobs/db-sleep/run", n.op, {})[2]["run_id"]
     n.wait_runs(lambda rs: any(r["run_id"] == sleeper and r["state"] == "running"
                                for r in rs), job="db-sleep")
+    # Issue 33 (6): a run-now its concurrency forbids now is a conflict with
+    # the state (409), not bad input (400).
+    doc = problem(call(n.url, "POST", "jobs/db-sleep/run", n.op, {}), 409)
+    assert "not started" in doc["detail"], doc
     status, _, res = call(n.url, "POST", f"runs/{sleeper}/cancel", n.op, {})
     assert status == 200 and res["run_id"] == sleeper
     audited(n, "token:op", "cancel", str(sleeper))

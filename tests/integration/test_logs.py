@@ -29,9 +29,14 @@ def test_stdout_and_stderr_apart_and_interleaved_by_default(node):
     node.write_job("mixed", {"schedule": "@yearly", "command":
                              "echo out1; sleep 0.2; echo err1 >&2; sleep 0.2; echo out2"})
     node.start()
-    run_and_wait(node, "mixed")
+    run = run_and_wait(node, "mixed")
     both = node.cli("logs", "mixed")
     assert both.returncode == 0 and both.stdout == "out1\nerr1\nout2\n", both.stderr
+    # Issue 33 (6): a run's id is enough; the job is its.
+    by_id = node.cli("logs", "--run", str(run["run_id"]))
+    assert by_id.returncode == 0 and by_id.stdout == both.stdout, by_id.stderr
+    neither = node.cli("logs")
+    assert neither.returncode != 0 and "cronrd logs --run ID" in neither.stderr
     err = node.cli("logs", "mixed", "--stderr")
     assert err.returncode == 0 and err.stdout == "err1\n", err.stderr
     out = node.cli("logs", "mixed", "--stdout")
@@ -193,11 +198,13 @@ def test_with_the_daemon_down_logs_reads_the_same_way(node):
                              "echo err >&2; sleep 0.2; echo more"})
     node.write_job("quiet", {"schedule": "@yearly", "command": "true"})
     node.start()
-    run_and_wait(node, "mixed")
+    mixed = run_and_wait(node, "mixed")
     quiet = run_and_wait(node, "quiet")
     node.terminate()
     res = node.cli("logs", "mixed", "--stderr")
     assert res.returncode == 0 and res.stdout == "err\n", res.stderr
+    by_id = node.cli("logs", "--run", str(mixed["run_id"]), "--stderr")
+    assert by_id.returncode == 0 and by_id.stdout == "err\n", by_id.stderr
     assert "daemon not running" in res.stderr
     assert node.cli("logs", "mixed", "-n", "2").stdout == "err\nmore\n"
     stamped = node.cli("logs", "mixed", "--timestamps").stdout.splitlines()

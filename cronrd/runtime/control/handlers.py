@@ -94,6 +94,7 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
         self.checkpoints = CheckpointRequests(self)
         self.tokens = TokenRequests(config, clock, conn, log)
         self.http_url: Callable[[], str | None] = lambda: None  # the daemon's, once it serves
+        self.http_problem: Callable[[], str | None] = lambda: None  # why it cannot serve
         # the faces' process: {"pid", "starts"} (None: the faces run in a thread)
         self.faces_info: Callable[[], dict | None] = lambda: None
 

@@ -115,7 +115,8 @@ class JobRequests(_Host):
             "maintenance": Q.pause_note(self.conn, ""),
             "applied_index": self.machine.applied_index,
             "state_digest": self.machine.state_digest,
-            "problems": [str(p) for p in self.watcher.problems],
+            "problems": [p for p in [self.http_problem()] if p]
+                        + [str(p) for p in self.watcher.problems],
             "pools": pools_brief(self.conn),
             "socket": self.config.socket, "data_dir": self.config.data_dir,
             "log_dir": self.config.log_dir, "jobs_dir": self.config.jobs_dir,

@@ -97,6 +97,7 @@ class HandlersHost(Protocol):
     started_at: float
     is_ready: Callable[[], bool]
     http_url: Callable[[], str | None]
+    http_problem: Callable[[], str | None]
     faces_info: Callable[[], dict | None]
     _triggers: Triggers
 

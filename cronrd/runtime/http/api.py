@@ -252,7 +252,7 @@ def _query_schema(name: str, typed_fields: dict[str, Any]) -> dict[str, Any]:
 
 def error_response(exc: CronrdError):
     """The status of a refused request: 403 for a permission, the error's
-    own ``http_status`` (404, 422...), else 400."""
+    own ``http_status`` (404, 409 for a ``Conflict``, 422...), else 400."""
     status = getattr(exc, "http_status", None)
     if status is not None:
         return status, {404: "Not Found", 409: "Conflict",

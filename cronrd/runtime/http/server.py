@@ -29,6 +29,7 @@ from ... import __version__
 from ...config import HttpConfig, format_address
 from ...errors import CronrdError
 from ..clock import monotonic
+from ..tasks import ServiceDown
 from .api import ReadRoutes, Route, error_response, openapi
 from ..control.access import Caller, check_admin
 from .certs import principal
@@ -207,6 +208,7 @@ class HttpServer:
                  on_url: Callable[[str | None], None] = lambda url: None):
         self.config = config
         self.on_url = on_url            # told the URL once it listens, None when it fails or stops
+        self.problem: str | None = None  # why it cannot listen, while it cannot
         self.is_ready = is_ready
         self.status = status
         self.metrics = metrics
@@ -368,12 +370,21 @@ class HttpServer:
             try:
                 await site.start()
             except OSError as exc:
-                log.error("event=http_failed listen=%s error=\"%s\" hint=\"another program "
-                          "may hold the port: free it, or set http.listen in the config "
-                          "(http: {enabled: false} turns the server off); jobs keep "
-                          "running\"", format_address((host, port)), exc)
+                where = format_address((host, port))
+                self.problem = (
+                    f"http: cannot listen on {where} ({exc.strerror or exc}): another "
+                    "program, or another cronrd node on this host, holds the port; give "
+                    "this node a port of its own (http: {listen: \"127.0.0.1:PORT\"} in its "
+                    "config) or turn the server off (http: {enabled: false}); jobs keep "
+                    "running and the port is tried again with back-off")
+                log.error("event=http_failed listen=%s error=\"%s\" hint=\"another program or "
+                          "another cronrd node on this host holds the port: set http.listen "
+                          "in this node's config (http: {enabled: false} turns the server "
+                          "off); jobs keep running; tried again with back-off\"", where,
+                          exc.strerror or exc)
                 self.on_url(None)
-                raise
+                raise ServiceDown(self.problem) from None
+            self.problem = None
             bound = runner.addresses  # the socket names: the port, when listen's was 0
             self.address = (host, bound[0][1]) if bound else (host, port)
             log.info("event=http_listening url=%s", self.url)

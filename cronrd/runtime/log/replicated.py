@@ -25,7 +25,7 @@ from ...state import commands as C
 from ...state import versions as V
 from ...state.apply import apply_batch
 from ...state.effects import Effect, StateRestored
-from ...errors import Refused
+from ...errors import Conflict, Refused
 from ...state.machine import StateMachine, check_readable
 from .base import EffectListener, result_of
 from ..peers.rpc import PeerError, PeerUnavailable
@@ -37,7 +37,7 @@ log = logging.getLogger("cronrd.cluster")
 
 FORWARD_TIMEOUT = 5.0    # a forwarded proposal without an answer: outcome unknown
 PROPOSE_DEADLINE = 10.0  # how long a proposal waits for a leader to exist
-ERRORS = {"Refused": Refused, "StateError": StateError, "UsageError": UsageError,
+ERRORS = {"Refused": Refused, "Conflict": Conflict, "StateError": StateError, "UsageError": UsageError,
           "RequestError": RequestError, "ProposalDropped": ProposalDropped,
           "PermissionDenied": PermissionDenied}
 

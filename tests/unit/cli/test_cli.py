@@ -225,3 +225,41 @@ def test_a_command_loads_only_its_own_module():
     loaded = json.loads(res.stdout.strip().splitlines()[-1])
     assert "cronrd.cli.local" in loaded, res.stdout + res.stderr
     assert "cronrd.cli.cluster" not in loaded and "cronrd.cli.runs" not in loaded, loaded
+
+
+def test_run_durations_read_as_seconds_not_second_and_milliseconds():
+    """Issue 33 (6): a running run of 1.1 s printed as `1s100ms+`."""
+    from cronrd.cli.base import run_row
+    run = {"run_id": 7, "job": "j", "fire_time": "2026-12-05T10:00:00Z", "kind": "scheduled",
+           "attempt": 1, "node": "a", "state": "running", "timezone": "UTC",
+           "started_at": "2026-12-05T10:00:00Z", "finished_at": None, "exit_code": None,
+           "signal": None, "reason": None, "due_at": None}
+    t0 = 1796464800.0   # 2026-12-05T10:00:00Z
+    assert run_row(run, t0 + 1.1, False)[8] == "1.1s+"
+    assert run_row({**run, "finished_at": "2026-12-05T10:01:15Z", "state": "succeeded"},
+                   t0 + 999, False)[8] == "1m15s"
+    assert run_row(run, t0 + 12.4, False)[8] == "12s+"
+
+
+def test_token_list_columns_are_as_wide_as_their_widest_cell(monkeypatch):
+    """Issue 33 (6): a long name and an expired token's note ran together."""
+    import cronrd.cli.base as base
+
+    class Fake:
+        def call(self, cmd, args=None, **kw):
+            assert cmd == "token_list"
+            return {"tokens": [
+                {"name": "ci-deploy-pipeline-of-the-db-team", "role": "operator",
+                 "jobs": "db-*", "expires_at": "2026-12-01T00:00:00Z", "expired": True,
+                 "created_at": "2026-11-01T00:00:00Z", "node": "a"},
+                {"name": "ro", "role": "viewer", "jobs": None, "expires_at": None,
+                 "created_at": "2026-11-02T00:00:00Z", "node": "b"}]}
+    monkeypatch.setattr(base.Ctx, "client", lambda self, **kw: Fake())
+    res = CliRunner().invoke(main, ["token", "list"])
+    assert res.exit_code == 0, res.output
+    head, first, second = res.output.splitlines()
+    cols = [head.index(h) for h in ("ROLE", "JOBS", "EXPIRES", "CREATED")]
+    for line in (first, second):
+        for c in cols:
+            assert line[c - 2:c] == "  " and line[c] != " ", (line, c)
+    assert "2026-12-01T00:00:00Z (expired)" in first and "never" in second

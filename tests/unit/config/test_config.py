@@ -269,6 +269,10 @@ def test_example_cluster_configs_load():
         values = {getattr(c, attr) for c in cfgs.values()}
         assert len(values) == 3, attr
         assert all(f"/.cronrd-cluster/{n}/" in getattr(cfgs[n], attr) for n in cfgs)
+    # Issue 33 (5): each node an HTTP port of its own, none the quick start's
+    # node's default (all three took 127.0.0.1:8177, so two could not serve).
+    http = {c.http.listen for c in cfgs.values()}
+    assert None not in http and len(http) == 3 and ("127.0.0.1", 8177) not in http
     text = (root / "a.yaml").read_text()
     assert "tls" in text  # the comment that points at production use
 

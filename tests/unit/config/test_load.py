@@ -315,3 +315,10 @@ def test_tls_files_are_loaded_as_the_transport_will(tmp_path):
         f"{path}:9:13: cluster.tls.ca: {tmp_path}/tls/ca.key is not a PEM certificate")
     path.write_text(head + "  tls: {ca: tls/ca.crt, cert: tls/a.crt, key: tls/a.key}\n")
     assert load_config(str(path), daemon_files=True).cluster.tls.cert == f"{tmp_path}/tls/a.crt"
+
+
+def test_the_start_hint_names_systemd_only_for_the_packaged_config():
+    from cronrd.config import DEFAULT_CONFIG_PATH, start_hint
+    assert start_hint(DEFAULT_CONFIG_PATH) == "`systemctl start cronrd`"
+    assert start_hint(None) == "`systemctl start cronrd`"
+    assert start_hint("examples/cronrd.yaml") == "`cronrd daemon --config examples/cronrd.yaml`"

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from cronrd.runtime.tasks import Changes, Services, TaskSet, first_of
+from cronrd.runtime.tasks import Changes, ServiceDown, Services, TaskSet, first_of
 
 
 def run(coro, timeout: float = 10.0):
@@ -88,6 +88,35 @@ def test_a_restartable_service_is_restarted_with_growing_back_off(caplog):
     assert starts[1] - starts[0] >= 0.05 and starts[2] - starts[1] >= 0.1  # doubled
     assert caplog.text.count("action=restart") == 2
     assert caplog.text.count("event=service_restarted owner=t service=flaky") == 2
+
+
+def test_a_service_down_for_an_outside_reason_is_retried_without_traceback_or_extra_lines(caplog):
+    """Issue 33 (5): a port another node holds made the HTTP service log a
+    full traceback on every retry, for ever. The service says why once per
+    attempt (its own line); Services adds nothing above DEBUG."""
+    starts = []
+
+    async def port_taken():
+        starts.append(asyncio.get_running_loop().time())
+        if len(starts) < 3:
+            raise ServiceDown("cannot listen on 127.0.0.1:8177")
+        await asyncio.Event().wait()
+
+    async def go():
+        async with Services("t", lambda n, e: pytest.fail("not reported"),
+                            restart_min=0.05, restart_max=1.0) as services:
+            services.start("http", port_taken, restart=True)
+            deadline = asyncio.get_running_loop().time() + 5
+            while len(starts) < 3:
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.01)
+            assert services.restarts == {"http": 2}
+    caplog.set_level(logging.DEBUG, "cronrd.tasks")
+    run(go())
+    assert starts[2] - starts[1] >= 0.1                              # still backs off
+    assert not [r for r in caplog.records if r.levelno > logging.DEBUG]
+    assert not [r for r in caplog.records if r.exc_info]
+    assert caplog.text.count("event=service_down owner=t service=http") == 2
 
 
 def test_a_service_that_returns_is_not_restarted():
