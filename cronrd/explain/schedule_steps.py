@@ -243,7 +243,7 @@ def catchup_step(s: Subject) -> list[Step]:
                         f"from {g['first']} to {g['last']} skipped together (recorded at "
                         f"{g['recorded_at']}): {g['reason']}", {"gap": g}))
     late = [r for r in s.records if r.kind == "catchup" or
-            (r.reason or "").startswith("catch-up")]
+            (r.reason or "").startswith(("catchup:", "catch-up:"))]
     if late:
         r = late[0]
         did = (f"skipped: {r.reason}" if r.state == "skipped" else

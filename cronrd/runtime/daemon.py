@@ -485,7 +485,7 @@ class Daemon:
                           "leader_changes": getattr(node, "leader_changes", 0)},
                          self.machine.applied_index, self.log.is_leader,
                          {name: t for name, t in fires.items() if t is not None},
-                         loop_stalls=self.loop_watch.histogram())
+                         loop_stalls=self.loop_watch.histogram(), pid=os.getpid())
 
     async def _read_log_chunk(self, run_id: int, offset: int) -> dict:
         """A chunk of a run's log on this node, for a peer (`cronrd logs` on

@@ -17,11 +17,11 @@ from .triggers import Trigger
 # used by plan_catchup (the scheduler, for fires never committed) and by
 # stale_reason (the executor, for fires committed but never started).
 ON_TIME = 1.0  # seconds: catchup: none still runs a fire this late
-NONE_REASON = "catch-up: missed while cronrd was not running (catchup: none)"
+NONE_REASON = "catchup: missed while cronrd was not running (catchup: none)"
 
 
 def window_reason(fire: float, window: float) -> str:
-    return (f"catch-up: missed at {iso_utc(int(fire))}, older than catchup_window "
+    return (f"catchup: missed at {iso_utc(int(fire))}, older than catchup_window "
             f"{human_duration(window)}")
 
 
@@ -117,7 +117,7 @@ def plan_catchup(
         # only fires older than the window are skipped here, so there is a window
         reason_for: Callable[[int], str] = lambda f: window_reason(f, cast(float, window))  # noqa: E731
         skip_hi = boundary
-        range_reason = ("catch-up: missed, older than catchup_window "
+        range_reason = ("catchup: missed, older than catchup_window "
                         + (human_duration(window) if window is not None else ""))
         extra: list[tuple[int, str]] = []
     elif policy == "none":
@@ -128,7 +128,7 @@ def plan_catchup(
         range_reason = NONE_REASON
         extra = []
     else:  # latest
-        superseded = f"catch-up: superseded by the later fire at {iso_utc(last)} (catchup: latest)"
+        superseded = f"catchup: superseded by the later fire at {iso_utc(last)} (catchup: latest)"
         reason_for = lambda f: superseded  # noqa: E731
         range_reason = superseded
         skip_hi = last - 1
@@ -154,7 +154,7 @@ def plan_catchup(
             count = trigger.count_between(cursor, oldest_of_range)
             if policy == "all" and window is not None:
                 range_reason = (
-                    f"catch-up: missed from {iso_utc(first)} to {iso_utc(oldest_of_range)}, "
+                    f"catchup: missed from {iso_utc(first)} to {iso_utc(oldest_of_range)}, "
                     f"older than catchup_window {human_duration(window)}"
                 )
             skipped_range = (first, oldest_of_range, count, range_reason)

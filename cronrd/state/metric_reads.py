@@ -9,11 +9,12 @@ from typing import Any, Iterator
 import apsw
 
 
-def running_by_job(conn: apsw.Connection) -> dict[str, int]:
-    """Runs now running, per job (the partial index of active runs)."""
-    return {job: n for job, n in conn.execute(
-        "SELECT job, COUNT(*) FROM runs WHERE state IN ('pending', 'assigned', 'running', "
-        "'waiting') AND state = 'running' GROUP BY job")}
+def running_of_every_job(conn: apsw.Connection) -> Iterator[tuple[str, int]]:
+    """(job, runs running now) of every known job, 0 included, by job, as read."""
+    return iter(conn.execute(
+        "SELECT jobs.name, COALESCE(r.n, 0) FROM jobs LEFT JOIN (SELECT job, COUNT(*) AS n "
+        "FROM runs WHERE state IN ('pending', 'assigned', 'running', 'waiting') AND state = "
+        "'running' GROUP BY job) AS r ON r.job = jobs.name ORDER BY jobs.name"))
 
 
 def outcomes(conn: apsw.Connection) -> list[tuple[str, str, str, str, int]]:
@@ -76,7 +77,8 @@ def run_counts(conn: apsw.Connection, zero: tuple[str, ...]) -> Iterator[tuple[A
     return iter(conn.execute(
         "SELECT job, origin, outcome, MAX(n) FROM ("
         "SELECT o.job AS job, o.origin AS origin, o.outcome AS outcome, SUM(o.n) AS n "
-        "FROM job_outcomes AS o JOIN jobs ON jobs.name = o.job GROUP BY 1, 2, 3 "
+        "FROM job_outcomes AS o JOIN jobs ON jobs.name = o.job WHERE o.outcome != 'skipped' "
+        "GROUP BY 1, 2, 3 "
         f"UNION ALL SELECT jobs.name, 'schedule', z.outcome, 0 FROM jobs, "
         f"(SELECT NULL AS outcome WHERE 0 UNION ALL {zeros}) AS z"
         ") GROUP BY 1, 2, 3 ORDER BY 1, 2, 3", zero))

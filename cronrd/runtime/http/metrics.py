@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import itertools
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
 
-from prometheus_client import generate_latest
+from prometheus_client import ProcessCollector, generate_latest
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily, InfoMetricFamily, Metric)
 from prometheus_client.utils import floatToGoString
@@ -48,11 +50,14 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def live_view(node_id: str, status: dict, applied_index: int, is_leader: bool,
               next_fires: dict[str, int] | None = None,
-              loop_stalls: tuple[list[tuple[float, int]], float, int] | None = None) -> dict:
+              loop_stalls: tuple[list[tuple[float, int]], float, int] | None = None,
+              pid: int | None = None) -> dict:
     """What the page needs from the daemon's objects, taken on the loop
     (``next_fires``: the leader's scheduler's next fire time of each job;
-    ``loop_stalls``: LoopWatch.histogram())."""
+    ``loop_stalls``: LoopWatch.histogram(); ``pid``: the daemon's process,
+    whose process_* metrics the page shows)."""
     return {"next_fires": next_fires or {},"node": node_id, "term": status.get("term") or 0,
+            "pid": os.getpid() if pid is None else pid,
             "commit_index": status.get("commit_index") or 0,
             "applied_index": applied_index, "is_leader": bool(is_leader),
             "down": sorted({d.get("id") or d.get("node") for d in status.get("down") or ()
@@ -112,17 +117,17 @@ class StateCollector:
         jobs = R.job_count(conn)
         yield from _chunked(lambda: CounterMetricFamily(
             "cronrd_job_runs", "Runs of the job that ended, by origin (schedule | manual) "
-            "and outcome (the final state).", labels=["job_name", "origin", "outcome"]),
+            "and outcome (the final state; skipped fire times are counted in "
+            "cronrd_job_skips_total, not here).", labels=["job_name", "origin", "outcome"]),
             R.run_counts(conn, ZERO_OUTCOMES), lambda fam, row: fam.add_metric(row[:3], row[3]))
         yield from _chunked(lambda: CounterMetricFamily(
             "cronrd_job_skips", "Fire times of the job recorded skipped, by the reason's "
             "leading word.", labels=["job_name", "reason"]),
             R.skip_counts(conn), lambda fam, row: fam.add_metric(row[:2], row[2]))
-        fam = GaugeMetricFamily("cronrd_job_running", "Runs of the job running now (only "
-                                "jobs with a run running).", labels=["job_name"])
-        for name, n in sorted(R.running_by_job(conn).items()):
-            fam.add_metric([name], n)
-        yield fam
+        yield from _chunked(lambda: GaugeMetricFamily(
+            "cronrd_job_running", "Runs of the job running now (every job, 0 included).",
+            labels=["job_name"]), R.running_of_every_job(conn),
+            lambda fam, row: fam.add_metric(row[:1], row[1]))
         yield from _chunked(lambda: GaugeMetricFamily(
             "cronrd_job_last_success_timestamp_seconds",
             "When the job's newest successful run ended (Unix time).", labels=["job_name"]),
@@ -257,7 +262,12 @@ def render(conn: apsw.Connection, live: dict, job_histograms: int = JOB_HISTOGRA
     parts: list[bytes] = []
     conn.execute("BEGIN")
     try:
-        for family in StateCollector(conn, live, job_histograms).collect():
+        families = itertools.chain(
+            StateCollector(conn, live, job_histograms).collect(),
+            # The daemon's process (not this one, in the faces' process):
+            # CPU, memory, open files, start time (process_*).
+            ProcessCollector(namespace="", pid=lambda: live["pid"], registry=None).collect())
+        for family in families:
             text = generate_latest(_One(family))
             if getattr(family, "continued", False):  # a piece after the first (_chunked)
                 text = text.split(b"\n", 2)[2]  # without its HELP and TYPE lines

@@ -97,7 +97,7 @@ def test_a_catch_up_skip_and_a_gap():
     hour = 3600
     base = T0 - T0 % hour   # 08:00Z
     log.apply(C.RecordGap(job="c", first=base + hour, last=base + 5 * hour, count=5,
-                          reason="catch-up: superseded by the later fire at "
+                          reason="catchup: superseded by the later fire at "
                                  "2027-01-15T15:00:00Z (catchup: latest)", at=base + 7 * hour))
     log.fire(base + 6 * hour, "c", kind="catchup", skip_reason=window_reason(base + 6 * hour,
                                                                             3600.0))
@@ -108,10 +108,10 @@ def test_a_catch_up_skip_and_a_gap():
     assert text(res, "record") == ""   # the gap is the record
     assert text(res, "catchup").endswith("the fire time was skipped in the gap above")
     assert res["verdict"]["outcome"] == "skipped"
-    assert res["verdict"]["text"].startswith("skipped (in a gap of 5 fire times): catch-up")
+    assert res["verdict"]["text"].startswith("skipped (in a gap of 5 fire times): catchup:")
     res = trail(log, now, job="c", at=base + 6 * hour)
     assert "cronrd was not scheduling at 2027-01-15T14:00:00Z" in text(res, "catchup")
-    assert res["verdict"]["text"] == ("skipped: catch-up: missed at 2027-01-15T14:00:00Z, "
+    assert res["verdict"]["text"] == ("skipped: catchup: missed at 2027-01-15T14:00:00Z, "
                                       "older than catchup_window 1h")
 
 

@@ -34,6 +34,6 @@ def test_a_started_late_fire_is_judged_as_the_scheduler_judges_a_missed_one(poli
 def test_reasons_name_the_policy_and_the_window():
     assert stale_reason("none", None, T0, T0 + 5) == NONE_REASON
     assert stale_reason("latest", 60.0, T0, T0 + 61) == (
-        "catch-up: missed at 2026-01-01T00:00:00Z, older than catchup_window 1m")
+        "catchup: missed at 2026-01-01T00:00:00Z, older than catchup_window 1m")
     assert stale_reason("latest", 60.0, T0, T0 + 59) is None
     assert stale_reason("all", None, T0, T0 + 10 ** 6) is None

@@ -717,7 +717,7 @@ def test_catchup_all_with_window():
     plan = plan_catchup(t, T0, T0 + 3600, "all", 1200)
     assert plan.run == (T0 + 2400, T0 + 3000, T0 + 3600)
     assert [f for f, _ in plan.skipped] == [T0 + 600, T0 + 1200, T0 + 1800]
-    assert plan.skipped[0][1] == "catch-up: missed at 2026-01-01T00:10:00Z, older than catchup_window 20m"
+    assert plan.skipped[0][1] == "catchup: missed at 2026-01-01T00:10:00Z, older than catchup_window 20m"
     assert plan.skipped_range is None
     assert plan.cursor == T0 + 3600
 
@@ -742,20 +742,20 @@ def test_catchup_latest():
     assert plan.run == (T0 + 3600,)
     assert [f for f, _ in plan.skipped] == [T0 + 600 * i for i in range(1, 6)]
     assert {r for _, r in plan.skipped} == {
-        "catch-up: superseded by the later fire at 2026-01-01T01:00:00Z (catchup: latest)"
+        "catchup: superseded by the later fire at 2026-01-01T01:00:00Z (catchup: latest)"
     }
     assert plan.cursor == T0 + 3600
     # the latest fire is 50s old; a 30s window skips it too, with the window reason
     plan = plan_catchup(t, T0, T0 + 3650, "latest", 30)
     assert plan.run == ()
     assert [f for f, _ in plan.skipped] == [T0 + 600 * i for i in range(1, 7)]
-    assert plan.skipped[-1] == (T0 + 3600, "catch-up: missed at 2026-01-01T01:00:00Z, older than catchup_window 30s")
+    assert plan.skipped[-1] == (T0 + 3600, "catchup: missed at 2026-01-01T01:00:00Z, older than catchup_window 30s")
     assert plan.cursor == T0 + 3600
 
 
 def test_catchup_none():
     t = trig("@every 10m")
-    none_reason = "catch-up: missed while cronrd was not running (catchup: none)"
+    none_reason = "catchup: missed while cronrd was not running (catchup: none)"
     # the fire at T0+3600 is 1s late: on time
     plan = plan_catchup(t, T0, T0 + 3601, "none", None)
     assert plan.run == (T0 + 3600,)

@@ -109,7 +109,7 @@ def test_none_failed_runs_after_a_skipped_parent():
     log = Log()
     put_all(log, a={}, b=after("a", trigger_rule="none_failed"))
     log.apply(C.Fire(job="a", fire_time=T0 + 1, kind="catchup", node="n1", due_at=T0,
-                     at=T0, skip_reason="catch-up: missed"))
+                     at=T0, skip_reason="catchup: missed"))
     (b,) = child_runs(log, "b")
     assert b.state == "pending"
 

@@ -67,7 +67,7 @@ def test_the_per_job_reads_use_their_indexes():
     assert "dead_letter_open" in plans["dead_letter"], plans
 
 
-def test_run_counts_have_every_jobs_zeros_and_sum_the_reasons():
+def test_run_counts_have_every_jobs_zeros_and_leave_the_skips_to_the_skip_counts():
     log = Log()
     log.put("a")
     log.put("idle")
@@ -76,8 +76,7 @@ def test_run_counts_have_every_jobs_zeros_and_sum_the_reasons():
     log.fire(T0 + 3, "a", skip_reason="max_running (1) reached")
     log.fire(T0 + 4, "a", skip_reason="overlap: run 2")
     assert list(R.run_counts(log.sm.conn, ("succeeded", "failed"))) == [
-        ("a", "schedule", "failed", 0), ("a", "schedule", "skipped", 3),
-        ("a", "schedule", "succeeded", 1),
+        ("a", "schedule", "failed", 0), ("a", "schedule", "succeeded", 1),
         ("idle", "schedule", "failed", 0), ("idle", "schedule", "succeeded", 0)]
     assert list(R.skip_counts(log.sm.conn)) == [("a", "max_running", 1), ("a", "overlap", 2)]
     assert R.job_count(log.sm.conn) == 2

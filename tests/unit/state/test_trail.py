@@ -24,7 +24,7 @@ def test_records_at_are_every_attempt_of_that_fire_time_only():
 def test_gaps_covering_a_time_and_the_job_times():
     log = Log()
     log.put("j", at=T0)
-    log.apply(C.RecordGap(job="j", first=T0 + 10, last=T0 + 20, count=11, reason="catch-up: x",
+    log.apply(C.RecordGap(job="j", first=T0 + 10, last=T0 + 20, count=11, reason="catchup: x",
                           at=T0 + 30))
     conn = log.sm.conn
     assert [g["count"] for g in trail.gaps_covering(conn, "j", T0 + 10)] == [11]

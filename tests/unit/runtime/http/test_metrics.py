@@ -68,7 +68,11 @@ def test_the_families_and_their_values():
     assert got[("cronrd_node_up", (("node", "n3"),))] == 0
     # every job has its running gauge, 0 included
     assert got[("cronrd_job_running", (("job_name", "b"),))] == 1
-    assert ("cronrd_job_running", (("job_name", "a"),)) not in got  # none running
+    # Issue 33 (6): a job with none running says 0 (it was absent)
+    assert got[("cronrd_job_running", (("job_name", "a"),))] == 0
+    # the daemon's process: CPU, memory, start time (process_*; issue 33 (6))
+    assert got[("process_start_time_seconds", ())] > 0
+    assert got[("process_resident_memory_bytes", ())] > 0
     # the newest success only; a job without one has no sample
     assert got[("cronrd_job_last_success_timestamp_seconds", (("job_name", "a"),))] == T0 + 9
     assert ("cronrd_job_last_success_timestamp_seconds", (("job_name", "b"),)) not in got
@@ -87,6 +91,8 @@ def test_run_and_skip_counters_exist_from_load_and_survive_pruning():
         assert got[(runs, (("job_name", "idle"), ("origin", "schedule"),
                            ("outcome", outcome)))] == 0
     assert got[("cronrd_job_skips_total", (("job_name", "idle"), ("reason", "overlap")))] == 1
+    # a skip is counted once, there, not also as a run's outcome (issue 33 (6))
+    assert not [k for k in got if k[0] == runs and ("outcome", "skipped") in k[1]]
     # pruning the records keeps the counts (counters never go down)
     log.apply(C.Prune(before=T0 + 10_000, at=T0 + 10_000, keep=1))
     assert Q.list_runs(log.sm.conn, job="a") == []  # the records are gone
