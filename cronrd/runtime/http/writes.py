@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import stat
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,19 @@ _PAGE = (("limit", f"page size, 1 to {MAX_LIMIT} (default 100)"),
 _JSON_BODY = {"200": {"description": "OK"},
               "400": {"description": "bad input", "content": {"application/problem+json": {}}}}
 
+
+def json_param(value: Any) -> Any:
+    """A run parameter's value from a JSON body as the text the job's param
+    types read: a number or a boolean as its JSON text (``5``, ``0.5``,
+    ``true``); anything else as it came (a string, or a wrong type that
+    the request's check refuses)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return value
 
 class NotFound(RequestError):
     http_status = 404
@@ -392,12 +406,14 @@ class ApiRoutes:
                 "edges": [e for e in graph["edges"] if e[0] in names and e[1] in names]}
 
     async def run_now(self, request: web.Request, body: dict) -> web.Response:
+        """(Params may come as JSON numbers and booleans, as a JSON client
+        sends an int or bool param; the job's param types check them.)"""
         name = request.match_info["name"]
         self._exists_for(request, name)
         params = body.get("params") or {}
         if not isinstance(params, dict):
             raise UsageError('params must be an object of NAME: "VALUE"')
-        args = {"job": name, "params": params}
+        args = {"job": name, "params": {k: json_param(v) for k, v in params.items()}}
         if body.get("key") is not None:
             args["key"] = _str(body.get("key"), "key")
         res = await self.h.h_run_now(typed.parse(R.RunNow, args), self.caller(request))
