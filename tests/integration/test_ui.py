@@ -103,6 +103,14 @@ def test_login_sets_an_httponly_strict_cookie_that_opens_the_pages(node):
         assert "watch · viewer" in text
     resp, text = b.get("/jobs/hello")
     assert "echo hi" in text and "hello.yaml" in text and "Run now" not in text
+    # Issue 33 (6): the overview's tiles lead to their lists and say what
+    # they count; open alerts are listed there
+    resp, text = b.get("/")
+    for href in ("/nodes", "/jobs", "/runs?state=running", "/runs?state=failed", "/alerts",
+                 "/jobs?state=paused", "/alerts#dead-letter"):
+        assert f'class="tile' in text and f'href="{href}"' in text, href
+    assert "late (SLA)" in text and "later than their job's sla allows" in text
+    assert 'id="open-alerts"' in text and "no open alert" in text
     resp, text = b.get("/audit")  # admin only
     assert resp.status == 403 and "needs the role admin" in text
     # the session opens the API too (reads need no CSRF)
