@@ -43,8 +43,7 @@ def alerts(obj: Ctx, args, note, show_all, job, limit, consistent, as_json):
     if not res["alerts"]:
         click.echo("no open alerts" if not show_all else "no alerts")
         return
-    from ..schedule import iso_utc
-    table([[a["alert_id"], a["job"], a["kind"], a["fire_time"], iso_utc(a["opened_at"]),
+    table([[a["alert_id"], a["job"], a["kind"], a["fire_time"], a["opened_at"],
             a["state"], a["detail"] + (f" [{a['note']}]" if a["note"] else "")]
            for a in res["alerts"]],
           ["id", "job", "kind", "fire_time", "opened", "state", "detail"])
@@ -72,8 +71,7 @@ def dead_letter(obj: Ctx, args, note, show_all, limit, consistent, as_json):
         if not res["dead_letter"]:
             click.echo("the dead letter is empty")
             return
-        from ..schedule import iso_utc
-        table([[d["run_id"], d["job"], d["fire_time"], iso_utc(d["at"]), d["state"],
+        table([[d["run_id"], d["job"], d["fire_time"], d["at"], d["state"],
                 (d["run"] or {}).get("state"), (d["run"] or {}).get("exit_code"),
                 d["note"] or None] for d in res["dead_letter"]],
               ["run", "job", "fire_time", "since", "state", "run_state", "exit", "note"])

@@ -40,6 +40,10 @@ def test_sla_max_runtime_and_a_run_no_node_may_take_alert_and_are_acked(node):
     assert slow["alert_id"] not in [a["alert_id"] for a in alerts(node)]
     acked = [a for a in alerts(node, "--all") if a["alert_id"] == slow["alert_id"]]
     assert acked[0]["state"] == "acked" and acked[0]["note"] == "known slow disk"
+    # Issue 33 (6): every time in the JSON is RFC 3339, as in the API and
+    # the event stream (opened_at and closed_at were Unix floats)
+    for key in ("fire_time", "opened_at", "closed_at"):
+        assert isinstance(acked[0][key], str) and acked[0][key].endswith("Z"), acked[0]
     bad = node.cli("alerts", "ack", "999999")
     assert bad.returncode != 0 and "no alert with id 999999" in bad.stderr
     listing = node.cli("alerts")

@@ -325,3 +325,24 @@ def test_backfill_preview_and_start_alert_ack_from_the_pages(node):
     assert resp.status == 303
     wait_for(lambda: not node.call("alerts", {})["alerts"], what="the alert acked")
     assert b.get(f"/runs/{run_id}")[0].status == 200
+
+
+def test_the_overview_counts_fire_times_that_failed_for_good_not_attempts_a_retry_made_good(
+        node, tmp_path):
+    """Issue 33 (6): "failed 24 h" counted a failed attempt whose retry
+    succeeded."""
+    mark = tmp_path / "tried"
+    node.write_job("flaky", {"schedule": "@yearly", "retries": {"max": 1, "delay": "100ms"},
+                             "command": f"test -e {mark} || {{ touch {mark}; exit 1; }}"})
+    node.write_job("broken", {"schedule": "@yearly", "command": "false"})
+    node.start()
+    for job in ("flaky", "broken"):
+        node.cli("run-now", job, "--wait")
+    assert [r["state"] for r in node.runs("flaky")] == ["succeeded", "failed"]
+    b = Browser(node.call("status")["http"])
+    b.login(tokens(node)["watch"])
+    _, text = b.get("/")
+    tile = re.search(r'href="/runs\?state=failed"[^>]*><b>(\d+)', text)
+    assert tile and tile.group(1) == "1", text
+    failures = text.split('id="failures"')[1].split("</table>")[0]
+    assert "/jobs/broken" in failures and "/jobs/flaky" not in failures

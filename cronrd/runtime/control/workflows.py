@@ -165,8 +165,9 @@ class WorkflowRequests(_Host):
     async def h_alerts(self, req: W.ListAlerts) -> dict:
         await self._barrier(req.consistent)
         rows = AL.alerts(self.conn, include_closed=req.all, job=req.job, limit=req.limit)
-        for r in rows:
-            r["fire_time"] = iso_utc(r["fire_time"])
+        for r in rows:  # every time as RFC 3339, as the event stream has them
+            for key in ("fire_time", "opened_at", "closed_at"):
+                r[key] = iso_utc(r[key])
         return {"alerts": rows}
 
     async def h_alert_ack(self, req: W.AckAlert, caller: Caller) -> dict:
@@ -184,7 +185,8 @@ class WorkflowRequests(_Host):
         await self._barrier(req.consistent)
         rows = AL.dead_letters(self.conn, include_closed=req.all, limit=req.limit)
         for r in rows:
-            r["fire_time"] = iso_utc(r["fire_time"])
+            for key in ("fire_time", "at", "closed_at"):
+                r[key] = iso_utc(r[key])
             run = Q.get_run(self.conn, r["run_id"])
             r["run"] = run.view() if run is not None else None
         return {"dead_letter": rows}

@@ -365,7 +365,8 @@ class UiPages:
         failed = (await self.reads.h_runs(R.ListRuns(
             state=["failed", "lost", "timed_out"], limit=100, since=now - 86400)))["runs"]
         running = [r for r in running if job_allowed(sess.glob, r["job"])]
-        failed = [r for r in failed if job_allowed(sess.glob, r["job"])]
+        failed = [r for r in failed if job_allowed(sess.glob, r["job"])
+                  and not self._retried(r["run_id"])]
         alerts = [a for a in (await self.reads.h_alerts(W.ListAlerts(limit=100)))["alerts"]
                   if job_allowed(sess.glob, a["job"])]
         late = [a for a in alerts if a.get("kind") in SLA_KINDS]
@@ -377,6 +378,12 @@ class UiPages:
                            failed_more=len(failed) >= 100, alerts=alerts, late=late,
                            dead=dead, upcoming=upcoming, upcoming_partial=partial,
                            title="Overview")
+
+    def _retried(self, run_id: int) -> bool:
+        """Has this attempt a later one (a retry)? The overview counts the
+        fire times that failed for good, not attempts a retry made good."""
+        run = Q.get_run(self.reads.conn, run_id)
+        return run is not None and Q.next_attempt(self.reads.conn, run) is not None
 
     async def next_fires(self, sess: Session, count: int = 10) -> tuple[list[dict], bool]:
         """The next ``count`` fire times of all jobs, from the leader's
