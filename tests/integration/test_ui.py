@@ -108,7 +108,7 @@ def test_login_sets_an_httponly_strict_cookie_that_opens_the_pages(node):
     resp, text = b.get("/")
     for href in ("/nodes", "/jobs", "/runs?state=running", "/runs?state=failed", "/alerts",
                  "/jobs?state=paused", "/alerts#dead-letter"):
-        assert f'class="tile' in text and f'href="{href}"' in text, href
+        assert 'class="tile' in text and f'href="{href}"' in text, href
     assert "late (SLA)" in text and "later than their job's sla allows" in text
     assert 'id="open-alerts"' in text and "no open alert" in text
     resp, text = b.get("/audit")  # admin only
