@@ -7,12 +7,12 @@ import sys
 
 import click
 
-from ..errors import UsageError
+from ..errors import CronrdError, UsageError
 from .base import Ctx, _id_arg, complete_jobs, consistent_option, emit_json, read_args, table
 
 
 @click.command()
-@click.argument("args", nargs=-1, metavar="[ack ID]")
+@click.argument("args", nargs=-1, metavar="[ack ID... | ack --job JOB]")
 @click.option("--note", default="", metavar="TEXT", help="With ack: why, or what was done.")
 @click.option("--all", "show_all", is_flag=True, help="Also acked and resolved alerts.")
 @click.option("--job", default=None, metavar="JOB", help="Only this job's alerts.")
@@ -22,18 +22,40 @@ from .base import Ctx, _id_arg, complete_jobs, consistent_option, emit_json, rea
 @click.pass_obj
 def alerts(obj: Ctx, args, note, show_all, job, limit, consistent, as_json):
     """Open alerts, newest first: SLA misses and runs that failed their last
-    retry. `cronrd alerts ack ID --note TEXT` acknowledges one."""
+    retry. `cronrd alerts ack ID --note TEXT` acknowledges one, `ack ID ID
+    ...` several, and `ack --job JOB` every open alert of a job."""
     if args:
-        if len(args) != 2 or args[0] != "ack":
-            raise UsageError("use `cronrd alerts` to list, or `cronrd alerts ack ID --note "
-                             "TEXT`")
-        alert_id = _id_arg(args[1], "alerts ack takes an alert id (`cronrd alerts` lists "
-                           "them)")
-        res = obj.client().call("alert_ack", {"id": alert_id, "note": note})
+        if args[0] != "ack" or (len(args) == 1 and job is None):
+            raise UsageError("use `cronrd alerts` to list, or `cronrd alerts ack ID [ID...] "
+                             "--note TEXT`, or `cronrd alerts ack --job JOB` for all of a "
+                             "job's open alerts")
+        ids = [_id_arg(a, "alerts ack takes alert ids (`cronrd alerts` lists them)")
+               for a in args[1:]]
+        client = obj.client()
+        if job is not None:
+            ids += [a["alert_id"] for a in client.call("alerts", {"job": job,
+                                                                  "limit": 100000})["alerts"]
+                    if a["alert_id"] not in ids]
+        results, failed = [], []
+        for alert_id in ids:
+            try:
+                results.append(client.call("alert_ack", {"id": alert_id, "note": note}))
+            except CronrdError as exc:
+                failed.append(f"alert {alert_id}: {exc}")
         if as_json:
-            emit_json(res)
-            return
-        click.echo(f"alert {alert_id} acked")
+            emit_json(results if len(args) > 2 or job is not None else
+                      (results[0] if results else {}))
+        elif len(ids) == 1 and results and job is None:
+            click.echo(f"alert {ids[0]} acked")
+        elif ids:
+            click.echo(f"{len(results)} alerts acked" + (f" ({len(failed)} not)" if failed
+                                                         else ""))
+        else:
+            click.echo(f"no open alert of {job}")
+        for line in failed:
+            click.echo(line, err=True)
+        if failed:
+            sys.exit(1)
         return
     res = obj.client().call("alerts", read_args(consistent, {
         "all": show_all, "job": job, "limit": limit}))

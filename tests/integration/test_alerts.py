@@ -48,6 +48,15 @@ def test_sla_max_runtime_and_a_run_no_node_may_take_alert_and_are_acked(node):
     assert bad.returncode != 0 and "no alert with id 999999" in bad.stderr
     listing = node.cli("alerts")
     assert listing.returncode == 0 and "start_within" in listing.stdout
+    # Issue 33 (6): every open alert of a job at once
+    before = {a["alert_id"] for a in alerts(node, "--job", "nowhere")}
+    res = node.cli("alerts", "ack", "--job", "nowhere", "--note", "no gpu node yet")
+    assert res.returncode == 0 and "alerts acked" in res.stdout, res.stderr
+    after = {a["alert_id"]: a for a in alerts(node, "--all", "--job", "nowhere")}
+    assert before and all(after[i]["state"] == "acked" and after[i]["note"] == "no gpu node yet"
+                          for i in before)
+    none = node.cli("alerts", "ack")
+    assert none.returncode != 0 and "ack --job JOB" in none.stderr
     # a job file with a bad SLA names the place and leaves the others running
     node.write_job("typo", {"schedule": "@yearly", "command": "true",
                             "sla": {"finish_by": "25:00"}})
