@@ -23,8 +23,10 @@ EXAMPLES = 12           # cases per operation and generation mode
 STREAMS = ("/stream", "/events")   # answers that stay open: only their status is read
 
 
-def document(url: str) -> dict:
-    with urllib.request.urlopen(f"{url}/api/v1/openapi.json", timeout=10) as resp:
+def document(url: str, ui: bool = False) -> dict:
+    """The API's document, or (``ui``) the one of the web UI's pages."""
+    query = "?ui=true" if ui else ""
+    with urllib.request.urlopen(f"{url}/api/v1/openapi.json{query}", timeout=10) as resp:
         return json.loads(resp.read())
 
 
@@ -75,9 +77,14 @@ def test_no_route_answers_a_server_error_to_any_parameter(node):
     auth = {"Authorization": f"Bearer {secret}",
             "Cookie": "; ".join(f"{k}={v}" for k, v in session.cookies.items())}
     session.cookies.clear()
-    schema = schemathesis.openapi.from_dict(document(url))
-    ops = operations(schema)
-    assert len(ops) >= 30, [op.label for op in ops]  # the whole API, not a part
+    api = operations(schemathesis.openapi.from_dict(document(url)))
+    pages = operations(schemathesis.openapi.from_dict(document(url, ui=True)))
+    assert len(api) >= 30, [op.label for op in api]  # the whole API, not a part
+    # Issue 33 (4): the API's document holds the API only; the pages apart
+    assert all(op.path.startswith("/api/") or op.path in ("/healthz", "/readyz", "/metrics")
+               for op in api), [op.label for op in api]
+    assert len(pages) >= 10 and not any(op.path.startswith("/api/") for op in pages)
+    ops = api + pages
     failures: list[str] = []
     for op in ops:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):

@@ -221,7 +221,8 @@ class HttpServer:
         # (method, path) -> the least role (viewer | operator | admin) of each
         # route, None for the open ones; every route, for the OpenAPI document
         self.roles: dict[tuple[str, str], str | None] = {}
-        self.routes: list[Route] = []
+        self.routes: list[Route] = []       # the API's (the OpenAPI document)
+        self.ui_routes: list[Route] = []    # the web UI's pages (?ui=true)
         self.address: tuple[str, int] | None = None  # bound, while serving
         self.app = self.make_app()
 
@@ -266,7 +267,7 @@ class HttpServer:
             self.routes.append(route)
             self.roles[(route.method, route.path)] = route.role
         # the web UI (http/ui.py): its pages check the session cookie themselves
-        self.routes += UiPages(self).install(app)
+        self.ui_routes = UiPages(self).install(app)
         app.on_response_prepare.append(_no_sniffing)
         return app
 
@@ -423,7 +424,11 @@ class HttpServer:
              "created_at": iso_utc(t["created_at"])} for t in self.list_tokens()]})
 
     async def get_openapi(self, request: web.Request) -> web.Response:
-        return web.json_response(openapi(self.routes, __version__))
+        """The API's OpenAPI document; ``?ui=true``: the web UI's pages
+        instead (HTML and forms, kept apart: a client generated from the
+        API's document sees only the API)."""
+        ui = request.query.get("ui") == "true"
+        return web.json_response(openapi(self.ui_routes if ui else self.routes, __version__))
 
     async def get_metrics(self, request: web.Request) -> web.Response:
         page = await self.metrics.page()

@@ -57,8 +57,22 @@ MAX_VALIDATE = 256 * 1024          # bytes of a job file to validate
 
 _PAGE = (("limit", f"page size, 1 to {MAX_LIMIT} (default 100)"),
          ("cursor", "next_cursor of the previous page"))
+_PROBLEM = {"application/problem+json": {}}
 _JSON_BODY = {"200": {"description": "OK"},
-              "400": {"description": "bad input", "content": {"application/problem+json": {}}}}
+              "400": {"description": "bad input", "content": _PROBLEM}}
+# The statuses the writes answer other than 200 (the OpenAPI document says
+# what the server does: a run-now is 202, not 200).
+_STARTED = {"202": {"description": "Accepted: the run is recorded and placed; it starts "
+                                   "on its node"},
+            "400": _JSON_BODY["400"],
+            "404": {"description": "no such job", "content": _PROBLEM},
+            "409": {"description": "the job's concurrency refuses a run now (one runs), or "
+                                   "too many manual runs wait", "content": _PROBLEM}}
+_PLANNED = {"200": {"description": "a dry run: the plan"},
+            "202": {"description": "Accepted: the runs are recorded"},
+            "400": _JSON_BODY["400"]}
+_CREATED = {"201": {"description": "Created: the answer holds the token's secret, once"},
+            "400": _JSON_BODY["400"]}
 
 
 def json_param(value: Any) -> Any:
@@ -224,10 +238,10 @@ class ApiRoutes:
             (Route("GET", API + "/graph", "The dependency graph (the token's jobs).",
                    "viewer"), self.graph),
             (Route("POST", J + "/run", "Run the job now. Body: {params: {NAME: VALUE}, "
-                   "key}.", "operator", (), _JSON_BODY, request=RunNow,
+                   "key}.", "operator", (), _STARTED, request=RunNow,
                    body=("params", "key")), p(self.run_now)),
             (Route("POST", J + "/rerun", "A new attempt of the fire time at. Body: {at, "
-                   "downstream, dry_run}.", "operator", (), _JSON_BODY, request=W.Rerun,
+                   "downstream, dry_run}.", "operator", (), _PLANNED, request=W.Rerun,
                    body=("downstream", "dry_run")), p(self.rerun)),
             (Route("GET", R, "One run: its attempts, parameters, lineage.", "viewer"),
              self.run),
@@ -246,7 +260,7 @@ class ApiRoutes:
                    f"token for every job) takes up to {BD.HARD_MAX_FIRES}. One open "
                    "backfill per job. A dry run answers {total, counts, lines, omitted, "
                    f"omitted_after}}: lines are the first and last {BD.DRY_RUN_LINES} fire "
-                   "times, omitted how many lie between them.", "operator", (), _JSON_BODY,
+                   "times, omitted how many lie between them.", "operator", (), _PLANNED,
                    request=W.Backfill, body=("job", "reprocess", "order", "parallel", "note",
                                              "downstream", "force", "dry_run")),
              p(self.backfill)),
@@ -272,7 +286,7 @@ class ApiRoutes:
              self.audit),
             (Route("POST", API + "/tokens", "Create a token; the answer holds its secret, "
                    "once. Body: {name, role, jobs, expires (seconds)}.", "admin", (),
-                   _JSON_BODY, request=A.CreateToken, body=("name", "role", "jobs", "expires")),
+                   _CREATED, request=A.CreateToken, body=("name", "role", "jobs", "expires")),
              p(self.token_create)),
             (Route("DELETE", API + "/tokens/{name}", "Revoke the token.", "admin"),
              self.token_revoke),

@@ -235,12 +235,17 @@ def test_every_route_is_in_the_openapi_document_with_its_role():
     async def body(client, reads):
         r = await client.get("/api/v1/openapi.json")  # no token needed
         assert r.status == 200
-        return await r.json()
-    doc, server = serve_reads(body)
+        ui = await client.get("/api/v1/openapi.json?ui=true")
+        return await r.json(), await ui.json()
+    (doc, ui_doc), server = serve_reads(body)
     served = {(r.method.lower(), r.resource.canonical) for r in server.app.router.routes()
               if r.method != "HEAD"}
     listed = {(m, p) for p, ops in doc["paths"].items() for m in ops}
-    assert served == listed
+    pages = {(m, p) for p, ops in ui_doc["paths"].items() for m in ops}
+    # Issue 33 (4): the API's document lists the API, the UI's pages apart;
+    # together they are every route served
+    assert not listed & pages and ("get", "/login") in pages and ("get", "/login") not in listed
+    assert served == listed | pages
     assert doc["openapi"].startswith("3.") and ("get", "/api/v1/runs") in listed
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
@@ -267,6 +272,13 @@ def test_the_openapi_schemas_come_from_the_typed_requests():
     assert runs["cursor"] == {"type": "string"}
     jobs = {p["name"]: p["schema"] for p in doc["paths"]["/api/v1/jobs"]["get"]["parameters"]}
     assert jobs["match"] == {"type": "string", "maxLength": 200}
+    # Issue 33 (4): the statuses the server answers (run-now said 200; it is 202)
+    statuses = {(m, p): set(op["responses"]) for p, ops in doc["paths"].items()
+                for m, op in ops.items()}
+    assert {"202", "409"} <= statuses[("post", "/api/v1/jobs/{name}/run")]
+    assert "200" not in statuses[("post", "/api/v1/jobs/{name}/run")]
+    assert {"200", "202"} <= statuses[("post", "/api/v1/backfills")]
+    assert "201" in statuses[("post", "/api/v1/tokens")]
 
 
 def test_the_openapi_bodies_of_typed_writes():
