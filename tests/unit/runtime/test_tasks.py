@@ -65,26 +65,33 @@ def test_a_failing_service_is_logged_by_name_and_reported(caplog):
     assert "action=stop" in caplog.text
 
 
-def test_a_restartable_service_is_restarted_with_growing_back_off(caplog):
-    starts = []
+def fails_twice(name: str, error: Exception) -> list[float]:
+    """Run a restartable service ``name`` that raises ``error`` at its first
+    two starts and then runs; the times it started (three)."""
+    starts: list[float] = []
 
-    async def flaky():
+    async def service():
         starts.append(asyncio.get_running_loop().time())
         if len(starts) < 3:
-            raise RuntimeError(f"failure {len(starts)}")
+            raise error
         await asyncio.Event().wait()
 
     async def go():
         async with Services("t", lambda n, e: pytest.fail("not reported"),
                             restart_min=0.05, restart_max=1.0) as services:
-            services.start("flaky", flaky, restart=True)
+            services.start(name, service, restart=True)
             deadline = asyncio.get_running_loop().time() + 5
             while len(starts) < 3:
                 assert asyncio.get_running_loop().time() < deadline
                 await asyncio.sleep(0.01)
-            assert services.restarts == {"flaky": 2}
-    caplog.set_level(logging.WARNING, "cronrd.tasks")
+            assert services.restarts == {name: 2}
     run(go())
+    return starts
+
+
+def test_a_restartable_service_is_restarted_with_growing_back_off(caplog):
+    caplog.set_level(logging.WARNING, "cronrd.tasks")
+    starts = fails_twice("flaky", RuntimeError("failure"))
     assert starts[1] - starts[0] >= 0.05 and starts[2] - starts[1] >= 0.1  # doubled
     assert caplog.text.count("action=restart") == 2
     assert caplog.text.count("event=service_restarted owner=t service=flaky") == 2
@@ -94,25 +101,8 @@ def test_a_service_down_for_an_outside_reason_is_retried_without_traceback_or_ex
     """Issue 33 (5): a port another node holds made the HTTP service log a
     full traceback on every retry, for ever. The service says why once per
     attempt (its own line); Services adds nothing above DEBUG."""
-    starts = []
-
-    async def port_taken():
-        starts.append(asyncio.get_running_loop().time())
-        if len(starts) < 3:
-            raise ServiceDown("cannot listen on 127.0.0.1:8177")
-        await asyncio.Event().wait()
-
-    async def go():
-        async with Services("t", lambda n, e: pytest.fail("not reported"),
-                            restart_min=0.05, restart_max=1.0) as services:
-            services.start("http", port_taken, restart=True)
-            deadline = asyncio.get_running_loop().time() + 5
-            while len(starts) < 3:
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.01)
-            assert services.restarts == {"http": 2}
     caplog.set_level(logging.DEBUG, "cronrd.tasks")
-    run(go())
+    starts = fails_twice("http", ServiceDown("cannot listen on 127.0.0.1:8177"))
     assert starts[2] - starts[1] >= 0.1                              # still backs off
     assert not [r for r in caplog.records if r.levelno > logging.DEBUG]
     assert not [r for r in caplog.records if r.exc_info]

@@ -85,16 +85,23 @@ class FlakyLog:
         return self.inner.propose(cmd)
 
 
+async def tick_seconds(sch, clock, seconds: int) -> asyncio.Task:
+    """Run the scheduler through ``seconds`` seconds from T0, each long
+    enough for a retry (RETRY_DELAY of loop time); its task, running."""
+    task = asyncio.create_task(sch.run())
+    for step in range(seconds):
+        clock.t = T0 + step
+        sch.wake()
+        for _ in range(80):
+            await asyncio.sleep(0.01)
+    return task
+
+
 def test_fires_that_fail_to_commit_are_proposed_again_in_order():
     async def main():
         conn, log, clock, sch = await setup("* * * * * *", "all")
         sch.proposer = FlakyLog(log, failures=3)
-        task = asyncio.create_task(sch.run())
-        for step in range(8):
-            clock.t = T0 + step
-            sch.wake()
-            for _ in range(80):  # the retry waits RETRY_DELAY of loop time
-                await asyncio.sleep(0.01)
+        task = await tick_seconds(sch, clock, 8)
         await log.drain()
         fires = [f for (f,) in conn.execute("SELECT fire_time FROM runs ORDER BY fire_time")]
         # No fire time is lost to the failed commits: consecutive, no duplicates.
@@ -122,12 +129,7 @@ def test_a_leader_that_lost_its_leadership_says_so_once_not_an_error_per_fire(ca
     async def main():
         conn, log, clock, sch = await setup("* * * * * *", "all")
         sch.proposer = DeposedLog(log, failures=0)
-        task = asyncio.create_task(sch.run())
-        for step in range(4):
-            clock.t = T0 + step
-            sch.wake()
-            for _ in range(80):
-                await asyncio.sleep(0.01)
+        task = await tick_seconds(sch, clock, 4)
         sch.stop()
         await task
     with caplog.at_level(logging.DEBUG, logger="cronrd.scheduler"):
