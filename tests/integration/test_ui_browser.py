@@ -195,3 +195,53 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
     assert job["paused"] and job["pause"]["by"] == "token 'alice' (role operator)"
     assert not node.call("job", {"name": "cleanup"})["paused"]
     assert "event=http_handler_failed" not in node.daemon_log()
+
+
+def test_pages_follow_the_cluster_without_a_reload(node, browser):
+    """Issue 33 (1, 8): a run started from the CLI appears on an open
+    overview and job page without a reload, and a run's page follows its run
+    to the end (state, times, no Cancel button, attempts); its log streams
+    over SSE. A mark set in the page's script survives: nothing reloaded."""
+    node.write_job("report", {"schedule": "@daily", "command": SLOW})
+    node.start()
+    url = node.call("status")["http"]
+    ops = node.cli("token", "create", "--name", "alice", "--role", "operator").stdout.strip()
+    b = browser
+    b.get(url + "/login")
+    b.find_element(By.NAME, "token").send_keys(ops)
+    b.find_element(By.ID, "login").click()
+    wait_for(lambda: text_of(b, "whoami") == "alice · operator", what="the overview")
+
+    def following() -> bool:
+        return bool(b.execute_script(
+            "var m = document.querySelector('main'); return m && m.dataset.following"))
+
+    def unreloaded() -> bool:
+        return b.execute_script("return window.cronrdMark === 42") is True
+
+    for page in ("/", "/jobs/report"):
+        b.get(url + page)
+        wait_for(following, what=f"{page} following the event stream")
+        b.execute_script("window.cronrdMark = 42")
+        started = node.call("run_now", {"job": "report"})["run_id"]
+        wait_for(lambda: f"/runs/{started}" in b.page_source, timeout=15,
+                 what=f"run {started} on {page} without a reload")
+        assert unreloaded(), page
+        b.shot("live-overview" if page == "/" else "live-job")
+        wait_for(lambda: node.call("run", {"run_id": started})["state"] == "succeeded",
+                 timeout=30, what="the run's end")
+
+    started = node.call("run_now", {"job": "report"})["run_id"]
+    b.get(f"{url}/runs/{started}")
+    wait_for(following, what="the run's page following")
+    b.execute_script("window.cronrdMark = 42")
+    wait_for(lambda: "line 1" in text_of(b, "log"), timeout=20, what="the log, streamed")
+    assert "line 6" not in text_of(b, "log") and b.find_elements(By.ID, "cancel")
+    wait_for(lambda: text_of(b, "run-state") == "succeeded" and "line 6" in text_of(b, "log"),
+             timeout=30, what="the run's end on its page")
+    wait_for(lambda: not b.find_elements(By.ID, "cancel"), what="the Cancel button gone")
+    assert unreloaded()
+    assert [ln for ln in text_of(b, "log").splitlines()] == [f"line {i}" for i in range(1, 7)]
+    page = b.find_element(By.TAG_NAME, "main").text
+    assert "Finished" in page and "succeeded" in page
+    b.shot("live-run")

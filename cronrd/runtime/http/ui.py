@@ -80,6 +80,11 @@ def _short_time(text: str | None) -> str:
     return text.replace("T", " ")
 
 
+
+# The pages that show state, and so follow /api/v1/events in the browser.
+LIVE_PAGES = frozenset({"overview.html", "jobs.html", "job.html", "runs.html", "run.html",
+                        "alerts.html", "nodes.html", "backfills.html", "graph.html"})
+
 class UiError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -238,6 +243,13 @@ class UiPages:
     def render(self, request: web.Request, template: str, sess: Session | None, *,
                status: int = 200, **ctx) -> web.Response:
         tpl = self.env.get_template(template)
+        # Pages that show state follow the event stream (ui.js): a page of one
+        # job (or of one of its runs) only that job's events.
+        ctx["live"] = template in LIVE_PAGES and sess is not None
+        ctx["live_job"] = (ctx["job"].get("name") if template == "job.html"
+                           and isinstance(ctx.get("job"), dict) else
+                           ctx["run"].get("job") if template == "run.html"
+                           and isinstance(ctx.get("run"), dict) else None)
         ctx.setdefault("title", {"login.html": "Log in", "error.html": "Error"}.get(
             template, "cronrd"))
         html = tpl.render(sess=sess, path=request.path, csrf=sess.csrf if sess else "",
