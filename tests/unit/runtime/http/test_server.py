@@ -259,6 +259,20 @@ def test_every_route_is_in_the_openapi_document_with_its_role():
                 assert "security" not in op, path
 
 
+def test_the_openapi_documents_are_valid_openapi_3_1():
+    """Issue 33 (4): a client can be generated from the document: it
+    validates against the OpenAPI 3.1 schema, the UI pages' one too."""
+    from openapi_spec_validator import validate
+
+    async def body(client, reads):
+        return [await (await client.get(path)).json()
+                for path in ("/api/v1/openapi.json", "/api/v1/openapi.json?ui=true")]
+    docs, _ = serve_reads(body)
+    for doc in docs:
+        assert doc["openapi"] == "3.1.0" and doc["paths"]
+        validate(doc)   # raises, naming the place, on any fault
+
+
 def test_the_openapi_schemas_come_from_the_typed_requests():
     """Query parameters and JSON bodies of routes that build a typed request
     (ops/requests.py) carry its types, bounds and names, not bare strings."""
