@@ -8,7 +8,7 @@ member says it can apply it), and apply chooses its behaviour from the
 version recorded at that point of the log. A node with new code replaying
 entries written before the raise decides what the old code decided there.
 
-The rule for the next change to apply (README, "How a change to apply is
+The rule for the next change to apply (docs/design.md, "How a change to apply is
 made"):
 
 1. Give it the next version in ``VERSIONS`` (and raise ``APPLY_VERSION``).

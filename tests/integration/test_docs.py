@@ -157,3 +157,81 @@ def test_unit_key_settings():
     assert "NoNewPrivileges" not in d  # would break jobs using sudo/setuid programs
     assert d.get("ProtectSystem", ["no"]) != ["strict"]
     assert d.get("ProtectHome", ["no"]) == ["no"]
+
+
+# -- the README and docs/ (issue 33, point 7) ---------------------------------------------
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _outside_code(path: Path) -> list[str]:
+    """The page's lines outside its fenced code blocks."""
+    out, code = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            code = not code
+        elif not code:
+            out.append(line)
+    return out
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors of the page's headings, as GitHub makes them."""
+    out = set()
+    for line in _outside_code(path):
+        m = re.match(r"#{1,6} (.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            out.add(slug)
+    return out
+
+
+def _sh_blocks(text: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", text, re.S)
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_every_link_leads_to_a_file_and_a_heading_that_exist(page):
+    broken = []
+    for line in _outside_code(page):
+        for target in _LINK.findall(line):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{target}: no such file")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{target}: no heading #{anchor} in {dest.name}")
+    assert not broken, f"{page.name}: {broken}"
+
+
+def test_the_readme_is_a_front_door_and_links_every_doc():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300, "the README is the five-minute read: move detail to docs/"
+    linked = {(README.parent / t.partition("#")[0]).resolve() for t in _LINK.findall(text)}
+    assert [d.name for d in DOCS if d.resolve() not in linked] == []
+    for word in ("## Quick start", "## Guarantees", "## Dependencies, and why each one",
+                 "## Read on"):
+        assert word in text
+
+
+def test_the_quick_starts_commands_name_what_exists():
+    """The two quick-start commands: the test command is .ci/run's, word for
+    word; the node's command uses files that exist; every `cronrd WORD` in
+    the quick start is a command of the CLI."""
+    text = README.read_text(encoding="utf-8")
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = _sh_blocks(quick)
+    tests = [b.strip() for b in blocks if "pytest" in b]
+    assert len(tests) == 1 and tests[0] in (ROOT / ".ci" / "run").read_text()
+    node = next(b for b in blocks if "cronrd daemon" in b)
+    for path in re.findall(r"(examples/[\w./*-]+)", node):
+        assert list(ROOT.glob(path)), path
+    commands = every_command()
+    for block in blocks:
+        for word in re.findall(r"\bcronrd ([a-z][\w-]*)", block):
+            assert word in commands or word == "daemon", word
+    for word in re.findall(r"`cronrd ([a-z][\w-]*)", quick):
+        assert word in commands, word
