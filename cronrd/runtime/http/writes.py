@@ -57,7 +57,7 @@ MAX_VALIDATE = 256 * 1024          # bytes of a job file to validate
 
 _PAGE = (("limit", f"page size, 1 to {MAX_LIMIT} (default 100)"),
          ("cursor", "next_cursor of the previous page"))
-_PROBLEM = {"application/problem+json": {}}
+_PROBLEM: dict[str, dict] = {"application/problem+json": {}}
 _JSON_BODY = {"200": {"description": "OK"},
               "400": {"description": "bad input", "content": _PROBLEM}}
 # The statuses the writes answer other than 200 (the OpenAPI document says
