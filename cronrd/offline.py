@@ -170,7 +170,8 @@ class Offline:
     def h_job(self, args: dict, on_message) -> dict:
         from .ops import requests as R
         from .ops import typed
-        from .runtime.control.reads import job_details
+        from .jobspec.as_written import effective
+        from .runtime.control.reads import as_written, job_details
         from .state import queries as Q
         req = typed.parse(R.ShowJob, args)  # as the daemon: a name is required
         name = req.name
@@ -181,6 +182,8 @@ class Offline:
         view = self._views([dict(job, spec=job["spec"].to_dict())])[0]
         view["spec"] = job["spec"].to_dict()
         details = job_details(self.conn, job, view, wall_now(), req.next, [])
+        details["written"] = as_written(view, self.config.node_id, self.config.jobs_dir)
+        details["effective"] = [list(e) for e in effective(job["spec"])]
         details["pause"] = self._pause_note(name) if job["paused"] else None
         details["maintenance"] = self._pause_note("")
         view.update(details)

@@ -392,9 +392,25 @@ def print_job(j: dict, now: float) -> None:
     if recent:
         table([run_row(r, now, False) for r in recent], RUN_HEADERS)
         _echo_inputs(recent)
-    click.echo("\ndefinition:")
-    text = yaml.safe_dump(j.get("spec") or {}, sort_keys=False, default_flow_style=False)
-    click.echo("  " + text.rstrip("\n").replace("\n", "\n  "))
+    written = j.get("written") or {}
+    if written.get("lines"):
+        click.echo(f"\nas written in {written['path']} (on {written['node']}):")
+        width = len(str(written["lines"][-1][0]))
+        for n, line in written["lines"]:
+            click.echo(f"  {n:>{width}}  {line}".rstrip())
+    elif "effective" not in j:   # a daemon before 0.3.0: its normalised definition
+        click.echo("\ndefinition:")
+        text = yaml.safe_dump(j.get("spec") or {}, sort_keys=False, default_flow_style=False)
+        click.echo("  " + text.rstrip("\n").replace("\n", "\n  "))
+    else:
+        click.echo(f"\nas written: {written.get('why') or 'its file is not readable here'}")
+    if j.get("effective"):
+        click.echo("\nin force (* from the file; the rest are defaults):")
+        width = max(len(k) for k, _, _ in j["effective"])
+        for key, value, default in j["effective"]:
+            mark = " " if default else "*"
+            click.echo(f"  {mark} {key:<{width}}  " + str(value).replace(
+                "\n", "\n" + " " * (width + 6)))
 
 
 @click.command()

@@ -212,3 +212,29 @@ def test_a_daemon_on_another_socket_is_not_mistaken_for_none(node, tmp_path):
     res = node.cli("status", "--socket", str(tmp_path / "elsewhere.sock"))
     assert res.returncode == 1
     assert "a daemon holds" in res.stderr and "--socket" in res.stderr
+
+
+def test_show_gives_the_job_file_as_written_and_the_values_in_force(node):
+    """Issue 33 (3): `cronrd show` printed a normalised dump (timeout: 1800.0,
+    nulls for every unset key); now the file's own lines, numbered, and
+    every value in force with the defaults told apart. The UI's job page
+    shows the same."""
+    node.write_job("backup", "# ask the DB team before changing\nschedule: '0 3 * * *'\n"
+                             "command: |\n  tar czf /tmp/etc.tgz /etc\n  echo done\n"
+                             "timeout: 30m\n")
+    node.start()
+    res = node.cli("show", "backup")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert f"as written in {node.jobs_dir / 'backup.yaml'}" in out
+    assert "  1  # ask the DB team before changing\n" in out
+    assert "  6  timeout: 30m\n" in out
+    assert "1800.0" not in out
+    assert "* timeout" in out and "  kill_grace" in out and "10s" in out
+    shown = json.loads(node.cli("show", "backup", "--json").stdout)
+    assert shown["written"]["line"] == 2 and len(shown["written"]["lines"]) == 6
+    assert ["timeout", "30m", False] in shown["effective"]
+    # with the daemon down, the same from the state and the file
+    node.terminate()
+    offline = node.cli("show", "backup").stdout
+    assert "  1  # ask the DB team before changing\n" in offline and "* timeout" in offline

@@ -103,6 +103,10 @@ def test_login_sets_an_httponly_strict_cookie_that_opens_the_pages(node):
         assert "watch · viewer" in text
     resp, text = b.get("/jobs/hello")
     assert "echo hi" in text and "hello.yaml" in text and "Run now" not in text
+    # Issue 33 (3): the file as written, numbered, and the values in force
+    written = text.split('id="written">')[1].split("</pre>")[0]
+    assert '<span class="ln">1</span>schedule: \'@yearly\'' in written.replace("&#39;", "\'")
+    assert 'id="effective"' in text and "from the file" in text and ">default<" in text
     # Issue 33 (6): the overview's tiles lead to their lists and say what
     # they count; open alerts are listed there
     resp, text = b.get("/")

@@ -34,7 +34,6 @@ GROUPS = {"unit", "integration", "security", "support"}
 # what tests them instead. Reviewed: keep it honest.
 NO_UNIT_TEST_FILE = {
     "__main__.py": "one line, `python -m cronrd` runs cli.main; integration/ runs it",
-    "runtime/http/writes.py": "integration/test_http_api.py (every route through a real daemon, roles, audit)",
     "bounded_yaml.py": "security/test_job_files.py (alias bombs, nesting, sizes)",
     "client.py": "through the CLI and the daemons in integration/ (support/harness.py)",
     # cli/: tested as a package (unit/cli/test_cli*.py, a file per topic).

@@ -21,7 +21,8 @@ from ...ops import requests as R
 from ...ops import admin as A
 from .access import Caller, check_admin
 from .server import Stream
-from .reads import job_details, job_view, pools_brief
+from .reads import as_written, job_details, job_view, pools_brief
+from ...jobspec.as_written import effective
 
 if TYPE_CHECKING:
     from .server import HandlersHost as _Host
@@ -233,6 +234,8 @@ class JobRequests(_Host):
         view.update(job_details(self.conn, job, view, self.clock.now(), req.next,
                                 [str(p) for p in self.watcher.problems
                                  if p.path == job["source"]]))
+        view["written"] = as_written(view, self.config.node_id, self.config.jobs_dir)
+        view["effective"] = [list(e) for e in effective(job["spec"])]
         return view
 
     async def h_explain(self, req: A.Explain) -> dict[str, Any]:

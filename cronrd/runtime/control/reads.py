@@ -7,11 +7,13 @@ opened read-only when the daemon is down (offline.py)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import apsw
 
 from ...errors import CronrdError, RequestError
+from ...jobspec.as_written import written
 from ...ops import requests as R
 from ...schedule import iso_utc, make_trigger, parse_iso, parse_schedule
 from ...state import queries as Q
@@ -226,3 +228,30 @@ def pools_brief(conn) -> list[dict]:
     from ...state import pools as PL
     return [{k: p[k] for k in ("pool", "slots", "scope", "in_use", "waiting")}
             for p in PL.usage(conn)]
+
+
+def as_written(view: dict, node_id: str, jobs_dir: str) -> dict[str, Any]:
+    """A job's file as written, if this node has it (``view``: the job's
+    view, with its sources): the path, the job's first line and the lines
+    that define it; else which node has it, and why not. Only a YAML file
+    inside this node's ``jobs_dir`` is read: the path comes from the
+    replicated state, which another member may have written."""
+    mine = [s for s in view.get("sources") or [] if s.get("node") == node_id]
+    path = mine[0]["source"] if mine else None
+    name = view["spec"]["name"]
+    if path and _in_dir(path, jobs_dir):
+        found = written(path, name)
+        if found is not None:
+            return {"node": node_id, "path": path, "line": found[0], "lines": found[1]}
+    others = sorted({s.get("node") for s in view.get("sources") or []} - {node_id})
+    why = (f"the file is on node {others[0]}: `cronrd show {name}` there shows it as written"
+           if others and not path else "its file cannot be read here now (changed or "
+           "removed since); the definition in force is below")
+    return {"node": None if path else (others[0] if others else None),
+            "path": path or view.get("source"), "line": None, "lines": None, "why": why}
+
+
+def _in_dir(path: str, directory: str) -> bool:
+    base, real = os.path.realpath(directory), os.path.realpath(path)
+    return (os.path.commonpath([base, real]) == base and real != base
+            and real.endswith((".yaml", ".yml")))

@@ -171,7 +171,7 @@ def test_status_has_a_pools_line(daemon):
 
 # -- alerts and the dead letter ------------------------------------------------------
 @pytest.mark.parametrize("argv, said", [
-    (["alerts", "ack", "x"], "alerts ack takes an alert id (`cronrd alerts` lists them), "
+    (["alerts", "ack", "x"], "alerts ack takes alert ids (`cronrd alerts` lists them), "
                              "not 'x'"),
     (["alerts", "close", "3"], "use `cronrd alerts` to list, or `cronrd alerts ack ID"),
     (["dead-letter", "requeue", "y"], "dead-letter requeue takes a run id"),
