@@ -157,7 +157,15 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
         assert b.find_element(By.ID, "whoami")
         if page == "graph":  # report -> publish, drawn
             assert len(b.find_elements(By.CSS_SELECTOR, "svg.graph rect")) == 2
-            assert len(b.find_elements(By.CSS_SELECTOR, "svg.graph line")) == 1
+            assert len(b.find_elements(By.CSS_SELECTOR, "svg.graph path.edge")) == 1
+            # a box says its schedule and latest state, in its state's colour
+            # (issue 33 (2))
+            assert b.find_elements(By.CSS_SELECTOR, 'a.graph-node[data-job="report"] rect.ok')
+            details = {a.get_attribute("data-job"): a.find_element(By.CSS_SELECTOR,
+                                                                   "text.detail").text
+                       for a in b.find_elements(By.CSS_SELECTOR, "a.graph-node")}
+            assert details["report"] == "@daily · succeeded", details
+            assert details["publish"].startswith("@daily · "), details
         b.shot(page)
 
     # phone width: nothing scrolls sideways

@@ -751,7 +751,12 @@ def _yaml(spec: dict) -> str:
 
 def layout_graph(jobs: list[dict], edges: list) -> dict:
     """Boxes and arrows of the dependency graph: each job in the column of its
-    longest path from a root, rows in name order (no drawing library)."""
+    longest path from a root, rows in name order (no drawing library). A box
+    names the job, its schedule and its latest run's state. An arrow runs
+    only through the gaps between columns and between rows, so it never
+    passes under a box: out of its parent into the gap after the parent's
+    column, along the gap above the child's row (when it has columns to
+    cross, or goes back), down the gap before the child's column, into it."""
     parents: dict[str, list[str]] = {}
     for p, c in edges:
         parents.setdefault(c, []).append(p)
@@ -768,15 +773,35 @@ def layout_graph(jobs: list[dict], edges: list) -> dict:
     cols: dict[int, list[str]] = {}
     for j in sorted(jobs, key=lambda j: j["name"]):
         cols.setdefault(d(j["name"]), []).append(j["name"])
-    W, H, BW, BH = 190, 56, 160, 34
+    W, H, BW, BH = 210, 70, 170, 46
+    col_of = {n: c for c, names in cols.items() for n in names}
     pos = {n: (20 + c * W, 20 + i * H) for c, names in cols.items()
            for i, n in enumerate(names)}
-    state = {j["name"]: (j.get("last_run") or {}).get("state") for j in jobs}
-    boxes = [{"name": n, "x": x, "y": y, "w": BW, "h": BH, "state": state.get(n),
-              "missing": next((j["missing"] for j in jobs if j["name"] == n), False)}
-             for n, (x, y) in pos.items()]
-    lines = [{"x1": pos[p][0] + BW, "y1": pos[p][1] + BH / 2, "x2": pos[c][0],
-              "y2": pos[c][1] + BH / 2} for p, c in edges if p in pos and c in pos]
+    by_name = {j["name"]: j for j in jobs}
+    boxes = []
+    for n, (x, y) in pos.items():
+        j = by_name.get(n, {})
+        state = (j.get("last_run") or {}).get("state")
+        detail = "no such job" if j.get("missing") else \
+            f"{j.get('schedule') or ''} · {state or 'never ran'}"
+        boxes.append({"name": n, "x": x, "y": y, "w": BW, "h": BH, "state": state,
+                      "missing": bool(j.get("missing")), "detail": detail})
+    gap_x, gap_y = (W - BW) / 2, (H - BH) / 2
+    paths = []
+    for p, c in edges:
+        if p not in pos or c not in pos:
+            continue
+        (px, py), (cx, cy) = pos[p], pos[c]
+        start, end = (px + BW, py + BH / 2), (cx, cy + BH / 2)
+        out_x, in_x = px + BW + gap_x, cx - gap_x      # the gaps beside the two columns
+        if col_of[c] == col_of[p] + 1:               # neighbours: one bend in their gap
+            points = [start, (out_x, start[1]), (out_x, end[1]), end]
+        else:                                        # across columns, or back: a row gap
+            lane = cy - gap_y
+            points = [start, (out_x, start[1]), (out_x, lane), (in_x, lane), (in_x, end[1]),
+                      end]
+        paths.append({"d": "M " + " L ".join(f"{x:g} {y:g}" for x, y in points),
+                      "points": points, "from": p, "to": c})
     width = max((x for x, _ in pos.values()), default=0) + BW + 40
     height = max((y for _, y in pos.values()), default=0) + BH + 40
-    return {"boxes": boxes, "lines": lines, "width": width, "height": height}
+    return {"boxes": boxes, "paths": paths, "width": width, "height": height}

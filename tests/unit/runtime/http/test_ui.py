@@ -231,4 +231,39 @@ def test_the_graph_puts_each_job_right_of_its_parents():
     g = layout_graph(jobs, [["a", "b"], ["b", "c"], ["a", "c"], ["c", "a"]])  # a cycle too
     x = {b["name"]: b["x"] for b in g["boxes"]}
     assert x["a"] < x["b"] < x["c"] and x["d"] == x["a"] or x["d"] <= x["b"]
-    assert len(g["lines"]) == 4 and g["width"] > max(x.values())
+    assert len(g["paths"]) == 4 and g["width"] > max(x.values())
+
+
+def _crosses(seg, box) -> bool:
+    """Does an axis-parallel segment pass through the inside of a box?"""
+    (x1, y1), (x2, y2) = seg
+    lo_x, hi_x, lo_y, hi_y = min(x1, x2), max(x1, x2), min(y1, y2), max(y1, y2)
+    return (lo_x < box["x"] + box["w"] and hi_x > box["x"]
+            and lo_y < box["y"] + box["h"] and hi_y > box["y"])
+
+
+def test_no_arrow_of_the_graph_runs_under_a_box_and_each_box_says_schedule_and_state():
+    """Issue 33 (2): an edge was drawn under a box (a straight line across a
+    column), and boxes were bare names."""
+    names = ["extract", "fx-rates", "transform", "load", "report", "audit"]
+    jobs = [{"name": n, "missing": False, "schedule": "@hourly",
+             "last_run": {"state": "failed"} if n == "load" else None} for n in names]
+    edges = [["extract", "transform"], ["fx-rates", "transform"], ["transform", "load"],
+             ["extract", "load"], ["extract", "report"], ["load", "report"],
+             ["fx-rates", "audit"], ["report", "audit"], ["audit", "fx-rates"]]  # and back
+    g = layout_graph(jobs, edges)
+    boxes = {b["name"]: b for b in g["boxes"]}
+    for path in g["paths"]:
+        pts = path["points"]
+        segments = list(zip(pts, pts[1:]))
+        assert all(a[0] == b[0] or a[1] == b[1] for a, b in segments), path  # axis-parallel
+        for seg in segments:
+            for box in g["boxes"]:
+                assert not _crosses(seg, box), (path["from"], path["to"], box["name"])
+        (sx, sy), (ex, ey) = pts[0], pts[-1]
+        parent, child = boxes[path["from"]], boxes[path["to"]]
+        assert sx == parent["x"] + parent["w"] and ex == child["x"]
+        assert parent["y"] < sy < parent["y"] + parent["h"]
+        assert child["y"] < ey < child["y"] + child["h"]
+    assert boxes["load"]["detail"] == "@hourly · failed" and boxes["load"]["state"] == "failed"
+    assert boxes["extract"]["detail"] == "@hourly · never ran"
