@@ -82,7 +82,11 @@ def test_a_killed_nodes_runs_move_and_start_long_before_node_timeout(cluster, vi
     assert max(late) < 20, sorted(late)[-5:]
     assert min(late) >= -0.05
     if victim == "follower":
-        assert moved >= 1  # some were placed on it before the leader saw it gone
+        # Some were placed on it before the leader saw it gone, and moved;
+        # or the leader saw it gone at once (its connection closed: its clock
+        # forgotten, nothing placed there) and none had to move.
+        assert moved >= 1 or f"event=clock_forgotten node={dead_id}" in \
+            lead.log_file.read_text(), moved
     # No duplicate: every attempt started at most once, on a live node, and
     # the survivors agree on the history.
     wait_for(lambda: len({n.call("status")["state_digest"] for n in c if n is not dead}) == 1

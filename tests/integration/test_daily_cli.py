@@ -72,7 +72,7 @@ def test_show_prints_state_next_fires_runs_and_the_definition(node):
     assert "the nightly one" in out and "echo hi" in out
     nxt = [ln for ln in out.splitlines() if "Europe/Berlin" in ln and "02:30:00" in ln]
     assert len(nxt) == 5  # five next fire times, UTC and the job's zone
-    assert "succeeded" in out and "definition:" in out
+    assert "succeeded" in out and "as written in" in out and "in force" in out
     data = json.loads(node.cli("show", "nightly", "--json").stdout)
     assert len(data["next_fires"]) == 5 and data["state"] == "active"
     assert data["recent_runs"][0]["state"] == "succeeded"

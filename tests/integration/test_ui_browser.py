@@ -253,3 +253,14 @@ def test_pages_follow_the_cluster_without_a_reload(node, browser):
     page = b.find_element(By.TAG_NAME, "main").text
     assert "Finished" in page and "succeeded" in page
     b.shot("live-run")
+
+    # Issue 33 (2): the job's charts, drawn in the browser (uPlot), a point
+    # per fire time that ran: three here
+    b.get(url + "/jobs/report")
+    wait_for(lambda: b.find_elements(By.CSS_SELECTOR, "#job-chart-duration canvas")
+             and b.find_elements(By.CSS_SELECTOR, "#job-chart-lateness canvas"),
+             what="the job's charts drawn")
+    for chart in ("job-chart-duration", "job-chart-lateness"):
+        assert b.find_element(By.ID, chart).get_attribute("data-points") == "3"
+    assert "succeeded" in b.find_element(By.ID, "job-chart-duration").text.lower()  # legend
+    b.shot("job-charts")

@@ -156,7 +156,7 @@ def test_the_overview_counts_only_the_tokens_alerts_and_dead_letters():
         assert r.status == 200
         html = await r.text()
         # one late alert and one dead letter of web-*, not the three of all jobs
-        assert "<b>1</b><span>late</span>" in html, html
+        assert "<b>1</b><span>late (SLA)</span>" in html, html
         assert "<b>1</b><span>dead letter</span>" in html
     serve(body)
 

@@ -20,6 +20,7 @@ Every list pages: jobs by name (``after``), runs and the audit log by id
 from __future__ import annotations
 
 import base64
+import datetime
 import fnmatch
 import functools
 import logging
@@ -463,11 +464,12 @@ class UiPages:
         except CronrdError as exc:
             explained, explain_error = None, str(exc)
         spec_text = _yaml(job["spec"])
+        chart = job_chart(runs)
         preview = None
         return self.render(request, "job.html", sess, job=job, grid=grid,
                            attempts=list(range(1, attempts + 1)), older=older,
                            explained=explained, explain_error=explain_error, explain_at=at,
-                           spec_text=spec_text, preview=preview, title=name,
+                           spec_text=spec_text, preview=preview, title=name, chart=chart,
                            params=job["spec"].get("params") or {})
 
     @page()
@@ -747,6 +749,40 @@ def _yaml(spec: dict) -> str:
     import yaml
     clean = {k: v for k, v in spec.items() if v not in (None, [], {}, "")}
     return yaml.safe_dump(clean, sort_keys=False, default_flow_style=False)
+
+
+# The outcomes the job page's charts colour apart (the rest: "other").
+CHART_OUTCOMES = ("succeeded", "failed")
+
+
+def job_chart(runs: list[dict]) -> dict:
+    """A job page's chart data, from its runs (views, any order): per fire
+    time that has a run that started, oldest first, the duration of its
+    last attempt that ran, the start lateness of its first (started at
+    minus fire time), and its outcome (the last attempt's state), as
+    uPlot's columns: x (Unix seconds) and one series per outcome, null
+    where the fire time had another."""
+    by_fire: dict[str, list[dict]] = {}
+    for r in runs:
+        if r.get("started_at"):
+            by_fire.setdefault(r["fire_time"], []).append(r)
+    def at(iso: str) -> float:   # with its milliseconds (parse_iso keeps whole seconds)
+        return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    xs, dur, late, outcome = [], [], [], []
+    for fire in sorted(by_fire, key=at):
+        tries = sorted(by_fire[fire], key=lambda r: r["attempt"])
+        first, last = tries[0], tries[-1]
+        start, fire_at = at(last["started_at"]), at(fire)
+        end = at(last["finished_at"]) if last.get("finished_at") else None
+        xs.append(fire_at)
+        dur.append(None if end is None else round(end - start, 3))
+        late.append(round(at(first["started_at"]) - fire_at, 3))
+        outcome.append(last["state"] if last["state"] in CHART_OUTCOMES else "other")
+    series = {}
+    for name, values in (("duration", dur), ("lateness", late)):
+        series[name] = {o: [v if oc == o else None for v, oc in zip(values, outcome)]
+                        for o in (*CHART_OUTCOMES, "other")}
+    return {"x": xs, "series": series}
 
 
 def layout_graph(jobs: list[dict], edges: list) -> dict:

@@ -69,6 +69,7 @@
     while (fresh.firstChild) { nodes.push(document.adoptNode(fresh.firstChild)); }
     main.replaceChildren.apply(main, nodes);
     postButtons(main);
+    charts(main);
   }
 
   // A page that shows state follows /api/v1/events: on a change it may show
@@ -121,6 +122,31 @@
     main.setAttribute("data-following", "1");
   }
 
+  // The job page's charts (uPlot, vendored: static/uPlot.LICENSE): duration
+  // and start lateness per fire time, a series per outcome, points only.
+  var OUTCOMES = ["succeeded", "failed", "other"];
+  var COLOURS = {succeeded: "#2e8540", failed: "#d83933", other: "#8a94a3"};
+  function charts(root) {
+    var data = root.querySelector("#job-chart-data");
+    if (!data || !window.uPlot) { return; }
+    var d = JSON.parse(data.textContent);
+    root.querySelectorAll("div.chart[data-series]").forEach(function (el) {
+      var s = d.series[el.getAttribute("data-series")];
+      var opts = {
+        width: Math.max(300, el.clientWidth || 600), height: 180,
+        scales: {x: {time: true}},
+        series: [{}].concat(OUTCOMES.map(function (k) {
+          return {label: k, stroke: COLOURS[k], paths: function () { return null; },
+                  points: {show: true, size: 6, fill: COLOURS[k], stroke: COLOURS[k]}};
+        })),
+        axes: [{}, {label: el.getAttribute("data-label")}]
+      };
+      el.textContent = "";
+      new window.uPlot(opts, [d.x].concat(OUTCOMES.map(function (k) { return s[k]; })), el);
+      el.setAttribute("data-points", String(d.x.length));
+    });
+  }
+
   function postButtons(root) {
     root.querySelectorAll("button[data-post]").forEach(function (b) {
       b.addEventListener("click", function () {
@@ -136,5 +162,6 @@
     var main = document.querySelector("main[data-live]");
     if (main) { livePage(main); }
     postButtons(document);
+    charts(document);
   });
 })();

@@ -267,3 +267,30 @@ def test_no_arrow_of_the_graph_runs_under_a_box_and_each_box_says_schedule_and_s
         assert child["y"] < ey < child["y"] + child["h"]
     assert boxes["load"]["detail"] == "@hourly · failed" and boxes["load"]["state"] == "failed"
     assert boxes["extract"]["detail"] == "@hourly · never ran"
+
+
+def test_the_job_chart_has_a_point_per_fire_time_coloured_by_its_last_attempt():
+    """Issue 33 (2): the job page's duration and start lateness per fire
+    time, the outcome as colour (a series each), from the runs' views."""
+    from cronrd.runtime.http.ui import job_chart
+    runs = [  # newest first, as the page reads them
+        {"fire_time": "2026-12-05T10:02:00Z", "attempt": 1, "state": "running",
+         "started_at": "2026-12-05T10:02:00.200Z", "finished_at": None},
+        {"fire_time": "2026-12-05T10:01:00Z", "attempt": 2, "state": "succeeded",
+         "started_at": "2026-12-05T10:01:30.000Z", "finished_at": "2026-12-05T10:01:31.500Z"},
+        {"fire_time": "2026-12-05T10:01:00Z", "attempt": 1, "state": "failed",
+         "started_at": "2026-12-05T10:01:00.050Z", "finished_at": "2026-12-05T10:01:01.000Z"},
+        {"fire_time": "2026-12-05T10:00:00Z", "attempt": 1, "state": "failed",
+         "started_at": "2026-12-05T10:00:00.120Z", "finished_at": "2026-12-05T10:00:02.120Z"},
+        {"fire_time": "2026-12-05T09:59:00Z", "attempt": 1, "state": "skipped",
+         "started_at": None, "finished_at": "2026-12-05T09:59:00Z"},   # never ran: no point
+    ]
+    c = job_chart(runs)
+    t0 = 1796464800.0      # 10:00:00Z
+    assert c["x"] == [t0, t0 + 60, t0 + 120]
+    dur, late = c["series"]["duration"], c["series"]["lateness"]
+    assert dur["failed"] == [2.0, None, None]          # 10:00 failed for good
+    assert dur["succeeded"] == [None, 1.5, None]       # 10:01: its retry's duration
+    assert dur["other"] == [None, None, None]          # 10:02 still running: no duration
+    assert late["succeeded"] == [None, 0.05, None]     # lateness of the first attempt
+    assert late["other"] == [None, None, 0.2]
