@@ -372,8 +372,9 @@ def test_a_refused_requests_target_cannot_drive_the_admins_terminal(capsys):
 
 def test_a_jobs_source_outside_the_jobs_dir_is_never_opened(tmp_path):
     """The state names a job's source file; whoever can commit a record
-    could name any file (/dev/zero, /etc/shadow): only jobs_dir's are read."""
-    from cronrd.runtime.http.writes import ApiRoutes
+    could name any file (/dev/zero, /etc/shadow): only jobs_dir's are read.
+    (The API's source_line and the file as written come from as_written.)"""
+    from cronrd.runtime.control.reads import as_written
     jobs_dir = tmp_path / "cronrd.d"
     jobs_dir.mkdir()
     (jobs_dir / "x.yaml").write_text("\nname: x\nschedule: '@daily'\ncommand: 'true'\n")
@@ -382,15 +383,14 @@ def test_a_jobs_source_outside_the_jobs_dir_is_never_opened(tmp_path):
     (jobs_dir / "zero.yaml").symlink_to("/dev/zero")
     os.mkfifo(jobs_dir / "fifo.yaml")
 
-    class H:
-        class config:
-            pass
-    H.config.jobs_dir = str(jobs_dir)
-    routes = ApiRoutes(H, lambda request: {})
-    assert routes._source_line("x", "x.yaml") == 2
-    assert routes._source_line("x", str(jobs_dir / "x.yaml")) == 2
+    def source_line(name: str, source: str) -> int | None:
+        view = {"spec": {"name": name}, "source": source,
+                "sources": [{"node": "n1", "source": source, "digest": "d"}]}
+        return as_written(view, "n1", str(jobs_dir))["line"]
+    assert source_line("x", "x.yaml") == 2
+    assert source_line("x", str(jobs_dir / "x.yaml")) == 2
     for source in (str(outside), "../secret.yaml", "/dev/zero", "zero.yaml", "fifo.yaml"):
-        assert routes._source_line("x", source) is None, source
+        assert source_line("x", source) is None, source
 
 
 def test_an_admin_token_limited_to_some_jobs_lists_no_tokens():

@@ -239,8 +239,8 @@ def as_written(view: dict, node_id: str, jobs_dir: str) -> dict[str, Any]:
     mine = [s for s in view.get("sources") or [] if s.get("node") == node_id]
     path = mine[0]["source"] if mine else None
     name = view["spec"]["name"]
-    if path and _in_dir(path, jobs_dir):
-        found = written(path, name)
+    if path and _in_dir(full := os.path.join(jobs_dir, path), jobs_dir):
+        found = written(full, name)
         if found is not None:
             return {"node": node_id, "path": path, "line": found[0], "lines": found[1]}
     others = sorted({s.get("node") for s in view.get("sources") or []} - {node_id})

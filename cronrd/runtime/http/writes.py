@@ -19,8 +19,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
-import stat
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -337,30 +335,10 @@ class ApiRoutes:
             raise UsageError(f"next must be a whole number 0 to 100 (got {text!r})")
         self._exists(name)
         view = await self.h.h_job(typed.parse(R.ShowJob, {"name": name, "next": int(text)}))
-        view["source_line"] = self._source_line(name, view.get("source") or "")
+        # the line of the job in its file, when this node has the file
+        # (control/reads.as_written read it, from this node's jobs_dir only)
+        view["source_line"] = (view.get("written") or {}).get("line")
         return _json(view)
-
-    def _source_line(self, name: str, source: str) -> int | None:
-        """The line of the job's definition in its file, if the file is on
-        this node (the state keeps the file's path, not the line). Only a
-        regular file under jobs_dir is read: whoever can commit a record
-        could name any file (/dev/zero, /etc/shadow)."""
-        jobs_dir = os.path.normpath(self.h.config.jobs_dir)
-        path = os.path.normpath(os.path.join(jobs_dir, source))
-        if os.path.commonpath([jobs_dir, path]) != jobs_dir:
-            return None
-        try:
-            with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_VALIDATE * 4:
-                    return None
-                text = f.read(MAX_VALIDATE * 4).decode()
-        except (OSError, UnicodeDecodeError, ValueError):
-            return None
-        for spec in parse_job_text(text, path).jobs:
-            if spec.name == name:
-                return spec.line or None
-        return None
 
     def _exists(self, name: str) -> None:
         if not any(Q.jobs(self.h.conn, name=name)):
