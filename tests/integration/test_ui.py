@@ -266,6 +266,9 @@ def test_a_session_goes_on_on_another_node_when_its_node_dies(cluster):
     # the same cookie and CSRF token on another node
     other = Browser(second.call("status")["http"])
     other.cookies = dict(b.cookies)
+    # (the second node may apply the login's StartSession a moment later)
+    wait_for(lambda: other.get("/jobs/hello")[0].status == 200,
+             what="the session on the second node")
     resp, text = other.get("/jobs/hello")
     assert resp.status == 200 and "ops · operator" in text
     resp, text = other.post("/jobs/hello/pause", {"csrf": csrf, "note": "moved"})
