@@ -116,6 +116,11 @@ CREATE INDEX IF NOT EXISTS runs_succeeded ON runs(job, finished_at)
 -- made before the waiting state is remade (StateMachine.migrate).
 CREATE INDEX IF NOT EXISTS runs_active ON runs(state)
     WHERE state IN ('pending', 'assigned', 'running', 'waiting');
+-- The runs that ended, by when: with runs_active, every run a picture of a
+-- span of time can show (state/activity.py), without reading the rest of
+-- the history. It holds what those pictures read (no lookup of the record).
+CREATE INDEX IF NOT EXISTS runs_ended ON runs(finished_at, job, kind, fire_time, attempt,
+    state, node, started_at) WHERE finished_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS gaps(
     gap_id INTEGER PRIMARY KEY,
     job TEXT NOT NULL,

@@ -353,3 +353,53 @@ def test_the_overview_counts_fire_times_that_failed_for_good_not_attempts_a_retr
     assert tile and tile.group(1) == "1", text
     failures = text.split('id="failures"')[1].split("</table>")[0]
     assert "/jobs/broken" in failures and "/jobs/flaky" not in failures
+
+
+def _json_script(text: str, ident: str) -> dict:
+    raw = text.split(f'id="{ident}">')[1].split("</script>")[0]
+    return json.loads(raw.replace("&#34;", '"').replace("&#39;", "'").replace("&amp;", "&"))
+
+
+def test_pictures_of_time_show_what_the_daemon_ran(node):
+    """Issue 33 (2): the overview's activity, the timeline across nodes and
+    a job's calendar, from a real daemon's runs; bad windows refused with
+    what to do."""
+    node.write_job("tick", {"schedule": "@every 1s", "command": "true"})
+    node.write_job("broken", {"schedule": "@yearly", "command": "false"})
+    node.start()
+    node.cli("run-now", "broken", "--wait")
+    wait_for(lambda: sum(r["state"] == "succeeded" for r in node.runs("tick")) >= 3,
+             what="three fire times of tick ran")
+    me = node.runs("broken")[0]["node"]
+    b = Browser(node.call("status")["http"])
+    b.login(tokens(node)["watch"])
+
+    resp, text = b.get("/?span=1h")
+    assert resp.status == 200, text
+    act = _json_script(text, "activity-data")
+    assert act["step"] == 60 and len(act["x"]) == 60
+    assert sum(act["outcomes"]["succeeded"]) >= 3 and sum(act["outcomes"]["failed"]) == 1
+    assert max(v for v in act["lateness"]["p99"] if v is not None) < 5
+    assert list(act["running"]) == [me]
+    resp, text = b.get("/?span=2w")
+    assert resp.status == 400 and "pick one of 1h, 6h, 1d, 7d" in text
+
+    resp, text = b.get("/timeline")
+    assert resp.status == 200 and 'id="timeline"' in text, text
+    failed = next(r for r in node.runs("broken"))
+    bar = re.search(rf'<a href="/runs/{failed["run_id"]}" class="bar" data-run="\d+" '
+                    rf'data-node="([^"]+)" data-job="broken">.*?class="(\w+)"', text)
+    assert bar and bar.groups() == (me, "bad"), text
+    assert f">{me}</text>" in text
+    resp, text = b.get("/timeline?start=2026-12-05T10:00:00Z&end=2026-12-05T09:00:00Z")
+    assert resp.status == 400 and "give start before end" in text
+    resp, text = b.get("/timeline?start=2026-11-01T00:00:00Z&end=2026-12-05T00:00:00Z")
+    assert resp.status == 400 and "at most 7 days" in text
+    resp, text = b.get("/timeline?start=yesterday")
+    assert resp.status == 400
+
+    resp, text = b.get("/jobs/tick")
+    cells = re.findall(r'<rect [^>]*class="day (\w+) l(\d)" data-day="([\d-]+)"', text)
+    assert len(cells) == 84
+    assert cells[-1][0] in ("succeeded", "running") and cells[-1][1] != "0", cells[-1]
+    assert {c[0] for c in cells[:-2]} == {"none"}   # a new job: nothing before yesterday

@@ -8,9 +8,11 @@ README's docs/ui-overview.png is the overview one)."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -68,6 +70,12 @@ def browser(tmp_path):
         yield driver
     finally:
         driver.quit()
+
+
+def iso_plus(iso: str, seconds: float) -> str:
+    """An ISO time ``seconds`` later, to the second (UTC)."""
+    t = datetime.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return (t + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def text_of(driver, element_id: str) -> str:
@@ -264,3 +272,85 @@ def test_pages_follow_the_cluster_without_a_reload(node, browser):
         assert b.find_element(By.ID, chart).get_attribute("data-points") == "3"
     assert "succeeded" in b.find_element(By.ID, "job-chart-duration").text.lower()  # legend
     b.shot("job-charts")
+
+
+def test_pictures_of_time_in_a_real_browser(node, browser):
+    """Issue 33 (2, 8): the overview's activity charts drawn with data; the
+    timeline shows a run on the node that ran it, its bar leads to the run,
+    and a drag zooms to that stretch; the graph shows a failed generation
+    in its failed colour; the job's calendar marks today. A screenshot of
+    each page."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    node.write_job("extract", {"schedule": "@yearly", "command": "echo x; sleep 1; exit 3"})
+    node.write_job("load", {"schedule": "@after", "depends_on": [{"job": "extract"}],
+                            "command": "true"})
+    node.write_job("tick", {"schedule": "@every 2s", "command": "sleep 0.3"})
+    node.start()
+    failed = node.call("run_now", {"job": "extract"})["run_id"]
+    wait_for(lambda: node.call("run", {"run_id": failed})["state"] == "failed",
+             what="extract failed")
+    wait_for(lambda: sum(r["state"] == "succeeded" for r in node.runs("tick")) >= 2,
+             what="tick ran twice")
+    me = node.call("run", {"run_id": failed})["node"]
+    url = node.call("status")["http"]
+    viewer = node.cli("token", "create", "--name", "eve", "--role", "viewer").stdout.strip()
+    b = browser
+    b.get(url + "/login")
+    b.find_element(By.NAME, "token").send_keys(viewer)
+    b.find_element(By.ID, "login").click()
+    wait_for(lambda: text_of(b, "whoami") == "eve · viewer", what="the overview")
+
+    wait_for(lambda: len(b.find_elements(By.CSS_SELECTOR, "div.chart[data-activity] canvas"))
+             == 3, what="the overview's three charts drawn")
+    chart = b.find_element(By.ID, "chart-running")
+    assert chart.get_attribute("data-points") == "60"
+    assert chart.get_attribute("data-series-count") == "1" and me in chart.text.lower()
+    assert "failed" in b.find_element(By.ID, "chart-outcomes").text.lower()
+    b.shot("overview")
+
+    run = node.call("run", {"run_id": failed})
+    window = "/timeline?" + urlencode({"start": iso_plus(run["started_at"], -4),
+                                       "end": iso_plus(run["finished_at"], 4)})
+    b.get(url + window)
+    bar = b.find_element(By.CSS_SELECTOR, f'svg#timeline a.bar[data-run="{failed}"]')
+    assert bar.get_attribute("data-node") == me
+    rect = bar.find_element(By.TAG_NAME, "rect")
+    assert rect.get_attribute("class") == "bad"
+    assert rect.value_of_css_property("fill") == "rgb(224, 96, 90)"
+    assert b.find_elements(By.XPATH, f'//*[local-name()="text" and @class="node" '
+                                     f'and text()="{me}"]')
+    b.shot("timeline")
+    bar.click()
+    wait_for(lambda: b.current_url.endswith(f"/runs/{failed}"), what="the bar's run page")
+    b.get(url + window)
+    svg = b.find_element(By.ID, "timeline")
+    left, plot = int(svg.get_attribute("data-left")), int(svg.get_attribute("data-plot"))
+    start, end = float(svg.get_attribute("data-start")), float(svg.get_attribute("data-end"))
+    width = svg.size["width"]
+    (ActionChains(b).move_to_element_with_offset(svg, -width // 2 + left + plot // 2, 5)
+     .click_and_hold().move_by_offset(plot // 4, 0).release().perform())
+    wait_for(lambda: "start=" in b.current_url and "end=" in b.current_url,
+             what="the zoomed window")
+    svg = b.find_element(By.ID, "timeline")
+    span = float(svg.get_attribute("data-end")) - float(svg.get_attribute("data-start"))
+    assert abs(span - (end - start) / 4) < 30, span
+
+    b.get(url + "/graph")
+    box = b.find_element(By.CSS_SELECTOR, 'a.graph-node[data-job="extract"]')
+    assert box.get_attribute("data-state") == "failed"
+    assert box.find_element(By.TAG_NAME, "rect").value_of_css_property("fill") == \
+        "rgb(253, 232, 230)"
+    # its child's run of that generation was skipped (its upstream failed)
+    assert b.find_element(By.CSS_SELECTOR, 'a.graph-node[data-job="load"]').text.endswith(
+        "@after · skipped")
+    b.shot("graph")
+
+    b.get(url + "/jobs/tick")
+    today = b.find_elements(By.CSS_SELECTOR, "svg#calendar rect.day")[-1]
+    assert "succeeded" in today.get_attribute("class").split()
+    b.shot("job")
+    for page, name in (("/jobs", "jobs"), ("/runs", "runs"), (f"/runs/{failed}", "run"),
+                       ("/alerts", "alerts"), ("/nodes", "nodes"), ("/backfills", "backfills")):
+        b.get(url + page)
+        assert b.find_elements(By.TAG_NAME, "main"), page
+        b.shot(name)

@@ -24,6 +24,7 @@ import datetime
 import fnmatch
 import functools
 import logging
+import zoneinfo
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -33,6 +34,7 @@ from aiohttp import web
 
 from ...errors import CronrdError, PermissionDenied
 from ...schedule import iso_utc, parse_iso
+from ...state import activity
 from ...state import queries as Q
 from ...model import run_states
 from ...ops import requests as R
@@ -84,7 +86,8 @@ def _short_time(text: str | None) -> str:
 
 # The pages that show state, and so follow /api/v1/events in the browser.
 LIVE_PAGES = frozenset({"overview.html", "jobs.html", "job.html", "runs.html", "run.html",
-                        "alerts.html", "nodes.html", "backfills.html", "graph.html"})
+                        "alerts.html", "nodes.html", "backfills.html", "graph.html",
+                        "timeline.html"})
 
 class UiError(Exception):
     def __init__(self, status: int, message: str):
@@ -203,6 +206,8 @@ class UiPages:
             ("GET", "/runs/{id}/log", "The live log's poll (offset): JSON.", self.run_log),
             ("POST", "/runs/{id}/cancel", "Cancel the run (operator).", self.act_cancel),
             ("GET", "/graph", "Dependency graph page (job).", self.graph),
+            ("GET", "/timeline", "Timeline of runs across nodes (span, or start and end).",
+             self.timeline),
             ("GET", "/backfills", "Backfills page (before).", self.backfills),
             ("POST", "/backfills/{id}/{state}", "Pause, resume or cancel a backfill "
              "(operator).", self.act_backfill_state),
@@ -386,11 +391,53 @@ class UiPages:
         dead = [d for d in (await self.reads.h_dead_letter(W.ListDeadLetter(limit=100)))["dead_letter"]
                 if job_allowed(sess.glob, d["job"])]
         upcoming, partial = await self.next_fires(sess)
+        span = request.query.get("span", "1h")
+        if span not in activity.SPANS:
+            raise UiError(400, f"span {span!r}: pick one of {', '.join(activity.SPANS)}")
+        pictures = activity.fleet_activity(self.reads.conn, now, span, self._allowed(sess))
         return self.render(request, "overview.html", sess, st=st, members=members["members"],
                            leader=members["leader"], running=running, failed=failed,
                            failed_more=len(failed) >= 100, alerts=alerts, late=late,
                            dead=dead, upcoming=upcoming, upcoming_partial=partial,
-                           title="Overview")
+                           activity=pictures, spans=list(activity.SPANS), title="Overview")
+
+    @staticmethod
+    def _allowed(sess: Session):
+        """The filter of jobs a session's token may see (None: all)."""
+        return None if not sess.glob else functools.partial(job_allowed, sess.glob)
+
+    @page()
+    async def timeline(self, request, sess):
+        now = self.reads.clock.now()
+        q = request.query
+        if q.get("start") or q.get("end"):
+            end = _time(q["end"], "end") if q.get("end") else now
+            start = _time(q["start"], "start") if q.get("start") else end - 3600
+        else:
+            span = q.get("span", "1h")
+            if span not in TIMELINE_SPANS:
+                raise UiError(400, f"span {span!r}: pick one of {', '.join(TIMELINE_SPANS)}, "
+                                   "or give start and end")
+            start, end = now - TIMELINE_SPANS[span], now
+        if not end > start:
+            raise UiError(400, f"the window starts ({iso_utc(start)}) after it ends "
+                               f"({iso_utc(end)}): give start before end")
+        if end - start > 7 * 86400:
+            raise UiError(400, "a timeline shows at most 7 days: give a shorter window")
+        t = activity.timeline(self.reads.conn, start, end, now, self._allowed(sess))
+        width = end - start
+        mid = (start + end) / 2
+
+        def at(a: float, b: float) -> str:
+            return "/timeline?" + urlencode({"start": iso_utc(int(a)),
+                                             "end": iso_utc(int(min(b, now + 60)))})
+        links = {"in": at(mid - width / 4, mid + width / 4),
+                 "out": at(mid - width, mid + width) if width < 3.5 * 86400 else None,
+                 "earlier": at(start - width / 2, end - width / 2),
+                 "later": at(start + width / 2, end + width / 2) if end < now else None}
+        return self.render(request, "timeline.html", sess, t=t, svg=layout_timeline(t),
+                           links=links, spans=list(TIMELINE_SPANS), title="Timeline",
+                           start=iso_utc(int(start)), end=iso_utc(int(end)))
 
     def _retried(self, run_id: int) -> bool:
         """Has this attempt a later one (a retry)? The overview counts the
@@ -465,11 +512,16 @@ class UiPages:
             explained, explain_error = None, str(exc)
         spec_text = _yaml(job["spec"])
         chart = job_chart(runs)
+        tz = job.get("timezone") or "UTC"
+        today = datetime.datetime.fromtimestamp(self.reads.clock.now(),
+                                                zoneinfo.ZoneInfo(tz)).date()
+        calendar = layout_calendar(activity.job_calendar(self.reads.conn, name, tz, today))
         preview = None
         return self.render(request, "job.html", sess, job=job, grid=grid,
                            attempts=list(range(1, attempts + 1)), older=older,
                            explained=explained, explain_error=explain_error, explain_at=at,
                            spec_text=spec_text, preview=preview, title=name, chart=chart,
+                           calendar=calendar, tz=tz,
                            params=job["spec"].get("params") or {})
 
     @page()
@@ -841,3 +893,90 @@ def layout_graph(jobs: list[dict], edges: list) -> dict:
     width = max((x for x, _ in pos.values()), default=0) + BW + 40
     height = max((y for _, y in pos.values()), default=0) + BH + 40
     return {"boxes": boxes, "paths": paths, "width": width, "height": height}
+
+
+# The timeline's time ticks: the first step giving at most ~8 ticks.
+_TICKS = (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400,
+          7 * 86400)
+TIMELINE_SPANS = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "1d": 86400}
+
+
+def layout_timeline(t: dict, width: int = 1000) -> dict:
+    """Bars of the timeline (state/activity.timeline) as an SVG's geometry:
+    a row per node, split in lanes so that runs overlapping in time on one
+    node never draw over each other (each bar in the first lane free at its
+    start; at most 6 lanes, the rest share the last); x from the window's
+    start to its end over ``width`` pixels right of the names; a tick per
+    round step of time."""
+    LABEL, LANE, GAP, MAX_LANES = 130, 16, 10, 6
+    start, end = t["start"], t["end"]
+    scale = width / max(end - start, 1e-9)
+    rows, y = [], 24
+    bars_of: dict[str, list[dict]] = {}
+    for b in t["bars"]:
+        bars_of.setdefault(b["node"], []).append(b)
+    out_bars = []
+    for node in t["nodes"]:
+        lane_end: list[float] = []
+        for b in bars_of.get(node, []):     # by start (activity.timeline's order)
+            lane = next((i for i, e in enumerate(lane_end) if e <= b["start"]), None)
+            if lane is None:
+                lane = min(len(lane_end), MAX_LANES - 1)
+                if lane == len(lane_end):
+                    lane_end.append(b["end"])
+            lane_end[lane] = max(lane_end[lane], b["end"])
+            x0 = LABEL + max(0.0, b["start"] - start) * scale
+            x1 = LABEL + min(end - start, b["end"] - start) * scale
+            out_bars.append({**b, "x": round(x0, 1), "w": round(max(x1 - x0, 1.5), 1),
+                             "y": y + lane * LANE, "h": LANE - 3,
+                             "title": f"{b['job']} · run {b['run_id']} · {b['state']} · "
+                                      f"{iso_utc(b['start'])} → "
+                                      f"{'running' if b['running'] else iso_utc(b['end'])}"})
+        lanes = max(len(lane_end), 1)
+        rows.append({"node": node, "y": y, "h": lanes * LANE})
+        y += lanes * LANE + GAP
+    step = next((s for s in _TICKS if (end - start) / s <= 8), _TICKS[-1])
+    ticks = []
+    tick = (int(start) // step + 1) * step
+    while tick < end:
+        label = (iso_utc(tick)[11:19] if step < 60 else iso_utc(tick)[11:16]
+                 if step < 86400 else iso_utc(tick)[:10])
+        ticks.append({"x": round(LABEL + (tick - start) * scale, 1), "label": label})
+        tick += step
+    return {"rows": rows, "bars": out_bars, "ticks": ticks, "width": LABEL + width + 10,
+            "height": max(y + 4, 40), "left": LABEL, "plot": width}
+
+
+def layout_calendar(days: list[dict]) -> dict:
+    """A job's calendar (state/activity.job_calendar) as cells of a heat
+    map: a column per week (Monday first), a row per weekday; a day's
+    colour class is its worst outcome (failed, else succeeded, else
+    running, else pending, else skipped), its depth the share of its fire times
+    that had it; its title the counts."""
+    CELL, PAD, TOP, LEFT = 13, 3, 16, 30
+    cells: list[dict] = []
+    months: list[dict] = []
+    if not days:
+        return {"cells": cells, "months": months, "width": 0, "height": 0}
+    first = datetime.date.fromisoformat(days[0]["day"])
+    offset = first.weekday()
+    for i, d in enumerate(days):
+        day = datetime.date.fromisoformat(d["day"])
+        col, row = (i + offset) // 7, (i + offset) % 7
+        counts = d["counts"]
+        total = sum(counts.values())
+        worst = next((k for k in ("failed", "succeeded", "running", "pending", "skipped",
+                                  "other") if counts.get(k)), "none")
+        share = counts.get(worst, 0) / total if total else 0
+        level = 0 if not total else 1 + min(3, int(share * 4 - 1e-9))   # 1-4
+        text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no fire time"
+        cells.append({"x": LEFT + col * (CELL + PAD), "y": TOP + row * (CELL + PAD),
+                      "size": CELL, "day": d["day"], "cls": worst, "level": level,
+                      "title": f"{d['day']} ({day.strftime('%a')}): {text}"})
+        if day.day == 1 or i == 0:
+            months.append({"x": LEFT + col * (CELL + PAD), "label": day.strftime("%b")})
+    cols = (len(days) + offset + 6) // 7
+    return {"cells": cells, "months": months, "width": LEFT + cols * (CELL + PAD) + 4,
+            "height": TOP + 7 * (CELL + PAD) + 4,
+            "weekdays": [{"y": TOP + r * (CELL + PAD) + CELL - 2, "label": lbl}
+                         for r, lbl in ((0, "Mon"), (2, "Wed"), (4, "Fri"))]}

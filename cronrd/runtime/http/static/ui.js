@@ -69,7 +69,7 @@
     while (fresh.firstChild) { nodes.push(document.adoptNode(fresh.firstChild)); }
     main.replaceChildren.apply(main, nodes);
     postButtons(main);
-    charts(main);
+    pictures(main);
   }
 
   // A page that shows state follows /api/v1/events: on a change it may show
@@ -125,7 +125,7 @@
   // The job page's charts (uPlot, vendored: static/uPlot.LICENSE): duration
   // and start lateness per fire time, a series per outcome, points only.
   var OUTCOMES = ["succeeded", "failed", "other"];
-  var COLOURS = {succeeded: "#2e8540", failed: "#d83933", other: "#8a94a3"};
+  var COLOURS = {succeeded: "#2e8540", failed: "#d83933", skipped: "#b9c0ca", other: "#8a94a3"};
   function charts(root) {
     var data = root.querySelector("#job-chart-data");
     if (!data || !window.uPlot) { return; }
@@ -147,6 +147,100 @@
     });
   }
 
+  // The overview's charts (same library): from #activity-data, a chart per
+  // data-activity: runs ended per outcome, lateness p50/p99, running per node.
+  var NODE_COLOURS = ["#2457c5", "#a15c00", "#6b3fa0", "#1f7a3d", "#b42318", "#0e7c86",
+    "#7a4d2b", "#5c6470"];
+  function activityCharts(root) {
+    var data = root.querySelector("#activity-data");
+    if (!data || !window.uPlot) { return; }
+    var d = JSON.parse(data.textContent);
+    function line(label, colour, dash) {
+      return {label: label, stroke: colour, width: 1.5, dash: dash, spanGaps: false,
+              points: {show: true, size: 4, fill: colour, stroke: colour}};
+    }
+    var make = {
+      outcomes: function () {
+        return {series: ["succeeded", "failed", "skipped", "other"].map(function (k) {
+          return line(k, COLOURS[k] || "#8a94a3"); }),
+                values: ["succeeded", "failed", "skipped", "other"].map(function (k) {
+                  return d.outcomes[k]; })};
+      },
+      lateness: function () {
+        return {series: [line("p50", "#2457c5"), line("p99", "#a15c00", [4, 3])],
+                values: [d.lateness.p50, d.lateness.p99]};
+      },
+      running: function () {
+        var nodes = Object.keys(d.running);
+        return {series: nodes.map(function (n, i) {
+          var s = line(n, NODE_COLOURS[i % NODE_COLOURS.length]);
+          s.paths = window.uPlot.paths.stepped({align: 1});
+          return s; }),
+                values: nodes.map(function (n) { return d.running[n]; })};
+      }
+    };
+    root.querySelectorAll("div.chart[data-activity]").forEach(function (el) {
+      var c = make[el.getAttribute("data-activity")]();
+      el.textContent = "";
+      new window.uPlot({width: Math.max(300, el.clientWidth || 600), height: 160,
+                        scales: {x: {time: true}}, series: [{}].concat(c.series),
+                        axes: [{}, {label: el.getAttribute("data-label")}]},
+                       [d.x].concat(c.values), el);
+      el.setAttribute("data-points", String(d.x.length));
+      el.setAttribute("data-series-count", String(c.series.length));
+    });
+  }
+
+  // The timeline: drag across it to zoom to that stretch of time (the
+  // page's links do the rest without a script).
+  function timelineZoom(root) {
+    var svg = root.querySelector("svg#timeline");
+    if (!svg) { return; }
+    var t0 = +svg.getAttribute("data-start"), t1 = +svg.getAttribute("data-end");
+    var left = +svg.getAttribute("data-left"), plot = +svg.getAttribute("data-plot");
+    var NS = "http://www.w3.org/2000/svg", from = null, box = null, dragged = false;
+    svg.addEventListener("click", function (ev) {
+      if (dragged) { ev.preventDefault(); dragged = false; }
+    }, true);
+    function xOf(ev) {
+      var r = svg.getBoundingClientRect();
+      return Math.max(left, Math.min(left + plot, (ev.clientX - r.left) * svg.viewBox.baseVal.width / r.width));
+    }
+    function timeOf(x) { return t0 + (x - left) / plot * (t1 - t0); }
+    function iso(t) { return new Date(t * 1000).toISOString().slice(0, 19) + "Z"; }
+    svg.addEventListener("mousedown", function (ev) {
+      if (ev.button !== 0) { return; }
+      ev.preventDefault();   // no native drag of a bar's link, no text selection
+      from = xOf(ev);
+      box = document.createElementNS(NS, "rect");
+      box.setAttribute("class", "select");
+      box.setAttribute("y", "14"); box.setAttribute("height", svg.getAttribute("height"));
+      box.setAttribute("x", String(from)); box.setAttribute("width", "0");
+      svg.appendChild(box);
+    });
+    svg.addEventListener("mousemove", function (ev) {
+      if (from === null) { return; }
+      var x = xOf(ev);
+      box.setAttribute("x", String(Math.min(from, x)));
+      box.setAttribute("width", String(Math.abs(x - from)));
+    });
+    svg.addEventListener("mouseup", function (ev) {
+      if (from === null) { return; }
+      var a = from, b = xOf(ev);
+      from = null;
+      if (Math.abs(b - a) < 6) { box.remove(); return; }   // a click: the bar's link
+      dragged = true;   // not a click on the bar it ends on
+      location.href = "/timeline?start=" + encodeURIComponent(iso(timeOf(Math.min(a, b)))) +
+        "&end=" + encodeURIComponent(iso(timeOf(Math.max(a, b))));
+    });
+  }
+
+  function pictures(root) {
+    charts(root);
+    activityCharts(root);
+    timelineZoom(root);
+  }
+
   function postButtons(root) {
     root.querySelectorAll("button[data-post]").forEach(function (b) {
       b.addEventListener("click", function () {
@@ -162,6 +256,6 @@
     var main = document.querySelector("main[data-live]");
     if (main) { livePage(main); }
     postButtons(document);
-    charts(document);
+    pictures(document);
   });
 })();

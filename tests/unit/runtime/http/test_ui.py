@@ -294,3 +294,47 @@ def test_the_job_chart_has_a_point_per_fire_time_coloured_by_its_last_attempt():
     assert dur["other"] == [None, None, None]          # 10:02 still running: no duration
     assert late["succeeded"] == [None, 0.05, None]     # lateness of the first attempt
     assert late["other"] == [None, None, 0.2]
+
+
+def test_timeline_bars_that_overlap_on_a_node_get_lanes_and_stay_in_the_window():
+    """Issue 33 (2): a Gantt of runs across nodes; two runs at once on one
+    node must not draw over each other, a bar never leaves the window."""
+    from cronrd.runtime.http.ui import layout_timeline
+    t0 = 1796464800
+    bars = [
+        {"run_id": 1, "job": "a", "node": "n1", "start": t0 - 50, "end": t0 + 100,
+         "state": "succeeded", "running": False},
+        {"run_id": 2, "job": "b", "node": "n1", "start": t0 + 50, "end": t0 + 200,
+         "state": "failed", "running": False},
+        {"run_id": 3, "job": "c", "node": "n1", "start": t0 + 150, "end": t0 + 4000,
+         "state": "running", "running": True},
+        {"run_id": 4, "job": "d", "node": "n2", "start": t0 + 10, "end": t0 + 10.01,
+         "state": "succeeded", "running": False},
+    ]
+    g = layout_timeline({"start": t0, "end": t0 + 3600, "now": t0 + 3600,
+                         "nodes": ["n1", "n2"], "bars": bars}, width=1000)
+    by = {b["run_id"]: b for b in g["bars"]}
+    assert by[1]["x"] == g["left"]                      # clipped at the window's start
+    assert by[3]["x"] + by[3]["w"] == g["left"] + 1000  # and at its end
+    assert by[1]["y"] == by[3]["y"] != by[2]["y"]       # 1 and 2 overlap: two lanes
+    assert by[4]["w"] >= 1.5                            # a short run stays visible
+    n1, n2 = g["rows"]
+    assert n1["h"] == 2 * 16 and by[4]["y"] >= n1["y"] + n1["h"]
+    assert [k["label"] for k in g["ticks"]][:2] == ["10:10", "10:20"]
+
+
+def test_the_calendar_lays_days_out_by_weekday_with_the_worst_outcome():
+    from cronrd.runtime.http.ui import layout_calendar
+    days = [{"day": "2026-11-30", "counts": {"succeeded": 3, "failed": 1}},   # a Monday
+            {"day": "2026-12-01", "counts": {"succeeded": 4}},
+            {"day": "2026-12-02", "counts": {}},
+            {"day": "2026-12-07", "counts": {"skipped": 2}}]
+    cal = layout_calendar(days)
+    cells = {c["day"]: c for c in cal["cells"]}
+    assert (cells["2026-11-30"]["cls"], cells["2026-11-30"]["level"]) == ("failed", 1)
+    assert (cells["2026-12-01"]["cls"], cells["2026-12-01"]["level"]) == ("succeeded", 4)
+    assert (cells["2026-12-02"]["cls"], cells["2026-12-02"]["level"]) == ("none", 0)
+    assert cells["2026-12-01"]["y"] > cells["2026-11-30"]["y"]      # Tuesday below Monday
+    assert cells["2026-12-01"]["x"] == cells["2026-11-30"]["x"]     # in the same week
+    assert "1 failed, 3 succeeded" in cells["2026-11-30"]["title"]
+    assert [m["label"] for m in cal["months"]] == ["Nov", "Dec"]
