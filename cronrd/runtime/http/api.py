@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from aiohttp import web
 
+from . import schemas
 from ...errors import CronrdError, PermissionDenied, UsageError
 from ...ops import requests as R
 from ...ops import typed
@@ -190,19 +191,36 @@ def only_seen_lineage(view: dict, glob: str | None) -> dict:
 def openapi(routes: list[Route], version: str) -> dict:
     """An OpenAPI 3.1 document of ``routes``."""
     paths: dict = {}
+    problem = {"application/problem+json": {"schema": schemas.ref("Problem")}}
     for r in routes:
-        op: dict[str, Any] = {"summary": r.summary, "responses": dict(r.responses)}
+        op: dict[str, Any] = {"summary": r.summary, "responses": {}}
+        api = r.path.startswith("/api/")
+        in_path = re.findall(r"{(\w+)}", r.path)
+        for status, resp in r.responses.items():
+            resp = dict(resp)
+            if status.startswith("2") and api and "content" not in resp:
+                resp["content"] = {"application/json": {"schema": schemas.ref(
+                    schemas.success_schema(r.method, r.path))}}
+            elif status[0] in "45" and "content" in resp:
+                resp["content"] = problem
+            op["responses"][status] = resp
+        if api:   # every API route refuses bad input, and names the missing thing
+            op["responses"].setdefault("400", {"description": "bad input: detail says what to "
+                                                              "send instead",
+                                               "content": problem})
+            if in_path:
+                op["responses"].setdefault("404", {"description": "no such "
+                                                   + " or ".join(in_path),
+                                                   "content": problem})
         if r.role is not None:
             op["security"] = [{"bearer": []}]
             op["x-cronrd-role"] = r.role
             op["responses"].update({
-                "401": {"description": "no valid token",
-                        "content": {"application/problem+json": {}}},
+                "401": {"description": "no valid token", "content": problem},
                 "403": {"description": f"the token's role is below {r.role}",
-                        "content": {"application/problem+json": {}}}})
+                        "content": problem}})
         elif r.auth == "hmac":
             op["security"] = [{"hmac": []}]
-        in_path = re.findall(r"{(\w+)}", r.path)
         typed_fields = {name: schema for name, schema, _ in typed.fields(r.request)} \
             if r.request is not None else {}
         if r.params or in_path:
@@ -220,7 +238,7 @@ def openapi(routes: list[Route], version: str) -> dict:
         paths.setdefault(r.path, {})[r.method.lower()] = op
     return {"openapi": "3.1.0",
             "info": {"title": "cronrd API", "version": version},
-            "components": {"securitySchemes": {
+            "components": {"schemas": schemas.COMPONENTS, "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer"},
                 "hmac": {"type": "apiKey", "in": "header", "name": "X-Cronrd-Signature",
                          "description": "sha256=HEX: HMAC-SHA256 of X-Cronrd-Timestamp + '.' "

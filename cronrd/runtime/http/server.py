@@ -198,6 +198,13 @@ def _unauthorized(detail: str) -> web.Response:
     return resp
 
 
+def _json_answer(schema: str) -> dict:
+    """A route's 200 answer: JSON of the named schema (http/schemas.py)."""
+    from .schemas import ref
+    return {"200": {"description": "OK", "content": {"application/json": {
+        "schema": ref(schema)}}}}
+
+
 class HttpServer:
     def __init__(self, config: HttpConfig, *, is_ready: Callable[[], bool],
                  status: Callable[[], dict], metrics: Metrics,
@@ -238,13 +245,22 @@ class HttpServer:
                               middlewares=[_problems, _body_in_time, self._auth],
                               handler_args={"max_field_size": 8190, "max_line_size": 8190})
         routes: list[tuple[Route, Handler]] = [
-            (Route("GET", "/healthz", "200 while the process answers.", None), self.healthz),
+            (Route("GET", "/healthz", "200 while the process answers.", None,
+                   responses=_json_answer("Health")), self.healthz),
             (Route("GET", "/readyz", "200 once the node is ready (job files loaded, the "
-                   "scheduler running), else 503.", None), self.readyz),
+                   "scheduler running), else 503.", None, responses={
+                       **_json_answer("Ready"), "503": {
+                           "description": "not ready yet: the detail says what it waits for",
+                           "content": {"application/problem+json": {}}}}), self.readyz),
             (Route("GET", "/metrics", "Prometheus metrics (http.metrics_auth: token asks "
                    "for a viewer token).", "viewer" if self.config.metrics_auth == "token"
-                   else None), self.get_metrics),
-            (Route("GET", API + "openapi.json", "This document.", None), self.get_openapi),
+                   else None, responses={"200": {
+                       "description": "the Prometheus text format",
+                       "content": {"text/plain": {"schema": {"type": "string"}}}}}),
+             self.get_metrics),
+            (Route("GET", API + "openapi.json", "This document (?ui=true: the web UI's "
+                   "pages instead).", None, (("ui", "true: the web UI's pages"),),
+                   responses=_json_answer("Object")), self.get_openapi),
             (Route("GET", API + "whoami", "The token's name, role, jobs and expiry.",
                    "viewer"), self.whoami),
             (Route("GET", API + "tokens", "The API tokens (never their secrets).", "admin"),

@@ -68,7 +68,8 @@ _STARTED = {"202": {"description": "Accepted: the run is recorded and placed; it
                                    "too many manual runs wait", "content": _PROBLEM}}
 _PLANNED = {"200": {"description": "a dry run: the plan"},
             "202": {"description": "Accepted: the runs are recorded"},
-            "400": _JSON_BODY["400"]}
+            "400": _JSON_BODY["400"],
+            "404": {"description": "no such job", "content": _PROBLEM}}
 _CREATED = {"201": {"description": "Created: the answer holds the token's secret, once"},
             "400": _JSON_BODY["400"]}
 
@@ -248,7 +249,9 @@ class ApiRoutes:
             (Route("GET", R + "/log", "A byte range of the run's output (text/plain); "
                    "X-Cronrd-Next-Offset and X-Cronrd-More say where to go on.", "viewer",
                    (("offset", "first byte, default 0"),
-                    ("length", f"bytes, 1 to {MAX_LOG_LENGTH} (default {LOG_CHUNK})"))),
+                    ("length", f"bytes, 1 to {MAX_LOG_LENGTH} (default {LOG_CHUNK})")),
+                   {"200": {"description": "the bytes of the output from offset",
+                            "content": {"text/plain": {"schema": {"type": "string"}}}}}),
              self.run_log),
             (Route("GET", API + "/backfills", "Backfills, newest first.", "viewer", _PAGE),
              self.backfills),
@@ -606,6 +609,10 @@ class ApiRoutes:
         req = typed.parse(A.CreateToken, args)
         # through the socket's guard: the caller checked (an admin) and audited
         res = await self.guarded[A.CreateToken.OP](typed.as_args(req), self.caller(request))
+        # as GET /api/v1/tokens shows a token: no glob is null, times are RFC 3339
+        res = {**res, "jobs": res.get("jobs") or None}
+        if isinstance(res.get("expires_at"), (int, float)):
+            res["expires_at"] = iso_utc(res["expires_at"])
         return _json(res, status=201)
 
     async def token_revoke(self, request: web.Request) -> web.Response:
