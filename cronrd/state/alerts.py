@@ -8,7 +8,10 @@ Each new alert records an event (state/events.py) for the notifiers.
 
 An alert is ``open`` until acked (`cronrd alerts ack ID --note`), or
 ``resolved`` when a later run of the job succeeds (kinds ``failed``,
-``failure_tolerance``, ``stale_after``: the job recovered).
+``failure_tolerance``, ``stale_after``: the job recovered), or, from cluster
+version 2, when the run of its own fire time succeeds (kinds
+``start_within``, ``finish_within``, ``finish_by``, ``max_runtime``: late,
+but done; its note says which run, and the alert stays listed).
 
 The dead letter: a run of a job with ``on_final_failure: dead_letter`` that
 failed its last retry is marked as needing attention (a row of
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from . import events as EV
+from . import versions as V
 from . import seq as SEQ
 from . import run_params as RP
 from ..model.run_states import ACTIVE
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
 
 ALERT_KINDS = ("failed",) + EV.SLA_KINDS
 RECOVER = ("failed", "failure_tolerance", "stale_after")  # resolved by a later success
+# resolved by the success of the run of their own fire time (versions.SLA_RESOLVED_BY_SUCCESS)
+DONE_LATE = ("start_within", "finish_within", "finish_by", "max_runtime")
 FINAL_FAILURES = ("failed", "timed_out", "lost")
 MAX_DETAIL = 2000
 
@@ -76,6 +82,11 @@ def on_final(sm: MachineWrites, run: Run, at: float) -> None:
                 "SELECT 1 FROM failing_jobs WHERE job=? AND target!=? LIMIT 1",
                 (run.job, run.target))), None) is not None:
             return  # run_on: all: another node still fails (state/run_events.py)
+        if V.at_least(conn, V.SLA_RESOLVED_BY_SUCCESS):
+            conn.execute("UPDATE alerts SET state='resolved', closed_at=?, note=? WHERE job=? "
+                         f"AND fire_time=? AND state='open' AND kind IN {DONE_LATE!r}",
+                         (at, f"done late: run {run.run_id} of this fire time succeeded",
+                          run.job, run.fire_time))
         conn.execute("UPDATE alerts SET state='resolved', closed_at=?, note=? WHERE job=? AND "
                      f"state='open' AND kind IN {tuple(RECOVER)!r}",
                      (at, f"recovered: run {run.run_id} succeeded", run.job))

@@ -25,6 +25,7 @@ from typing import Any
 import apsw
 
 from . import events as EV
+from . import versions as V
 from ..model.run import SELECT as SELECT_RUNS, Run
 
 FAILURES = ("failed", "timed_out", "lost")
@@ -81,6 +82,9 @@ def on_final(conn: apsw.Connection, run_id: int, at: float) -> int | None:
         eid = EV.emit(conn, kind, job=run.job, at=at, fire_time=run.fire_time,
                       run_id=run.run_id, data=_data(run, final=True))
         _failing(conn, run, eid, at)
+        if V.at_least(conn, V.FAILED_ALERT_EVENT):  # the alert it opened (state/alerts.py)
+            conn.execute("UPDATE alerts SET event_id=? WHERE job=? AND fire_time=? AND "
+                         "kind='failed' AND event_id IS NULL", (eid, run.job, run.fire_time))
         return eid
     return None
 

@@ -60,7 +60,9 @@ VERSIONS: dict[int, Version] = {
     1: Version("0.2.0", "the rules of cronrd 0.2.0 (every log before the cluster version)"),
     2: Version("0.3.0", "the cluster version itself; a node-scoped pool's waiting runs are "
                         "released when slots free without a node (they were refused); "
-                        "web UI sessions of their own (StartSession, EndSession)"),
+                        "web UI sessions of their own (StartSession, EndSession); an SLA "
+                        "alert is resolved when its fire time's run succeeds; a failed "
+                        "alert names its event"),
 }
 
 APPLY_VERSION = max(VERSIONS)   # the newest this code applies
@@ -71,6 +73,12 @@ BASE = 1                         # a log that records no version
 # a release takes the next version. StartSession and EndSession are its
 # commands (``since``).
 POOL_RELEASE_WITHOUT_NODE = 2
+# An open SLA alert of a fire time (start_within, finish_within, finish_by,
+# max_runtime) is resolved when that fire time's run succeeds (state/alerts.py).
+SLA_RESOLVED_BY_SUCCESS = 2
+# A "failed" alert records the id of its run's final-failure event, as the
+# SLA alerts do theirs (state/run_events.py).
+FAILED_ALERT_EVENT = 2
 
 # ``schema_version`` of a database at each cluster version (machine.migrate):
 # a release that cannot apply a version must refuse to open its database.

@@ -3,8 +3,9 @@ chromium-driver (WebDriver, selenium). Log in with a token, see the jobs,
 open one, run it now and watch its log arrive while it runs, pause it with
 a note, log out; a viewer has no operator buttons and the server refuses
 its writes. Screenshots of each page (desktop and phone width) go to the
-test's tmp dir; CRONRD_UI_SCREENSHOTS=DIR copies them there as well (the
-README's docs/ui-overview.png is the overview one)."""
+test's tmp dir; CRONRD_UI_SCREENSHOTS=DIR copies them there as well (.ci/run
+keeps them under artifacts/screenshots; the ui-*.png of the pictures test are
+the docs/ui-*.png of the README and docs/web-ui-and-api.md)."""
 
 from __future__ import annotations
 
@@ -306,7 +307,7 @@ def test_pictures_of_time_in_a_real_browser(node, browser):
     assert chart.get_attribute("data-points") == "60"
     assert chart.get_attribute("data-series-count") == "1" and me in chart.text.lower()
     assert "failed" in b.find_element(By.ID, "chart-outcomes").text.lower()
-    b.shot("overview")
+    b.shot("ui-overview")
 
     run = node.call("run", {"run_id": failed})
     window = "/timeline?" + urlencode({"start": iso_plus(run["started_at"], -4),
@@ -319,7 +320,7 @@ def test_pictures_of_time_in_a_real_browser(node, browser):
     assert rect.value_of_css_property("fill") == "rgb(224, 96, 90)"
     assert b.find_elements(By.XPATH, f'//*[local-name()="text" and @class="node" '
                                      f'and text()="{me}"]')
-    b.shot("timeline")
+    b.shot("ui-timeline")
     bar.click()
     wait_for(lambda: b.current_url.endswith(f"/runs/{failed}"), what="the bar's run page")
     b.get(url + window)
@@ -343,14 +344,14 @@ def test_pictures_of_time_in_a_real_browser(node, browser):
     # its child's run of that generation was skipped (its upstream failed)
     assert b.find_element(By.CSS_SELECTOR, 'a.graph-node[data-job="load"]').text.endswith(
         "@after · skipped")
-    b.shot("graph")
+    b.shot("ui-graph")
 
     b.get(url + "/jobs/tick")
     today = b.find_elements(By.CSS_SELECTOR, "svg#calendar rect.day")[-1]
     assert "succeeded" in today.get_attribute("class").split()
-    b.shot("job")
+    b.shot("ui-job")
     for page, name in (("/jobs", "jobs"), ("/runs", "runs"), (f"/runs/{failed}", "run"),
                        ("/alerts", "alerts"), ("/nodes", "nodes"), ("/backfills", "backfills")):
         b.get(url + page)
         assert b.find_elements(By.TAG_NAME, "main"), page
-        b.shot(name)
+        b.shot(f"ui-{name}")

@@ -895,9 +895,9 @@ def layout_graph(jobs: list[dict], edges: list) -> dict:
     return {"boxes": boxes, "paths": paths, "width": width, "height": height}
 
 
-# The timeline's time ticks: the first step giving at most ~8 ticks.
-_TICKS = (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400,
-          7 * 86400)
+# The timeline's time ticks: the first step giving at most 10 ticks.
+_TICKS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600,
+          12 * 3600, 86400, 7 * 86400)
 TIMELINE_SPANS = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "1d": 86400}
 
 
@@ -935,7 +935,7 @@ def layout_timeline(t: dict, width: int = 1000) -> dict:
         lanes = max(len(lane_end), 1)
         rows.append({"node": node, "y": y, "h": lanes * LANE})
         y += lanes * LANE + GAP
-    step = next((s for s in _TICKS if (end - start) / s <= 8), _TICKS[-1])
+    step = next((s for s in _TICKS if (end - start) / s <= 10), _TICKS[-1])
     ticks = []
     tick = (int(start) // step + 1) * step
     while tick < end:

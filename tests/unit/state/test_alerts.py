@@ -156,3 +156,51 @@ def test_an_always_failing_jobs_failed_alerts_go_with_its_run_history():
     # a job whose every record is pruned keeps its newest open alert
     log.apply(C.Prune(before=T0 + 1000, at=T0 + 1000))
     assert [a["fire_time"] for a in AL.alerts(log.sm.conn)] == [T0 + 10]
+
+
+def test_from_version_2_an_sla_alert_is_resolved_when_its_fire_times_run_succeeds():
+    """Issue 33 (6): an SLA alert stayed open after its run succeeded. From
+    cluster version 2 a late start, a late finish or a long run is resolved
+    when the run of that fire time succeeds; another fire time's alert and
+    the recover-kinds keep their own rules."""
+    from cronrd.state import versions as V
+    log = Log()
+    log.put()
+    log.apply(C.SetClusterVersion(version=V.SLA_RESOLVED_BY_SUCCESS, members={}, at=T0))
+    rid = log.fire(T0 + 1)["run_id"]
+    log.apply(C.RaiseAlerts(alerts=[miss(t=T0 + 1), miss(t=T0 + 1, kind="max_runtime"),
+                                    miss(t=T0 + 99, kind="finish_by")], at=T0 + 5))
+    assert len(AL.alerts(log.sm.conn)) == 3
+    log.finish(rid)
+    (left,) = AL.alerts(log.sm.conn)
+    assert (left["kind"], left["fire_time"]) == ("finish_by", T0 + 99)
+    done = [a for a in AL.alerts(log.sm.conn, include_closed=True) if a["state"] == "resolved"]
+    assert {a["kind"] for a in done} == {"start_within", "max_runtime"}
+    assert all(a["note"] == f"done late: run {rid} of this fire time succeeded" for a in done)
+
+
+def test_before_version_2_an_sla_alert_stays_open_as_the_old_nodes_left_it():
+    """A log replayed from before the raise decides what 0.2.0 decided."""
+    log = Log()
+    log.put()
+    rid = log.fire(T0 + 1)["run_id"]
+    log.apply(C.RaiseAlerts(alerts=[miss(t=T0 + 1)], at=T0 + 5))
+    log.finish(rid)
+    (a,) = AL.alerts(log.sm.conn)
+    assert (a["kind"], a["state"]) == ("start_within", "open")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_failed_alert_names_its_event_from_version_2(version):
+    """Issue 33 (6): a failed alert showed event_id null though its run's
+    failure event was delivered."""
+    log = Log()
+    log.put()
+    if version == 2:
+        log.apply(C.SetClusterVersion(version=2, members={}, at=T0))
+    rid = log.fire(T0 + 1)["run_id"]
+    log.finish(rid, state="failed", exit_code=1)
+    (a,) = AL.alerts(log.sm.conn)
+    failed = [e for e in EV.undelivered(log.sm.conn) if e["kind"] == "failed"]
+    assert len(failed) == 1
+    assert a["event_id"] == (failed[0]["event_id"] if version == 2 else None)
