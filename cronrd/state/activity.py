@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import datetime
 import zoneinfo
 from typing import Any, Callable, Iterator
@@ -70,50 +71,57 @@ def fleet_activity(conn: apsw.Connection, now: float, span: str = "1h",
       of the first attempts of scheduled fire times, by their fire time's
       bucket (catch-ups, retries, reruns and manual runs are late by
       design, so they are left out);
-    * ``running``: per node, the most runs running at once in each bucket
-      (each run counted in every bucket it overlapped).
+    * ``running``: per node, the runs running in each bucket (each run
+      counted in every bucket it overlapped).
 
-    ``allowed(job) -> bool`` leaves out jobs a viewer may not see."""
+    ``allowed(job) -> bool`` leaves out jobs a viewer may not see. The
+    counting is SQL's (a day of a 100,000-job fleet is 100,000 records:
+    in Python, a loop over them took 160 ms)."""
     seconds, step = SPANS[span]
     n = seconds // step
     first = (int(now) // step - (n - 1)) * step
-    xs = [first + i * step for i in range(n)]
     end = first + n * step
+    xs = [first + i * step for i in range(n)]
+    args = {"first": first, "end": end, "step": step, "now": now, "last": n - 1}
+    mine = ""
+    if allowed is not None:
+        see = allowed
+
+        def visible(*values: Any) -> int:
+            return 1 if isinstance(values[0], str) and see(values[0]) else 0
+        conn.create_scalar_function("cronrd_allowed", visible, 1, deterministic=True)
+        mine = " AND cronrd_allowed(job)"
     outcomes = {o: [0] * n for o in OUTCOMES}
-    late: list[list[float]] = [[] for _ in range(n)]
-    # per node: +1 where a run's first bucket starts, -1 after its last
-    spans: dict[str, list[int]] = {}
-    for _rid, job, kind, fire, attempt, state, node, started, finished in _in_span(
-            conn, first, end):
-        if allowed is not None and not allowed(job):
-            continue
-        if finished is not None and first <= finished < end:
-            outcomes[OUTCOME_CLASS.get(state, "other")][int(finished - first) // step] += 1
-        if started is None:
-            continue
-        if kind == "scheduled" and attempt == 1 and first <= fire < end:
-            late[int(fire - first) // step].append(max(0.0, started - fire))
-        if node:
-            lo = max(0, int(started - first) // step) if started >= first else 0
-            stop = finished if finished is not None else now
-            if stop < first or started >= end:
-                continue
-            hi = min(n - 1, int(stop - first) // step)
-            marks = spans.setdefault(node, [0] * (n + 1))
-            marks[lo] += 1
-            marks[hi + 1] -= 1
-    running: dict[str, list[int]] = {}
-    for node in sorted(spans):
-        total, series = 0, []
-        for mark in spans[node][:n]:
-            total += mark
-            series.append(total)
-        running[node] = series
-    p50, p99 = [], []
-    for values in late:
-        values.sort()
-        p50.append(None if not values else round(_pct(values, 50), 3))
-        p99.append(None if not values else round(_pct(values, 99), 3))
+    for bucket, state, count in conn.execute(
+            "SELECT CAST((finished_at - :first) / :step AS INTEGER), state, count(*) "
+            "FROM runs INDEXED BY runs_ended WHERE finished_at >= :first AND "
+            f"finished_at < :end AND finished_at IS NOT NULL{mine} GROUP BY 1, 2", args):
+        outcomes[OUTCOME_CLASS.get(state, "other")][bucket] += count
+    spanning = (f"SELECT {_COLS} FROM runs INDEXED BY runs_ended WHERE finished_at >= :first "
+                f"AND finished_at IS NOT NULL{mine} UNION ALL SELECT {_COLS} FROM runs "
+                f"WHERE {ACTIVE_SQL}{mine}")
+    p50: list[float | None] = [None] * n
+    p99: list[float | None] = [None] * n
+    rows = conn.execute(
+        "SELECT CAST((fire_time - :first) / :step AS INTEGER) b, "
+        f"max(0.0, started_at - fire_time) late FROM ({spanning}) WHERE kind='scheduled' "
+        "AND attempt=1 AND started_at IS NOT NULL AND fire_time >= :first AND "
+        "fire_time < :end ORDER BY b, late", args)
+    for bucket, group in itertools.groupby(rows, key=lambda r: r[0]):
+        values = [late for _, late in group]
+        p50[bucket] = round(_pct(values, 50), 3)
+        p99[bucket] = round(_pct(values, 99), 3)
+    marks: dict[str, list[int]] = {}   # +count where runs' first bucket is, -count after the last
+    for node, lo, hi, count in conn.execute(
+            "SELECT node, max(0, CAST((started_at - :first) / :step AS INTEGER)), "
+            "min(:last, CAST((coalesce(finished_at, :now) - :first) / :step AS INTEGER)), "
+            f"count(*) FROM ({spanning}) WHERE node IS NOT NULL AND node != '' AND "
+            "started_at IS NOT NULL AND started_at < :end AND "
+            "coalesce(finished_at, :now) >= :first GROUP BY 1, 2, 3", args):
+        m = marks.setdefault(node, [0] * (n + 1))
+        m[lo] += count
+        m[hi + 1] -= count
+    running = {node: list(itertools.accumulate(marks[node][:n])) for node in sorted(marks)}
     return {"span": span, "step": step, "x": xs, "outcomes": outcomes,
             "lateness": {"p50": p50, "p99": p99}, "running": running}
 
