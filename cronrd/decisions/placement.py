@@ -18,8 +18,12 @@ from ..jobspec import RunOn
 TAKES_RUNS = frozenset({"up", "unknown"})
 
 
-def fits(run_on: RunOn, node: NodeView) -> bool:
-    """Does ``run_on`` allow this node at all (up or not)?"""
+def fits(run_on: RunOn, node: NodeView, executor: str = "local") -> bool:
+    """Does ``run_on`` allow this node at all (up or not), and does it offer
+    the job's ``executor`` (a node announces the executors it has beyond
+    local as tags ``executor:NAME``: runtime/runs/executors.py)?"""
+    if executor != "local" and f"executor:{executor}" not in node.tags:
+        return False
     if run_on.mode == "nodes":
         return node.id in run_on.values
     if run_on.mode == "tags":
@@ -43,3 +47,10 @@ class NodeView:
     why_not: str = ""        # why it cannot take runs now
     suspect: bool = False    # missed a claim lately: others first (decisions/claims.py)
     slow_disk: str | None = None  # why its disk is slow (decisions/disk.py): others first
+
+
+def no_executor(executor: str) -> str:
+    """Why no member fits a job whose executor none of them offers."""
+    return (f"no eligible node: no member offers the {executor} executor"
+            + (" (podman is not installed on any: apt-get install podman on the nodes that "
+               "should run it)" if executor == "container" else ""))

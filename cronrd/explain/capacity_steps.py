@@ -9,7 +9,7 @@ from ..schedule import human_duration
 from ..state import dependencies as deps
 from ..state import pools as PL
 from ..state import queries as Q
-from ..decisions.placement import TAKES_RUNS, fits
+from ..decisions.placement import TAKES_RUNS, fits, no_executor
 from .subject import Step, Subject
 
 
@@ -76,13 +76,15 @@ def placement_step(s: Subject) -> list[Step]:
         return [Step("placement", rule, data)]
     if s.nodes is None:
         return [Step("placement", f"{rule} (the members are not known here)", data)]
-    fit = [n for n in s.nodes if fits(ro, n)]
+    fit = [n for n in s.nodes if fits(ro, n, s.spec.executor_type)]
     ready = [n.id for n in fit if n.healthy and n.state in TAKES_RUNS]
     others = [f"{n.id}: {n.why_not or n.state}" for n in fit if n.id not in ready]
     data["eligible"] = ready
     live = f" ({s.nodes_note})" if s.nodes_note else ""
     if not fit:
-        why = (f"no member has tags {', '.join(ro.values)}" if ro.mode == "tags" else
+        why = (no_executor(s.spec.executor_type)[len("no eligible node: "):]
+               if any(fits(ro, n) for n in s.nodes) else
+               f"no member has tags {', '.join(ro.values)}" if ro.mode == "tags" else
                f"run_on {', '.join(ro.values)} names no member of the cluster")
         return [Step("placement", f"{rule}: {why}", data, f"no eligible node: {why}")]
     if not ready:

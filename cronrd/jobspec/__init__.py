@@ -38,8 +38,8 @@ from __future__ import annotations
 from .fields import JOB_KEYS, MAX_DURATION, MAX_RETRIES
 from .files import (MAX_FILE_BYTES, check_file_permissions, is_job_file_name, load_job_file,
                     load_jobs_dir)
-from .model import (DEFAULT_JOBS_DIR, ENV_KEY_RE, NAME_RE, DirResult, FileResult, JobSpec,
-                    Limits, Param, Problem, RetryPolicy, RunOn)
+from .model import (DEFAULT_JOBS_DIR, ENV_KEY_RE, NAME_RE, DirResult, ExecutorSpec,
+                    FileResult, JobSpec, Limits, Param, Problem, RetryPolicy, RunOn)
 from .parse import MAX_PROBLEMS_PER_FILE, parse_job_text
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "RunOn",
     "JobSpec",
     "Limits",
+    "ExecutorSpec",
     "Param",
     "Problem",
     "FileResult",

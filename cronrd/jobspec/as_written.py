@@ -99,7 +99,7 @@ def effective(spec: JobSpec) -> list[tuple[str, str, bool]]:
 
 def _text(key: str, value: Any) -> str:
     if value is None:
-        return "-"
+        return "local" if key == "executor" else "-"
     if key in _DURATIONS and isinstance(value, (int, float)) and not isinstance(value, bool):
         return human_duration(value)
     if key == "retries" and isinstance(value, dict):

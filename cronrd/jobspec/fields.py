@@ -15,7 +15,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from cronrd.errors import ScheduleError
 from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_timezone
 
-from .model import (_NAME_RULE, ENV_KEY_RE, NAME_RE, TRIGGER_RULES, Dependency, Limits,
+from .model import (_NAME_RULE, CONTAINER_NETWORKS, CONTAINER_PULL, ENV_KEY_RE,
+                    EXECUTOR_TYPES, NAME_RE, TRIGGER_RULES, Dependency, ExecutorSpec, Limits,
                     RetryPolicy, RunOn, Sla)
 from .notify_field import v_notify
 from .params import parse_params
@@ -682,6 +683,83 @@ def _v_triggers(ctx: FileProblems, key: str, node: Node) -> Any:
     return _INVALID if bad else tuple(sorted(names))
 
 
+_EXECUTOR_KEYS = ("type", "image", "pull", "volumes", "network")
+# An image reference podman takes: [registry/]name[:tag][@digest], no spaces
+# or leading dash (it is one argument of podman run, never an option).
+_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
+# A volume: HOST:CONTAINER[:OPTIONS], both absolute paths.
+_VOLUME_RE = re.compile(r"^(/[^:,\x00]*):(/[^:,\x00]*)(?::(ro|rw|z|Z|ro,z|ro,Z))?$")
+
+
+def _v_executor(ctx: FileProblems, key: str, node: Node) -> Any:
+    """executor: local | {type: local} | {type: container, image: IMAGE,
+    pull: never|missing, volumes: [HOST:CONTAINER[:ro]], network: none|host}."""
+    example = ("e.g. executor: {type: container, image: localhost/tools:1, "
+               "network: none}")
+    if _is_str(node):
+        if node.value == "container":
+            ctx.err(node, f"executor: container needs its image: {example}")
+            return _INVALID
+        if node.value not in EXECUTOR_TYPES:
+            ctx.err(node, f"executor must be one of {', '.join(EXECUTOR_TYPES)} (got "
+                          f"{node.value!r}); {example}")
+            return _INVALID
+        return ExecutorSpec(type=node.value)
+    if not isinstance(node, MappingNode) or not node.value:
+        ctx.err(node, f"executor must be local or a mapping with type: and its keys; "
+                      f"{example} ({_got(node)})")
+        return _INVALID
+
+    def check(name: str, full: str, vnode: Node) -> Any:
+        if name == "type":
+            return _v_choice(EXECUTOR_TYPES)(ctx, full, vnode)
+        if name == "image":
+            v = _v_string(ctx, full, vnode, "an image name")
+            if v is not _INVALID and not _IMAGE_RE.fullmatch(v):
+                ctx.err(vnode, f"{full} must be an image reference such as "
+                               f"localhost/tools:1 or debian:bookworm (got {v!r})")
+                return _INVALID
+            return v
+        if name == "pull":
+            return _v_choice(CONTAINER_PULL)(ctx, full, vnode)
+        if name == "network":
+            return _v_choice(CONTAINER_NETWORKS)(ctx, full, vnode)
+        if name == "volumes":
+            if not isinstance(vnode, SequenceNode):
+                ctx.err(vnode, f"{full} must be a list of HOST:CONTAINER[:ro] ({_got(vnode)})")
+                return _INVALID
+            out = []
+            for item in vnode.value:
+                if not _is_str(item) or not _VOLUME_RE.fullmatch(item.value) or \
+                        "/../" in item.value + "/":
+                    ctx.err(item, f"each of {full} must be HOST:CONTAINER or "
+                                  "HOST:CONTAINER:ro, both absolute paths, e.g. "
+                                  f"/srv/data:/data:ro ({_got(item)})")
+                    return _INVALID
+                out.append(item.value)
+            return tuple(out)
+        return None
+    spec = _sub_fields(ctx, node, "executor", _EXECUTOR_KEYS, check,
+                       lambda **kw: kw)
+    if spec is _INVALID:
+        return _INVALID
+    kind = spec.get("type")
+    if kind is None:
+        ctx.err(node, f"executor needs type: ({' or '.join(EXECUTOR_TYPES)}); {example}")
+        return _INVALID
+    if kind == "local":
+        extra = sorted(set(spec) - {"type"})
+        if extra:
+            ctx.err(node, f"executor: local takes no {', '.join(extra)}: those are a "
+                          "container's; use type: container")
+            return _INVALID
+        return ExecutorSpec(type="local")
+    if not spec.get("image"):
+        ctx.err(node, f"executor: container needs image:; {example}")
+        return _INVALID
+    return ExecutorSpec(**spec)
+
+
 _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "name": _v_name,
     "description": _v_description,
@@ -727,6 +805,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "on_final_failure": _v_choice(("none", "dead_letter")),
     "heartbeat_timeout": _v_duration(positive=True),
     "triggers": _v_triggers,
+    "executor": _v_executor,
 }
 # Keys that mean something only next to depends_on.
 DEPENDENCY_KEYS = ("trigger_rule", "on_upstream_failure", "wait_for_upstream")

@@ -76,6 +76,43 @@ class Limits:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+EXECUTOR_TYPES = ("local", "container")
+CONTAINER_PULL = ("never", "missing")
+CONTAINER_NETWORKS = ("none", "host")
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """``executor:``: what runs a run's command on its node
+    (runtime/runs/executors.py). ``local`` (the default): the command,
+    forked under the run's supervisor. ``container``: the command inside a
+    container of ``image`` made by podman, under the same supervisor."""
+    type: str = "local"
+    image: str | None = None
+    pull: str = "never"               # never | missing
+    volumes: tuple[str, ...] = ()     # HOST:CONTAINER[:ro], as podman's --volume
+    network: str = "none"             # none | host
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"type": self.type}
+        if self.type == "container":
+            d.update({"image": self.image, "pull": self.pull, "network": self.network})
+            if self.volumes:
+                d["volumes"] = list(self.volumes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "ExecutorSpec":
+        if isinstance(d, ExecutorSpec):
+            return d
+        if isinstance(d, str):
+            return cls(type=d)
+        return cls(type=str(d.get("type", "local")), image=d.get("image"),
+                   pull=str(d.get("pull", "never")),
+                   volumes=tuple(str(v) for v in d.get("volumes") or ()),
+                   network=str(d.get("network", "none")))
+
+
 PARAM_TYPES = ("string", "int", "float", "bool", "enum")
 
 
@@ -193,6 +230,8 @@ class JobSpec:
     # The webhooks (the daemon config's hooks:) whose calls start the job
     # (POST /api/v1/hooks/NAME), sorted.
     triggers: tuple[str, ...] = ()
+    # What runs the command (ExecutorSpec); None: local, today's fork.
+    executor: ExecutorSpec | None = None
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -258,7 +297,13 @@ class JobSpec:
             d["heartbeat_timeout"] = self.heartbeat_timeout
         if self.triggers:
             d["triggers"] = list(self.triggers)
+        if self.executor is not None and self.executor.type != "local":
+            d["executor"] = self.executor.to_dict()
         return d
+
+    @property
+    def executor_type(self) -> str:
+        return self.executor.type if self.executor is not None else "local"
 
     @property
     def slots_needed(self) -> int:
@@ -327,6 +372,8 @@ class JobSpec:
                 kwargs[f] = float(kwargs[f])
         if "triggers" in kwargs:
             kwargs["triggers"] = tuple(str(t) for t in kwargs["triggers"] or ())
+        if kwargs.get("executor") is not None:
+            kwargs["executor"] = ExecutorSpec.from_dict(kwargs["executor"])
         for f in ("timeout", "heartbeat_timeout", "start_deadline"):
             if kwargs.get(f) is not None:
                 kwargs[f] = float(kwargs[f])

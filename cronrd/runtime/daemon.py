@@ -41,6 +41,7 @@ from .faces_host import FacesHost
 from .control.handlers import Handlers
 from .control.logs import read_log_chunk
 from .heap import Heap
+from .runs.executors import offered_tags
 from .leader.leadership import Leadership
 from .log.base import Log
 from .logfmt import setup_logging
@@ -334,6 +335,11 @@ class Daemon:
                 return row
         return {}
 
+    def node_tags(self) -> tuple[str, ...]:
+        """This node's tags as the cluster sees them: its configured ones,
+        and ``executor:NAME`` for each executor it offers beyond local."""
+        return tuple(self.members.tags()) + offered_tags()
+
     async def _announce(self, state: str) -> None:
         """Tell the cluster this node takes runs (up) or is stopping (draining)."""
         self.announced = state
@@ -341,7 +347,7 @@ class Daemon:
         try:
             async with asyncio.timeout(5.0):
                 await self.log.propose(C.NodeInfo(
-                    node=self.config.node_id, state=state, addr=addr, tags=self.members.tags(),
+                    node=self.config.node_id, state=state, addr=addr, tags=self.node_tags(),
                     at=self.clock.now()))
         except (CronrdError, TimeoutError) as exc:
             log.warning("event=announce_failed state=%s error=\"%s\" retry=true", state, exc)
@@ -353,7 +359,7 @@ class Daemon:
             await asyncio.sleep(ANNOUNCE_INTERVAL)
             row = self._own_record()
             if row.get("state") != self.announced or \
-                    sorted(row.get("tags") or ()) != sorted(self.members.tags()):
+                    sorted(row.get("tags") or ()) != sorted(self.node_tags()):
                 await self._announce(self.announced)
 
     async def _watch_removal(self) -> None:

@@ -32,6 +32,7 @@ from ..log.local import LocalLog
 from ..log.base import Log
 from ...decisions.placement import NodeView
 from ..tasks import Changes
+from ..runs.executors import offered_tags
 
 log = logging.getLogger("cronrd.cluster")
 
@@ -46,7 +47,7 @@ NO_CLUSTER = ("this node runs without a cluster: section (a one-node cluster); r
 def local_node(config: Config) -> NodeView:
     """This node, as placement sees it when it is the only member."""
     cluster = getattr(config, "cluster", None)
-    tags = cluster.tags if cluster else ()
+    tags = tuple(cluster.tags if cluster else ()) + offered_tags()
     return NodeView(config.node_id, True, "up", frozenset(tags))
 
 class Members(Protocol):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from typing import Callable
 
-from ...decisions.placement import TAKES_RUNS, Choice, NodeView, fits
+from ...decisions.placement import TAKES_RUNS, Choice, NodeView, fits, no_executor
 from ...jobspec import JobSpec
 from ...state import pools as PL
 from ...state import queries as Q
@@ -52,7 +52,10 @@ class Placement:
 
     def choose(self, spec: JobSpec, fire_time: int) -> list[Choice]:
         mode, values = spec.run_on.mode, spec.run_on.values
-        members = [n for n in self._views() if fits(spec.run_on, n)]
+        members = [n for n in self._views() if fits(spec.run_on, n, spec.executor_type)]
+        if not members and spec.executor_type != "local" and \
+                any(fits(spec.run_on, n) for n in self._views()):
+            return [Choice("", "", no_executor(spec.executor_type))]
         if not members and mode == "nodes":
             return [Choice("", "", f"no eligible node: run_on {', '.join(values)} names "
                                    "no member of the cluster")]
@@ -86,7 +89,7 @@ class Placement:
         """The members that may take a run of ``spec`` now (for a retry);
         with ``trusted``, those that did not miss a claim lately first."""
         ready = [n for n in self._views() if n.healthy and
-                 n.state in TAKES_RUNS and fits(spec.run_on, n)]
+                 n.state in TAKES_RUNS and fits(spec.run_on, n, spec.executor_type)]
         return [n.id for n in (_trusted(ready) if trusted else ready)]
 
     def pick(self, candidates: list[str], key: str) -> str:

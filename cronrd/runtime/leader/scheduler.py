@@ -28,7 +28,7 @@ from ...state import queries as Q
 from ...state.effects import Effect, JobsChanged
 from ...errors import NotLeader, Refused
 from ..clock import Clock
-from ...decisions.placement import NodeView, fits
+from ...decisions.placement import NodeView, fits, no_executor
 from ..cluster.members import local_node
 from .placement import Placement
 
@@ -57,7 +57,8 @@ def reboot_fires(conn, node: NodeView, boot_time: int, now: float) -> list[C.Fir
         spec = Q.job_spec(conn, name)
         if spec is None or parse_schedule(spec.schedule).kind != "reboot":
             continue
-        skip = None if fits(spec.run_on, node) else (
+        skip = None if fits(spec.run_on, node, spec.executor_type) else no_executor(
+            spec.executor_type) if fits(spec.run_on, node) else (
             f"no eligible node: {node.id} does not match run_on ({spec.run_on.mode}: "
             f"{', '.join(spec.run_on.values)})")
         fires.append(C.Fire(job=name, fire_time=boot_time, kind="scheduled", node=node.id,

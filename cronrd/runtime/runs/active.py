@@ -33,6 +33,7 @@ class ActiveRun:
     hard_kill: asyncio.TimerHandle | None = None
     slot: bool = False               # counted in InFlight.slots (holds a max_running slot)
     secret: str = ""                 # sha256 of its CRONRD_RUN_TOKEN (for RunStarted)
+    executor: str = "local"          # what runs its command (executors.py)
 
 
 class InFlight:

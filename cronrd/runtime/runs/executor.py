@@ -41,6 +41,7 @@ from ..clock import Clock
 from . import records
 from .active import ActiveRun, InFlight
 from .cgroups import RunCgroups, oom_reason
+from .executors import Executors
 from .claims import Claims
 from .gates import CLAIM_WAIT, READY_WAIT, Gate, Gates
 from .launch import Identities
@@ -99,6 +100,8 @@ class Executor:
         self.job_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.cgroups: RunCgroups | None = None  # setup_cgroups()
         self.cgroups_why = "not set up"
+        # What runs a run's command here: local, and container with podman.
+        self.executors = Executors(config.node_id)
 
     def setup_cgroups(self) -> None:
         """Give runs with limits a cgroup each where the host allows it
@@ -251,7 +254,7 @@ class Executor:
         act = spawn(run, spec, now, self.config.log_dir, self.runs_dir, node_id=self.node_id,
                     identities=self.identities, job_nofile=self.job_nofile,
                     gates=self.gates, spawner=self.spawner, claimed=self.claims is None,
-                    cgroups=self.cgroups, workflow=workflow)
+                    cgroups=self.cgroups, workflow=workflow, executors=self.executors)
         if isinstance(act, NotStarted):
             self._not_started(run, "failed", now, reason=act.reason, log_path=act.log_path,
                               exit_code=act.exit_code)
@@ -492,9 +495,11 @@ class Executor:
         """SIGTERM the whole tree now, SIGKILL whatever is left after kill_grace."""
         pid = act.life.pid
         act.tree = snapshot_tree(pid) or act.tree
-        log.info("event=run_stopping job=%s run=%d reason=\"%s\" processes=%d",
-                 act.run.job, act.run.run_id, act.life.stop_reason, len(act.tree))
-        signal_tree(pid, act.tree, signal.SIGTERM)
+        log.info("event=run_stopping job=%s run=%d reason=\"%s\" processes=%d executor=%s",
+                 act.run.job, act.run.run_id, act.life.stop_reason, len(act.tree),
+                 act.executor)
+        if not self.executors.named(act.executor).stop(act.key, act.kill_grace):
+            signal_tree(pid, act.tree, signal.SIGTERM)
         # Kept apart from act.timers: it must still run after the job exits,
         # since grandchildren may outlive it.
         act.hard_kill = asyncio.get_running_loop().call_later(act.kill_grace,
@@ -503,6 +508,8 @@ class Executor:
     def _kill_hard(self, act: ActiveRun) -> None:
         over, pid = act.life.over, act.life.pid
         procs = alive(act.tree + ([] if over else snapshot_tree(pid)))
+        if not over:
+            self.executors.named(act.executor).kill(act.key)
         if procs or not over:
             log.info("event=run_killed job=%s run=%d processes=%d", act.run.job,
                      act.run.run_id, len(procs))

@@ -16,6 +16,7 @@ import resource
 import secrets
 import shlex
 import shutil
+from typing import Callable, Iterable
 from dataclasses import dataclass
 
 from ...errors import CronrdError
@@ -258,11 +259,14 @@ def controls(spec: JobSpec, cgroup: str | None = None,
 def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
            job_nofile: int, cgroup: str | None = None,
            controllers: frozenset[str] = frozenset(),
-           workflow: dict[str, str] | None = None) -> Launch:
+           workflow: dict[str, str] | None = None,
+           wrap: Callable[[list[str], Iterable[str]], list[str]] | None = None) -> Launch:
     """What the supervisor execs for ``run``. Raises CronrdError when the run
     cannot be prepared here (its working directory or shell is missing...).
     ``workflow``: the run's idempotency key, interval and parameters
-    (decisions/run_env.py)."""
+    (decisions/run_env.py). ``wrap(command, env names)``: the command as
+    the run's executor runs it (runtime/runs/executors.py; None: as is);
+    the shell is then not this host's to check."""
     fire_iso = iso_utc(run.fire_time)
     shell = spec.shell or DEFAULT_SHELL
     base = {"PATH": DEFAULT_PATH, "SHELL": shell, "HOME": ident["home"],
@@ -280,12 +284,14 @@ def launch(run: Run, spec: JobSpec, ident: dict, *, node_id: str, log_path: str,
         own.update(workflow)
     env = {**base, **own}
     if isinstance(spec.command, str):
-        if spec.shell is not None and not os.access(shell, os.X_OK):
+        if spec.shell is not None and wrap is None and not os.access(shell, os.X_OK):
             raise CronrdError(f"shell {shell} does not exist or is not executable on node "
                               f"{node_id}; install it there or fix shell: in {spec.source}")
         command = [shell, "-c", spec.command]
     else:
         command = list(spec.command)
+    if wrap is not None:
+        command = wrap(command, own.keys())
     ctl = controls(spec, cgroup, controllers)
     if spec.limits is not None and spec.limits.open_files is not None:
         job_nofile = spec.limits.open_files  # the gate shell sets the soft limit to it

@@ -94,8 +94,14 @@ async def reconcile(ex: "Executor") -> dict:
         for rec in recs:
             if not rec.supervisor_alive():
                 records.remove(rec.path)
-    if waits:
-        await asyncio.gather(*waits)
+    # What no record accounts for any more (a container of a run whose
+    # supervisor is gone): removed, off the event loop.
+    def has_record(key: str) -> bool:
+        return os.path.exists(os.path.join(ex.runs_dir, key))
+    sweeps = [asyncio.to_thread(executor.sweep, ex.node_id, has_record)
+              for executor in ex.executors.by_name.values()]
+    if waits or sweeps:
+        await asyncio.gather(*waits, *sweeps)
     return counts
 
 
@@ -130,6 +136,7 @@ def _settle(ex: "Executor", run: Run, settle: R.Settle) -> str:
     act = ActiveRun(run=run, spec=spec, key=rec.key,
                     log_path=run_log_path(ex.config.log_dir, run),
                     kill_grace=spec.kill_grace if spec else 10.0,
+                    executor=spec.executor_type if spec else "local",
                     life=L.Life(phase=L.Phase.STARTED, pid=rec.pid or 0, ready=True,
                                 started_at=rec.started_at or run.started_at or now),
                     sup_pid=rec.sup or 0)

@@ -15,6 +15,7 @@ from ...state import run_life as L
 from ...model.run import Run
 from .active import ActiveRun, InFlight
 from .cgroups import RunCgroups
+from .executors import Executors, host_side
 from .gates import Gates
 from .launch import Identities, env_memfd, launch
 from .logs import open_run_log, run_log_path, say
@@ -79,12 +80,14 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
           node_id: str, identities: Identities, job_nofile: int, gates: Gates,
           spawner: Spawner, claimed: bool,
           cgroups: RunCgroups | None = None,
-          workflow: dict[str, str] | None = None) -> ActiveRun | NotStarted:
+          workflow: dict[str, str] | None = None,
+          executors: Executors | None = None) -> ActiveRun | NotStarted:
     """Ask for the run's supervisor: the run, waiting at its gate (not yet on
     it: the caller registers it), or why it could not be asked for.
     ``claimed``: it needs no claim (one host: nobody else could start it).
     ``cgroups``: where runs with limits get a cgroup of their own.
-    ``workflow``: the run's workflow variables (decisions/run_env.py)."""
+    ``workflow``: the run's workflow variables (decisions/run_env.py).
+    ``executors``: what runs the command (executors.py; None: local)."""
     log_path = run_log_path(log_dir, run)
     try:
         logfd, dirfd = open_run_log(log_dir, run, create=True, with_dir=True)
@@ -95,13 +98,23 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
     envfd = -1
     key = new_key(run.run_id)
     cgroup = None
+    executor_name = "local"
     try:
-        ident = identities(spec)
-        cgroup = run_cgroup(cgroups, key, spec)
-        how = launch(run, spec, ident, node_id=node_id, log_path=log_path,
+        executor = executors.of(spec) if executors is not None else None
+        host, wrap = spec, None
+        if executor is not None and executor.name != "local":
+            executor_name = executor.name
+            host = host_side(spec)
+
+            def wrap(command: list[str], names) -> list[str]:
+                assert executor is not None  # (bound above)
+                return executor.command(spec, key, command, names).argv
+        ident = identities(host)
+        cgroup = run_cgroup(cgroups, key, host)
+        how = launch(run, host, ident, node_id=node_id, log_path=log_path,
                      job_nofile=job_nofile, cgroup=cgroup,
                      controllers=cgroups.controllers if cgroups else frozenset(),
-                     workflow=workflow)
+                     workflow=workflow, wrap=wrap)
         if how.env_script is not None:
             envfd = env_memfd(how.env_script)
     except (CronrdError, OSError) as exc:
@@ -135,4 +148,5 @@ def spawn(run: Run, spec: JobSpec, now: float, log_dir: str, runs_dir: str, *,
             os.close(envfd)
     return ActiveRun(run=run, spec=spec, key=key, log_path=log_path,
                      kill_grace=spec.kill_grace, user=how.user, gate=gate,
-                     life=L.Life(switch=how.switch, claim="won" if claimed else "none"))
+                     life=L.Life(switch=how.switch, claim="won" if claimed else "none"),
+                     executor=executor_name)

@@ -199,6 +199,9 @@ BAD_FIELD_CASES = [
     ("heartbeat_timeout: 0", "3:20: heartbeat_timeout must be greater than 0 (got 0)"),
     ("triggers: deploy", "3:11: triggers must be a non-empty list of hook names, e.g. "
                          "triggers: [deploy] (the daemon config's hooks:) (got 'deploy')"),
+    ("executor: ~", "3:11: executor must be local or a mapping with type: and its keys; e.g. "
+                    "executor: {type: container, image: localhost/tools:1, network: none} "
+                    "(got an empty value (null))"),
     ("heartbeat_timeout: null", "3:20: heartbeat_timeout must be a duration such as 30s, 5m or "
                                 "1h30m (got an empty value (null)); remove the key"),
     ("timeout: 0", "3:10: timeout must be greater than 0 (got 0); use timeout: null for no timeout"),
