@@ -320,6 +320,14 @@ def host_warnings(spec: JobSpec, controllers: frozenset[str] | None = None) -> l
     a missing shell or env_file, limits no cgroup v2 controller enforces.
     ``controllers``: the host's cgroup v2 controllers (default: read them)."""
     out = []
+    if spec.executor_type == "container":
+        # the shell, user and limits are the image's and podman's, not this host's
+        from .executors import find_podman
+        if not find_podman():
+            out.append("executor: container needs podman, which this host does not have; "
+                       "the job runs only on members that have it (apt-get install podman "
+                       "here to run it here too)")
+        return out
     if spec.shell is not None and isinstance(spec.command, str) and \
             not os.access(spec.shell, os.X_OK):
         out.append(f"shell {spec.shell} does not exist or is not executable on this host; "

@@ -119,3 +119,13 @@ def test_a_container_executor_is_part_of_the_definition_and_local_is_not():
     c = container_job()
     back = JobSpec.from_dict(c.to_dict())
     assert back.executor == c.executor and back.digest() == c.digest() != plain.digest()
+
+
+def test_validate_warns_of_a_container_job_on_a_host_without_podman(monkeypatch):
+    from cronrd.runtime.runs.launch import host_warnings
+    monkeypatch.setattr(X, "find_podman", lambda: None)
+    spec = container_job(shell="/only/in/the/image", limits=Limits(cpu=50.0))
+    (warning,) = host_warnings(spec, controllers=frozenset())
+    assert "needs podman" in warning and "apt-get install podman" in warning
+    monkeypatch.setattr(X, "find_podman", lambda: "/usr/bin/podman")
+    assert host_warnings(spec, controllers=frozenset()) == []   # the image's and podman's
