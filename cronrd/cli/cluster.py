@@ -28,31 +28,40 @@ def _node_id_arg(value: str, what: str = "node id") -> str:
 
 @cluster.command("init-tls")
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
-@click.option("--nodes", required=True, metavar="ID,ID,...",
+@click.option("--nodes", default="", metavar="ID,ID,...",
               help="Node ids to issue a certificate and key for, comma-separated.")
+@click.option("--workers", default="", metavar="NAME,NAME,...",
+              help="Worker names to issue a worker's certificate and key for (cronrd "
+                   "worker: a client of the servers, never a member; its certificate is "
+                   "refused on the peer port).")
 @click.option("--days", default=365, show_default=True, type=click.IntRange(1, 36500),
               help="Validity of new node certificates (renew with `cluster rotate-cert`; "
                    "status warns 30 days ahead).")
 @click.option("--force", is_flag=True,
               help="Re-issue certificates of nodes that already have one in DIR.")
-def cluster_init_tls(directory, nodes, days, force):
-    """Create the cluster CA and node certificates in DIR.
+def cluster_init_tls(directory, nodes, workers, days, force):
+    """Create the cluster CA and node (and worker) certificates in DIR.
 
     The CA (ca.crt, ca.key) is created unless DIR already has one, which is then
-    used to sign the new certificates; each node id gets ID.crt and ID.key. The
-    openssl command does the cryptography."""
+    used to sign the new certificates; each node id gets ID.crt and ID.key, each
+    worker name NAME.crt and NAME.key (a worker's: client use only, refused on
+    the peer port). The openssl command does the cryptography."""
     from ..runtime.peers import tls
     ids: list[str] = []
-    for n in nodes.split(","):
-        n = n.strip()
-        if not n:
-            continue
-        _node_id_arg(n)
-        if n in ids:
-            raise UsageError(f"--nodes lists {n!r} twice")
-        ids.append(n)
-    if not ids:
-        raise UsageError("--nodes needs at least one node id, e.g. --nodes a,b,c")
+    worker_ids: list[str] = []
+    for option, text, into in (("--nodes", nodes, ids), ("--workers", workers, worker_ids)):
+        for n in text.split(","):
+            n = n.strip()
+            if not n:
+                continue
+            _node_id_arg(n)
+            if n in ids or n in worker_ids:
+                raise UsageError(f"{option} lists {n!r} twice (or --nodes and --workers "
+                                 "both do): a name is one node's or one worker's")
+            into.append(n)
+    if not ids and not worker_ids:
+        raise UsageError("--nodes needs at least one node id, e.g. --nodes a,b,c (or "
+                         "--workers NAME,... for workers' certificates)")
     d = os.path.abspath(directory)
     if os.path.exists(d) and not os.path.isdir(d):
         raise UsageError(f"{d} exists and is not a directory")
@@ -67,7 +76,7 @@ def cluster_init_tls(directory, nodes, days, force):
     if have_key and not have_crt:
         raise CronrdError(f"{ca_key} exists but {ca_crt} does not; restore ca.crt (every node "
                           f"has a copy) or move {ca_key} away to create a new CA")
-    existing = [n for n in ids
+    existing = [n for n in ids + worker_ids
                 if os.path.exists(os.path.join(d, f"{n}.crt"))
                 or os.path.exists(os.path.join(d, f"{n}.key"))]
     if existing and not force:
@@ -75,11 +84,11 @@ def cluster_init_tls(directory, nodes, days, force):
             f"{d} already has a certificate or key for {', '.join(existing)}; leave "
             f"{'it' if len(existing) == 1 else 'them'} out of --nodes, or pass --force to "
             "issue new ones (then copy them to those hosts again)")
-    paths = tls.init_tls(d, ids, days=days)
+    paths = tls.init_tls(d, ids, days=days, worker_ids=worker_ids)
     click.echo(f"{'kept the existing' if have_crt else 'created the'} cluster CA: {ca_crt}"
                f"{'' if have_crt else ' and ' + ca_key}")
     for n, p in paths.items():
-        click.echo(f"node {n}: {p.cert} {p.key}")
+        click.echo(f"{'worker' if n in worker_ids else 'node'} {n}: {p.cert} {p.key}")
     click.echo(
         "\nnext steps:\n"
         f"  1. copy ca.crt, NODE.crt and NODE.key to each node, e.g. to /etc/cronrd/tls/\n"

@@ -80,8 +80,17 @@ def init_ca(dir: str | os.PathLike, days: int = 3650) -> tuple[str, str]:
     return str(crt), str(key)
 
 
-def issue_node_cert(dir: str | os.PathLike, node_id: str, days: int = 365) -> TLSPaths:
-    """Issue (or re-issue) ``<node_id>.crt``/``.key`` signed by the CA in ``dir``."""
+# The organizational unit of a worker's certificate (``cronrd worker``, issue
+# 34): signed by the cluster CA, but for a client only (no serverAuth), and
+# refused on the peer port: a worker never speaks Raft, proposes nothing and
+# is never admitted as a member, whatever its name.
+WORKER_OU = "cronrd-worker"
+
+
+def issue_node_cert(dir: str | os.PathLike, node_id: str, days: int = 365, *,
+                    worker: bool = False) -> TLSPaths:
+    """Issue (or re-issue) ``<node_id>.crt``/``.key`` signed by the CA in
+    ``dir``; ``worker``: a worker's (OU cronrd-worker, client use only)."""
     _check_id(node_id)
     d = Path(dir)
     ca_crt, ca_key = d / CA_CERT, d / CA_KEY
@@ -96,9 +105,11 @@ def issue_node_cert(dir: str | os.PathLike, node_id: str, days: int = 365) -> TL
                 f"subjectAltName=DNS:{node_id},IP:127.0.0.1\n"
                 "basicConstraints=critical,CA:FALSE\n"
                 "keyUsage=critical,digitalSignature,keyEncipherment\n"
-                "extendedKeyUsage=serverAuth,clientAuth\n")
+                + ("extendedKeyUsage=clientAuth\n" if worker else
+                   "extendedKeyUsage=serverAuth,clientAuth\n"))
+            subject = f"/OU={WORKER_OU}/CN={node_id}" if worker else f"/CN={node_id}"
             _openssl("req", "-new", *_newkey_args(), "-keyout", "node.key", "-out", "node.csr",
-                     "-subj", f"/CN={node_id}", cwd=t)
+                     "-subj", subject, cwd=t)
             _openssl("x509", "-req", "-in", "node.csr", "-CA", str(ca_crt.resolve()),
                      "-CAkey", str(ca_key.resolve()), "-set_serial", _serial(),
                      "-days", str(days), "-extfile", "ext.cnf", "-out", "node.crt", cwd=t)
@@ -150,14 +161,18 @@ def cert_status(info: dict | None, now: float, node_id: str) -> dict | None:
     return out
 
 
-def init_tls(dir: str | os.PathLike, node_ids, days: int = NODE_DAYS) -> dict[str, TLSPaths]:
+def init_tls(dir: str | os.PathLike, node_ids, days: int = NODE_DAYS,
+             worker_ids=()) -> dict[str, TLSPaths]:
     """Create the cluster CA in ``dir`` (kept if it already exists) and one
-    certificate and key per node id. Returns node id -> paths."""
-    ids = list(node_ids)
-    for n in ids:
+    certificate and key per node id, and per worker name (a worker's: see
+    WORKER_OU). Returns id -> paths."""
+    ids, workers = list(node_ids), list(worker_ids)
+    for n in ids + workers:
         _check_id(n)
     init_ca(dir, max(days, CA_DAYS))
-    return {n: issue_node_cert(dir, n, days) for n in ids}
+    out = {n: issue_node_cert(dir, n, days) for n in ids}
+    out.update({n: issue_node_cert(dir, n, days, worker=True) for n in workers})
+    return out
 
 
 # -- TLS contexts and verified certificates of the peer port (transport.py) ----------------
@@ -206,6 +221,16 @@ def cert_names(peercert: dict | None) -> set[str]:
         if kind == "DNS":
             names.add(value)
     return names
+
+
+def cert_is_worker(peercert: dict | None) -> bool:
+    """Is a verified certificate a worker's (OU cronrd-worker)? Such a
+    certificate never authenticates a member on the peer port."""
+    for rdn in (peercert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "organizationalUnitName" and value == WORKER_OU:
+                return True
+    return False
 
 
 def cert_serial(peercert: dict | None) -> str:

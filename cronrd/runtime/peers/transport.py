@@ -87,7 +87,8 @@ from cronrd.raft.types import Message
 from cronrd.runtime.clock import monotonic
 from cronrd.runtime.tasks import wait_within
 from cronrd.runtime.peers.admission import RefusalLog, Slots, one_spelling
-from cronrd.runtime.peers.tls import (TransportConfigError, cert_names, cert_serial,  # noqa: F401
+from cronrd.runtime.peers.tls import (WORKER_OU, TransportConfigError, cert_is_worker,  # noqa: F401
+                                      cert_names, cert_serial,
                                       client_context, server_context)
 
 log = logging.getLogger("cronrd.transport")
@@ -513,6 +514,10 @@ class Transport:
             if self._client_ctx is not None:
                 cert = writer.get_extra_info("peercert")
                 names = cert_names(cert)
+                if cert_is_worker(cert):
+                    raise _Refused(f"{p.id} answered with a worker's certificate (OU "
+                                   f"{WORKER_OU}); only members' certificates serve the "
+                                   "peer port")
                 if p.id not in names:
                     raise _Refused(f"its certificate names {sorted(names)}, not {p.id!r}")
                 why = (self.authorize(p.id, {"serial": cert_serial(cert), "outgoing": True})
@@ -768,6 +773,12 @@ class Transport:
         serial = ""
         if self._server_ctx is not None:
             cert = writer.get_extra_info("peercert")
+            if cert_is_worker(cert):
+                # A worker (cronrd worker) reaches the cluster through the
+                # servers' worker port only: on this port it could send Raft
+                # messages or ask to join as a member. Refused before its hello.
+                raise _Refused(f"a worker's certificate ({sorted(cert_names(cert))}, OU "
+                               f"{WORKER_OU}) may not speak the peer protocol")
             names = cert_names(cert)
             serial = cert_serial(cert)
         header = await reader.readexactly(4)
