@@ -49,8 +49,11 @@ class NodeView:
     slow_disk: str | None = None  # why its disk is slow (decisions/disk.py): others first
 
 
-def no_executor(executor: str) -> str:
-    """Why no member fits a job whose executor none of them offers."""
-    return (f"no eligible node: no member offers the {executor} executor"
-            + (" (podman is not installed on any: apt-get install podman on the nodes that "
-               "should run it)" if executor == "container" else ""))
+def no_executor(executor: str, narrowed: bool = False) -> str:
+    """Why no member fits a job whose executor none of them offers
+    (``narrowed``: none of those its run_on allows)."""
+    who = "no member that its run_on allows" if narrowed else "no member"
+    return (f"no eligible node: {who} offers the {executor} executor"
+            + (" (podman is not installed there: apt-get install podman on the nodes that "
+               "should run it, then restart cronrd on them)" if executor == "container"
+               else ""))

@@ -688,7 +688,7 @@ _EXECUTOR_KEYS = ("type", "image", "pull", "volumes", "network")
 # or leading dash (it is one argument of podman run, never an option).
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 # A volume: HOST:CONTAINER[:OPTIONS], both absolute paths.
-_VOLUME_RE = re.compile(r"^(/[^:,\x00]*):(/[^:,\x00]*)(?::(ro|rw|z|Z|ro,z|ro,Z))?$")
+_VOLUME_RE = re.compile(r"^(/[^:,\x00]*):(/[^:,\x00]*)(?::(ro|rw))?$")
 
 
 def _v_executor(ctx: FileProblems, key: str, node: Node) -> Any:
@@ -735,6 +735,11 @@ def _v_executor(ctx: FileProblems, key: str, node: Node) -> Any:
                     ctx.err(item, f"each of {full} must be HOST:CONTAINER or "
                                   "HOST:CONTAINER:ro, both absolute paths, e.g. "
                                   f"/srv/data:/data:ro ({_got(item)})")
+                    return _INVALID
+                if item.value.split(":", 1)[0].rstrip("/") == "":
+                    ctx.err(item, f"{full}: {item.value!r} mounts the whole host file "
+                                  "system into the container; mount only the directories "
+                                  "it needs")
                     return _INVALID
                 out.append(item.value)
             return tuple(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Mapping
 
 import yaml
@@ -56,6 +57,7 @@ def _parse_job(ctx: FileProblems, node: MappingNode, default_name: str | None,
         ctx.err(items["ioprio"][1], f"ioprio does not apply to ioclass {values['ioclass']} "
                                     "(only realtime and best-effort have levels); remove it")
     _check_dependency_keys(ctx, items, values)
+    _check_container_keys(ctx, items, values)
     _check_pool_keys(ctx, items, values)
     if values.get("max_queued", _INVALID) is not _INVALID \
             and values.get("concurrency", "forbid") not in ("queue", _INVALID):
@@ -105,6 +107,42 @@ def _check_pool_keys(ctx: FileProblems, items: dict[str, tuple[Node, Node]], val
                                         f"{pool!r} has only {pools[pool]} slots: a run could "
                                         "never start; lower pool_slots or raise the pool's "
                                         "slots in the daemon config")
+
+
+# Variables a job's env: may not give a container job: its podman client runs
+# as the daemon's user with the job's environment (passed on into the
+# container by name), and these would change what that root process does.
+_PODMAN_ENV = re.compile(r"^(LD_|CONTAINERS?_|PODMAN_|BUILDAH_|REGISTRY_AUTH_FILE$|TMPDIR$|"
+                         r"XDG_|HOME$|PATH$|DBUS_|SSL_CERT_|STORAGE_)")
+
+
+def _check_container_keys(ctx: FileProblems, items: dict[str, tuple[Node, Node]],
+                          values: dict[str, Any]) -> None:
+    """What a container job cannot take: variables that would reach the
+    podman client itself, an env_file podman would read by its own rules,
+    and heartbeats (the container cannot reach the daemon's socket)."""
+    ex = values.get("executor")
+    if ex is None or ex is _INVALID or getattr(ex, "type", "local") != "container":
+        return
+    env = values.get("env")
+    pairs = () if env is None or env is _INVALID else env.items() if isinstance(env, dict) \
+        else env
+    for key, _value in pairs:
+        if _PODMAN_ENV.match(key):
+            ctx.err(items["env"][1], f"env {key} would reach podman itself (its client runs "
+                                     "as the daemon's user with the job's environment) in a "
+                                     "container job; set it inside the image, or under "
+                                     "another name")
+    if "env_file" in items:
+        ctx.err(items["env_file"][0], "env_file is not read for a container job (podman "
+                                      "would read it by its own rules, as the daemon's "
+                                      "user); list the variables under env:, or bake them "
+                                      "into the image")
+    if "heartbeat_timeout" in items:
+        ctx.err(items["heartbeat_timeout"][0], "heartbeat_timeout needs `cronrd heartbeat` "
+                                               "from the job, which cannot reach the "
+                                               "daemon's socket from inside a container; "
+                                               "use timeout: instead")
 
 
 def _check_dependency_keys(ctx: FileProblems, items: dict[str, tuple[Node, Node]], values: dict[str, Any]) -> None:

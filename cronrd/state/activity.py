@@ -17,8 +17,11 @@ whole history (a million records in bench/api.py):
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
 import itertools
+import math
+import weakref
 import datetime
 import zoneinfo
 from typing import Any, Callable, Iterator
@@ -42,23 +45,61 @@ SPANS = {"1h": (3600, 60), "6h": (6 * 3600, 300), "1d": (86400, 900), "7d": (7 *
 _COLS = "run_id, job, kind, fire_time, attempt, state, node, started_at, finished_at"
 
 
-def _in_span(conn: apsw.Connection, start: float, end: float) -> Iterator[tuple[Any, ...]]:
-    """Every run that existed as a record at some moment of [start, end]
-    and ended at or after ``start`` or has not ended (see the module's
-    note). Those that ended after ``end`` or were made after it come too: a
-    caller clips."""
+# A timeline of a past window reads the runs that ended up to this long after
+# it: a run that went on longer past the window's end is not drawn there (the
+# page says so). Without a bound, a window of last year would read every
+# record since.
+TIMELINE_TAIL = 86400.0
+
+
+def _in_span(conn: apsw.Connection, start: float,
+             until: float | None = None) -> Iterator[tuple[Any, ...]]:
+    """Every run that ended at or after ``start`` (and before ``until``,
+    when given) or has not ended: with no ``until``, every run that ran at
+    some moment since ``start`` (see the module's note). A caller clips."""
     yield from conn.execute(
         f"SELECT {_COLS} FROM runs INDEXED BY runs_ended "
-        "WHERE finished_at >= ? AND finished_at IS NOT NULL", (start,))
+        "WHERE finished_at >= ? AND finished_at < ? AND finished_at IS NOT NULL",
+        (start, until if until is not None else float("inf")))
     yield from conn.execute(
         f"SELECT {_COLS} FROM runs WHERE {ACTIVE_SQL}")
 
 
+# The viewer's job filter while a picture's queries run (they run to the end
+# on the calling thread, one picture at a time: the faces' process reads
+# synchronously), read by the SQL function cronrd_allowed. The function is
+# registered once per connection: replacing one while another statement of
+# the connection is active is refused (apsw BusyError).
+_ALLOWED: list[Allowed] = [None]
+_REGISTERED: "weakref.WeakSet[apsw.Connection]" = weakref.WeakSet()
+
+
+def _visible(*values: Any) -> int:
+    allowed = _ALLOWED[-1]
+    return 1 if allowed is None or (isinstance(values[0], str) and allowed(values[0])) else 0
+
+
+def _allow_on(conn: apsw.Connection) -> None:
+    if conn not in _REGISTERED:
+        conn.create_scalar_function("cronrd_allowed", _visible, 1)
+        _REGISTERED.add(conn)
+
+
+@contextlib.contextmanager
+def _allowing(allowed: Allowed) -> Iterator[None]:
+    _ALLOWED.append(allowed)
+    try:
+        yield
+    finally:
+        _ALLOWED.pop()
+
+
 def _pct(values: list[float], p: float) -> float:
-    """The ``p`` percentile (0-100) of ``values`` (sorted, not empty),
-    nearest rank."""
-    k = max(0, min(len(values) - 1, int(round(p / 100 * len(values) + 0.5)) - 1))
-    return values[k]
+    """The ``p`` percentile (0-100) of ``values`` (sorted, not empty), by
+    nearest rank: the smallest value with at least p % of them at or below
+    it (p50 of two values is the first, p99 of a hundred the 99th)."""
+    rank = math.ceil(p / 100 * len(values) - 1e-9)
+    return values[max(0, min(len(values) - 1, rank - 1))]
 
 
 def fleet_activity(conn: apsw.Connection, now: float, span: str = "1h",
@@ -85,12 +126,15 @@ def fleet_activity(conn: apsw.Connection, now: float, span: str = "1h",
     args = {"first": first, "end": end, "step": step, "now": now, "last": n - 1}
     mine = ""
     if allowed is not None:
-        see = allowed
-
-        def visible(*values: Any) -> int:
-            return 1 if isinstance(values[0], str) and see(values[0]) else 0
-        conn.create_scalar_function("cronrd_allowed", visible, 1, deterministic=True)
+        _allow_on(conn)
         mine = " AND cronrd_allowed(job)"
+    with _allowing(allowed):
+        return _fleet_activity(conn, span, n, first, end, step, now, xs, args, mine)
+
+
+def _fleet_activity(conn: apsw.Connection, span: str, n: int, first: int, end: int,
+                    step: int, now: float, xs: list[int], args: dict[str, Any],
+                    mine: str) -> dict[str, Any]:
     outcomes = {o: [0] * n for o in OUTCOMES}
     for bucket, state, count in conn.execute(
             "SELECT CAST((finished_at - :first) / :step AS INTEGER), state, count(*) "
@@ -119,6 +163,7 @@ def fleet_activity(conn: apsw.Connection, now: float, span: str = "1h",
             "started_at IS NOT NULL AND started_at < :end AND "
             "coalesce(finished_at, :now) >= :first GROUP BY 1, 2, 3", args):
         m = marks.setdefault(node, [0] * (n + 1))
+        hi = max(lo, hi)    # ended "before" it started: the node's clock and the leader's
         m[lo] += count
         m[hi + 1] -= count
     running = {node: list(itertools.accumulate(marks[node][:n])) for node in sorted(marks)}
@@ -136,17 +181,21 @@ def timeline(conn: apsw.Connection, start: float, end: float, now: float,
     """The runs that were running at some moment of [start, end], as bars
     per node: ``{"start", "end", "nodes": [...], "bars": [{run_id, job,
     node, start, end, state, running}], "cut": N}``. A running run's bar
-    ends at ``now``. Over ``limit`` runs the shortest are left out (``cut``
-    says how many): at that density a short bar is not visible anyway."""
-    found = []   # (length, started, stop, run_id, job, node, state, running): tuples, cheap
+    ends at ``now``. Over ``limit`` runs those with the least time inside
+    the window are left out (``cut`` says how many): at that density a short
+    bar is not visible anyway. A window that ended more than a minute ago
+    reads the runs that ended up to TIMELINE_TAIL after it."""
+    found = []   # (time in the window, started, stop, run_id, job, node, state, running)
+    past = end < now - 60   # a window that ended: runs that ended long after it are not read
     for rid, job, _kind, _fire, _attempt, state, node, started, finished in _in_span(
-            conn, start, end):
+            conn, start, end + TIMELINE_TAIL if past else None):
         if started is None or not node or started > end:
             continue
         stop = finished if finished is not None else now
         if stop < start or (allowed is not None and not allowed(job)):
             continue
-        found.append((stop - started, started, stop, rid, job, node, state, finished is None))
+        found.append((min(stop, end) - max(started, start), started, stop, rid, job, node,
+                      state, finished is None))
     cut = max(0, len(found) - limit)
     if cut:
         found = heapq.nlargest(limit, found)

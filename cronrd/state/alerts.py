@@ -57,6 +57,13 @@ def raise_alert(conn: apsw.Connection, *, job: str, fire_time: int, kind: str, d
     if not conn.changes():
         return None
     SEQ.taken(conn, "alert_seq", alert_id)
+    if kind in DONE_LATE and V.at_least(conn, V.SLA_RESOLVED_BY_SUCCESS):
+        done = succeeded_run(conn, job, fire_time)
+        if done is not None:   # the miss was proposed before its run's success applied
+            conn.execute("UPDATE alerts SET state='resolved', closed_at=?, note=? "
+                         "WHERE alert_id=?",
+                         (at, f"done late: run {done} of this fire time succeeded",
+                          alert_id))
     if kind != "failed":  # (a failed run's own event is the notifiers' "failed")
         event = EV.emit(conn, f"sla_{kind}", job=job, at=at, fire_time=fire_time,
                         run_id=run_id, data={"alert_id": alert_id,
@@ -72,21 +79,39 @@ def exists(conn: apsw.Connection, job: str, fire_time: int, kind: str) -> bool:
     return False
 
 
+def succeeded_run(conn: apsw.Connection, job: str, fire_time: int) -> int | None:
+    """The run (its id) that made fire time ``fire_time`` of ``job`` a
+    success, when it is one: a run of it succeeded and the latest attempt
+    of each of its records (each node's, for ``run_on: all``) did; else None."""
+    best = None
+    for run_id, state in conn.execute(
+            "SELECT r.run_id, r.state FROM runs r WHERE r.job=? AND r.fire_time=? AND "
+            "r.origin='schedule' AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.job=r.job AND n.fire_time=r.fire_time "
+            "AND n.target=r.target AND n.origin=r.origin AND n.attempt > r.attempt)",
+            (job, fire_time)):
+        if state != "succeeded":
+            return None
+        best = run_id if best is None else max(best, run_id)
+    return best
+
+
 def on_final(sm: MachineWrites, run: Run, at: float) -> None:
     """``run`` is its record's final outcome (no retry follows)."""
     conn = sm.conn
     run = sm._get_run(run.run_id)
     state = run.state.value if hasattr(run.state, "value") else str(run.state)
     if state == "succeeded":
-        if run.target and next(iter(conn.execute(
-                "SELECT 1 FROM failing_jobs WHERE job=? AND target!=? LIMIT 1",
-                (run.job, run.target))), None) is not None:
-            return  # run_on: all: another node still fails (state/run_events.py)
-        if V.at_least(conn, V.SLA_RESOLVED_BY_SUCCESS):
+        if V.at_least(conn, V.SLA_RESOLVED_BY_SUCCESS) and \
+                succeeded_run(conn, run.job, run.fire_time) is not None:
+            # done late: every node's run of the fire time succeeded
             conn.execute("UPDATE alerts SET state='resolved', closed_at=?, note=? WHERE job=? "
                          f"AND fire_time=? AND state='open' AND kind IN {DONE_LATE!r}",
                          (at, f"done late: run {run.run_id} of this fire time succeeded",
                           run.job, run.fire_time))
+        if run.target and next(iter(conn.execute(
+                "SELECT 1 FROM failing_jobs WHERE job=? AND target!=? LIMIT 1",
+                (run.job, run.target))), None) is not None:
+            return  # run_on: all: another node still fails (state/run_events.py)
         conn.execute("UPDATE alerts SET state='resolved', closed_at=?, note=? WHERE job=? AND "
                      f"state='open' AND kind IN {tuple(RECOVER)!r}",
                      (at, f"recovered: run {run.run_id} succeeded", run.job))

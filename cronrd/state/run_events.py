@@ -83,8 +83,11 @@ def on_final(conn: apsw.Connection, run_id: int, at: float) -> int | None:
                       run_id=run.run_id, data=_data(run, final=True))
         _failing(conn, run, eid, at)
         if V.at_least(conn, V.FAILED_ALERT_EVENT):  # the alert it opened (state/alerts.py)
+            # (the alert this very failure opened: one opened before, for an
+            # earlier attempt or before the version, keeps its own)
             conn.execute("UPDATE alerts SET event_id=? WHERE job=? AND fire_time=? AND "
-                         "kind='failed' AND event_id IS NULL", (eid, run.job, run.fire_time))
+                         "kind='failed' AND event_id IS NULL AND opened_at=?",
+                         (eid, run.job, run.fire_time, at))
         return eid
     return None
 

@@ -62,7 +62,7 @@ VERSIONS: dict[int, Version] = {
                         "released when slots free without a node (they were refused); "
                         "web UI sessions of their own (StartSession, EndSession); an SLA "
                         "alert is resolved when its fire time's run succeeds; a failed "
-                        "alert names its event"),
+                        "alert names its event; jobs with executor: container"),
 }
 
 APPLY_VERSION = max(VERSIONS)   # the newest this code applies
@@ -79,6 +79,10 @@ SLA_RESOLVED_BY_SUCCESS = 2
 # A "failed" alert records the id of its run's final-failure event, as the
 # SLA alerts do theirs (state/run_events.py).
 FAILED_ALERT_EVENT = 2
+# A job with a non-local executor (executor: container) is proposed only from
+# this version on: a node of 0.2.0 ignores the key it does not know and would
+# run the command on its host (runtime/jobfiles/watcher.py holds such jobs back).
+EXECUTORS = 2
 
 # ``schema_version`` of a database at each cluster version (machine.migrate):
 # a release that cannot apply a version must refuse to open its database.

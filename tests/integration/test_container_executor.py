@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
+import time
 import uuid
 from pathlib import Path
 
@@ -122,6 +124,61 @@ def test_a_container_run_times_out_and_is_cancelled_by_stopping_its_container(
              what="the run cancelled")
     wait_for(lambda: not containers(node_id), what="the cancelled container removed")
     assert "event=run_stopping" in node.log_file.read_text()
+
+
+def test_a_stop_reaches_the_containers_processes_as_sigterm_first(node_factory, image,
+                                                                   node_id):
+    """Review: the tests above pass even if only the SIGKILL after kill_grace
+    ends the container. Here the job traps SIGTERM and says so, and the run
+    ends well before its kill_grace."""
+    node = node_factory(node_id=node_id)
+    node.write_job("polite", container_job(
+        "trap 'echo got TERM; exit 0' TERM; echo started; sleep 60 & wait",
+        kill_grace="30s"))
+    node.start()
+    rid = node.call("run_now", {"job": "polite"})["run_id"]
+    run = {}
+    wait_for(lambda: "started" in _log_of(node, rid), what="the job started")
+    t0 = time.monotonic()
+    assert node.cli("cancel", str(rid)).returncode == 0
+    wait_for(lambda: node.call("run", {"run_id": rid})["state"] == "cancelled", timeout=20,
+             what="the run cancelled")
+    assert time.monotonic() - t0 < 15            # not the 30 s kill_grace
+    assert "got TERM" in _log_of(node, rid), run
+    wait_for(lambda: not containers(node_id), what="the container removed")
+
+
+def _log_of(node, rid: int) -> str:
+    path = node.call("run", {"run_id": rid}).get("log_path")
+    try:
+        return Path(path).read_text() if path else ""
+    except OSError:
+        return ""
+
+
+def test_a_container_whose_supervisor_died_is_removed_before_its_run_is_reported_lost(
+        node_factory, image, node_id):
+    """Review: a lost run's container kept running while its retry ran: the
+    job ran twice. At the next start it is removed before the loss is
+    reported."""
+    node = node_factory(node_id=node_id)
+    node.write_job("orphan", container_job("echo started; sleep 120", on_node_loss="fail"))
+    node.start()
+    rid = node.call("run_now", {"job": "orphan"})["run_id"]
+    wait_for(lambda: "started" in _log_of(node, rid), what="the job started")
+    node.kill9()
+    (rec,) = node.supervised()
+    os.kill(rec.sup, signal.SIGKILL)           # its supervisor goes too
+    wait_for(lambda: not rec.supervisor_alive(), what="the supervisor gone")
+    try:
+        os.killpg(rec.pid, signal.SIGKILL)      # and the podman client: the container lives
+    except OSError:
+        pass
+    assert any(n.startswith(f"cronrd-{rid}-") for n in containers(node_id))
+    node.start()
+    wait_for(lambda: node.call("run", {"run_id": rid})["state"] == "lost", timeout=30,
+             what="the run lost")
+    assert not any(n.startswith(f"cronrd-{rid}-") for n in containers(node_id))
 
 
 def test_a_container_run_goes_on_across_a_daemon_restart_and_is_adopted(

@@ -121,6 +121,7 @@ def test_every_operation_answers_as_its_document_says(node, tmp_path):
     node.write_job("b", {"schedule": "@after", "depends_on": [{"job": "a"}],
                          "command": "false"})
     node.write_job("slow", {"schedule": "@yearly", "command": "sleep 30"})
+    node.write_job("argv", {"schedule": "@yearly", "command": ["/bin/echo", "a list"]})
     node.start()
     url = node.call("status")["http"]
     admin = node.cli("token", "create", "--name", "adm", "--role", "admin").stdout.strip()
@@ -162,7 +163,11 @@ def test_every_operation_answers_as_its_document_says(node, tmp_path):
         call("GET", path)
     assert call("GET", "/api/v1/audit", token=viewer).status_code == 403
     assert call("GET", "/api/v1/cluster", token="crd_wrong").status_code == 401
-    call("POST", "/api/v1/jobs/a/pause", json={"note": "checking"})
+    call("GET", "/api/v1/jobs/argv")             # an argv command: a list, not a string
+    call("POST", "/api/v1/jobs/a/pause", json={"note": "checking"},
+         headers={"Idempotency-Key": "k1"})
+    assert call("POST", "/api/v1/jobs/a/pause", json={"note": "another"},
+                headers={"Idempotency-Key": "k1"}).status_code == 422
     call("POST", "/api/v1/jobs/a/resume", json={})
     call("POST", "/api/v1/jobs/a/rerun", json={"at": "2026-01-01T00:00:00Z", "dry_run": True})
     call("POST", "/api/v1/jobs/a/rerun", json={"at": "not a time"})

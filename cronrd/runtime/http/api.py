@@ -208,6 +208,19 @@ def openapi(routes: list[Route], version: str) -> dict:
             op["responses"].setdefault("400", {"description": "bad input: detail says what to "
                                                               "send instead",
                                                "content": problem})
+            op["responses"].setdefault("503", {
+                "description": "unavailable for now (starting, no leader reachable, or at a "
+                               "limit such as the streams a node serves): retry after a while",
+                "content": problem})
+            if r.method in ("POST", "DELETE"):
+                for status, why in (
+                        ("408", "the body did not arrive in time"),
+                        ("409", "a request with this Idempotency-Key is still being answered, "
+                                "or its answer was too big to keep for a replay"),
+                        ("413", "the body is larger than the server takes"),
+                        ("422", "this Idempotency-Key came with another request")):
+                    op["responses"].setdefault(status, {"description": why,
+                                                        "content": problem})
             if in_path:
                 op["responses"].setdefault("404", {"description": "no such "
                                                    + " or ".join(in_path),

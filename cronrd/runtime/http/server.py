@@ -251,7 +251,9 @@ class HttpServer:
                    "scheduler running), else 503.", None, responses={
                        **_json_answer("Ready"), "503": {
                            "description": "not ready yet: the detail says what it waits for",
-                           "content": {"application/problem+json": {}}}}), self.readyz),
+                           "content": {"application/problem+json": {
+                               "schema": {"$ref": "#/components/schemas/Problem"}}}}}),
+             self.readyz),
             (Route("GET", "/metrics", "Prometheus metrics (http.metrics_auth: token asks "
                    "for a viewer token).", "viewer" if self.config.metrics_auth == "token"
                    else None, responses={"200": {

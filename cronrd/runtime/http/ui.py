@@ -251,7 +251,7 @@ class UiPages:
         tpl = self.env.get_template(template)
         # Pages that show state follow the event stream (ui.js): a page of one
         # job (or of one of its runs) only that job's events.
-        ctx["live"] = template in LIVE_PAGES and sess is not None
+        ctx["live"] = template in LIVE_PAGES and sess is not None and ctx.pop("follow", True)
         ctx["live_job"] = (ctx["job"].get("name") if template == "job.html"
                            and isinstance(ctx.get("job"), dict) else
                            ctx["run"].get("job") if template == "run.html"
@@ -431,13 +431,15 @@ class UiPages:
         def at(a: float, b: float) -> str:
             return "/timeline?" + urlencode({"start": iso_utc(int(a)),
                                              "end": iso_utc(int(min(b, now + 60)))})
-        links = {"in": at(mid - width / 4, mid + width / 4),
+        links = {"in": at(mid - width / 4, mid + width / 4) if width >= 4 else None,
                  "out": at(mid - width, mid + width) if width < 3.5 * 86400 else None,
                  "earlier": at(start - width / 2, end - width / 2),
                  "later": at(start + width / 2, end + width / 2) if end < now else None}
+        past = end < now - 60   # a window that ended does not change: not followed live
         return self.render(request, "timeline.html", sess, t=t, svg=layout_timeline(t),
                            links=links, spans=list(TIMELINE_SPANS), title="Timeline",
-                           start=iso_utc(int(start)), end=iso_utc(int(end)))
+                           start=iso_utc(int(start)), end=iso_utc(int(end)), past=past,
+                           follow=not past)
 
     def _retried(self, run_id: int) -> bool:
         """Has this attempt a later one (a retry)? The overview counts the

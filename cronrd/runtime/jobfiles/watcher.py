@@ -21,6 +21,7 @@ from ...jobspec import Problem
 from ...jobspec.files import default_uids, list_job_files, scan_job_file
 from ...jobspec.worker import argv as worker_argv, problems_of, scan_for_sync
 from ...state import commands as C
+from ...state import versions as V
 from ...errors import NotLeader, ProposalDropped, StateError, StorageError
 from ...state.apply_common import CLAIM_TTL
 from ...errors import Refused
@@ -336,6 +337,9 @@ class Watcher:
         # seen (the leader is given CLAIM_GRACE to claim it).
         self._unclaimed: dict[str, float] = {}
         self._held_since: float | None = None  # when hold() began to hold a look with changes
+        # Jobs held back until the cluster version allows them (versions.EXECUTORS):
+        # their files are read again once it does.
+        self._version_held = False
         self.stopped = False
 
     def kick(self) -> None:
@@ -526,7 +530,20 @@ class Watcher:
         new jobs were held back, if they were."""
         leading = getattr(self.proposer, "is_leader", True)
         jobs, file_problems = [], list(scanned.problems)
+        gated = not V.at_least(self.conn, V.EXECUTORS)
         for job in scanned.jobs:
+            if gated and '"executor":' in job.text:
+                # (to_dict writes the key only for an executor other than local)
+                line, col = scanned.positions.get(job.name, (job.line, 1))
+                file_problems.append(Problem(
+                    path, line, col,
+                    f"job {job.name!r}: executor: container needs cluster version "
+                    f"{V.EXECUTORS} (every member on cronrd {V.release_of(V.EXECUTORS)} or "
+                    "newer): an older member would run the command on its host; it is "
+                    "loaded once the last member is upgraded (`cronrd status` shows the "
+                    "cluster version)"))
+                self._version_held = True
+                continue
             prev = seen.get(job.name)
             if prev is not None:
                 line, col = scanned.positions.get(job.name, (job.line, 1))
@@ -741,6 +758,9 @@ class Watcher:
             self._kick.clear()
             if self.stopped:
                 return
+            if self._version_held and V.at_least(self.conn, V.EXECUTORS):
+                self._version_held = False
+                self._fingerprint = None   # the held jobs' files are read again
             if fingerprint(self.jobs_dir) != self._fingerprint:
                 try:
                     await self.reload()

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from ...config import Config
 from ...decisions import claims
+from ...decisions.placement import no_executor
 from ...errors import CronrdError
 from ...jobspec import JobSpec
 from ...state import commands as C
@@ -319,6 +320,7 @@ class Leadership:
         proposals = []
         specs: dict[str, list[str] | None] = {}
         spec_of: dict[str, JobSpec | None] = {}
+        never: dict[str, str] = {}   # job -> why no member can ever run it
         members = set(self.members.member_ids())
         for run in runs:
             if run.job not in specs:
@@ -327,6 +329,11 @@ class Leadership:
                 if spec is not None and spec.run_on.mode == "nodes" and \
                         not members & set(spec.run_on.values):
                     specs[run.job] = None  # no listed node is a member any more
+                    never[run.job] = "no member can run it any more (its node was removed)"
+                elif spec is not None and not self.placement.offered(spec):
+                    # e.g. a manual run of a container job where no member has podman
+                    specs[run.job] = None
+                    never[run.job] = no_executor(spec.executor_type)
             ready = specs[run.job]
             gone = (run.target and run.target not in members) or ready is None
             if gone:
@@ -334,7 +341,8 @@ class Leadership:
                 self._assigning.add(run.run_id)
                 proposals.append((run.run_id, self.log.propose_as_leader(C.CancelRun(
                     run_id=run.run_id, at=self.clock.now(),
-                    reason="no member can run it any more (its node was removed)"))))
+                    reason=never.get(run.job, "no member can run it any more (its node was "
+                                              "removed)")))))
                 continue
             if run.target:
                 # Its node or none: a suspect (it missed another run's claim)

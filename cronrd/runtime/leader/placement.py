@@ -55,7 +55,8 @@ class Placement:
         members = [n for n in self._views() if fits(spec.run_on, n, spec.executor_type)]
         if not members and spec.executor_type != "local" and \
                 any(fits(spec.run_on, n) for n in self._views()):
-            return [Choice("", "", no_executor(spec.executor_type))]
+            return [Choice("", "", no_executor(spec.executor_type,
+                                               spec.run_on.mode != "any"))]
         if not members and mode == "nodes":
             return [Choice("", "", f"no eligible node: run_on {', '.join(values)} names "
                                    "no member of the cluster")]
@@ -72,6 +73,12 @@ class Placement:
             return [Choice("", "", f"no eligible node is up ({why})")]
         node = self.pick(self.with_room(spec, [n.id for n in ready]), f"{spec.name}/{fire_time}")
         return [Choice(node, "", None)]
+
+    def offered(self, spec: JobSpec) -> bool:
+        """Does any member that ``run_on`` allows offer the job's executor
+        (up or not)? A member without it never will, short of a restart."""
+        return spec.executor_type == "local" or any(
+            fits(spec.run_on, n, spec.executor_type) for n in self._views())
 
     def with_room(self, spec: JobSpec, nodes: list[str]) -> list[str]:
         """For a job in a node-scoped pool: the nodes with a free slot for it,

@@ -482,6 +482,8 @@ class Executor:
         return f"{note}; {said}" if note else said
 
     def _forget(self, act: ActiveRun) -> None:
+        if act.life.started or act.executor != "local":
+            self.executors.named(act.executor).ended(act.key)
         for timer in act.timers:
             timer.cancel()
         self.flight.remove(act)
@@ -499,6 +501,7 @@ class Executor:
                  act.run.job, act.run.run_id, act.life.stop_reason, len(act.tree),
                  act.executor)
         if not self.executors.named(act.executor).stop(act.key, act.kill_grace):
+            # (a container's podman client passes the signal on to it)
             signal_tree(pid, act.tree, signal.SIGTERM)
         # Kept apart from act.timers: it must still run after the job exits,
         # since grandchildren may outlive it.

@@ -24,13 +24,15 @@ seam (docs/executors.md).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
+
+import psutil
 
 from ...errors import CronrdError
 from ...jobspec import JobSpec
@@ -58,12 +60,20 @@ class RunExecutor(Protocol):
                 env_names: Iterable[str]) -> Command: ...
 
     def stop(self, key: str, kill_grace: float) -> bool:
-        """Ask the run to end (kill_grace to go); False: signal its
-        process tree instead (the caller does)."""
+        """Ask the run to end (kill_grace to go), besides the SIGTERM to its
+        process tree the caller sends (unless this returns True)."""
         ...
 
     def kill(self, key: str) -> None:
         """The run's kill_grace is over: end what is left of it."""
+        ...
+
+    def ended(self, key: str) -> None:
+        """The run is over: nothing of it may go on."""
+        ...
+
+    def remove_now(self, key: str) -> bool:
+        """As ``ended``, done before the caller goes on."""
         ...
 
     def sweep(self, node_id: str, has_record: Callable[[str], bool]) -> list[str]:
@@ -87,6 +97,12 @@ class LocalExecutor:
     def kill(self, key: str) -> None:
         pass
 
+    def ended(self, key: str) -> None:
+        pass
+
+    def remove_now(self, key: str) -> bool:
+        return True
+
     def sweep(self, node_id: str, has_record: Callable[[str], bool]) -> list[str]:
         return []
 
@@ -101,8 +117,9 @@ class ContainerExecutor:
     ``podman run --rm --name cronrd-KEY`` attached (its output is the run's
     log, its exit status the run's; 125 to 127 are podman's own: the image
     is missing, the command not found...). The job's environment goes in by
-    name (``--env NAME``: values never on a command line), ``env_file`` as
-    podman's ``--env-file``, ``user``/``group`` as ``--user`` inside the
+    name (``--env NAME``: values never on a command line; the job file
+    refuses variables that would change podman itself, and env_file),
+    ``user``/``group`` as ``--user`` inside the
     container, ``working_dir`` as ``--workdir``, ``limits`` as podman's
     ``--memory``, ``--cpus``, ``--pids-limit`` and ``--ulimit nofile``;
     ``network: none`` (the default) gives it no network. ``--init`` makes
@@ -114,6 +131,7 @@ class ContainerExecutor:
     def __init__(self, podman: str, node_id: str):
         self.podman = podman
         self.node_id = node_id
+        self._tasks: set[asyncio.Task] = set()   # podman commands in flight
 
     def command(self, spec: JobSpec, key: str, command: list[str],
                 env_names: Iterable[str]) -> Command:
@@ -130,11 +148,6 @@ class ContainerExecutor:
             argv += ["--user", spec.user + (f":{spec.group}" if spec.group else "")]
         if spec.working_dir:
             argv += ["--workdir", spec.working_dir]
-        if spec.env_file:
-            optional = spec.env_file.startswith("-")
-            path = spec.env_file[1:] if optional else spec.env_file
-            if not optional or os.path.exists(path):
-                argv += ["--env-file", path]
         lim = spec.limits
         if lim is not None:
             if lim.memory is not None:
@@ -154,29 +167,61 @@ class ContainerExecutor:
         return subprocess.run([self.podman, *args], capture_output=True, text=True,
                               timeout=PODMAN_TIMEOUT, check=False)
 
-    def stop(self, key: str, kill_grace: float) -> bool:
-        # Not waited for here (the event loop must not): podman stops the
-        # container, SIGTERM then SIGKILL after kill_grace; the run's
-        # supervisor notices its end as for any run.
+    def _background(self, what: str, key: str, *args: str) -> None:
+        """Run ``podman ARGS`` off the event loop's way (an asyncio child,
+        reaped by it); a failure is logged with what it leaves."""
+        async def run() -> None:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    self.podman, *args, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                _out, err = await asyncio.wait_for(proc.communicate(), PODMAN_TIMEOUT)
+            except (OSError, asyncio.TimeoutError) as exc:
+                log.error("event=container_%s_failed key=%s error=\"%s\"", what, key, exc)
+                return
+            text = (err or b"").decode(errors="replace").strip()
+            if proc.returncode and "no such container" not in text.lower():
+                log.error("event=container_%s_failed key=%s status=%s error=\"%s\" "
+                          "action=\"the next start removes what no run record holds\"",
+                          what, key, proc.returncode, text[-300:])
         try:
-            subprocess.Popen([self.podman, "stop", "--time",
-                              str(max(1, int(round(kill_grace)))), container_name(key)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            log.error("event=container_stop_failed key=%s error=\"%s\" action=\"its podman "
-                      "client is signalled instead\"", key, exc)
-            return False
-        return True
+            task = asyncio.get_running_loop().create_task(run())
+        except RuntimeError:   # no loop (a tool, a test): at once
+            self._podman(*args)
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def stop(self, key: str, kill_grace: float) -> bool:
+        # SIGTERM to the podman client (the caller's signal to the run's tree)
+        # reaches the container too (podman run proxies signals); this stops
+        # one whose client is gone. podman sends SIGKILL after kill_grace.
+        self._background("stop", key, "stop", "--time", str(max(1, int(round(kill_grace)))),
+                         container_name(key))
+        return False
 
     def kill(self, key: str) -> None:
+        self._background("kill", key, "rm", "--force", "--ignore", "--time", "0",
+                         container_name(key))
+
+    def ended(self, key: str) -> None:
+        """The run is over: its container must be gone (--rm removes it,
+        unless its client died first): removed, if it is not."""
+        self._background("remove", key, "rm", "--force", "--ignore", "--time", "0",
+                         container_name(key))
+
+    def remove_now(self, key: str) -> bool:
+        """Remove the run's container before going on (a run settled lost
+        at a start, whose retry may run elsewhere: it must not run twice)."""
         try:
-            subprocess.Popen([self.podman, "rm", "--force", "--time", "0",
-                              container_name(key)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            log.error("event=container_kill_failed key=%s error=\"%s\"", key, exc)
+            res = self._podman("rm", "--force", "--ignore", "--time", "0", container_name(key))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.error("event=container_remove_failed key=%s error=\"%s\"", key, exc)
+            return False
+        if res.returncode:
+            log.error("event=container_remove_failed key=%s status=%d error=\"%s\"", key,
+                      res.returncode, res.stderr.strip()[-300:])
+        return res.returncode == 0
 
     def sweep(self, node_id: str, has_record: Callable[[str], bool]) -> list[str]:
         try:
@@ -217,6 +262,19 @@ def offered_tags() -> tuple[str, ...]:
     (``executor:container`` where podman is installed): announced with the
     node's own tags, read by placement (decisions/placement.fits)."""
     return ("executor:container",) if find_podman() else ()
+
+
+def started_with(pid: int | None, key: str) -> str:
+    """Which executor a run of an earlier daemon was started with, from its
+    process: ``podman run ... --name cronrd-KEY`` is a container run's (the
+    job's definition may have changed since)."""
+    if pid:
+        try:
+            if container_name(key) in psutil.Process(pid).cmdline():
+                return "container"
+        except psutil.Error:
+            pass
+    return "local"
 
 
 def host_side(spec: JobSpec) -> JobSpec:

@@ -327,6 +327,11 @@ def host_warnings(spec: JobSpec, controllers: frozenset[str] | None = None) -> l
             out.append("executor: container needs podman, which this host does not have; "
                        "the job runs only on members that have it (apt-get install podman "
                        "here to run it here too)")
+        ignored = [k for k in ("nice", "ioclass", "ioprio", "umask")
+                   if getattr(spec, k) is not None]
+        if ignored:
+            out.append(f"{', '.join(ignored)}: not applied to a container job (they would "
+                       "hold for the podman client, not the container's processes)")
         return out
     if spec.shell is not None and isinstance(spec.command, str) and \
             not os.access(spec.shell, os.X_OK):

@@ -34,6 +34,7 @@ from ...model.run import Run
 from . import records
 from . import recovery as R
 from .active import ActiveRun
+from .executors import started_with
 from .legacy import at_gate, find_orphans, stop_orphans
 from .logs import run_log_path
 from .processes import run_process, run_secret, signal_tree
@@ -120,6 +121,7 @@ def _settle(ex: "Executor", run: Run, settle: R.Settle) -> str:
     """Perform what recovery.decide said about ``run``; the count it adds to."""
     for other in settle.kill:
         _signal_record(other.record, signal.SIGKILL)
+        _remove_container(ex, other.record)
     for path in settle.remove:
         records.remove(path)
     if settle.kind == R.START_AGAIN:
@@ -136,7 +138,8 @@ def _settle(ex: "Executor", run: Run, settle: R.Settle) -> str:
     act = ActiveRun(run=run, spec=spec, key=rec.key,
                     log_path=run_log_path(ex.config.log_dir, run),
                     kill_grace=spec.kill_grace if spec else 10.0,
-                    executor=spec.executor_type if spec else "local",
+                    # what it was started with (its definition may have changed since)
+                    executor=started_with(rec.pid, rec.key) if rec.job_alive() else "local",
                     life=L.Life(phase=L.Phase.STARTED, pid=rec.pid or 0, ready=True,
                                 started_at=rec.started_at or run.started_at or now),
                     sup_pid=rec.sup or 0)
@@ -152,6 +155,9 @@ def _settle(ex: "Executor", run: Run, settle: R.Settle) -> str:
                  note="ended while cronrd was restarting")
         return "collected"
     if settle.kind == R.LOST:
+        # Its container, if it had one, goes before the loss is reported: a
+        # retry may run elsewhere, and the job must not run twice.
+        _remove_container(ex, rec)
         log.warning("event=run_lost job=%s run=%d reason=\"%s\"", run.job, run.run_id,
                     settle.reason)
         act.life = dataclasses.replace(act.life, stop_state="lost", stop_reason=settle.reason)
@@ -170,6 +176,14 @@ def _settle(ex: "Executor", run: Run, settle: R.Settle) -> str:
     log.info("event=run_adopted job=%s run=%d pid=%d supervisor=%d", run.job, run.run_id,
              act.life.pid, act.sup_pid)
     return "adopted"
+
+
+def _remove_container(ex: "Executor", rec: records.Record) -> None:
+    """A run settled without its supervisor: the container named after it
+    (whatever its process says, which may be gone) is removed now."""
+    container = ex.executors.by_name.get("container")
+    if container is not None:
+        container.remove_now(rec.key)
 
 
 def _watch_supervisor(ex: "Executor", act: ActiveRun, rec: records.Record) -> bool:

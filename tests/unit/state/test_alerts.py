@@ -204,3 +204,38 @@ def test_a_failed_alert_names_its_event_from_version_2(version):
     failed = [e for e in EV.undelivered(log.sm.conn) if e["kind"] == "failed"]
     assert len(failed) == 1
     assert a["event_id"] == (failed[0]["event_id"] if version == 2 else None)
+
+
+def test_a_run_on_all_fire_times_sla_alert_is_resolved_once_every_nodes_run_succeeded():
+    """Review: the first node's success resolved it while the other's run was
+    still late; and with another node failing, never."""
+    from cronrd.state import versions as V
+    log = Log()
+    log.put(run_on={"mode": "all", "values": []})
+    log.apply(C.SetClusterVersion(version=V.SLA_RESOLVED_BY_SUCCESS, members={}, at=T0))
+    one = log.fire(T0 + 1, node="n1", target="n1")["run_id"]
+    two = log.fire(T0 + 1, node="n2", target="n2")["run_id"]
+    log.apply(C.RaiseAlerts(alerts=[miss(t=T0 + 1, kind="finish_within")], at=T0 + 5))
+    log.finish(one)
+    assert [a["state"] for a in AL.alerts(log.sm.conn, include_closed=True)] == ["open"]
+    run = log.run(two)
+    log.apply(C.RunFinished(run_id=two, token=run.token, node="n2", state="succeeded",
+                            exit_code=0, signal=None, started_at=run.due_at,
+                            finished_at=run.due_at + 9, log_path="/l"))
+    (a,) = AL.alerts(log.sm.conn, include_closed=True)
+    assert a["state"] == "resolved" and a["note"].startswith("done late")
+
+
+def test_a_miss_proposed_after_its_runs_success_is_recorded_resolved():
+    """Review: the leader read the state before the success applied, and its
+    RaiseAlerts committed after: the alert opened and nothing closed it."""
+    from cronrd.state import versions as V
+    log = Log()
+    log.put()
+    log.apply(C.SetClusterVersion(version=V.SLA_RESOLVED_BY_SUCCESS, members={}, at=T0))
+    rid = log.fire(T0 + 1)["run_id"]
+    log.finish(rid)
+    log.apply(C.RaiseAlerts(alerts=[miss(t=T0 + 1)], at=T0 + 5))
+    (a,) = AL.alerts(log.sm.conn, include_closed=True)
+    assert a["state"] == "resolved" and a["note"] == f"done late: run {rid} of this fire time succeeded"
+    assert "sla_start_within" in [e["kind"] for e in EV.undelivered(log.sm.conn)]

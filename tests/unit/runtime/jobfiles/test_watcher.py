@@ -132,3 +132,36 @@ def test_a_job_file_is_read_again_when_the_pools_change(tmp_path):
             "add it under pools: in the daemon config or fix the name"]
         assert Q.job_names(sm.conn) == ["p"]
     asyncio.run(main())
+
+
+def test_a_container_job_waits_for_the_cluster_version_and_the_others_load(tmp_path):
+    """Review of issue 34: a node of 0.2.0 ignores the executor key and would
+    run a container job's command on its host. Until the cluster version
+    says every member applies it, the job is a problem of its file (the
+    file's other jobs load); once it does, the file is read again."""
+    from cronrd.state import commands as C
+    from cronrd.state import versions as V
+
+    async def main():
+        (tmp_path / "box.yaml").write_text(
+            "jobs:\n- name: plain\n  schedule: '@daily'\n  command: 'true'\n"
+            "- name: boxed\n  schedule: '@daily'\n  command: 'true'\n"
+            "  executor: {type: container, image: localhost/x:1}\n")
+        sm = StateMachine(apsw.Connection(":memory:"))
+        log = LocalLog(sm)
+        w = W.Watcher(str(tmp_path), log, sm.conn, Clock(), node="n1", interval=0.05)
+        await w.reload()
+        assert Q.job_names(sm.conn) == ["plain"]
+        (p,) = w.problems
+        assert p.line == 5 and "needs cluster version 2" in p.message, p
+        await log.propose(C.SetClusterVersion(version=V.EXECUTORS, members={"n1": "0.3.0"},
+                                              at=T0))
+        task = asyncio.create_task(w.run())
+        for _ in range(100):
+            if Q.job_names(sm.conn) == ["boxed", "plain"]:
+                break
+            await asyncio.sleep(0.05)
+        w.stop()
+        await task
+        assert Q.job_names(sm.conn) == ["boxed", "plain"] and w.problems == []
+    asyncio.run(main())

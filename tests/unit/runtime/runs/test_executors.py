@@ -28,7 +28,7 @@ def test_local_runs_the_command_as_it_is():
 def test_a_container_run_is_named_after_its_run_and_takes_the_jobs_settings_inside():
     spec = container_job(user="app", group="app", working_dir="/work",
                          limits=Limits(memory=256 << 20, cpu=50.0, tasks=64, open_files=512),
-                         env_file="/etc/app.env", kill_grace=7.0)
+                         kill_grace=7.0)
     cmd = X.ContainerExecutor("/usr/bin/podman", "n1").command(
         spec, "42.0a1b", ["/bin/sh", "-c", "echo hi"], ["CRONRD_JOB", "SECRET"])
     a = cmd.argv
@@ -41,7 +41,7 @@ def test_a_container_run_is_named_after_its_run_and_takes_the_jobs_settings_insi
     assert a[a.index("--pids-limit") + 1] == "64" and "nofile=512:512" in a
     assert a[a.index("--stop-timeout") + 1] == "7" and "--init" in a and "--rm" in a
     assert a[a.index("--volume") + 1] == "/srv/in:/in:ro"
-    assert a[a.index("--env-file") + 1] == "/etc/app.env"
+    assert "--env-file" not in a
     # the environment goes by name: no value on the command line
     envs = [a[i + 1] for i, x in enumerate(a) if x == "--env"]
     assert envs == ["CRONRD_JOB", "SECRET"]
@@ -100,6 +100,8 @@ def test_a_node_offers_container_only_with_podman(monkeypatch):
     ("executor: {type: container, image: a, volumes: ['/a/../etc:/x']}", "both absolute"),
     ("executor: {type: container, image: a, network: bridge}", "one of none, host"),
     ("executor: {type: local, image: a}", "executor: local takes no image"),
+    ("executor: {type: container, image: a, volumes: ['/:/host']}", "the whole host file system"),
+    ("executor: {type: container, image: a, volumes: ['/srv:/x:Z']}", "both absolute"),
     ("executor: {image: a}", "executor needs type:"),
 ])
 def test_a_bad_executor_names_the_line_and_what_to_write(text, problem):
@@ -129,3 +131,19 @@ def test_validate_warns_of_a_container_job_on_a_host_without_podman(monkeypatch)
     assert "needs podman" in warning and "apt-get install podman" in warning
     monkeypatch.setattr(X, "find_podman", lambda: "/usr/bin/podman")
     assert host_warnings(spec, controllers=frozenset()) == []   # the image's and podman's
+
+
+@pytest.mark.parametrize("extra, problem", [
+    ("env: {LD_PRELOAD: /x.so}", "env LD_PRELOAD would reach podman itself"),
+    ("env: {CONTAINERS_CONF: /x}", "env CONTAINERS_CONF would reach podman itself"),
+    ("env_file: /etc/app.env", "env_file is not read for a container job"),
+    ("heartbeat_timeout: 1m", "cannot reach the daemon's socket"),
+])
+def test_a_container_job_refuses_what_would_reach_podman_or_cannot_work(extra, problem):
+    """Review: the job's environment reaches the podman client, which runs as
+    the daemon's user; a heartbeat cannot leave the container."""
+    res = parse_job_text("schedule: '@daily'\ncommand: 'true'\n"
+                         "executor: {type: container, image: a}\n" + extra + "\n", "j.yaml")
+    assert not res.jobs and any(problem in p.message for p in res.problems), res.problems
+    fine = parse_job_text("schedule: '@daily'\ncommand: 'true'\n" + extra + "\n", "j.yaml")
+    assert fine.jobs  # a local job may
