@@ -143,7 +143,10 @@ def test_an_operator_and_a_viewer_in_a_real_browser(node, browser):
     log = b.find_element(By.ID, "log")
     seen_early = log.text
     assert "line 6" not in seen_early  # it came while the run ran
-    assert b.find_element(By.ID, "run-state").text in ("running", "assigned")
+    # (the page follows the run: its <main> may be swapped between a find
+    # and a read, so read through text_of, which finds it again)
+    wait_for(lambda: text_of(b, "run-state") in ("running", "assigned"), timeout=5,
+             what="the run's state while it runs")
     b.shot("run-live")
     wait_for(lambda: "line 6" in log.text and text_of(b, "run-state") == "succeeded", timeout=30, what="the whole log and the run's end")
     assert [ln for ln in log.text.splitlines()] == [f"line {i}" for i in range(1, 7)]
@@ -292,6 +295,14 @@ def test_pictures_of_time_in_a_real_browser(node, browser):
              what="extract failed")
     wait_for(lambda: sum(r["state"] == "succeeded" for r in node.runs("tick")) >= 2,
              what="tick ran twice")
+    # Quiet from here: the pages follow the cluster and swap their content on
+    # each event, which would make an element found a moment ago stale.
+    # (tick's schedule made yearly: no more fires, its runs stay)
+    node.write_job("tick", {"schedule": "@yearly", "command": "sleep 0.3"})
+    wait_for(lambda: node.call("job", {"name": "tick"})["schedule"] == "@yearly",
+             what="tick's new schedule")
+    wait_for(lambda: not node.runs(state="running") and not node.runs(state="assigned")
+             and not node.runs(state="pending"), what="nothing running")
     me = node.call("run", {"run_id": failed})["node"]
     url = node.call("status")["http"]
     viewer = node.cli("token", "create", "--name", "eve", "--role", "viewer").stdout.strip()
