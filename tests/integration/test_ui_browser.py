@@ -88,6 +88,15 @@ def text_of(driver, element_id: str) -> str:
         return ""
 
 
+def log_in(driver, node, url: str, name: str, role: str) -> None:
+    """A new token of ``role``, pasted on the login page: the overview."""
+    secret = node.cli("token", "create", "--name", name, "--role", role).stdout.strip()
+    driver.get(url + "/login")
+    driver.find_element(By.NAME, "token").send_keys(secret)
+    driver.find_element(By.ID, "login").click()
+    wait_for(lambda: text_of(driver, "whoami") == f"{name} · {role}", what="the overview")
+
+
 def no_sideways_scroll(driver) -> bool:
     """The page fits the window's width (tables scroll inside their box)."""
     return driver.execute_script(
@@ -225,12 +234,8 @@ def test_pages_follow_the_cluster_without_a_reload(node, browser):
     node.write_job("report", {"schedule": "@daily", "command": SLOW})
     node.start()
     url = node.call("status")["http"]
-    ops = node.cli("token", "create", "--name", "alice", "--role", "operator").stdout.strip()
     b = browser
-    b.get(url + "/login")
-    b.find_element(By.NAME, "token").send_keys(ops)
-    b.find_element(By.ID, "login").click()
-    wait_for(lambda: text_of(b, "whoami") == "alice · operator", what="the overview")
+    log_in(b, node, url, "alice", "operator")
 
     def following() -> bool:
         return bool(b.execute_script(
@@ -305,12 +310,8 @@ def test_pictures_of_time_in_a_real_browser(node, browser):
              and not node.runs(state="pending"), what="nothing running")
     me = node.call("run", {"run_id": failed})["node"]
     url = node.call("status")["http"]
-    viewer = node.cli("token", "create", "--name", "eve", "--role", "viewer").stdout.strip()
     b = browser
-    b.get(url + "/login")
-    b.find_element(By.NAME, "token").send_keys(viewer)
-    b.find_element(By.ID, "login").click()
-    wait_for(lambda: text_of(b, "whoami") == "eve · viewer", what="the overview")
+    log_in(b, node, url, "eve", "viewer")
 
     wait_for(lambda: len(b.find_elements(By.CSS_SELECTOR, "div.chart[data-activity] canvas"))
              == 3, what="the overview's three charts drawn")
