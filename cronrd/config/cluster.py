@@ -158,6 +158,10 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str,
                                         f"(got {tag!r}); quote it")
         elif tag in tags:
             report.add(C + ("tags", i), f"cluster.tags lists {tag!r} twice; remove one")
+        elif tag.startswith("executor:"):
+            report.add(C + ("tags", i), f"cluster.tags: {tag!r} is announced by the node "
+                                        "itself when it offers that executor (podman "
+                                        "installed, for executor:container); remove it")
         else:
             tags.append(tag)
 

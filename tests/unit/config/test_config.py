@@ -188,6 +188,7 @@ def test_tls_file_missing_names_it_and_suggests_init_tls(tmp_path):
     ({"tags": "ssd"}, "cluster.tags must be a list of strings"),
     ({"tags": ["ssd", 3]}, "each entry of cluster.tags must be a non-empty string"),
     ({"tags": ["ssd", "ssd"]}, "cluster.tags lists 'ssd' twice"),
+    ({"tags": ["executor:container"]}, "is announced by the node itself"),
     ({"node_timeout": "1s"}, "cluster.node_timeout must be at least 2.5s (got 1s): three "
                              "election timeouts"),
     ({"election_timeout": "5s", "node_timeout": "9s"}, "cluster.node_timeout must be at "
