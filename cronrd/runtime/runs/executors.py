@@ -36,6 +36,7 @@ import psutil
 
 from ...errors import CronrdError
 from ...jobspec import JobSpec
+from ..tasks import wait_within
 
 log = logging.getLogger("cronrd.executor")
 
@@ -175,7 +176,7 @@ class ContainerExecutor:
                 proc = await asyncio.create_subprocess_exec(
                     self.podman, *args, stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                _out, err = await asyncio.wait_for(proc.communicate(), PODMAN_TIMEOUT)
+                _out, err = await wait_within(proc.communicate(), PODMAN_TIMEOUT)
             except (OSError, asyncio.TimeoutError) as exc:
                 log.error("event=container_%s_failed key=%s error=\"%s\"", what, key, exc)
                 return
