@@ -54,6 +54,26 @@ def _rogue(node_id: str, host: str, port: int, tls_dir: str, peers: dict):
     return t, box["rpc"]
 
 
+def _flood(rogue_id: str, host: str, port: int, tls_dir: str, targets: dict,
+           terms: dict, rounds: int, ahead: int) -> None:
+    """Send every Raft message type as ``rogue_id`` to each of ``targets``
+    (id -> address), ``rounds`` times, with terms ``ahead`` of ``terms``."""
+    async def go():
+        t, rpc = _rogue(rogue_id, host, port, tls_dir, targets)
+        await t.start()
+        for _ in range(rounds):
+            for nid in targets:
+                for kind in MsgType:
+                    t.send(Message(type=kind, to=nid, frm=rogue_id, term=terms[nid] + ahead,
+                                   index=10 ** 6, log_term=terms[nid] + ahead,
+                                   commit=10 ** 6))
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        rpc.close()
+        await t.close()
+    asyncio.run(go())
+
+
 def _addr(a: str) -> tuple[str, int]:
     host, port = a.rsplit(":", 1)
     return host, int(port)
@@ -131,19 +151,7 @@ def test_messages_of_every_type_from_a_stranger_change_nothing(tls_cluster, tls_
     host = "127.0.0.71"
     target = {n: _addr(a) for n, a in tls_cluster.addrs.items()}
 
-    async def go():
-        t, rpc = _rogue("evil", host, free_port(host), tls_dir, target)
-        await t.start()
-        for _ in range(20):
-            for nid in target:
-                for kind in MsgType:
-                    t.send(Message(type=kind, to=nid, frm="evil", term=before[nid] + 100,
-                                   index=10**6, log_term=before[nid] + 100, commit=10**6))
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
-        rpc.close()
-        await t.close()
-    asyncio.run(go())
+    _flood("evil", host, free_port(host), tls_dir, target, before, rounds=20, ahead=100)
     after = {n.config["node_id"]: n.call("status")["term"] for n in tls_cluster}
     assert after == before
     assert tls_cluster.leader() is lead

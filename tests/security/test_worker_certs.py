@@ -15,11 +15,10 @@ import sys
 import pytest
 
 from cluster_harness import free_port
-from cronrd.raft.types import Message, MsgType
 from cronrd.runtime.peers import tls as T
 from cronrd.runtime.peers.rpc import PeerUnavailable
 from harness import REPO, wait_for
-from tests.security.test_peer_port import _addr, _propose_as, _put_job, _rogue
+from tests.security.test_peer_port import _addr, _flood, _propose_as, _put_job
 
 pytestmark = pytest.mark.integration
 
@@ -99,20 +98,10 @@ def test_a_worker_certificate_with_a_members_name_is_refused_and_moves_nothing(
                       [_put_job(victim, str(marker))])
     assert isinstance(res[0], PeerUnavailable), res
 
-    async def votes():   # and no Raft message of any kind gets through
-        t, rpc = _rogue(victim, host, port, forged_dir,
-                        {n: _addr(a) for n, a in tls_cluster.addrs.items() if n != victim})
-        await t.start()
-        for _ in range(10):
-            for nid in (n for n in "abc" if n != victim):
-                for kind in MsgType:
-                    t.send(Message(type=kind, to=nid, frm=victim, term=before[nid] + 50,
-                                   index=10 ** 6, log_term=before[nid] + 50, commit=10 ** 6))
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
-        rpc.close()
-        await t.close()
-    asyncio.run(votes())
+    # and no Raft message of any kind gets through
+    _flood(victim, host, port, forged_dir,
+           {n: _addr(a) for n, a in tls_cluster.addrs.items() if n != victim},
+           before, rounds=10, ahead=50)
     alive = [n for n in tls_cluster if n.config["node_id"] != victim]
     assert all(n.call("status")["term"] == before[n.config["node_id"]] for n in alive)
     assert tls_cluster.leader() is lead

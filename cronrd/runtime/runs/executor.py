@@ -482,7 +482,7 @@ class Executor:
         return f"{note}; {said}" if note else said
 
     def _forget(self, act: ActiveRun) -> None:
-        if act.life.started or act.executor != "local":
+        if act.executor != "local":   # a container that outlives its client goes
             self.executors.named(act.executor).ended(act.key)
         for timer in act.timers:
             timer.cancel()
