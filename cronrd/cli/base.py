@@ -188,6 +188,7 @@ COMMANDS = {
     "status": ("jobs", "status"),
     "token": ("tokens", "token"),
     "validate": ("local", "validate"),
+    "worker": ("local", "worker"),
 }
 
 

@@ -37,6 +37,33 @@ def daemon(obj: Ctx):
     sys.exit(run_daemon(cfg))
 
 
+@click.command("worker")
+@click.pass_obj
+def worker(obj: Ctx):
+    """Run a worker agent in the foreground: it runs the runs the cluster's
+    leader places on it, without being a cluster member (its config has a
+    worker: section; see `man 8 cronrd`, WORKERS)."""
+    from ..config import config_path, load_config
+    from ..errors import ConfigError
+    from ..runtime.worker.agent import run_worker
+    path = config_path(obj.config_arg)
+    try:
+        cfg = load_config(path, daemon_files=True)
+        if cfg.worker is None:
+            raise ConfigError(f"{path}: `cronrd worker` needs a worker: section (servers, "
+                              "tls, tags); a config with cluster: is a member's, started "
+                              "with `cronrd daemon`")
+    except ConfigError as exc:
+        if not exc.problems:
+            click.echo(f"cronrd: {exc}", err=True)
+            sys.exit(1)
+        _print_config_problems(exc)
+        click.echo(f"cronrd: {_count_problems(exc)} in {path}; the worker did not start. Fix "
+                   f"them, then check again with `cronrd check-config {path}`", err=True)
+        sys.exit(1)
+    sys.exit(run_worker(cfg))
+
+
 @click.command("check-config")
 @click.argument("file", required=False, type=click.Path())
 @click.pass_obj

@@ -201,6 +201,22 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str,
     max_offset = duration("max_clock_offset", "500ms", (
         f"{MIN_CLOCK_OFFSET * 1000:g}ms", f"{MAX_CLOCK_OFFSET:g}s", MIN_CLOCK_OFFSET,
         MAX_CLOCK_OFFSET), "suits hosts kept in sync by NTP or chrony")
+    worker_listen = None
+    if raw.get("worker_listen") is not None:
+        try:
+            worker_listen = parse_address(raw["worker_listen"])
+        except ValueError as exc:
+            report.add(C + ("worker_listen",), f"cluster.worker_listen {exc}")
+        else:
+            if insecure:
+                report.add(C + ("worker_listen",), (
+                    "cluster.worker_listen needs cluster.tls: a worker is known by its "
+                    "certificate (`cronrd cluster init-tls DIR --nodes ... --workers ...`); "
+                    "remove worker_listen or configure tls"))
+            elif worker_listen == listen:
+                report.add(C + ("worker_listen",), (
+                    "cluster.worker_listen must differ from cluster.listen (the peer port); "
+                    "pick another port, e.g. 7100"))
     if len(report.problems) > before:
         return None
     # each of these is None only when a problem went to report (returned above)
@@ -210,7 +226,8 @@ def parse_cluster(raw: object, path: str, base: str, node_id: str,
                          join_token=join_token, tls=tls,
                          insecure=insecure, insecure_network=insecure_network,
                          tags=tuple(tags), node_timeout=node_timeout,
-                         election_timeout=election, max_clock_offset=max_offset)
+                         election_timeout=election, max_clock_offset=max_offset,
+                         worker_listen=worker_listen)
 
 
 def _parse_insecure(value: object, report: ConfigProblems) -> tuple[bool | None, bool]:
@@ -256,10 +273,11 @@ def _check_loopback(listen: Address | None, members: Mapping[str, Address],
             return
 
 
-def _parse_tls(raw: object, base: str, report: ConfigProblems) -> TLSPaths | None:
-    T = ("cluster", "tls")
+def _parse_tls(raw: object, base: str, report: ConfigProblems,
+               section: str = "cluster") -> TLSPaths | None:
+    T = (section, "tls")
     if not isinstance(raw, dict):
-        report.add(T, "cluster.tls must be a mapping {ca: FILE, cert: FILE, key: FILE}")
+        report.add(T, f"{section}.tls must be a mapping {{ca: FILE, cert: FILE, key: FILE}}")
         return None
     before = len(report.problems)
     for key in raw:
@@ -272,14 +290,14 @@ def _parse_tls(raw: object, base: str, report: ConfigProblems) -> TLSPaths | Non
     for key in TLS_KEYS:
         value = raw.get(key)
         if not isinstance(value, str) or not value:
-            report.add(T + (key,), f"cluster.tls.{key} is required: the path of {what[key]}; "
+            report.add(T + (key,), f"{section}.tls.{key} is required: the path of {what[key]}; "
                                    "`cronrd cluster init-tls DIR --nodes ...` creates them")
             continue
         full = os.path.normpath(os.path.join(base, os.path.expanduser(value)))
         try:
             st = os.stat(full)
         except (FileNotFoundError, NotADirectoryError):
-            report.add(T + (key,), f"cluster.tls.{key}: {full} does not exist; create the "
+            report.add(T + (key,), f"{section}.tls.{key}: {full} does not exist; create the "
                                    "cluster certificates with `cronrd cluster init-tls DIR "
                                    "--nodes a,b,c` and copy ca.crt, NODE.crt and NODE.key to "
                                    "this host (relative paths are relative to the config "
@@ -288,7 +306,7 @@ def _parse_tls(raw: object, base: str, report: ConfigProblems) -> TLSPaths | Non
         except PermissionError:
             st = None  # e.g. a CLI user outside the key's directory; the daemon checks it
         if st is not None and not stat.S_ISREG(st.st_mode):
-            report.add(T + (key,), f"cluster.tls.{key}: {full} is not a regular file; point "
+            report.add(T + (key,), f"{section}.tls.{key}: {full} is not a regular file; point "
                                    f"{key} at {what[key]}")
             continue
         files[key] = full
@@ -297,11 +315,11 @@ def _parse_tls(raw: object, base: str, report: ConfigProblems) -> TLSPaths | Non
     return TLSPaths(ca=files["ca"], cert=files["cert"], key=files["key"])
 
 
-def _load_tls(tls: TLSPaths, report: ConfigProblems) -> None:
+def _load_tls(tls: TLSPaths, report: ConfigProblems, section: str = "cluster") -> None:
     """Load the CA, then the certificate with its key, as the peer transport
     does at start; a file this user may not read is left to the daemon."""
     import ssl
-    T = ("cluster", "tls")
+    T = (section, "tls")
     hint = "`cronrd cluster init-tls DIR --nodes ...` creates them"
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     for key, path in (("ca", tls.ca), ("cert", tls.cert)):
@@ -310,7 +328,7 @@ def _load_tls(tls: TLSPaths, report: ConfigProblems) -> None:
         except PermissionError:
             return
         except (OSError, ssl.SSLError) as exc:
-            report.add(T + (key,), f"cluster.tls.{key}: {path} is not a PEM certificate "
+            report.add(T + (key,), f"{section}.tls.{key}: {path} is not a PEM certificate "
                                    f"({getattr(exc, 'reason', None) or exc}); {hint}")
             return
     try:
@@ -318,6 +336,6 @@ def _load_tls(tls: TLSPaths, report: ConfigProblems) -> None:
     except PermissionError:
         return
     except (OSError, ssl.SSLError) as exc:
-        report.add(T + ("key",), f"cluster.tls.key: {tls.key} is not the private key of "
+        report.add(T + ("key",), f"{section}.tls.key: {tls.key} is not the private key of "
                                  f"{tls.cert}, or not a PEM key "
                                  f"({getattr(exc, 'reason', None) or exc}); {hint}")

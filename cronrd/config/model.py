@@ -57,7 +57,7 @@ class HttpConfig:
 KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "timezone",
               "log_dir", "log_retention", "history_retention", "history_max_runs_per_job",
               "shutdown", "log_level",
-              "watch_interval", "max_running", "accept_jobs_from", "cluster",
+              "watch_interval", "max_running", "accept_jobs_from", "cluster", "worker",
               "notifiers", "notify", "pools", "http", "hooks")
 HTTP_KEYS = ("enabled", "listen", "tls", "insecure", "job_histograms", "metrics_auth")
 HTTP_TLS_KEYS = ("cert", "key", "client_ca", "client_roles")
@@ -76,7 +76,8 @@ class HookConfig:
 
 
 CLUSTER_KEYS = ("listen", "initial_members", "join", "tls", "insecure", "tags",
-                "node_timeout", "election_timeout", "max_clock_offset")
+                "node_timeout", "election_timeout", "max_clock_offset", "worker_listen")
+WORKER_KEYS = ("servers", "tls", "tags")
 TLS_KEYS = ("ca", "cert", "key")
 
 DEFAULT_MAX_RUNNING = 256  # concurrent runs on one node
@@ -121,6 +122,7 @@ class ClusterConfig:
     node_timeout: float = 10.0       # leader declares a silent node's runs lost after this
     election_timeout: float = 0.5    # base Raft election timeout, seconds
     max_clock_offset: float = 0.5    # a clock further than this from the cluster's is "off"
+    worker_listen: Address | None = None  # the worker port (runtime/cluster/worker_hub.py)
 
     def __post_init__(self):  # a private sorted copy: nobody can change it afterwards
         object.__setattr__(self, "initial_members", types.MappingProxyType(
@@ -133,7 +135,17 @@ class ClusterConfig:
     def __hash__(self) -> int:  # MappingProxyType is not hashable; its items are
         return hash((self.listen, tuple(self.initial_members.items()), self.join, self.tls,
                      self.insecure, self.insecure_network, self.tags, self.node_timeout,
-                     self.election_timeout, self.max_clock_offset))
+                     self.election_timeout, self.max_clock_offset, self.worker_listen))
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The ``worker:`` section of a worker agent (``cronrd worker``): the
+    servers it dials (any of them; it follows the leader), its certificate
+    (its name is the certificate's), and its tags."""
+    servers: tuple[Address, ...]
+    tls: TLSPaths
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,6 +173,7 @@ class Config:
     accept_jobs_from: tuple[str, ...] | None = None
     path: str = ""
     cluster: ClusterConfig | None = None    # None: a one-node cluster without a network
+    worker: WorkerConfig | None = None      # a worker agent's config (cronrd worker)
     pools: tuple[PoolConfig, ...] = ()      # sorted by name; the leader's are in force
     # notifiers: and notify: (the cluster default of the jobs' notify)
     notifications: Notifications = field(default_factory=Notifications)

@@ -10,6 +10,7 @@ from cronrd.errors import ScheduleError
 from cronrd.schedule import host_timezone, parse_duration, resolve_timezone
 
 from .cluster import parse_cluster
+from .worker import parse_worker
 from .hooks import parse_hooks
 from .http import parse_http
 from .pools import parse_pools
@@ -146,6 +147,14 @@ def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files
     if raw.get("cluster") is not None:
         cluster = parse_cluster(raw["cluster"], path, base, node_id, report,
                                 load_tls=daemon_files)
+    worker = None
+    if raw.get("worker") is not None:
+        if cluster is not None:
+            report.add(("worker",), "a config has either cluster: (a member, `cronrd daemon`) "
+                                    "or worker: (a worker agent, `cronrd worker`), not both; "
+                                    "use one file for each")
+        else:
+            worker = parse_worker(raw["worker"], base, report, load_tls=daemon_files)
     pools = parse_pools(raw.get("pools"), report)
     notifications = parse_notifications(raw, base, report, daemon_files=daemon_files)
     http = parse_http(raw.get("http"), base, report, load_tls=daemon_files)
@@ -167,4 +176,5 @@ def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files
                   shutdown_mode=mode, shutdown_grace=grace,
                   log_level=level, watch_interval=min(max(watch, 0.1), 60.0), path=path,
                   max_running=max_running, accept_jobs_from=accept, cluster=cluster,
+                  worker=worker,
                   notifications=notifications, pools=pools, http=http, hooks=hooks)

@@ -472,7 +472,7 @@ class Daemon:
     # -- effects -----------------------------------------------------------------------
     def _on_effects(self, effects: list[Effect]) -> None:
         for listener in (self.executor.on_effects, self.leadership.on_effects,
-                         self.handlers.on_effects):
+                         self.handlers.on_effects, self.members.on_effects):
             try:
                 listener(effects)
             except Exception:

@@ -51,6 +51,30 @@ class NodesApply(ApplyBase):
             (cmd.node, cmd.state, cmd.addr, tags, since))
         return {"changed": True}
 
+    def _apply_worker_info(self, index: int, cmd: C.WorkerInfo,
+                           effects: list[Effect]) -> dict[str, Any]:
+        if not V.at_least(self.conn, V.WORKERS):
+            raise Refused(f"worker {cmd.node}: workers need cluster version {V.WORKERS}")
+        if not (isinstance(cmd.capacity, int) and not isinstance(cmd.capacity, bool)
+                and 0 < cmd.capacity <= 100_000):
+            raise Refused(f"worker {cmd.node}: capacity {cmd.capacity!r} is not 1..100000")
+        if any(True for _ in self.conn.execute(
+                "SELECT 1 FROM denied WHERE kind='node' AND value=?", (cmd.node,))):
+            raise Refused(f"worker {cmd.node} was removed from the cluster")
+        tags = canon(sorted({str(t) for t in cmd.tags}))
+        old = None
+        for old in self.conn.execute("SELECT tags, capacity, version, since FROM workers "
+                                     "WHERE node=?", (cmd.node,)):
+            pass
+        if old is not None and old[:3] == (tags, cmd.capacity, str(cmd.version)):
+            return {"changed": False}
+        self.conn.execute(
+            "INSERT INTO workers(node, tags, capacity, version, since) VALUES(?,?,?,?,?) "
+            "ON CONFLICT(node) DO UPDATE SET tags=excluded.tags, capacity=excluded.capacity,"
+            " version=excluded.version, since=excluded.since",
+            (cmd.node, tags, cmd.capacity, str(cmd.version), cmd.at))
+        return {"changed": True}
+
     def _apply_set_cluster_version(self, index: int, cmd: C.SetClusterVersion,
                                    effects: list[Effect]) -> dict[str, Any]:
         if not isinstance(cmd.version, int) or isinstance(cmd.version, bool):
@@ -104,6 +128,8 @@ class NodesApply(ApplyBase):
     def _apply_remove_node(self, index: int, cmd: C.RemoveNode, effects: list[Effect]) -> dict[str, Any]:
         self.conn.execute("DELETE FROM nodes WHERE node=?", (cmd.node,))
         removed = bool(self.conn.changes())
+        self.conn.execute("DELETE FROM workers WHERE node=?", (cmd.node,))  # (none before v2)
+        removed = removed or bool(self.conn.changes())
         self.conn.execute("DELETE FROM join_tokens WHERE node=?", (cmd.node,))
         self.conn.execute("DELETE FROM node_drains WHERE node=?", (cmd.node,))
         why = f"node {cmd.node} was removed from the cluster"

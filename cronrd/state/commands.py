@@ -242,6 +242,24 @@ class NodeInfo(Command):
 
 
 @dataclass(frozen=True)
+class WorkerInfo(Command):
+    """The leader registers a worker agent that said hello on its worker
+    port (runtime/cluster/worker_hub.py): its name (its certificate's),
+    tags, capacity and version. Proposed by the leader alone."""
+
+    op: ClassVar[str] = "worker_info"
+    since: ClassVar[int] = 2
+    node: str
+    tags: tuple[str, ...]
+    capacity: int
+    version: str
+    at: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tags", tuple(self.tags))
+
+
+@dataclass(frozen=True)
 class NodeLost(Command):
     """The leader declares a node's assigned and running runs lost."""
 
@@ -605,7 +623,8 @@ COMMANDS: dict[str, type[Command]] = {
               CreateBackfill, BackfillStep, SetBackfillState, Rerun, UpstreamTimeout,
               DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction, SetPools,
               StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout, CreateToken,
-              RevokeToken, DrainNode, SetClusterVersion, StartSession, EndSession)
+              RevokeToken, DrainNode, SetClusterVersion, StartSession, EndSession,
+              WorkerInfo)
 }
 
 

@@ -64,10 +64,11 @@ DIGEST_TABLES = (
     ("pauses", "name"),
     ("node_drains", "node"),
     ("ui_sessions", "hash"),
+    ("workers", "node"),
 )
 # Tables that came with a cluster version above 1: hashed only once they
 # hold a row, so a log of an older release gives the digest it gave there.
-LATER_TABLES = frozenset({"ui_sessions"})
+LATER_TABLES = frozenset({"ui_sessions", "workers"})
 
 
 class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply):

@@ -283,6 +283,14 @@ def nodes(conn: apsw.Connection) -> list[dict[str, Any]]:
                 "SELECT node, state, addr, tags, since FROM nodes ORDER BY node")]
 
 
+def workers(conn: apsw.Connection) -> list[dict[str, Any]]:
+    """Registered worker agents: {node, tags (list), capacity, version, since}."""
+    return [{"node": node, "tags": json.loads(tags), "capacity": capacity,
+             "version": version, "since": since} for node, tags, capacity, version, since
+            in conn.execute("SELECT node, tags, capacity, version, since FROM workers "
+                            "ORDER BY node")]
+
+
 def active_by_node(conn: apsw.Connection) -> dict[str, int]:
     """Assigned plus running runs per node (the leader's placement load)."""
     return {node: n for node, n in conn.execute(

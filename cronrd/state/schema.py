@@ -460,6 +460,16 @@ CREATE TABLE IF NOT EXISTS ui_sessions(
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ui_sessions_expiry ON ui_sessions(expires_at);
 CREATE INDEX IF NOT EXISTS ui_sessions_token ON ui_sessions(name, created_at);
+-- Worker agents the leader registered (runtime/cluster/worker_hub.py):
+-- not Raft members; the leader places runs on them like on members.
+-- Cluster version 2 on: empty before.
+CREATE TABLE IF NOT EXISTS workers(
+    node TEXT PRIMARY KEY,           -- its certificate's name
+    tags TEXT NOT NULL,              -- JSON list, sorted (executor:... offered included)
+    capacity INTEGER NOT NULL,       -- its max_running
+    version TEXT NOT NULL,           -- the cronrd it runs
+    since REAL NOT NULL              -- registered (or its tags last changed)
+) WITHOUT ROWID;
 -- Nodes an admin drained (state/node_drains.py): no new runs go there.
 CREATE TABLE IF NOT EXISTS node_drains(
     node TEXT PRIMARY KEY,

@@ -62,7 +62,7 @@ VERSIONS: dict[int, Version] = {
                         "released when slots free without a node (they were refused); "
                         "web UI sessions of their own (StartSession, EndSession); an SLA "
                         "alert is resolved when its fire time's run succeeds; a failed "
-                        "alert names its event; jobs with executor: container"),
+                        "alert names its event; jobs with executor: container; worker agents"),
 }
 
 APPLY_VERSION = max(VERSIONS)   # the newest this code applies
@@ -83,6 +83,9 @@ FAILED_ALERT_EVENT = 2
 # this version on: a node of 0.2.0 ignores the key it does not know and would
 # run the command on its host (runtime/jobfiles/watcher.py holds such jobs back).
 EXECUTORS = 2
+# Worker agents: the leader registers them (WorkerInfo) and places runs on
+# them (runtime/cluster/worker_hub.py); a member of 0.2.0 knows no workers.
+WORKERS = 2
 
 # ``schema_version`` of a database at each cluster version (machine.migrate):
 # a release that cannot apply a version must refuse to open its database.

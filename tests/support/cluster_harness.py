@@ -13,6 +13,29 @@ from typing import Any
 from harness import Node, wait_for
 
 
+class Worker(Node):
+    """One `cronrd worker` process in its own temporary directory."""
+
+    command = "worker"
+
+    def __init__(self, name: str, *, servers: list[str], tls_dir: str, tags=(),
+                 **config: Any):
+        self.name = name
+        super().__init__(name, worker={
+            "servers": servers, "tags": list(tags),
+            "tls": {"ca": f"{tls_dir}/ca.crt", "cert": f"{tls_dir}/{name}.crt",
+                    "key": f"{tls_dir}/{name}.key"}},
+            shutdown={"mode": "detach", "grace": "5s"}, **config)
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        def up():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited with {self.proc.returncode}\n"
+                                     + self.daemon_log())
+            return "event=worker_ready" in self.log_file.read_text(errors="replace")
+        wait_for(up, timeout, what=f"worker {self.name} ready", on_fail=self.daemon_log)
+
+
 def free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -22,7 +45,8 @@ def free_port(host: str) -> int:
 class Cluster:
     def __init__(self, ids=("a", "b", "c"), node_timeout: str = "3s",
                  election_timeout: str = "0.5s", first_ip: int = 21,
-                 tls_dir: str | None = None, addrs: dict[str, str] | None = None):
+                 tls_dir: str | None = None, addrs: dict[str, str] | None = None,
+                 worker_port: bool = False):
         """``tls_dir``: a directory made by `cronrd cluster init-tls` holding a
         certificate for every id (mutual TLS instead of insecure: true).
         ``addrs``: node id -> "HOST:PORT" instead of 127.0.0.x with a free port
@@ -33,6 +57,10 @@ class Cluster:
             addrs = {nid: f"{h}:{free_port(h)}" for nid, h in hosts.items()}
         self.addrs = dict(addrs)
         self.hosts = {nid: a.rsplit(":", 1)[0] for nid, a in self.addrs.items()}
+        # ``worker_port``: each member serves a worker port (needs tls_dir).
+        self.worker_addrs = ({nid: f"{h}:{free_port(h)}" for nid, h in self.hosts.items()}
+                             if worker_port else {})
+        self.workers: list["Worker"] = []
         self.node_timeout = node_timeout
         self.election_timeout = election_timeout
         self.nodes: dict[str, Node] = {nid: self._node(nid, self.addrs) for nid in ids}
@@ -49,6 +77,8 @@ class Cluster:
             cluster["insecure"] = True
         else:
             cluster["insecure"] = {"allow_network": True}
+        if nid in self.worker_addrs:
+            cluster["worker_listen"] = self.worker_addrs[nid]
         if join:
             cluster["join"] = True
         return Node(nid, cluster=cluster, shutdown={"mode": "wait", "grace": "5s"})
@@ -103,8 +133,37 @@ class Cluster:
 
     def cleanup(self) -> None:
         heal_all()
+        for w in self.workers:
+            w.cleanup()
         for n in self:
             n.cleanup()
+
+    def worker(self, name: str, tags=(), **config: Any) -> "Worker":
+        """A worker agent (`cronrd worker`) of this cluster, not started;
+        ``tls_dir`` must hold its worker certificate (init-tls --workers)."""
+        assert self.tls_dir and self.worker_addrs, "Cluster(tls_dir=..., worker_port=True)"
+        w = Worker(name, servers=sorted(self.worker_addrs.values()), tls_dir=self.tls_dir,
+                   tags=tags, **config)
+        self.workers.append(w)
+        return w
+
+    def worker_state(self, name: str) -> dict | None:
+        """The leader's view of worker ``name`` (status), or None."""
+        for w in self.leader().call("status", timeout=5).get("workers") or ():
+            if w["node"] == name:
+                return w
+        return None
+
+    def wait_worker(self, name: str, timeout: float = 30.0) -> dict:
+        """Until the leader has worker ``name`` connected."""
+        def up():
+            st = self.worker_state(name)
+            return st if st and st.get("connected") and st.get("clock_offset_ms") \
+                is not None else None
+        return wait_for(up, timeout, what=f"worker {name} connected to the leader",
+                        on_fail=lambda: self.logs() + "".join(
+                            f"\n===== worker {w.name} =====\n{w.daemon_log()}"
+                            for w in self.workers))
 
     # -- membership helpers -------------------------------------------------------
     def replace_with_joiner(self, nid: str) -> Node:

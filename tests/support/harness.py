@@ -47,6 +47,8 @@ def wait_for(pred: Callable[[], Any], timeout: float = 15.0, interval: float = 0
 class Node:
     """One cronrd daemon in its own short temporary directory."""
 
+    command = "daemon"   # (cluster_harness.Worker: "worker")
+
     def __init__(self, node_id: str = "n1", **config: Any):
         # Short base path: Unix socket addresses are limited to 107 bytes.
         self.base = Path(tempfile.mkdtemp(prefix="crd-", dir="/tmp"))
@@ -99,7 +101,7 @@ class Node:
         full_env.update(env or {})
         self.proc = subprocess.Popen(
             [*self.wrap, sys.executable, "-m", "cronrd", "--config", str(self.config_path),
-             "daemon"],
+             self.command],
             stdout=logf, stderr=subprocess.STDOUT, env=full_env, cwd=str(self.base),
             preexec_fn=None if nofile is None else
             (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))))

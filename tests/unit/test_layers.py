@@ -173,7 +173,7 @@ def test_one_node_id_rule():
 # only the wings on floors below its own. Wings on one floor import neither
 # the other. The faces' and the daemon's wiring (daemon.py, faces*.py) sit
 # above every wing; the root's utilities (tasks, clock, storage, ...) below.
-WINGS = [["http"], ["control"], ["leader"], ["cluster"], ["jobfiles", "notify"],
+WINGS = [["http"], ["control"], ["leader"], ["cluster", "worker"], ["jobfiles", "notify"],
          ["log", "runs"], ["peers"]]
 ROOT_TOP = {"daemon", "faces", "faces_host", "faces_child"}
 

@@ -84,6 +84,8 @@ class Members(Protocol):
     def members(self) -> dict: ...
     async def admin(self, method: str, args: dict) -> dict: ...
     async def call(self, node: str, method: str, args: dict, timeout: float = 5.0) -> Any: ...
+    def on_effects(self, effects: list) -> None: ...  # the leader's workers hear theirs
+    def worker_status(self) -> list[dict]: ...  # registered worker agents
 
 
 class OneHost:
@@ -182,6 +184,12 @@ class OneHost:
     async def call(self, node: str, method: str, args: dict, timeout: float = 5.0) -> Any:
         raise RequestError(f"node {node} is not a member: {self.config.node_id} runs "
                            "without a cluster")
+
+    def on_effects(self, effects: list) -> None:
+        return None   # no workers without a cluster
+
+    def worker_status(self) -> list[dict]:
+        return []
 
 
 def open_members(config: Config, machine: StateMachine, clock: Clock,

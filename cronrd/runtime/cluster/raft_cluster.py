@@ -47,6 +47,7 @@ from .lease_keeper import LeaseKeeper
 from ..peers.rpc import Handler, PeerError, PeerRPC
 from .trust import PeerTrust
 from .versions import VersionWatch
+from .worker_hub import WorkerHub
 from ...state.versions import EXIT_NEWER, NewerLog
 from ...decisions.placement import NodeView
 from ..log.raft_node import RaftNode
@@ -203,6 +204,17 @@ class Cluster:
         # This node's certificate, read once: a new one needs a restart.
         self._cert = cert_info(cc.tls.cert) if cc.tls else None
         self.transport.join_token = cc.join_token or ""
+        # The worker port (cluster/worker_hub.py): worker agents reach the
+        # leader there; None without cluster.worker_listen.
+        self.workers: WorkerHub | None = None
+        if cc.worker_listen is not None and cc.tls is not None:
+            self.workers = WorkerHub(
+                self.node_id, self.conn, clock, listen=cc.worker_listen, tls=cc.tls,
+                is_leader=lambda: self.node.is_leader, leader=lambda: self.node.leader or None,
+                propose=self.log.propose_as_leader,
+                stamp=lambda cmd: stamped_by_leader(cmd, self.clock.now()),
+                members=self.member_ids, node_timeout=cc.node_timeout,
+                max_clock_offset=cc.max_clock_offset)
 
     @staticmethod
     def _bootstrap(config: Config) -> ConfState:
@@ -232,6 +244,8 @@ class Cluster:
         self._refresh_peers()
         await self.transport.start()
         await self.node.start()
+        if self.workers is not None:
+            await self.workers.start()
 
     async def run(self) -> None:
         """The membership's upkeep, until cancelled (a service the daemon
@@ -251,6 +265,8 @@ class Cluster:
         self.stopping = True
         self.log.stopping = True
         await self.trust.close()
+        if self.workers is not None:
+            await self.workers.close()
         await self.node.stop()
         self.rpc.close()
         await self.transport.close()
@@ -422,7 +438,20 @@ class Cluster:
                            state, f"state {state}")
             views.append(NodeView(node, healthy, state, frozenset(row.get("tags") or ()), why,
                                   slow_disk=disk.disk_bar(node, slow)))
+        if self.workers is not None and leading:
+            views += self.workers.views()   # (placement is the leader's)
         return views
+
+    def on_effects(self, effects: list) -> None:
+        """The state machine's effects: the leader tells its workers theirs."""
+        if self.workers is not None:
+            self.workers.on_effects(effects)
+
+    def worker_status(self) -> list[dict]:
+        """The registered workers; on the leader, with their connections."""
+        if self.workers is not None and self.node.is_leader:
+            return self.workers.status()
+        return [{**w, "connected": None} for w in Q.workers(self.conn)]
 
     # -- the lease (cluster/lease_keeper.py) -------------------------------------------------
     def lease_fresh(self) -> bool:
@@ -469,8 +498,12 @@ class Cluster:
         whose disks are not slow: a run they have not claimed yet is on its
         way, not stranded (decisions/claims.on_their_way)."""
         views = self.node_views()
-        return claims.on_their_way({v.id: self.lease.ack_age(v.id) for v in views if v.healthy},
-                                   [v.id for v in views if v.slow_disk is not None], RESPONSIVE)
+        workers = self.workers.responsive() if self.workers is not None else set()
+        return claims.on_their_way({v.id: self.lease.ack_age(v.id) for v in views
+                                    if v.healthy and v.id not in workers},
+                                   [v.id for v in views if v.slow_disk is not None],
+                                   RESPONSIVE) | {v.id for v in views if v.healthy
+                                                  and v.id in workers}
 
     def behind_leader(self) -> dict[str, float]:
         """(On the leader) how many seconds each member's clock is behind
@@ -491,6 +524,8 @@ class Cluster:
             if leading and not self._leading:
                 self.lease.started_leading()
                 self._refresh_peers()
+            if self._leading and not leading and self.workers is not None:
+                self.workers.leadership_lost()
             self._leading = leading
             members = self.member_ids()
             if self.node_id in members:
@@ -518,8 +553,15 @@ class Cluster:
         now = self.clock.monotonic()
         # (queries says str nodes; nodes_lost takes a mapping that may hold None too)
         active = cast(Mapping[str | None, int], Q.active_by_node(self.conn))
+        members, answered = self.member_ids(), self.lease.acked
+        if self.workers is not None or any(True for _ in self.conn.execute(
+                "SELECT 1 FROM workers LIMIT 1")):
+            # Workers are judged as members are: silent for node_timeout, lost.
+            members = members + [w["node"] for w in Q.workers(self.conn)]
+            if self.workers is not None:
+                answered = {**self.lease.acked, **self.workers.answered_at()}
         for lost in duties.nodes_lost(now, self.node_id, active,
-                                      self.member_ids(), self.lease.acked, self.lease.lead_since,
+                                      members, answered, self.lease.lead_since,
                                       self.cc.node_timeout, self._lost_proposed):
             self._lost_proposed[lost.node] = now
             log.warning("event=node_lost node=%s runs=%d reason=\"%s\"", lost.node, lost.runs,
@@ -582,6 +624,7 @@ class Cluster:
                 "certificate": cert_status(self._cert, self.clock.now(), self.node_id),
                 "down": self._down_members(),
                 "versions": self.versions.view(),
+                "workers": self.worker_status(),
                 **self._clock_status()}
 
     def _down_members(self) -> list[dict]:
@@ -632,6 +675,7 @@ class Cluster:
                 "version": versions["members"].get(node),   # its release, as it said
             })
         return {"leader": self.node.leader or None, "members": out,
+                "workers": self.worker_status(),
                 "cluster_version": versions["cluster_version"], "mixed": versions["mixed"]}
 
     # -- requests that only the leader can carry out (cluster/admin.py) -------------------
@@ -811,9 +855,33 @@ class Cluster:
         run_id, offset = args.get("run_id"), args.get("offset", 0)
         if not isinstance(run_id, int) or not isinstance(offset, int) or offset < 0:
             raise RequestError("read_log needs an integer run_id and a non-negative offset")
+        run = Q.get_run(self.conn, run_id)
+        if run is not None and run.node and run.node != self.node_id \
+                and self._is_worker(run.node):
+            return await self._worker_log(run.node, run_id, offset)
         return await self.read_log(run_id, offset)
 
+    def _is_worker(self, node: str) -> bool:
+        return any(True for _ in self.conn.execute("SELECT 1 FROM workers WHERE node=?",
+                                                   (node,)))
+
+    async def _worker_log(self, node: str, run_id: int, offset: int) -> dict:
+        """A run's log on worker ``node``: read over its connection to the
+        leader (this node, or asked of the leader)."""
+        run = Q.get_run(self.conn, run_id)
+        if run is None:
+            raise RequestError(f"no run with id {run_id}")
+        if self.workers is not None and self.node.is_leader:
+            return await self.workers.read_log(node, run, offset)
+        leader = self.node.leader
+        if not leader or leader == self.node_id:
+            raise StateError(f"worker {node}'s log is read through the leader, and no leader "
+                             "is known now; retry shortly")
+        return await self.call(leader, "read_log", {"run_id": run_id, "offset": offset})
+
     async def call(self, node: str, method: str, args: dict, timeout: float = 5.0) -> Any:
+        if method == "read_log" and node not in self.member_ids() and self._is_worker(node):
+            return await self._worker_log(node, args["run_id"], args.get("offset", 0))
         try:
             return await self.rpc.call(node, method, args, timeout=timeout)
         except PeerError as exc:

@@ -19,7 +19,7 @@ from ...ops import admin as A
 from .access import Caller
 from .server import Stream
 from ..runs import output as O
-from ..runs.logs import read_run_log, run_log_path
+from ..runs.logs import LOG_CHUNK as LOG_CHUNK, read_run_chunk
 
 if TYPE_CHECKING:
     from .server import HandlersHost as _Host
@@ -27,7 +27,6 @@ else:
     _Host = object  # at run time Handlers (handlers.py) is the host: the MRO is unchanged
 
 
-LOG_CHUNK = 256 * 1024  # bytes per read of a run's log (local or from another node)
 
 
 FOLLOW_INTERVAL = 0.2   # seconds between looks at a followed log file (`logs --follow`)
@@ -43,33 +42,9 @@ def read_log_chunk(config: Config, conn, run_id: int, offset: int) -> dict:
     run = Q.get_run(conn, run_id)
     if run is None:
         raise RequestError(f"no run with id {run_id} on node {config.node_id}")
-    if not isinstance(offset, int) or offset < 0:
-        raise RequestError(f"offset {offset!r} of run {run_id}'s log must be a whole "
-                           "number >= 0")
-    path = run_log_path(config.log_dir, run)
-    parts: list[O.Part] = []
-    more = False
-    try:
-        parts, offset, more = read_run_log(config.log_dir, run, offset, LOG_CHUNK,
-                                           running=run.state in run_states.ACTIVE)
-    except FileNotFoundError:
-        # No log: a run that never started has none. One the record says
-        # had a log (and that is over) lost it to log retention.
-        if run.log_path and run.state not in run_states.ACTIVE:
-            raise RequestError(f"log file {path} of run {run_id} is gone from node "
-                               f"{config.node_id} (removed by log "
-                               "retention?)") from None
-    except CronrdError as exc:
-        raise RequestError(f"cannot read the log of run {run_id} on node "
-                           f"{config.node_id}: {exc}") from None
-    except OSError as exc:
-        raise RequestError(f"cannot read log file {path} of run {run_id} on node "
-                           f"{config.node_id}: {exc.strerror}") from None
-    # "data" alone is what older nodes read; "parts" says which bytes came
-    # from which stream when (output.py). "offset" is the output position.
-    return {"data": base64.b64encode(b"".join(p.data for p in parts)).decode(),
-            "parts": [[p.stream, p.time, len(p.data)] for p in parts],
-            "offset": offset, "more": more}
+    return read_run_chunk(config, run, offset)
+
+
 
 
 def chunk_messages(chunk: dict, decoders: dict) -> list[dict]:

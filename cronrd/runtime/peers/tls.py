@@ -145,6 +145,20 @@ def cert_info(path: str) -> dict | None:
             "not_after": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires))}
 
 
+def cert_subject(path: str) -> dict[str, str] | None:
+    """The subject of the certificate at ``path`` ({"CN": ..., "OU": ...}),
+    or None if it cannot be read (read with openssl)."""
+    if not os.path.exists(path) or shutil.which("openssl") is None:
+        return None
+    proc = subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "RFC2253",
+                           "-in", path], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    text = proc.stdout.strip().removeprefix("subject=").strip()
+    return {k.strip(): v.strip() for k, _, v in
+            (part.partition("=") for part in text.split(",")) if k.strip()}
+
+
 def cert_status(info: dict | None, now: float, node_id: str) -> dict | None:
     """A node's certificate as `cronrd status` shows it (``info`` from
     ``cert_info``): serial, expiry, and a warning within EXPIRY_WARNING_DAYS

@@ -30,13 +30,10 @@ from ...decisions.run_env import run_env
 from ...jobspec import JobSpec
 from ...schedule import iso_utc
 from ...state import commands as C
-from ...state import queries as Q
 from ...state import run_life as L
-from ...state import run_params as RP
 from ...state.effects import (CancelRequested, Effect, JobSourceMoved, JobsChanged, RunAssigned,
                               RunDone, RunMoved, RunStuck, StateRestored)
 from ...model.run import Run
-from .launch import attempt_env
 from ..clock import Clock
 from . import records
 from .active import ActiveRun, InFlight
@@ -50,7 +47,8 @@ from .outbox import Outbox
 from .processes import alive, signal_tree, snapshot_tree
 from .reports import Reporter, finished, run_ended
 from .spawner import Spawner
-from .starting import NotStarted, over_cap, refused_source, spawn
+from .starting import NotStarted, over_cap, spawn
+from .view import ReplicatedView, StateView
 from ..tasks import wait_within
 
 log = logging.getLogger("cronrd.executor")
@@ -61,7 +59,8 @@ PRESPAWN = 1.0    # seconds before the fire time a run's supervisor is asked for
 class Executor:
     def __init__(self, config: Config, proposer, conn, clock: Clock, *,
                  fence: Callable[[], str | None], outbox: Outbox,
-                 others_can_run: Callable[[], bool] = lambda: False, claims: bool = False):
+                 others_can_run: Callable[[], bool] = lambda: False, claims: bool = False,
+                 view: StateView | None = None):
         self.config = config
         self.node_id = config.node_id
         # Why this node may not start a run now (no fresh lease from the
@@ -70,7 +69,9 @@ class Executor:
         self.fence = fence
         self.others_can_run = others_can_run
         self.reporter = Reporter(proposer, outbox)
-        self.conn = conn
+        # What it asks of the state (view.py): the replicated state on a
+        # member, the leader's assignments on a worker agent.
+        self.view: StateView = view if view is not None else ReplicatedView(conn)
         self.clock = clock
         self.timers: dict[int, asyncio.TimerHandle] = {}
         # The runs held here (read-only views: change them through flight).
@@ -138,7 +139,7 @@ class Executor:
     def job_spec(self, name: str) -> JobSpec | None:
         """The definition in force of job ``name`` (cached until it changes)."""
         if name not in self._specs:
-            self._specs[name] = Q.job_spec(self.conn, name)
+            self._specs[name] = self.view.job_spec(name)
         return self._specs[name]
 
     # -- the daemon's start and stop (restart.py) ----------------------------------
@@ -161,7 +162,7 @@ class Executor:
             return
         if isinstance(eff, StateRestored):  # a snapshot replaced the state
             self._specs.clear()
-            for assigned in Q.runs_for_node(self.conn, self.node_id, ("assigned",)):
+            for assigned in self.view.runs_for_node(self.node_id, ("assigned",)):
                 self.schedule(assigned)
             return
         run = eff.run
@@ -216,7 +217,7 @@ class Executor:
         """Is each run still assigned here, with the same token? (A snapshot
         from the leader may have replaced the state meanwhile, without the
         effects that would have told us.)"""
-        now = Q.run_assignments(self.conn, [r.run_id for r in runs])
+        now = self.view.run_assignments([r.run_id for r in runs])
         return {r.run_id: now.get(r.run_id) == ("assigned", self.node_id, r.token)
                 for r in runs}
 
@@ -228,8 +229,7 @@ class Executor:
         if spec is None:
             self._not_started(run, "cancelled", now, reason="job no longer defined")
             return
-        refused = refused_source(self.conn, self.node_id, self.config.accept_jobs_from,
-                                 run.job)
+        refused = self.view.refused_source(self.node_id, self.config.accept_jobs_from, run.job)
         if refused is not None:
             self._not_started(run, "skipped", now, reason=refused)
             return
@@ -247,9 +247,9 @@ class Executor:
             self._not_started(run, "skipped", now, reason=over)
             return
         self._deferred.discard(run.run_id)
-        workflow = run_env(run, spec, self.config.timezone, *RP.inputs(self.conn, run))
+        workflow = run_env(run, spec, self.config.timezone, *self.view.inputs(run))
         # its token for checkpoints and heartbeats, and a retry's last checkpoint
-        extra, secret = attempt_env(self.conn, run, self.config.socket)
+        extra, secret = self.view.attempt_env(run, self.config.socket)
         workflow.update(extra)
         act = spawn(run, spec, now, self.config.log_dir, self.runs_dir, node_id=self.node_id,
                     identities=self.identities, job_nofile=self.job_nofile,
@@ -286,7 +286,7 @@ class Executor:
         others = [a for a in self.flight.of_job(act.run.job)
                   if a is not act and a.life.started]
         # Alone, nothing runs elsewhere: no query on the path to the gate.
-        remote = (Q.running_elsewhere(self.conn, act.run, self.node_id)
+        remote = (self.view.running_elsewhere(act.run, self.node_id)
                   if self.others_can_run() else [])
         local = {a.run.run_id: a for a in others}
         decision = overlap.decide(

@@ -9,18 +9,23 @@ components are opened relative to log_dir without following symlinks.
 
 from __future__ import annotations
 
+import base64
 import errno
 import logging
 import os
 import re
 import stat
 
-from ...errors import CronrdError
+from ...config import Config
+from ...errors import CronrdError, RequestError
+from ...model import run_states
 from ...schedule import iso_utc
 from ...model.run import Run
 from . import output as O
 
 log = logging.getLogger("cronrd.executor")
+
+LOG_CHUNK = 256 * 1024  # bytes per read of a run's log (local or from another node)
 
 
 def log_file_name(run: Run) -> str:
@@ -186,3 +191,38 @@ def prune_logs(log_dir: str, max_age: float, max_files: int, now: float,
                             log.warning("event=log_prune_failed path=%s error=%s",
                                         path, exc.strerror)
     return removed
+
+
+def read_run_chunk(config: Config, run: Run, offset: int) -> dict:
+    """Up to LOG_CHUNK bytes of ``run``'s log on this node, from ``offset``
+    (control/logs.read_log_chunk looks the run up; a worker agent, which
+    holds no state, is sent the run whole (a worker agent holds no
+    state: the leader sends the run with the request)."""
+    run_id = run.run_id
+    if not isinstance(offset, int) or offset < 0:
+        raise RequestError(f"offset {offset!r} of run {run_id}'s log must be a whole "
+                           "number >= 0")
+    path = run_log_path(config.log_dir, run)
+    parts: list[O.Part] = []
+    more = False
+    try:
+        parts, offset, more = read_run_log(config.log_dir, run, offset, LOG_CHUNK,
+                                           running=run.state in run_states.ACTIVE)
+    except FileNotFoundError:
+        # No log: a run that never started has none. One the record says
+        # had a log (and that is over) lost it to log retention.
+        if run.log_path and run.state not in run_states.ACTIVE:
+            raise RequestError(f"log file {path} of run {run_id} is gone from node "
+                               f"{config.node_id} (removed by log "
+                               "retention?)") from None
+    except CronrdError as exc:
+        raise RequestError(f"cannot read the log of run {run_id} on node "
+                           f"{config.node_id}: {exc}") from None
+    except OSError as exc:
+        raise RequestError(f"cannot read log file {path} of run {run_id} on node "
+                           f"{config.node_id}: {exc.strerror}") from None
+    # "data" alone is what older nodes read; "parts" says which bytes came
+    # from which stream when (output.py). "offset" is the output position.
+    return {"data": base64.b64encode(b"".join(p.data for p in parts)).decode(),
+            "parts": [[p.stream, p.time, len(p.data)] for p in parts],
+            "offset": offset, "more": more}

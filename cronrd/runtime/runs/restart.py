@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 import psutil
 
 from ...schedule.catchup import stale_reason
-from ...state import queries as Q
 from ...state import run_life as L
 from ...model.run import Run
 from . import records
@@ -56,7 +55,7 @@ async def reconcile(ex: "Executor") -> dict:
     orphans: dict | None = None
     counts = {"lost": 0, "resumed": 0, "adopted": 0, "collected": 0}
     waits = []
-    runs = [r for r in Q.runs_for_node(ex.conn, ex.node_id, ("running", "assigned"))
+    runs = [r for r in ex.view.runs_for_node(ex.node_id, ("running", "assigned"))
             if r.run_id not in ex.reporter.replayed]
     ex.accepting = True  # from here on, new assignments start as they come
     for run in runs:
@@ -244,7 +243,7 @@ async def shutdown(ex: "Executor", mode: str, grace: float) -> None:
         # Runs not started yet go back to the leader (they never ran
         # here), to be placed on a node that is up.
         now = ex.clock.now()
-        for run in Q.runs_for_node(ex.conn, ex.node_id, ("assigned",)):
+        for run in ex.view.runs_for_node(ex.node_id, ("assigned",)):
             act = ex.active.get(run.run_id)
             if act is None or not act.life.started:
                 ex.reporter.propose(finished(

@@ -1,0 +1,403 @@
+"""The worker port: where worker agents (``cronrd worker``) reach the cluster.
+
+A worker is not a Raft member and holds no replicated state (docs/workers.md).
+It dials a server's worker port (``cluster.worker_listen``) with a
+certificate the cluster CA issued for the worker role; its name is that
+certificate's, nothing it says changes it. A follower answers its hello
+with the leader's name and closes: workers talk to the leader only.
+
+On the leader, ``WorkerHub``:
+
+- registers the worker (``WorkerInfo``, replicated: every server lists it,
+  and a new leader knows its runs belong to a worker);
+- sends it the runs assigned to it (at hello, then as the log assigns
+  them), and their cancels, ends and moves, from the state machine's effects;
+- turns its reports into the commands a member proposes for itself
+  (``ClaimRuns``, ``RunStarted``, ``RunFinished``), after the
+  speak-only-for-yourself checks: its own name in the command, and no
+  report on a run's current attempt when that attempt is another node's.
+  Anything else is refused and logged (``event=worker_refused``);
+- answers its pings: each answer renews its lease (a worker that has not
+  had one within ``lease`` seconds starts nothing new) and carries the
+  leader's clock (a worker whose clock is off starts nothing either);
+- tells the cluster which workers answer (placement, node loss: a worker
+  silent for ``node_timeout`` has its runs declared lost like a member's);
+- reads a worker's run logs over its connection (``cronrd logs``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from ... import __version__
+from ...decisions.placement import NodeView
+from ...errors import CronrdError, NotLeader, PermissionDenied, RequestError, StateError
+from ...model.run import Run
+from ...state import checkpoints as CK
+from ...state import commands as C
+from ...state import queries as Q
+from ...state import run_params as RP
+from ...state import versions as V
+from ...state.effects import (CancelRequested, Effect, RunAssigned, RunDone, RunMoved,
+                              RunStuck)
+from ...state.forwarded import check_forwarded
+from ..clock import Clock
+from ..peers.tls import cert_is_worker, cert_names, cert_serial, server_context
+from ..peers.worker_wire import (MAX_PENDING, Channel, WireError, answer_error,
+                                 read_frame)
+from ..tasks import wait_within
+
+log = logging.getLogger("cronrd.workers")
+
+PING = 0.5                # s between a worker's pings
+RESPONSIVE = 4 * PING     # a worker that answered this recently is alive
+HELLO_WAIT = 5.0          # s a new connection has to say hello
+LOG_WAIT = 5.0            # s a worker has to answer a log read
+MAX_BAD = 20              # refused requests on one connection before it is closed
+MAX_TAGS = 64
+WORKER_OPS = frozenset({C.ClaimRuns.op, C.RunStarted.op, C.RunFinished.op})
+
+
+@dataclass
+class Session:
+    node: str
+    chan: Channel
+    tags: tuple[str, ...]
+    capacity: int
+    version: str
+    since: float          # monotonic: connected
+    last: float           # monotonic: its last frame
+    offset: float | None = None   # its clock minus the leader's, as it measured (s)
+    running: int = 0
+    bad: int = 0
+    tasks: set = field(default_factory=set)
+
+
+class WorkerHub:
+    def __init__(self, node_id: str, conn, clock: Clock, *, listen: tuple[str, int],
+                 tls: Any, is_leader: Callable[[], bool], leader: Callable[[], str | None],
+                 propose: Callable[[C.Command], Awaitable[Any]],
+                 stamp: Callable[[C.Command], C.Command], members: Callable[[], list[str]],
+                 node_timeout: float, max_clock_offset: float):
+        self.node_id = node_id
+        self.conn = conn
+        self.clock = clock
+        self.listen = listen
+        self.tls = tls
+        self.is_leader = is_leader
+        self.leader = leader
+        self.propose = propose
+        self.stamp = stamp
+        self.members = members
+        self.node_timeout = node_timeout
+        self.max_clock_offset = max_clock_offset
+        # A worker may start runs for this long after a ping it sent was
+        # answered; the leader declares it lost only after node_timeout of
+        # silence, so half of it leaves the margin of a slow link.
+        self.lease = node_timeout / 2
+        self.sessions: dict[str, Session] = {}
+        self.contact: dict[str, float] = {}   # monotonic: each worker's last frame this term
+        self.refused = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: set[asyncio.Task] = set()
+
+    # -- the port ----------------------------------------------------------------
+    async def start(self) -> None:
+        ctx = server_context(self.tls)
+        host, port = self.listen
+        self._server = await asyncio.start_server(self._accept, host, port, ssl=ctx,
+                                                  ssl_handshake_timeout=HELLO_WAIT)
+        log.info("event=worker_port_listening addr=%s:%d", host, port)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for s in list(self.sessions.values()):
+            s.chan.close()
+        for task in list(self._conns):
+            task.cancel()
+        if self._conns:
+            await asyncio.wait(list(self._conns), timeout=2.0)
+
+    def leadership_lost(self) -> None:
+        """This node no longer leads: its workers go to the new leader."""
+        for s in list(self.sessions.values()):
+            s.chan.close()
+        self.contact.clear()
+
+    async def _accept(self, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # (start_server runs each connection in a task)
+        self._conns.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
+            pass
+        finally:
+            self._conns.discard(task)
+            writer.close()
+
+    def _refuse_peer(self, writer: asyncio.StreamWriter, why: str) -> None:
+        peer = writer.get_extra_info("peername")
+        self.refused += 1
+        log.warning("event=worker_refused from=%s reason=\"%s\"", peer, why)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        cert = writer.get_extra_info("peercert")
+        names = cert_names(cert)
+        if not cert_is_worker(cert):
+            # A member's certificate on the worker port: it speaks on the peer port.
+            self._refuse_peer(writer, f"certificate {sorted(names)} is not a worker's "
+                                      "(OU cronrd-worker); members use the peer port")
+            return
+        if len(names) != 1:
+            self._refuse_peer(writer, f"a worker certificate must name one worker (names "
+                                      f"{sorted(names)})")
+            return
+        node = names.pop()
+        denied = Q.denied(self.conn)
+        serial = cert_serial(cert)
+        if node in denied["node"] or (serial and serial in denied["serial"]):
+            self._refuse_peer(writer, f"worker {node} was removed from the cluster; issue it a "
+                                      "new certificate under a new name")
+            return
+        if node in self.members():
+            self._refuse_peer(writer, f"worker certificate {node!r} names a member")
+            return
+        chan = Channel(writer)
+        try:
+            hello = await wait_within(read_frame(reader), HELLO_WAIT)
+        except (asyncio.TimeoutError, WireError) as exc:
+            self._refuse_peer(writer, f"worker {node}: no hello ({exc or 'timeout'})")
+            return
+        rid = hello.get("id")
+        if hello.get("op") != "hello":
+            self._refuse_peer(writer, f"worker {node}: first frame is not a hello")
+            return
+        try:
+            session = await self._hello(node, chan, hello)
+        except CronrdError as exc:
+            chan.send(answer_error(rid, exc))
+            await writer.drain()
+            if not isinstance(exc, NotLeader):
+                self._refuse_peer(writer, f"worker {node}: {exc}")
+            return
+        chan.send({"re": rid, "ok": self._welcome(node)})
+        log.info("event=worker_connected node=%s tags=%s capacity=%d version=%s", node,
+                 ",".join(session.tags), session.capacity, session.version)
+        try:
+            while not chan.closed:
+                msg = await read_frame(reader)
+                session.last = self.contact[node] = self.clock.monotonic()
+                self._dispatch(session, msg)
+        except WireError as exc:
+            log.warning("event=worker_refused node=%s reason=\"%s\"", node, exc)
+        finally:
+            chan.close()
+            for task in list(session.tasks):
+                task.cancel()
+            if self.sessions.get(node) is session:
+                del self.sessions[node]
+                log.info("event=worker_disconnected node=%s", node)
+
+    async def _hello(self, node: str, chan: Channel, hello: dict) -> Session:
+        if not self.is_leader():
+            raise NotLeader(self.leader())
+        if not V.at_least(self.conn, V.WORKERS):
+            raise StateError(f"the cluster runs at version {V.recorded(self.conn)}; workers "
+                             f"need cluster version {V.WORKERS} (upgrade every member to "
+                             f"cronrd {V.release_of(V.WORKERS)}; the version is raised "
+                             "once all run it)")
+        tags, capacity, version = hello.get("tags"), hello.get("capacity"), hello.get("version")
+        if not (isinstance(tags, list) and len(tags) <= MAX_TAGS and all(
+                isinstance(t, str) and 0 < len(t) <= 200 for t in tags)):
+            raise RequestError(f"hello: tags must be a list of at most {MAX_TAGS} strings")
+        if not (isinstance(capacity, int) and not isinstance(capacity, bool)
+                and 0 < capacity <= 100_000):
+            raise RequestError("hello: capacity must be a whole number 1..100000")
+        if not (isinstance(version, str) and 0 < len(version) <= 64):
+            raise RequestError("hello: version must be a short string")
+        now = self.clock.monotonic()
+        tags_t = tuple(sorted(set(tags)))
+        registered = {w["node"]: w for w in Q.workers(self.conn)}.get(node)
+        if registered is None or (tuple(registered["tags"]), registered["capacity"],
+                                  registered["version"]) != (tags_t, capacity, version):
+            await self.propose(C.WorkerInfo(node=node, tags=tags_t, capacity=capacity,
+                                            version=version, at=self.clock.now()))
+        if not self.is_leader():
+            raise NotLeader(self.leader())
+        old = self.sessions.get(node)
+        if old is not None:  # it came back before this side saw it go
+            old.chan.close()
+        session = Session(node, chan, tags_t, capacity, version, now, now)
+        self.sessions[node] = session
+        self.contact[node] = now
+        return session
+
+    def _welcome(self, node: str) -> dict[str, Any]:
+        runs = Q.runs_for_node(self.conn, node, ("assigned", "running"))
+        return {"node": node, "leader": self.node_id, "version": __version__,
+                "lease": self.lease, "ping": PING, "max_clock_offset": self.max_clock_offset,
+                "now": self.clock.now(), "runs": [self.assignment(r) for r in runs]}
+
+    def assignment(self, run: Run) -> dict[str, Any]:
+        """What a worker needs to run ``run``: the run, its job's definition in
+        force, its inputs, a retry's checkpoint, and the runs of its job
+        running elsewhere (its overlap policy)."""
+        spec = source = None
+        for spec, source in self.conn.execute(
+                "SELECT spec, source FROM jobs JOIN specs USING(name, digest) WHERE name=?",
+                (run.job,)):
+            pass
+        params, key, rerun = RP.inputs(self.conn, run)
+        return {"run": list(run.row()), "spec": spec, "source": source,
+                "inputs": [params, key, rerun], "checkpoint": CK.env(self.conn, run),
+                "elsewhere": [list(x) for x in Q.running_elsewhere(self.conn, run,
+                                                                   run.node or "")]}
+
+    # -- what a worker says ---------------------------------------------------------
+    def _dispatch(self, session: Session, msg: dict) -> None:
+        if "re" in msg:
+            session.chan.answered(msg)
+            return
+        op, rid = msg.get("op"), msg.get("id")
+        if op == "ping":
+            offset, running = msg.get("offset"), msg.get("running")
+            if isinstance(offset, (int, float)) and not isinstance(offset, bool):
+                session.offset = float(offset)
+            if isinstance(running, int) and not isinstance(running, bool):
+                session.running = running
+            session.chan.send({"re": rid, "ok": {"now": self.clock.now()}})
+            return
+        if op == "propose" and len(session.tasks) < MAX_PENDING:
+            task = asyncio.get_running_loop().create_task(
+                self._answer(session, rid, msg.get("cmd")))
+            session.tasks.add(task)
+            task.add_done_callback(session.tasks.discard)
+            return
+        self._bad(session, rid, RequestError(
+            f"{str(op)[:40]!r}: a worker may send hello, ping and propose only"
+            if op != "propose" else f"over {MAX_PENDING} proposals unanswered; slow down"))
+
+    def _bad(self, session: Session, rid: Any, exc: CronrdError) -> None:
+        session.bad += 1
+        self.refused += 1
+        log.warning("event=worker_refused node=%s reason=\"%s\"", session.node, exc)
+        session.chan.send(answer_error(rid, exc))
+        if session.bad >= MAX_BAD:
+            log.warning("event=worker_cut_off node=%s reason=\"%d refused requests\"",
+                        session.node, session.bad)
+            session.chan.close()
+
+    async def _answer(self, session: Session, rid: Any, text: Any) -> None:
+        try:
+            cmd = self.checked(session.node, text)
+            if not self.is_leader():
+                raise NotLeader(self.leader())
+            result = await self.propose(cmd)
+        except PermissionDenied as exc:
+            self._bad(session, rid, exc)
+            return
+        except CronrdError as exc:
+            session.chan.send(answer_error(rid, exc))
+            return
+        session.chan.send({"re": rid, "ok": result})
+
+    def checked(self, node: str, text: Any) -> C.Command:
+        """The command worker ``node`` asked for, as the leader commits it;
+        PermissionDenied for anything but a report on its own runs."""
+        if not isinstance(text, str):
+            raise RequestError("propose: cmd must be an encoded command")
+        cmd = C.decode(text)
+        if cmd.op not in WORKER_OPS:
+            raise PermissionDenied(f"{cmd.op}: a worker proposes only claims and reports on "
+                                   f"its own runs; worker {node} may not propose it")
+        cmd = check_forwarded(cmd, node)   # its own name in the command
+        if isinstance(cmd, (C.RunStarted, C.RunFinished)):
+            now = Q.run_assignments(self.conn, [cmd.run_id]).get(cmd.run_id)
+            if now is not None and now[1] != node and now[2] == cmd.token:
+                raise PermissionDenied(f"run {cmd.run_id} is node {now[1]}'s, not worker "
+                                       f"{node}'s: a worker reports only on its own runs")
+        return self.stamp(cmd)
+
+    # -- what the log says, to the workers ------------------------------------------------
+    def on_effects(self, effects: list[Effect]) -> None:
+        if not self.sessions:
+            return
+        for eff in effects:
+            run = getattr(eff, "run", None)
+            if not isinstance(run, Run) or not run.node:
+                continue
+            session = self.sessions.get(run.node)
+            if session is None:
+                continue
+            try:
+                if isinstance(eff, RunAssigned):
+                    session.chan.send({"op": "assigned", **self.assignment(run)})
+                elif isinstance(eff, (CancelRequested, RunStuck, RunDone, RunMoved)):
+                    session.chan.send({"op": "effect", "kind": eff.kind,
+                                       "run": list(run.row())})
+            except Exception:  # one worker's trouble must not cost the others
+                log.exception("event=worker_send_failed node=%s", session.node)
+
+    # -- what the cluster asks ----------------------------------------------------------
+    def registered(self) -> list[dict]:
+        return Q.workers(self.conn)
+
+    def answered_at(self) -> dict[str, float]:
+        """Each worker's last frame (monotonic), this term."""
+        return dict(self.contact)
+
+    def views(self) -> list[NodeView]:
+        """The registered workers as placement sees them."""
+        now = self.clock.monotonic()
+        out = []
+        for w in self.registered():
+            s = self.sessions.get(w["node"])
+            why = ""
+            if s is None:
+                why = "not connected to the leader"
+            elif now - s.last > RESPONSIVE:
+                why = f"no word for {now - s.last:.1f}s"
+            elif s.offset is None:
+                why = "has not measured its clock yet"
+            elif abs(s.offset) > self.max_clock_offset:
+                why = (f"its clock is {s.offset * 1000:+.0f}ms off the leader's (over "
+                       f"max_clock_offset)")
+            out.append(NodeView(w["node"], not why, "up" if s is not None else "down",
+                                frozenset(w["tags"]), why))
+        return out
+
+    def responsive(self) -> set[str]:
+        now = self.clock.monotonic()
+        return {n for n, s in self.sessions.items() if now - s.last <= RESPONSIVE}
+
+    def status(self) -> list[dict]:
+        """Every registered worker, with what the leader knows of it now."""
+        now = self.clock.monotonic()
+        out = []
+        for w in self.registered():
+            s = self.sessions.get(w["node"])
+            out.append({**w, "connected": s is not None,
+                        "last_contact_s": None if s is None else round(now - s.last, 3),
+                        "running": None if s is None else s.running,
+                        "clock_offset_ms": None if s is None or s.offset is None
+                        else round(s.offset * 1000, 1)})
+        return out
+
+    async def read_log(self, node: str, run: Run, offset: int) -> dict:
+        """A chunk of ``run``'s log, read by worker ``node`` over its connection."""
+        s = self.sessions.get(node)
+        if s is None:
+            raise StateError(f"worker {node} is not connected: its log is on it; it answers "
+                             "when it is back")
+        answer = await s.chan.request("read_log", {"run": list(run.row()),
+                                                   "offset": offset}, LOG_WAIT)
+        if not isinstance(answer, dict):
+            raise StateError(f"worker {node} answered a log read with {type(answer).__name__}")
+        return answer
