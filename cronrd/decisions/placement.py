@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..jobspec import RunOn
+from ..jobspec import JobSpec, RunOn
 
 
 # A member takes runs when it answers and is up, or has no record yet (an
@@ -31,6 +31,14 @@ def fits(run_on: RunOn, node: NodeView, executor: str = "local") -> bool:
     return True
 
 
+def takes(spec: JobSpec, node: NodeView) -> bool:
+    """``fits`` for a job ``spec``: its run_on and executor, and, on a worker
+    agent, no heartbeat_timeout (a run there has no control socket to beat
+    through: it would be timed out; docs/workers.md)."""
+    return fits(spec.run_on, node, spec.executor_type) and not (
+        node.worker and spec.heartbeat_timeout is not None)
+
+
 @dataclass(frozen=True)
 class Choice:
     node: str          # where it runs ("" for a skip)
@@ -47,6 +55,7 @@ class NodeView:
     why_not: str = ""        # why it cannot take runs now
     suspect: bool = False    # missed a claim lately: others first (decisions/claims.py)
     slow_disk: str | None = None  # why its disk is slow (decisions/disk.py): others first
+    worker: bool = False     # a worker agent (no control socket: no heartbeats from its runs)
 
 
 def no_executor(executor: str, narrowed: bool = False) -> str:

@@ -370,7 +370,7 @@ class WorkerHub:
                 why = (f"its clock is {s.offset * 1000:+.0f}ms off the leader's (over "
                        f"max_clock_offset)")
             out.append(NodeView(w["node"], not why, "up" if s is not None else "down",
-                                frozenset(w["tags"]), why))
+                                frozenset(w["tags"]), why, worker=True))
         return out
 
     def responsive(self) -> set[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from typing import Callable
 
-from ...decisions.placement import TAKES_RUNS, Choice, NodeView, fits, no_executor
+from ...decisions.placement import TAKES_RUNS, Choice, NodeView, fits, no_executor, takes
 from ...jobspec import JobSpec
 from ...state import pools as PL
 from ...state import queries as Q
@@ -52,7 +52,7 @@ class Placement:
 
     def choose(self, spec: JobSpec, fire_time: int) -> list[Choice]:
         mode, values = spec.run_on.mode, spec.run_on.values
-        members = [n for n in self._views() if fits(spec.run_on, n, spec.executor_type)]
+        members = [n for n in self._views() if takes(spec, n)]
         if not members and spec.executor_type != "local" and \
                 any(fits(spec.run_on, n) for n in self._views()):
             return [Choice("", "", no_executor(spec.executor_type,
@@ -77,8 +77,7 @@ class Placement:
     def offered(self, spec: JobSpec) -> bool:
         """Does any member that ``run_on`` allows offer the job's executor
         (up or not)? A member without it never will, short of a restart."""
-        return spec.executor_type == "local" or any(
-            fits(spec.run_on, n, spec.executor_type) for n in self._views())
+        return spec.executor_type == "local" or any(takes(spec, n) for n in self._views())
 
     def with_room(self, spec: JobSpec, nodes: list[str]) -> list[str]:
         """For a job in a node-scoped pool: the nodes with a free slot for it,
@@ -96,7 +95,7 @@ class Placement:
         """The members that may take a run of ``spec`` now (for a retry);
         with ``trusted``, those that did not miss a claim lately first."""
         ready = [n for n in self._views() if n.healthy and
-                 n.state in TAKES_RUNS and fits(spec.run_on, n, spec.executor_type)]
+                 n.state in TAKES_RUNS and takes(spec, n)]
         return [n.id for n in (_trusted(ready) if trusted else ready)]
 
     def pick(self, candidates: list[str], key: str) -> str:

@@ -32,3 +32,15 @@ def test_any_and_all_allow_every_node_up_or_not():
 def test_only_up_and_not_yet_known_members_take_runs():
     assert TAKES_RUNS == {"up", "unknown"}
     assert "draining" not in TAKES_RUNS and "joining" not in TAKES_RUNS
+
+
+def test_a_worker_takes_no_job_that_beats_a_heartbeat():
+    from dataclasses import replace
+
+    from cronrd.decisions.placement import takes
+    from cronrd.jobspec import JobSpec
+    spec = JobSpec.from_dict({"name": "j", "schedule": "@hourly", "command": "true"})
+    worker = replace(node("wk1"), worker=True)
+    assert takes(spec, worker) and takes(spec, node("a"))
+    beats = replace(spec, heartbeat_timeout=30.0)
+    assert not takes(beats, worker) and takes(beats, node("a"))
