@@ -178,6 +178,18 @@ def cluster_members(obj: Ctx, as_json):
                      ",".join(m.get("tags") or []) or None])
     table(rows, ["id", "address", "role", "reachable", "last-contact", "leader", "clock",
                  "version", "tags"])
+    workers = res.get("workers") or []
+    if workers:
+        click.echo("\nworker agents" + ("" if any(w.get("connected") is not None
+                                                   for w in workers)
+                                         else " (connections: ask the leader)"))
+        table([[w["node"], {True: "yes", False: "NO", None: "?"}[w.get("connected")],
+                "-" if not w.get("connected") else _ago(w.get("last_contact_s")),
+                "-" if w.get("running") is None else str(w["running"]), str(w.get("capacity")),
+                _clock_column(w.get("clock_offset_ms")), w.get("version"),
+                ",".join(w.get("tags") or []) or None] for w in workers],
+              ["worker", "connected", "last-contact", "running", "capacity", "clock",
+               "version", "tags"])
     if res.get("cluster_version") is not None:
         click.echo(f"\ncluster version {res['cluster_version']}" + (
             ": MIXED releases; it rises once every member runs the newest"

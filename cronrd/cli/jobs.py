@@ -55,6 +55,24 @@ def _versions_text(v: object) -> None:
                    "members` shows each one's)")
 
 
+def _workers_text(workers) -> None:
+    """One line for the worker agents: how many are connected (on the
+    leader), and each one that is not."""
+    if not workers:
+        return
+    known = [w for w in workers if w.get("connected") is not None]
+    if not known:
+        click.echo(f"workers   {len(workers)} registered (the leader knows which are "
+                   "connected: `cronrd cluster members` there)")
+        return
+    up = [w for w in known if w["connected"]]
+    running = sum(w.get("running") or 0 for w in up)
+    click.echo(f"workers   {len(up)}/{len(workers)} connected, {running} runs running on them")
+    for w in known:
+        if not w["connected"]:
+            click.echo(f"DOWN      worker {w['node']}: not connected to the leader")
+
+
 @click.command()
 @consistent_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -108,6 +126,7 @@ def status(obj: Ctx, consistent, as_json):
     if m:
         click.echo(f"PAUSED    every job is paused for maintenance{_pause_text(m)}; fire "
                    "times are recorded as skipped until `cronrd resume --all`")
+    _workers_text(st.get("workers"))
     for d in st.get("down") or []:
         click.echo(f"DOWN      member {d['id']}: " + (
             "never reached from this node" if d.get("last_contact_s") is None else

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -62,6 +63,17 @@ def test_a_tagged_job_runs_only_on_the_tagged_worker(fleet, tmp_path):
     assert {w["node"] for w in members} == {"wk1", "wk2"}
     # followers list them too, from the replicated registration
     assert {w["node"] for w in follower.call("status")["workers"]} == {"wk1", "wk2"}
+    # operators see them: status, cluster members, /metrics
+    text = lead.cli("status").stdout
+    assert "workers   2/2 connected" in text, text
+    table = lead.cli("cluster", "members").stdout
+    assert "worker agents" in table and any(
+        ln.split()[:2] == ["wk1", "yes"] and "gpu" in ln for ln in table.splitlines()), table
+    with urllib.request.urlopen(lead.call("status")["http"] + "/metrics", timeout=10) as r:
+        metrics = r.read().decode()
+    assert 'cronrd_worker_up{worker="wk1"} 1.0' in metrics
+    assert any(ln.startswith('cronrd_worker_info{capacity="256",tags="') and "gpu" in ln
+               and 'worker="wk1"' in ln for ln in metrics.splitlines()), metrics
 
 
 def _long_job(out, **over):

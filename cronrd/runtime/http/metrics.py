@@ -63,7 +63,38 @@ def live_view(node_id: str, status: dict, applied_index: int, is_leader: bool,
             "down": sorted({d.get("id") or d.get("node") for d in status.get("down") or ()
                             if isinstance(d, dict)} - {None}),
             "leader_changes": status.get("leader_changes", 0),
+            "workers": [w for w in status.get("workers") or () if isinstance(w, dict)],
             "loop_stalls": loop_stalls}
+
+
+def _worker_families(workers: list[dict], leading: bool) -> Iterator[Metric]:
+    """The worker agents (runtime/cluster/worker_hub.py): known on every
+    server; connected, running and last contact as the leader sees them
+    (a follower leaves those out: it does not talk to workers)."""
+    if not workers:
+        return
+    info = InfoMetricFamily("cronrd_worker", "A registered worker agent: its version, "
+                            "tags and capacity.", labels=["worker"])
+    for w in workers:
+        info.add_metric([w["node"]], {"version": str(w.get("version")),
+                                      "tags": ",".join(w.get("tags") or ()),
+                                      "capacity": str(w.get("capacity"))})
+    yield info
+    if not leading:
+        return
+    up = GaugeMetricFamily("cronrd_worker_up", "1 if the worker agent is connected to "
+                           "this leader, else 0.", labels=["worker"])
+    running = GaugeMetricFamily("cronrd_worker_running", "Runs running on the worker "
+                                "agent, as it last said.", labels=["worker"])
+    contact = GaugeMetricFamily("cronrd_worker_last_contact_seconds", "Seconds since the "
+                                "worker agent's last frame (absent while it is not "
+                                "connected).", labels=["worker"])
+    for w in workers:
+        up.add_metric([w["node"]], 1 if w.get("connected") else 0)
+        if w.get("connected"):
+            running.add_metric([w["node"]], w.get("running") or 0)
+            contact.add_metric([w["node"]], w.get("last_contact_s") or 0.0)
+    yield from (up, running, contact)
 
 
 # The most jobs /metrics gives per-job histograms for (config: http.job_histograms).
@@ -113,6 +144,7 @@ class StateCollector:
             up.add_metric([row["node"]], 1 if row["state"] == "up" and
                           row["node"] not in down else 0)
         yield up
+        yield from _worker_families(live.get("workers") or [], live["is_leader"])
         conn = self.conn
         jobs = R.job_count(conn)
         yield from _chunked(lambda: CounterMetricFamily(
