@@ -642,6 +642,7 @@ class UiPages:
         members = await self.members(await self.reads.h_status(A.Status()))
         drain = ("POST", "/api/v1/nodes/{node}/drain") in self.server.roles
         return self.render(request, "nodes.html", sess, members=members["members"],
+                           workers=members.get("workers") or [],
                            leader=members["leader"], drain=drain, title="Nodes")
 
     @page(role="admin")
