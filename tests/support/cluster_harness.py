@@ -46,7 +46,7 @@ class Cluster:
     def __init__(self, ids=("a", "b", "c"), node_timeout: str = "3s",
                  election_timeout: str = "0.5s", first_ip: int = 21,
                  tls_dir: str | None = None, addrs: dict[str, str] | None = None,
-                 worker_port: bool = False):
+                 worker_port: bool = False, worker_bind: str | None = None):
         """``tls_dir``: a directory made by `cronrd cluster init-tls` holding a
         certificate for every id (mutual TLS instead of insecure: true).
         ``addrs``: node id -> "HOST:PORT" instead of 127.0.0.x with a free port
@@ -58,8 +58,11 @@ class Cluster:
         self.addrs = dict(addrs)
         self.hosts = {nid: a.rsplit(":", 1)[0] for nid, a in self.addrs.items()}
         # ``worker_port``: each member serves a worker port (needs tls_dir).
-        self.worker_addrs = ({nid: f"{h}:{free_port(h)}" for nid, h in self.hosts.items()}
-                             if worker_port else {})
+        # ``worker_bind`` (e.g. "0.0.0.0"): they listen there, so that each worker
+        # can dial them through a loopback address of its own (``worker(via=)``),
+        # which cut_off() can cut.
+        self.worker_addrs = ({nid: f"{worker_bind or h}:{free_port(worker_bind or h)}"
+                              for nid, h in self.hosts.items()} if worker_port else {})
         self.workers: list["Worker"] = []
         self.node_timeout = node_timeout
         self.election_timeout = election_timeout
@@ -138,12 +141,15 @@ class Cluster:
         for n in self:
             n.cleanup()
 
-    def worker(self, name: str, tags=(), **config: Any) -> "Worker":
+    def worker(self, name: str, tags=(), via: str | None = None, **config: Any) -> "Worker":
         """A worker agent (`cronrd worker`) of this cluster, not started;
-        ``tls_dir`` must hold its worker certificate (init-tls --workers)."""
+        ``tls_dir`` must hold its worker certificate (init-tls --workers).
+        ``via``: the address it dials the servers at (with ``worker_bind``)."""
         assert self.tls_dir and self.worker_addrs, "Cluster(tls_dir=..., worker_port=True)"
-        w = Worker(name, servers=sorted(self.worker_addrs.values()), tls_dir=self.tls_dir,
-                   tags=tags, **config)
+        servers = sorted(self.worker_addrs.values())
+        if via is not None:
+            servers = [f"{via}:{a.rsplit(':', 1)[1]}" for a in servers]
+        w = Worker(name, servers=servers, tls_dir=self.tls_dir, tags=tags, **config)
         self.workers.append(w)
         return w
 

@@ -192,9 +192,13 @@ class WorkerHub:
                  ",".join(session.tags), session.capacity, session.version)
         try:
             while not chan.closed:
-                msg = await read_frame(reader)
+                # A worker pings every PING seconds: silent for node_timeout, it is
+                # gone (its runs are declared lost by then); the connection goes too.
+                msg = await wait_within(read_frame(reader), self.node_timeout)
                 session.last = self.contact[node] = self.clock.monotonic()
                 self._dispatch(session, msg)
+        except asyncio.TimeoutError:
+            log.warning("event=worker_silent node=%s seconds=%g", node, self.node_timeout)
         except WireError as exc:
             log.warning("event=worker_refused node=%s reason=\"%s\"", node, exc)
         finally:
@@ -306,7 +310,21 @@ class WorkerHub:
         except CronrdError as exc:
             session.chan.send(answer_error(rid, exc))
             return
+        if isinstance(cmd, C.ClaimRuns) and isinstance(result, dict):
+            result = {**result, "elsewhere": self._elsewhere(result.get("won") or ())}
         session.chan.send({"re": rid, "ok": result})
+
+    def _elsewhere(self, won) -> dict[str, list]:
+        """For each run whose claim was just won: the runs of its job running
+        on other nodes now, a moment before its fire time (its overlap policy
+        is decided at its gate against these; a member reads them there from
+        its replica, which lags the leader by about as much)."""
+        out = {}
+        for rid in won:
+            run = Q.get_run(self.conn, rid) if isinstance(rid, int) else None
+            if run is not None and run.node:
+                out[str(rid)] = [list(x) for x in Q.running_elsewhere(self.conn, run, run.node)]
+        return out
 
     def checked(self, node: str, text: Any) -> C.Command:
         """The command worker ``node`` asked for, as the leader commits it;

@@ -20,6 +20,7 @@ from typing import Any
 from ... import __version__
 from ...config import Config, check_directories
 from ...errors import ConfigError, CronrdError, RequestError
+from ...state import commands as C
 from ...state.effects import (CancelRequested, Effect, JobsChanged, RunAssigned, RunDone,
                               RunMoved, RunStuck, StateRestored)
 from ..clock import Clock
@@ -39,6 +40,26 @@ log = logging.getLogger("cronrd.worker")
 HOUSEKEEPING = 3600.0   # s between log-retention passes
 EFFECTS = {"cancel": CancelRequested, "stuck": RunStuck, "run_done": RunDone,
            "moved": RunMoved}
+
+
+class _Proposer:
+    """The executor's proposer on a worker: the link to the leader; a
+    claim's answer also refreshes the view's runs running elsewhere."""
+
+    changes = None
+
+    def __init__(self, link: Link, view: WorkerView):
+        self.link, self.view = link, view
+
+    @property
+    def leader(self) -> str | None:
+        return self.link.leader
+
+    async def propose(self, cmd: C.Command) -> Any:
+        result = await self.link.propose(cmd)
+        if isinstance(cmd, C.ClaimRuns) and isinstance(result, dict):
+            self.view.claimed(result.get("elsewhere"))
+        return result
 
 
 class WorkerAgent:
@@ -95,7 +116,8 @@ class WorkerAgent:
                          hello=self._hello, welcome=self._welcome, message=self._message,
                          serve={"read_log": self._read_log},
                          running=lambda: self.executor.running_here())
-        self.executor = Executor(cfg, self.link, None, self.clock, fence=self.link.fence,
+        self.executor = Executor(cfg, _Proposer(self.link, self.view), None, self.clock,
+                                 fence=self.link.fence,
                                  outbox=outbox, others_can_run=lambda: True, claims=True,
                                  view=self.view)
         self.executor.job_nofile = soft

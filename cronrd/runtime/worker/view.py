@@ -85,6 +85,16 @@ class WorkerView:
             self.runs[run.run_id] = replace(held, run=run)
         return run
 
+    def claimed(self, elsewhere: Any) -> None:
+        """The leader's answer to a claim: the runs of each won run's job
+        running elsewhere just now (fresher than at its assignment)."""
+        if not isinstance(elsewhere, dict):
+            return
+        for key, found in elsewhere.items():
+            held = self.runs.get(int(key)) if str(key).isdigit() else None
+            if held is not None and isinstance(found, list):
+                held.elsewhere = [(int(r), str(n)) for r, n in found]
+
     def replace_all(self, msgs: list[dict[str, Any]]) -> None:
         """The leader's whole list of this worker's runs (at each hello)."""
         self.runs.clear()
