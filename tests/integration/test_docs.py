@@ -131,6 +131,23 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
     assert "cronrd.service" not in out, out
 
 
+def test_worker_unit_passes_systemd_analyze_verify(tmp_path):
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = (ROOT / "systemd" / "cronrd-worker.service").read_text(encoding="utf-8")
+    exe = shutil.which("true") or "/bin/true"
+    copy, n = re.subn(r"^ExecStart=/usr/bin/cronrd worker ", f"ExecStart={exe} ", unit,
+                      flags=re.M)
+    assert n == 1, "expected exactly one ExecStart=/usr/bin/cronrd worker line"
+    path = tmp_path / "cronrd-worker.service"
+    path.write_text(copy, encoding="utf-8")
+    res = _run(["systemd-analyze", "verify", "--man=no", str(path)])
+    out = "\n".join(ln for ln in (res.stdout + res.stderr).splitlines()
+                    if "Unknown key 'DelegateSubgroup' in section [Service]" not in ln)
+    assert res.returncode == 0, out
+    assert "cronrd-worker.service" not in out, out
+
+
 # -- (e) unit contents ---------------------------------------------------------------------
 def _directives() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}

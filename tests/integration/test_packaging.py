@@ -123,6 +123,7 @@ def test_files_land_where_documented(unpacked):
                    if not p.is_dir() and p.parts[len(r.parts)] != "DEBIAN")
     assert files == sorted([
         "etc/cronrd.d/README", "etc/cronrd/cronrd.yaml", "lib/systemd/system/cronrd.service",
+        "lib/systemd/system/cronrd-worker.service",
         "usr/bin/cronrd", "usr/share/doc/cronrd/changelog.gz",
         "usr/share/doc/cronrd/copyright", "usr/share/lintian/overrides/cronrd",
         "usr/share/man/man5/cronrd.d.5.gz", "usr/share/man/man8/cronrd.8.gz",

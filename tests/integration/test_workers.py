@@ -175,3 +175,17 @@ def test_a_disconnected_workers_log_says_where_it_is(fleet, tmp_path):
     res = lead.cli("logs", "hello")
     assert res.returncode != 0
     assert "worker wk1 is not connected: its log is on it" in res.stderr
+
+
+def test_a_removed_worker_is_cut_off_and_refused_from_then_on(fleet):
+    fleet.start()
+    w1 = fleet.worker("wk1", tags=["gpu"]).start()
+    fleet.wait_worker("wk1")
+    lead = fleet.leader()
+    res = lead.cli("cluster", "remove", "wk1")
+    assert res.returncode == 0, res.stderr
+    wait_for(lambda: fleet.worker_state("wk1") is None, 15, what="wk1 unlisted")
+    # its next hello is refused, and it is told why
+    wait_for(lambda: "was removed from the cluster" in w1.log_file.read_text(), 15,
+             what="its next hello refused")
+    assert fleet.worker_state("wk1") is None and w1.proc.poll() is None

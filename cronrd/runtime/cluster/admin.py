@@ -145,8 +145,15 @@ class ClusterAdmin:
         node = args.get("node")
         conf = self.node.raft.conf
         if node not in conf.voters and node not in conf.learners:
-            raise RequestError(f"node {node!r} is not a member; `cronrd cluster members` "
-                               "lists them")
+            if isinstance(node, str) and any(True for _ in self.log.state.conn.execute(
+                    "SELECT 1 FROM workers WHERE node=?", (node,))):
+                # A worker agent: no membership change, its record and name go
+                # (denied: its certificate is refused from now on), its runs are lost.
+                await self.log.propose_as_leader(C.RemoveNode(node=node, at=self.clock.now()))
+                self.refresh_peers()
+                return {"removed": node, "worker": True}
+            raise RequestError(f"node {node!r} is not a member or a worker; `cronrd cluster "
+                               "members` lists them")
         if node == self.node_id:
             new = await self.transfer_leader({"node": None})
             return await self.rpc.call(new["leader"], "cluster_remove",

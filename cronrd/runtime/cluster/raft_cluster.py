@@ -391,6 +391,8 @@ class Cluster:
         self.transport.set_peers(peers)
         self.transport.revoke([p for p in self.transport.connected_peers()
                                if self.trust.authorize(p, ask=False) is not None])
+        if self.workers is not None:
+            self.workers.drop_denied()
 
     def contact_age(self, node: str) -> float | None:
         """Seconds since any frame came from ``node`` (for display)."""

@@ -48,7 +48,7 @@ from ...state.forwarded import check_forwarded
 from ..clock import Clock
 from ..peers.tls import cert_is_worker, cert_names, cert_serial, server_context
 from ..peers.worker_wire import (MAX_PENDING, Channel, WireError, answer_error,
-                                 read_frame)
+                                 read_frame, small_tls_buffers)
 from ..tasks import wait_within
 
 log = logging.getLogger("cronrd.workers")
@@ -107,6 +107,7 @@ class WorkerHub:
 
     # -- the port ----------------------------------------------------------------
     async def start(self) -> None:
+        small_tls_buffers()   # (256 KiB per connection otherwise)
         ctx = server_context(self.tls)
         host, port = self.listen
         self._server = await asyncio.start_server(self._accept, host, port, ssl=ctx,
@@ -128,6 +129,15 @@ class WorkerHub:
         for s in list(self.sessions.values()):
             s.chan.close()
         self.contact.clear()
+
+    def drop_denied(self) -> None:
+        """Close the connections of workers removed from the cluster."""
+        if not self.sessions:
+            return
+        denied = Q.denied(self.conn)["node"]
+        for node in [n for n in self.sessions if n in denied]:
+            log.warning("event=worker_removed node=%s", node)
+            self.sessions[node].chan.close()
 
     async def _accept(self, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
@@ -160,15 +170,6 @@ class WorkerHub:
                                       f"{sorted(names)})")
             return
         node = names.pop()
-        denied = Q.denied(self.conn)
-        serial = cert_serial(cert)
-        if node in denied["node"] or (serial and serial in denied["serial"]):
-            self._refuse_peer(writer, f"worker {node} was removed from the cluster; issue it a "
-                                      "new certificate under a new name")
-            return
-        if node in self.members():
-            self._refuse_peer(writer, f"worker certificate {node!r} names a member")
-            return
         chan = Channel(writer)
         try:
             hello = await wait_within(read_frame(reader), HELLO_WAIT)
@@ -180,6 +181,7 @@ class WorkerHub:
             self._refuse_peer(writer, f"worker {node}: first frame is not a hello")
             return
         try:
+            self._admit(node, cert_serial(cert))
             session = await self._hello(node, chan, hello)
         except CronrdError as exc:
             chan.send(answer_error(rid, exc))
@@ -208,6 +210,18 @@ class WorkerHub:
             if self.sessions.get(node) is session:
                 del self.sessions[node]
                 log.info("event=worker_disconnected node=%s", node)
+
+    def _admit(self, node: str, serial: str) -> None:
+        """PermissionDenied for a worker this cluster no longer takes (it
+        is told why, and logs it)."""
+        denied = Q.denied(self.conn)
+        if node in denied["node"] or (serial and serial in denied["serial"]):
+            raise PermissionDenied(f"worker {node} was removed from the cluster (or its "
+                                   "certificate revoked); stop `cronrd worker` there, or issue "
+                                   "it a new certificate under a new name")
+        if node in self.members():
+            raise PermissionDenied(f"worker certificate {node!r} names a member of the "
+                                   "cluster; a name is one node's or one worker's")
 
     async def _hello(self, node: str, chan: Channel, hello: dict) -> Session:
         if not self.is_leader():

@@ -30,6 +30,22 @@ ERRORS: dict[str, type[CronrdError]] = {
 }
 
 
+TLS_READ_BUFFER = 32 * 1024  # bytes asyncio reads per TLS connection at once
+
+
+def small_tls_buffers() -> None:
+    """asyncio gives every TLS connection a read buffer of
+    ``sslproto.SSLProtocol.max_size`` bytes, 256 KiB, allocated and zeroed
+    at once: on a leader with 1,000 workers, 256 MB for connections that
+    carry a ping each half second (bench/workers.py measured 302 KB per
+    worker). 32 KiB still takes two full TLS records per read. The setting
+    is the process's (the peer port's connections read in 32 KiB too; their
+    frames are reassembled by the stream reader either way)."""
+    import asyncio.sslproto as sslproto
+    if getattr(sslproto.SSLProtocol, "max_size", 0) > TLS_READ_BUFFER:
+        sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
+
+
 class WireError(CronrdError):
     """A frame that is not the protocol (too large, not a JSON object)."""
 

@@ -22,7 +22,8 @@ from ...errors import CronrdError, NotLeader, StateError
 from ...state import commands as C
 from ..clock import Clock
 from ..peers.tls import cert_is_worker, cert_names, client_context
-from ..peers.worker_wire import Channel, WireError, answer_error, read_frame
+from ..peers.worker_wire import (Channel, WireError, answer_error, read_frame,
+                                 small_tls_buffers)
 from ..tasks import wait_within
 
 log = logging.getLogger("cronrd.worker")
@@ -86,6 +87,7 @@ class Link:
     # -- the connection --------------------------------------------------------------
     async def run(self) -> None:
         """Keep a connection to the leader, until cancelled."""
+        small_tls_buffers()
         self._ctx = client_context(self.tls)
         backoff = BACKOFF_MIN
         while True:

@@ -110,3 +110,11 @@ def test_a_channel_matches_answers_and_fails_what_is_left_when_it_closes():
 
 def test_a_request_times_out_and_a_slow_peer_is_cut_off():
     asyncio.run(_a_request_times_out_and_a_slow_peer_is_cut_off())
+
+
+def test_tls_connections_read_in_small_buffers():
+    import asyncio.sslproto as sslproto
+    W.small_tls_buffers()
+    assert sslproto.SSLProtocol.max_size == W.TLS_READ_BUFFER
+    W.small_tls_buffers()   # (idempotent)
+    assert sslproto.SSLProtocol.max_size == W.TLS_READ_BUFFER
