@@ -346,6 +346,9 @@ class WorkerHub:
         if not isinstance(text, str):
             raise RequestError("propose: cmd must be an encoded command")
         cmd = C.decode(text)
+        if isinstance(cmd, C.CancelRun):
+            self._may_replace(node, cmd)
+            return self.stamp(cmd)
         if cmd.op not in WORKER_OPS:
             raise PermissionDenied(f"{cmd.op}: a worker proposes only claims and reports on "
                                    f"its own runs; worker {node} may not propose it")
@@ -356,6 +359,20 @@ class WorkerHub:
                 raise PermissionDenied(f"run {cmd.run_id} is node {now[1]}'s, not worker "
                                        f"{node}'s: a worker reports only on its own runs")
         return self.stamp(cmd)
+
+    def _may_replace(self, node: str, cmd: C.CancelRun) -> None:
+        """A worker cancels another node's run only as its own run's overlap
+        policy says (concurrency: replace, decided at its gate): a run of a
+        ``replace`` job of which it holds a run itself."""
+        target = Q.get_run(self.conn, cmd.run_id) if isinstance(cmd.run_id, int) else None
+        spec = Q.job_spec(self.conn, target.job) if target is not None else None
+        holds = target is not None and any(True for _ in self.conn.execute(
+            "SELECT 1 FROM runs WHERE node=? AND job=? AND state IN ('assigned','running') "
+            "LIMIT 1", (node, target.job)))
+        if spec is None or spec.concurrency != "replace" or not holds:
+            raise PermissionDenied(f"cancel_run of run {cmd.run_id}: a worker cancels a run "
+                                   "only to replace it with its own run of the same job "
+                                   f"(concurrency: replace); worker {node} may not")
 
     # -- what the log says, to the workers ------------------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:

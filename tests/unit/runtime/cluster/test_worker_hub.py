@@ -78,7 +78,6 @@ def test_a_worker_may_claim_and_report_on_its_own_runs():
 @pytest.mark.parametrize("cmd", [
     C.NodeLost(node="wk2", at=T0, reason="x"),
     C.SetPaused(name="j", paused=True, at=T0),
-    C.CancelRun(run_id=1, at=T0, reason="x"),
     C.Audit(node="wk1", uid=0, user="root", pid=1, command="pause", target="j",
             allowed=True, at=T0),
     C.WorkerInfo(node="wk1", tags=("admin",), capacity=9, version="x", at=T0),
@@ -178,3 +177,17 @@ def test_an_unknown_frame_is_refused_and_many_cut_the_worker_off():
     assert s.chan.sent[-1] == {"re": 99, "ok": {"now": clock.now()}}
     assert (s.offset, s.running) == (0.01, 3)
     assert W.error_of(s.chan.sent[0]).__class__.__name__ == "RequestError"
+
+
+def test_a_worker_cancels_only_to_replace_a_run_of_its_own_replace_job():
+    log, mine, theirs = _state()
+    hub = _hub(log)
+    cancel = C.CancelRun(run_id=theirs, at=T0, reason="replaced by run on wk1")
+    with pytest.raises(PermissionDenied, match="only to replace it"):
+        hub.checked("wk1", cancel.encode().decode())      # job j: concurrency forbid
+    log.put(concurrency="replace", at=T0 + 0.5)
+    assert hub.checked("wk1", cancel.encode().decode()) == cancel
+    log.put(name="other", concurrency="replace")
+    other = log.fire(T0 + 3, name="other", node="wk2")["run_id"]
+    with pytest.raises(PermissionDenied, match="only to replace it"):   # holds none of it
+        hub.checked("wk1", C.CancelRun(run_id=other, at=T0, reason="x").encode().decode())
