@@ -161,6 +161,9 @@ class WorkerAgent:
                      settled.get("lost", 0))
         else:
             self.executor.on_effects([StateRestored()])
+        # A cancel sent while this worker was away is in its run's record.
+        self.executor.on_effects([CancelRequested(run=a.run) for a in self.view.runs.values()
+                                  if a.run.cancel_requested])
 
     def _message(self, msg: dict) -> None:
         op = msg.get("op")

@@ -62,3 +62,18 @@ def test_the_leaders_messages_become_the_executors_effects(tmp_path, certs):
         asyncio.run(agent._read_log({"run": other["run"], "offset": 0}))
     with pytest.raises(RequestError, match="offset must be"):
         asyncio.run(agent._read_log({"run": sent["run"], "offset": "0"}))
+
+
+def test_a_cancel_sent_while_the_worker_was_away_is_acted_on_at_its_return(tmp_path, certs):
+    from cronrd.state import commands as C
+    log, mine, _ = _state()
+    run = log.run(mine)
+    log.apply(C.RunStarted(run_id=mine, token=run.token, node="wk1", pid=7,
+                           started_at=run.due_at, log_path="/l"))
+    log.apply(C.CancelRun(run_id=mine, at=run.due_at + 1, reason="stop it"))
+    assert log.run(mine).cancel_requested
+    agent = _agent(tmp_path, certs)
+    agent.view, agent.executor, agent.first = WorkerView("wk1"), FakeExecutor(), False
+    asyncio.run(agent._welcome({"runs": [_hub(log).assignment(log.run(mine))]}))
+    assert [e.kind for e in agent.executor.effects] == ["restored", "cancel"]
+    assert agent.executor.effects[1].run.run_id == mine
