@@ -53,8 +53,10 @@ class ClusterAdmin:
     def __init__(self, node_id: str, cc: ClusterConfig, clock: Clock, node: RaftNode,
                  log: RaftLog, rpc: PeerRPC, peer_serials: Mapping[str, str],
                  require_voter: Callable[[str], None], healthy: Callable[[str], bool],
-                 refresh_peers: Callable[[], None]):
+                 refresh_peers: Callable[[], None],
+                 is_worker: Callable[[str], bool] = lambda node: False):
         self.node_id = node_id
+        self.is_worker = is_worker   # a registered worker agent (cluster/worker_hub.py)?
         self.cc = cc
         self.clock = clock
         self.node = node
@@ -145,8 +147,7 @@ class ClusterAdmin:
         node = args.get("node")
         conf = self.node.raft.conf
         if node not in conf.voters and node not in conf.learners:
-            if isinstance(node, str) and any(True for _ in self.log.state.conn.execute(
-                    "SELECT 1 FROM workers WHERE node=?", (node,))):
+            if isinstance(node, str) and self.is_worker(node):
                 # A worker agent: no membership change, its record and name go
                 # (denied: its certificate is refused from now on), its runs are lost.
                 await self.log.propose_as_leader(C.RemoveNode(node=node, at=self.clock.now()))

@@ -93,7 +93,7 @@ class FakeRPC:
 
 def admin(*, voters=("a", "b", "c"), learners=(), leader="a", insecure=True,
           insecure_network=False, healthy=("b", "c"), matches=None, transfers=True,
-          answer=None):
+          answer=None, workers=()):
     node = FakeNode(FakeRaft(voters, learners, matches), leader=leader, transfers=transfers)
     log, rpc = FakeLog(), FakeRPC(answer)
     refreshed = []
@@ -104,7 +104,8 @@ def admin(*, voters=("a", "b", "c"), learners=(), leader="a", insecure=True,
     cc = ClusterConfig(listen=("127.0.0.1", 7001), insecure=insecure,
                        insecure_network=insecure_network)
     a = ClusterAdmin("a", cc, Clock(), node, log, rpc, {"b": "beef"}, require_voter,
-                     lambda n: n in healthy, lambda: refreshed.append(1))
+                     lambda n: n in healthy, lambda: refreshed.append(1),
+                     is_worker=lambda n: n in workers)
     a.fakes = node, log, rpc, refreshed
     return a
 
@@ -195,6 +196,18 @@ def test_remove_takes_the_member_out_and_denies_its_serial():
         run(a.request("cluster_remove", {"node": "x"}))
     with pytest.raises(RequestError, match="only voter"):
         run(admin(voters=("b",), leader="a").request("cluster_remove", {"node": "b"}))
+
+
+def test_removing_a_worker_changes_no_membership_and_denies_its_name():
+    a = admin(workers=("w1",))
+    assert run(a.request("cluster_remove", {"node": "w1"})) == {"removed": "w1",
+                                                               "worker": True}
+    node, log, _, refreshed = a.fakes
+    assert node.changed == []
+    (gone,) = log.proposed
+    assert (gone.op, gone.node, gone.deny) == ("remove_node", "w1", True) and refreshed
+    with pytest.raises(RequestError, match="not a member or a worker"):
+        run(a.request("cluster_remove", {"node": "w2"}))
 
 
 def test_the_leader_removing_itself_hands_over_first_and_asks_the_new_leader():
