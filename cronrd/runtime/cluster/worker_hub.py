@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from ... import __version__
 from ...decisions.placement import NodeView
-from ...errors import CronrdError, NotLeader, PermissionDenied, RequestError, StateError
+from ...errors import (CronrdError, NotLeader, PermissionDenied, Refused, RequestError,
+                       StateError)
 from ...model.run import Run
 from ...state import checkpoints as CK
 from ...state import commands as C
@@ -47,8 +49,8 @@ from ...state.effects import (CancelRequested, Effect, RunAssigned, RunDone, Run
 from ...state.forwarded import check_forwarded
 from ..clock import Clock
 from ..peers.tls import cert_is_worker, cert_names, cert_serial, server_context
-from ..peers.worker_wire import (MAX_PENDING, Channel, WireError, answer_error,
-                                 read_frame, small_tls_buffers)
+from ..peers.worker_wire import (MAX_HELLO, MAX_PENDING, MAX_UP_FRAME, Channel, WireError,
+                                 answer_error, read_frame, small_tls_buffers)
 from ..tasks import wait_within
 
 log = logging.getLogger("cronrd.workers")
@@ -60,6 +62,24 @@ LOG_WAIT = 5.0            # s a worker has to answer a log read
 MAX_BAD = 20              # refused requests on one connection before it is closed
 MAX_TAGS = 64
 WORKER_OPS = frozenset({C.ClaimRuns.op, C.RunStarted.op, C.RunFinished.op})
+MAX_COMMAND = 64 << 10    # bytes of one proposal from a worker
+MAX_CLAIMS = 1024         # runs in one claim (and never more than its capacity)
+MAX_TEXT = 4096           # characters of a report's reason or log path
+
+
+def _check_sizes(cmd: C.Command, claims: int) -> None:
+    """A worker's report as large as a real one, no larger: every member
+    applies what the leader commits, so a claim of 700,000 runs or a
+    reason of 4 MB would be everyone's to store and to apply."""
+    if isinstance(cmd, C.ClaimRuns) and (not isinstance(cmd.claims, list)
+                                         or len(cmd.claims) > claims):
+        raise RequestError(f"claim_runs: at most {claims} runs in one claim (the worker's "
+                           "capacity)")
+    for name in ("reason", "log_path"):
+        value = getattr(cmd, name, None)
+        if isinstance(value, str) and len(value) > MAX_TEXT:
+            raise RequestError(f"{cmd.op}: {name} of {len(value)} characters; at most "
+                               f"{MAX_TEXT}")
 
 
 @dataclass
@@ -73,6 +93,7 @@ class Session:
     last: float           # monotonic: its last frame
     offset: float | None = None   # its clock minus the leader's, as it measured (s)
     running: int = 0
+    serial: str = ""              # its certificate's (a revoked one ends the connection)
     bad: int = 0
     tasks: set = field(default_factory=set)
 
@@ -131,11 +152,13 @@ class WorkerHub:
         self.contact.clear()
 
     def drop_denied(self) -> None:
-        """Close the connections of workers removed from the cluster."""
+        """Close the connections of workers removed from the cluster or
+        whose certificate was revoked."""
         if not self.sessions:
             return
-        denied = Q.denied(self.conn)["node"]
-        for node in [n for n in self.sessions if n in denied]:
+        denied = Q.denied(self.conn)
+        for node in [n for n, s in self.sessions.items() if n in denied["node"]
+                     or (s.serial and s.serial in denied["serial"])]:
             log.warning("event=worker_removed node=%s", node)
             self.sessions[node].chan.close()
 
@@ -172,7 +195,7 @@ class WorkerHub:
         node = names.pop()
         chan = Channel(writer)
         try:
-            hello = await wait_within(read_frame(reader), HELLO_WAIT)
+            hello = await wait_within(read_frame(reader, MAX_HELLO), HELLO_WAIT)
         except (asyncio.TimeoutError, WireError) as exc:
             self._refuse_peer(writer, f"worker {node}: no hello ({exc or 'timeout'})")
             return
@@ -180,8 +203,9 @@ class WorkerHub:
         if hello.get("op") != "hello":
             self._refuse_peer(writer, f"worker {node}: first frame is not a hello")
             return
+        serial = cert_serial(cert)
         try:
-            self._admit(node, cert_serial(cert))
+            self._admit(node, serial)
             session = await self._hello(node, chan, hello)
         except CronrdError as exc:
             chan.send(answer_error(rid, exc))
@@ -189,20 +213,25 @@ class WorkerHub:
             if not isinstance(exc, NotLeader):
                 self._refuse_peer(writer, f"worker {node}: {exc}")
             return
-        chan.send({"re": rid, "ok": self._welcome(node)})
-        log.info("event=worker_connected node=%s tags=%s capacity=%d version=%s", node,
-                 ",".join(session.tags), session.capacity, session.version)
+        session.serial = serial
         try:
+            chan.send({"re": rid, "ok": self._welcome(node)})
+            log.info("event=worker_connected node=%s tags=%s capacity=%d version=%s", node,
+                     ",".join(session.tags), session.capacity, session.version)
             while not chan.closed:
                 # A worker pings every PING seconds: silent for node_timeout, it is
                 # gone (its runs are declared lost by then); the connection goes too.
-                msg = await wait_within(read_frame(reader), self.node_timeout)
+                msg = await wait_within(read_frame(reader, MAX_UP_FRAME), self.node_timeout)
                 session.last = self.contact[node] = self.clock.monotonic()
                 self._dispatch(session, msg)
         except asyncio.TimeoutError:
             log.warning("event=worker_silent node=%s seconds=%g", node, self.node_timeout)
         except WireError as exc:
             log.warning("event=worker_refused node=%s reason=\"%s\"", node, exc)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
+            pass
+        except Exception:   # a bug here must cost this worker's connection only
+            log.exception("event=worker_connection_failed node=%s", node)
         finally:
             chan.close()
             for task in list(session.tasks):
@@ -258,22 +287,32 @@ class WorkerHub:
         return session
 
     def _welcome(self, node: str) -> dict[str, Any]:
+        """The hello's answer: the lease's terms, the leader's clock, the
+        runs assigned to the worker (each job's definition once)."""
         runs = Q.runs_for_node(self.conn, node, ("assigned", "running"))
+        specs = {job: self._spec(job) for job in {r.job for r in runs}}
         return {"node": node, "leader": self.node_id, "version": __version__,
                 "lease": self.lease, "ping": PING, "max_clock_offset": self.max_clock_offset,
-                "now": self.clock.now(), "runs": [self.assignment(r) for r in runs]}
+                "now": self.clock.now(), "specs": {j: list(v) for j, v in specs.items()},
+                "runs": [self.assignment(r, spec=False) for r in runs]}
 
-    def assignment(self, run: Run) -> dict[str, Any]:
-        """What a worker needs to run ``run``: the run, its job's definition in
-        force, its inputs, a retry's checkpoint, and the runs of its job
-        running elsewhere (its overlap policy)."""
-        spec = source = None
+    def _spec(self, job: str) -> tuple[str | None, str | None]:
+        """(definition, source) of ``job`` in force, or (None, None)."""
         for spec, source in self.conn.execute(
                 "SELECT spec, source FROM jobs JOIN specs USING(name, digest) WHERE name=?",
-                (run.job,)):
-            pass
+                (job,)):
+            return spec, source
+        return None, None
+
+    def assignment(self, run: Run, spec: bool = True) -> dict[str, Any]:
+        """What a worker needs to run ``run``: the run, its job's definition in
+        force (``spec``: in this message), its inputs, a retry's checkpoint,
+        and the runs of its job running elsewhere (its overlap policy)."""
         params, key, rerun = RP.inputs(self.conn, run)
-        return {"run": list(run.row()), "spec": spec, "source": source,
+        out: dict[str, Any] = {}
+        if spec:
+            out["spec"], out["source"] = self._spec(run.job)
+        return {**out, "run": list(run.row()),
                 "inputs": [params, key, rerun], "checkpoint": CK.env(self.conn, run),
                 "elsewhere": [list(x) for x in Q.running_elsewhere(self.conn, run,
                                                                    run.node or "")]}
@@ -285,11 +324,15 @@ class WorkerHub:
             return
         op, rid = msg.get("op"), msg.get("id")
         if op == "ping":
+            if not self.is_leader():   # a deposed leader renews no lease
+                session.chan.close()
+                return
             offset, running = msg.get("offset"), msg.get("running")
-            if isinstance(offset, (int, float)) and not isinstance(offset, bool):
+            if isinstance(offset, (int, float)) and not isinstance(offset, bool) \
+                    and math.isfinite(offset):
                 session.offset = float(offset)
             if isinstance(running, int) and not isinstance(running, bool):
-                session.running = running
+                session.running = max(0, min(running, session.capacity))
             session.chan.send({"re": rid, "ok": {"now": self.clock.now()}})
             return
         if op == "propose" and len(session.tasks) < MAX_PENDING:
@@ -314,7 +357,7 @@ class WorkerHub:
 
     async def _answer(self, session: Session, rid: Any, text: Any) -> None:
         try:
-            cmd = self.checked(session.node, text)
+            cmd = self.checked(session.node, text, session.capacity)
             if not self.is_leader():
                 raise NotLeader(self.leader())
             result = await self.propose(cmd)
@@ -323,6 +366,10 @@ class WorkerHub:
             return
         except CronrdError as exc:
             session.chan.send(answer_error(rid, exc))
+            return
+        except Exception as exc:   # a malformed command's fields (a null time...)
+            self._bad(session, rid, RequestError(f"propose: a malformed command "
+                                                 f"({type(exc).__name__})"))
             return
         if isinstance(cmd, C.ClaimRuns) and isinstance(result, dict):
             result = {**result, "elsewhere": self._elsewhere(result.get("won") or ())}
@@ -340,12 +387,17 @@ class WorkerHub:
                 out[str(rid)] = [list(x) for x in Q.running_elsewhere(self.conn, run, run.node)]
         return out
 
-    def checked(self, node: str, text: Any) -> C.Command:
+    def checked(self, node: str, text: Any, capacity: int = MAX_CLAIMS) -> C.Command:
         """The command worker ``node`` asked for, as the leader commits it;
-        PermissionDenied for anything but a report on its own runs."""
+        PermissionDenied for anything but a report on its own runs, and
+        RequestError for one larger than a worker's reports are."""
         if not isinstance(text, str):
             raise RequestError("propose: cmd must be an encoded command")
+        if len(text) > MAX_COMMAND:
+            raise RequestError(f"propose: a command of {len(text)} bytes; a worker's claims "
+                               f"and reports are under {MAX_COMMAND}")
         cmd = C.decode(text)
+        _check_sizes(cmd, min(capacity, MAX_CLAIMS))
         if isinstance(cmd, C.CancelRun):
             self._may_replace(node, cmd)
             return self.stamp(cmd)
@@ -369,10 +421,18 @@ class WorkerHub:
         holds = target is not None and any(True for _ in self.conn.execute(
             "SELECT 1 FROM runs WHERE node=? AND job=? AND state IN ('assigned','running') "
             "LIMIT 1", (node, target.job)))
-        if spec is None or spec.concurrency != "replace" or not holds:
+        newer = target is not None and any(True for _ in self.conn.execute(
+            "SELECT 1 FROM runs WHERE node=? AND job=? AND state IN ('assigned','running') "
+            "AND fire_time >= ? LIMIT 1", (node, target.job, target.fire_time)))
+        if target is None or spec is None or spec.concurrency != "replace" or not holds:
             raise PermissionDenied(f"cancel_run of run {cmd.run_id}: a worker cancels a run "
                                    "only to replace it with its own run of the same job "
                                    f"(concurrency: replace); worker {node} may not")
+        if not newer:
+            # Its replacing run ended, or was lost, meanwhile: nothing to replace
+            # (Refused: the worker's reporter stops asking).
+            raise Refused(f"cancel_run of run {cmd.run_id}: worker {node} holds no newer run "
+                          f"of {target.job} to replace it with now")
 
     # -- what the log says, to the workers ------------------------------------------------
     def on_effects(self, effects: list[Effect]) -> None:

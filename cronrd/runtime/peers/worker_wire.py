@@ -20,7 +20,9 @@ from ...errors import (CronrdError, NotLeader, PermissionDenied, Refused, Reques
                        StateError)
 
 HEADER = struct.Struct(">I")
-MAX_FRAME = 4 << 20          # bytes of one frame (a log chunk is 64 KiB; a hello's runs fewer)
+MAX_FRAME = 4 << 20          # bytes of one frame (a hello's answer with its runs, at most)
+MAX_UP_FRAME = 1 << 20       # ... of one frame from a worker (a log chunk's answer: ~350 KB)
+MAX_HELLO = 64 << 10         # ... of a hello
 MAX_PENDING = 1024           # requests one side may have unanswered
 WRITE_LIMIT = 8 << 20        # bytes queued to one peer before it is cut off as too slow
 
@@ -57,15 +59,15 @@ def encode(msg: dict[str, Any]) -> bytes:
     return HEADER.pack(len(data)) + data
 
 
-async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
-    """The next frame; WireError for one that breaks the protocol,
-    IncompleteReadError at the end of the stream."""
+async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME) -> dict[str, Any]:
+    """The next frame (at most ``limit`` bytes); WireError for one that
+    breaks the protocol, IncompleteReadError at the end of the stream."""
     (n,) = HEADER.unpack(await reader.readexactly(HEADER.size))
-    if n > MAX_FRAME:
-        raise WireError(f"a frame of {n} bytes is over the {MAX_FRAME}-byte limit")
+    if n > limit:
+        raise WireError(f"a frame of {n} bytes is over the {limit}-byte limit")
     try:
         msg = json.loads(await reader.readexactly(n))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise WireError("a frame that is not JSON") from None
     if not isinstance(msg, dict):
         raise WireError("a frame that is not a JSON object")
@@ -127,7 +129,8 @@ class Channel:
             self._waiting.pop(rid, None)
 
     def answered(self, msg: dict[str, Any]) -> None:
-        fut = self._waiting.get(msg.get("re"))  # type: ignore[arg-type]
+        rid = msg.get("re")
+        fut = self._waiting.get(rid) if isinstance(rid, int) else None
         if fut is None or fut.done():
             return
         if "error" in msg:
@@ -136,6 +139,9 @@ class Channel:
             fut.set_result(msg.get("ok"))
 
     def close(self) -> None:
+        """At once: a TLS close waits for the peer's answer, and a peer that
+        died answers nothing (asyncio gives up after 30 s; the reader
+        blocked that long, and the worker dialled no other server)."""
         if self.closed:
             return
         self.closed = True
@@ -143,7 +149,7 @@ class Channel:
             if not fut.done():
                 fut.set_exception(StateError("the connection closed before the answer"))
         self._waiting.clear()
-        self.writer.close()
+        self.writer.transport.abort()
 
 
 async def _within(fut: asyncio.Future, timeout: float) -> Any:

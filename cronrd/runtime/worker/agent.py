@@ -113,7 +113,8 @@ class WorkerAgent:
         outbox = Outbox(cfg.local_db)
         self.view = WorkerView(self.node_id)
         self.link = Link(self.node_id, self.wc.servers, self.wc.tls, self.clock,
-                         hello=self._hello, welcome=self._welcome, message=self._message,
+                         hello=self._hello, arrived=self._arrived, welcome=self._welcome,
+                         message=self._message,
                          serve={"read_log": self._read_log},
                          running=lambda: self.executor.running_here())
         self.executor = Executor(cfg, _Proposer(self.link, self.view), None, self.clock,
@@ -130,9 +131,16 @@ class WorkerAgent:
                  self.node_id, __version__, len(self.wc.servers),
                  ",".join(self._hello()["tags"]), replayed)
         link = loop.create_task(self.link.run(), name="worker-link")
+        code = 0
         housekeeping = loop.create_task(self._housekeeping(), name="housekeeping")
         try:
-            await self.stop_event.wait()
+            done, _ = await asyncio.wait([link, loop.create_task(self.stop_event.wait())],
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if link in done:   # (it catches every error: only a bug ends it)
+                log.error("event=worker_link_ended error=\"%s\" hint=\"the worker stops; its "
+                          "unit restarts it\"", link.exception() if not link.cancelled()
+                          else "cancelled")
+                code = 1
         finally:
             log.info("event=stopping mode=%s grace_s=%g", cfg.shutdown_mode,
                      cfg.shutdown_grace)
@@ -143,18 +151,24 @@ class WorkerAgent:
             await asyncio.gather(link, housekeeping, return_exceptions=True)
             outbox.close()
             lock.release()
-        return 0
+        return code
 
     # -- what the leader says --------------------------------------------------------
-    async def _welcome(self, answer: dict) -> None:
-        """A (new) leader's list of this worker's runs replaces the view. The
-        first one settles what the last agent left (restart.py: runs that
-        went on while it was down are adopted, their ends reported)."""
+    def _arrived(self, answer: dict) -> None:
+        """A (new) leader's list of this worker's runs replaces the view,
+        before any later message about them."""
         runs = answer.get("runs")
-        self.view.replace_all(runs if isinstance(runs, list) else [])
+        changed = self.view.replace_all(runs if isinstance(runs, list) else [],
+                                        answer.get("specs"))
+        self.executor.on_effects([JobsChanged(job=job) for job in sorted(changed)])
+
+    async def _welcome(self, answer: dict) -> None:
+        """The first leader's welcome settles what the last agent left
+        (restart.py: runs that went on while it was down are adopted, their
+        ends reported); a later one re-reads the runs, as after a snapshot."""
         if self.first:
-            self.first = False
             settled = await restart.reconcile(self.executor)
+            self.first = False
             log.info("event=worker_ready node=%s leader=%s runs=%d adopted=%d lost=%d",
                      self.node_id, self.link.leader, len(self.view.runs),
                      settled.get("adopted", 0) + settled.get("resumed", 0),

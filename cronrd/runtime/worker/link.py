@@ -22,7 +22,7 @@ from ...errors import CronrdError, NotLeader, StateError
 from ...state import commands as C
 from ..clock import Clock
 from ..peers.tls import cert_is_worker, cert_names, client_context
-from ..peers.worker_wire import (Channel, WireError, answer_error, read_frame,
+from ..peers.worker_wire import (Channel, WireError, answer_error, error_of, read_frame,
                                  small_tls_buffers)
 from ..tasks import wait_within
 
@@ -39,6 +39,7 @@ class Link:
 
     def __init__(self, node_id: str, servers: tuple[tuple[str, int], ...], tls: Any,
                  clock: Clock, *, hello: Callable[[], dict],
+                 arrived: Callable[[dict], None],
                  welcome: Callable[[dict], Awaitable[None]],
                  message: Callable[[dict], None],
                  serve: dict[str, Callable[[dict], Awaitable[Any]]],
@@ -48,6 +49,7 @@ class Link:
         self.tls = tls
         self.clock = clock
         self.hello = hello
+        self.arrived = arrived
         self.welcome = welcome
         self.message = message
         self.serve = serve
@@ -102,6 +104,8 @@ class Link:
                         CronrdError) as exc:
                     log.info("event=worker_link_down server=%s:%d error=\"%s\"", host, port,
                              str(exc) or type(exc).__name__)
+                except Exception:   # a bug: logged, and the link goes on (dialled again)
+                    log.exception("event=worker_link_failed server=%s:%d", host, port)
             await asyncio.sleep(backoff)
             backoff = min(BACKOFF_MAX, backoff * 2)
 
@@ -115,29 +119,37 @@ class Link:
             if cert_is_worker(cert):
                 raise StateError(f"{host}:{port} presented a worker's certificate "
                                  f"({sorted(cert_names(cert))}): it is not a server")
-            pump = asyncio.get_running_loop().create_task(self._read(reader, chan))
+            # The hello's answer is read here, before anything else: the view is
+            # the leader's list of this worker's runs before any later message
+            # about them is applied (read_loop starts after).
+            sent, wall = self.clock.monotonic(), self.clock.now()
+            chan.send({"op": "hello", "id": 0, **self.hello()})
+            reply = await wait_within(read_frame(reader), HELLO_WAIT)
+            if "error" in reply:
+                raise error_of(reply)
+            answer = reply.get("ok")
+            if not isinstance(answer, dict) or answer.get("node") != self.node_id:
+                raise StateError(f"{host}:{port} answered the hello with something that is "
+                                 "not a welcome")
+            self.offset = None   # this leader's clock is measured afresh
+            self._welcomed(answer)
+            self._answered(sent, wall, answer)
+            self.arrived(answer)
+            self.chan = chan
+            self.connects += 1
+            log.info("event=worker_link_up server=%s:%d leader=%s runs=%d", host, port,
+                     self.leader, len(answer.get("runs") or ()))
+            loop = asyncio.get_running_loop()
+            pump = loop.create_task(self._read(reader, chan))
+            pinger = loop.create_task(self._ping(chan))   # the lease, during welcome too
             try:
-                sent, wall = self.clock.monotonic(), self.clock.now()
-                answer = await chan.request("hello", self.hello(), HELLO_WAIT)
-                if not isinstance(answer, dict) or answer.get("node") != self.node_id:
-                    raise StateError(f"{host}:{port} answered the hello with something "
-                                     "that is not a welcome")
-                self._welcomed(answer)
-                self._answered(sent, wall, answer)
-                self.chan = chan
-                self.connects += 1
-                log.info("event=worker_link_up server=%s:%d leader=%s runs=%d", host, port,
-                         self.leader, len(answer.get("runs") or ()))
                 await self.welcome(answer)
                 self.connected.set()
-                pinger = asyncio.get_running_loop().create_task(self._ping(chan))
-                try:
-                    await pump
-                finally:
-                    pinger.cancel()
-                return True
+                await pump
             finally:
                 pump.cancel()
+                pinger.cancel()
+            return True
         finally:
             if self.chan is chan:
                 self.chan = None

@@ -55,15 +55,9 @@ class WorkerView:
         if run.node != self.node_id:
             raise CronrdError(f"the leader sent run {run.run_id} of node {run.node} to worker "
                               f"{self.node_id}")
-        text, source = msg.get("spec"), msg.get("source")
-        changed = False
-        if isinstance(text, str):
-            held = self.specs.get(run.job)
-            if held is None or held[0] != text:
-                self.specs[run.job] = (text, decode_spec(text, str(source or "")))
-                changed = held is not None
-        else:
-            changed = self.specs.pop(run.job, None) is not None   # no longer defined
+        # (a hello's runs come without: their definitions come once, replace_all)
+        changed = ("spec" in msg
+                   and self.assigned_spec(run.job, [msg.get("spec"), msg.get("source")]))
         inputs = msg.get("inputs")
         params, key, rerun = inputs if isinstance(inputs, list) and len(inputs) == 3 \
             else ({}, None, None)
@@ -95,11 +89,29 @@ class WorkerView:
             if held is not None and isinstance(found, list):
                 held.elsewhere = [(int(r), str(n)) for r, n in found]
 
-    def replace_all(self, msgs: list[dict[str, Any]]) -> None:
-        """The leader's whole list of this worker's runs (at each hello)."""
+    def replace_all(self, msgs: list[dict[str, Any]], specs: Any = None) -> set[str]:
+        """The leader's whole list of this worker's runs, and their jobs'
+        definitions (at each hello); the jobs whose definition held changed."""
+        changed = set()
+        for job, pair in specs.items() if isinstance(specs, dict) else ():
+            if self.assigned_spec(str(job), pair):
+                changed.add(str(job))
         self.runs.clear()
         for msg in msgs:
             self.assigned(msg)
+        return changed
+
+    def assigned_spec(self, job: str, pair: Any) -> bool:
+        """Hold ``job``'s definition ([text, source], or nulls: none);
+        whether it changed."""
+        text, source = pair if isinstance(pair, list) and len(pair) == 2 else (None, None)
+        held = self.specs.get(job)
+        if not isinstance(text, str):
+            return self.specs.pop(job, None) is not None
+        if held is None or held[0] != text:
+            self.specs[job] = (text, decode_spec(text, str(source or "")))
+            return held is not None
+        return False
 
     # -- what the executor asks (runs/view.StateView) ------------------------------------
     def job_spec(self, name: str) -> JobSpec | None:

@@ -186,8 +186,63 @@ def test_a_worker_cancels_only_to_replace_a_run_of_its_own_replace_job():
     with pytest.raises(PermissionDenied, match="only to replace it"):
         hub.checked("wk1", cancel.encode().decode())      # job j: concurrency forbid
     log.put(concurrency="replace", at=T0 + 0.5)
+    # it holds run `mine` (T0+1), older than `theirs` (T0+2): nothing newer to replace it with
+    from cronrd.errors import Refused
+    with pytest.raises(Refused, match="holds no newer run"):
+        hub.checked("wk1", cancel.encode().decode())
+    # with a newer run of its own (T0+5), it may replace `theirs`
+    log.fire(T0 + 5, node="wk1")
     assert hub.checked("wk1", cancel.encode().decode()) == cancel
     log.put(name="other", concurrency="replace")
     other = log.fire(T0 + 3, name="other", node="wk2")["run_id"]
     with pytest.raises(PermissionDenied, match="only to replace it"):   # holds none of it
         hub.checked("wk1", C.CancelRun(run_id=other, at=T0, reason="x").encode().decode())
+
+
+def test_a_workers_reports_are_as_large_as_real_ones_and_no_larger():
+    log, mine, _ = _state()
+    hub = _hub(log)
+    run = log.run(mine)
+    big = C.ClaimRuns(node="wk1", at=T0, claims=[[mine, run.token]] * 5)
+    with pytest.raises(RequestError, match="at most 4 runs in one claim"):
+        hub.checked("wk1", big.encode().decode(), capacity=4)
+    long_reason = C.RunFinished(run_id=mine, token=run.token, node="wk1", state="failed",
+                                exit_code=1, signal=None, started_at=T0, finished_at=T0 + 1,
+                                log_path=None, reason="x" * (H.MAX_TEXT + 1))
+    with pytest.raises(RequestError, match="reason of"):
+        hub.checked("wk1", long_reason.encode().decode())
+    with pytest.raises(RequestError, match="a command of"):
+        hub.checked("wk1", "x" * (H.MAX_COMMAND + 1))
+
+
+def test_a_hello_answer_names_each_definition_once():
+    log, mine, _ = _state()
+    log.fire(T0 + 3, node="wk1")
+    welcome = _hub(log)._welcome("wk1")
+    assert len(welcome["runs"]) == 2 and all("spec" not in r for r in welcome["runs"])
+    assert list(welcome["specs"]) == ["j"] and '"command"' in welcome["specs"]["j"][0]
+
+
+def test_pings_carry_only_sane_numbers_and_only_a_leader_answers_them():
+    log, _, _ = _state()
+    clock = FakeClock()
+    hub = _hub(log, clock)
+    s = _session(hub, "wk1", clock)
+    hub._dispatch(s, {"op": "ping", "id": 1, "offset": float("nan"), "running": 10**30})
+    assert s.offset == 0.0 and s.running == s.capacity
+    hub.is_leader = lambda: False
+    hub._dispatch(s, {"op": "ping", "id": 2})
+    assert s.chan.closed and s.chan.sent[-1]["re"] == 1
+
+
+def test_a_revoked_certificate_ends_its_workers_connection():
+    log, _, _ = _state()
+    clock = FakeClock()
+    hub = _hub(log, clock)
+    s = _session(hub, "wk1", clock)
+    s.serial = "abc1"
+    hub.drop_denied()
+    assert not s.chan.closed
+    log.apply(C.Deny(kind="serial", value="abc1", at=T0, reason="revoked"))
+    hub.drop_denied()
+    assert s.chan.closed

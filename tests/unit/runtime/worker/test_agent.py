@@ -74,6 +74,8 @@ def test_a_cancel_sent_while_the_worker_was_away_is_acted_on_at_its_return(tmp_p
     assert log.run(mine).cancel_requested
     agent = _agent(tmp_path, certs)
     agent.view, agent.executor, agent.first = WorkerView("wk1"), FakeExecutor(), False
-    asyncio.run(agent._welcome({"runs": [_hub(log).assignment(log.run(mine))]}))
+    welcome = _hub(log)._welcome("wk1")
+    agent._arrived(welcome)
+    asyncio.run(agent._welcome(welcome))
     assert [e.kind for e in agent.executor.effects] == ["restored", "cancel"]
     assert agent.executor.effects[1].run.run_id == mine

@@ -26,8 +26,9 @@ class FakeClock:
 def _link(clock):
     async def welcome(answer):
         return None
-    return Link("wk1", (("127.0.0.1", 1),), None, clock, hello=dict, welcome=welcome,
-                message=lambda m: None, serve={})
+    return Link("wk1", (("127.0.0.1", 1),), None, clock, hello=dict,
+                arrived=lambda answer: None, welcome=welcome, message=lambda m: None,
+                serve={})
 
 
 def test_no_lease_no_start_and_an_answer_gives_one_from_its_send():
