@@ -6,11 +6,13 @@ leases, node loss, logs read through its connection."""
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 import urllib.request
 
 import pytest
 
+from cronrd.schedule import parse_iso
 from harness import REPO, wait_for
 
 pytestmark = pytest.mark.integration
@@ -189,3 +191,39 @@ def test_a_removed_worker_is_cut_off_and_refused_from_then_on(fleet):
     wait_for(lambda: "was removed from the cluster" in w1.log_file.read_text(), 15,
              what="its next hello refused")
     assert fleet.worker_state("wk1") is None and w1.proc.poll() is None
+
+
+def test_a_dead_leader_host_costs_a_worker_nothing(fleet, tmp_path):
+    """The leader's host freezes (no FIN, no RST): the worker must give up on
+    it at once when its pings go unanswered and find the new leader well
+    within node_timeout, or the new leader declares it lost (a TLS close
+    waiting for the dead peer held it 30 s)."""
+    import signal as sig
+    out = tmp_path / "out"
+    out.mkdir(mode=0o777)
+    fleet.write_job("tick", {"schedule": "* * * * * *", "run_on": {"tags": ["w"]},
+                             "concurrency": "allow",
+                             "command": f"echo $CRONRD_FIRE_TIME >> {out}/ran"})
+    fleet.start()
+    fleet.worker("wk1", tags=["w"]).start()
+    fleet.wait_worker("wk1")
+    old = fleet.leader()
+    old.proc.send_signal(sig.SIGSTOP)
+    try:
+        frozen = time.time()
+        new = wait_for(lambda: next((n for n in fleet.running() if n is not old and
+                                     n.call("status", timeout=2)["role"] == "leader"), None),
+                       20, what="a new leader")
+        wait_for(lambda: any(w["node"] == "wk1" and w.get("connected")
+                             for w in new.call("status")["workers"] or ()), 20,
+                 what="wk1 connected to the new leader")
+        assert time.time() - frozen < 10   # node_timeout is 3 s after the election
+        later = int(time.time()) + 2
+        runs = new.wait_runs(lambda rs: any(r["state"] == "succeeded" and r["node"] == "wk1"
+                                            and parse_iso(r["fire_time"]) >= later
+                                            for r in rs), job="tick", timeout=30)
+        lost = [r for r in runs if r["state"] == "lost" and "did not answer" in
+                (r["reason"] or "")]
+        assert not lost, lost
+    finally:
+        old.proc.send_signal(sig.SIGCONT)
