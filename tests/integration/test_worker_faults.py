@@ -7,29 +7,21 @@ out; a run the leader moved or retried elsewhere never starts there)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections import Counter
 
 import pytest
 
-from cluster_harness import check_exactly_once, cut_off, heal_all, iptables_usable
+from cluster_harness import check_exactly_once, cut_off, heal_all, iptables_usable, init_tls
 from cronrd.schedule import parse_iso
-from harness import REPO, wait_for
+from harness import wait_for
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def tls_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tls")
-    res = subprocess.run([sys.executable, "-m", "cronrd", "cluster", "init-tls", str(d),
-                          "--nodes", "a,b,c", "--workers", "wk1,wk2", "--days", "2"],
-                         capture_output=True, text=True,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    assert res.returncode == 0, res.stderr
-    return str(d)
+    return init_tls(tmp_path_factory.mktemp("tls"), workers="wk1,wk2")
 
 
 def _until(t: float) -> None:

@@ -5,15 +5,14 @@ leases, node loss, logs read through its connection."""
 
 from __future__ import annotations
 
-import subprocess
 import time
-import sys
 import urllib.request
 
 import pytest
 
 from cronrd.schedule import parse_iso
-from harness import REPO, wait_for
+from cluster_harness import init_tls
+from harness import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -22,13 +21,7 @@ WORKERS = ("wk1", "wk2")
 
 @pytest.fixture(scope="module")
 def tls_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tls")
-    res = subprocess.run([sys.executable, "-m", "cronrd", "cluster", "init-tls", str(d),
-                          "--nodes", "a,b,c", "--workers", ",".join(WORKERS), "--days", "2"],
-                         capture_output=True, text=True,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    assert res.returncode == 0, res.stderr
-    return str(d)
+    return init_tls(tmp_path_factory.mktemp("tls"), workers=",".join(WORKERS))
 
 
 @pytest.fixture

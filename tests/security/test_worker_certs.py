@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from cluster_harness import free_port
+from cluster_harness import free_port, init_tls
 from cronrd.runtime.peers import tls as T
 from cronrd.runtime.peers.rpc import PeerUnavailable
 from harness import REPO, wait_for
@@ -25,14 +25,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def tls_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tls")
-    res = subprocess.run([sys.executable, "-m", "cronrd", "cluster", "init-tls", str(d),
-                          "--nodes", "a,b,c", "--workers", "wk1", "--days", "2"],
-                         capture_output=True, text=True,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    assert res.returncode == 0, res.stderr
-    assert "worker wk1:" in res.stdout
-    return str(d)
+    return init_tls(tmp_path_factory.mktemp("tls"), workers="wk1")
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,6 @@ import asyncio
 import ssl
 
 import apsw
-import subprocess
-import sys
 
 import pytest
 
@@ -18,20 +16,15 @@ from cronrd.errors import NotLeader
 from cronrd.runtime.peers import tls as T
 from cronrd.runtime.peers import worker_wire as W
 from cronrd.state import commands as C
-from harness import REPO, wait_for
+from cluster_harness import init_tls
+from harness import wait_for
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def tls_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tls")
-    res = subprocess.run([sys.executable, "-m", "cronrd", "cluster", "init-tls", str(d),
-                          "--nodes", "a,b,c", "--workers", "wk1,wk2", "--days", "2"],
-                         capture_output=True, text=True,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    assert res.returncode == 0, res.stderr
-    return str(d)
+    return init_tls(tmp_path_factory.mktemp("tls"), workers="wk1,wk2")
 
 
 @pytest.fixture(scope="module")

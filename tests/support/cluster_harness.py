@@ -184,6 +184,22 @@ class Cluster:
         return node
 
 
+def init_tls(d, nodes: str = "a,b,c", workers: str = "") -> str:
+    """`cronrd cluster init-tls D --nodes NODES [--workers WORKERS]`, as an
+    operator runs it (the CLI, with a bare PATH); returns D, its stdout
+    checked for each worker."""
+    import sys
+    from harness import REPO
+    argv = [sys.executable, "-m", "cronrd", "cluster", "init-tls", str(d), "--nodes", nodes,
+            "--days", "2"] + (["--workers", workers] if workers else [])
+    res = subprocess.run(argv, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr
+    for w in filter(None, workers.split(",")):
+        assert f"worker {w}:" in res.stdout, res.stdout
+    return str(d)
+
+
 _RULES: list[list[str]] = []
 
 
