@@ -556,12 +556,12 @@ class Cluster:
         # (queries says str nodes; nodes_lost takes a mapping that may hold None too)
         active = cast(Mapping[str | None, int], Q.active_by_node(self.conn))
         members, answered = self.member_ids(), self.lease.acked
-        if self.workers is not None or any(True for _ in self.conn.execute(
-                "SELECT 1 FROM workers LIMIT 1")):
-            # Workers are judged as members are: silent for node_timeout, lost.
+        # Workers are judged as members are: silent for node_timeout, lost.
+        if self.workers is not None:
+            members = members + [w["node"] for w in self.workers.registered()]
+            answered = {**self.lease.acked, **self.workers.answered_at()}
+        elif any(True for _ in self.conn.execute("SELECT 1 FROM workers LIMIT 1")):
             members = members + [w["node"] for w in Q.workers(self.conn)]
-            if self.workers is not None:
-                answered = {**self.lease.acked, **self.workers.answered_at()}
         proposals = []
         for lost in duties.nodes_lost(now, self.node_id, active,
                                       members, answered, self.lease.lead_since,

@@ -58,6 +58,7 @@ log = logging.getLogger("cronrd.workers")
 PING = 0.5                # s between a worker's pings
 RESPONSIVE = 4 * PING     # a worker that answered this recently is alive
 HELLO_WAIT = 5.0          # s a new connection has to say hello
+REGISTERED_TTL = 1.0      # s the list of registered workers is kept
 LOG_WAIT = 5.0            # s a worker has to answer a log read
 MAX_BAD = 20              # refused requests on one connection before it is closed
 MAX_TAGS = 64
@@ -123,6 +124,7 @@ class WorkerHub:
         self.sessions: dict[str, Session] = {}
         self.contact: dict[str, float] = {}   # monotonic: each worker's last frame this term
         self.refused = 0
+        self._registered: tuple[float, list[dict]] | None = None
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.Task] = set()
 
@@ -276,6 +278,7 @@ class WorkerHub:
                                   registered["version"]) != (tags_t, capacity, version):
             await self.propose(C.WorkerInfo(node=node, tags=tags_t, capacity=capacity,
                                             version=version, at=self.clock.now()))
+            self._registered = None
         if not self.is_leader():
             raise NotLeader(self.leader())
         old = self.sessions.get(node)
@@ -456,7 +459,14 @@ class WorkerHub:
 
     # -- what the cluster asks ----------------------------------------------------------
     def registered(self) -> list[dict]:
-        return Q.workers(self.conn)
+        """The registered workers, read at most once a second: placement and
+        node loss ask several times a second, on the critical loop, and a
+        thousand rows take milliseconds (a registration waits that long to
+        be placed on; a removed worker is disconnected at once anyway)."""
+        now = self.clock.monotonic()
+        if self._registered is None or now - self._registered[0] >= REGISTERED_TTL:
+            self._registered = (now, Q.workers(self.conn))
+        return self._registered[1]
 
     def answered_at(self) -> dict[str, float]:
         """Each worker's last frame (monotonic), this term."""

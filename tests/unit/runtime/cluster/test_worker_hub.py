@@ -246,3 +246,14 @@ def test_a_revoked_certificate_ends_its_workers_connection():
     log.apply(C.Deny(kind="serial", value="abc1", at=T0, reason="revoked"))
     hub.drop_denied()
     assert s.chan.closed
+
+
+def test_the_registered_workers_are_read_at_most_once_a_second():
+    log, _, _ = _state()
+    clock = FakeClock()
+    hub = _hub(log, clock)
+    assert {v.id for v in hub.views()} == {"wk1", "wk2"}
+    log.apply(C.WorkerInfo(node="wk3", tags=(), capacity=1, version="x", at=T0))
+    assert {v.id for v in hub.views()} == {"wk1", "wk2"}   # (on the critical loop: cached)
+    clock.t += H.REGISTERED_TTL
+    assert {v.id for v in hub.views()} == {"wk1", "wk2", "wk3"}
