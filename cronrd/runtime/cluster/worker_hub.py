@@ -63,6 +63,7 @@ LOG_WAIT = 5.0            # s a worker has to answer a log read
 MAX_BAD = 20              # refused requests on one connection before it is closed
 MAX_TAGS = 64
 WORKER_OPS = frozenset({C.ClaimRuns.op, C.RunStarted.op, C.RunFinished.op})
+RATE_MIN = 200            # proposals a second any worker may make (more with capacity)
 MAX_COMMAND = 64 << 10    # bytes of one proposal from a worker
 MAX_CLAIMS = 1024         # runs in one claim (and never more than its capacity)
 MAX_TEXT = 4096           # characters of a report's reason or log path
@@ -95,6 +96,8 @@ class Session:
     offset: float | None = None   # its clock minus the leader's, as it measured (s)
     running: int = 0
     serial: str = ""              # its certificate's (a revoked one ends the connection)
+    tokens: float = float(RATE_MIN)   # proposals it may make now (_within_rate)
+    refilled: float = 0.0             # monotonic: when they were last counted
     bad: int = 0
     tasks: set = field(default_factory=set)
 
@@ -338,6 +341,12 @@ class WorkerHub:
                 session.running = max(0, min(running, session.capacity))
             session.chan.send({"re": rid, "ok": {"now": self.clock.now()}})
             return
+        if op == "propose" and not self._within_rate(session):
+            # Not the worker's fault to count: its reporter asks again shortly.
+            session.chan.send(answer_error(rid, StateError(
+                f"worker {session.node}: over {self._rate(session):g} proposals a second; "
+                "slow down")))
+            return
         if op == "propose" and len(session.tasks) < MAX_PENDING:
             task = asyncio.get_running_loop().create_task(
                 self._answer(session, rid, msg.get("cmd")))
@@ -347,6 +356,25 @@ class WorkerHub:
         self._bad(session, rid, RequestError(
             f"{str(op)[:40]!r}: a worker may send hello, ping and propose only"
             if op != "propose" else f"over {MAX_PENDING} proposals unanswered; slow down"))
+
+    @staticmethod
+    def _rate(session: Session) -> float:
+        """Proposals a second a worker may make: a start and an end report
+        per run and its claims, for its capacity's runs every second, and
+        room to catch up after a reconnect."""
+        return float(max(RATE_MIN, 4 * session.capacity))
+
+    def _within_rate(self, session: Session) -> bool:
+        """A token bucket per worker: every member applies what a worker
+        has the leader commit, so one worker may not flood the log."""
+        now = self.clock.monotonic()
+        rate = self._rate(session)
+        session.tokens = min(rate, session.tokens + (now - session.refilled) * rate)
+        session.refilled = now
+        if session.tokens < 1.0:
+            return False
+        session.tokens -= 1.0
+        return True
 
     def _bad(self, session: Session, rid: Any, exc: CronrdError) -> None:
         session.bad += 1

@@ -257,3 +257,19 @@ def test_the_registered_workers_are_read_at_most_once_a_second():
     assert {v.id for v in hub.views()} == {"wk1", "wk2"}   # (on the critical loop: cached)
     clock.t += H.REGISTERED_TTL
     assert {v.id for v in hub.views()} == {"wk1", "wk2", "wk3"}
+
+
+def test_a_worker_floods_the_log_no_faster_than_its_capacity_needs():
+    log, _, _ = _state()
+    clock = FakeClock()
+    hub = _hub(log, clock)
+    s = _session(hub, "wk1", clock)   # capacity 4: the floor, RATE_MIN a second
+    s.refilled = clock.t
+    allowed = sum(hub._within_rate(s) for _ in range(H.RATE_MIN * 3))
+    assert allowed == H.RATE_MIN
+    clock.t += 0.5                    # half a second refills half
+    assert sum(hub._within_rate(s) for _ in range(H.RATE_MIN)) == H.RATE_MIN // 2
+    # over the rate, a proposal is answered "slow down" without counting as a refusal
+    hub._dispatch(s, {"op": "propose", "id": 7, "cmd": "{}"})
+    assert s.chan.sent[-1]["re"] == 7 and "slow down" in s.chan.sent[-1]["error"]
+    assert s.bad == 0 and not s.chan.closed
