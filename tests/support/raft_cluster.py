@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import random
 import socket
 import subprocess
 import sys
@@ -18,15 +19,34 @@ HERE = Path(__file__).resolve().parent
 NODE_SCRIPT = HERE / "raft_kv_node.py"
 
 
+def ephemeral_low() -> int:
+    """The lowest port the kernel hands out as a connection's source port."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    """``n`` free loopback ports below the ephemeral range. A port the kernel
+    gave out (bind to 0) is an ephemeral one: a peer dialling a node that
+    does not listen yet may be given that very port as its connection's
+    source, and the node then cannot listen on it ("Address already in
+    use", seen in CI)."""
+    rng = random.SystemRandom()
+    low = ephemeral_low()
+    ports: list[int] = []
+    while len(ports) < n:
+        port = rng.randrange(10000, max(10001, low))
+        if port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
     return ports
 
 

@@ -530,3 +530,12 @@ def test_a_joining_node_receives_the_snapshot_into_a_file_and_keeps_it_there(tmp
         assert fresh.machine.full_digest() == digest
         again.close()
     with_net(body)(tmp_path)
+
+
+def test_the_nets_ports_are_never_a_connections_source_port():
+    """A port picked by binding to 0 is ephemeral: a, b and c dialling d before
+    it listened were once given d's port as a source port, and d could not
+    listen ("Address already in use", CI)."""
+    from raft_cluster import ephemeral_low
+    ports = free_ports(20)
+    assert len(set(ports)) == 20 and all(p < ephemeral_low() for p in ports)
