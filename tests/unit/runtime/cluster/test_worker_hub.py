@@ -273,3 +273,29 @@ def test_a_worker_floods_the_log_no_faster_than_its_capacity_needs():
     hub._dispatch(s, {"op": "propose", "id": 7, "cmd": "{}"})
     assert s.chan.sent[-1]["re"] == 7 and "slow down" in s.chan.sent[-1]["error"]
     assert s.bad == 0 and not s.chan.closed
+
+
+def test_a_malformed_proposal_is_refused_and_counted_never_raised():
+    import asyncio
+    import json
+    log, mine, _ = _state()
+    clock = FakeClock()
+    hub = _hub(log, clock)
+    s = _session(hub, "wk1", clock)
+    run = log.run(mine)
+    good = json.loads(C.RunStarted(run_id=mine, token=run.token, node="wk1", pid=1,
+                                   started_at=T0, log_path="/l").encode())
+    from cronrd.runtime.cluster.raft_cluster import stamped_by_leader
+    proposed = []
+
+    async def propose(cmd):
+        proposed.append(cmd)
+        return {"ok": True}
+    hub.propose, hub.stamp = propose, lambda cmd: stamped_by_leader(cmd, clock.now())
+    asyncio.run(hub._answer(s, 4, json.dumps(good)))
+    assert s.chan.sent[-1] == {"re": 4, "ok": {"ok": True}} and len(proposed) == 1
+    for bad in ({**good, "run_id": [mine]}, {**good, "started_at": None},
+                {**good, "started_at": "soon"}):
+        asyncio.run(hub._answer(s, 5, json.dumps(bad)))
+        assert s.chan.sent[-1]["re"] == 5 and s.chan.sent[-1]["kind"] == "RequestError"
+    assert len(proposed) == 1 and not s.chan.closed
