@@ -34,7 +34,7 @@ def _record_text(r: Run) -> str:
     elif r.target:
         text += f" for node {r.target}"
     text += f": {state}"
-    if r.exit_code is not None and state != "succeeded":
+    if r.exit_code is not None and (state != "succeeded" or r.exit_code != 0):
         text += f" exit {r.exit_code}"
     if r.signal:
         text += f" signal {r.signal}"

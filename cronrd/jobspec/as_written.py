@@ -20,6 +20,7 @@ import yaml
 
 from ..bounded_yaml import compose, read_bounded
 from ..schedule.durations import human_duration
+from .exit_codes import codes_text
 from .model import JobSpec
 from .parse import parse_job_text
 
@@ -99,13 +100,20 @@ def effective(spec: JobSpec) -> list[tuple[str, str, bool]]:
 
 def _text(key: str, value: Any) -> str:
     if value is None:
-        return "local" if key == "executor" else "-"
+        return {"executor": "local", "success_exit_codes": "0"}.get(key, "-")
+    if key == "success_exit_codes" and isinstance(value, list):
+        return codes_text(value)
     if key in _DURATIONS and isinstance(value, (int, float)) and not isinstance(value, bool):
         return human_duration(value)
     if key == "retries" and isinstance(value, dict):
-        return (f"max {value['max']}, delay {human_duration(value['delay'])}, backoff "
+        text = (f"max {value['max']}, delay {human_duration(value['delay'])}, backoff "
                 f"{value['backoff']:g}, max_delay {human_duration(value['max_delay'])}, "
                 f"jitter {human_duration(value['jitter'])}")
+        if "retry_on" in value:
+            text += f", retry_on {'/'.join(value['retry_on'])}"
+        if value.get("not_on_exit_codes"):
+            text += f", not_on_exit_codes {codes_text(value['not_on_exit_codes'])}"
+        return text
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

@@ -18,6 +18,7 @@ from cronrd.schedule import parse_duration, parse_schedule, parse_size, resolve_
 from .model import (_NAME_RULE, CONTAINER_NETWORKS, CONTAINER_PULL, ENV_KEY_RE,
                     EXECUTOR_TYPES, NAME_RE, TRIGGER_RULES, Dependency, ExecutorSpec, Limits,
                     RetryPolicy, RunOn, Sla)
+from .exit_codes import INVALID as _EC_INVALID, parse_codes, parse_retry_on
 from .notify_field import v_notify
 from .params import parse_params
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
@@ -271,7 +272,7 @@ def _sub_fields(ctx: FileProblems, node: MappingNode, field: str, keys: tuple[st
     return _INVALID if bad else make(**kw)
 
 
-_RETRY_KEYS = ("max", "delay", "backoff", "max_delay", "jitter")
+_RETRY_KEYS = ("max", "delay", "backoff", "max_delay", "jitter", "retry_on", "not_on_exit_codes")
 
 
 def _v_retries(ctx: FileProblems, key: str, node: Node) -> Any:
@@ -306,8 +307,19 @@ def _v_retries(ctx: FileProblems, key: str, node: Node) -> Any:
                                "use 1 for a constant delay")
                 return _INVALID
             return float(_value(vnode))
+        if name == "retry_on":
+            v = parse_retry_on(ctx, full, vnode)
+            return _INVALID if v is _EC_INVALID else v
+        if name == "not_on_exit_codes":
+            v = parse_codes(ctx, full, vnode)
+            return _INVALID if v is _EC_INVALID else v
         return None
     return _sub_fields(ctx, node, "retries", _RETRY_KEYS, check, RetryPolicy)
+
+
+def _v_success_exit_codes(ctx: FileProblems, key: str, node: Node) -> Any:
+    v = parse_codes(ctx, key, node)
+    return _INVALID if v is _EC_INVALID else v
 
 
 _SLA_KEYS = ("start_within", "finish_within", "finish_by", "max_runtime", "stale_after",
@@ -811,6 +823,7 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "heartbeat_timeout": _v_duration(positive=True),
     "triggers": _v_triggers,
     "executor": _v_executor,
+    "success_exit_codes": _v_success_exit_codes,
 }
 # Keys that mean something only next to depends_on.
 DEPENDENCY_KEYS = ("trigger_rule", "on_upstream_failure", "wait_for_upstream")

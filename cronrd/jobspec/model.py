@@ -21,13 +21,49 @@ _NAME_RULE = (
 )
 
 
+RETRY_ON = ("failure", "timeout")   # what retries.retry_on may name
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
+    """``retries:``. ``retry_on``: the kinds of failure retried (a
+    non-zero exit or a signal, a timeout); ``not_on_exit_codes``: exit
+    codes never retried (the command said retrying is pointless). A lost
+    run is retried by ``on_node_loss``, not by these (decisions/exit_rules.py)."""
     max: int = 0
     delay: float = 10.0
     backoff: float = 2.0
     max_delay: float = 3600.0
     jitter: float = 0.0
+    retry_on: tuple[str, ...] = RETRY_ON
+    not_on_exit_codes: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys added later appear only when set (the digest of a job
+        that does not use them stays what older versions compute)."""
+        d: dict[str, Any] = {"max": self.max, "delay": self.delay, "backoff": self.backoff,
+                             "max_delay": self.max_delay, "jitter": self.jitter}
+        if self.retry_on != RETRY_ON:
+            d["retry_on"] = list(self.retry_on)
+        if self.not_on_exit_codes:
+            d["not_on_exit_codes"] = list(self.not_on_exit_codes)
+        return d
+
+    @classmethod
+    def from_dict(cls, r: Any) -> "RetryPolicy":
+        if isinstance(r, RetryPolicy):
+            return r
+        if isinstance(r, int):
+            return cls(max=r)
+        kw: dict[str, Any] = {f.name: r[f.name] for f in dataclasses.fields(cls) if f.name in r}
+        for f in ("delay", "backoff", "max_delay", "jitter"):
+            if f in kw:
+                kw[f] = float(kw[f])
+        if "retry_on" in kw:
+            kw["retry_on"] = tuple(str(k) for k in kw["retry_on"])
+        if "not_on_exit_codes" in kw:
+            kw["not_on_exit_codes"] = tuple(int(c) for c in kw["not_on_exit_codes"])
+        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -182,6 +218,8 @@ class JobSpec:
     kill_grace: float = 10.0
     concurrency: str = "forbid"
     retries: RetryPolicy = RetryPolicy()
+    # The exit codes a run succeeds with (sorted; (): just 0).
+    success_exit_codes: tuple[int, ...] = ()
     catchup: str = "latest"
     catchup_window: float = 86400.0
     jitter: float = 0.0
@@ -253,9 +291,7 @@ class JobSpec:
             "timeout": self.timeout,
             "kill_grace": self.kill_grace,
             "concurrency": self.concurrency,
-            "retries": {"max": self.retries.max, "delay": self.retries.delay,
-                        "backoff": self.retries.backoff, "max_delay": self.retries.max_delay,
-                        "jitter": self.retries.jitter},
+            "retries": self.retries.to_dict(),
             "catchup": self.catchup,
             "catchup_window": self.catchup_window,
             "jitter": self.jitter,
@@ -265,6 +301,8 @@ class JobSpec:
             "description": self.description,
             "max_log_bytes": self.max_log_bytes,
         }
+        if self.success_exit_codes:
+            d["success_exit_codes"] = list(self.success_exit_codes)
         if self.max_running is not None:
             d["max_running"] = self.max_running
         if self.max_queued is not None:
@@ -302,6 +340,11 @@ class JobSpec:
         return d
 
     @property
+    def success_codes(self) -> frozenset[int]:
+        """The exit codes a run of the job succeeds with."""
+        return frozenset(self.success_exit_codes or (0,))
+
+    @property
     def executor_type(self) -> str:
         return self.executor.type if self.executor is not None else "local"
 
@@ -330,17 +373,9 @@ class JobSpec:
             pairs = env.items() if isinstance(env, dict) else env
             kwargs["env"] = tuple(sorted((str(k), str(v)) for k, v in pairs))
         if "retries" in kwargs:
-            r = kwargs["retries"]
-            if isinstance(r, RetryPolicy):
-                pass
-            elif isinstance(r, int):
-                kwargs["retries"] = RetryPolicy(max=r)
-            else:
-                kw = {f.name: r[f.name] for f in dataclasses.fields(RetryPolicy) if f.name in r}
-                for f in ("delay", "backoff", "max_delay", "jitter"):
-                    if f in kw:
-                        kw[f] = float(kw[f])
-                kwargs["retries"] = RetryPolicy(**kw)
+            kwargs["retries"] = RetryPolicy.from_dict(kwargs["retries"])
+        if "success_exit_codes" in kwargs:
+            kwargs["success_exit_codes"] = tuple(int(c) for c in kwargs["success_exit_codes"] or ())
         if "run_on" in kwargs:
             ro = kwargs["run_on"]
             if not isinstance(ro, RunOn):

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from ..decisions import overlap
+from ..decisions import exit_rules, overlap
 from ..jobspec.fields import MAX_QUEUED_LIMIT
 from ..schedule import iso_utc, retry_delay
 from . import checkpoints as CK
+from . import versions as V
 from . import commands as C
 from . import dependencies as deps
 from . import alerts as AL
@@ -30,6 +31,9 @@ from ..errors import Conflict, Refused
 from .effects import CancelRequested, Effect, RunAssigned, RunDone, RunMoved, RunPending
 from ..model.run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .apply_common import ApplyBase
+
+# The ends the exit-code rules judge (decisions/exit_rules.py).
+JUDGED = ("succeeded", "failed", "timed_out")
 
 if TYPE_CHECKING:
     from ..jobspec import JobSpec
@@ -352,7 +356,8 @@ class RunsApply(ApplyBase):
                              exit_code=cmd.exit_code, signal=cmd.signal,
                              log_path=cmd.log_path, effects=effects, index=index,
                              not_started=cmd.not_started and cmd.state == "lost")
-        return {"state": cmd.state, "retry_run_id": retry}
+        # (the state it counts as: success_exit_codes may say otherwise)
+        return {"state": self._get_run(cmd.run_id).state.value, "retry_run_id": retry}
 
 
     def _late_word(self, run: Run, cmd: C.RunFinished) -> None:
@@ -465,9 +470,17 @@ class RunsApply(ApplyBase):
         A lost run its node says never started is retried whatever the
         policy: running it once is then neither a second run (at-most-once
         holds) nor optional (at-least-once needs it)."""
+        spec = None if index is None or run.cancel_requested else self._job_spec(run.job)
+        verdict = None
+        if spec is not None and state in JUDGED and V.at_least(self.conn, V.EXIT_RULES):
+            verdict = exit_rules.judge(spec, state, exit_code, signal,
+                                       run.attempt - self._try_began(run) + 1)
+            state = verdict.state
+            if verdict.rule:
+                base = reason if reason is not None else run.reason
+                reason = f"{base}; {verdict.rule}" if base else verdict.rule
         if state not in TRANSITIONS.get(run.state, ()):
             raise Refused(f"run {run.run_id} cannot go from {run.state} to {state}")
-        spec = None if index is None or run.cancel_requested else self._job_spec(run.job)
         no_retry = spec is not None and state == "lost" and spec.on_node_loss != "retry" \
             and not not_started
         if no_retry:
@@ -480,7 +493,7 @@ class RunsApply(ApplyBase):
             " log_path=COALESCE(?, log_path), reason=COALESCE(?, reason) WHERE run_id=?",
             (state, at, exit_code, signal, log_path, reason, run.run_id))
         effects.append(RunDone(run=self._get_run(run.run_id)))
-        if spec is None or no_retry:
+        if spec is None or no_retry or (verdict is not None and not verdict.retry):
             return None
         policy = spec.retries
         allowed = 1 + policy.max
@@ -494,7 +507,7 @@ class RunsApply(ApplyBase):
         # The retries count from the attempt that began this try: a rerun (or
         # a dead-letter requeue) is attempt 2, 5, ... of its record and has
         # its own retries, and a lost one is run again like any other.
-        if attempt - self._try_began(run) + 1 > allowed and not not_started:
+        if verdict is None and attempt - self._try_began(run) + 1 > allowed and not not_started:
             return None
         key = f"{run.job}/{run.fire_time}/{attempt}"
         delay = 0.0 if state == "lost" else retry_delay(

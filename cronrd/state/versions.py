@@ -62,7 +62,8 @@ VERSIONS: dict[int, Version] = {
                         "released when slots free without a node (they were refused); "
                         "web UI sessions of their own (StartSession, EndSession); an SLA "
                         "alert is resolved when its fire time's run succeeds; a failed "
-                        "alert names its event; jobs with executor: container; worker agents"),
+                        "alert names its event; jobs with executor: container; worker agents; exit-code rules "
+                        "(success_exit_codes, retries.retry_on, retries.not_on_exit_codes)"),
 }
 
 APPLY_VERSION = max(VERSIONS)   # the newest this code applies
@@ -86,6 +87,38 @@ EXECUTORS = 2
 # Worker agents: the leader registers them (WorkerInfo) and places runs on
 # them (runtime/cluster/worker_hub.py); a member of 0.2.0 knows no workers.
 WORKERS = 2
+# Exit-code rules: success_exit_codes, retries.retry_on and
+# retries.not_on_exit_codes decide a run's state and its retry, and the
+# run's reason names the rule that decided (decisions/exit_rules.py). A job
+# that uses them is loaded only from this version on (jobfiles/watcher.py).
+EXIT_RULES = 2
+
+# Keys of a job definition an older member would ignore, and so run the job
+# by other rules: a job using one is loaded only from its version on
+# (runtime/jobfiles/watcher.py). (The key as the canonical JSON writes it,
+# which only a definition that sets it holds; the version; what it is; what
+# an older member would do.)
+JOB_KEYS_SINCE = (
+    ('"executor":', EXECUTORS, "executor: container",
+     "an older member would run the command on its host"),
+    ('"success_exit_codes":', EXIT_RULES, "success_exit_codes",
+     "an older member would count its exit codes as failures"),
+    ('"retry_on":', EXIT_RULES, "retries.retry_on",
+     "an older member would retry what it excludes"),
+    ('"not_on_exit_codes":', EXIT_RULES, "retries.not_on_exit_codes",
+     "an older member would retry those exit codes"),
+)
+
+
+def job_needs(text: str) -> tuple[int, str, str] | None:
+    """(version, key, why) of the newest key a job definition (its
+    canonical JSON) uses that the base rules do not know; None: none."""
+    found = None
+    for marker, version, key, why in JOB_KEYS_SINCE:
+        if marker in text and (found is None or version > found[0]):
+            found = (version, key, why)
+    return found
+
 
 # ``schema_version`` of a database at each cluster version (machine.migrate):
 # a release that cannot apply a version must refuse to open its database.

@@ -337,9 +337,10 @@ class Watcher:
         # seen (the leader is given CLAIM_GRACE to claim it).
         self._unclaimed: dict[str, float] = {}
         self._held_since: float | None = None  # when hold() began to hold a look with changes
-        # Jobs held back until the cluster version allows them (versions.EXECUTORS):
+        # Jobs held back until the cluster version allows them (versions.JOB_KEYS_SINCE):
         # their files are read again once it does.
         self._version_held = False
+        self._held_at = 0                # the cluster version they were held back at
         self.stopped = False
 
     def kick(self) -> None:
@@ -530,19 +531,20 @@ class Watcher:
         new jobs were held back, if they were."""
         leading = getattr(self.proposer, "is_leader", True)
         jobs, file_problems = [], list(scanned.problems)
-        gated = not V.at_least(self.conn, V.EXECUTORS)
+        version = V.recorded(self.conn)
         for job in scanned.jobs:
-            if gated and '"executor":' in job.text:
-                # (to_dict writes the key only for an executor other than local)
+            # (to_dict writes a newer key only when the job sets it)
+            need = V.job_needs(job.text) if version < V.APPLY_VERSION else None
+            if need is not None and need[0] > version:
                 line, col = scanned.positions.get(job.name, (job.line, 1))
                 file_problems.append(Problem(
                     path, line, col,
-                    f"job {job.name!r}: executor: container needs cluster version "
-                    f"{V.EXECUTORS} (every member on cronrd {V.release_of(V.EXECUTORS)} or "
-                    "newer): an older member would run the command on its host; it is "
+                    f"job {job.name!r}: {need[1]} needs cluster version {need[0]} (every "
+                    f"member on cronrd {V.release_of(need[0])} or newer): {need[2]}; it is "
                     "loaded once the last member is upgraded (`cronrd status` shows the "
                     "cluster version)"))
                 self._version_held = True
+                self._held_at = version
                 continue
             prev = seen.get(job.name)
             if prev is not None:
@@ -758,7 +760,7 @@ class Watcher:
             self._kick.clear()
             if self.stopped:
                 return
-            if self._version_held and V.at_least(self.conn, V.EXECUTORS):
+            if self._version_held and V.recorded(self.conn) > self._held_at:
                 self._version_held = False
                 self._fingerprint = None   # the held jobs' files are read again
             if fingerprint(self.jobs_dir) != self._fingerprint:

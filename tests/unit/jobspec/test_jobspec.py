@@ -223,9 +223,10 @@ BAD_FIELD_CASES = [
                            "(got 2021-01-01, which YAML reads as a date)"),
     ("retries: -1", "3:10: retries must be a whole number >= 0 (got -1)"),
     ("retries: 1.5", "3:10: retries must be a count (a whole number >= 0) or a mapping with keys max, "
-                     "delay, backoff, max_delay, jitter (got the number 1.5)"),
+                     "delay, backoff, max_delay, jitter, retry_on, not_on_exit_codes (got the number 1.5)"),
     ("retries: yes", "3:10: retries must be a count (a whole number >= 0) or a mapping with keys max, "
-                     "delay, backoff, max_delay, jitter (got yes, which YAML reads as the boolean true)"),
+                     "delay, backoff, max_delay, jitter, retry_on, not_on_exit_codes (got yes, which YAML "
+                     "reads as the boolean true)"),
     ("retries: {max: x}", "3:16: retries.max must be a whole number >= 0 (got 'x')"),
     ("retries: {backoff: 0.5}", "3:20: retries.backoff must be a number >= 1 (got 0.5); "
                                 "use 1 for a constant delay"),
@@ -289,6 +290,9 @@ BAD_FIELD_CASES = [
                       "command, user, group, env, working_dir, timeout, kill_grace, concurrency, retries, "
                       "catchup, catchup_window, jitter, run_on, on_node_loss, enabled, max_log_bytes"),
     ("timout: 5s", "3:1: unknown key 'timout' (did you mean 'timeout'?)"),
+    ("success_exit_codes: 0", "3:21: success_exit_codes must be a non-empty list of exit codes "
+                              "(0-255) or ranges, e.g. success_exit_codes: [0, 3] or [2, 64-78] "
+                              "(got the number 0)"),
     ("max_running: 0", "3:14: max_running must be a whole number >= 1 (got 0)"),
     ("max_running: many", "3:14: max_running must be a whole number >= 1 (got 'many')"),
     ("max_queued: many", "3:13: max_queued must be a whole number >= 1 (got 'many')"),

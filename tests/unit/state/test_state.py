@@ -455,3 +455,40 @@ def test_every_command_type_has_its_applier_in_the_table():
     assert set(APPLIERS) == set(C.COMMANDS.values())
     for cls, method in APPLIERS.items():
         assert method.__name__ == "_apply_" + cls.op
+
+
+def _at_v2(log):
+    log.apply(C.SetClusterVersion(version=2, members={"n1": "0.3.0"}, at=T0))
+
+
+def test_exit_rules_decide_state_and_retry_and_the_reason_names_the_rule():
+    log = Log()
+    _at_v2(log)
+    log.put(success_exit_codes=[0, 3],
+            retries={"max": 2, "delay": 10.0, "backoff": 2.0, "max_delay": 3600.0,
+                     "jitter": 0.0, "not_on_exit_codes": [2]})
+    a = log.fire(T0 + 1)["run_id"]
+    res = log.finish(a, "failed", exit_code=3)
+    assert res["state"] == "succeeded" and res["retry_run_id"] is None
+    assert "exit 3 counts as success" in log.run(a).reason
+    b = log.fire(T0 + 2)["run_id"]
+    res = log.finish(b, "failed", exit_code=2)
+    assert res["retry_run_id"] is None
+    assert log.run(b).reason == "exit 2 is not in success_exit_codes (0, 3); not retried: " \
+                                "exit 2 is in retries.not_on_exit_codes (2)"
+    c = log.fire(T0 + 3)["run_id"]
+    res = log.finish(c, "failed", exit_code=1)
+    assert log.run(res["retry_run_id"]).attempt == 2
+    assert "retried (retries.retry_on lists failure): attempt 2 of 3" in log.run(c).reason
+
+
+def test_before_version_2_the_exit_rules_are_not_applied():
+    """A log written before the raise is replayed by the old rules."""
+    log = Log()
+    log.put(success_exit_codes=[0, 3],
+            retries={"max": 1, "delay": 10.0, "backoff": 2.0, "max_delay": 3600.0,
+                     "jitter": 0.0, "not_on_exit_codes": [3]})
+    a = log.fire(T0 + 1)["run_id"]
+    res = log.finish(a, "failed", exit_code=3)
+    assert res["state"] == "failed" and res["retry_run_id"] is not None
+    assert log.run(a).reason is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import apsw
+import pytest
 
 from cronrd.errors import NotLeader, RequestError
 from cronrd.runtime.jobfiles import watcher as W
@@ -134,7 +135,14 @@ def test_a_job_file_is_read_again_when_the_pools_change(tmp_path):
     asyncio.run(main())
 
 
-def test_a_container_job_waits_for_the_cluster_version_and_the_others_load(tmp_path):
+@pytest.mark.parametrize("key,text", [
+    ("executor: container", "  executor: {type: container, image: localhost/x:1}\n"),
+    ("success_exit_codes", "  success_exit_codes: [0, 3]\n"),
+    ("retries.not_on_exit_codes", "  retries: {max: 2, not_on_exit_codes: [2]}\n"),
+    ("retries.retry_on", "  retries: {max: 2, retry_on: [timeout]}\n"),
+])
+def test_a_job_with_a_newer_key_waits_for_the_cluster_version_and_the_others_load(
+        tmp_path, key, text):
     """Review of issue 34: a node of 0.2.0 ignores the executor key and would
     run a container job's command on its host. Until the cluster version
     says every member applies it, the job is a problem of its file (the
@@ -145,15 +153,14 @@ def test_a_container_job_waits_for_the_cluster_version_and_the_others_load(tmp_p
     async def main():
         (tmp_path / "box.yaml").write_text(
             "jobs:\n- name: plain\n  schedule: '@daily'\n  command: 'true'\n"
-            "- name: boxed\n  schedule: '@daily'\n  command: 'true'\n"
-            "  executor: {type: container, image: localhost/x:1}\n")
+            "- name: boxed\n  schedule: '@daily'\n  command: 'true'\n" + text)
         sm = StateMachine(apsw.Connection(":memory:"))
         log = LocalLog(sm)
         w = W.Watcher(str(tmp_path), log, sm.conn, Clock(), node="n1", interval=0.05)
         await w.reload()
         assert Q.job_names(sm.conn) == ["plain"]
         (p,) = w.problems
-        assert p.line == 5 and "needs cluster version 2" in p.message, p
+        assert p.line == 5 and f"{key} needs cluster version 2" in p.message, p
         await log.propose(C.SetClusterVersion(version=V.EXECUTORS, members={"n1": "0.3.0"},
                                               at=T0))
         task = asyncio.create_task(w.run())
