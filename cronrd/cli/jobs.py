@@ -215,6 +215,9 @@ def jobs(obj: Ctx, pattern, consistent, as_json):
         out = []
         for j in page:
             state = "paused" if j["paused"] else ("disabled" if not j["enabled"] else "active")
+            if state == "active" and not j["next_fire"] and \
+                    j["schedule"].lstrip().lower().startswith("@at"):
+                state = "done"   # its one fire time was handled
             if j.get("file_problem"):
                 state += " (last good)"
                 last_good.append(f"{j['name']}: {j['file_problem']}")
@@ -396,11 +399,19 @@ def print_job(j: dict, now: float) -> None:
         from ..schedule import format_fire, parse_iso
         click.echo("next       " + "\n           ".join(
             format_fire(parse_iso(t), j["timezone"]) for t in nxt))
+    elif state == "done":
+        click.echo("next       none (its one fire time, @at, was handled)")
     else:
         click.echo("next       none (" + ("not scheduled while " + state.split(" ")[0]
                                           if not state.startswith("active") else
                                           "the schedule fires no more, or only at boot")
                    + ")")
+    plans = j.get("planned") or []
+    if plans:
+        from ..schedule import format_fire, parse_iso
+        click.echo("planned    " + "\n           ".join(
+            f"{format_fire(parse_iso(p['due']), j['timezone'])}  plan {p['plan_id']} by "
+            f"{p['by']}" for p in plans) + "\n           (`cronrd cancel --plan ID` removes one)")
     active = j.get("active_runs") or []
     if active:
         click.echo(f"active     {len(active)} run(s):")

@@ -324,36 +324,47 @@ def import_crontab(file, system, owner, include_commented, output):
 @click.option("--after", metavar="ISO-TIME", help="Start after this time (default: now).")
 @click.pass_obj
 def next_cmd(obj: Ctx, what, count, tz, after):
-    """Print the next fire times of a schedule expression or a job."""
+    """Print the next fire times of a schedule expression or a job, and a
+    job's planned runs (`run-now --at`)."""
     from ..schedule import format_fire, host_timezone, make_trigger, parse_iso, parse_schedule
-    expr, job_tz = _schedule_of(obj, what)
+    expr, job_tz, plans = _schedule_of(obj, what)
     cfg = obj.try_config()
     zone = tz or job_tz or (cfg.timezone if cfg else host_timezone())
     sched = parse_schedule(expr)
+    t = parse_iso(after) if after else int(Clock().now())
+    lines: list[tuple[int, str]] = [
+        (parse_iso(p["due"]), f"  planned run {p['plan_id']} (run-now --at, by {p['by']}; "
+                              f"`cronrd cancel --plan {p['plan_id']}` removes it)")
+        for p in plans if parse_iso(p["due"]) > t]
     if sched.kind == "reboot":
         click.echo("@reboot fires once when cronrd starts after the host boots")
-        return
-    if sched.kind == "after":
+    elif sched.kind == "after":
         click.echo("@after has no time of its own: the job runs once its parents' runs "
                    "(depends_on) allow; `cronrd graph` shows them")
-        return
-    trigger = make_trigger(sched, zone)
-    t = parse_iso(after) if after else int(Clock().now())
-    for _ in range(count):
-        fire = trigger.next_after(t)
-        if fire is None:
-            break
-        t = fire
-        click.echo(format_fire(t, zone))
+    else:
+        trigger = make_trigger(sched, zone)
+        f = t
+        for _ in range(count):
+            fire = trigger.next_after(f)
+            if fire is None:
+                break
+            f = fire
+            lines.append((fire, ""))
+        if sched.kind == "at" and not any(not note for _, note in lines):
+            at = trigger.next_after(-1)
+            click.echo(f"{expr}: its one fire time ({format_fire(at, zone) if at else '-'}) "
+                       f"is not after {format_fire(t, zone)}: the job is done")
+    for fire, note in sorted(lines)[:count]:
+        click.echo(format_fire(fire, zone) + note)
 
 
-def _schedule_of(obj: Ctx, what: str) -> tuple[str, str | None]:
-    """(expression, timezone) for an expression or a job name."""
+def _schedule_of(obj: Ctx, what: str) -> tuple[str, str | None, list[dict]]:
+    """(expression, timezone, planned runs) for an expression or a job name."""
     if what.startswith("@") or " " in what.strip():
-        return what, None
+        return what, None, []
     try:
         job = obj.client(timeout=5).call("job", {"name": what})
-        return job["schedule"], job["spec"].get("timezone")
+        return job["schedule"], job["spec"].get("timezone"), job.get("planned") or []
     except CronrdError:
         pass
     cfg = obj.try_config()
@@ -363,7 +374,7 @@ def _schedule_of(obj: Ctx, what: str) -> tuple[str, str | None]:
         if os.path.isdir(jobs_dir) else None
     if res is not None and what in res.jobs:
         spec = res.jobs[what]
-        return spec.schedule, spec.timezone
+        return spec.schedule, spec.timezone, []
     raise UsageError(f"{what!r} is neither a schedule expression nor a known job; quote "
                      "an expression, e.g. cronrd next '*/5 * * * *'")
 

@@ -159,9 +159,13 @@ def _end_line(state: dict) -> None:
               "CRONRD_PARAM_<NAME>.")
 @click.option("--key", metavar="KEY", help="Idempotency key: if the job already has a run "
               "made with KEY, that run is returned and no new one starts.")
+@click.option("--at", "at", metavar="TIME", help="Run it once, later: at TIME (ISO 8601; "
+              "without an offset, in the job's time zone) or +DURATION (+90m). The planned "
+              "run survives failover; `cronrd next JOB` lists it, `cronrd cancel --plan ID` "
+              "removes it.")
 @click.pass_obj
-def run_now(obj: Ctx, job, wait, params, key):
-    """Start a job now, outside its schedule."""
+def run_now(obj: Ctx, job, wait, params, key, at):
+    """Start a job now (or --at a later time), outside its schedule."""
     def show(msg):
         if "event" in msg:
             r = msg["event"]
@@ -170,6 +174,12 @@ def run_now(obj: Ctx, job, wait, params, key):
     args = {"job": job, "wait": wait, "params": param_pairs(params)}
     if key is not None:
         args["key"] = key
+    if at is not None:
+        args["at"] = at
+        res = obj.client().call("run_now", args)
+        click.echo(f"planned run {res['plan_id']} of {job} at {res['due']}; `cronrd next {job}` "
+                   f"lists it, `cronrd cancel --plan {res['plan_id']}` removes it")
+        return
     res = obj.client(timeout=None if wait else 30.0).call("run_now", args, on_message=show)
     if not wait and not res.get("existing") and res.get("state") == "waiting" and \
             (res.get("reason") or "").startswith("pool "):
@@ -221,12 +231,21 @@ def wait_exit_code(run: dict) -> int:
 @click.argument("run_id", metavar="[RUN_ID]", type=int, required=False)
 @click.option("--job", metavar="JOB", shell_complete=complete_jobs,
               help="Cancel every run of JOB that has not ended.")
+@click.option("--plan", "plan", metavar="ID", type=int,
+              help="Remove a planned run (`run-now --at`) before it starts.")
 @click.pass_obj
-def cancel(obj: Ctx, run_id, job):
+def cancel(obj: Ctx, run_id, job, plan):
     """Cancel a run that has not ended: its processes get SIGTERM, then
-    SIGKILL after the job's kill_grace; it ends `cancelled` and is not retried."""
+    SIGKILL after the job's kill_grace; it ends `cancelled` and is not retried.
+    With --plan, remove a planned run before it starts."""
+    if plan is not None:
+        if run_id is not None or job is not None:
+            raise UsageError("give --plan ID alone")
+        res = obj.client().call("cancel", {"plan": plan})
+        click.echo(f"planned run {plan} of {res['job']} at {res['due']}: cancelled")
+        return
     if (run_id is None) == (job is None):
-        raise UsageError("give a RUN_ID (`cronrd runs` lists them) or --job JOB")
+        raise UsageError("give a RUN_ID (`cronrd runs` lists them), --job JOB or --plan ID")
     if job is not None:
         res = obj.client().call("cancel", {"job": job})
         if not res["runs"]:

@@ -102,14 +102,20 @@ class RunNow:
     key: Annotated[str, Doc("an idempotency key: a second run-now with it gives the "
                             "first run")] = ""
     wait: Annotated[bool, Doc("stream the run's attempts until it ends")] = False
+    at: Annotated[str, MaxLen(100, "--at is longer than {n} characters"),
+                  Doc("run it later, at this time: ISO 8601 (without an offset: in the "
+                      "job's time zone) or +DURATION; the run is planned (replicated, "
+                      "listed by `next`, removed by `cancel --plan ID`)")] = ""
 
 
 @dataclass(frozen=True)
 class CancelRun:
-    """Cancel one run (``run_id``), or every active run of ``job``."""
+    """Cancel one run (``run_id``), every active run of ``job``, or a
+    planned run (``plan``) before it starts."""
     OP: ClassVar[str] = "cancel"
     run_id: Annotated[int | None, Doc("the run")] = None
     job: Annotated[str | None, Doc("every active run of this job")] = None
+    plan: Annotated[int | None, Doc("a planned run (`run-now --at`), by its plan id")] = None
 
 
 NOTE = 1_000  # characters of a pause note

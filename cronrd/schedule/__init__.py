@@ -25,7 +25,7 @@ from .durations import human_duration, parse_duration, parse_size
 from .expressions import Schedule, parse_schedule
 from .previous import prev_before
 from .timestamps import format_fire, iso_utc, parse_iso
-from .triggers import Trigger, make_trigger
+from .triggers import Trigger, at_time, make_trigger
 from .zones import MAX_DST_SHIFT, host_timezone, resolve_timezone
 
 
@@ -34,6 +34,7 @@ __all__ = [
     "CatchupPlan",
     "Schedule",
     "Trigger",
+    "at_time",
     "format_fire",
     "host_timezone",
     "human_duration",

@@ -10,6 +10,7 @@ and ``5#2`` (day of week).  :mod:`.matching` holds what the fields mean.
 
 from __future__ import annotations
 
+import datetime as _dt
 import difflib
 import re
 from dataclasses import dataclass, field as _field
@@ -30,8 +31,10 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "@midnight": ("0", "0", "0", "*", "*", "*"),
     "@hourly": ("0", "0", "*", "*", "*", "*"),
 }
-_AT_WORDS = list(_ALIASES) + ["@every", "@reboot", "@after"]
-_AT_HELP = ", ".join(list(_ALIASES) + ["@every <duration>", "@reboot", "@after"])
+_AT_WORDS = list(_ALIASES) + ["@every", "@reboot", "@after", "@at"]
+_AT_HELP = ", ".join(list(_ALIASES) + ["@every <duration>", "@reboot", "@after",
+                                       "@at <ISO 8601 time>"])
+_AT_EXAMPLE = "'@at 2026-12-24T18:00:00+01:00' (or without the offset: in the job's time zone)"
 _FIELD_HELP = (
     "use 5 fields (minute hour day-of-month month day-of-week), "
     "6 fields (second minute hour day-of-month month day-of-week) or an @-word such as @daily"
@@ -71,10 +74,14 @@ class Schedule:
     (every only) is seconds.
     """
 
-    kind: str  # "cron" | "every" | "reboot" | "after" (no time: fired by its parents)
+    kind: str  # "cron" | "every" | "reboot" | "after" (no time: fired by its parents) | "at"
     expr: str
     fields: tuple[str, ...] = ()
     interval: int = 0
+    # "at" only: the wall-clock time (year, month, day, hour, minute, second)
+    # and its UTC offset in seconds (None: the job's time zone says).
+    at: tuple[int, ...] = ()
+    at_offset: int | None = None
     cron: CronFields | None = _field(default=None, compare=False, repr=False)
 
     @property
@@ -257,6 +264,30 @@ def _compile(parts: list[_Field], fields: tuple[str, ...]) -> CronFields:
     )
 
 
+def _parse_at(expr: str, text: str, tokens: list[tuple[str, int]], end: int) -> Schedule:
+    """``@at 2026-12-24T18:00:00+01:00``: one fire time. Without an
+    offset, the time is read in the job's time zone (the trigger's)."""
+    if len(tokens) < 2:
+        raise ScheduleError(f"@at needs a time, e.g. {_AT_EXAMPLE}", end)
+    col = tokens[1][1]
+    when = expr[col:].strip()
+    iso = when[:-1] + "+00:00" if when[-1:] in ("z", "Z") else when
+    try:
+        value = _dt.datetime.fromisoformat(iso)
+    except ValueError:
+        raise ScheduleError(f"@at time '{when}' is not an ISO 8601 time: use e.g. "
+                            f"{_AT_EXAMPLE}", col) from None
+    if value.microsecond:
+        raise ScheduleError(f"@at time '{when}' has a fraction of a second: fire times are "
+                            "whole seconds", col)
+    if not 1971 <= value.year <= 8999:
+        raise ScheduleError(f"@at time '{when}': the year must be 1971-8999", col)
+    offset = value.utcoffset()
+    wall = (value.year, value.month, value.day, value.hour, value.minute, value.second)
+    return Schedule("at", text, at=wall,
+                    at_offset=None if offset is None else int(offset.total_seconds()))
+
+
 @lru_cache(maxsize=16384)
 def parse_schedule(expr: str) -> Schedule:
     """Parse a cron expression (5 or 6 fields), an @-word, ``@every D`` or ``@reboot``.
@@ -287,6 +318,8 @@ def parse_schedule(expr: str) -> Schedule:
             if seconds != int(seconds):
                 raise ScheduleError(f"@every interval '{dur_text}' must be a whole number of seconds", dur_col)
             return Schedule("every", text, (), int(seconds))
+        if word == "@at":
+            return _parse_at(expr, text, tokens, first_col + len(first))
         if word in _ALIASES or word in ("@reboot", "@after"):
             if len(tokens) > 1:
                 raise ScheduleError(f"unexpected '{tokens[1][0]}' after {first}", tokens[1][1])

@@ -27,6 +27,9 @@ def prev_before(trigger: Trigger, t: float) -> int | None:
     if kind == "every":
         step = trigger.schedule.interval
         return ((t - 1) // step) * step
+    if kind == "at":
+        at = trigger.next_after(_MIN_T)
+        return at if at is not None and at < t else None
     if kind != "cron" or t <= _MIN_T:
         return None
     window = _FIRST_WINDOW

@@ -51,6 +51,9 @@ class Trigger:
         self.schedule = schedule
         self.tz = tz
         self._win: _Window | None = None
+        self._at: int | None = None
+        if schedule.kind == "at":
+            self._at = at_instant(schedule, tz)
         if schedule.kind == "cron":
             self._fixed = schedule.fixed_time
             self._cron = cast(CronFields, schedule.cron)  # parse_schedule sets it for every cron schedule
@@ -91,6 +94,8 @@ class Trigger:
         if kind == "every":
             step = self.schedule.interval
             return (t // step + 1) * step
+        if kind == "at":
+            return self._at if self._at is not None and self._at > t else None
         if kind != "cron":
             return None
         x = t + 1  # looking for instants >= x
@@ -144,6 +149,8 @@ class Trigger:
         if kind == "every":
             step = self.schedule.interval
             return until // step - after // step
+        if kind == "at":
+            return 1 if self._at is not None and after < self._at <= until else 0
         if kind != "cron":
             return 0
         after = max(after, _MIN_T - 1)
@@ -238,7 +245,57 @@ class Trigger:
         return total
 
 
+def at_instant(schedule: Schedule, tz: _dt.tzinfo) -> int:
+    """The instant of an ``@at`` schedule: its own offset, else its wall
+    time in ``tz``, with cron's rules for a fixed time across a change: a
+    time a spring-forward skips fires at the jump; a repeated time fires
+    in its first pass."""
+    y, mo, d, h, mi, sec = schedule.at
+    wall = _dt.datetime(y, mo, d, h, mi, sec)
+    if schedule.at_offset is not None:
+        aware = wall.replace(tzinfo=_dt.timezone(_dt.timedelta(seconds=schedule.at_offset)))
+        return int((aware - _EPOCH).total_seconds())
+    first = wall.replace(tzinfo=tz, fold=0)
+    t = int((first - _EPOCH).total_seconds())
+    back = (_EPOCH + _dt.timedelta(seconds=t)).astimezone(tz).replace(tzinfo=None)
+    if back != wall:
+        # a skipped wall time: fold=0 read it with the offset before the
+        # jump, which lands after it; the jump is the first instant whose
+        # wall clock is past it
+        lo, hi = t - 4 * 3600, t
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if (_EPOCH + _dt.timedelta(seconds=mid)).astimezone(tz).replace(tzinfo=None) > wall:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+    return t
+
+
 def make_trigger(schedule: Schedule, tz: str | ZoneInfo) -> Trigger:
     """A :class:`Trigger` for ``schedule`` in zone ``tz`` (name or ZoneInfo)."""
     zone = tz if isinstance(tz, _dt.tzinfo) else resolve_timezone(tz)
     return Trigger(schedule, zone)
+
+
+def at_time(text: str, tz: str | ZoneInfo, now: float) -> int:
+    """A later time as an operator writes it (`run-now --at`): ISO 8601
+    (without an offset: in ``tz``, by the ``@at`` rules) or ``+DURATION``
+    from ``now``. ScheduleError for anything else."""
+    from .durations import parse_duration
+    from .expressions import parse_schedule
+    from cronrd.errors import ScheduleError
+    text = text.strip()
+    if text.startswith("+"):
+        try:
+            return math.ceil(now + parse_duration(text[1:]))
+        except ScheduleError as exc:
+            raise ScheduleError(f"--at {text!r}: {exc.message}; e.g. +90m") from None
+    try:
+        sched = parse_schedule("@at " + text)
+    except ScheduleError as exc:
+        raise ScheduleError(exc.message.replace("@at time", "time") + "; or +DURATION, "
+                            "e.g. +90m") from None
+    zone = tz if isinstance(tz, _dt.tzinfo) else resolve_timezone(tz)
+    return at_instant(sched, zone)

@@ -11,6 +11,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any, Iterable
 
+from . import planned as PLN
 from . import commands as C
 from . import dependencies as deps
 from . import run_events as RE
@@ -449,6 +450,7 @@ class JobsApply(ApplyBase):
         digest = job["digest"]
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
         self.conn.execute("DELETE FROM pauses WHERE name=?", (name,))
+        PLN.remove_job(self.conn, name)  # its planned runs (none before version 2)
         RE.forget(self.conn, name)  # a job of this name made again starts afresh
         self._forget_specs(name, [digest])
         deps.sync_parents(self, name)

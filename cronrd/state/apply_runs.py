@@ -15,6 +15,7 @@ from ..decisions import exit_rules, overlap
 from ..jobspec.fields import MAX_QUEUED_LIMIT
 from ..schedule import iso_utc, retry_delay
 from . import checkpoints as CK
+from . import planned as PLN
 from . import versions as V
 from . import commands as C
 from . import dependencies as deps
@@ -28,7 +29,8 @@ from . import queue as QU
 from . import run_params as RP
 from ..model.run import SELECT as SELECT_RUNS, Run
 from ..errors import Conflict, Refused
-from .effects import CancelRequested, Effect, RunAssigned, RunDone, RunMoved, RunPending
+from .effects import (CancelRequested, Effect, PlansChanged, RunAssigned, RunDone, RunMoved,
+                      RunPending)
 from ..model.run_states import ACTIVE, NOT_STARTED, REPORTABLE, TRANSITIONS, sql_in
 from .apply_common import ApplyBase
 
@@ -252,6 +254,38 @@ class RunsApply(ApplyBase):
         return {"gap_id": self.conn.last_insert_rowid()}
 
 
+    def _apply_plan_run(self, index: int, cmd: C.PlanRun, effects: list[Effect]) -> dict[str, Any]:
+        self._need_job(cmd.job)
+        problem = RP.params_problem(cmd.params) or (cmd.key and RP.key_problem(cmd.key))
+        if problem:
+            raise Refused(f"plan_run: {problem}")
+        if cmd.due <= cmd.at:
+            raise Refused(f"plan_run: {iso_utc(cmd.due)} is not after the request's time "
+                          f"{iso_utc(cmd.at)}; for a run now, leave out --at")
+        if PLN.count(self.conn) >= PLN.MAX_PLANS or \
+                PLN.count(self.conn, cmd.job) >= PLN.MAX_PLANS_PER_JOB:
+            raise Refused(f"job {cmd.job!r} or the cluster has as many planned runs as it "
+                          f"may ({PLN.MAX_PLANS_PER_JOB} a job, {PLN.MAX_PLANS} in all); "
+                          "`cronrd cancel --plan ID` removes one (`cronrd next JOB` lists them)")
+        if cmd.key and (RP.run_of_key(self.conn, cmd.job, cmd.key) is not None or any(
+                p.key == cmd.key for p in PLN.plans(self.conn, cmd.job))):
+            raise Conflict(f"job {cmd.job!r} has a run or a planned run with key {cmd.key!r} "
+                           "already; use another --key")
+        plan = PLN.add(self.conn, index, cmd.job, cmd.due, cmd.params, cmd.key, cmd.by, cmd.at)
+        effects.append(PlansChanged())
+        return {"plan": plan.view()}
+
+
+    def _apply_cancel_plan(self, index: int, cmd: C.CancelPlan, effects: list[Effect]) -> dict[str, Any]:
+        plan = PLN.get(self.conn, cmd.plan_id)
+        if plan is None:
+            raise Refused(f"no planned run {cmd.plan_id}: it started or was cancelled "
+                          "(`cronrd runs JOB` lists its run)")
+        PLN.remove(self.conn, cmd.plan_id)
+        effects.append(PlansChanged())
+        return {"plan": plan.view(), "cancelled_by": cmd.by}
+
+
     def _apply_manual_run(self, index: int, cmd: C.ManualRun, effects: list[Effect]) -> dict[str, Any]:
         job = self._need_job(cmd.job)
         problem = RP.params_problem(cmd.params) or (cmd.key and RP.key_problem(cmd.key))
@@ -262,7 +296,24 @@ class RunsApply(ApplyBase):
             if existing is not None:  # the key's run: no second one
                 run = self._get_run(existing)
                 return {"run_id": run.run_id, "state": run.state.value, "existing": True}
+        if cmd.plan_id:
+            plan = PLN.get(self.conn, cmd.plan_id)
+            if plan is None or plan.job != cmd.job or plan.run_key != cmd.key:
+                raise Refused(f"planned run {cmd.plan_id} of job {cmd.job!r} is not planned "
+                              "(cancelled, or started already)")
+            PLN.remove(self.conn, cmd.plan_id)
+            effects.append(PlansChanged())
         reason = self._admit(index, job, cmd.at, effects)
+        if reason is not None and cmd.plan_id:
+            # nobody is waiting to hear "conflict": the planned time is recorded skipped
+            run = self._insert_run(index, job=cmd.job, origin="manual", kind="manual",
+                                   fire_time=int(cmd.at), attempt=1, state="skipped",
+                                   node=None, due_at=None, at=cmd.at,
+                                   reason=f"planned run {cmd.plan_id} not started: {reason}")
+            self.conn.execute("UPDATE runs SET finished_at=? WHERE run_id=?",
+                              (cmd.at, run.run_id))
+            RP.record(self.conn, run.run_id, cmd.job, cmd.params, cmd.key)
+            return {"run_id": run.run_id, "state": "skipped", "reason": run.reason}
         if reason is not None:
             raise Conflict(f"job {cmd.job!r} not started: {reason}; wait for the active run "
                           "to finish (`cronrd runs " + cmd.job + " --state running`)")

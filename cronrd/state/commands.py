@@ -165,9 +165,12 @@ class ManualRun(Command):
     node: str
     at: float
     # Without params and key, the bytes of the releases before them.
-    added: ClassVar[dict[str, int]] = {"params": 1, "key": 1}
+    added: ClassVar[dict[str, int]] = {"params": 1, "key": 1, "plan_id": 2}
     params: dict[str, Any] = field(default_factory=dict)
     key: str = ""
+    # The planned run (PlanRun) this starts: proposed by the leader alone,
+    # ``at`` is the planned time; a plan cancelled meanwhile is refused.
+    plan_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -615,6 +618,34 @@ class SetClusterVersion(Command):
     at: float
 
 
+@dataclass(frozen=True)
+class PlanRun(Command):
+    """`cronrd run-now JOB --at TIME`: a one-off run of ``job`` at ``due``
+    (state/planned.py), with `--param` values and a `--key`; ``by``: who
+    asked, ``at``: when. The leader starts it at ``due`` (a ManualRun with
+    its ``plan_id``); until then `cronrd cancel --plan` removes it."""
+
+    op: ClassVar[str] = "plan_run"
+    since: ClassVar[int] = 2
+    job: str
+    due: float
+    by: str
+    at: float
+    params: dict[str, Any] = field(default_factory=dict)
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class CancelPlan(Command):
+    """Remove planned run ``plan_id`` before it starts."""
+
+    op: ClassVar[str] = "cancel_plan"
+    since: ClassVar[int] = 2
+    plan_id: int
+    by: str
+    at: float
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
@@ -624,7 +655,7 @@ COMMANDS: dict[str, type[Command]] = {
               DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction, SetPools,
               StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout, CreateToken,
               RevokeToken, DrainNode, SetClusterVersion, StartSession, EndSession,
-              WorkerInfo)
+              WorkerInfo, PlanRun, CancelPlan)
 }
 
 

@@ -63,6 +63,13 @@ class JobsChanged(Effect):
 
 
 @dataclass(frozen=True)
+class PlansChanged(Effect):
+    """A planned run (`run-now --at`) was added, cancelled or started: the
+    leader looks again at the soonest (runtime/leader/planned.py)."""
+    kind: ClassVar[str] = "plans_changed"
+
+
+@dataclass(frozen=True)
 class JobSourceMoved(Effect):
     """The definition of a job in force now comes from another file or node."""
     kind: ClassVar[str] = "job_source_moved"

@@ -58,6 +58,9 @@ FORWARDABLE: dict[str, str] = {
     # the token and that the run is the sender's)
     C.SaveCheckpoint.op: "node",
     C.Heartbeat.op: "node",
+    # an operator's `run-now --at` and its cancel, asked on a follower
+    C.PlanRun.op: "",
+    C.CancelPlan.op: "",
 }
 
 
@@ -72,6 +75,9 @@ def check_forwarded(cmd: C.Command, sender: str,
                                "not propose it (run the same cronrd version on every node)")
     if field:
         node = getattr(cmd, field)
+        if isinstance(cmd, C.ManualRun) and cmd.plan_id:
+            raise PermissionDenied(f"a planned run's start is the leader's alone; node "
+                                   f"{sender} may not propose it")
         if isinstance(cmd, C.ManualRun) and node == "":
             pass  # the leader places it
         elif node != sender:

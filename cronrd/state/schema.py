@@ -470,6 +470,19 @@ CREATE TABLE IF NOT EXISTS workers(
     version TEXT NOT NULL,           -- the cronrd it runs
     since REAL NOT NULL              -- registered (or its tags last changed)
 ) WITHOUT ROWID;
+-- One-off runs planned for a later time (`run-now --at`; state/planned.py).
+-- Cluster version 2 on: empty before.
+CREATE TABLE IF NOT EXISTS planned_runs(
+    plan_id INTEGER PRIMARY KEY,     -- the PlanRun's log index
+    job TEXT NOT NULL,
+    due REAL NOT NULL,               -- when it starts
+    params TEXT NOT NULL,            -- canonical JSON of its --param values
+    key TEXT NOT NULL,               -- its --key ('' for none)
+    by TEXT NOT NULL,                -- who planned it
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS planned_runs_due ON planned_runs(due, plan_id);
+CREATE INDEX IF NOT EXISTS planned_runs_job ON planned_runs(job, due);
 -- Nodes an admin drained (state/node_drains.py): no new runs go there.
 CREATE TABLE IF NOT EXISTS node_drains(
     node TEXT PRIMARY KEY,

@@ -63,7 +63,8 @@ VERSIONS: dict[int, Version] = {
                         "web UI sessions of their own (StartSession, EndSession); an SLA "
                         "alert is resolved when its fire time's run succeeds; a failed "
                         "alert names its event; jobs with executor: container; worker agents; exit-code rules "
-                        "(success_exit_codes, retries.retry_on, retries.not_on_exit_codes)"),
+                        "(success_exit_codes, retries.retry_on, retries.not_on_exit_codes); "
+                        "one-shot runs (schedule @at, run-now --at)"),
 }
 
 APPLY_VERSION = max(VERSIONS)   # the newest this code applies
@@ -92,6 +93,10 @@ WORKERS = 2
 # run's reason names the rule that decided (decisions/exit_rules.py). A job
 # that uses them is loaded only from this version on (jobfiles/watcher.py).
 EXIT_RULES = 2
+# One-shot runs: schedule "@at TIME" (a 0.2.0 member cannot read it), and
+# runs planned for later (`run-now --at`: PlanRun, CancelPlan, the plan_id
+# of ManualRun; the planned_runs table, in the digest from its first row).
+ONE_SHOTS = 2
 
 # Keys of a job definition an older member would ignore, and so run the job
 # by other rules: a job using one is loaded only from its version on
@@ -107,6 +112,8 @@ JOB_KEYS_SINCE = (
      "an older member would retry what it excludes"),
     ('"not_on_exit_codes":', EXIT_RULES, "retries.not_on_exit_codes",
      "an older member would retry those exit codes"),
+    ('"schedule":"@at', ONE_SHOTS, "schedule: @at",
+     "an older member cannot read the schedule"),
 )
 
 
@@ -114,6 +121,8 @@ def job_needs(text: str) -> tuple[int, str, str] | None:
     """(version, key, why) of the newest key a job definition (its
     canonical JSON) uses that the base rules do not know; None: none."""
     found = None
+    text = text.replace('"schedule":"@AT', '"schedule":"@at').replace(
+        '"schedule":"@At', '"schedule":"@at')
     for marker, version, key, why in JOB_KEYS_SINCE:
         if marker in text and (found is None or version > found[0]):
             found = (version, key, why)

@@ -488,3 +488,23 @@ def test_a_token_reruns_and_backfills_downstream_only_within_its_glob(node):
     assert status == 202, res
     node.wait_runs(lambda rs: len([r for r in rs if r["job"] == "web-child"]) == 2,
                    what="web-child rerun downstream by the unlimited token")
+
+
+def test_a_run_planned_through_the_api_is_listed_and_cancelled(api_node):
+    """Issue 35: POST .../run with at plans a run; the job lists it; POST
+    /plans/ID/cancel removes it; a token limited to other jobs cannot."""
+    n = api_node
+    wait_for(lambda: n.call("status")["versions"]["cluster_version"] >= 2, 30,
+             what="cluster version 2")
+    status, _, plan = call(n.url, "POST", "jobs/db-backup/run", n.op, {"at": "+2h"})
+    assert status == 202 and plan["state"] == "planned" and plan["job"] == "db-backup", plan
+    status, _, job = call(n.url, "GET", "jobs/db-backup", n.viewer)
+    assert [p["plan_id"] for p in job["planned"]] == [plan["plan_id"]]
+    other = call(n.url, "POST", "jobs/web-report/run", n.admin, {"at": "+2h"})[2]
+    problem(call(n.url, "POST", f"plans/{other['plan_id']}/cancel", n.op, {}), 403)
+    problem(call(n.url, "POST", "jobs/db-backup/run", n.op, {"at": "yesterday"}), 400)
+    status, _, res = call(n.url, "POST", f"plans/{plan['plan_id']}/cancel", n.op, {})
+    assert status == 200 and res["state"] == "cancelled"
+    problem(call(n.url, "POST", f"plans/{plan['plan_id']}/cancel", n.op, {}), 404)
+    assert call(n.url, "GET", "jobs/db-backup", n.viewer)[2]["planned"] == []
+    assert n.runs("db-backup") == []

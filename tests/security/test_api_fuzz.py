@@ -181,6 +181,12 @@ def test_every_operation_answers_as_its_document_says(node, tmp_path):
         for verb in ("pause", "resume", "cancel"):
             call("POST", f"/api/v1/backfills/{bid}/{verb}", json={})
     call("POST", f"/api/v1/runs/{slow}/cancel", json={})
+    wait_for(lambda: node.call("status")["versions"]["cluster_version"] >= 2,
+             what="cluster version 2 (planned runs)")
+    plan = call("POST", "/api/v1/jobs/a/run", json={"at": "+1h"}).json()
+    call("POST", f"/api/v1/plans/{plan['plan_id']}/cancel", json={})
+    call("POST", "/api/v1/plans/999999/cancel", json={})
+    call("POST", "/api/v1/jobs/a/run", json={"at": "+99999999999999999999999y"})
     alerts = call("GET", "/api/v1/alerts?all=true").json()["items"]
     if alerts:
         call("POST", f"/api/v1/alerts/{alerts[0]['alert_id']}/ack", json={"note": "seen"})

@@ -73,7 +73,6 @@ NO_UNIT_TEST_FILE = {
     "schedule/delays.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/durations.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/timestamps.py": "unit/schedule/test_schedule.py (the package as a whole)",
-    "schedule/triggers.py": "unit/schedule/test_schedule.py (the package as a whole)",
     "schedule/zones.py": "unit/schedule/test_schedule.py (the package as a whole)",
     # raft/
     "raft/log.py": "unit/raft/test_core.py (the Raft core's in-memory log)",

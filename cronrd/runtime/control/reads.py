@@ -17,7 +17,7 @@ from ...jobspec.as_written import written
 from ...ops import requests as R
 from ...schedule import iso_utc, make_trigger, parse_iso, parse_schedule
 from ...state import queries as Q
-from ...state import checkpoints, run_params
+from ...state import checkpoints, planned, run_params
 
 RECENT_RUNS = 10   # `cronrd show`: the last runs
 
@@ -91,6 +91,18 @@ def runs_listing(conn: apsw.Connection, req: R.ListRuns, default_tz: str,
     return {"runs": views, "gaps": gaps, "applied_index": applied_index}
 
 
+def is_done(schedule: str, tz: str, cursor: float | None) -> bool:
+    """An ``@at`` job whose one fire time was handled: done (it stays
+    listed with its run)."""
+    if not schedule.lstrip().lower().startswith("@at"):
+        return False
+    try:
+        at = make_trigger(parse_schedule(schedule), tz).next_after(-1)
+    except CronrdError:
+        return False
+    return at is not None and float(cursor or 0) >= at
+
+
 def next_fires(schedule: str, tz: str, after: float, count: int) -> list[str]:
     """The next ``count`` fire times of a schedule after ``after`` (ISO UTC)."""
     try:
@@ -133,7 +145,10 @@ def job_details(conn, job: dict, view: dict, now: float, count: int,
     if state == "active":
         start = max(float(job["cursor"] or 0), now)
         upcoming = next_fires(view["schedule"], view["timezone"], start, count)
+        if not upcoming and is_done(view["schedule"], view["timezone"], job["cursor"]):
+            state = "done"
     return {
+        "planned": [p.view() for p in planned.plans(conn, name)],
         "state": state,
         "pause": pause,
         "maintenance": maintenance,

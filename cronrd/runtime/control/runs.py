@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...errors import CronrdError, RequestError, UsageError
+from ...errors import CronrdError, RequestError, ScheduleError, UsageError
 from ...jobspec import JobSpec
 from ...jobspec.params import check_run_params
 from ...ops import requests as R
 from ...state import commands as C
 from ...model import run_states
-from ...state import run_params
+from ...state import planned, run_params
+from ...schedule import at_time, iso_utc
 from ...state import queries as Q
 from .access import Caller
 from .server import Stream
@@ -42,6 +43,7 @@ def run_now_inputs(job: str, spec: JobSpec, req: R.RunNow) -> tuple[dict[str, st
 # filled a shared pool's queue and made another job miss its start_deadline
 # (issue 32 point 8). Runs that can start at once are not counted.
 MAX_QUEUED_MANUAL = 10
+MAX_PLAN_AHEAD = 366 * 86400   # a planned run is at most this far ahead
 
 
 class TooManyQueued(RequestError):
@@ -86,9 +88,11 @@ class RunRequests(_Host):
         name = req.job
         job = await self._job_for(caller, "run_now", name)
         await self._authorize_job(caller, "run_now", name, name, change=True)
-        check_manual_queue(self.conn, name, req.key)
         wait = req.wait
         params, key = run_now_inputs(name, job["spec"], req)
+        if req.at:
+            return await self._plan_run(name, job["spec"], req, params, key, caller)
+        check_manual_queue(self.conn, name, req.key)
         # The leader places it (node ""), honouring run_on.
         res = await self.log.propose(C.ManualRun(job=name, node="", at=self.clock.now(),
                                                  params=params, key=key))
@@ -98,6 +102,28 @@ class RunRequests(_Host):
                     **({"existing": True} if res.get("existing") else {}),
                     **({"reason": res["reason"]} if res.get("reason") else {})}
         return Stream(self._follow_attempts(run_id))
+
+    async def _plan_run(self, name: str, spec: JobSpec, req: R.RunNow, params: dict,
+                        key: str, caller: Caller) -> dict[str, Any]:
+        """`run-now --at TIME`: a planned run (state/planned.py)."""
+        if req.wait:
+            raise UsageError("--wait and --at do not go together: a planned run starts "
+                             "later; `cronrd runs JOB` shows it once it has")
+        now = self.clock.now()
+        tz = spec.timezone or self.config.timezone
+        try:
+            due = at_time(req.at, tz, now)
+        except ScheduleError as exc:
+            raise UsageError(f"--at {req.at!r}: {exc.message}") from None
+        if due <= now:
+            raise UsageError(f"--at {req.at!r} is {iso_utc(due)}, not later than now "
+                             f"({iso_utc(now)}); leave out --at to run it now")
+        if due - now > MAX_PLAN_AHEAD:
+            raise UsageError(f"--at {req.at!r} is more than a year ahead; put it in a job "
+                             "file with schedule: \"@at TIME\" instead")
+        res = await self.log.propose(C.PlanRun(job=name, due=due, by=caller.describe(),
+                                               at=now, params=params, key=key))
+        return {**res["plan"], "state": "planned"}
 
     async def _follow_attempts(self, run_id: int):
         """Wait for the run and any retries; yield each attempt's end."""
@@ -114,6 +140,16 @@ class RunRequests(_Host):
         """Cancel run ``run_id``, or every active run of ``job``. A run
         stops with its job's kill_grace; a cancelled run is not retried."""
         job = req.job
+        if req.plan is not None:
+            plan = planned.get(self.conn, req.plan)
+            if plan is None:
+                raise RequestError(f"no planned run {req.plan}: it started or was cancelled; "
+                                   "`cronrd runs` lists runs, `cronrd next JOB` the plans")
+            await self._authorize_job(caller, "cancel", f"plan {req.plan}", plan.job,
+                                      change=True)
+            res = await self.log.propose(C.CancelPlan(plan_id=req.plan, by=caller.describe(),
+                                                      at=self.clock.now()))
+            return {**res["plan"], "state": "cancelled"}
         if job is not None:
             self._job_or_error(job)
             await self._authorize_job(caller, "cancel", job, job, change=True)

@@ -90,7 +90,7 @@ COMPONENTS: dict[str, Schema] = {
         {"spec": ANY_OBJ, "next_fires": array(TIME)},
         {"source_line": INT_OR_NULL, "written": nullable(ANY_OBJ),
          "effective": array(array({})), "runs": array(ref("Run")),
-         "active": array(ref("Run"))})],
+         "active": array(ref("Run")), "planned": array(ref("Plan"))})],
         "description": "A job: its definition (spec: the values in force; written: its "
                        "file as written), state and next fire times"},
     "Explain": obj({"job": STR, "at": TIME, "steps": array(obj({"step": STR, "text": STR})),
@@ -147,6 +147,12 @@ COMPONENTS: dict[str, Schema] = {
     "RunAccepted": obj({"job": STR, "run_id": INT, "state": RUN_STATE},
                        description="The run is recorded; GET /api/v1/runs/{run_id} follows "
                                    "it"),
+    "Plan": obj({"plan_id": INT, "job": STR, "due": TIME, "params": ANY_OBJ, "key": STR,
+                 "by": STR, "created_at": TIME},
+                description="A run planned for later (run with at); it starts at due"),
+    "RunPlanned": {"allOf": [ref("Plan"), obj({"state": {"const": "planned"}})]},
+    "RunAcceptedOrPlanned": {"anyOf": [ref("RunAccepted"), ref("RunPlanned")]},
+    "PlanCancelled": {"allOf": [ref("Plan"), obj({"state": {"const": "cancelled"}})]},
     "Validation": obj({"valid": BOOL, "jobs": array(STR),
                        "problems": array(obj({"line": INT_OR_NULL, "message": STR},
                                              {"col": INT_OR_NULL}))}),
@@ -168,7 +174,7 @@ SUCCESS: dict[str, str] = {
     "GET /api/v1/jobs/{name}/explain": "Explain", "GET /api/v1/jobs/{name}/graph": "Graph",
     "GET /api/v1/graph": "Graph", "POST /api/v1/jobs/{name}/pause": "JobChanged",
     "POST /api/v1/jobs/{name}/resume": "JobChanged", "POST /api/v1/jobs/{name}/run":
-        "RunAccepted",
+        "RunAcceptedOrPlanned", "POST /api/v1/plans/{plan_id}/cancel": "PlanCancelled",
     "GET /api/v1/runs": "RunPage", "GET /api/v1/runs/{run_id}": "RunDetail",
     "GET /api/v1/backfills": "BackfillPage", "GET /api/v1/alerts": "AlertPage",
     "GET /api/v1/dead-letter": "DeadLetterPage", "GET /api/v1/pools": "Pools",

@@ -27,6 +27,7 @@ from ...decisions import backfill as BD
 from ...errors import CronrdError, RequestError, UsageError
 from ...jobspec import parse_job_text
 from ...schedule import iso_utc, parse_iso
+from ...state import planned as PLN
 from ...state import alerts as AL
 from ...state import backfill as BF
 from ...state import queries as Q
@@ -236,9 +237,16 @@ class ApiRoutes:
              self.job_graph),
             (Route("GET", API + "/graph", "The dependency graph (the token's jobs).",
                    "viewer"), self.graph),
-            (Route("POST", J + "/run", "Run the job now. Body: {params: {NAME: VALUE}, "
-                   "key}.", "operator", (), _STARTED, request=RunNow,
-                   body=("params", "key")), p(self.run_now)),
+            (Route("POST", J + "/run", "Run the job now, or plan a run for later (at: RFC "
+                   "3339, or +DURATION; the answer is the plan, with its plan_id). Body: "
+                   "{params: {NAME: VALUE}, key, at}.", "operator", (), _STARTED,
+                   request=RunNow, body=("params", "key", "at")), p(self.run_now)),
+            (Route("POST", API + "/plans/{plan_id}/cancel", "Remove a planned run (run "
+                   "with at) before it starts.", "operator", (),
+                   {**_JSON_BODY, "404": {"description": "no such planned run (it started "
+                                                         "or was cancelled)",
+                                          "content": _PROBLEM}}),
+             p(self.cancel_plan)),
             (Route("POST", J + "/rerun", "A new attempt of the fire time at. Body: {at, "
                    "downstream, dry_run}.", "operator", (), _PLANNED, request=W.Rerun,
                    body=("downstream", "dry_run")), p(self.rerun)),
@@ -411,6 +419,8 @@ class ApiRoutes:
         args = {"job": name, "params": {k: json_param(v) for k, v in params.items()}}
         if body.get("key") is not None:
             args["key"] = _str(body.get("key"), "key")
+        if body.get("at") is not None:
+            args["at"] = _str(body.get("at"), "at")
         res = await self.h.h_run_now(typed.parse(R.RunNow, args), self.caller(request))
         return _json({"job": name, **res}, status=202)
 
@@ -451,6 +461,15 @@ class ApiRoutes:
         if Q.get_run(self.h.conn, run_id) is None:
             raise NotFound(f"no run with id {run_id}; GET /api/v1/runs lists the runs")
         return _json(await self.h.h_cancel(R.CancelRun(run_id=run_id), self.caller(request)))
+
+    async def cancel_plan(self, request: web.Request, body: dict) -> web.Response:
+        plan_id = _int_id(request, "plan_id")
+        plan = PLN.get(self.h.conn, plan_id)
+        if plan is None:
+            raise NotFound(f"no planned run {plan_id}: it started or was cancelled; GET "
+                           "/api/v1/jobs/NAME lists a job's planned runs")
+        self.sees(request, plan.job, f"POST {request.path}")
+        return _json(await self.h.h_cancel(R.CancelRun(plan=plan_id), self.caller(request)))
 
     async def run_log(self, request: web.Request) -> web.Response:
         await self.consistent(request)

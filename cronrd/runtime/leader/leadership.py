@@ -35,6 +35,7 @@ from ..log.base import Log
 from ..cluster.members import Members
 from ..notify.delivery import Delivery
 from .placement import Placement
+from .planned import PlannedRuns
 from .scheduler import Scheduler
 from ..tasks import HEALTHY_AFTER, RESTART_MAX, RESTART_MIN
 
@@ -70,6 +71,7 @@ class Leadership:
         self._pending = asyncio.Event()  # pending runs were committed: place them
         self.backfiller: Backfiller | None = None
         self.delivery: Delivery | None = None  # the outbox's sender (notify/delivery.py)
+        self.planned: PlannedRuns | None = None  # starts `run-now --at` runs (planned.py)
         self._leading = False
         self._sla_looked = float("-inf")
         self.heartbeats = HeartbeatWatch(log, conn, clock, lambda: members.clock_fence())
@@ -134,6 +136,9 @@ class Leadership:
                 self.delivery = Delivery(self.config, self.conn, self.log.propose_as_leader,
                                          self.clock)
                 tasks.append(tg.create_task(self.delivery.run(), name="notifications"))
+                self.planned = PlannedRuns(self.conn, self.log.propose_as_leader, self.clock,
+                                           self.members.clock_fence)
+                tasks.append(tg.create_task(self.planned.run(), name="planned-runs"))
                 await self.members.changes.until(lambda: not self.log.is_leader)
                 for task in tasks:
                     task.cancel()
@@ -142,6 +147,7 @@ class Leadership:
             self._leading = False
             self.backfiller = None
             self.delivery = None
+            self.planned = None
             self._assigning.clear()
             self._moving.clear()
             sched.stop()
@@ -253,6 +259,8 @@ class Leadership:
             self.backfiller.on_effects(effects)
         if self.delivery is not None:
             self.delivery.on_effects(effects)
+        if self.planned is not None:
+            self.planned.on_effects(effects)
         for eff in effects:
             if isinstance(eff, StateRestored) and self.scheduler is not None:
                 self.scheduler.started = False

@@ -140,6 +140,7 @@ def test_a_job_file_is_read_again_when_the_pools_change(tmp_path):
     ("success_exit_codes", "  success_exit_codes: [0, 3]\n"),
     ("retries.not_on_exit_codes", "  retries: {max: 2, not_on_exit_codes: [2]}\n"),
     ("retries.retry_on", "  retries: {max: 2, retry_on: [timeout]}\n"),
+    ("schedule: @at", "  schedule: '@AT 2030-01-01T00:00:00Z'\n"),
 ])
 def test_a_job_with_a_newer_key_waits_for_the_cluster_version_and_the_others_load(
         tmp_path, key, text):
@@ -153,7 +154,8 @@ def test_a_job_with_a_newer_key_waits_for_the_cluster_version_and_the_others_loa
     async def main():
         (tmp_path / "box.yaml").write_text(
             "jobs:\n- name: plain\n  schedule: '@daily'\n  command: 'true'\n"
-            "- name: boxed\n  schedule: '@daily'\n  command: 'true'\n" + text)
+            "- name: boxed\n  command: 'true'\n"
+            + ("" if "schedule" in text else "  schedule: '@daily'\n") + text)
         sm = StateMachine(apsw.Connection(":memory:"))
         log = LocalLog(sm)
         w = W.Watcher(str(tmp_path), log, sm.conn, Clock(), node="n1", interval=0.05)
