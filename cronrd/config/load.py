@@ -99,7 +99,13 @@ def _values(node: Node, key: KeyPath, report: ConfigProblems, constructor: SafeC
             report.where[key + (i,)] = (node_pos(item), node_pos(item))
             items.append(_values(item, key + (i,), report, constructor))
         return items
-    return constructor.construct_object(node, deep=True)  # scalars, and other tags
+    try:
+        return constructor.construct_object(node, deep=True)  # scalars, and other tags
+    except ValueError as exc:   # e.g. 2026-02-30: YAML reads a date and finds none
+        line, col = node_pos(node)
+        report.at(line, col, f"{node.value!r} cannot be read: {exc}; quote it to mean text, "
+                             "or write a date that exists")
+        return node.value
 
 
 def daemon_config_jobs_dir(path: str) -> str | None:

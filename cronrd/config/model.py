@@ -8,6 +8,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from .calendars import CalendarConfig
 from .notifiers import Notifications
 
 
@@ -58,7 +59,7 @@ KNOWN_KEYS = ("node_id", "data_dir", "jobs_dir", "socket", "socket_group", "time
               "log_dir", "log_retention", "history_retention", "history_max_runs_per_job",
               "shutdown", "log_level",
               "watch_interval", "max_running", "accept_jobs_from", "cluster", "worker",
-              "notifiers", "notify", "pools", "http", "hooks")
+              "notifiers", "notify", "pools", "http", "hooks", "calendars")
 HTTP_KEYS = ("enabled", "listen", "tls", "insecure", "job_histograms", "metrics_auth")
 HTTP_TLS_KEYS = ("cert", "key", "client_ca", "client_roles")
 HOOK_KEYS = ("secret_file", "dedupe", "replay_window")
@@ -179,6 +180,8 @@ class Config:
     notifications: Notifications = field(default_factory=Notifications)
     http: HttpConfig = field(default_factory=HttpConfig)  # the web UI, API and /metrics
     hooks: tuple[HookConfig, ...] = ()      # webhooks (POST /api/v1/hooks/NAME), by name
+    # calendars: (config/calendars.py), by name, built-ins included; the leader's are in force
+    calendars: tuple[CalendarConfig, ...] = ()
 
     def pool_map(self) -> dict[str, PoolConfig]:
         return {p.name: p for p in self.pools}

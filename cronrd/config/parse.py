@@ -13,6 +13,7 @@ from .cluster import parse_cluster
 from .worker import parse_worker
 from .hooks import parse_hooks
 from .http import parse_http
+from .calendars import parse_calendars
 from .pools import parse_pools
 from .directories import creation_problems, jobs_dir_problems, ownership_problems
 from .notifiers import parse_notifications
@@ -156,6 +157,7 @@ def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files
         else:
             worker = parse_worker(raw["worker"], base, report, load_tls=daemon_files)
     pools = parse_pools(raw.get("pools"), report)
+    calendars = parse_calendars(raw.get("calendars"), base, report)
     notifications = parse_notifications(raw, base, report, daemon_files=daemon_files)
     http = parse_http(raw.get("http"), base, report, load_tls=daemon_files)
     hooks = parse_hooks(raw.get("hooks"), base, report, load_secrets=daemon_files)
@@ -177,4 +179,5 @@ def check_config(raw: object, path: str, report: ConfigProblems, *, daemon_files
                   log_level=level, watch_interval=min(max(watch, 0.1), 60.0), path=path,
                   max_running=max_running, accept_jobs_from=accept, cluster=cluster,
                   worker=worker,
-                  notifications=notifications, pools=pools, http=http, hooks=hooks)
+                  notifications=notifications, pools=pools, http=http, hooks=hooks,
+                  calendars=calendars)

@@ -19,6 +19,7 @@ from .model import (_NAME_RULE, CONTAINER_NETWORKS, CONTAINER_PULL, ENV_KEY_RE,
                     EXECUTOR_TYPES, NAME_RE, TRIGGER_RULES, Dependency, ExecutorSpec, Limits,
                     RetryPolicy, RunOn, Sla)
 from .exit_codes import INVALID as _EC_INVALID, parse_codes, parse_retry_on
+from .calendar_field import INVALID as CAL_INVALID, v_calendar
 from .notify_field import v_notify
 from .params import parse_params
 from .nodes import (BOOL, INT, NULL, FileProblems, _got, _is, _is_number, _is_str, _unknown_key,
@@ -824,6 +825,8 @@ _VALIDATORS: dict[str, Callable[[FileProblems, str, Node], Any]] = {
     "triggers": _v_triggers,
     "executor": _v_executor,
     "success_exit_codes": _v_success_exit_codes,
+    "calendar": lambda ctx, key, node: _INVALID if (r := v_calendar(ctx, key, node))
+    is CAL_INVALID else r,
 }
 # Keys that mean something only next to depends_on.
 DEPENDENCY_KEYS = ("trigger_rule", "on_upstream_failure", "wait_for_upstream")

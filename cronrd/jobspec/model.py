@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..schedule.calendars import CalendarRule
 from .notify import NotifyRoute, routes_from_data
 
 DEFAULT_JOBS_DIR = "/etc/cronrd.d"
@@ -270,6 +271,8 @@ class JobSpec:
     triggers: tuple[str, ...] = ()
     # What runs the command (ExecutorSpec); None: local, today's fork.
     executor: ExecutorSpec | None = None
+    # Which days its fire times may fall on (schedule/calendars.py); None: any.
+    calendar: CalendarRule | None = None
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -337,6 +340,8 @@ class JobSpec:
             d["triggers"] = list(self.triggers)
         if self.executor is not None and self.executor.type != "local":
             d["executor"] = self.executor.to_dict()
+        if self.calendar is not None:
+            d["calendar"] = self.calendar.to_dict()
         return d
 
     @property
@@ -409,6 +414,8 @@ class JobSpec:
             kwargs["triggers"] = tuple(str(t) for t in kwargs["triggers"] or ())
         if kwargs.get("executor") is not None:
             kwargs["executor"] = ExecutorSpec.from_dict(kwargs["executor"])
+        if kwargs.get("calendar") is not None:
+            kwargs["calendar"] = CalendarRule.from_dict(kwargs["calendar"])
         for f in ("timeout", "heartbeat_timeout", "start_deadline"):
             if kwargs.get(f) is not None:
                 kwargs[f] = float(kwargs[f])

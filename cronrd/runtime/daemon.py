@@ -158,7 +158,8 @@ class Daemon:
                                interval=cfg.watch_interval, node=cfg.node_id,
                                hold=lambda: (self.members.clock_fence() if self.log.is_leader
                                              else None),
-                               pools={p.name: p.slots for p in cfg.pools})
+                               pools={p.name: p.slots for p in cfg.pools},
+                               calendars={c.name for c in cfg.calendars})
         self.handlers = Handlers(cfg, self.clock, self.conn, self.machine, self.log,
                                  self.members, self.executor, self.watcher, self.leadership,
                                  started_at=self.started_at, is_ready=lambda: self.ready)

@@ -247,16 +247,21 @@ class Trigger:
 
 def at_instant(schedule: Schedule, tz: _dt.tzinfo) -> int:
     """The instant of an ``@at`` schedule: its own offset, else its wall
-    time in ``tz``, with cron's rules for a fixed time across a change: a
-    time a spring-forward skips fires at the jump; a repeated time fires
-    in its first pass."""
+    time in ``tz`` by :func:`local_instant`."""
     y, mo, d, h, mi, sec = schedule.at
-    wall = _dt.datetime(y, mo, d, h, mi, sec)
     if schedule.at_offset is not None:
-        aware = wall.replace(tzinfo=_dt.timezone(_dt.timedelta(seconds=schedule.at_offset)))
+        aware = _dt.datetime(y, mo, d, h, mi, sec,
+                             tzinfo=_dt.timezone(_dt.timedelta(seconds=schedule.at_offset)))
         return int((aware - _EPOCH).total_seconds())
-    first = wall.replace(tzinfo=tz, fold=0)
-    t = int((first - _EPOCH).total_seconds())
+    return local_instant(_dt.date(y, mo, d), h, mi, sec, tz)
+
+
+def local_instant(day: _dt.date, hour: int, minute: int, second: int, tz: _dt.tzinfo) -> int:
+    """The instant of a wall-clock time in ``tz``, with cron's rules for a
+    fixed time across a change: a time a spring-forward skips is the
+    instant of the jump; a repeated time is its first pass."""
+    wall = _dt.datetime(day.year, day.month, day.day, hour, minute, second)
+    t = int((wall.replace(tzinfo=tz, fold=0) - _EPOCH).total_seconds())
     back = (_EPOCH + _dt.timedelta(seconds=t)).astimezone(tz).replace(tzinfo=None)
     if back != wall:
         # a skipped wall time: fold=0 read it with the offset before the

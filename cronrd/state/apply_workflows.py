@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..schedule import iso_utc
+from . import calendars as CAL
 from . import backfill as BF
 from . import checkpoints as CK
 from . import commands as C
@@ -22,7 +23,7 @@ from . import start_deadline as SD
 from . import queries as Q
 from ..model.run import Run
 from ..errors import Refused
-from .effects import Effect, RunPending, RunStuck
+from .effects import CalendarsChanged, Effect, RunPending, RunStuck
 from .apply_common import ApplyBase
 
 
@@ -155,6 +156,17 @@ class WorkflowsApply(ApplyBase):
         for pool in PL.pools_with_waiters(self.conn) if changed else []:
             released += self._pool_release(pool, cmd.at, effects)
         return {"changed": changed, "released": released}
+
+
+    def _apply_set_calendars(self, index: int, cmd: C.SetCalendars, effects: list[Effect]) -> dict[str, Any]:
+        calendars = CAL.check(cmd.calendars)
+        if calendars is None:
+            raise Refused("set_calendars: calendars must be a mapping of names to calendars; "
+                          "run the same cronrd version on every node")
+        changed = CAL.set_all(self.conn, calendars)
+        if changed:
+            effects.append(CalendarsChanged())
+        return {"changed": changed}
 
 
     def _apply_start_deadline(self, index: int, cmd: C.StartDeadline, effects: list[Effect]) -> dict[str, Any]:

@@ -646,6 +646,18 @@ class CancelPlan(Command):
     at: float
 
 
+@dataclass(frozen=True)
+class SetCalendars(Command):
+    """The leader: the calendars of its daemon config, resolved to days
+    (``{name: Calendar.to_dict()}``: schedule/calendars.py), are the ones in
+    force (state/calendars.py); every node reads the same days."""
+
+    op: ClassVar[str] = "set_calendars"
+    since: ClassVar[int] = 2
+    calendars: dict[str, Any]
+    at: float
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
@@ -655,7 +667,7 @@ COMMANDS: dict[str, type[Command]] = {
               DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction, SetPools,
               StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout, CreateToken,
               RevokeToken, DrainNode, SetClusterVersion, StartSession, EndSession,
-              WorkerInfo, PlanRun, CancelPlan)
+              WorkerInfo, PlanRun, CancelPlan, SetCalendars)
 }
 
 

@@ -70,6 +70,13 @@ class PlansChanged(Effect):
 
 
 @dataclass(frozen=True)
+class CalendarsChanged(Effect):
+    """The calendars in force changed: triggers of jobs with a calendar
+    are made again (runtime/leader/scheduler.py)."""
+    kind: ClassVar[str] = "calendars_changed"
+
+
+@dataclass(frozen=True)
 class JobSourceMoved(Effect):
     """The definition of a job in force now comes from another file or node."""
     kind: ClassVar[str] = "job_source_moved"

@@ -66,10 +66,11 @@ DIGEST_TABLES = (
     ("ui_sessions", "hash"),
     ("workers", "node"),
     ("planned_runs", "plan_id"),
+    ("calendars", "name"),
 )
 # Tables that came with a cluster version above 1: hashed only once they
 # hold a row, so a log of an older release gives the digest it gave there.
-LATER_TABLES = frozenset({"ui_sessions", "workers", "planned_runs"})
+LATER_TABLES = frozenset({"ui_sessions", "workers", "planned_runs", "calendars"})
 
 
 class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply):

@@ -446,14 +446,15 @@ def job_names(conn: apsw.Connection) -> list[str]:
 # flag and cursor.
 _SCHEDULE_ROWS = ("SELECT jobs.name, json_extract(spec, '$.schedule'), "
                   "json_extract(spec, '$.timezone'), "
-                  "COALESCE(json_extract(spec, '$.enabled'), 1), paused, cursor "
+                  "COALESCE(json_extract(spec, '$.enabled'), 1), paused, cursor, "
+                  "json_extract(spec, '$.calendar') "
                   "FROM jobs JOIN specs USING(name, digest)")
 
 
 def schedule_rows(conn: apsw.Connection, name: str | None = None, after: str | None = None,
                   limit: int = -1) -> apsw.Cursor:
-    """(name, schedule, timezone or None, enabled, paused, cursor) of one job
-    or, streamed in name order, of every job (after ``after``, at most
+    """(name, schedule, timezone or None, enabled, paused, cursor, calendar
+    rule as JSON or None) of one job or, streamed in name order, of every job (after ``after``, at most
     ``limit``)."""
     if name is not None:
         return conn.execute(_SCHEDULE_ROWS + " WHERE jobs.name=?", (name,))
@@ -546,3 +547,10 @@ def jobs_of_sources(conn: apsw.Connection, sources: list[str]) -> list[tuple[str
     marks = ",".join("?" * len(sources))
     return list(conn.execute(f"SELECT name, source FROM jobs WHERE source IN ({marks})",
                              sources))
+
+
+def calendar_jobs(conn: apsw.Connection) -> list[str]:
+    """The names of the jobs with a calendar."""
+    return [name for (name,) in conn.execute(
+        "SELECT jobs.name FROM jobs JOIN specs USING(name, digest) "
+        "WHERE json_extract(spec, '$.calendar') IS NOT NULL ORDER BY jobs.name")]

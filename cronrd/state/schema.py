@@ -483,6 +483,12 @@ CREATE TABLE IF NOT EXISTS planned_runs(
 );
 CREATE INDEX IF NOT EXISTS planned_runs_due ON planned_runs(due, plan_id);
 CREATE INDEX IF NOT EXISTS planned_runs_job ON planned_runs(job, due);
+-- The calendars in force (the leader's daemon config, resolved to days:
+-- state/calendars.py). Cluster version 2 on: empty before.
+CREATE TABLE IF NOT EXISTS calendars(
+    name TEXT PRIMARY KEY,
+    body TEXT NOT NULL               -- canonical JSON of Calendar.to_dict()
+) WITHOUT ROWID;
 -- Nodes an admin drained (state/node_drains.py): no new runs go there.
 CREATE TABLE IF NOT EXISTS node_drains(
     node TEXT PRIMARY KEY,

@@ -64,7 +64,8 @@ VERSIONS: dict[int, Version] = {
                         "alert is resolved when its fire time's run succeeds; a failed "
                         "alert names its event; jobs with executor: container; worker agents; exit-code rules "
                         "(success_exit_codes, retries.retry_on, retries.not_on_exit_codes); "
-                        "one-shot runs (schedule @at, run-now --at)"),
+                        "one-shot runs (schedule @at, run-now --at); calendars (SetCalendars, "
+                        "a job's calendar:)"),
 }
 
 APPLY_VERSION = max(VERSIONS)   # the newest this code applies
@@ -97,6 +98,9 @@ EXIT_RULES = 2
 # runs planned for later (`run-now --at`: PlanRun, CancelPlan, the plan_id
 # of ManualRun; the planned_runs table, in the digest from its first row).
 ONE_SHOTS = 2
+# Calendars: SetCalendars (the calendars table, in the digest from its first
+# row), and jobs with calendar: (loaded only from this version on).
+CALENDARS = 2
 
 # Keys of a job definition an older member would ignore, and so run the job
 # by other rules: a job using one is loaded only from its version on
@@ -114,6 +118,8 @@ JOB_KEYS_SINCE = (
      "an older member would retry those exit codes"),
     ('"schedule":"@at', ONE_SHOTS, "schedule: @at",
      "an older member cannot read the schedule"),
+    ('"calendar":', CALENDARS, "calendar",
+     "an older member would run the job on the days its calendar excludes"),
 )
 
 

@@ -306,13 +306,15 @@ class Watcher:
     def __init__(self, jobs_dir: str, proposer, conn, clock: Clock, interval: float = 1.0,
                  allowed_uids: set[int] | None = None, node: str = "",
                  hold: Callable[[], str | None] = lambda: None,
-                 pools: dict[str, int] | None = None):
-        """``hold()``: why this node's clock may not date a new job now (a
+                 pools: dict[str, int] | None = None, calendars: set[str] | None = None):
+        """``calendars``: the daemon config's calendar names (a job's
+        calendar: must name them; None: not checked). ``hold()``: why this node's clock may not date a new job now (a
         leader's clock not yet measured or off: a job's schedule starts at
         its creation time), or None; its changes wait meanwhile."""
         self.jobs_dir = jobs_dir
         self.hold = hold
         self.pools = pools  # the daemon config's (name -> slots) a job's pool must name
+        self.calendars = calendars
         self._held = False
         self.node = node  # whose jobs_dir this is: the state keeps one source per node
         self.proposer = proposer
@@ -523,6 +525,15 @@ class Watcher:
             out["again"] = True
         return out
 
+    def _unknown_calendars(self, text: str) -> list[str]:
+        """The calendar names of a job definition (canonical JSON) that
+        the daemon config lacks."""
+        if self.calendars is None or '"calendar":' not in text:
+            return []
+        rule = json.loads(text).get("calendar") or {}
+        names = list(dict.fromkeys((rule.get("skip") or []) + (rule.get("only") or [])))
+        return [n for n in names if n not in self.calendars]
+
     async def _sync_file(self, path: str, scanned: "_Scan", seen: dict, lines: dict,
                          broken: set, problems: list, counts: dict, known: dict,
                          batch: "_Batch") -> str | None:
@@ -545,6 +556,16 @@ class Watcher:
                     "cluster version)"))
                 self._version_held = True
                 self._held_at = version
+                continue
+            unknown = self._unknown_calendars(job.text)
+            if unknown:
+                line, col = scanned.positions.get(job.name, (job.line, 1))
+                file_problems.append(Problem(
+                    path, line, col,
+                    f"job {job.name!r}: calendar names {', '.join(map(repr, unknown))}, which "
+                    "the daemon config does not define (it defines: "
+                    f"{', '.join(sorted(self.calendars or ())) or 'none'}); add it under "
+                    "calendars: in the daemon config or fix the name"))
                 continue
             prev = seen.get(job.name)
             if prev is not None:

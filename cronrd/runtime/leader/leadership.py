@@ -13,6 +13,7 @@ must not reach the next leader after this one was deposed.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import dataclasses
 import logging
 from typing import Any, cast
@@ -22,7 +23,10 @@ from ...decisions import claims
 from ...decisions.placement import no_executor
 from ...errors import CronrdError
 from ...jobspec import JobSpec
+from ...config.calendars import resolve as resolve_calendars
+from ...state import calendars as CAL
 from ...state import commands as C
+from ...state import versions as V
 from ...state import pools as PL
 from ...state import queries as Q
 from ...state import start_deadline
@@ -39,6 +43,7 @@ from .planned import PlannedRuns
 from .scheduler import Scheduler
 from ..tasks import HEALTHY_AFTER, RESTART_MAX, RESTART_MIN
 
+CALENDARS_EVERY = 60   # seconds between looks at the config's calendars (leader)
 log = logging.getLogger("cronrd.leader")
 
 
@@ -74,6 +79,7 @@ class Leadership:
         self.planned: PlannedRuns | None = None  # starts `run-now --at` runs (planned.py)
         self._leading = False
         self._sla_looked = float("-inf")
+        self._calendars_looked = float("-inf")
         self.heartbeats = HeartbeatWatch(log, conn, clock, lambda: members.clock_fence())
 
     # -- life cycle ------------------------------------------------------------
@@ -113,8 +119,10 @@ class Leadership:
         await self.members.clock_ready()
         if not self.log.is_leader:
             return
-        # This leader's pools are in force before it fires anything.
+        # This leader's pools and calendars are in force before it fires anything.
         await self._set_pools()
+        self._calendars_looked = float("-inf")
+        await self._set_calendars()
         sched = Scheduler(self.config, _LeaderOnly(self.log), self.conn, self.clock,
                           self.placement, hold=self.members.placement_hold)
         self.scheduler = sched
@@ -157,7 +165,7 @@ class Leadership:
         """The leader's housekeeping, every duty_interval (a timer)."""
         while True:
             for duty in [self._place_pending, self._upstream_timeouts, self._sla_watch,
-                         self._set_pools, self._start_deadlines, self.heartbeats.duty,
+                         self._set_pools, self._set_calendars, self._start_deadlines, self.heartbeats.duty,
                          *self.members.leader_duties()]:
                 try:
                     await duty()
@@ -293,6 +301,30 @@ class Leadership:
             log.info("event=pools_set pools=%s", ",".join(
                 f"{n}:{s}:{sc}" for n, s, sc in mine) or "none")
             await self.log.propose_as_leader(C.SetPools(pools=mine, at=self.clock.now()))
+
+    # -- calendars (state/calendars.py) ---------------------------------------------------
+    async def _set_calendars(self) -> None:
+        """Put this leader's daemon config's calendars, resolved to days, in
+        force when the state's differ (looked at every CALENDARS_EVERY s:
+        an ICS file may change, and a new year brings its holidays)."""
+        if not self.log.is_leader or not V.at_least(self.conn, V.CALENDARS):
+            return
+        now = self.clock.now()
+        if now - self._calendars_looked < CALENDARS_EVERY:
+            return
+        self._calendars_looked = now
+        year = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).year
+        try:
+            cals = await asyncio.to_thread(resolve_calendars, self.config.calendars, year)
+        except CronrdError as exc:
+            log.error("event=calendars_unreadable error=\"%s\" hint=\"the calendars in force "
+                      "stay as they were; fix the file and the leader tries again within "
+                      "%ds\"", exc, CALENDARS_EVERY)
+            return
+        mine = {name: cal.to_dict() for name, cal in cals.items()}
+        if {n: CAL.canonical(b) for n, b in mine.items()} != CAL.bodies(self.conn):
+            log.info("event=calendars_set calendars=%s", ",".join(sorted(mine)) or "none")
+            await self.log.propose_as_leader(C.SetCalendars(calendars=mine, at=now))
 
     async def _start_deadlines(self) -> None:
         """Propose the skip of each run not started by its job's start_deadline;

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import json
 import logging
 import sys
 from typing import Callable
@@ -23,9 +24,11 @@ from typing import Callable
 from ...config import Config
 from ...jobspec import JobSpec
 from ...schedule import Trigger, jitter_for, make_trigger, parse_schedule, plan_catchup
+from ...schedule.calendars import Calendar, CalendarRule, CalendarTrigger
 from ...state import commands as C
 from ...state import queries as Q
-from ...state.effects import Effect, JobsChanged
+from ...state import calendars as CAL
+from ...state.effects import CalendarsChanged, Effect, JobsChanged
 from ...errors import NotLeader, Refused
 from ..clock import Clock
 from ...decisions.placement import NodeView, fits, no_executor
@@ -95,16 +98,36 @@ class Triggers:
     at most MAX_TRIGGERS kept; and the next fire time after a given second,
     remembered for that second (every new job asks for the same one)."""
 
-    def __init__(self, default_tz: str):
+    def __init__(self, default_tz: str, calendars: Callable[[], dict[str, Calendar]]
+                 = lambda: {}):
+        """``calendars()``: the calendars in force (state/calendars.py)."""
         self.default_tz = default_tz
-        self._cache: dict[tuple[str, str], Trigger] = {}
+        self._read_calendars = calendars
+        self._calendars: dict[str, Calendar] | None = None
+        self._cache: dict[tuple[str, str, str | None], Trigger] = {}
         self._next: dict[tuple[int, int], int | None] = {}
 
-    def get(self, schedule: str, timezone: str | None) -> Trigger:
-        key = (schedule, timezone or self.default_tz)
+    def forget_calendars(self) -> None:
+        """The calendars changed: triggers with a calendar are made again."""
+        for key in [k for k in self._cache if k[2] is not None]:
+            del self._cache[key]
+        self._next.clear()
+        self._calendars = None
+
+    def calendars(self) -> dict[str, Calendar]:
+        if self._calendars is None:
+            self._calendars = self._read_calendars()
+        return self._calendars
+
+    def get(self, schedule: str, timezone: str | None, calendar: str | None = None) -> Trigger:
+        """``calendar``: the job's calendar rule as JSON (None: none)."""
+        key = (schedule, timezone or self.default_tz, calendar)
         trigger = self._cache.pop(key, None)
         if trigger is None:
             trigger = make_trigger(parse_schedule(schedule), key[1])
+            if calendar is not None:
+                trigger = CalendarTrigger(trigger, CalendarRule.from_dict(json.loads(calendar)),
+                                          self.calendars())
             if len(self._cache) >= MAX_TRIGGERS:
                 del self._cache[next(iter(self._cache))]  # the least recently used
         self._cache[key] = trigger
@@ -140,7 +163,7 @@ class Scheduler:
         self.clock = clock
         self.entries: dict[str, Entry] = {}
         self.heap: list[tuple[int, int, str]] = []
-        self.triggers = Triggers(config.timezone)
+        self.triggers = Triggers(config.timezone, lambda: CAL.in_force(conn))
         self._seq = 0
         self._wake: asyncio.Future | None = None
         self.stopped = False
@@ -150,8 +173,9 @@ class Scheduler:
 
     # -- reading jobs from the state ------------------------------------------------
     def _entry(self, row) -> Entry:
-        _name, schedule, timezone, enabled, paused, cursor = row
-        return Entry(self.triggers.get(schedule, timezone), bool(enabled), bool(paused), cursor)
+        _name, schedule, timezone, enabled, paused, cursor, calendar = row
+        return Entry(self.triggers.get(schedule, timezone, calendar), bool(enabled),
+                     bool(paused), cursor)
 
     def _load(self, name: str) -> Entry | None:
         for row in Q.schedule_rows(self.conn, name):
@@ -328,6 +352,9 @@ class Scheduler:
             return  # start() reads the whole state once
         names = list(dict.fromkeys(eff.job for eff in effects
                                    if isinstance(eff, JobsChanged) and eff.job is not None))
+        if any(isinstance(eff, CalendarsChanged) for eff in effects):
+            self.triggers.forget_calendars()
+            names = list(dict.fromkeys(names + Q.calendar_jobs(self.conn)))
         if not names:
             return
         # One query for the batch (a batch may change thousands of jobs: a
@@ -347,6 +374,12 @@ class Scheduler:
         entry.last_proposed = max(entry.last_proposed, fire)
         due = fire + jitter_for(name, fire, spec.jitter)
         at = self.clock.now()
+        skip = entry.trigger.skip_reason(fire) if isinstance(entry.trigger, CalendarTrigger) \
+            else None
+        if skip is not None:   # a day its calendar excludes: recorded skipped, saying why
+            self._propose(C.Fire(job=name, fire_time=fire, kind=kind, node=self.node_id,
+                                 due_at=due, at=at, skip_reason=skip))
+            return
         # (the nodes that run it first: a node's skip is final at once, and a
         # run_on: all fire time's outcome is final when its nodes' records all
         # are, state/dependencies.py -- not before the runs are recorded)

@@ -290,6 +290,9 @@ BAD_FIELD_CASES = [
                       "command, user, group, env, working_dir, timeout, kill_grace, concurrency, retries, "
                       "catchup, catchup_window, jitter, run_on, on_node_loss, enabled, max_log_bytes"),
     ("timout: 5s", "3:1: unknown key 'timout' (did you mean 'timeout'?)"),
+    ("calendar: [weekdays]", "3:11: calendar must be a mapping with skip, only, shift or "
+                             "business_day, e.g. calendar: {skip: [de-holidays], only: "
+                             "[weekdays], shift: next} (got a list)"),
     ("success_exit_codes: 0", "3:21: success_exit_codes must be a non-empty list of exit codes "
                               "(0-255) or ranges, e.g. success_exit_codes: [0, 3] or [2, 64-78] "
                               "(got the number 0)"),

@@ -1,0 +1,97 @@
+"""Integration (issue 35): calendars through a real daemon. A fire time on
+a day a job's calendar excludes is recorded skipped naming the calendar
+(and `explain` says so); `only:` lets it run on the days listed; a job
+naming a calendar the config lacks is a problem of its file; `next` and
+`show` give the fire times the calendar allows; an ICS file and a
+country's public holidays are read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+import pytest
+
+from harness import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def at_version_2(node) -> None:
+    wait_for(lambda: node.call("status")["versions"]["cluster_version"] >= 2, 30,
+             what="cluster version 2")
+
+
+def ok(res):
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+ICS = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:-//test//cronrd//EN
+BEGIN:VEVENT
+UID:1@test
+DTSTART;VALUE=DATE:{day}
+DTEND;VALUE=DATE:{next}
+SUMMARY:Closed
+END:VEVENT
+END:VCALENDAR
+"""
+
+
+def test_fire_times_on_excluded_days_are_recorded_skipped_naming_the_calendar(node_factory,
+                                                                            tmp_path):
+    today = dt.datetime.now(dt.timezone.utc).date()
+    # (a fire time near midnight UTC would cross to another day: wait it out)
+    wait_for(lambda: time.time() % 86400 < 86400 - 40, 60, what="not the last 40 s of a day")
+    ics = tmp_path / "closed.ics"
+    ics.write_text(ICS.format(day=today.strftime("%Y%m%d"),
+                              next=(today + dt.timedelta(days=1)).strftime("%Y%m%d")))
+    ics.chmod(0o644)
+    node = node_factory(calendars={
+        "today": {"dates": [today.isoformat()]},
+        "closed": {"ics": str(ics)},
+        "de-holidays": {"holidays": "DE"},
+        "not-today": {"weekdays": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+                      "except": ["today"]}})
+    node.start()
+    at_version_2(node)
+    node.write_job("skipped", {"schedule": "* * * * * *", "command": "true",
+                               "calendar": {"skip": ["closed"]}})
+    node.write_job("only", {"schedule": "* * * * * *", "command": "true",
+                            "calendar": {"only": ["today"], "skip": ["de-holidays"]}})
+    node.write_job("never", {"schedule": "* * * * * *", "command": "true",
+                             "calendar": {"only": ["not-today"]}})
+    node.write_job("typo", {"schedule": "* * * * * *", "command": "true",
+                            "calendar": {"skip": ["de-holiday"]}})
+
+    runs = node.wait_runs(lambda rs: len(rs) >= 2, job="skipped")
+    assert {r["state"] for r in runs} == {"skipped"}
+    assert runs[0]["reason"] == f"calendar: {today.isoformat()} " \
+        f"({('mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun')[today.weekday()]}) is in " \
+        "calendar closed"
+    never = node.wait_runs(lambda rs: len(rs) >= 2, job="never")
+    assert {r["state"] for r in never} == {"skipped"}
+    assert "is not in calendar not-today" in never[0]["reason"]
+    holiday = today in __import__("holidays").country_holidays("DE", years=[today.year])
+    ran = node.wait_runs(lambda rs: len(rs) >= 2, job="only")
+    want = "skipped" if holiday else "succeeded"
+    node.wait_runs(lambda rs: any(r["state"] == want for r in rs), job="only")
+
+    out = json.loads(ok(node.cli("explain", "skipped", "--at", runs[0]["fire_time"],
+                                 "--json")))
+    texts = [s["text"] for s in out["steps"]]
+    assert any("is in calendar closed" in t for t in texts), texts
+    assert "calendar closed" in out["verdict"]["text"] if isinstance(out["verdict"], dict) \
+        else "calendar closed" in out["verdict"]
+
+    problems = wait_for(lambda: [p for p in node.call("status")["problems"]
+                                 if "typo" in p], 10, what="the typo's problem")
+    assert problems == [f"{node.jobs_dir}/typo.yaml:1:1: job 'typo': calendar names "
+                        "'de-holiday', which the daemon config does not define (it defines: "
+                        "closed, de-holidays, not-today, today, weekdays, weekends); add it "
+                        "under calendars: in the daemon config or fix the name"]
+    assert "typo" not in [j["name"] for j in node.call("jobs")]
+    assert ran  # (the job was loaded and fired)
