@@ -397,8 +397,10 @@ def print_job(j: dict, now: float) -> None:
     nxt = j.get("next_fires") or []
     if nxt:
         from ..schedule import format_fire, parse_iso
+        skips = j.get("next_skips") or {}
         click.echo("next       " + "\n           ".join(
-            format_fire(parse_iso(t), j["timezone"]) for t in nxt))
+            format_fire(parse_iso(t), j["timezone"])
+            + (f"  skipped: {skips[t]}" if t in skips else "") for t in nxt))
     elif state == "done":
         click.echo("next       none (its one fire time, @at, was handled)")
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -332,11 +332,18 @@ def next_cmd(obj: Ctx, what, count, tz, after):
     zone = tz or job_tz or (cfg.timezone if cfg else host_timezone())
     sched = parse_schedule(expr)
     t = parse_iso(after) if after else int(Clock().now())
+    view = plans if isinstance(plans, dict) else None
+    if view is not None:
+        plans = view.get("planned") or []
     lines: list[tuple[int, str]] = [
         (parse_iso(p["due"]), f"  planned run {p['plan_id']} (run-now --at, by {p['by']}; "
                               f"`cronrd cancel --plan {p['plan_id']}` removes it)")
         for p in plans if parse_iso(p["due"]) > t]
-    if sched.kind == "reboot":
+    if view is not None:   # a job with a calendar: the daemon's fire times
+        for fire in view["next_fires"]:
+            why = view["next_skips"].get(fire)
+            lines.append((parse_iso(fire), f"  skipped: {why}" if why else ""))
+    elif sched.kind == "reboot":
         click.echo("@reboot fires once when cronrd starts after the host boots")
     elif sched.kind == "after":
         click.echo("@after has no time of its own: the job runs once its parents' runs "
@@ -358,12 +365,19 @@ def next_cmd(obj: Ctx, what, count, tz, after):
         click.echo(format_fire(fire, zone) + note)
 
 
-def _schedule_of(obj: Ctx, what: str) -> tuple[str, str | None, list[dict]]:
-    """(expression, timezone, planned runs) for an expression or a job name."""
+def _schedule_of(obj: Ctx, what: str) -> tuple[str, str | None, Any]:
+    """(expression, timezone, planned runs) for an expression or a job name
+    (for a job with a calendar, the daemon's view of it instead of the
+    planned runs: its next fire times under the calendar)."""
     if what.startswith("@") or " " in what.strip():
         return what, None, []
     try:
         job = obj.client(timeout=5).call("job", {"name": what})
+        if job["spec"].get("calendar") is not None:
+            # (only the daemon knows the calendars in force; --after and
+            # --timezone do not apply: its next fire times from now)
+            return job["schedule"], job["spec"].get("timezone"), obj.client(timeout=5).call(
+                "job", {"name": what, "next": 100})
         return job["schedule"], job["spec"].get("timezone"), job.get("planned") or []
     except CronrdError:
         pass
@@ -374,6 +388,10 @@ def _schedule_of(obj: Ctx, what: str) -> tuple[str, str | None, list[dict]]:
         if os.path.isdir(jobs_dir) else None
     if res is not None and what in res.jobs:
         spec = res.jobs[what]
+        if spec.calendar is not None:
+            click.echo(f"warning: {what}'s calendar is not applied here: only a running "
+                       "daemon knows the calendars in force; these are its schedule's fire "
+                       "times", err=True)
         return spec.schedule, spec.timezone, []
     raise UsageError(f"{what!r} is neither a schedule expression nor a known job; quote "
                      "an expression, e.g. cronrd next '*/5 * * * *'")

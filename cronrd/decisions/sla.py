@@ -22,7 +22,10 @@ The kinds, each for one fire time F (unless said otherwise):
   first of them: one alert per streak).
 
 A fire time the operator chose not to run is not a miss: a record skipped
-because the job was paused, disabled or in a maintenance pause, or cancelled.
+because the job was paused, disabled or in a maintenance pause, or on a day
+its calendar excludes, or cancelled. Staleness counts from the last such
+skip at the earliest: a daily job does not go stale over a weekend its
+calendar skips.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from ..jobspec.model import Sla
 from ..schedule import human_duration, iso_utc
 
 FAILURES = ("failed", "timed_out", "lost")
-_CHOSEN = ("paused", "disabled", "maintenance")
+_CHOSEN = ("paused", "disabled", "maintenance", "calendar")
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,10 @@ def misses(sla: Sla, records: Iterable[Record], expected: Iterable[int], now: fl
         base = max(last_success, since) if last_success is not None else since
         if resumed_at is not None:
             base = max(base, resumed_at)
+        skipped = [t for t in times if recs.get(t) is not None and chosen(recs[t])
+                   and recs[t].state == "skipped"]
+        if skipped:
+            base = max(base, skipped[-1])
         due = base + sla.stale_after
         if due <= now:
             what = (f"no success since {iso_utc(last_success)}" if last_success is not None

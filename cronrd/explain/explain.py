@@ -36,22 +36,22 @@ from typing import Callable
 
 from ..errors import CronrdError, RequestError, UsageError
 from ..ops.admin import Explain
-from ..schedule import (iso_utc, make_trigger,
-                        parse_schedule, resolve_timezone)
+from ..schedule import (iso_utc, parse_schedule, resolve_timezone)
 from ..state import node_drains
 from ..state import queries as Q
 from ..state import trail
 from ..decisions.placement import NodeView
 from .capacity_steps import overlap_step, placement_step, pool_step
 from .record_steps import alerts_step, record_step
-from .schedule_steps import catchup_step, job_step, pause_step, schedule_step
+from ..state.calendars import job_trigger
+from .schedule_steps import calendar_step, catchup_step, job_step, pause_step, schedule_step
 from .subject import Step, Subject, prev_fire, resolve_time
 from .verdict import verdict
 from .workflow_steps import downstream_step, upstream_step
 
 
 STEPS: list[Callable[[Subject], list[Step]]] = [
-    job_step, schedule_step, pause_step, catchup_step, overlap_step, upstream_step,
+    job_step, schedule_step, calendar_step, pause_step, catchup_step, overlap_step, upstream_step,
     pool_step, placement_step, record_step, downstream_step, alerts_step,
 ]
 
@@ -96,7 +96,7 @@ def explain(conn, req: Explain, *, now: float, default_tz: str,
     if spec is not None:
         try:
             schedule = parse_schedule(spec.schedule)
-            trigger = make_trigger(schedule, zone) \
+            trigger = job_trigger(conn, spec, schedule, zone) \
                 if schedule.kind not in ("reboot", "after") else None
         except CronrdError:
             schedule = trigger = None

@@ -8,7 +8,8 @@ from typing import Any
 
 import apsw
 
-from ..schedule import human_duration, iso_utc, parse_iso, plan_catchup
+from ..schedule import Trigger, human_duration, iso_utc, parse_iso, plan_catchup
+from ..schedule.calendars import CalendarTrigger
 from ..state import pause_log
 from ..state import queries as Q
 from ..state import trail
@@ -91,6 +92,27 @@ def schedule_step(s: Subject) -> list[Step]:
             text += "; nearest fire times " + ", ".join(near)
     return out + [Step("schedule", text, data,
                        None if fire or s.records else "not a fire time of the schedule")]
+
+def calendar_step(s: Subject) -> list[Step]:
+    """What the job's calendar does at ``t``: a day it excludes (skipped,
+    or the fire time moved), the n-th business day, or allowed."""
+    trig = s.trigger
+    if not isinstance(trig, CalendarTrigger) or s.spec is None or s.spec.calendar is None:
+        return []
+    t = s.t
+    rule = s.spec.calendar
+    data: dict[str, Any] = {"calendar": rule.to_dict(), "day": trig.day_of(t).isoformat()}
+    own = Trigger.next_after(trig, t - 1) == t      # a fire time of the schedule itself
+    if not own and _is_fire(trig, t):
+        return [Step("calendar", f"{iso_utc(t)} is a fire time its calendar moved here "
+                     f"(shift: {rule.shift}) from a day it excludes", data | {"moved": True})]
+    if not own:
+        return []
+    text = trig.judge(t)
+    skip = trig.skip_reason(t)
+    data["skipped"] = skip is not None
+    return [Step("calendar", text, data, skip)]
+
 
 AFTER_FIRE_TIME = ("an @after child has no fire times of its own: it runs once per generation "
                    "of its parents' outcomes, and a generation's fire time is the newest fire "

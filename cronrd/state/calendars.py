@@ -8,11 +8,17 @@ what the leader does."""
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import apsw
 
-from ..schedule.calendars import Calendar
+from ..schedule import Schedule, Trigger, make_trigger, parse_schedule
+from ..schedule.calendars import Calendar, CalendarTrigger
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
+    from ..jobspec.model import JobSpec
 
 MAX_CALENDARS = 100
 MAX_BODY = 1 << 20   # bytes of one calendar's days
@@ -59,3 +65,15 @@ def set_all(conn: apsw.Connection, calendars: Mapping[str, Mapping[str, Any]]) -
 def in_force(conn: apsw.Connection) -> dict[str, Calendar]:
     return {name: Calendar.from_dict(name, json.loads(body))
             for name, body in bodies(conn).items()}
+
+
+def job_trigger(conn: apsw.Connection, spec: "JobSpec", schedule: Schedule | None = None,
+                zone: "str | ZoneInfo | None" = None, default_tz: str = "UTC") -> Trigger:
+    """The trigger of a job's fire times: its schedule in its zone, under
+    its calendar (the calendars in force) if it has one. ScheduleError for
+    a schedule that does not parse."""
+    schedule = schedule or parse_schedule(spec.schedule)
+    trigger = make_trigger(schedule, zone or spec.timezone or default_tz)
+    if spec.calendar is None:
+        return trigger
+    return CalendarTrigger(trigger, spec.calendar, in_force(conn))

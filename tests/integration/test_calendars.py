@@ -66,6 +66,13 @@ def test_fire_times_on_excluded_days_are_recorded_skipped_naming_the_calendar(no
                              "calendar": {"only": ["not-today"]}})
     node.write_job("typo", {"schedule": "* * * * * *", "command": "true",
                             "calendar": {"skip": ["de-holiday"]}})
+    # an SLA: a day the calendar skips is no miss (the job beside it, which no
+    # node may run, misses every fire time: it shows the SLA watch looked)
+    node.write_job("promised", {"schedule": "* * * * * *", "command": "true",
+                                "sla": {"start_within": "1s"},
+                                "calendar": {"skip": ["closed"]}})
+    node.write_job("nowhere", {"schedule": "* * * * * *", "command": "true",
+                               "run_on": {"tags": ["gpu"]}, "sla": {"start_within": "1s"}})
 
     runs = node.wait_runs(lambda rs: len(rs) >= 2, job="skipped")
     assert {r["state"] for r in runs} == {"skipped"}
@@ -95,3 +102,26 @@ def test_fire_times_on_excluded_days_are_recorded_skipped_naming_the_calendar(no
                         "under calendars: in the daemon config or fix the name"]
     assert "typo" not in [j["name"] for j in node.call("jobs")]
     assert ran  # (the job was loaded and fired)
+
+    # next and show give the fire times with the calendar's word on each
+    nxt = ok(node.cli("next", "skipped", "-n", "2")).splitlines()
+    assert len(nxt) == 2 and all("skipped: calendar: " in ln and "calendar closed" in ln
+                                 for ln in nxt), nxt
+    assert "skipped: calendar: " in ok(node.cli("show", "skipped"))
+    # explain --next: would be skipped, by the calendar
+    out = json.loads(ok(node.cli("explain", "skipped", "--next", "--json")))
+    cal = [st for st in out["steps"] if st["step"] == "calendar"]
+    assert cal and cal[0]["text"].startswith("skipped: ") and "calendar closed" in cal[0]["text"]
+    assert out["verdict"]["outcome"] == "would_skip", out["verdict"]
+    # a backfill over skipped fire times leaves them skipped
+    first, last = sorted(r["fire_time"] for r in runs[:2])
+    dry = ok(node.cli("backfill", "skipped", "--from", first, "--to", last, "--dry-run"))
+    assert dry.count("skip: calendar: ") == 2, dry
+
+    def sla_alerts():
+        return json.loads(ok(node.cli("alerts", "--json")))
+    wait_for(lambda: any(a["job"] == "nowhere" for a in sla_alerts()), 30,
+             what="the SLA watch's alert for the job no node may run")
+    assert [a for a in sla_alerts() if a["job"] == "promised"] == []
+    assert {r["state"] for r in node.runs("promised")} == {"skipped"}
+

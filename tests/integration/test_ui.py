@@ -400,6 +400,8 @@ def test_pictures_of_time_show_what_the_daemon_ran(node):
 
     resp, text = b.get("/jobs/tick")
     cells = re.findall(r'<rect [^>]*class="day (\w+) l(\d)" data-day="([\d-]+)"', text)
-    assert len(cells) == 84
-    assert cells[-1][0] in ("succeeded", "running") and cells[-1][1] != "0", cells[-1]
-    assert {c[0] for c in cells[:-2]} == {"none"}   # a new job: nothing before yesterday
+    assert len(cells) == 84 + 28      # the last 84 days, today included, and 28 ahead
+    past, ahead = cells[:84], cells[84:]
+    assert past[-1][0] in ("succeeded", "running") and past[-1][1] != "0", past[-1]
+    assert {c[0] for c in past[:-2]} == {"none"}   # a new job: nothing before yesterday
+    assert ahead[0][0] == "planned"   # (an every-second job: its next fire times)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ...config import Config
 from ...errors import CronrdError, RequestError
 from ...jobspec import JobSpec
+from ...state import calendars as CAL
 from ...state import commands as C
 from ...state.tokens import job_allowed
 from ...model import run_states
@@ -90,7 +91,8 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
         self.is_ready = is_ready  # job files loaded and the scheduler running
         self.waiters: dict[int, list[asyncio.Future]] = {}  # run id -> `run-now --wait`
         self._refusals: dict = {}  # uid (a token: its caller name) -> (window start, count)
-        self._triggers = Triggers(config.timezone)  # a follower's next fire times
+        # a follower's next fire times (the calendars are read again for each listing)
+        self._triggers = Triggers(config.timezone, lambda: CAL.in_force(conn))
         self.checkpoints = CheckpointRequests(self)
         self.tokens = TokenRequests(config, clock, conn, log)
         self.http_url: Callable[[], str | None] = lambda: None  # the daemon's, once it serves

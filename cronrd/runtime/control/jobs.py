@@ -196,7 +196,9 @@ class JobRequests(_Host):
         if job["paused"] or not d["enabled"]:
             return None
         try:
-            trig = self._triggers.get(d["schedule"], d["timezone"])
+            cal = d.get("calendar")
+            trig = self._triggers.get(d["schedule"], d["timezone"],
+                                      None if cal is None else json.dumps(cal, sort_keys=True))
             return self._triggers.next_after(trig, max(job["cursor"], int(self.clock.now())))
         except CronrdError:
             return None
@@ -210,6 +212,7 @@ class JobRequests(_Host):
         come), then ``{"jobs": count}``. Without ``limit`` or ``stream``: the
         list of every job, up to UNPAGED_JOBS (more is refused: page)."""
         await self._barrier(req.consistent)
+        self._triggers.forget_calendars()   # (the calendars in force may have changed)
         limit, match = req.limit, req.match
         if req.stream:
             return Stream(self._stream_jobs(match))

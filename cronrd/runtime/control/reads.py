@@ -15,7 +15,9 @@ import apsw
 from ...errors import CronrdError, RequestError
 from ...jobspec.as_written import written
 from ...ops import requests as R
-from ...schedule import iso_utc, make_trigger, parse_iso, parse_schedule
+from ...schedule import Trigger, iso_utc, make_trigger, parse_iso, parse_schedule
+from ...schedule.calendars import CalendarTrigger
+from ...state.calendars import job_trigger
 from ...state import queries as Q
 from ...state import checkpoints, planned, run_params
 
@@ -103,15 +105,17 @@ def is_done(schedule: str, tz: str, cursor: float | None) -> bool:
     return at is not None and float(cursor or 0) >= at
 
 
-def next_fires(schedule: str, tz: str, after: float, count: int) -> list[str]:
-    """The next ``count`` fire times of a schedule after ``after`` (ISO UTC)."""
+def next_fires(schedule: str, tz: str, after: float, count: int,
+               trigger: Trigger | None = None) -> list[str]:
+    """The next ``count`` fire times of a schedule (or of ``trigger``: a
+    job's, with its calendar) after ``after`` (ISO UTC)."""
     try:
         sched = parse_schedule(schedule)
     except CronrdError:
         return []
     if sched.kind in ("reboot", "after") or count <= 0:
         return []
-    trigger = make_trigger(sched, tz)
+    trigger = trigger or make_trigger(sched, tz)
     out: list[str] = []
     t: int | None = int(after)
     while len(out) < count:
@@ -142,9 +146,20 @@ def job_details(conn, job: dict, view: dict, now: float, count: int,
     if maintenance is not None and state == "active":
         state = "paused (maintenance)"
     upcoming: list[str] = []
+    skips: dict[str, str] = {}
     if state == "active":
         start = max(float(job["cursor"] or 0), now)
-        upcoming = next_fires(view["schedule"], view["timezone"], start, count)
+        trigger = None
+        spec = job.get("spec")
+        if spec is not None and spec.calendar is not None:
+            try:
+                trigger = job_trigger(conn, spec, zone=view["timezone"])
+            except CronrdError:
+                trigger = None
+        upcoming = next_fires(view["schedule"], view["timezone"], start, count, trigger)
+        if isinstance(trigger, CalendarTrigger):   # the ones its calendar skips, and why
+            skips = {t: why for t in upcoming
+                     if (why := trigger.skip_reason(parse_iso(t))) is not None}
         if not upcoming and is_done(view["schedule"], view["timezone"], job["cursor"]):
             state = "done"
     return {
@@ -155,6 +170,7 @@ def job_details(conn, job: dict, view: dict, now: float, count: int,
         "file_problems": problems,
         "last_good": bool(problems),
         "next_fires": upcoming,
+        "next_skips": skips,
         "recent_runs": checkpoints.views(conn, run_params.add_to_views(
             conn, [r.view() for r in Q.list_runs(conn, name, None, RECENT_RUNS)])),
         "active_runs": checkpoints.views(conn, run_params.add_to_views(

@@ -27,14 +27,18 @@ import logging
 import zoneinfo
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import jinja2
 from aiohttp import web
 
 from ...errors import CronrdError, PermissionDenied
+from ...jobspec.model import JobSpec
 from ...schedule import iso_utc, parse_iso
+from ...schedule.calendars import CalendarTrigger
 from ...state import activity
+from ...state.calendars import job_trigger
 from ...state import queries as Q
 from ...model import run_states
 from ...ops import requests as R
@@ -517,7 +521,9 @@ class UiPages:
         tz = job.get("timezone") or "UTC"
         today = datetime.datetime.fromtimestamp(self.reads.clock.now(),
                                                 zoneinfo.ZoneInfo(tz)).date()
-        calendar = layout_calendar(activity.job_calendar(self.reads.conn, name, tz, today))
+        calendar = layout_calendar(
+            activity.job_calendar(self.reads.conn, name, tz, today)
+            + upcoming_days(self.reads.conn, job["spec"], tz, today, self.reads.clock.now()))
         preview = None
         return self.render(request, "job.html", sess, job=job, grid=grid,
                            attempts=list(range(1, attempts + 1)), older=older,
@@ -950,6 +956,45 @@ def layout_timeline(t: dict, width: int = 1000) -> dict:
             "height": max(y + 4, 40), "left": LABEL, "plot": width}
 
 
+UPCOMING_DAYS = 28      # days after today the job page's calendar shows ahead
+MAX_UPCOMING = 5000     # fire times it counts there
+
+
+def upcoming_days(conn, spec: dict, tz: str, today: datetime.date,
+                  now: float) -> list[dict]:
+    """The next UPCOMING_DAYS days after ``today`` for the job page's
+    calendar: its fire times by day (``planned``, or ``skipped`` where its
+    calendar skips them), and the days its calendar excludes (``note``)."""
+    try:
+        job = JobSpec.from_dict(spec)
+        trigger = job_trigger(conn, job, zone=tz)
+    except (CronrdError, KeyError, TypeError, ValueError):
+        return []
+    zone = zoneinfo.ZoneInfo(tz)
+    days = [today + datetime.timedelta(days=i + 1) for i in range(UPCOMING_DAYS)]
+    out: list[dict[str, Any]] = [{"day": d.isoformat(), "counts": {}, "note": ""}
+                                 for d in days]
+    end = datetime.datetime.combine(days[-1] + datetime.timedelta(days=1), datetime.time(),
+                                    tzinfo=zone).timestamp()
+    start = datetime.datetime.combine(days[0], datetime.time(), tzinfo=zone).timestamp()
+    calendar = trigger if isinstance(trigger, CalendarTrigger) else None
+    for fire in trigger.fires_between(int(max(start, now)) - 1, int(end) - 1, MAX_UPCOMING):
+        i = (datetime.datetime.fromtimestamp(fire, zone).date() - days[0]).days
+        if not 0 <= i < len(out):
+            continue
+        skip = calendar.skip_reason(fire) if calendar is not None else None
+        key = "skipped" if skip else "planned"
+        out[i]["counts"][key] = out[i]["counts"].get(key, 0) + 1
+    if calendar is not None:
+        for i, d in enumerate(days):
+            why = calendar.why_not(d)
+            if why:
+                out[i]["note"] = f"excluded: {why}"
+                if not out[i]["counts"]:
+                    out[i]["counts"]["excluded"] = 1
+    return out
+
+
 def layout_calendar(days: list[dict]) -> dict:
     """A job's calendar (state/activity.job_calendar) as cells of a heat
     map: a column per week (Monday first), a row per weekday; a day's
@@ -969,10 +1014,13 @@ def layout_calendar(days: list[dict]) -> dict:
         counts = d["counts"]
         total = sum(counts.values())
         worst = next((k for k in ("failed", "succeeded", "running", "pending", "skipped",
-                                  "other") if counts.get(k)), "none")
+                                  "other", "planned", "excluded") if counts.get(k)), "none")
         share = counts.get(worst, 0) / total if total else 0
         level = 0 if not total else 1 + min(3, int(share * 4 - 1e-9))   # 1-4
-        text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no fire time"
+        text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()) if k != "excluded") \
+            or "no fire time"
+        if d.get("note"):
+            text += f"; {d['note']}"
         cells.append({"x": LEFT + col * (CELL + PAD), "y": TOP + row * (CELL + PAD),
                       "size": CELL, "day": d["day"], "cls": worst, "level": level,
                       "title": f"{d['day']} ({day.strftime('%a')}): {text}"})

@@ -11,6 +11,8 @@ import logging
 from ...decisions import backfill as D
 from ...errors import CronrdError, RequestError
 from ...schedule import Trigger, iso_utc, make_trigger, parse_schedule
+from ...schedule.calendars import CalendarTrigger
+from ...state.calendars import job_trigger
 from ...state import backfill as BF
 from ...state import commands as C
 from ...state import queries as Q
@@ -22,13 +24,16 @@ log = logging.getLogger("cronrd.backfill")
 PREV_SEARCH = (3600, 86400, 31 * 86400, 400 * 86400, 5 * 366 * 86400)
 
 
-def trigger_of(spec, default_tz: str) -> Trigger:
-    """The job's trigger, or a RequestError for a schedule without fire times."""
+def trigger_of(spec, default_tz: str, conn=None) -> Trigger:
+    """The job's trigger (with its calendar, given ``conn``), or a
+    RequestError for a schedule without fire times."""
     try:
         schedule = parse_schedule(spec.schedule)
         if schedule.kind == "reboot":
             raise RequestError(f"job {spec.name!r} runs at boot (@reboot): it has no fire "
                                "times to backfill or rerun")
+        if conn is not None:
+            return job_trigger(conn, spec, schedule, spec.timezone or default_tz)
         return make_trigger(schedule, spec.timezone or default_tz)
     except RequestError:
         raise
@@ -63,7 +68,8 @@ def plan(conn, spec, default_tz: str, first: int, last: int, reprocess: str,
         raise RequestError(f"--to ({iso_utc(last)}) is before --from ({iso_utc(first)}); "
                            "give the earlier time to --from")
     cap = D.fire_limit(force)
-    times = fire_times(trigger_of(spec, default_tz), first, last, cap + 1)
+    trigger = trigger_of(spec, default_tz, conn)
+    times = fire_times(trigger, first, last, cap + 1)
     if len(times) > cap:
         raise RequestError(f"backfill of {spec.name} from {iso_utc(first)} to "
                            f"{iso_utc(last)}: {D.over_limit(force)}")
@@ -74,14 +80,19 @@ def plan(conn, spec, default_tz: str, first: int, last: int, reprocess: str,
     recs = BF.records(conn, spec.name, times[0], times[-1])
     cursor, created_at = next(iter(conn.execute(
         "SELECT cursor, created_at FROM jobs WHERE name=?", (spec.name,))), (None, None))
-    return times, D.plan(times, recs, reprocess, order, job_created_at=created_at,
-                         cursor=cursor)
+    decisions = D.plan(times, recs, reprocess, order, job_created_at=created_at,
+                       cursor=cursor)
+    if isinstance(trigger, CalendarTrigger):   # a day its calendar skips stays skipped
+        decisions = [(t, D.Decision("skip", reason=why)
+                      if (why := trigger.skip_reason(t)) is not None else d)
+                     for t, d in decisions]
+    return times, decisions
 
 
 def rerun_time(conn, spec, default_tz: str, t: int) -> int:
     """``t`` if it is a fire time of the job with a record; else a
     RequestError that names the nearest fire times (and records)."""
-    trigger = trigger_of(spec, default_tz)
+    trigger = trigger_of(spec, default_tz, conn)
     is_fire = trigger.next_after(t - 1) == t
     if is_fire and BF.records(conn, spec.name, t, t):
         return t

@@ -16,7 +16,9 @@ from typing import Awaitable, Callable
 from ...decisions import sla as S
 from ...errors import CronrdError
 from ...jobspec import JobSpec
-from ...schedule import make_trigger, parse_schedule, resolve_timezone
+from ...schedule import parse_schedule, resolve_timezone
+from ...schedule.calendars import CalendarTrigger
+from ...state.calendars import job_trigger
 from ...schedule.delays import jitter_for
 from ...state import alerts as AL
 from ...state import commands as C
@@ -140,7 +142,7 @@ def job_misses(conn, name: str, spec: JobSpec, since: float, now: float,
     try:
         schedule = parse_schedule(spec.schedule)
         if schedule.kind not in ("reboot", "after") and (offsets or sla.finish_by):
-            trigger = make_trigger(schedule, zone)
+            trigger = job_trigger(conn, spec, schedule, zone)
             until = int(now - min(offsets)) if offsets else int(now)
             # about the newest MAX_EXPECTED of them: narrow the span until it
             # holds no more (an every-second job looks at the last half hour)
@@ -152,6 +154,8 @@ def job_misses(conn, name: str, spec: JobSpec, since: float, now: float,
                     break
                 span //= 8
             expected = [t for t in expected[:MAX_EXPECTED] if t >= since]
+            if isinstance(trigger, CalendarTrigger):   # a day its calendar skips: no miss
+                expected = [t for t in expected if trigger.skip_reason(t) is None]
     except CronrdError:
         expected = []
     recs, last = _records(conn, name, first)

@@ -338,3 +338,42 @@ def test_the_calendar_lays_days_out_by_weekday_with_the_worst_outcome():
     assert cells["2026-12-01"]["x"] == cells["2026-11-30"]["x"]     # in the same week
     assert "1 failed, 3 succeeded" in cells["2026-11-30"]["title"]
     assert [m["label"] for m in cal["months"]] == ["Nov", "Dec"]
+
+
+def test_the_calendar_ahead_shows_fire_times_and_the_days_a_calendar_excludes():
+    """Issue 35: the job page's calendar honours the job's calendar: days
+    ahead hold its planned fire times, skipped ones, and excluded days."""
+    import datetime as dt
+
+    import apsw
+
+    from cronrd.runtime.http.ui import layout_calendar, upcoming_days
+    from cronrd.schedule import parse_iso
+    from cronrd.schedule.calendars import Calendar
+    from cronrd.state import calendars as CAL
+    from cronrd.state.machine import StateMachine
+
+    sm = StateMachine(apsw.Connection(":memory:"))
+    xmas = dt.date(2026, 12, 25).toordinal()
+    with sm.conn:
+        CAL.set_all(sm.conn, {"de": Calendar("de", days=frozenset({xmas})).to_dict(),
+                              "weekdays": Calendar("weekdays", frozenset(range(5))).to_dict()})
+    spec = {"name": "j", "schedule": "0 18 * * *", "command": "true",
+            "calendar": {"skip": ["de"], "only": ["weekdays"]}}
+    today = dt.date(2026, 12, 20)
+    days = upcoming_days(sm.conn, spec, "Europe/Berlin", today,
+                         parse_iso("2026-12-20T12:00:00Z"))
+    by = {d["day"]: d for d in days}
+    assert len(days) == 28 and days[0]["day"] == "2026-12-21"
+    assert by["2026-12-24"]["counts"] == {"planned": 1} and not by["2026-12-24"]["note"]
+    assert by["2026-12-25"]["counts"] == {"skipped": 1}
+    assert by["2026-12-25"]["note"] == "excluded: 2026-12-25 (fri) is in calendar de"
+    cells = {c["day"]: c for c in layout_calendar(days)["cells"]}
+    assert cells["2026-12-24"]["cls"] == "planned" and cells["2026-12-25"]["cls"] == "skipped"
+    assert cells["2026-12-26"]["cls"] == "skipped"   # a Saturday: not in weekdays
+    assert "is not in calendar weekdays" in cells["2026-12-26"]["title"]
+    shifted = dict(spec, calendar={"skip": ["de"], "only": ["weekdays"], "shift": "next"})
+    by = {d["day"]: d for d in upcoming_days(sm.conn, shifted, "Europe/Berlin", today,
+                                             parse_iso("2026-12-20T12:00:00Z"))}
+    assert by["2026-12-27"]["counts"] == {"excluded": 1}          # nothing fires: moved
+    assert by["2026-12-28"]["counts"] == {"planned": 1}           # Fri, Sat, Sun -> Mon: one
