@@ -91,7 +91,8 @@ def generated(monkeypatch):
 
         def __getattr__(self, name):
             return getattr(self.t, name)
-    monkeypatch.setattr(B, "trigger_of", lambda spec, tz: Counting(real(spec, tz)))
+    monkeypatch.setattr(B, "trigger_of",
+                        lambda spec, tz, conn=None: Counting(real(spec, tz, conn)))
     return count
 
 
