@@ -14,7 +14,7 @@ from ..runtime.clock import Clock
 from .base import Ctx, complete_jobs, main
 
 if TYPE_CHECKING:
-    from ..jobspec import JobSpec, Problem
+    from ..jobspec import JobSpec
 
 
 # -- daemon ------------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def validate(obj: Ctx, paths, no_permissions):
     A daemon config among the files is named as one (not checked as a job
     file: `cronrd check-config FILE` checks it) and also makes the exit code 1."""
     from ..config import daemon_config_jobs_dir
-    from ..jobspec import load_job_file, load_jobs_dir
+    from ..jobspec import Problem, load_job_file, load_jobs_dir
     try:
         cfg = obj.try_config()
     except CronrdError:
@@ -158,6 +158,15 @@ def validate(obj: Ctx, paths, no_permissions):
                 continue
             problems.extend(fr.problems)
             for job in fr.jobs:
+                missing = [n for n in (job.calendar.names if job.calendar else ())
+                           if cfg is not None and n not in {c.name for c in cfg.calendars}]
+                if missing:
+                    problems.append(Problem(
+                        job.source, job.calendar.names_line if job.calendar else job.line, 0,
+                        f"job {job.name!r}: calendar names {', '.join(map(repr, missing))}, "
+                        "which the daemon config does not define (it defines: "
+                        f"{', '.join(c.name for c in cfg.calendars) if cfg else 'none'}); "
+                        "add it under calendars: in the daemon config or fix the name"))
                 if job.name in seen:
                     problems.append(_dup(job, seen[job.name]))
                 else:

@@ -211,3 +211,19 @@ def test_check_config_names_the_notifiers_and_checks_their_secret_files(tmp_path
     assert res.exit_code == 0, res.stdout
     assert res.stdout.rstrip().endswith("; notifiers chat (webhook), page (command), default "
                                         "notify: page")
+
+
+def test_validate_names_a_calendar_the_config_lacks(tmp_path, monkeypatch):
+    """Issue 35: a job's calendar: must name the config's calendars, as the
+    daemon requires when it loads the file."""
+    path = write_config(tmp_path, GOOD + "calendars:\n  closures: {dates: [2026-12-24]}\n")
+    (tmp_path / "jobs" / "ok.yaml").write_text(
+        "schedule: '@daily'\ncommand: 'true'\ncalendar: {skip: [closures, weekends]}\n")
+    (tmp_path / "jobs" / "typo.yaml").write_text(
+        "schedule: '@daily'\ncommand: 'true'\ncalendar:\n  skip: [closure]\n")
+    res = run("--config", str(path), "validate", "--no-permissions")
+    assert res.exit_code == 1
+    assert res.stdout.splitlines() == [
+        f"{tmp_path}/jobs/typo.yaml:4: job 'typo': calendar names 'closure', which the daemon "
+        "config does not define (it defines: closures, weekdays, weekends); add it under "
+        "calendars: in the daemon config or fix the name"]
