@@ -168,6 +168,7 @@ COMMANDS = {
     "completion": ("local", "completion"),
     "daemon": ("local", "daemon"),
     "dead-letter": ("alerts", "dead_letter"),
+    "diff": ("diff", "diff"),
     "explain": ("jobs", "explain"),
     "graph": ("jobs", "graph"),
     "heartbeat": ("checkpoints", "heartbeat"),

@@ -158,3 +158,11 @@ def _window(tz: _dt.tzinfo, year: int) -> _Window:
         horizon=horizon,
         horizon_offset=_offset_at(tz, horizon),
     )
+
+
+def transitions(tz: _dt.tzinfo, start: int, end: int) -> list[tuple[int, int, int]]:
+    """The offset changes ``(instant, offset_before, offset_after)`` of a
+    zone with ``start <= instant < end``."""
+    years = range(_dt.datetime.fromtimestamp(start, _dt.timezone.utc).year,
+                  _dt.datetime.fromtimestamp(end, _dt.timezone.utc).year + 1)
+    return [e for y in years for e in _year_transitions(tz, y) if start <= e[0] < end]

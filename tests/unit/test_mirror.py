@@ -41,6 +41,7 @@ NO_UNIT_TEST_FILE = {
     "cli/backfills.py": "unit/cli/test_cli*.py (the package as a whole)",
     "cli/base.py": "unit/cli/test_cli*.py (the package as a whole)",
     "cli/checkpoints.py": "unit/cli/test_cli*.py (the package as a whole)",
+    "cli/diff.py": "unit/cli/test_cli*.py (the package as a whole)",
     "cli/cluster.py": "unit/cli/test_cli*.py (the package as a whole)",
     "cli/jobs.py": "unit/cli/test_cli*.py (the package as a whole)",
     "cli/local.py": "unit/cli/test_cli*.py (the package as a whole)",
