@@ -74,6 +74,7 @@ class ImportResult:
     system: bool = False
     format_note: str = ""  # "FILE: read as a ... crontab (why); pass --... if it is not"
     format_why: str = ""  # the why alone ('' when the caller passed system=)
+    job_lines: list[int] = field(default_factory=list)  # each job's line in the crontab
 
 
 _SPECIALS = {
@@ -584,6 +585,7 @@ def convert_crontab(text: str, *, path: str, system: bool | None = None,
     notify: list | None = None
     jobs: list[dict] = []
     comments: list[list[str]] = []  # the comment lines to print before each job
+    jobs_at: list[int] = []          # each job's line number
     pending: list[str] = []  # comments waiting for the next job
 
     for lineno, raw in enumerate(lines, 1):
@@ -713,6 +715,7 @@ def convert_crontab(text: str, *, path: str, system: bool | None = None,
         if notify is not None:
             job["notify"] = [dict(r) for r in notify]
         jobs.append(job)
+        jobs_at.append(lineno)
         comments.append(pending + [f"# line {lineno}" + ("" if enabled else " (commented out)")])
         pending = []
 
@@ -725,7 +728,8 @@ def convert_crontab(text: str, *, path: str, system: bool | None = None,
             "job, or convert it again with --owner NAME")))
 
     text_out = _render(path, jobs, comments, pending, problems, warnings)
-    return ImportResult(text_out, jobs, problems, warnings, bool(system), format_note, why)
+    return ImportResult(text_out, jobs, problems, warnings, bool(system), format_note, why,
+                        jobs_at)
 
 
 def _render(path: str, jobs: list[dict], comments: list[list[str]], trailing: list[str],
@@ -753,3 +757,44 @@ def _render(path: str, jobs: list[dict], comments: list[list[str]], trailing: li
         out += yaml.safe_dump([job], sort_keys=False, default_flow_style=False,
                               allow_unicode=True, width=10**9)
     return out + "".join(c + "\n" for c in trailing)
+
+
+def watches_from(res: ImportResult, text: str, path: str, grace: str = "1h",
+                 url: str | None = None) -> str:
+    """The crontab's jobs as watches (jobspec/watch.py), the first step of a
+    migration: the lines keep running where they are, each ending with
+    ``&& cronrd ping NAME``, and cronrd alerts when one does not ping. Each
+    watch's comment says how to change its line. ``url``: the ping goes
+    through a cronrd node's API (from a host that runs no cronrd)."""
+    lines = text.splitlines()
+    ping = "cronrd ping {name}" if url is None else f"cronrd ping --url {url} {{name}}"
+    out = [f"# Watches for the jobs of {path}, made by `cronrd import-crontab --watch`.",
+           "# The jobs keep running where they are: change each line of the crontab",
+           "# as its comment says, so that it pings cronrd when it succeeds; cronrd",
+           f"# alerts when a fire time passes its grace ({grace}) with no ping."]
+    if url is not None:
+        out.append("# The pings go through the API at " + url + ": set CRONRD_PING_TOKEN in")
+        out.append("# the crontab to a token of role ping (`cronrd token create --role ping")
+        out.append("# --jobs 'NAME'` on a cronrd node).")
+    out.append("watches:")
+    for job, lineno in zip(res.jobs, res.job_lines):
+        if not job.get("enabled", True):
+            continue
+        watch = {"name": job["name"], "description": f"watch of {path} line {lineno}",
+                 "schedule": job["schedule"]}
+        if job.get("timezone"):
+            watch["timezone"] = job["timezone"]
+        watch["grace"] = grace
+        line = lines[lineno - 1].strip()
+        call = ping.format(name=job["name"])
+        if "%" in line.replace("\\%", ""):
+            out.append(f"  # line {lineno} has a % (what follows is the command's input): "
+                       f"put `&& {call}` before its first %")
+        else:
+            out.append(f"  # line {lineno}: change it to")
+            out.append(f"  #   {line} && {call}")
+        out.append(yaml.safe_dump([watch], sort_keys=False, default_flow_style=False,
+                                  allow_unicode=True, width=10**9).rstrip())
+    if out[-1] == "watches:":
+        out[-1] = "watches: []"
+    return "\n".join(out) + "\n"

@@ -179,6 +179,7 @@ COMMANDS = {
     "notifications": ("alerts", "notifications"),
     "notify": ("alerts", "notify"),
     "pause": ("jobs", "pause"),
+    "ping": ("runs", "ping"),
     "pools": ("backfills", "pools"),
     "reload": ("jobs", "reload"),
     "rerun": ("runs", "rerun"),

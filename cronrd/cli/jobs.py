@@ -218,6 +218,8 @@ def jobs(obj: Ctx, pattern, consistent, as_json):
             if state == "active" and not j["next_fire"] and \
                     j["schedule"].lstrip().lower().startswith("@at"):
                 state = "done"   # its one fire time was handled
+            if j.get("watch"):
+                state += " (watch)"
             if j.get("file_problem"):
                 state += " (last good)"
                 last_good.append(f"{j['name']}: {j['file_problem']}")

@@ -281,7 +281,14 @@ def _load_dir_unchecked(path, pools=None):
 @click.option("--include-commented", is_flag=True, help="Convert commented-out job lines "
               "too, as jobs with enabled: false.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the YAML here.")
-def import_crontab(file, system, owner, include_commented, output):
+@click.option("--watch", is_flag=True, help="Make watches instead of jobs: the lines keep "
+              "running where they are and ping cronrd (each watch's comment gives its line's "
+              "change, `&& cronrd ping NAME`); cronrd alerts when one does not.")
+@click.option("--grace", default="1h", show_default=True, metavar="DURATION",
+              help="With --watch: how long after its fire time a line's ping may come.")
+@click.option("--url", metavar="URL", help="With --watch: the lines ping through this cronrd "
+              "node's API (a host that runs no cronrd).")
+def import_crontab(file, system, owner, include_commented, output, watch, grace, url):
     """Convert a crontab (FILE, or - for stdin) into cronrd job YAML.
 
     Exit 0 when every line was converted (warnings allowed), 1 when a line
@@ -298,6 +305,16 @@ def import_crontab(file, system, owner, include_commented, output):
             text = f.read()
     res = convert_crontab(text, path=path, system=system, user=owner,
                           include_commented=include_commented)
+    if (grace != "1h" or url) and not watch:
+        raise UsageError("--grace and --url go with --watch")
+    if watch:
+        from ..crontab_import import watches_from
+        from ..schedule import parse_duration
+        try:
+            parse_duration(grace)
+        except CronrdError as exc:
+            raise UsageError(f"--grace {grace!r}: {exc}") from None
+        res.yaml_text = watches_from(res, text, path, grace, url)
     if res.system and owner:
         raise UsageError(f"{path} is read as a system crontab ({res.format_why}), which names "
                          f"the user on each line, so --owner does not apply: drop --owner, or "

@@ -300,3 +300,66 @@ def rerun(obj: Ctx, job, at, downstream, dry_run, as_json):
                    + " (`cronrd runs --kind rerun` shows them)")
     elif downstream:
         click.echo("nothing downstream consumed it (no record's lineage holds it)")
+
+
+@click.command()
+@click.argument("name", shell_complete=complete_jobs)
+@click.option("--start", "what", flag_value="start", help="The job started (its end ping "
+              "follows).")
+@click.option("--fail", "what", flag_value="fail", help="The job failed.")
+@click.option("--exit", "exit_code", type=click.IntRange(0, 255), metavar="CODE",
+              help="The job's exit code: 0 a success, anything else a failure "
+              "(`cronrd ping NAME --exit $?`).")
+@click.option("--url", metavar="URL", help="Ping through the HTTP API of a cronrd node "
+              "(https://HOST:8177) instead of the local daemon: from a host that runs no "
+              "cronrd.")
+@click.option("--token", metavar="TOKEN", envvar="CRONRD_PING_TOKEN",
+              help="With --url: a token of role ping for this watch (`cronrd token create "
+              "--role ping --jobs NAME`); or set CRONRD_PING_TOKEN.")
+@click.pass_obj
+def ping(obj: Ctx, name, what, exit_code, url, token):
+    """Tell a watch its job ran: a success by default, or --start, --fail or
+    --exit CODE. A job that runs elsewhere (a legacy cron line, a
+    Kubernetes CronJob) ends with `&& cronrd ping NAME`, and cronrd alerts
+    when a fire time of the watch passes its grace with no ping."""
+    what = what or ("fail" if exit_code else "success")
+    args: dict = {"job": name, "what": what}
+    if exit_code is not None:
+        args["exit_code"] = exit_code
+    if url is None:
+        res = obj.client().call("ping", args)
+    else:
+        if not token:
+            raise UsageError("--url needs --token TOKEN (or CRONRD_PING_TOKEN): a token of "
+                             f"role ping for this watch (`cronrd token create --name {name}-ping"
+                             f" --role ping --jobs {name}` on a cronrd node)")
+        res = _http_ping(url, name, token, args)
+    state = res.get("state")
+    note = " (no fire time waited for it: recorded on its own)" if res.get("stray") else ""
+    click.echo(f"{name}: {what} recorded, run {res.get('run_id')} {state}{note}")
+
+
+def _http_ping(url: str, name: str, token: str, args: dict) -> dict:
+    import json as _json
+    import ssl
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+    body = {k: v for k, v in args.items() if k != "job"}
+    req = urllib.request.Request(
+        url.rstrip("/") + "/api/v1/pings/" + urllib.parse.quote(name, safe=""),
+        data=_json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30, context=ssl.create_default_context()) as r:
+            return _json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            doc = _json.loads(exc.read())
+            why = doc.get("detail") or doc.get("title") or str(exc)
+        except ValueError:
+            why = str(exc)
+        raise CronrdError(f"ping {name} at {url}: {exc.code}: {why}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise CronrdError(f"ping {name} at {url}: cannot reach it ({getattr(exc, 'reason', exc)}"
+                          "); check the URL and that the node's HTTP API listens there") from None

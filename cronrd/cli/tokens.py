@@ -18,9 +18,10 @@ def token():
 
 @token.command("create")
 @click.option("--name", required=True, help="A name for it (who or what uses it), unique.")
-@click.option("--role", required=True, type=click.Choice(["viewer", "operator", "admin"]),
+@click.option("--role", required=True, type=click.Choice(["viewer", "operator", "admin", "ping"]),
               help="viewer reads; operator also runs, pauses, cancels, backfills, acks; "
-                   "admin also manages tokens and nodes and forces backfills.")
+                   "admin also manages tokens and nodes and forces backfills; ping only "
+                   "pings the watches --jobs names (for a host that runs no cronrd).")
 @click.option("--jobs", "jobs", metavar="GLOB", default="",
               help="Only the jobs whose names match this glob (default: every job).")
 @click.option("--expires", metavar="DURATION", default=None,

@@ -68,6 +68,16 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class WatchSpec:
+    """What makes a job a watch (jobspec/watch.py): no command; a ping is
+    expected for each fire time within ``grace`` seconds of it."""
+    grace: float = 3600.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"grace": self.grace}
+
+
+@dataclass(frozen=True)
 class Sla:
     """What a job promises (``sla:``); the leader alerts on each miss
     (decisions/sla.py). Durations in seconds; ``finish_by`` is HH:MM in the
@@ -273,6 +283,8 @@ class JobSpec:
     executor: ExecutorSpec | None = None
     # Which days its fire times may fall on (schedule/calendars.py); None: any.
     calendar: CalendarRule | None = None
+    # A watch (jobspec/watch.py): no command, pings expected; None: a job.
+    watch: WatchSpec | None = None
     source: str = ""  # file path it came from
     line: int = 0  # 1-based line of the job's mapping
 
@@ -342,6 +354,8 @@ class JobSpec:
             d["executor"] = self.executor.to_dict()
         if self.calendar is not None:
             d["calendar"] = self.calendar.to_dict()
+        if self.watch is not None:
+            d["watch"] = self.watch.to_dict()
         return d
 
     @property
@@ -416,6 +430,9 @@ class JobSpec:
             kwargs["executor"] = ExecutorSpec.from_dict(kwargs["executor"])
         if kwargs.get("calendar") is not None:
             kwargs["calendar"] = CalendarRule.from_dict(kwargs["calendar"])
+        if kwargs.get("watch") is not None and not isinstance(kwargs["watch"], WatchSpec):
+            kwargs["watch"] = WatchSpec(grace=float(kwargs["watch"].get("grace",
+                                                                        WatchSpec.grace)))
         for f in ("timeout", "heartbeat_timeout", "start_deadline"):
             if kwargs.get(f) is not None:
                 kwargs[f] = float(kwargs[f])

@@ -206,8 +206,9 @@ def _parse_text(text: str, path: str, pools: Mapping[str, int] | None = None
     name_pos: dict[str, tuple[int, int]] = {}
     seen: dict[str, int] = {}  # name -> line of the first definition
 
-    def add(node: MappingNode, default_name: str | None) -> None:
-        spec, name, pos = _parse_job(ctx, node, default_name)
+    def add(node: MappingNode, default_name: str | None, watch: bool = False) -> None:
+        from .watch import parse_watch
+        spec, name, pos = (parse_watch if watch else _parse_job)(ctx, node, default_name)
         if name is not None:
             if name in seen:
                 ctx.at(*pos, f"duplicate job name {name!r}: already defined at {path}:{seen[name]}; "
@@ -226,22 +227,39 @@ def _parse_text(text: str, path: str, pools: Mapping[str, int] | None = None
         ctx.err(root, f"{shape} ({_got(root)}){hint}")
     else:
         top = mapping_items(ctx, root)
-        if "jobs" in top:
+        if "jobs" in top or "watches" in top:
+            lists = [k for k in ("jobs", "watches") if k in top]
             for key, (knode, _v) in top.items():
-                if key != "jobs" and not key.startswith("x-"):
-                    ctx.err(knode, f"unknown top-level key {key!r} next to jobs:; a file with jobs: holds "
-                                   f"only the list, so move {key!r} into each job (keys starting with x- "
-                                   "are ignored and can hold &anchors)")
-            list_node = top["jobs"][1]
-            if not isinstance(list_node, SequenceNode):
-                ctx.err(list_node, f"jobs must be a list of job mappings ({_got(list_node)})")
-            else:
+                if key not in ("jobs", "watches") and not key.startswith("x-"):
+                    ctx.err(knode, f"unknown top-level key {key!r} next to {lists[0]}:; a file "
+                                   f"with {' and '.join(k + ':' for k in lists)} holds only the "
+                                   f"list, so move {key!r} into each entry (keys starting with "
+                                   "x- are ignored and can hold &anchors)")
+            for kind in lists:
+                list_node = top[kind][1]
+                what = "job" if kind == "jobs" else "watch"
+                if not isinstance(list_node, SequenceNode):
+                    ctx.err(list_node, f"{kind} must be a list of {what} mappings "
+                                       f"({_got(list_node)})")
+                    continue
                 for i, item in enumerate(list_node.value, 1):
                     if not isinstance(item, MappingNode):
-                        ctx.err(item, f"job #{i} under jobs: must be a mapping with name:, schedule:, "
-                                      f"command: ... ({_got(item)})")
+                        ctx.err(item, f"{what} #{i} under {kind}: must be a mapping with name:, "
+                                      f"schedule:, {'command: ' if what == 'job' else 'grace: '}"
+                                      f"... ({_got(item)})")
                         continue
-                    add(item, None)
+                    add(item, None, watch=kind == "watches")
+        elif "watch" in top:
+            for key, (knode, _v) in top.items():
+                if key != "watch" and not key.startswith("x-"):
+                    ctx.err(knode, f"unknown top-level key {key!r} next to watch:; move it into "
+                                   "the watch")
+            node = top["watch"][1]
+            if not isinstance(node, MappingNode):
+                ctx.err(node, f"watch must be a mapping with schedule:, grace: ... "
+                              f"({_got(node)})")
+            else:
+                add(node, _file_stem(path), watch=True)
         else:
             add(root, _file_stem(path))
 

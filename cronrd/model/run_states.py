@@ -49,8 +49,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     # Released when the run ahead of it ends (state/queue.py) or its parents'
     # gate opens (state/dependencies.py), or never started: skipped, cancelled,
     # or failed (its upstream failed, on_upstream_failure: fail).
+    # A watch's run (state/watches.py) waits for its pings: to running (a
+    # start ping), succeeded or failed (its end ping, or none in its grace).
     _S.WAITING.value: frozenset({_S.PENDING.value, _S.CANCELLED.value, _S.SKIPPED.value,
-                                 _S.FAILED.value}),
+                                 _S.FAILED.value, _S.RUNNING.value, _S.SUCCEEDED.value}),
 }
 ALL = tuple(s.value for s in RunState)
 ACTIVE = tuple(s for s in ALL if s in TRANSITIONS)            # may still change

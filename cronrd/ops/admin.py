@@ -117,7 +117,7 @@ class CreateToken:
     OP: ClassVar[str] = "token_create"
     name: Annotated[str, Doc("the token's name: letters, digits, '_', '.' and '-', starting "
                              "with a letter or digit")]
-    role: Annotated[str, Doc("viewer, operator or admin")]
+    role: Annotated[str, Doc("viewer, operator, admin or ping")]
     jobs: Annotated[str, MaxLen(MAX_TOKEN_JOBS, "--jobs must be a glob of job names of at "
                                                 "most {n} characters"),
                     Doc("only the jobs matching this glob (\"\": every job)")] = ""

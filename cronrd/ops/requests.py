@@ -137,9 +137,23 @@ class ResumeJob(PauseJob):
     OP: ClassVar[str] = "resume"
 
 
+PING_KINDS = ("start", "success", "fail")
+
+
+@dataclass(frozen=True)
+class Ping:
+    """A watch's ping (`cronrd ping NAME`): its job started, succeeded or
+    failed (with its exit code)."""
+    OP: ClassVar[str] = "ping"
+    job: Annotated[str, Doc("the watch")]
+    what: Annotated[str, MaxLen(16), Doc("start, success (the default) or fail")] = "success"
+    exit_code: Annotated[int | None, Range(0, 255, "an exit code is {lo} to {hi}"),
+                         Doc("the job's exit code (not 0: a failure)")] = None
+
+
 # Every typed operation by its name on the socket: these, and those of the
 # resources with modules of their own.
 TYPES: tuple[type[Any], ...] = (
-    ListJobs, ShowJob, ListRuns, ShowRun, Graph, RunNow, CancelRun, PauseJob, ResumeJob)
+    ListJobs, ShowJob, ListRuns, ShowRun, Graph, RunNow, CancelRun, PauseJob, ResumeJob, Ping)
 REQUESTS: dict[str, type[Any]] = {
     cls.OP: cls for cls in (*TYPES, *workflows.TYPES, *admin.TYPES)}

@@ -16,6 +16,7 @@ from ..jobspec.fields import MAX_QUEUED_LIMIT
 from ..schedule import iso_utc, retry_delay
 from . import checkpoints as CK
 from . import planned as PLN
+from . import apply_watches as WW
 from . import versions as V
 from . import commands as C
 from . import dependencies as deps
@@ -225,6 +226,8 @@ class RunsApply(ApplyBase):
             deps.parent_final(self, index, cmd.job, run.run_id, cmd.at, effects)
             return {"run_id": run.run_id, "state": "skipped", "reason": reason}
         assert spec is not None  # read above, as reason was None: the job exists (_need_job)
+        if spec.watch is not None:  # runs nothing: waits for its ping (apply_watches.py)
+            return self._watch_fire(index, cmd, spec)
         if spec.depends_on:  # its gate, at its fire time
             return deps.scheduled_fire(self, index, cmd, spec, effects)
         if hold is not None and hold.wait is not None:
@@ -288,6 +291,10 @@ class RunsApply(ApplyBase):
 
     def _apply_manual_run(self, index: int, cmd: C.ManualRun, effects: list[Effect]) -> dict[str, Any]:
         job = self._need_job(cmd.job)
+        watch = self._job_spec(cmd.job)
+        if watch is not None and watch.watch is not None:
+            raise Refused(f"{cmd.job!r} is a watch: it runs nothing here; its job pings it "
+                          f"(`cronrd ping {cmd.job}`)")
         problem = RP.params_problem(cmd.params) or (cmd.key and RP.key_problem(cmd.key))
         if problem:
             raise Refused(f"manual_run: {problem}")
@@ -486,6 +493,7 @@ class RunsApply(ApplyBase):
         retry = self._end_run(run, state, at, reason=reason, exit_code=exit_code,
                               signal=signal, log_path=log_path, effects=effects, index=index,
                               not_started=not_started)
+        WW.forget(self.conn, run.run_id)   # a watch's run waits no more (none before v2)
         if retry is None:
             AL.on_final(self, run, at)
             deps.parent_final(self, index or 0, run.job, run.run_id, at, effects)

@@ -658,6 +658,32 @@ class SetCalendars(Command):
     at: float
 
 
+@dataclass(frozen=True)
+class Ping(Command):
+    """A watch's ping (`cronrd ping NAME`, POST /api/v1/pings/NAME):
+    ``what`` start | success | fail (``exit_code`` with fail); ``node``:
+    the member that took it; ``by``: who sent it (state/watches.py)."""
+
+    op: ClassVar[str] = "ping"
+    since: ClassVar[int] = 2
+    job: str
+    what: str
+    node: str
+    by: str
+    at: float
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class WatchMissed(Command):
+    """The leader: the watch's run got no end ping within its grace."""
+
+    op: ClassVar[str] = "watch_missed"
+    since: ClassVar[int] = 2
+    run_id: int
+    at: float
+
+
 COMMANDS: dict[str, type[Command]] = {
     c.op: c
     for c in (PutJob, RemoveJob, SyncJobs, SetPaused, Fire, RecordGap, ManualRun,
@@ -667,7 +693,7 @@ COMMANDS: dict[str, type[Command]] = {
               DeliveryResult, RaiseAlerts, AckAlert, DeadLetterAction, SetPools,
               StartDeadline, SaveCheckpoint, Heartbeat, HeartbeatTimeout, CreateToken,
               RevokeToken, DrainNode, SetClusterVersion, StartSession, EndSession,
-              WorkerInfo, PlanRun, CancelPlan, SetCalendars)
+              WorkerInfo, PlanRun, CancelPlan, SetCalendars, Ping, WatchMissed)
 }
 
 

@@ -49,7 +49,8 @@ ACTIVE_SQL = f"state IN {sql_in(ACTIVE)}"  # the runs_active index's predicate
 # A run waiting for its parents: state waiting, and not one of the runs that
 # wait in their job's queue (concurrency: queue, run_queue; state/queue.py).
 UPSTREAM_WAIT = ("state='waiting' AND run_id NOT IN (SELECT run_id FROM run_queue) AND "
-                 "run_id NOT IN (SELECT run_id FROM pool_runs WHERE waiting=1)")
+                 "run_id NOT IN (SELECT run_id FROM pool_runs WHERE waiting=1) AND "
+                 "run_id NOT IN (SELECT run_id FROM watch_waits)")   # (a watch's: its ping)
 MAX_DEPTH = 64  # skips propagated down a chain in one apply at most
 
 

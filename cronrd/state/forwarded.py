@@ -61,6 +61,8 @@ FORWARDABLE: dict[str, str] = {
     # an operator's `run-now --at` and its cancel, asked on a follower
     C.PlanRun.op: "",
     C.CancelPlan.op: "",
+    # a watch's ping taken by a follower (its socket or its API)
+    C.Ping.op: "node",
 }
 
 

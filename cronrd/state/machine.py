@@ -31,6 +31,7 @@ from .apply_common import CLAIM_TTL, PRUNE_BATCH, canon, canon_text  # noqa: F40
 from .apply_jobs import JobsApply, conflict_text  # noqa: F401
 from .apply_nodes import NodesApply
 from .apply_runs import RunsApply
+from .apply_watches import WatchesApply
 from .apply_workflows import WorkflowsApply
 
 
@@ -67,13 +68,16 @@ DIGEST_TABLES = (
     ("workers", "node"),
     ("planned_runs", "plan_id"),
     ("calendars", "name"),
+    ("watch_waits", "run_id"),
 )
 # Tables that came with a cluster version above 1: hashed only once they
 # hold a row, so a log of an older release gives the digest it gave there.
-LATER_TABLES = frozenset({"ui_sessions", "workers", "planned_runs", "calendars"})
+LATER_TABLES = frozenset({"ui_sessions", "workers", "planned_runs", "calendars",
+                          "watch_waits"})
 
 
-class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply):
+class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply,
+                   WatchesApply):
     def __init__(self, conn: apsw.Connection, node_id: str = ""):
         """``node_id`` is used only to upgrade a version 1 database, whose jobs
         all came from this node's jobs_dir."""

@@ -168,7 +168,7 @@ _DEFAULTS = JobSpec(name="", schedule="", command="").to_dict()
 # What `cronrd jobs` shows of a definition; (key, holds JSON: a list or mapping)
 VIEW_KEYS = (("schedule", False), ("timezone", False), ("command", True), ("enabled", False),
              ("description", False), ("concurrency", False), ("catchup", False),
-             ("run_on", True))
+             ("run_on", True), ("watch", True), ("calendar", True))
 # JSON values come back as JSON text (->), plain ones as SQL values (->>).
 _VIEW_SQL = ", ".join(f"spec {'->' if js else '->>'} '$.{key}'" for key, js in VIEW_KEYS)
 
@@ -193,7 +193,8 @@ SELECT jobs.name,
     'concurrency', COALESCE(spec ->> '$.concurrency', 'forbid'),
     'catchup', COALESCE(spec ->> '$.catchup', 'latest'),
     'run_on', COALESCE(spec -> '$.run_on', json('{"mode":"any","values":[]}')),
-    'digest', jobs.digest),
+    'digest', jobs.digest,
+    'watch', json(CASE WHEN spec -> '$.watch' IS NULL THEN 'false' ELSE 'true' END)),
   spec ->> '$.schedule', spec ->> '$.timezone',
   COALESCE(spec ->> '$.enabled', 1), paused, cursor
 FROM jobs JOIN specs USING(name, digest)
@@ -237,7 +238,7 @@ def _view_dict(values: Iterable[Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for (key, js), value in zip(VIEW_KEYS, values):
         if value is None:
-            value = _DEFAULTS[key]  # written by a version without the key
+            value = _DEFAULTS.get(key)  # written by a version without the key (or unset)
         elif js:
             value = _small_json(value)
         elif key == "enabled":

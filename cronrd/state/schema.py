@@ -489,6 +489,14 @@ CREATE TABLE IF NOT EXISTS calendars(
     name TEXT PRIMARY KEY,
     body TEXT NOT NULL               -- canonical JSON of Calendar.to_dict()
 ) WITHOUT ROWID;
+-- The runs of watches that wait for a ping (state/apply_watches.py), with
+-- when their grace ends; a row goes when its run ends. Cluster version 2 on.
+CREATE TABLE IF NOT EXISTS watch_waits(
+    run_id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    until REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS watch_waits_until ON watch_waits(until);
 -- Nodes an admin drained (state/node_drains.py): no new runs go there.
 CREATE TABLE IF NOT EXISTS node_drains(
     node TEXT PRIMARY KEY,

@@ -13,8 +13,13 @@ from typing import Any
 import apsw
 
 from . import commands as C
+from . import versions as V
 
 ROLES = ("viewer", "operator", "admin")
+# A token that may only ping watches (POST /api/v1/pings/NAME; its --jobs
+# glob names them): what a legacy host holds. Cluster version 2 on.
+PING = "ping"
+ALL_ROLES = ROLES + (PING,)
 MAX_TOKENS = 10_000
 
 
@@ -23,7 +28,11 @@ def token_hash(secret: str) -> str:
 
 
 def role_allows(role: str, needed: str) -> bool:
-    """Whether ``role`` may do what ``needed`` may (viewer < operator < admin)."""
+    """Whether ``role`` may do what ``needed`` may (viewer < operator < admin;
+    a ping, which writes, is for ping, operator and admin tokens; a ping
+    token may do nothing else)."""
+    if needed == PING:
+        return role in (PING, "operator", "admin")
     return role in ROLES and ROLES.index(role) >= ROLES.index(needed)
 
 
@@ -42,8 +51,9 @@ def sql_glob(glob: str) -> str | None:
 
 def create(conn: apsw.Connection, cmd: C.CreateToken) -> str | None:
     """Store the token; or the reason it is refused (nothing stored)."""
-    if cmd.role not in ROLES:
-        return f"unknown role {cmd.role!r}; use one of {', '.join(ROLES)}"
+    roles = ALL_ROLES if V.at_least(conn, V.WATCHES) else ROLES
+    if cmd.role not in roles:
+        return f"unknown role {cmd.role!r}; use one of {', '.join(roles)}"
     for _ in conn.execute("SELECT 1 FROM api_tokens WHERE name=?", (cmd.name,)):
         return (f"a token named {cmd.name!r} exists already; revoke it first "
                 f"(`cronrd token revoke {cmd.name}`) or choose another name")

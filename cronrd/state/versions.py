@@ -65,7 +65,7 @@ VERSIONS: dict[int, Version] = {
                         "alert names its event; jobs with executor: container; worker agents; exit-code rules "
                         "(success_exit_codes, retries.retry_on, retries.not_on_exit_codes); "
                         "one-shot runs (schedule @at, run-now --at); calendars (SetCalendars, "
-                        "a job's calendar:)"),
+                        "a job's calendar:); watches (Ping, WatchMissed, role ping)"),
 }
 
 APPLY_VERSION = max(VERSIONS)   # the newest this code applies
@@ -101,6 +101,10 @@ ONE_SHOTS = 2
 # Calendars: SetCalendars (the calendars table, in the digest from its first
 # row), and jobs with calendar: (loaded only from this version on).
 CALENDARS = 2
+# Watches: jobs with watch: (no command; a fire time waits for a ping), the
+# Ping and WatchMissed commands, a run moving from waiting to running or
+# succeeded (a watch's), and API tokens of role ping.
+WATCHES = 2
 
 # Keys of a job definition an older member would ignore, and so run the job
 # by other rules: a job using one is loaded only from its version on
@@ -120,6 +124,8 @@ JOB_KEYS_SINCE = (
      "an older member cannot read the schedule"),
     ('"calendar":', CALENDARS, "calendar",
      "an older member would run the job on the days its calendar excludes"),
+    ('"watch":', WATCHES, "a watch",
+     "an older member would take it for a job with an empty command"),
 )
 
 

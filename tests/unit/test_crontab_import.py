@@ -451,3 +451,24 @@ def test_bash_syntax_detection():
                 "awk '{print $1,$2}' f", "[ -f /x ] && echo '[[' \\{a,b\\}", "cmd # {a,b} <<<",
                 "f() { :; }", "cat <<EOF"]:
         assert found(cmd) == [], cmd
+
+
+def test_a_crontab_as_watches_with_each_lines_change():
+    """Issue 35: `import-crontab --watch` makes a watch per line and says
+    how each line changes to ping it (the first step of a migration)."""
+    from cronrd.crontab_import import watches_from
+    from cronrd.jobspec import parse_job_text
+    text = ("MAILTO=ops@example.com\n"
+            "30 2 * * * root /usr/local/bin/backup --full\n"
+            "*/15 * * * * www-data /usr/bin/php /var/www/cron.php\n")
+    res = convert_crontab(text, path="/etc/cron.d/legacy", system=True)
+    out = watches_from(res, text, "/etc/cron.d/legacy", "30m")
+    assert "  #   30 2 * * * root /usr/local/bin/backup --full && cronrd ping backup-full" in out
+    assert "  #   */15 * * * * www-data /usr/bin/php /var/www/cron.php && cronrd ping cron" in out
+    parsed = parse_job_text(out, "/etc/cronrd.d/legacy.yaml")
+    assert parsed.problems == ()
+    assert [(w.name, w.schedule, w.watch.grace) for w in parsed.jobs] == [
+        ("backup-full", "30 2 * * *", 1800.0), ("cron", "*/15 * * * *", 1800.0)]
+    remote = watches_from(res, text, "/etc/cron.d/legacy", "1h", url="https://cronrd:8177")
+    assert "&& cronrd ping --url https://cronrd:8177 cron" in remote
+    assert "CRONRD_PING_TOKEN" in remote

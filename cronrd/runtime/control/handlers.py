@@ -163,7 +163,11 @@ class Handlers(JobRequests, RunRequests, LogRequests, WorkflowRequests, Membersh
             "token_revoke": (ADMIN, self.tokens.revoke),
             # an admin drains a node (the HTTP API; state/node_drains.py): the
             # handler checks (as ADMIN) and audits, and records who drained it
-            "node_drain": (JOB, self.h_node_drain)}
+            "node_drain": (JOB, self.h_node_drain),
+            # a watch's ping: whoever may reach the socket (its group) may say a
+            # job that runs elsewhere ran (state/apply_watches.py); the handler
+            # takes the caller, for the record
+            "ping": (JOB, self.h_ping)}
         return {name: self._guard(name, access, fn) for name, (access, fn) in table.items()}
 
     def _guard(self, name: str, access: str, fn):

@@ -42,6 +42,7 @@ def job_view(job: dict, last, default_tz: str,
         "last_run": last.view() if last else None,
         "concurrency": d["concurrency"], "catchup": d["catchup"],
         "run_on": d["run_on"], "digest": job["digest"],
+        "watch": d.get("watch") is not None,
     }
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...errors import CronrdError, RequestError, ScheduleError, UsageError
+from ...errors import CronrdError, PermissionDenied, RequestError, ScheduleError, UsageError
+from ...state.tokens import job_allowed
 from ...jobspec import JobSpec
 from ...jobspec.params import check_run_params
 from ...ops import requests as R
@@ -90,6 +91,9 @@ class RunRequests(_Host):
         await self._authorize_job(caller, "run_now", name, name, change=True)
         wait = req.wait
         params, key = run_now_inputs(name, job["spec"], req)
+        if job["spec"].watch is not None:
+            raise RequestError(f"{name!r} is a watch: it runs nothing here; its job pings it "
+                               f"(`cronrd ping {name}`)")
         if req.at:
             return await self._plan_run(name, job["spec"], req, params, key, caller)
         check_manual_queue(self.conn, name, req.key)
@@ -102,6 +106,28 @@ class RunRequests(_Host):
                     **({"existing": True} if res.get("existing") else {}),
                     **({"reason": res["reason"]} if res.get("reason") else {})}
         return Stream(self._follow_attempts(run_id))
+
+    async def h_ping(self, req: R.Ping, caller: Caller) -> dict[str, Any]:
+        """A watch's ping from ``caller``: whoever reaches the socket, or an
+        API token of role ping (or operator) whose jobs glob covers it."""
+        if caller.token is not None and not job_allowed(caller.token.get("jobs") or "",
+                                                        req.job):
+            raise PermissionDenied(f"token {caller.token.get('name')!r} may not ping "
+                                   f"{req.job!r} (its --jobs does not name it)")
+        by = caller.describe()
+        if req.what not in R.PING_KINDS:
+            raise UsageError(f"a ping is one of {', '.join(R.PING_KINDS)} (got {req.what!r})")
+        job = Q.job_spec(self.conn, req.job)
+        if job is None or job.watch is None:
+            raise RequestError(f"{req.job!r} is not a watch"
+                               + (" (it is a job: cronrd runs it and knows when it ran)"
+                                  if job is not None else "")
+                               + "; `cronrd jobs` lists the watches (state: watch)")
+        what = "fail" if req.exit_code else req.what
+        res = await self.log.propose(C.Ping(job=req.job, what=what, node=self.config.node_id,
+                                            by=by[:200], at=self.clock.now(),
+                                            exit_code=req.exit_code))
+        return {"job": req.job, **res}
 
     async def _plan_run(self, name: str, spec: JobSpec, req: R.RunNow, params: dict,
                         key: str, caller: Caller) -> dict[str, Any]:

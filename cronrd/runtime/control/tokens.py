@@ -38,11 +38,15 @@ class TokenRequests:
             raise UsageError(f"token name {name!r} is not valid: use letters, digits, '_', "
                              "'.' and '-', starting with a letter or digit (e.g. grafana)")
         role = req.role
-        if role not in T.ROLES:
-            raise UsageError(f"unknown role {role!r}; use one of {', '.join(T.ROLES)} "
+        if role not in T.ALL_ROLES:
+            raise UsageError(f"unknown role {role!r}; use one of {', '.join(T.ALL_ROLES)} "
                              "(viewer reads; operator also runs, pauses, cancels; admin also "
-                             "manages tokens and nodes)")
+                             "manages tokens and nodes; ping only pings the watches its "
+                             "--jobs names)")
         jobs = req.jobs  # at most MAX_TOKEN_JOBS characters (the request's bound)
+        if role == T.PING and not jobs:
+            raise UsageError("a ping token names the watches it may ping: --jobs NAME (or a "
+                             "glob such as 'legacy-*')")
         expires = req.expires
         # (0 < expires: typed.Range has no bound that leaves its end out)
         if expires is not None and not 0 < expires <= MAX_EXPIRES:

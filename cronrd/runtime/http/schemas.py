@@ -85,7 +85,8 @@ COMPONENTS: dict[str, Schema] = {
                {"description": STR, "source": STR_OR_NULL, "conflict": STR_OR_NULL,
                 "sources": array(obj({"node": STR, "digest": STR, "source": STR})),
                 "last_fire": TIME_OR_NULL, "concurrency": STR, "catchup": STR,
-                "run_on": ANY_OBJ, "digest": STR, "file_problem": STR_OR_NULL}),
+                "run_on": ANY_OBJ, "digest": STR, "file_problem": STR_OR_NULL,
+                "watch": BOOL}),
     "JobDetail": {"allOf": [ref("Job"), obj(
         {"spec": ANY_OBJ, "next_fires": array(TIME)},
         {"source_line": INT_OR_NULL, "written": nullable(ANY_OBJ),
@@ -153,6 +154,9 @@ COMPONENTS: dict[str, Schema] = {
     "RunPlanned": {"allOf": [ref("Plan"), obj({"state": {"const": "planned"}})]},
     "RunAcceptedOrPlanned": {"anyOf": [ref("RunAccepted"), ref("RunPlanned")]},
     "PlanCancelled": {"allOf": [ref("Plan"), obj({"state": {"const": "cancelled"}})]},
+    "PingRecorded": obj({"job": STR, "run_id": INT, "state": RUN_STATE}, {"stray": BOOL},
+                        description="The ping, on the watch's run (stray: no fire time "
+                                    "waited for it; recorded on a run of its own)"),
     "Validation": obj({"valid": BOOL, "jobs": array(STR),
                        "problems": array(obj({"line": INT_OR_NULL, "message": STR},
                                              {"col": INT_OR_NULL}))}),
@@ -175,6 +179,7 @@ SUCCESS: dict[str, str] = {
     "GET /api/v1/graph": "Graph", "POST /api/v1/jobs/{name}/pause": "JobChanged",
     "POST /api/v1/jobs/{name}/resume": "JobChanged", "POST /api/v1/jobs/{name}/run":
         "RunAcceptedOrPlanned", "POST /api/v1/plans/{plan_id}/cancel": "PlanCancelled",
+    "POST /api/v1/pings/{name}": "PingRecorded",
     "GET /api/v1/runs": "RunPage", "GET /api/v1/runs/{run_id}": "RunDetail",
     "GET /api/v1/backfills": "BackfillPage", "GET /api/v1/alerts": "AlertPage",
     "GET /api/v1/dead-letter": "DeadLetterPage", "GET /api/v1/pools": "Pools",

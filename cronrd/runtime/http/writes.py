@@ -37,7 +37,7 @@ from ...model.run import SELECT as RUN_SELECT, Run
 from ...ops import requests as R
 from ...ops import typed
 from ...ops import admin as A
-from ...ops.requests import PauseJob, ResumeJob, RunNow, ShowJob
+from ...ops.requests import PauseJob, Ping, ResumeJob, RunNow, ShowJob
 from ...ops import workflows as W
 from ...state.tokens import job_allowed
 from ..control.access import Caller, check_token_sees
@@ -241,6 +241,13 @@ class ApiRoutes:
                    "3339, or +DURATION; the answer is the plan, with its plan_id). Body: "
                    "{params: {NAME: VALUE}, key, at}.", "operator", (), _STARTED,
                    request=RunNow, body=("params", "key", "at")), p(self.run_now)),
+            (Route("POST", API + "/pings/{name}", "A watch's ping: its job ran elsewhere "
+                   "and says so. Body (optional): {what: start|success|fail, exit_code}. A "
+                   "token of role ping whose jobs glob names the watch is enough.", "ping",
+                   (), {"200": {"description": "the ping, recorded on the watch's run"},
+                        "400": _JSON_BODY["400"],
+                        "404": {"description": "no such watch", "content": _PROBLEM}},
+                   request=Ping, body=("what", "exit_code")), p(self.ping)),
             (Route("POST", API + "/plans/{plan_id}/cancel", "Remove a planned run (run "
                    "with at) before it starts.", "operator", (),
                    {**_JSON_BODY, "404": {"description": "no such planned run (it started "
@@ -461,6 +468,21 @@ class ApiRoutes:
         if Q.get_run(self.h.conn, run_id) is None:
             raise NotFound(f"no run with id {run_id}; GET /api/v1/runs lists the runs")
         return _json(await self.h.h_cancel(R.CancelRun(run_id=run_id), self.caller(request)))
+
+    async def ping(self, request: web.Request, body: dict) -> web.Response:
+        name = request.match_info["name"]
+        spec = Q.job_spec(self.h.conn, name)
+        if spec is None or spec.watch is None:
+            raise NotFound(f"no watch named {name!r}" + (" (it is a job cronrd runs)"
+                                                        if spec is not None else "")
+                           + "; GET /api/v1/jobs lists the jobs and watches")
+        self.sees(request, name, f"POST {request.path}")
+        args: dict[str, Any] = {"job": name}
+        if body.get("what") is not None:
+            args["what"] = _str(body["what"], "what")
+        if body.get("exit_code") is not None:
+            args["exit_code"] = body["exit_code"]
+        return _json(await self.h.h_ping(typed.parse(R.Ping, args), self.caller(request)))
 
     async def cancel_plan(self, request: web.Request, body: dict) -> web.Response:
         plan_id = _int_id(request, "plan_id")

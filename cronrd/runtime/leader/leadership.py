@@ -30,6 +30,7 @@ from ...state import versions as V
 from ...state import pools as PL
 from ...state import queries as Q
 from ...state import start_deadline
+from ...state.apply_watches import overdue as watch_overdue
 from ...state.effects import Effect, RunPending, StateRestored
 from . import sla_watch as alerting
 from .backfills import Backfiller
@@ -165,7 +166,8 @@ class Leadership:
         """The leader's housekeeping, every duty_interval (a timer)."""
         while True:
             for duty in [self._place_pending, self._upstream_timeouts, self._sla_watch,
-                         self._set_pools, self._set_calendars, self._start_deadlines, self.heartbeats.duty,
+                         self._set_pools, self._set_calendars, self._watches_missed,
+                         self._start_deadlines, self.heartbeats.duty,
                          *self.members.leader_duties()]:
                 try:
                     await duty()
@@ -325,6 +327,20 @@ class Leadership:
         if {n: CAL.canonical(b) for n, b in mine.items()} != CAL.bodies(self.conn):
             log.info("event=calendars_set calendars=%s", ",".join(sorted(mine)) or "none")
             await self.log.propose_as_leader(C.SetCalendars(calendars=mine, at=now))
+
+    # -- watches (state/apply_watches.py) -----------------------------------------------
+    async def _watches_missed(self) -> None:
+        """Propose the end, missed, of each watch's run whose grace is over
+        with no ping (apply checks it again: the ping may have come)."""
+        if not self.log.is_leader or self.members.clock_fence() is not None:
+            return
+        for run_id, job in watch_overdue(self.conn, self.clock.now()):
+            try:
+                await self.log.propose_as_leader(C.WatchMissed(run_id=run_id,
+                                                               at=self.clock.now()))
+                log.info("event=watch_missed job=%s run=%d", job, run_id)
+            except CronrdError as exc:
+                log.info("event=watch_missed_failed run=%d error=\"%s\"", run_id, exc)
 
     async def _start_deadlines(self) -> None:
         """Propose the skip of each run not started by its job's start_deadline;

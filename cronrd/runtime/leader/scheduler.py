@@ -376,7 +376,9 @@ class Scheduler:
         at = self.clock.now()
         skip = entry.trigger.skip_reason(fire) if isinstance(entry.trigger, CalendarTrigger) \
             else None
-        if skip is not None:   # a day its calendar excludes: recorded skipped, saying why
+        if skip is not None or spec.watch is not None:
+            # a day its calendar excludes (recorded skipped, saying why), or a
+            # watch's fire time (no node runs it: it waits for a ping)
             self._propose(C.Fire(job=name, fire_time=fire, kind=kind, node=self.node_id,
                                  due_at=due, at=at, skip_reason=skip))
             return

@@ -510,7 +510,7 @@ def test_jobs_must_be_a_list_and_stand_alone():
     assert problems("jobs:\nschedule: x\n") == [
         "job.yaml:1:6: jobs must be a list of job mappings (got an empty value (null))",
         "job.yaml:2:1: unknown top-level key 'schedule' next to jobs:; a file with jobs: holds only the "
-        "list, so move 'schedule' into each job (keys starting with x- are ignored and can hold &anchors)",
+        "list, so move 'schedule' into each entry (keys starting with x- are ignored and can hold &anchors)",
     ]
     nested = "jobs:\n  - name: a\n    schedule: '@daily'\n    command: x\n    jobs: []\n"
     assert one_problem(nested) == "job.yaml:5:5: jobs: belongs at the top level of a file, not inside a job"

@@ -33,8 +33,11 @@ def test_queries_on_active_runs_still_use_the_partial_index():
 
 def test_a_waiting_run_is_released_to_pending_or_never_starts():
     # pending: released (its queue moved on, or its parents' gate opened);
-    # failed: its upstream failed or its wait ran out (on_upstream_failure: fail)
-    assert rs.TRANSITIONS["waiting"] == {"pending", "cancelled", "skipped", "failed"}
+    # failed: its upstream failed or its wait ran out (on_upstream_failure: fail);
+    # a watch's run: running (a start ping), succeeded or failed (its end ping,
+    # or missed)
+    assert rs.TRANSITIONS["waiting"] == {"pending", "cancelled", "skipped", "failed",
+                                         "running", "succeeded"}
 
 
 def test_an_active_runs_index_made_before_the_waiting_state_is_remade(tmp_path):

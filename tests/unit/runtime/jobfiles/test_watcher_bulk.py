@@ -279,7 +279,7 @@ def test_a_listing_reads_the_same_fields_as_the_whole_definition():
                         (json.dumps({"name": "a", "schedule": "@daily", "command": "true"}),))
     for listed, whole in zip(Q.jobs(sm.conn, as_dicts=True), Q.jobs(sm.conn)):
         full = whole["spec"].to_dict()
-        assert listed["spec"] == {k: full[k] for k, _ in Q.VIEW_KEYS}
+        assert listed["spec"] == {k: full.get(k) for k, _ in Q.VIEW_KEYS}  # (watch, calendar: when set)
 
 
 def test_bulk_commands_leave_the_state_one_job_at_a_time_would():
@@ -356,7 +356,8 @@ def test_listing_text_from_sqlite_matches_the_dict_views():
                 "conflict": job["conflict"], "sources": job["sources"],
                 "last_fire": iso_utc(job["cursor"]) if job["cursor"] else None,
                 "concurrency": d["concurrency"], "catchup": d["catchup"],
-                "run_on": d["run_on"], "digest": job["digest"]}
+                "run_on": d["run_on"], "digest": job["digest"],
+                "watch": d.get("watch") is not None}
         assert json.loads(text) == want
     assert json.loads(texts[1][1])["conflict"]  # b is defined differently by n1 and n2
     assert [t[0] for t in Q.job_view_texts(sm.conn, "UTC", after="a", glob="b*")] == ["b"]
