@@ -187,6 +187,8 @@ def test_every_operation_answers_as_its_document_says(node, tmp_path):
     call("POST", f"/api/v1/plans/{plan['plan_id']}/cancel", json={})
     call("POST", "/api/v1/plans/999999/cancel", json={})
     call("POST", "/api/v1/jobs/a/run", json={"at": "+99999999999999999999999y"})
+    call("POST", "/api/v1/pings/a", json={})                  # a job, not a watch: 404
+    call("POST", "/api/v1/pings/nope", json={"what": "start"})
     alerts = call("GET", "/api/v1/alerts?all=true").json()["items"]
     if alerts:
         call("POST", f"/api/v1/alerts/{alerts[0]['alert_id']}/ack", json={"note": "seen"})
