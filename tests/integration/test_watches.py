@@ -107,6 +107,20 @@ def test_pings_close_a_watchs_fire_times_and_a_missing_one_alerts(node):
               if a["job"] == "legacy" and a["fire_time"] == run["fire_time"]]
     assert len(alerts) == 1 and alerts[0]["kind"] == "failed"
 
+    # a late ping: through the SLA machinery (finish_within), an alert of its own
+    node.write_job("late", "watch:\n  schedule: '*/4 * * * * *'\n  grace: 3s\n"
+                           "  sla: {finish_within: 1s}\n")
+    wait_for(lambda: "late" in {j["name"] for j in node.call("jobs")}, 15, what="late")
+    run = waiting(node, "late")
+    wait_for(lambda: time.time() >= _t(run["fire_time"]) + 1.5, 5, what="1.5 s after it")
+    assert "succeeded" in ok(node.cli("ping", "late"))
+    # (resolved at once, "done late": the run of its fire time succeeded; --all)
+    sla = wait_for(lambda: [a for a in json.loads(ok(node.cli("alerts", "--json", "--all")))
+                            if a["job"] == "late" and a["kind"] == "finish_within"
+                            and a["fire_time"] == run["fire_time"]], 20,
+                   what="the late ping's finish_within alert")
+    assert "not succeeded within 1s" in sla[0]["detail"]
+
     # a job is not a watch; a watch runs nothing
     node.write_job("real", {"schedule": "@yearly", "command": "true"})
     wait_for(lambda: "real" in {j["name"] for j in node.call("jobs")}, 15, what="real")
