@@ -13,19 +13,11 @@ import time
 
 import pytest
 
-from harness import wait_for
+from harness import at_cluster_version, cli_ok, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def at_version_2(node) -> None:
-    wait_for(lambda: node.call("status")["versions"]["cluster_version"] >= 2, 30,
-             what="cluster version 2")
-
-
-def ok(res):
-    assert res.returncode == 0, res.stdout + res.stderr
-    return res.stdout
 
 
 ICS = """BEGIN:VCALENDAR
@@ -57,7 +49,7 @@ def test_fire_times_on_excluded_days_are_recorded_skipped_naming_the_calendar(no
         "not-today": {"weekdays": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
                       "except": ["today"]}})
     node.start()
-    at_version_2(node)
+    at_cluster_version(node)
     node.write_job("skipped", {"schedule": "* * * * * *", "command": "true",
                                "calendar": {"skip": ["closed"]}})
     node.write_job("only", {"schedule": "* * * * * *", "command": "true",
@@ -87,7 +79,7 @@ def test_fire_times_on_excluded_days_are_recorded_skipped_naming_the_calendar(no
     want = "skipped" if holiday else "succeeded"
     node.wait_runs(lambda rs: any(r["state"] == want for r in rs), job="only")
 
-    out = json.loads(ok(node.cli("explain", "skipped", "--at", runs[0]["fire_time"],
+    out = json.loads(cli_ok(node.cli("explain", "skipped", "--at", runs[0]["fire_time"],
                                  "--json")))
     texts = [s["text"] for s in out["steps"]]
     assert any("is in calendar closed" in t for t in texts), texts
@@ -104,22 +96,22 @@ def test_fire_times_on_excluded_days_are_recorded_skipped_naming_the_calendar(no
     assert ran  # (the job was loaded and fired)
 
     # next and show give the fire times with the calendar's word on each
-    nxt = ok(node.cli("next", "skipped", "-n", "2")).splitlines()
+    nxt = cli_ok(node.cli("next", "skipped", "-n", "2")).splitlines()
     assert len(nxt) == 2 and all("skipped: calendar: " in ln and "calendar closed" in ln
                                  for ln in nxt), nxt
-    assert "skipped: calendar: " in ok(node.cli("show", "skipped"))
+    assert "skipped: calendar: " in cli_ok(node.cli("show", "skipped"))
     # explain --next: would be skipped, by the calendar
-    out = json.loads(ok(node.cli("explain", "skipped", "--next", "--json")))
+    out = json.loads(cli_ok(node.cli("explain", "skipped", "--next", "--json")))
     cal = [st for st in out["steps"] if st["step"] == "calendar"]
     assert cal and cal[0]["text"].startswith("skipped: ") and "calendar closed" in cal[0]["text"]
     assert out["verdict"]["outcome"] == "would_skip", out["verdict"]
     # a backfill over skipped fire times leaves them skipped
     first, last = sorted(r["fire_time"] for r in runs[:2])
-    dry = ok(node.cli("backfill", "skipped", "--from", first, "--to", last, "--dry-run"))
+    dry = cli_ok(node.cli("backfill", "skipped", "--from", first, "--to", last, "--dry-run"))
     assert dry.count("skip: calendar: ") == 2, dry
 
     def sla_alerts():
-        return json.loads(ok(node.cli("alerts", "--json")))
+        return json.loads(cli_ok(node.cli("alerts", "--json")))
     wait_for(lambda: any(a["job"] == "nowhere" for a in sla_alerts()), 30,
              what="the SLA watch's alert for the job no node may run")
     assert [a for a in sla_alerts() if a["job"] == "promised"] == []

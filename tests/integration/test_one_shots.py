@@ -10,41 +10,33 @@ import time
 import pytest
 
 from cronrd.schedule import iso_utc, parse_iso
-from harness import wait_for
+from harness import at_cluster_version, cli_ok, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def at_version_2(node) -> None:
-    wait_for(lambda: node.call("status")["versions"]["cluster_version"] >= 2, 30,
-             what="cluster version 2")
-
-
-def ok(res):
-    assert res.returncode == 0, res.stdout + res.stderr
-    return res.stdout
 
 
 def test_an_at_job_fires_once_and_a_planned_run_starts_at_its_time(node):
     node.write_job("tick", {"schedule": "@yearly", "command": "echo tick"})
     node.start()
-    at_version_2(node)
+    at_cluster_version(node)
     at = int(time.time()) + 3
     node.write_job("once", {"schedule": f"@at {iso_utc(at)}", "command": "echo once"})
     wait_for(lambda: any(j["name"] == "once" for j in node.call("jobs")), 10,
              what="the @at job loaded")
-    out = ok(node.cli("next", "once"))
+    out = cli_ok(node.cli("next", "once"))
     assert out.startswith(iso_utc(at))
 
-    planned = ok(node.cli("run-now", "tick", "--at", "+3s"))
+    planned = cli_ok(node.cli("run-now", "tick", "--at", "+3s"))
     assert planned.startswith("planned run ")
     plan_id = int(planned.split()[2])
-    later = ok(node.cli("run-now", "tick", "--at", "+1h"))
+    later = cli_ok(node.cli("run-now", "tick", "--at", "+1h"))
     later_id = int(later.split()[2])
-    assert f"plan {later_id} by " in ok(node.cli("show", "tick"))
-    shown = ok(node.cli("next", "tick", "-n", "3"))
+    assert f"plan {later_id} by " in cli_ok(node.cli("show", "tick"))
+    shown = cli_ok(node.cli("next", "tick", "-n", "3"))
     assert f"planned run {plan_id} (run-now --at" in shown and f"planned run {later_id}" in shown
-    assert ok(node.cli("cancel", "--plan", str(later_id))).endswith(": cancelled\n")
+    assert cli_ok(node.cli("cancel", "--plan", str(later_id))).endswith(": cancelled\n")
     res = node.cli("cancel", "--plan", str(later_id))
     assert res.returncode == 1 and "it started or was cancelled" in res.stderr
 
@@ -55,11 +47,11 @@ def test_an_at_job_fires_once_and_a_planned_run_starts_at_its_time(node):
     assert run["kind"] == "manual" and parse_iso(run["started_at"]) >= parse_iso(run["due_at"])
     assert node.call("job", {"name": "tick"})["planned"] == []   # the cancelled one is gone
 
-    jobs = ok(node.cli("jobs"))
+    jobs = cli_ok(node.cli("jobs"))
     (line,) = [ln for ln in jobs.splitlines() if ln.startswith("once ")]
     assert line.split()[:4] == ["once", "@at", iso_utc(at), "done"], jobs
-    assert "the job is done" in ok(node.cli("next", "once"))
-    assert "\nstate      done\n" in ok(node.cli("show", "once"))
+    assert "the job is done" in cli_ok(node.cli("next", "once"))
+    assert "\nstate      done\n" in cli_ok(node.cli("show", "once"))
     assert len(node.runs("once")) == 1
 
 
@@ -68,14 +60,14 @@ def test_one_shots_start_exactly_once_across_a_leader_kill(cluster):
     c.write_job("tick", {"schedule": "@yearly", "command": "echo tick"})
     c.start()
     lead = c.leader()
-    at_version_2(lead)
+    at_cluster_version(lead)
     at = int(time.time()) + 6
     c.write_job("once", {"schedule": f"@at {iso_utc(at)}", "command": "echo once"})
     for n in c:
         wait_for(lambda n=n: any(j["name"] == "once" for j in n.call("jobs")), 15,
                  what="the @at job loaded")
     follower = c.followers()[0]
-    ok(follower.cli("run-now", "tick", "--at", iso_utc(at)))
+    cli_ok(follower.cli("run-now", "tick", "--at", iso_utc(at)))
     wait_for(lambda: time.time() >= at - 2, 10, what="2 s before the one-shots")
     lead.kill9()
     new = wait_for(lambda: c.leader(), 20, what="a new leader")

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from harness import wait_for
+from harness import at_cluster_version, cli_ok, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -23,14 +23,6 @@ WATCH = "watches:\n  - name: legacy\n    schedule: '*/4 * * * * *'\n    grace: 3
         "  - name: other\n    schedule: '@yearly'\n"
 
 
-def ok(res):
-    assert res.returncode == 0, res.stdout + res.stderr
-    return res.stdout
-
-
-def at_version_2(node) -> None:
-    wait_for(lambda: node.call("status")["versions"]["cluster_version"] >= 2, 30,
-             what="cluster version 2")
 
 
 def waiting(node, job: str = "legacy") -> dict:
@@ -62,24 +54,24 @@ def post(url: str, path: str, token: str, body: dict) -> tuple[int, dict]:
 
 def test_pings_close_a_watchs_fire_times_and_a_missing_one_alerts(node):
     node.start()
-    at_version_2(node)
+    at_cluster_version(node)
     node.write_job("legacy", WATCH)
     wait_for(lambda: {"legacy", "other"} <= {j["name"] for j in node.call("jobs")}, 15,
              what="the watches loaded")
-    line = [ln for ln in ok(node.cli("jobs")).splitlines() if ln.startswith("legacy ")][0]
+    line = [ln for ln in cli_ok(node.cli("jobs")).splitlines() if ln.startswith("legacy ")][0]
     assert "active (watch)" in line
 
     # the local socket: a start, then the end
     run = waiting(node)
     assert run["reason"].startswith("waiting for a ping until ")
-    assert "running" in ok(node.cli("ping", "legacy", "--start"))
-    assert "succeeded" in ok(node.cli("ping", "legacy"))
+    assert "running" in cli_ok(node.cli("ping", "legacy", "--start"))
+    assert "succeeded" in cli_ok(node.cli("ping", "legacy"))
     done = next(r for r in node.runs("legacy") if r["run_id"] == run["run_id"])
     assert done["state"] == "succeeded" and done["started_at"] and done["node"] is None
 
     # the API, with a token that may only ping this watch
     url = node.call("status")["http"]
-    token = ok(node.cli("token", "create", "--name", "legacy-ping", "--role", "ping",
+    token = cli_ok(node.cli("token", "create", "--name", "legacy-ping", "--role", "ping",
                         "--jobs", "legacy")).strip()
     run = waiting(node)
     status, res = post(url, "/api/v1/pings/legacy", token, {})
@@ -103,7 +95,7 @@ def test_pings_close_a_watchs_fire_times_and_a_missing_one_alerts(node):
                                     if r["run_id"] == run["run_id"]
                                     and r["state"] == "failed"), None), 15, what="the miss")
     assert missed["reason"].startswith("missed: no ping within its grace (3s)")
-    alerts = [a for a in json.loads(ok(node.cli("alerts", "--json")))
+    alerts = [a for a in json.loads(cli_ok(node.cli("alerts", "--json")))
               if a["job"] == "legacy" and a["fire_time"] == run["fire_time"]]
     assert len(alerts) == 1 and alerts[0]["kind"] == "failed"
 
@@ -113,9 +105,9 @@ def test_pings_close_a_watchs_fire_times_and_a_missing_one_alerts(node):
     wait_for(lambda: "late" in {j["name"] for j in node.call("jobs")}, 15, what="late")
     run = waiting(node, "late")
     wait_for(lambda: time.time() >= _t(run["fire_time"]) + 1.5, 5, what="1.5 s after it")
-    assert "succeeded" in ok(node.cli("ping", "late"))
+    assert "succeeded" in cli_ok(node.cli("ping", "late"))
     # (resolved at once, "done late": the run of its fire time succeeded; --all)
-    sla = wait_for(lambda: [a for a in json.loads(ok(node.cli("alerts", "--json", "--all")))
+    sla = wait_for(lambda: [a for a in json.loads(cli_ok(node.cli("alerts", "--json", "--all")))
                             if a["job"] == "late" and a["kind"] == "finish_within"
                             and a["fire_time"] == run["fire_time"]], 20,
                    what="the late ping's finish_within alert")
@@ -141,7 +133,7 @@ def test_every_missed_ping_alerts_exactly_once_across_a_leader_kill(cluster):
     c = cluster()
     c.start()
     lead = c.leader()
-    at_version_2(lead)
+    at_cluster_version(lead)
     c.write_job("legacy", "watch:\n  name: legacy\n  schedule: '*/2 * * * * *'\n  grace: 1s\n")
     for n in c:
         wait_for(lambda n=n: "legacy" in {j["name"] for j in n.call("jobs")}, 15,
@@ -163,7 +155,7 @@ def test_every_missed_ping_alerts_exactly_once_across_a_leader_kill(cluster):
     fires = Counter(int(_t(r["fire_time"])) for r in scheduled if r["attempt"] == 1)
     expected = range(int(_t(first["fire_time"])), last + 1, 2)   # */2 s: even seconds
     assert {t: fires.get(t, 0) for t in expected} == {t: 1 for t in expected}
-    alerts = json.loads(ok(new.cli("alerts", "--json", "--all")))
+    alerts = json.loads(cli_ok(new.cli("alerts", "--json", "--all")))
     by_fire: dict[str, int] = {}
     for a in alerts:
         if a["job"] == "legacy":

@@ -44,6 +44,19 @@ def wait_for(pred: Callable[[], Any], timeout: float = 15.0, interval: float = 0
                          f"(last error: {last_exc})\n{extra}")
 
 
+
+def cli_ok(res: subprocess.CompletedProcess) -> str:
+    """A CLI call's standard output, once it exited 0 (else its output says why)."""
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def at_cluster_version(node: "Node", version: int = 2, timeout: float = 30.0) -> None:
+    """Wait until the node's cluster runs by ``version``'s rules (a new
+    cluster raises its version soon after it starts)."""
+    wait_for(lambda: node.call("status")["versions"]["cluster_version"] >= version, timeout,
+             what=f"cluster version {version}")
+
 class Node:
     """One cronrd daemon in its own short temporary directory."""
 
