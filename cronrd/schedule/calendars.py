@@ -28,6 +28,7 @@ any trigger)."""
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -143,6 +144,7 @@ class CalendarTrigger(Trigger):
         self.calendars = dict(calendars)
         self._why: dict[int, str | None] = {}
         self._nth: dict[tuple[int, int], int | None] = {}
+        self._days: dict[int, list[int]] = {}
 
     def __repr__(self) -> str:
         return f"CalendarTrigger({self.schedule.expr!r}, {self.tz}, {self.rule.to_dict()})"
@@ -216,7 +218,18 @@ class CalendarTrigger(Trigger):
         return local_instant(day, wall.hour, wall.minute, wall.second, self.tz)
 
     def fires_on(self, day: _dt.date) -> list[int]:
-        """The fire times the rule gives ``day``, ascending."""
+        """The fire times the rule gives ``day``, ascending (the last few
+        days' are kept: the scheduler asks for the next fire time after
+        each one, and a day of an every-second schedule is 86,400)."""
+        n = day.toordinal()
+        got = self._days.get(n)
+        if got is None:
+            got = self._days[n] = self._fires_on(day)
+            if len(self._days) > 8:
+                del self._days[next(iter(self._days))]
+        return got
+
+    def _fires_on(self, day: _dt.date) -> list[int]:
         rule = self.rule
         if rule.business_day is not None:
             nth = self.nth_allowed(day.year, day.month, rule.business_day)
@@ -250,10 +263,11 @@ class CalendarTrigger(Trigger):
         one = _dt.timedelta(days=1)
         carry = 0   # days walked since a day not allowed whose fires move ahead
         for _ in range(_DAY_SEARCH):
-            own = self._base_on(day)
-            for f in self.fires_on(day):
-                if f > t:
-                    return f
+            fires = self.fires_on(day)
+            i = bisect.bisect_right(fires, t)
+            if i < len(fires):
+                return fires[i]
+            own = self._base_on(day) if self.rule.shift == "next" else ()
             if self.rule.shift == "next" and not self.allowed(day) and (own or carry) \
                     and carry < MAX_SHIFT:
                 carry += 1
