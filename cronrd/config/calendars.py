@@ -312,8 +312,15 @@ def _event_days(event: dict[str, tuple[int, str, str]], path: str, years: range)
     if parts.get("FREQ") != "YEARLY" or set(parts) - {"FREQ", "COUNT", "UNTIL", "INTERVAL"}:
         raise ConfigError(f"{path}:{rn}: RRULE {rule!r} is not supported (only FREQ=YEARLY, "
                           "with COUNT, UNTIL or INTERVAL): list the days as events")
-    step = int(parts.get("INTERVAL", "1") or 1)
-    count = int(parts["COUNT"]) if parts.get("COUNT") else None
+    try:
+        step = int(parts.get("INTERVAL") or "1")
+        count = int(parts["COUNT"]) if parts.get("COUNT") else None
+    except ValueError:
+        raise ConfigError(f"{path}:{rn}: RRULE {rule!r}: INTERVAL and COUNT are whole "
+                          "numbers") from None
+    if step < 1 or (count is not None and count < 0):
+        raise ConfigError(f"{path}:{rn}: RRULE {rule!r}: INTERVAL is 1 or more and COUNT 0 "
+                          "or more")
     until = _ics_date(rn, parts["UNTIL"], path)[0] if parts.get("UNTIL") else None
     out: list[int] = []
     n = 0

@@ -23,9 +23,9 @@ The kinds, each for one fire time F (unless said otherwise):
 
 A fire time the operator chose not to run is not a miss: a record skipped
 because the job was paused, disabled or in a maintenance pause, or on a day
-its calendar excludes, or cancelled. Staleness counts from the last such
-skip at the earliest: a daily job does not go stale over a weekend its
-calendar skips.
+its calendar excludes, or cancelled. Staleness does not count the time
+from such a skip to the next fire time: a daily job does not go stale over
+a weekend its calendar skips, and one that fails on every weekday does.
 """
 
 from __future__ import annotations
@@ -115,11 +115,16 @@ def misses(sla: Sla, records: Iterable[Record], expected: Iterable[int], now: fl
         base = max(last_success, since) if last_success is not None else since
         if resumed_at is not None:
             base = max(base, resumed_at)
-        skipped = [t for t in times if recs.get(t) is not None and chosen(recs[t])
-                   and recs[t].state == "skipped"]
-        if skipped:
-            base = max(base, skipped[-1])
-        due = base + sla.stale_after
+        # the time from a skipped fire time (a day its calendar excludes, a
+        # pause) to the next fire time does not count as time without success
+        later = [t for t in times if t >= base]
+        excluded = 0.0
+        for i, t in enumerate(later):
+            rec = recs.get(t)
+            if rec is not None and rec.state == "skipped" and chosen(rec):
+                nxt = later[i + 1] if i + 1 < len(later) else now
+                excluded += max(0.0, min(nxt, now) - t)
+        due = base + sla.stale_after + excluded
         if due <= now:
             what = (f"no success since {iso_utc(last_success)}" if last_success is not None
                     else "no success yet")

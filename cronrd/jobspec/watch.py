@@ -25,7 +25,7 @@ from .model import _NAME_RULE, NAME_RE, JobSpec, WatchSpec
 from .nodes import FileProblems, _unknown_key, mapping_items, node_pos
 
 WATCH_KEYS = ("name", "description", "schedule", "timezone", "grace", "enabled", "notify",
-              "sla", "calendar")
+              "sla", "calendar", "user")   # user: who may ping it on this host's socket
 _EXAMPLE = 'watches: [{name: legacy-backup, schedule: "30 2 * * *", grace: 1h}]'
 
 

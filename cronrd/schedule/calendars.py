@@ -40,7 +40,6 @@ SHIFTS = ("none", "next", "previous")
 MAX_SHIFT = 31            # days a fire time may move to find an allowed day
 MAX_BUSINESS_DAY = 23     # |business_day|: no month has more weekdays
 _DAY_SEARCH = 800         # days next_after looks ahead for a fire (more than 2 years)
-_COUNT_CAP = 200_000      # fire times count_between walks one by one
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
@@ -289,13 +288,19 @@ class CalendarTrigger(Trigger):
     def count_between(self, after: int, until: int, max_days: int = 200_000) -> int:
         if self.plain:
             return super().count_between(after, until, max_days)
-        n, t = 0, after
-        while n < _COUNT_CAP:
-            f = self.next_after(t)
-            if f is None or f > until:
-                return n
-            n, t = n + 1, f
-        return -1
+        after, until = int(after), int(until)
+        if until <= after:
+            return 0
+        first, last = self.day_of(after + 1), self.day_of(until)
+        if (last - first).days > max_days:
+            return -1
+        n = 0
+        day = first
+        while day <= last:   # a day at a time: the fires each holds, by bisection
+            fires = self.fires_on(day)
+            n += bisect.bisect_right(fires, until) - bisect.bisect_right(fires, after)
+            day += _dt.timedelta(days=1)
+        return n
 
     # -- skips ------------------------------------------------------------------------
     def skip_reason(self, fire: int) -> str | None:

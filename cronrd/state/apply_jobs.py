@@ -448,6 +448,8 @@ class JobsApply(ApplyBase):
         job = self._job(name)
         assert job is not None  # only a job that exists is deleted
         digest = job["digest"]
+        spec = self._job_spec(name)
+        watch = spec is not None and spec.watch is not None
         self.conn.execute("DELETE FROM jobs WHERE name=?", (name,))
         self.conn.execute("DELETE FROM pauses WHERE name=?", (name,))
         PLN.remove_job(self.conn, name)  # its planned runs (none before version 2)
@@ -460,6 +462,12 @@ class JobsApply(ApplyBase):
                 f"{sql_in(NOT_STARTED)} ORDER BY run_id", (name,))):
             self._finish(Run.from_row(row), "cancelled", at,
                          reason="job removed before the run started", effects=effects)
+        if watch:   # a watch's run that a start ping began waits for nothing now
+            for row in list(self.conn.execute(
+                    f"{SELECT_RUNS} WHERE job=? AND state='running' ORDER BY run_id", (name,))):
+                self._finish(Run.from_row(row), "cancelled", at,
+                             reason="watch removed while it waited for its end ping",
+                             effects=effects)
         effects.append(JobsChanged(job=name))
 
 

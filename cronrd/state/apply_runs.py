@@ -259,6 +259,9 @@ class RunsApply(ApplyBase):
 
     def _apply_plan_run(self, index: int, cmd: C.PlanRun, effects: list[Effect]) -> dict[str, Any]:
         self._need_job(cmd.job)
+        spec = self._job_spec(cmd.job)
+        if spec is not None and spec.watch is not None:
+            raise Refused(f"{cmd.job!r} is a watch: it runs nothing here")
         problem = RP.params_problem(cmd.params) or (cmd.key and RP.key_problem(cmd.key))
         if problem:
             raise Refused(f"plan_run: {problem}")
@@ -289,8 +292,55 @@ class RunsApply(ApplyBase):
         return {"plan": plan.view(), "cancelled_by": cmd.by}
 
 
+    def _start_plan(self, index: int, job: dict[str, Any], cmd: C.ManualRun,
+                    effects: list[Effect]) -> dict[str, Any]:
+        """A planned run's start (the leader's ManualRun with its plan_id).
+        Once the plan is taken it never comes back: whatever stops its run
+        now (a key used meanwhile, the overlap policy, a full queue, the job
+        turned into a watch) is recorded on a skipped run, not refused; a
+        refusal would leave the plan to be proposed again at once."""
+        if cmd.key:
+            existing = RP.run_of_key(self.conn, cmd.job, cmd.key)
+        else:
+            existing = None
+        plan = PLN.get(self.conn, cmd.plan_id)
+        if plan is None or plan.job != cmd.job or plan.run_key != cmd.key:
+            if existing is not None:   # proposed again (a timeout, a new leader): its run
+                run = self._get_run(existing)
+                return {"run_id": run.run_id, "state": run.state.value, "existing": True}
+            raise Refused(f"planned run {cmd.plan_id} of job {cmd.job!r} is not planned "
+                          "(cancelled, or started already)")
+        PLN.remove(self.conn, cmd.plan_id)
+        effects.append(PlansChanged())
+        spec = self._job_spec(cmd.job)
+        why = None
+        if RP.params_problem(cmd.params) or (cmd.key and RP.key_problem(cmd.key)):
+            why = "its parameters or key are not valid any more"
+        elif existing is not None:
+            why = f"its key {cmd.key!r} was used meanwhile (run {existing})"
+        elif spec is not None and spec.watch is not None:
+            why = "the job is a watch now: it runs nothing here"
+        else:
+            why = self._admit(index, job, cmd.at, effects)
+            if why is None:
+                hold = self._queue_hold(cmd.job, "", int(cmd.at))
+                why = hold.skip if hold is not None else None
+        if why is None:
+            return self._manual_start(index, job, cmd, effects)
+        run = self._insert_run(index, job=cmd.job, origin="manual", kind="manual",
+                               fire_time=int(cmd.at), attempt=1, state="skipped",
+                               node=None, due_at=None, at=cmd.at,
+                               reason=f"planned run {cmd.plan_id} not started: {why}")
+        self.conn.execute("UPDATE runs SET finished_at=? WHERE run_id=?", (cmd.at, run.run_id))
+        if existing is None:   # (a used key stays its first run's)
+            RP.record(self.conn, run.run_id, cmd.job, cmd.params, cmd.key)
+        return {"run_id": run.run_id, "state": "skipped", "reason": run.reason}
+
+
     def _apply_manual_run(self, index: int, cmd: C.ManualRun, effects: list[Effect]) -> dict[str, Any]:
         job = self._need_job(cmd.job)
+        if cmd.plan_id:
+            return self._start_plan(index, job, cmd, effects)
         watch = self._job_spec(cmd.job)
         if watch is not None and watch.watch is not None:
             raise Refused(f"{cmd.job!r} is a watch: it runs nothing here; its job pings it "
@@ -303,24 +353,7 @@ class RunsApply(ApplyBase):
             if existing is not None:  # the key's run: no second one
                 run = self._get_run(existing)
                 return {"run_id": run.run_id, "state": run.state.value, "existing": True}
-        if cmd.plan_id:
-            plan = PLN.get(self.conn, cmd.plan_id)
-            if plan is None or plan.job != cmd.job or plan.run_key != cmd.key:
-                raise Refused(f"planned run {cmd.plan_id} of job {cmd.job!r} is not planned "
-                              "(cancelled, or started already)")
-            PLN.remove(self.conn, cmd.plan_id)
-            effects.append(PlansChanged())
         reason = self._admit(index, job, cmd.at, effects)
-        if reason is not None and cmd.plan_id:
-            # nobody is waiting to hear "conflict": the planned time is recorded skipped
-            run = self._insert_run(index, job=cmd.job, origin="manual", kind="manual",
-                                   fire_time=int(cmd.at), attempt=1, state="skipped",
-                                   node=None, due_at=None, at=cmd.at,
-                                   reason=f"planned run {cmd.plan_id} not started: {reason}")
-            self.conn.execute("UPDATE runs SET finished_at=? WHERE run_id=?",
-                              (cmd.at, run.run_id))
-            RP.record(self.conn, run.run_id, cmd.job, cmd.params, cmd.key)
-            return {"run_id": run.run_id, "state": "skipped", "reason": run.reason}
         if reason is not None:
             raise Conflict(f"job {cmd.job!r} not started: {reason}; wait for the active run "
                           "to finish (`cronrd runs " + cmd.job + " --state running`)")
@@ -328,6 +361,14 @@ class RunsApply(ApplyBase):
         if hold is not None and hold.skip is not None:
             raise Conflict(f"job {cmd.job!r} not started: {hold.skip}; wait for the queue to "
                           "drain (`cronrd runs " + cmd.job + " --state waiting`)")
+        return self._manual_start(index, job, cmd, effects, hold)
+
+
+    def _manual_start(self, index: int, job: dict[str, Any], cmd: C.ManualRun,
+                      effects: list[Effect], hold: Any = None) -> dict[str, Any]:
+        """A manual run admitted: queued behind its job's run, or placed."""
+        if hold is None:
+            hold = self._queue_hold(cmd.job, "", int(cmd.at))
         if hold is not None and hold.wait is not None:
             run = self._enqueue(index, job=cmd.job, origin="manual", kind="manual",
                                 fire_time=int(cmd.at), due_at=cmd.at, at=cmd.at,
@@ -377,7 +418,11 @@ class RunsApply(ApplyBase):
         if cmd.state not in REPORTABLE:
             raise Refused(f"run {cmd.run_id}: {cmd.state!r} is not a final state")
         run = self._get_run(cmd.run_id)
-        if run.state == cmd.state and run.state not in TRANSITIONS and (
+        # (success_exit_codes may have recorded another state than the report's)
+        same = run.state == cmd.state or (
+            run.exit_code == cmd.exit_code and run.finished_at == cmd.finished_at
+            and cmd.state in JUDGED and V.at_least(self.conn, V.EXIT_RULES))
+        if same and run.state not in TRANSITIONS and (
                 run.token, run.node) == (cmd.token, cmd.node):
             # The same report again (a forwarded proposal retried after a timeout),
             # or the node's own word after the leader declared the run lost.

@@ -66,7 +66,10 @@ def forget(conn: apsw.Connection, run_id: int) -> None:
 class WatchesApply(ApplyBase):
 
     def _watch_fire(self, index: int, cmd: C.Fire, spec: "JobSpec") -> dict[str, Any]:
-        """A fire time of a watch: a record that waits for its ping."""
+        """A fire time of a watch: a record that waits for its ping; or,
+        when a ping came up to EARLY before it (the job's host clock a
+        little fast: the fire is committed only a moment ahead), the record
+        of that ping's outcome."""
         run = self._insert_run(index, job=cmd.job, origin="schedule", kind=cmd.kind,
                                fire_time=cmd.fire_time, attempt=1, state="waiting", node=None,
                                due_at=cmd.due_at, at=cmd.at,
@@ -74,7 +77,32 @@ class WatchesApply(ApplyBase):
         assert spec.watch is not None
         self.conn.execute("INSERT INTO watch_waits(run_id, job, until) VALUES(?,?,?)",
                           (run.run_id, cmd.job, cmd.fire_time + spec.watch.grace))
+        for stray_id, at in list(self.conn.execute(
+                "SELECT run_id, at FROM watch_strays WHERE job=? AND at >= ? "
+                "ORDER BY at, run_id LIMIT 1",
+                (cmd.job, cmd.fire_time - min(EARLY, spec.watch.grace)))):
+            self.conn.execute("DELETE FROM watch_strays WHERE run_id=?", (stray_id,))
+            return self._adopt(run, self._get_run(stray_id), effects=[])
         return {"run_id": run.run_id, "state": "waiting", "watch": True}
+
+    def _adopt(self, run: Run, stray: Run, effects: list[Effect]) -> dict[str, Any]:
+        """``run`` takes the ping that came just before its fire time."""
+        early = f"its ping came {human_duration(run.fire_time - (stray.started_at or 0))} " \
+                f"before the fire time (run {stray.run_id}): is that host's clock fast?"
+        if stray.state == "running":    # its end ping comes to this run
+            self._finish(stray, "cancelled", stray.started_at or 0,
+                         reason=f"a start ping taken by fire time {iso_utc(run.fire_time)}'s "
+                                f"run {run.run_id}", effects=effects)
+            self.conn.execute("UPDATE runs SET state='running', started_at=?, reason=? "
+                              "WHERE run_id=?", (stray.started_at, f"started; {early}",
+                                                 run.run_id))
+            return {"run_id": run.run_id, "state": "running", "watch": True}
+        self.conn.execute("UPDATE runs SET started_at=? WHERE run_id=?",
+                          (stray.started_at, run.run_id))
+        self._finish(self._get_run(run.run_id), stray.state.value, stray.finished_at or 0,
+                     reason=f"{stray.state.value}; {early}", exit_code=stray.exit_code,
+                     effects=effects)
+        return {"run_id": run.run_id, "state": stray.state.value, "watch": True}
 
     def _apply_ping(self, index: int, cmd: C.Ping, effects: list[Effect]) -> dict[str, Any]:
         spec = self._job_spec(cmd.job)
@@ -120,7 +148,8 @@ class WatchesApply(ApplyBase):
             "SELECT run_id, fire_time, state FROM runs WHERE job=? AND origin='schedule' "
             "ORDER BY fire_time DESC LIMIT 1", (cmd.job,))), None)
         why = "no fire time of the watch waited for it"
-        if last is not None and last[2] == "failed":
+        late = last is not None and last[2] == "failed"
+        if last is not None and late:
             why += (f" (the last, {iso_utc(last[1])}, was recorded missed: run {last[0]}; "
                     "this ping is late)")
         failed = cmd.what == "fail" or bool(cmd.exit_code)
@@ -129,6 +158,13 @@ class WatchesApply(ApplyBase):
                                fire_time=int(cmd.at), attempt=1, state="waiting", node=None,
                                due_at=cmd.at, at=cmd.at,
                                reason=f"{cmd.what} ({by}): {why}")
+        # a fire time due within EARLY takes it (its record is made only a
+        # moment ahead); older strays are forgotten, keeping the table small
+        self.conn.execute("DELETE FROM watch_strays WHERE job=? AND at < ?",
+                          (cmd.job, cmd.at - 2 * EARLY))
+        if not late:   # (a late ping is its missed fire time's, not the next one's)
+            self.conn.execute("INSERT INTO watch_strays(run_id, job, at) VALUES(?,?,?)",
+                              (run.run_id, cmd.job, cmd.at))
         self.conn.execute("UPDATE runs SET started_at=? WHERE run_id=?", (cmd.at, run.run_id))
         if state == "running":   # its end ping is awaited within the grace
             self.conn.execute("UPDATE runs SET state='running' WHERE run_id=?", (run.run_id,))
@@ -145,14 +181,20 @@ class WatchesApply(ApplyBase):
                             effects: list[Effect]) -> dict[str, Any]:
         run = self._get_run(cmd.run_id)
         spec = self._job_spec(run.job)
-        if spec is None or spec.watch is None:
-            raise Refused(f"run {cmd.run_id}: {run.job!r} is not a watch")
         if run.state not in ("waiting", "running"):
+            forget(self.conn, run.run_id)
             raise Refused(f"run {cmd.run_id} is {run.state.value}: its ping came, or it was "
                           "recorded missed already")
+        if spec is None or spec.watch is None:
+            # its watch was removed, or is a job now: nothing will ping this run
+            self._finish(run, "cancelled", cmd.at, reason=f"{run.job!r} is no longer a watch "
+                         "(removed, or made a job): its ping is not waited for", effects=effects)
+            return {"run_id": run.run_id, "state": "cancelled"}
         until = run.fire_time + spec.watch.grace
-        if cmd.at < until:
-            raise Refused(f"run {cmd.run_id} waits for its ping until {iso_utc(until)}")
+        if cmd.at < until:   # its grace grew since: it waits until then
+            self.conn.execute("UPDATE watch_waits SET until=? WHERE run_id=?",
+                              (until, run.run_id))
+            return {"run_id": run.run_id, "state": run.state.value, "until": until}
         what = "no end ping" if run.state == "running" else "no ping"
         reason = (f"missed: {what} within its grace ({human_duration(spec.watch.grace)}) of "
                   f"{iso_utc(run.fire_time)}: did the job run where it should?")

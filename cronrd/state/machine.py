@@ -69,11 +69,12 @@ DIGEST_TABLES = (
     ("planned_runs", "plan_id"),
     ("calendars", "name"),
     ("watch_waits", "run_id"),
+    ("watch_strays", "run_id"),
 )
 # Tables that came with a cluster version above 1: hashed only once they
 # hold a row, so a log of an older release gives the digest it gave there.
 LATER_TABLES = frozenset({"ui_sessions", "workers", "planned_runs", "calendars",
-                          "watch_waits"})
+                          "watch_waits", "watch_strays"})
 
 
 class StateMachine(JobsApply, RunsApply, NodesApply, AccessApply, WorkflowsApply,

@@ -497,6 +497,14 @@ CREATE TABLE IF NOT EXISTS watch_waits(
     until REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS watch_waits_until ON watch_waits(until);
+-- Pings no fire time of their watch waited for (a clock a little fast: the
+-- fire time a few seconds later takes them; state/apply_watches.py).
+CREATE TABLE IF NOT EXISTS watch_strays(
+    run_id INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS watch_strays_job ON watch_strays(job, at);
 -- Nodes an admin drained (state/node_drains.py): no new runs go there.
 CREATE TABLE IF NOT EXISTS node_drains(
     node TEXT PRIMARY KEY,

@@ -133,8 +133,7 @@ def job_needs(text: str) -> tuple[int, str, str] | None:
     """(version, key, why) of the newest key a job definition (its
     canonical JSON) uses that the base rules do not know; None: none."""
     found = None
-    text = text.replace('"schedule":"@AT', '"schedule":"@at').replace(
-        '"schedule":"@At', '"schedule":"@at')
+    text = text.lower()   # (the keys are lower case; "@AT" is "@at")
     for marker, version, key, why in JOB_KEYS_SINCE:
         if marker in text and (found is None or version > found[0]):
             found = (version, key, why)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...errors import CronrdError, PermissionDenied, RequestError, ScheduleError, UsageError
-from ...state.tokens import job_allowed
+from ...state.tokens import job_allowed, role_allows
 from ...jobspec import JobSpec
 from ...jobspec.params import check_run_params
 from ...ops import requests as R
@@ -15,7 +15,7 @@ from ...model import run_states
 from ...state import planned, run_params
 from ...schedule import at_time, iso_utc
 from ...state import queries as Q
-from .access import Caller
+from .access import Caller, check_job
 from .server import Stream
 from .reads import runs_listing
 
@@ -110,10 +110,23 @@ class RunRequests(_Host):
     async def h_ping(self, req: R.Ping, caller: Caller) -> dict[str, Any]:
         """A watch's ping from ``caller``: whoever reaches the socket, or an
         API token of role ping (or operator) whose jobs glob covers it."""
-        if caller.token is not None and not job_allowed(caller.token.get("jobs") or "",
-                                                        req.job):
-            raise PermissionDenied(f"token {caller.token.get('name')!r} may not ping "
-                                   f"{req.job!r} (its --jobs does not name it)")
+        what = f"cronrd ping {req.job}"
+        spec = self._job_spec(req.job)
+
+        def check() -> None:
+            # a token: of role ping (or operator, admin), its --jobs naming the
+            # watch; on the socket: root, the daemon's user, or the watch's user:
+            if caller.token is None:
+                check_job(caller, what, spec, req.job)
+                return
+            if not role_allows(caller.token["role"], "ping"):
+                raise PermissionDenied(f"permission denied: `{what}` needs a token of role "
+                                       f"ping, operator or admin; you are {caller.describe()}")
+            if not job_allowed(caller.token.get("jobs") or "", req.job):
+                raise PermissionDenied(f"token {caller.token.get('name')!r} may not ping "
+                                       f"{req.job!r} (its --jobs does not name it)")
+        # (a refusal is audited; a ping is recorded with who sent it, on its run)
+        await self._authorize(caller, "ping", req.job, what, check, change=False)
         by = caller.describe()
         if req.what not in R.PING_KINDS:
             raise UsageError(f"a ping is one of {', '.join(R.PING_KINDS)} (got {req.what!r})")

@@ -471,12 +471,12 @@ class ApiRoutes:
 
     async def ping(self, request: web.Request, body: dict) -> web.Response:
         name = request.match_info["name"]
+        self.sees(request, name, f"POST {request.path}")   # (before saying what it is)
         spec = Q.job_spec(self.h.conn, name)
         if spec is None or spec.watch is None:
             raise NotFound(f"no watch named {name!r}" + (" (it is a job cronrd runs)"
                                                         if spec is not None else "")
                            + "; GET /api/v1/jobs lists the jobs and watches")
-        self.sees(request, name, f"POST {request.path}")
         args: dict[str, Any] = {"job": name}
         if body.get("what") is not None:
             args["what"] = _str(body["what"], "what")

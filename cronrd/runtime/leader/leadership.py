@@ -45,6 +45,7 @@ from .scheduler import Scheduler
 from ..tasks import HEALTHY_AFTER, RESTART_MAX, RESTART_MIN
 
 CALENDARS_EVERY = 60   # seconds between looks at the config's calendars (leader)
+CALENDARS_TIMEOUT = 10.0  # seconds resolving them may take (ICS files, holidays)
 log = logging.getLogger("cronrd.leader")
 
 
@@ -123,7 +124,10 @@ class Leadership:
         # This leader's pools and calendars are in force before it fires anything.
         await self._set_pools()
         self._calendars_looked = float("-inf")
-        await self._set_calendars()
+        try:   # (a calendar that cannot be read now keeps the ones in force: never fatal)
+            await self._set_calendars()
+        except CronrdError as exc:
+            log.warning("event=calendars_set_failed error=\"%s\"", exc)
         sched = Scheduler(self.config, _LeaderOnly(self.log), self.conn, self.clock,
                           self.placement, hold=self.members.placement_hold)
         self.scheduler = sched
@@ -317,8 +321,9 @@ class Leadership:
         self._calendars_looked = now
         year = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).year
         try:
-            cals = await asyncio.to_thread(resolve_calendars, self.config.calendars, year)
-        except CronrdError as exc:
+            async with asyncio.timeout(CALENDARS_TIMEOUT):
+                cals = await asyncio.to_thread(resolve_calendars, self.config.calendars, year)
+        except (CronrdError, TimeoutError, ValueError, OSError) as exc:
             log.error("event=calendars_unreadable error=\"%s\" hint=\"the calendars in force "
                       "stay as they were; fix the file and the leader tries again within "
                       "%ds\"", exc, CALENDARS_EVERY)

@@ -113,3 +113,16 @@ def test_an_ics_file_is_read_relative_to_the_config(tmp_path):
     cfg = load_config(str(path))
     got = resolve(cfg.calendars, 2026)["closed"]
     assert got.contains(day("2026-12-25"), {}) and not got.contains(day("2026-12-27"), {})
+
+
+def test_an_ics_rrule_that_would_never_end_or_cannot_be_read_is_refused():
+    """Review of issue 35: INTERVAL=0 looped for ever in the leader's
+    thread (no job fired anywhere), INTERVAL=x raised a ValueError."""
+    for rule, said in (("FREQ=YEARLY;INTERVAL=0", "INTERVAL is 1 or more"),
+                       ("FREQ=YEARLY;INTERVAL=-2", "INTERVAL is 1 or more"),
+                       ("FREQ=YEARLY;INTERVAL=x", "INTERVAL and COUNT are whole numbers"),
+                       ("FREQ=YEARLY;COUNT=2x", "INTERVAL and COUNT are whole numbers")):
+        text = ("BEGIN:VCALENDAR\nBEGIN:VEVENT\nDTSTART;VALUE=DATE:20260101\n"
+                f"RRULE:{rule}\nEND:VEVENT\nEND:VCALENDAR\n")
+        with pytest.raises(ConfigError, match=said):
+            parse_ics(text, "x.ics", range(2025, 2032))

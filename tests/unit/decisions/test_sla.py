@@ -66,3 +66,21 @@ def test_max_runtime_stale_after_and_failure_tolerance():
     # no success ever: stale from when the SLA came into force
     assert kinds(misses(Sla(stale_after=60), [], [], T + 100, since=T,
                         last_success=None)) == [(T + 60, "stale_after")]
+
+
+def test_days_a_calendar_skips_do_not_count_as_stale_and_failures_still_do():
+    """Issue 35, review: a daily job with stale_after 30h does not go stale
+    over a weekend its calendar skips; one that fails every weekday does,
+    skipped weekends or not (a skip does not restart the clock)."""
+    day = 86400
+    sla = Sla(stale_after=30 * 3600.0)
+    cal = "calendar: 2026-12-12 (sat) is not in calendar weekdays"
+    ok_fri = Record(T, "succeeded", started_at=T, succeeded_at=T + 60)
+    weekend = [Record(T + day, "skipped", reason=cal), Record(T + 2 * day, "skipped", reason=cal)]
+    got = misses(sla, [ok_fri, *weekend], [], T + 3 * day - 60, since=T - day,
+                 last_success=T + 60)
+    assert [m.kind for m in got] == []            # Monday 17:59: 30h of weekday time not passed
+    failing = [Record(T + i * day, "failed") for i in (3, 4, 5, 6, 7)]
+    got = misses(sla, [ok_fri, *weekend, *failing], [], T + 8 * day, since=T - day,
+                 last_success=T + 60)
+    assert [m.kind for m in got] == ["stale_after"]

@@ -33,7 +33,7 @@ def test_a_watch_says_what_does_not_belong_in_it():
         "/etc/cronrd.d/legacy.yaml:3:15: a watch needs a schedule with fire times (a cron "
         "expression, @daily, @every D, @at T): a ping is expected at each",
         "/etc/cronrd.d/legacy.yaml:4:5: unknown key 'command' in a watch (valid keys are: "
-        "name, description, schedule, timezone, grace, enabled, notify, sla, calendar); a "
+        "name, description, schedule, timezone, grace, enabled, notify, sla, calendar, user); a "
         "watch runs nothing: command belongs to a job (jobs:)",
         "/etc/cronrd.d/legacy.yaml:5:5: unknown key 'grac' in a watch (did you mean 'grace'?)",
         "/etc/cronrd.d/legacy.yaml:6:5: a watch needs schedule: (when its pings are "

@@ -51,8 +51,8 @@ def test_no_ping_within_the_grace_is_a_miss_recorded_once():
     log = watch_log(grace=300.0)
     rid = log.fire(T0 + 600, "w")["run_id"]
     assert overdue(log.sm.conn, T0 + 899) == []
-    with pytest.raises(Refused, match="waits for its ping until"):
-        log.apply(C.WatchMissed(run_id=rid, at=T0 + 899))
+    # asked too early (a leader's clock behind): it still waits
+    assert log.apply(C.WatchMissed(run_id=rid, at=T0 + 899))["state"] == "waiting"
     assert overdue(log.sm.conn, T0 + 900) == [(rid, "w")]
     log.apply(C.WatchMissed(run_id=rid, at=T0 + 900))
     run = log.run(rid)
@@ -91,3 +91,44 @@ def test_before_version_2_pings_are_refused():
     log = Log()
     with pytest.raises(Refused, match="needs cluster version 2"):
         log.apply(C.Ping(job="w", what="success", node="n1", by="x", at=T0))
+
+
+def test_a_watch_removed_changed_or_given_more_grace_leaves_no_run_stuck():
+    """Review of issue 35: these runs stayed open, and the leader proposed
+    a refused WatchMissed for each every duty interval."""
+    log = watch_log(grace=300.0)
+    rid = log.fire(T0 + 600, "w")["run_id"]
+    ping(log, "start", T0 + 601)
+    log.apply(C.RemoveJob(name="w", at=T0 + 700))
+    assert log.run(rid).state.value == "cancelled" and overdue(log.sm.conn, T0 + 10**6) == []
+    log = watch_log(grace=300.0)
+    rid = log.fire(T0 + 600, "w")["run_id"]
+    log.put("w", schedule="*/10 * * * *", command="true")       # a job now
+    assert log.apply(C.WatchMissed(run_id=rid, at=T0 + 900))["state"] == "cancelled"
+    assert overdue(log.sm.conn, T0 + 10**6) == []
+    log = watch_log(grace=300.0)
+    rid = log.fire(T0 + 600, "w")["run_id"]
+    log.put("w", schedule="*/10 * * * *", command="", watch={"grace": 3600.0})
+    res = log.apply(C.WatchMissed(run_id=rid, at=T0 + 900))
+    assert res["state"] == "waiting" and overdue(log.sm.conn, T0 + 901) == []
+    assert overdue(log.sm.conn, T0 + 4200) == [(rid, "w")]
+
+
+def test_a_ping_a_little_before_its_fire_time_counts_for_it():
+    """Review of issue 35: a host clock 2 s fast pinged before the fire was
+    recorded (fires are committed only a moment ahead): the ping became a
+    run of its own and the fire time was recorded missed, a false alarm."""
+    log = watch_log(grace=300.0)
+    early = ping(log, "start", T0 + 598)
+    assert early["stray"]
+    rid = log.fire(T0 + 600, "w")["run_id"]
+    assert log.run(rid).state.value == "running" and log.run(rid).started_at == T0 + 598
+    assert log.run(early["run_id"]).state.value == "cancelled"
+    assert ping(log, "success", T0 + 650)["run_id"] == rid
+    assert log.run(rid).state.value == "succeeded" and overdue(log.sm.conn, T0 + 10**6) == []
+    # an end ping alone, early: the fire time's record is its outcome
+    ping(log, "fail", T0 + 1199, exit_code=4)
+    rid = log.fire(T0 + 1200, "w")["run_id"]
+    run = log.run(rid)
+    assert (run.state.value, run.exit_code) == ("failed", 4)
+    assert "before the fire time" in run.reason

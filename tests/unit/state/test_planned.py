@@ -99,3 +99,15 @@ def test_a_member_may_forward_a_plan_but_never_start_one():
     check_forwarded(C.PlanRun(job="j", due=T0 + 60, by="x", at=T0), "n2")
     with pytest.raises(PermissionDenied, match="the leader's alone"):
         check_forwarded(C.ManualRun(job="j", node="", at=T0, key="plan-3", plan_id=3), "n2")
+
+
+def test_a_plan_that_cannot_start_is_recorded_skipped_and_never_proposed_again():
+    """Review of issue 35: a start refused left the plan in place, and the
+    leader proposed it again at once, thousands of times a second."""
+    log = at_v2()
+    p = plan(log, key="k1")
+    log.apply(C.ManualRun(job="j", node="", at=T0 + 10, key="k1"))   # the key used meanwhile
+    res = log.apply(C.ManualRun(job="j", node="", at=T0 + 3600, key="k1",
+                                plan_id=p["plan_id"]))
+    assert res["state"] == "skipped" and "its key 'k1' was used meanwhile" in res["reason"]
+    assert PLN.plans(log.sm.conn) == []

@@ -492,3 +492,16 @@ def test_before_version_2_the_exit_rules_are_not_applied():
     res = log.finish(a, "failed", exit_code=3)
     assert res["state"] == "failed" and res["retry_run_id"] is not None
     assert log.run(a).reason is None
+
+
+def test_a_report_sent_again_is_a_duplicate_when_success_exit_codes_changed_its_state():
+    """Review of issue 35: the recorded state (succeeded) differs from the
+    report's (failed, exit 3), and a re-sent report became a late report."""
+    log = Log()
+    _at_v2(log)
+    log.put(success_exit_codes=[0, 3])
+    rid = log.fire(T0 + 1)["run_id"]
+    log.finish(rid, "failed", exit_code=3)
+    again = log.finish(rid, "failed", exit_code=3)
+    assert again.get("duplicate") and again["state"] == "succeeded"
+    assert list(log.sm.conn.execute("SELECT COUNT(*) FROM late_reports")) == [(0,)]
