@@ -196,7 +196,7 @@ SELECT jobs.name,
     'digest', jobs.digest,
     'watch', json(CASE WHEN spec -> '$.watch' IS NULL THEN 'false' ELSE 'true' END)),
   spec ->> '$.schedule', spec ->> '$.timezone',
-  COALESCE(spec ->> '$.enabled', 1), paused, cursor
+  COALESCE(spec ->> '$.enabled', 1), paused, cursor, spec -> '$.calendar'
 FROM jobs JOIN specs USING(name, digest)
 WHERE jobs.name > :after AND (:glob IS NULL OR jobs.name GLOB :glob)
 ORDER BY jobs.name LIMIT :limit
@@ -213,8 +213,8 @@ GROUP BY name
 def job_view_texts(conn: apsw.Connection, default_tz: str, after: str | None = None,
                    glob: str | None = None, limit: int = 1000) -> list[tuple[Any, ...]]:
     """A page of jobs as (name, JSON object text, schedule, timezone, enabled,
-    paused, cursor): the text has every field of a listing but next_fire and
-    last_run."""
+    paused, cursor, calendar rule as JSON text or None): the text has every
+    field of a listing but next_fire and last_run."""
     # ("after" as a bound of the index range: an OR with "no after" made
     # every page scan the names from the first, 100 pages of 1,000 jobs
     # reading 5 million index entries)

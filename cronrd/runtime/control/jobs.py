@@ -173,11 +173,13 @@ class JobRequests(_Host):
                 last = Q.last_runs(self.conn, names)
                 fires = self.leadership.next_fires(names)
                 texts = []
-                for name, text, schedule, timezone, enabled, paused, cursor in rows:
+                for name, text, schedule, timezone, enabled, paused, cursor, cal in rows:
                     run = last.get(name)
                     nxt = self._next_fire({"name": name, "paused": paused, "cursor": cursor},
                                           {"enabled": enabled, "schedule": schedule,
-                                           "timezone": timezone}, leader_fires=fires)
+                                           "timezone": timezone,
+                                           "calendar": None if cal is None else json.loads(cal)},
+                                          leader_fires=fires)
                     texts.append(f'{text[:-1]},"next_fire":{json.dumps(iso_utc(nxt))},'
                                  f'"file_problem":{json.dumps(broken.get(name))},'
                                  f'"last_run":{json.dumps(run.view()) if run else "null"}}}')
