@@ -189,6 +189,7 @@ def validate(obj: Ctx, paths, no_permissions):
     warnings = [f"{job.source}:{job.line}:1: warning: job {job.name}: {w}"
                 for job in seen.values() for w in host_warnings(job, controllers)]
     warnings += _notify_warnings(obj, seen.values())
+    warnings += _past_at_warnings(obj, seen.values())
     for w in warnings:
         click.echo(w)
     noted = f", {len(warnings)} warning(s) about this host" if warnings else ""
@@ -198,6 +199,28 @@ def validate(obj: Ctx, paths, no_permissions):
                    err=True)
         sys.exit(1)
     click.echo(f"{jobs} job(s) valid{noted}", err=True)
+
+
+def _past_at_warnings(obj: Ctx, jobs) -> list[str]:
+    """Jobs whose `@at` time has passed: loaded now, they never fire (a
+    job's schedule starts when it is first loaded)."""
+    from ..schedule import iso_utc, make_trigger, parse_schedule
+    out = []
+    for job in jobs:
+        if not job.schedule.lstrip().lower().startswith("@at"):
+            continue
+        try:
+            cfg = obj.try_config()
+        except CronrdError:
+            cfg = None
+        at = make_trigger(parse_schedule(job.schedule),
+                          job.timezone or (cfg.timezone if cfg else "UTC")).next_after(-1)
+        if at is not None and at <= Clock().now():
+            out.append(f"{job.source}:{job.line}:1: warning: job {job.name}: its @at time "
+                       f"({iso_utc(at)}) has passed: a job loaded now never fires (its "
+                       "schedule starts when it is first loaded); a one-off run now is "
+                       f"`cronrd run-now {job.name}`")
+    return out
 
 
 def _notify_warnings(obj: Ctx, jobs) -> list[str]:

@@ -227,3 +227,15 @@ def test_validate_names_a_calendar_the_config_lacks(tmp_path, monkeypatch):
         f"{tmp_path}/jobs/typo.yaml:4: job 'typo': calendar names 'closure', which the daemon "
         "config does not define (it defines: closures, weekdays, weekends); add it under "
         "calendars: in the daemon config or fix the name"]
+
+
+def test_validate_warns_of_an_at_time_that_has_passed(tmp_path):
+    """Issue 35: a job loaded after its @at time never fires; validate says so."""
+    (tmp_path / "old.yaml").write_text('schedule: "@at 2020-01-01T00:00:00Z"\ncommand: "true"\n')
+    (tmp_path / "new.yaml").write_text('schedule: "@at 2999-01-01T00:00:00Z"\ncommand: "true"\n')
+    res = run("validate", "--no-permissions", str(tmp_path))
+    assert res.exit_code == 0
+    assert res.stdout.splitlines() == [
+        f"{tmp_path}/old.yaml:1:1: warning: job old: its @at time (2020-01-01T00:00:00Z) has "
+        "passed: a job loaded now never fires (its schedule starts when it is first loaded); "
+        "a one-off run now is `cronrd run-now old`"]
